@@ -1,0 +1,156 @@
+//! The environment a job starts with: the submitter's, plus `SLURM_*` and
+//! `GSCHED_*` variables describing the job and its placement.
+
+use std::collections::BTreeMap;
+
+use crate::gpu::Instance;
+use crate::job::Job;
+
+/// Where the job runs, for the environment.
+#[derive(Debug, Clone)]
+pub struct Placement<'a> {
+    pub node: &'a str,
+    pub cluster: &'a str,
+    pub partition: &'a str,
+    /// The instance an isolated job holds.
+    pub instance: Option<&'a Instance>,
+    /// Controller URL, so tools inside the job can reach it.
+    pub controller_url: &'a str,
+}
+
+/// Variables from the submitter that must not leak into the job: placement
+/// is gsched's to decide.
+const SCRUBBED: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_LOG_DIRECTORY",
+];
+
+/// Builds the job's environment.
+pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String> {
+    let spec = &job.spec;
+    let mut env: BTreeMap<String, String> = spec
+        .environment
+        .iter()
+        .filter(|(k, _)| {
+            !k.starts_with("SLURM_") && !k.starts_with("GSCHED_") && !SCRUBBED.contains(&k.as_str())
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let id = job.id.to_string();
+    let mut set = |k: &str, v: &str| {
+        env.insert(k.to_string(), v.to_string());
+    };
+    set("SLURM_JOB_ID", &id);
+    set("SLURM_JOBID", &id);
+    set("SLURM_JOB_NAME", &spec.name);
+    set("SLURM_JOB_USER", &spec.user_name);
+    set("SLURM_JOB_UID", &spec.uid.to_string());
+    set("SLURM_JOB_GID", &spec.gid.to_string());
+    set("SLURM_NTASKS", "1");
+    set("SLURM_NPROCS", "1");
+    set("SLURM_PROCID", "0");
+    set("SLURM_LOCALID", "0");
+    set("SLURM_NODEID", "0");
+    set("SLURM_JOB_NUM_NODES", "1");
+    set("SLURM_NNODES", "1");
+    set("SLURM_JOB_NODELIST", at.node);
+    set("SLURM_NODELIST", at.node);
+    set("SLURMD_NODENAME", at.node);
+    set("SLURM_SUBMIT_DIR", &spec.working_dir);
+    set("SLURM_SUBMIT_HOST", &spec.submit_host);
+    set("SLURM_CLUSTER_NAME", at.cluster);
+    set("SLURM_JOB_PARTITION", at.partition);
+    set("SLURM_RESTART_COUNT", &job.restarts.to_string());
+    if let Some(limit) = spec.time_limit {
+        set("SLURM_JOB_TIME_LIMIT", &limit.div_ceil(60).to_string());
+    }
+    set("GSCHED_JOB_ID", &id);
+    set("GSCHED_URL", at.controller_url);
+    set("GSCHED_ISOLATED", if spec.isolated { "1" } else { "0" });
+    if let Some(inst) = at.instance {
+        let idx = inst.gpu_index.to_string();
+        set("CUDA_VISIBLE_DEVICES", &inst.uuid);
+        set("GPU_DEVICE_ORDINAL", &inst.uuid);
+        set("SLURM_JOB_GPUS", &idx);
+        set("SLURM_STEP_GPUS", &idx);
+        set("SLURM_GPUS_ON_NODE", "1");
+        set("GSCHED_GPU_INSTANCE", &inst.uuid);
+        if let Some(p) = &inst.profile {
+            set("GSCHED_MIG_PROFILE", p);
+        }
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{parse_sim_spec, sim_instances};
+    use crate::job::{GpuRequest, JobSpec};
+
+    fn job() -> Job {
+        let mut environment = BTreeMap::new();
+        environment.insert("HOME".into(), "/home/a".into());
+        environment.insert("SLURM_JOB_ID".into(), "999".into());
+        environment.insert("CUDA_VISIBLE_DEVICES".into(), "0,1".into());
+        Job::new(
+            12,
+            JobSpec {
+                name: "x".into(),
+                script: "#!/bin/sh\n".into(),
+                argv: vec![],
+                environment,
+                working_dir: "/w".into(),
+                user_name: "a".into(),
+                uid: 5,
+                gid: 6,
+                submit_host: "login".into(),
+                isolated: true,
+                gpu: GpuRequest { mig_profile: Some("1g.5gb".into()), mem_mib: None },
+                time_limit: Some(90),
+                stdout: None,
+                stderr: None,
+                requeue: false,
+                partition: None,
+            },
+            0,
+        )
+    }
+
+    #[test]
+    fn slurm_variables_and_gpu() {
+        let inst = sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap());
+        let at = Placement {
+            node: "n1",
+            cluster: "c",
+            partition: "gpu",
+            instance: Some(&inst[1]),
+            controller_url: "http://127.0.0.1:6817",
+        };
+        let env = job_environment(&job(), &at);
+        assert_eq!(env["HOME"], "/home/a");
+        assert_eq!(env["SLURM_JOB_ID"], "12");
+        assert_eq!(env["SLURM_JOB_NODELIST"], "n1");
+        assert_eq!(env["SLURM_SUBMIT_DIR"], "/w");
+        assert_eq!(env["SLURM_JOB_TIME_LIMIT"], "2");
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], inst[1].uuid);
+        assert_eq!(env["SLURM_JOB_GPUS"], "0");
+        assert_eq!(env["GSCHED_MIG_PROFILE"], "1g.5gb");
+    }
+
+    #[test]
+    fn no_device_without_instance() {
+        let at = Placement {
+            node: "n1",
+            cluster: "c",
+            partition: "gpu",
+            instance: None,
+            controller_url: "u",
+        };
+        let env = job_environment(&job(), &at);
+        assert!(!env.contains_key("CUDA_VISIBLE_DEVICES"), "submitter's devices leaked");
+        assert!(!env.contains_key("SLURM_JOB_GPUS"));
+    }
+}

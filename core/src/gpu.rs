@@ -1,0 +1,419 @@
+//! GPUs, MIG profiles and schedulable instances.
+//!
+//! The profile tables are data (see `shared/mig-profiles.md`). A GPU with MIG
+//! disabled is one instance; with MIG enabled each compute instance is one.
+
+use serde::{Deserialize, Serialize};
+
+/// One MIG GPU-instance profile of a GPU model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigProfile {
+    pub name: &'static str,
+    pub compute_slices: u32,
+    pub memory_slices: u32,
+    pub max_count: u32,
+    pub sms: u32,
+    pub memory_mib: u64,
+}
+
+/// A GPU model: whole-GPU size and its MIG profile table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuModel {
+    pub name: &'static str,
+    pub memory_mib: u64,
+    pub sms: u32,
+    pub compute_slices: u32,
+    pub memory_slices: u32,
+    pub profiles: &'static [MigProfile],
+}
+
+const fn p(
+    name: &'static str,
+    compute_slices: u32,
+    memory_slices: u32,
+    max_count: u32,
+    sms: u32,
+    memory_mib: u64,
+) -> MigProfile {
+    MigProfile {
+        name,
+        compute_slices,
+        memory_slices,
+        max_count,
+        sms,
+        memory_mib,
+    }
+}
+
+/// A100-SXM4-40GB, from NVML (memory in MiB as reported).
+const A100_40: &[MigProfile] = &[
+    p("1g.5gb", 1, 1, 7, 14, 4864),
+    p("1g.5gb+me", 1, 1, 1, 14, 4864),
+    p("1g.10gb", 1, 2, 4, 14, 9856),
+    p("2g.10gb", 2, 2, 3, 28, 9856),
+    p("3g.20gb", 3, 4, 2, 42, 19968),
+    p("4g.20gb", 4, 4, 1, 56, 19968),
+    p("7g.40gb", 7, 8, 1, 98, 40192),
+];
+
+/// A100 80GB: NVIDIA's nominal sizes (not yet read through NVML here).
+const A100_80: &[MigProfile] = &[
+    p("1g.10gb", 1, 1, 7, 14, 9728),
+    p("1g.10gb+me", 1, 1, 1, 14, 9728),
+    p("1g.20gb", 1, 2, 4, 14, 19968),
+    p("2g.20gb", 2, 2, 3, 28, 19968),
+    p("3g.40gb", 3, 4, 2, 42, 40192),
+    p("4g.40gb", 4, 4, 1, 56, 40192),
+    p("7g.80gb", 7, 8, 1, 98, 80896),
+];
+
+/// H100 80GB HBM3 (SXM5), from `nvidia-smi mig -lgip` (GiB x 1024).
+const H100_80: &[MigProfile] = &[
+    p("1g.10gb", 1, 1, 7, 16, 9984),
+    p("1g.10gb+me", 1, 1, 1, 16, 9984),
+    p("1g.20gb", 1, 2, 4, 26, 20096),
+    p("2g.20gb", 2, 2, 3, 32, 20096),
+    p("3g.40gb", 3, 4, 2, 60, 40448),
+    p("4g.40gb", 4, 4, 1, 64, 40448),
+    p("7g.80gb", 7, 8, 1, 132, 81152),
+];
+
+/// H200 141GB, read through NVML (driver 580.159.04).
+const H200: &[MigProfile] = &[
+    p("1g.18gb", 1, 1, 7, 16, 16384),
+    p("1g.18gb+me", 1, 1, 1, 16, 16384),
+    p("1g.35gb", 1, 2, 4, 26, 33280),
+    p("2g.35gb", 2, 2, 3, 32, 33280),
+    p("3g.71gb", 3, 4, 2, 60, 71424),
+    p("4g.71gb", 4, 4, 1, 64, 71424),
+    p("7g.141gb", 7, 8, 1, 132, 143360),
+];
+
+/// A30 24GB: NVIDIA's nominal sizes (memory slices of 4).
+const A30: &[MigProfile] = &[
+    p("1g.6gb", 1, 1, 4, 14, 5952),
+    p("1g.6gb+me", 1, 1, 1, 14, 5952),
+    p("2g.12gb", 2, 2, 2, 28, 11904),
+    p("2g.12gb+me", 2, 2, 1, 28, 11904),
+    p("4g.24gb", 4, 4, 1, 56, 23808),
+];
+
+pub const MODELS: &[GpuModel] = &[
+    GpuModel { name: "A30", memory_mib: 24576, sms: 56, compute_slices: 4, memory_slices: 4, profiles: A30 },
+    GpuModel { name: "A100-40GB", memory_mib: 40960, sms: 108, compute_slices: 7, memory_slices: 8, profiles: A100_40 },
+    GpuModel { name: "A100-80GB", memory_mib: 81920, sms: 108, compute_slices: 7, memory_slices: 8, profiles: A100_80 },
+    GpuModel { name: "H100-80GB", memory_mib: 81559, sms: 132, compute_slices: 7, memory_slices: 8, profiles: H100_80 },
+    GpuModel { name: "H200", memory_mib: 143771, sms: 132, compute_slices: 7, memory_slices: 8, profiles: H200 },
+];
+
+/// Looks a model up by name, case-insensitively (`H100` and `H200-141GB` too).
+pub fn model(name: &str) -> Option<&'static GpuModel> {
+    let n = name.to_ascii_uppercase();
+    let n = match n.as_str() {
+        "H100" => "H100-80GB",
+        "H200-141GB" => "H200",
+        "A100" => "A100-40GB",
+        other => other,
+    };
+    MODELS.iter().find(|m| m.name == n)
+}
+
+impl GpuModel {
+    pub fn profile(&self, name: &str) -> Option<&'static MigProfile> {
+        self.profiles
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+}
+
+/// Whether `s` has the shape of a MIG profile name: `<N>g.<M>gb`, optionally `+me`.
+pub fn is_profile_name(s: &str) -> bool {
+    let s = s.strip_suffix("+me").unwrap_or(s);
+    let Some((g, mem)) = s.split_once("g.") else {
+        return false;
+    };
+    let Some(m) = mem.strip_suffix("gb") else {
+        return false;
+    };
+    !g.is_empty()
+        && g.bytes().all(|b| b.is_ascii_digit())
+        && !m.is_empty()
+        && m.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A schedulable GPU instance: a whole GPU, or one MIG compute instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    /// `GPU-...` for a whole GPU, `MIG-...` for a MIG instance.
+    pub uuid: String,
+    pub gpu_index: u32,
+    pub gpu_uuid: String,
+    pub model: String,
+    /// MIG profile, or `None` for a whole GPU.
+    pub profile: Option<String>,
+    pub memory_mib: u64,
+    pub sms: u32,
+    pub compute_slices: u32,
+}
+
+/// Non-isolated workers per compute slice: the CASE paper runs 4 per 1g
+/// instance and 8 per 2g instance.
+pub const WORKERS_PER_COMPUTE_SLICE: u32 = 4;
+
+impl Instance {
+    /// How many non-isolated jobs this instance lets run at once.
+    pub fn worker_limit(&self) -> u32 {
+        WORKERS_PER_COMPUTE_SLICE * self.compute_slices.max(1)
+    }
+
+    /// Whether this instance satisfies an isolated job's request.
+    pub fn satisfies(&self, req: &crate::job::GpuRequest) -> bool {
+        if let Some(p) = &req.mig_profile {
+            return self
+                .profile
+                .as_deref()
+                .is_some_and(|q| q.eq_ignore_ascii_case(p));
+        }
+        match req.mem_mib {
+            Some(m) => self.memory_mib >= m,
+            None => true,
+        }
+    }
+}
+
+/// One GPU of a simulated node: a model and, if MIG is on, its layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimGpu {
+    pub model: &'static GpuModel,
+    pub layout: Option<Vec<&'static MigProfile>>,
+}
+
+/// A `--sim-gpus` spec that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimSpecError {
+    #[error("invalid GPU spec '{0}': expected COUNTxMODEL[:PROFILE[*N],...], e.g. 2xA100-40GB or 1xA100-40GB:2g.10gb*2,1g.5gb*3")]
+    Syntax(String),
+    #[error("unknown GPU model '{0}' (known: A30, A100-40GB, A100-80GB, H100-80GB, H200)")]
+    UnknownModel(String),
+    #[error("{model} has no MIG profile '{profile}' (it has: {known})")]
+    UnknownProfile {
+        model: String,
+        profile: String,
+        known: String,
+    },
+    #[error("{layout} is not possible on {model}: {why}")]
+    Impossible {
+        layout: String,
+        model: String,
+        why: String,
+    },
+}
+
+/// Parses `2xA100-40GB`, `4xA30:1g.6gb*4`, and `+`-joined groups of those.
+pub fn parse_sim_spec(spec: &str) -> Result<Vec<SimGpu>, SimSpecError> {
+    let syntax = || SimSpecError::Syntax(spec.to_string());
+    let mut gpus = Vec::new();
+    for group in spec.split('+') {
+        let group = group.trim();
+        let (head, layout) = match group.split_once(':') {
+            Some((h, l)) => (h, Some(l)),
+            None => (group, None),
+        };
+        let (count, model_name) = head.split_once(['x', 'X']).ok_or_else(syntax)?;
+        let count: u32 = count.parse().map_err(|_| syntax())?;
+        if count == 0 || count > 64 {
+            return Err(syntax());
+        }
+        let m = model(model_name).ok_or_else(|| SimSpecError::UnknownModel(model_name.into()))?;
+        let layout = match layout {
+            None => None,
+            Some(l) => Some(parse_layout(m, l).map_err(|e| match e {
+                SimSpecError::Syntax(_) => syntax(),
+                other => other,
+            })?),
+        };
+        for _ in 0..count {
+            gpus.push(SimGpu {
+                model: m,
+                layout: layout.clone(),
+            });
+        }
+    }
+    Ok(gpus)
+}
+
+/// Parses `2g.10gb*2,1g.5gb*3` for one model and checks that it fits the GPU:
+/// every profile exists, per-profile maxima hold, and the compute and memory
+/// slices add up. (Exact placement search comes with the MIG layer.)
+pub fn parse_layout(m: &'static GpuModel, layout: &str) -> Result<Vec<&'static MigProfile>, SimSpecError> {
+    let mut out = Vec::new();
+    for item in layout.split(',') {
+        let item = item.trim();
+        let (name, n) = match item.split_once('*') {
+            Some((name, n)) => (name, n.parse::<u32>().map_err(|_| SimSpecError::Syntax(layout.into()))?),
+            None => (item, 1),
+        };
+        let prof = m.profile(name).ok_or_else(|| SimSpecError::UnknownProfile {
+            model: m.name.into(),
+            profile: name.into(),
+            known: m.profiles.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
+        })?;
+        for _ in 0..n {
+            out.push(prof);
+        }
+    }
+    let names = out.iter().map(|p| p.name).collect::<Vec<_>>().join(",");
+    let impossible = |why: String| SimSpecError::Impossible {
+        layout: names.clone(),
+        model: m.name.into(),
+        why,
+    };
+    if out.is_empty() {
+        return Err(impossible("the layout is empty".into()));
+    }
+    for prof in m.profiles {
+        let n = out.iter().filter(|p| p.name == prof.name).count() as u32;
+        if n > prof.max_count {
+            return Err(impossible(format!("at most {} x {} fit", prof.max_count, prof.name)));
+        }
+    }
+    let compute: u32 = out.iter().map(|p| p.compute_slices).sum();
+    let memory: u32 = out.iter().map(|p| p.memory_slices).sum();
+    if compute > m.compute_slices {
+        return Err(impossible(format!(
+            "needs {compute} compute slices, the GPU has {}",
+            m.compute_slices
+        )));
+    }
+    if memory > m.memory_slices {
+        return Err(impossible(format!(
+            "needs {memory} memory slices, the GPU has {}",
+            m.memory_slices
+        )));
+    }
+    Ok(out)
+}
+
+/// A stable UUID-shaped identifier derived from `seed` (FNV-1a, two lanes).
+pub fn stable_uuid(seed: &str) -> String {
+    let lane = |basis: u64| {
+        seed.bytes()
+            .fold(basis, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    };
+    let a = lane(0xcbf29ce484222325);
+    let b = lane(0x84222325cbf29ce4);
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xffff,
+        b >> 48,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// The instances of a simulated node, with UUIDs stable across restarts.
+pub fn sim_instances(node: &str, gpus: &[SimGpu]) -> Vec<Instance> {
+    let mut out = Vec::new();
+    for (i, g) in gpus.iter().enumerate() {
+        let gpu_uuid = format!("GPU-{}", stable_uuid(&format!("{node}/gpu{i}")));
+        match &g.layout {
+            None => out.push(Instance {
+                uuid: gpu_uuid.clone(),
+                gpu_index: i as u32,
+                gpu_uuid,
+                model: g.model.name.into(),
+                profile: None,
+                memory_mib: g.model.memory_mib,
+                sms: g.model.sms,
+                compute_slices: g.model.compute_slices,
+            }),
+            Some(layout) => {
+                for (k, prof) in layout.iter().enumerate() {
+                    out.push(Instance {
+                        uuid: format!("MIG-{}", stable_uuid(&format!("{node}/gpu{i}/mig{k}"))),
+                        gpu_index: i as u32,
+                        gpu_uuid: gpu_uuid.clone(),
+                        model: g.model.name.into(),
+                        profile: Some(prof.name.into()),
+                        memory_mib: prof.memory_mib,
+                        sms: prof.sms,
+                        compute_slices: prof.compute_slices,
+                    })
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::GpuRequest;
+
+    #[test]
+    fn profile_names() {
+        assert!(is_profile_name("1g.5gb"));
+        assert!(is_profile_name("7g.141gb"));
+        assert!(is_profile_name("1g.10gb+me"));
+        for bad in ["", "1g", "g.5gb", "1g.gb", "1x.5gb", "a100"] {
+            assert!(!is_profile_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn case_paper_a100_layout() {
+        let gpus = parse_sim_spec("1xA100-40GB:2g.10gb*2,1g.5gb*3").unwrap();
+        let inst = sim_instances("n1", &gpus);
+        assert_eq!(inst.len(), 5);
+        let mem: Vec<u64> = inst.iter().map(|i| i.memory_mib).collect();
+        assert_eq!(mem, vec![9856, 9856, 4864, 4864, 4864]);
+        assert!(inst.iter().all(|i| i.uuid.starts_with("MIG-")));
+        assert_eq!(inst[0].worker_limit(), 8);
+        assert_eq!(inst[2].worker_limit(), 4);
+        // Stable and distinct.
+        assert_eq!(inst, sim_instances("n1", &gpus));
+        let mut uuids: Vec<_> = inst.iter().map(|i| &i.uuid).collect();
+        uuids.dedup();
+        assert_eq!(uuids.len(), 5);
+    }
+
+    #[test]
+    fn whole_gpus_and_groups() {
+        let gpus = parse_sim_spec("2xA100-40GB+1xh100").unwrap();
+        let inst = sim_instances("n", &gpus);
+        assert_eq!(inst.len(), 3);
+        assert_eq!(inst[2].model, "H100-80GB");
+        assert!(inst[0].uuid.starts_with("GPU-"));
+        assert_eq!(inst[0].worker_limit(), 28);
+    }
+
+    #[test]
+    fn bad_specs_say_why() {
+        assert!(matches!(parse_sim_spec("A100"), Err(SimSpecError::Syntax(_))));
+        assert!(matches!(parse_sim_spec("2xB200"), Err(SimSpecError::UnknownModel(_))));
+        assert!(matches!(
+            parse_sim_spec("1xA30:1g.5gb"),
+            Err(SimSpecError::UnknownProfile { .. })
+        ));
+        let e = parse_sim_spec("1xA100-40GB:3g.20gb*2,1g.5gb").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "3g.20gb,3g.20gb,1g.5gb is not possible on A100-40GB: needs 9 memory slices, the GPU has 8"
+        );
+        assert!(parse_sim_spec("1xA30:1g.6gb*5").is_err());
+        assert!(parse_sim_spec("4xA30:1g.6gb*4").is_ok());
+    }
+
+    #[test]
+    fn satisfies_requests() {
+        let inst = sim_instances("n", &parse_sim_spec("1xA100-40GB:2g.10gb,1g.5gb").unwrap());
+        let by_profile = GpuRequest { mig_profile: Some("1g.5gb".into()), mem_mib: None };
+        assert!(!inst[0].satisfies(&by_profile));
+        assert!(inst[1].satisfies(&by_profile));
+        let by_mem = GpuRequest { mig_profile: None, mem_mib: Some(6000) };
+        assert!(inst[0].satisfies(&by_mem));
+        assert!(!inst[1].satisfies(&by_mem));
+    }
+}

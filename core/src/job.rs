@@ -1,0 +1,450 @@
+//! Jobs: what a user submits ([`JobSpec`]), what the controller tracks
+//! ([`Job`]), and the state machine that governs them ([`JobState`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A job id, as Slurm numbers them: positive, increasing with submission order.
+pub type JobId = u64;
+
+/// Longest job name accepted (Slurm truncates at 1024 as well).
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The states a job goes through. Names and compact codes are Slurm's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    NodeFail,
+    OutOfMemory,
+    Requeued,
+}
+
+/// A transition the state machine does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("job state cannot change from {from} to {to}")]
+pub struct IllegalTransition {
+    pub from: JobState,
+    pub to: JobState,
+}
+
+/// A state name that is not one of Slurm's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown job state '{0}' (expected one of PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, REQUEUED, or their short forms PD, R, CD, F, CA, TO, NF, OOM, RQ)")]
+pub struct UnknownState(pub String);
+
+impl JobState {
+    pub const ALL: [JobState; 9] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::NodeFail,
+        JobState::OutOfMemory,
+        JobState::Requeued,
+    ];
+
+    /// Slurm's long name, e.g. `NODE_FAIL`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "PENDING",
+            JobState::Running => "RUNNING",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Timeout => "TIMEOUT",
+            JobState::NodeFail => "NODE_FAIL",
+            JobState::OutOfMemory => "OUT_OF_MEMORY",
+            JobState::Requeued => "REQUEUED",
+        }
+    }
+
+    /// Slurm's compact code, e.g. `NF`.
+    pub fn compact(self) -> &'static str {
+        match self {
+            JobState::Pending => "PD",
+            JobState::Running => "R",
+            JobState::Completed => "CD",
+            JobState::Failed => "F",
+            JobState::Cancelled => "CA",
+            JobState::Timeout => "TO",
+            JobState::NodeFail => "NF",
+            JobState::OutOfMemory => "OOM",
+            JobState::Requeued => "RQ",
+        }
+    }
+
+    /// Parses a long name or compact code, case-insensitively.
+    pub fn parse(s: &str) -> Result<JobState, UnknownState> {
+        let up = s.trim().to_ascii_uppercase();
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == up || st.compact() == up)
+            .ok_or_else(|| UnknownState(s.to_string()))
+    }
+
+    /// A final state: the job will not change again.
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self,
+            JobState::Pending | JobState::Running | JobState::Requeued
+        )
+    }
+
+    /// Whether `self -> to` is a legal transition.
+    ///
+    /// PENDING -> RUNNING (launched), CANCELLED, FAILED (refused at launch);
+    /// RUNNING -> any end state, or REQUEUED; REQUEUED -> PENDING or CANCELLED.
+    /// Final states never change.
+    pub fn can_become(self, to: JobState) -> bool {
+        use JobState::*;
+        match self {
+            Pending => matches!(to, Running | Cancelled | Failed),
+            Running => matches!(
+                to,
+                Completed | Failed | Cancelled | Timeout | NodeFail | OutOfMemory | Requeued
+            ),
+            Requeued => matches!(to, Pending | Cancelled),
+            _ => false,
+        }
+    }
+
+    /// Checks a transition; an illegal one is an error, never silently applied.
+    pub fn transition(self, to: JobState) -> Result<JobState, IllegalTransition> {
+        if self.can_become(to) {
+            Ok(to)
+        } else {
+            Err(IllegalTransition { from: self, to })
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a job asks of the GPUs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuRequest {
+    /// A MIG profile name such as `1g.5gb` (isolated jobs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_profile: Option<String>,
+    /// GPU memory footprint in MiB: the size of instance an isolated job needs,
+    /// or the reservation hint of a non-isolated one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_mib: Option<u64>,
+}
+
+/// What a user submits. The controller validates it with [`JobSpec::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    /// The batch script itself (copied at submit time).
+    pub script: String,
+    /// Arguments passed to the script.
+    #[serde(default)]
+    pub argv: Vec<String>,
+    /// The environment the job starts with (the submitter's with `--export=ALL`).
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
+    pub working_dir: String,
+    pub user_name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Host the job was submitted from (`SLURM_SUBMIT_HOST`).
+    #[serde(default)]
+    pub submit_host: String,
+    #[serde(default)]
+    pub isolated: bool,
+    #[serde(default)]
+    pub gpu: GpuRequest,
+    /// Time limit in seconds; `None` is unlimited.
+    #[serde(default)]
+    pub time_limit: Option<u64>,
+    /// Output file pattern; `None` means `slurm-%j.out`.
+    #[serde(default)]
+    pub stdout: Option<String>,
+    /// Error file pattern; `None` means the output file.
+    #[serde(default)]
+    pub stderr: Option<String>,
+    /// Requeue instead of NODE_FAIL when the node is lost.
+    #[serde(default)]
+    pub requeue: bool,
+    #[serde(default)]
+    pub partition: Option<String>,
+}
+
+/// Why a submission was refused. Each message names the field and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("the batch script is empty")]
+    EmptyScript,
+    #[error("this does not look like a batch script: the first line must start with #! followed by the path to an interpreter")]
+    NoShebang,
+    #[error("job name is longer than {MAX_NAME_LEN} characters")]
+    NameTooLong,
+    #[error("job name must not contain control characters")]
+    BadName,
+    #[error("working directory '{0}' is not an absolute path")]
+    RelativeWorkingDir(String),
+    #[error("an isolated job must state its GPU footprint: give a MIG profile (--mig) or a memory size (--gpu-mem)")]
+    IsolatedWithoutFootprint,
+    #[error("a MIG profile (--mig {0}) asks for an isolated instance; add --isolated or drop --mig")]
+    ProfileWithoutIsolated(String),
+    #[error("'{0}' is not a MIG profile name (expected the form Ng.Mgb, e.g. 1g.5gb)")]
+    BadProfile(String),
+    #[error("GPU memory request must be greater than zero")]
+    ZeroGpuMem,
+    #[error("time limit must be at least one second")]
+    ZeroTimeLimit,
+    #[error("script contains a NUL byte")]
+    NulInScript,
+}
+
+impl JobSpec {
+    /// Checks a submission; nothing is stored unless this passes.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.script.trim().is_empty() {
+            return Err(SpecError::EmptyScript);
+        }
+        if self.script.contains('\0') {
+            return Err(SpecError::NulInScript);
+        }
+        if !self.script.starts_with("#!") {
+            return Err(SpecError::NoShebang);
+        }
+        if self.name.len() > MAX_NAME_LEN {
+            return Err(SpecError::NameTooLong);
+        }
+        if self.name.chars().any(char::is_control) {
+            return Err(SpecError::BadName);
+        }
+        if !self.working_dir.starts_with('/') {
+            return Err(SpecError::RelativeWorkingDir(self.working_dir.clone()));
+        }
+        if let Some(p) = &self.gpu.mig_profile {
+            if !crate::gpu::is_profile_name(p) {
+                return Err(SpecError::BadProfile(p.clone()));
+            }
+            if !self.isolated {
+                return Err(SpecError::ProfileWithoutIsolated(p.clone()));
+            }
+        }
+        if self.gpu.mem_mib == Some(0) {
+            return Err(SpecError::ZeroGpuMem);
+        }
+        if self.isolated && self.gpu.mig_profile.is_none() && self.gpu.mem_mib.is_none() {
+            return Err(SpecError::IsolatedWithoutFootprint);
+        }
+        if self.time_limit == Some(0) {
+            return Err(SpecError::ZeroTimeLimit);
+        }
+        Ok(())
+    }
+}
+
+/// A job as the controller tracks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub state: JobState,
+    /// Why the job is pending, or why it ended the way it did.
+    pub reason: Option<String>,
+    pub exit_code: Option<i32>,
+    /// Signal that ended the batch script, if any.
+    pub exit_signal: Option<i32>,
+    pub submit_time: i64,
+    pub start_time: Option<i64>,
+    pub end_time: Option<i64>,
+    pub node: Option<String>,
+    /// UUID of the instance an isolated job holds.
+    pub gpu_instance: Option<String>,
+    /// Peak GPU memory reported by the job's probes, MiB.
+    pub gpu_mem_peak: Option<u64>,
+    /// How many times the job went back to the queue.
+    pub restarts: u32,
+}
+
+impl Job {
+    pub fn new(id: JobId, spec: JobSpec, now: i64) -> Job {
+        Job {
+            id,
+            spec,
+            state: JobState::Pending,
+            reason: None,
+            exit_code: None,
+            exit_signal: None,
+            submit_time: now,
+            start_time: None,
+            end_time: None,
+            node: None,
+            gpu_instance: None,
+            gpu_mem_peak: None,
+            restarts: 0,
+        }
+    }
+
+    /// Moves the job to `to`, checking the state machine and keeping the
+    /// times and placement consistent with the new state.
+    pub fn transition(&mut self, to: JobState, now: i64) -> Result<(), IllegalTransition> {
+        self.state = self.state.transition(to)?;
+        match to {
+            JobState::Running => {
+                self.start_time = Some(now);
+                self.end_time = None;
+                self.reason = None;
+            }
+            JobState::Pending => {
+                // Back in the queue after a requeue: forget the last run's placement.
+                self.node = None;
+                self.gpu_instance = None;
+                self.start_time = None;
+                self.end_time = None;
+                self.exit_code = None;
+                self.exit_signal = None;
+                self.restarts += 1;
+            }
+            JobState::Requeued => {}
+            _ => self.end_time = Some(now),
+        }
+        Ok(())
+    }
+
+    /// Seconds the job has run (up to `now` while running).
+    pub fn elapsed(&self, now: i64) -> i64 {
+        match (self.start_time, self.end_time) {
+            (Some(s), Some(e)) => (e - s).max(0),
+            (Some(s), None) => (now - s).max(0),
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    pub(crate) fn spec() -> JobSpec {
+        JobSpec {
+            name: "t".into(),
+            script: "#!/bin/sh\ntrue\n".into(),
+            argv: vec![],
+            environment: BTreeMap::new(),
+            working_dir: "/tmp".into(),
+            user_name: "u".into(),
+            uid: 1000,
+            gid: 1000,
+            submit_host: "h".into(),
+            isolated: false,
+            gpu: GpuRequest::default(),
+            time_limit: None,
+            stdout: None,
+            stderr: None,
+            requeue: false,
+            partition: None,
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for st in JobState::ALL {
+            assert_eq!(JobState::parse(st.as_str()).unwrap(), st);
+            assert_eq!(JobState::parse(st.compact()).unwrap(), st);
+            assert_eq!(JobState::parse(&st.as_str().to_lowercase()).unwrap(), st);
+        }
+        assert!(JobState::parse("RUN").is_err());
+    }
+
+    #[test]
+    fn final_states_never_change() {
+        for from in JobState::ALL.into_iter().filter(|s| s.is_final()) {
+            for to in JobState::ALL {
+                assert!(from.transition(to).is_err(), "{from} -> {to} allowed");
+            }
+        }
+    }
+
+    #[test]
+    fn legal_and_illegal_examples() {
+        use JobState::*;
+        assert!(Pending.transition(Running).is_ok());
+        assert!(Running.transition(Timeout).is_ok());
+        assert!(Requeued.transition(Pending).is_ok());
+        let err = Pending.transition(Completed).unwrap_err();
+        assert_eq!(err.to_string(), "job state cannot change from PENDING to COMPLETED");
+        assert!(Pending.transition(Pending).is_err());
+        assert!(Running.transition(Pending).is_err());
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let mut s = spec();
+        assert!(s.validate().is_ok());
+        s.script = "echo hi\n".into();
+        assert_eq!(s.validate(), Err(SpecError::NoShebang));
+        let mut s = spec();
+        s.isolated = true;
+        assert_eq!(s.validate(), Err(SpecError::IsolatedWithoutFootprint));
+        s.gpu.mig_profile = Some("1g.5gb".into());
+        assert!(s.validate().is_ok());
+        s.gpu.mig_profile = Some("big".into());
+        assert_eq!(s.validate(), Err(SpecError::BadProfile("big".into())));
+        let mut s = spec();
+        s.working_dir = "rel".into();
+        assert!(matches!(s.validate(), Err(SpecError::RelativeWorkingDir(_))));
+        let mut s = spec();
+        s.gpu.mig_profile = Some("1g.5gb".into());
+        assert!(matches!(s.validate(), Err(SpecError::ProfileWithoutIsolated(_))));
+    }
+
+    #[test]
+    fn job_times_follow_transitions() {
+        let mut j = Job::new(1, spec(), 100);
+        j.transition(JobState::Running, 110).unwrap();
+        assert_eq!(j.elapsed(115), 5);
+        j.transition(JobState::Completed, 120).unwrap();
+        assert_eq!(j.elapsed(999), 10);
+        assert!(j.transition(JobState::Running, 130).is_err());
+        assert_eq!(j.state, JobState::Completed);
+    }
+
+    fn any_state() -> impl Strategy<Value = JobState> {
+        (0..JobState::ALL.len()).prop_map(|i| JobState::ALL[i])
+    }
+
+    proptest! {
+        /// Whatever sequence of transitions is attempted, illegal ones change
+        /// nothing, and once final a job stays in that one final state.
+        #[test]
+        fn random_transitions_keep_one_final_state(steps in proptest::collection::vec(any_state(), 0..40)) {
+            let mut j = Job::new(1, spec(), 0);
+            let mut final_seen: Option<JobState> = None;
+            for (t, to) in steps.into_iter().enumerate() {
+                let before = j.state;
+                match j.transition(to, t as i64) {
+                    Ok(()) => prop_assert!(before.can_become(to)),
+                    Err(_) => prop_assert_eq!(j.state, before),
+                }
+                if let Some(f) = final_seen {
+                    prop_assert_eq!(j.state, f);
+                }
+                if j.state.is_final() {
+                    final_seen = Some(j.state);
+                }
+            }
+        }
+    }
+}

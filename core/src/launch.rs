@@ -1,0 +1,448 @@
+//! Launch policies: which queued jobs start now, and where.
+//!
+//! [`CaseLaunch`] is CASE Algorithm 1 (`shared/case-algorithms.md`): isolated
+//! jobs first, each on the best-fitting free instance that satisfies its
+//! request, drained of non-isolated tasks first; then non-isolated jobs,
+//! launched without a device while the node has workers free.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::Instance;
+use crate::job::{GpuRequest, JobId};
+
+/// A queued job as the launch policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct QueuedJob<'a> {
+    pub id: JobId,
+    pub gpu: &'a GpuRequest,
+}
+
+/// An instance and what currently holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct InstanceView<'a> {
+    pub instance: &'a Instance,
+    /// The isolated job running there.
+    pub isolated_owner: Option<JobId>,
+    /// The isolated job this instance is being drained for.
+    pub draining_for: Option<JobId>,
+    /// Non-isolated tasks with reservations on it.
+    pub active_tasks: u32,
+}
+
+/// A node as the launch policy sees it.
+#[derive(Debug, Clone)]
+pub struct NodeView<'a> {
+    pub name: &'a str,
+    pub up: bool,
+    pub worker_limit: u32,
+    pub workers_used: u32,
+    pub instances: Vec<InstanceView<'a>>,
+}
+
+/// The state a launch pass decides on. Queues are in priority order.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchInput<'a> {
+    pub isolated: &'a [QueuedJob<'a>],
+    pub shared: &'a [QueuedJob<'a>],
+    pub nodes: &'a [NodeView<'a>],
+}
+
+/// Why a job is still pending, in Slurm's words where Slurm has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PendingReason {
+    /// Waiting for workers or an instance to free up.
+    Resources,
+    /// Its instance is being drained of non-isolated tasks.
+    Draining,
+    /// No up node has an instance that could ever satisfy the request.
+    ReqNodeNotAvail,
+    /// No node is up.
+    NodeDown,
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PendingReason::Resources => "Resources",
+            PendingReason::Draining => "Resources",
+            PendingReason::ReqNodeNotAvail => "ReqNodeNotAvail",
+            PendingReason::NodeDown => "NodeDown",
+        })
+    }
+}
+
+/// One decision of a launch pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Start `job` on `node`, holding `instance` (isolated) or no device.
+    Launch {
+        job: JobId,
+        node: String,
+        instance: Option<String>,
+    },
+    /// Stop placing non-isolated tasks on `instance`: `job` will start there.
+    Drain {
+        job: JobId,
+        node: String,
+        instance: String,
+    },
+}
+
+/// What a launch pass decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchPlan {
+    pub decisions: Vec<Decision>,
+    /// Jobs examined and left pending, with the reason.
+    pub waiting: Vec<(JobId, PendingReason)>,
+    /// The reason for every queued job not named above, if the pass stopped early.
+    pub rest: Option<PendingReason>,
+}
+
+/// A launch policy: one type per policy, chosen by name in config.
+pub trait LaunchPolicy: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn plan(&self, input: &LaunchInput<'_>) -> LaunchPlan;
+}
+
+/// A policy name that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown launch policy '{0}' (known: case)")]
+pub struct UnknownPolicy(pub String);
+
+/// Builds the launch policy named in config.
+pub fn launch_policy(name: &str) -> Result<Box<dyn LaunchPolicy>, UnknownPolicy> {
+    match name {
+        "case" => Ok(Box::new(CaseLaunch)),
+        other => Err(UnknownPolicy(other.into())),
+    }
+}
+
+/// CASE Algorithm 1 with gsched's drain-before-isolate correction.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CaseLaunch;
+
+impl LaunchPolicy for CaseLaunch {
+    fn name(&self) -> &'static str {
+        "case"
+    }
+
+    fn plan(&self, input: &LaunchInput<'_>) -> LaunchPlan {
+        let mut plan = LaunchPlan::default();
+        let mut free: Vec<u32> = input
+            .nodes
+            .iter()
+            .map(|n| if n.up { n.worker_limit.saturating_sub(n.workers_used) } else { 0 })
+            .collect();
+        if !input.nodes.iter().any(|n| n.up) {
+            plan.rest = Some(PendingReason::NodeDown);
+            return plan;
+        }
+        // Instances claimed (launched on or drained) during this pass.
+        let mut claimed: HashSet<(usize, usize)> = HashSet::new();
+
+        for job in input.isolated {
+            if free.iter().all(|&f| f == 0) {
+                plan.rest = Some(PendingReason::Resources);
+                return plan;
+            }
+            match best_instance(input.nodes, &free, &claimed, job) {
+                Some((ni, ii)) => {
+                    claimed.insert((ni, ii));
+                    let node = &input.nodes[ni];
+                    let view = &node.instances[ii];
+                    if view.active_tasks > 0 {
+                        plan.decisions.push(Decision::Drain {
+                            job: job.id,
+                            node: node.name.into(),
+                            instance: view.instance.uuid.clone(),
+                        });
+                        plan.waiting.push((job.id, PendingReason::Draining));
+                    } else {
+                        free[ni] -= 1;
+                        plan.decisions.push(Decision::Launch {
+                            job: job.id,
+                            node: node.name.into(),
+                            instance: Some(view.instance.uuid.clone()),
+                        });
+                    }
+                }
+                None => {
+                    let possible = input.nodes.iter().filter(|n| n.up).any(|n| {
+                        n.instances.iter().any(|v| v.instance.satisfies(job.gpu))
+                    });
+                    let reason = if possible {
+                        PendingReason::Resources
+                    } else {
+                        PendingReason::ReqNodeNotAvail
+                    };
+                    plan.waiting.push((job.id, reason));
+                }
+            }
+        }
+
+        for job in input.shared {
+            let Some((ni, _)) = free
+                .iter()
+                .enumerate()
+                .filter(|(_, &f)| f > 0)
+                .max_by_key(|(i, &f)| (f, std::cmp::Reverse(*i)))
+            else {
+                plan.rest = Some(PendingReason::Resources);
+                return plan;
+            };
+            free[ni] -= 1;
+            plan.decisions.push(Decision::Launch {
+                job: job.id,
+                node: input.nodes[ni].name.into(),
+                instance: None,
+            });
+        }
+        plan
+    }
+}
+
+/// The best instance for an isolated job: one already draining for it, else
+/// the smallest that satisfies the request, preferring instances with no
+/// non-isolated tasks (no drain needed), on a node with a worker free.
+fn best_instance(
+    nodes: &[NodeView<'_>],
+    free: &[u32],
+    claimed: &HashSet<(usize, usize)>,
+    job: &QueuedJob<'_>,
+) -> Option<(usize, usize)> {
+    let mut best: Option<((bool, u64, bool, u32, usize, usize), (usize, usize))> = None;
+    for (ni, node) in nodes.iter().enumerate() {
+        if !node.up || free[ni] == 0 {
+            continue;
+        }
+        for (ii, v) in node.instances.iter().enumerate() {
+            let mine = v.draining_for == Some(job.id);
+            if v.isolated_owner.is_some()
+                || (v.draining_for.is_some() && !mine)
+                || claimed.contains(&(ni, ii))
+                || !v.instance.satisfies(job.gpu)
+            {
+                continue;
+            }
+            let key = (
+                !mine,
+                v.instance.memory_mib,
+                v.active_tasks > 0,
+                v.active_tasks,
+                ni,
+                ii,
+            );
+            if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                best = Some((key, (ni, ii)));
+            }
+        }
+    }
+    best.map(|(_, at)| at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{parse_sim_spec, sim_instances};
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn req(profile: Option<&str>, mem: Option<u64>) -> GpuRequest {
+        GpuRequest {
+            mig_profile: profile.map(String::from),
+            mem_mib: mem,
+        }
+    }
+
+    fn views(inst: &[Instance]) -> Vec<InstanceView<'_>> {
+        inst.iter()
+            .map(|i| InstanceView {
+                instance: i,
+                isolated_owner: None,
+                draining_for: None,
+                active_tasks: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn isolated_first_best_fit_then_shared() {
+        let inst = sim_instances("n1", &parse_sim_spec("1xA100-40GB:2g.10gb*2,1g.5gb*3").unwrap());
+        let nodes = vec![NodeView {
+            name: "n1",
+            up: true,
+            worker_limit: 3,
+            workers_used: 0,
+            instances: views(&inst),
+        }];
+        let small = req(None, Some(4000));
+        let prof = req(Some("2g.10gb"), None);
+        let none = GpuRequest::default();
+        let iso = [QueuedJob { id: 1, gpu: &small }, QueuedJob { id: 2, gpu: &prof }];
+        let shared = [QueuedJob { id: 3, gpu: &none }, QueuedJob { id: 4, gpu: &none }];
+        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &shared, nodes: &nodes });
+        assert_eq!(
+            plan.decisions,
+            vec![
+                Decision::Launch { job: 1, node: "n1".into(), instance: Some(inst[2].uuid.clone()) },
+                Decision::Launch { job: 2, node: "n1".into(), instance: Some(inst[0].uuid.clone()) },
+                Decision::Launch { job: 3, node: "n1".into(), instance: None },
+            ]
+        );
+        assert_eq!(plan.rest, Some(PendingReason::Resources));
+    }
+
+    #[test]
+    fn busy_instance_is_drained_not_shared() {
+        let inst = sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb").unwrap());
+        let mut v = views(&inst);
+        v[0].active_tasks = 2;
+        let nodes = vec![NodeView { name: "n1", up: true, worker_limit: 4, workers_used: 1, instances: v }];
+        let r = req(Some("1g.5gb"), None);
+        let iso = [QueuedJob { id: 7, gpu: &r }, QueuedJob { id: 8, gpu: &r }];
+        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &[], nodes: &nodes });
+        assert_eq!(
+            plan.decisions,
+            vec![Decision::Drain { job: 7, node: "n1".into(), instance: inst[0].uuid.clone() }]
+        );
+        assert_eq!(plan.waiting, vec![(7, PendingReason::Draining), (8, PendingReason::Resources)]);
+
+        // Once drained, job 7 (and only job 7) gets it.
+        let mut v = views(&inst);
+        v[0].draining_for = Some(7);
+        let nodes = vec![NodeView { name: "n1", up: true, worker_limit: 4, workers_used: 0, instances: v }];
+        let iso = [QueuedJob { id: 8, gpu: &r }, QueuedJob { id: 7, gpu: &r }];
+        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &[], nodes: &nodes });
+        assert_eq!(
+            plan.decisions,
+            vec![Decision::Launch { job: 7, node: "n1".into(), instance: Some(inst[0].uuid.clone()) }]
+        );
+    }
+
+    #[test]
+    fn impossible_request_and_down_nodes() {
+        let inst = sim_instances("n1", &parse_sim_spec("1xA30:1g.6gb*4").unwrap());
+        let nodes = vec![NodeView { name: "n1", up: true, worker_limit: 16, workers_used: 0, instances: views(&inst) }];
+        let r = req(None, Some(20_000));
+        let iso = [QueuedJob { id: 1, gpu: &r }];
+        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &[], nodes: &nodes });
+        assert_eq!(plan.waiting, vec![(1, PendingReason::ReqNodeNotAvail)]);
+        let down = vec![NodeView { up: false, ..nodes[0].clone() }];
+        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &[], nodes: &down });
+        assert_eq!(plan.rest, Some(PendingReason::NodeDown));
+        assert!(plan.decisions.is_empty());
+    }
+
+    #[test]
+    fn policy_by_name() {
+        assert_eq!(launch_policy("case").unwrap().name(), "case");
+        assert_eq!(
+            launch_policy("fifo").err().unwrap().to_string(),
+            "unknown launch policy 'fifo' (known: case)"
+        );
+    }
+
+    /// A tiny deterministic driver: plan, apply, finish jobs, repeat.
+    #[derive(Debug, Clone)]
+    struct Sim {
+        inst: Vec<Instance>,
+        owner: Vec<Option<JobId>>,
+        draining: Vec<Option<JobId>>,
+        tasks: Vec<u32>,
+        running: Vec<(JobId, Option<usize>)>,
+        done: HashMap<JobId, u32>,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Random jobs on the CASE A100 layout: an isolated instance never holds
+        /// two jobs nor shares with tasks, workers never exceed the limit, and
+        /// every job finishes exactly once.
+        #[test]
+        fn every_job_finishes_once_and_isolation_holds(
+            jobs in proptest::collection::vec((any::<bool>(), 0u8..4), 1..40),
+            limit in 1u32..6,
+            finish_order in proptest::collection::vec(any::<usize>(), 200),
+            busy in proptest::collection::vec(0u32..3, 5),
+        ) {
+            let inst = sim_instances("n", &parse_sim_spec("1xA100-40GB:2g.10gb*2,1g.5gb*3").unwrap());
+            let reqs: Vec<GpuRequest> = jobs.iter().map(|(_, k)| match k {
+                0 => req(Some("1g.5gb"), None),
+                1 => req(Some("2g.10gb"), None),
+                2 => req(None, Some(9000)),
+                _ => req(None, Some(100)),
+            }).collect();
+            let mut s = Sim {
+                owner: vec![None; inst.len()],
+                draining: vec![None; inst.len()],
+                tasks: busy.clone(),
+                running: vec![],
+                done: HashMap::new(),
+                inst,
+            };
+            let mut pending: Vec<usize> = (0..jobs.len()).collect();
+            let mut step = 0;
+            while !pending.is_empty() || !s.running.is_empty() {
+                step += 1;
+                prop_assert!(step < 2000, "no progress");
+                let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j] }).collect();
+                let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j] }).collect();
+                let nodes = vec![NodeView {
+                    name: "n", up: true, worker_limit: limit,
+                    workers_used: s.running.len() as u32,
+                    instances: s.inst.iter().enumerate().map(|(i, inst)| InstanceView {
+                        instance: inst, isolated_owner: s.owner[i],
+                        draining_for: s.draining[i], active_tasks: s.tasks[i],
+                    }).collect(),
+                }];
+                let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &sh, nodes: &nodes });
+                for d in plan.decisions {
+                    match d {
+                        Decision::Launch { job, instance, .. } => {
+                            let idx = instance.map(|u| s.inst.iter().position(|i| i.uuid == u).unwrap());
+                            if let Some(i) = idx {
+                                prop_assert!(s.owner[i].is_none(), "instance held twice");
+                                prop_assert_eq!(s.tasks[i], 0, "isolated job shares with tasks");
+                                prop_assert!(s.draining[i].is_none() || s.draining[i] == Some(job));
+                                prop_assert!(s.inst[i].satisfies(&reqs[job as usize]));
+                                s.owner[i] = Some(job);
+                                s.draining[i] = None;
+                            }
+                            pending.retain(|&p| p as JobId != job);
+                            s.running.push((job, idx));
+                        }
+                        Decision::Drain { job, instance, .. } => {
+                            let i = s.inst.iter().position(|x| x.uuid == instance).unwrap();
+                            prop_assert!(s.owner[i].is_none());
+                            s.draining[i] = Some(job);
+                        }
+                    }
+                }
+                prop_assert!(s.running.len() as u32 <= limit);
+                // Background tasks on draining instances end over time.
+                for i in 0..s.tasks.len() {
+                    if s.draining[i].is_some() && s.tasks[i] > 0 {
+                        s.tasks[i] -= 1;
+                    }
+                }
+                if !s.running.is_empty() {
+                    let k = finish_order[step % finish_order.len()] % s.running.len();
+                    let (job, idx) = s.running.remove(k);
+                    if let Some(i) = idx { s.owner[i] = None; }
+                    *s.done.entry(job).or_default() += 1;
+                } else if plan.rest.is_none() && plan.waiting.iter().all(|(_, r)| *r == PendingReason::ReqNodeNotAvail) {
+                    // Only impossible requests remain.
+                    break;
+                }
+            }
+            for (j, _) in jobs.iter().enumerate() {
+                prop_assert_eq!(s.done.get(&(j as JobId)).copied().unwrap_or(0), 1, "job {} finished wrong number of times", j);
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! gsched-core: the domain model and the scheduling decisions of gsched.
+//!
+//! Everything here is pure: no I/O, no async, no clock of its own. Callers pass
+//! the current time in (unix seconds). The daemons (`gsched-ctld`,
+//! `gsched-noded`) and the simulator drive the same functions.
+
+pub mod env;
+pub mod gpu;
+pub mod job;
+pub mod launch;
+pub mod outcome;
+pub mod pattern;
+pub mod units;
+pub mod wire;
+
+pub use job::{Job, JobId, JobSpec, JobState};

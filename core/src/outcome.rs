@@ -1,0 +1,125 @@
+//! How a job's process ended, and the job state that follows from it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::JobState;
+
+/// Why the node stopped the job, if it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndCause {
+    /// The batch script exited on its own (or was killed by someone else).
+    Exited,
+    /// The node killed it at its time limit.
+    TimeLimit,
+    /// The node killed it because it was cancelled.
+    Cancelled,
+    /// The job could not be started (bad working directory, foreign user...).
+    LaunchFailed(String),
+    /// Its processes are gone and nothing recorded how they ended.
+    Lost,
+}
+
+/// How a job ended, as the node reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessOutcome {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cause: EndCause,
+}
+
+impl ProcessOutcome {
+    /// The final job state and reason for this outcome.
+    pub fn final_state(&self) -> (JobState, Option<String>) {
+        match &self.cause {
+            EndCause::Cancelled => (JobState::Cancelled, None),
+            EndCause::TimeLimit => (JobState::Timeout, Some("TimeLimit".into())),
+            EndCause::LaunchFailed(why) => (JobState::Failed, Some(why.clone())),
+            EndCause::Lost => (JobState::NodeFail, Some("job processes lost".into())),
+            EndCause::Exited => match (self.exit_code, self.signal) {
+                (Some(0), None) => (JobState::Completed, None),
+                (_, Some(sig)) => (JobState::Failed, Some(format!("killed by signal {sig}"))),
+                _ => (JobState::Failed, Some("NonZeroExitCode".into())),
+            },
+        }
+    }
+}
+
+/// Linux signal numbers by name, for `--signal` and `gcancel --signal`.
+const SIGNALS: &[(&str, i32)] = &[
+    ("HUP", 1),
+    ("INT", 2),
+    ("QUIT", 3),
+    ("ABRT", 6),
+    ("KILL", 9),
+    ("USR1", 10),
+    ("USR2", 12),
+    ("ALRM", 14),
+    ("TERM", 15),
+    ("CONT", 18),
+    ("STOP", 19),
+    ("TSTP", 20),
+    ("URG", 23),
+    ("XCPU", 24),
+    ("WINCH", 28),
+];
+
+/// A signal that is not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid signal '{0}': give a name such as TERM, USR1, KILL (with or without SIG) or a number from 1 to 64")]
+pub struct BadSignal(pub String);
+
+/// Parses `TERM`, `SIGTERM`, `term` or `15`.
+pub fn parse_signal(s: &str) -> Result<i32, BadSignal> {
+    let t = s.trim();
+    if let Ok(n) = t.parse::<i32>() {
+        return if (1..=64).contains(&n) { Ok(n) } else { Err(BadSignal(s.into())) };
+    }
+    let up = t.to_ascii_uppercase();
+    let name = up.strip_prefix("SIG").unwrap_or(&up);
+    SIGNALS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| BadSignal(s.into()))
+}
+
+/// The name of a signal number (`TERM`), or the number itself.
+pub fn signal_name(sig: i32) -> String {
+    SIGNALS
+        .iter()
+        .find(|(_, v)| *v == sig)
+        .map(|(n, _)| n.to_string())
+        .unwrap_or_else(|| sig.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(code: Option<i32>, sig: Option<i32>, cause: EndCause) -> ProcessOutcome {
+        ProcessOutcome { exit_code: code, signal: sig, cause }
+    }
+
+    #[test]
+    fn states_from_outcomes() {
+        assert_eq!(out(Some(0), None, EndCause::Exited).final_state().0, JobState::Completed);
+        assert_eq!(out(Some(3), None, EndCause::Exited).final_state().0, JobState::Failed);
+        assert_eq!(out(None, Some(9), EndCause::Exited).final_state().0, JobState::Failed);
+        assert_eq!(out(None, Some(15), EndCause::TimeLimit).final_state().0, JobState::Timeout);
+        assert_eq!(out(Some(0), None, EndCause::Cancelled).final_state().0, JobState::Cancelled);
+        assert_eq!(out(None, None, EndCause::Lost).final_state().0, JobState::NodeFail);
+        let (st, why) = out(None, None, EndCause::LaunchFailed("no such dir".into())).final_state();
+        assert_eq!((st, why.as_deref()), (JobState::Failed, Some("no such dir")));
+    }
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("TERM"), Ok(15));
+        assert_eq!(parse_signal("sigusr1"), Ok(10));
+        assert_eq!(parse_signal("9"), Ok(9));
+        assert!(parse_signal("FOO").is_err());
+        assert!(parse_signal("0").is_err());
+        assert_eq!(signal_name(12), "USR2");
+    }
+}

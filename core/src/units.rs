@@ -1,0 +1,159 @@
+//! Slurm's units: memory sizes and time limits, parsing and printing.
+
+/// A size or time that could not be parsed; the message says what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("invalid memory size '{0}': expected a number with an optional K, M, G or T suffix (e.g. 500M, 4G)")]
+    Memory(String),
+    #[error("invalid time limit '{0}': expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED")]
+    Time(String),
+}
+
+/// Parses a memory size into MiB, the way Slurm does: a plain number is MB
+/// (MiB), suffixes K, M, G, T are binary multiples, a trailing `B` is allowed.
+/// Kilobyte amounts round up to whole MiB.
+pub fn parse_mem_mib(s: &str) -> Result<u64, UnitError> {
+    let err = || UnitError::Memory(s.to_string());
+    let t = s.trim();
+    let t = t
+        .strip_suffix(['B', 'b'])
+        .filter(|r| r.ends_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(t);
+    let (num, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    if num.is_empty() {
+        return Err(err());
+    }
+    let n: u64 = num.parse().map_err(|_| err())?;
+    let mib = match unit.to_ascii_uppercase().as_str() {
+        "" | "M" => Some(n),
+        "K" => Some(n.div_ceil(1024)),
+        "G" => n.checked_mul(1024),
+        "T" => n.checked_mul(1024 * 1024),
+        _ => None,
+    };
+    mib.ok_or_else(err)
+}
+
+/// Parses a Slurm time limit into seconds; `Ok(None)` is UNLIMITED.
+///
+/// Forms: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`, and
+/// `UNLIMITED`/`INFINITE`. Hours may exceed 24 in `H:M:S`.
+pub fn parse_time_limit(s: &str) -> Result<Option<u64>, UnitError> {
+    let err = || UnitError::Time(s.to_string());
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("unlimited") || t.eq_ignore_ascii_case("infinite") {
+        return Ok(None);
+    }
+    let num = |p: &str| -> Result<u64, UnitError> {
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(err());
+        }
+        p.parse::<u64>().map_err(|_| err())
+    };
+    let (days, rest) = match t.split_once('-') {
+        Some((d, r)) => (Some(num(d)?), r),
+        None => (None, t),
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    let secs = match (days, parts.as_slice()) {
+        (None, [m]) => num(m)? * 60,
+        (None, [m, s]) => num(m)? * 60 + num(s)?,
+        (None, [h, m, s]) => num(h)? * 3600 + num(m)? * 60 + num(s)?,
+        (Some(d), [h]) => d * 86400 + num(h)? * 3600,
+        (Some(d), [h, m]) => d * 86400 + num(h)? * 3600 + num(m)? * 60,
+        (Some(d), [h, m, s]) => d * 86400 + num(h)? * 3600 + num(m)? * 60 + num(s)?,
+        _ => return Err(err()),
+    };
+    Ok(Some(secs))
+}
+
+/// squeue's `%M` style: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`.
+pub fn format_duration_short(secs: i64) -> String {
+    let secs = secs.max(0);
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+/// sacct's `Elapsed` style: `HH:MM:SS`, or `D-HH:MM:SS` past a day.
+pub fn format_duration_long(secs: i64) -> String {
+    let secs = secs.max(0);
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+/// A time limit as squeue prints it (`UNLIMITED` for none).
+pub fn format_time_limit(limit: Option<u64>) -> String {
+    match limit {
+        None => "UNLIMITED".into(),
+        Some(s) => format_duration_short(s as i64),
+    }
+}
+
+/// MiB as a short human size: `4864M`, `10G` when whole GiB.
+pub fn format_mib(mib: u64) -> String {
+    if mib >= 1024 && mib % 1024 == 0 {
+        format!("{}G", mib / 1024)
+    } else {
+        format!("{mib}M")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_units() {
+        assert_eq!(parse_mem_mib("100"), Ok(100));
+        assert_eq!(parse_mem_mib("100M"), Ok(100));
+        assert_eq!(parse_mem_mib("100MB"), Ok(100));
+        assert_eq!(parse_mem_mib("4G"), Ok(4096));
+        assert_eq!(parse_mem_mib("4gb"), Ok(4096));
+        assert_eq!(parse_mem_mib("1T"), Ok(1024 * 1024));
+        assert_eq!(parse_mem_mib("1500K"), Ok(2));
+        for bad in ["", "G", "4X", "4.5G", "-1", "4GG", "B"] {
+            assert!(parse_mem_mib(bad).is_err(), "{bad} accepted");
+        }
+        assert!(parse_mem_mib("99999999999999999T").is_err());
+    }
+
+    #[test]
+    fn time_units() {
+        assert_eq!(parse_time_limit("10"), Ok(Some(600)));
+        assert_eq!(parse_time_limit("10:30"), Ok(Some(630)));
+        assert_eq!(parse_time_limit("30:00:05"), Ok(Some(30 * 3600 + 5)));
+        assert_eq!(parse_time_limit("2-3"), Ok(Some(2 * 86400 + 3 * 3600)));
+        assert_eq!(parse_time_limit("2-3:04"), Ok(Some(2 * 86400 + 3 * 3600 + 240)));
+        assert_eq!(parse_time_limit("1-0:0:1"), Ok(Some(86401)));
+        assert_eq!(parse_time_limit("UNLIMITED"), Ok(None));
+        assert_eq!(parse_time_limit("infinite"), Ok(None));
+        for bad in ["", "1:2:3:4", "a", "1-", "-1", "1-2-3", "1:", "1h"] {
+            assert!(parse_time_limit(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn durations_print_like_slurm() {
+        assert_eq!(format_duration_short(5), "0:05");
+        assert_eq!(format_duration_short(3725), "1:02:05");
+        assert_eq!(format_duration_short(90061), "1-01:01:01");
+        assert_eq!(format_duration_long(5), "00:00:05");
+        assert_eq!(format_duration_long(90061), "1-01:01:01");
+        assert_eq!(format_time_limit(None), "UNLIMITED");
+        assert_eq!(format_mib(4864), "4864M");
+        assert_eq!(format_mib(10240), "10G");
+    }
+}
