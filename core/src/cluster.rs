@@ -1,0 +1,683 @@
+//! The controller's state: jobs, the two queues, nodes and their instances.
+//!
+//! Every operation is pure: it takes the current time, changes the state,
+//! and returns the [`Effect`]s the caller must carry out (persist a job,
+//! tell a node to launch or signal). gctld wraps a [`Cluster`] in a lock and
+//! executes the effects; the simulator can drive the same type.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::gpu::Instance;
+use crate::job::{IllegalTransition, Job, JobId, JobSpec, JobState, SpecError};
+use crate::launch::{Decision, InstanceView, LaunchInput, LaunchPolicy, NodeView, QueuedJob};
+use crate::outcome::EndCause;
+use crate::wire::{JobEnded, NodeRegistration};
+
+/// An instance on a node and what holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceSlot {
+    pub instance: Instance,
+    pub isolated_owner: Option<JobId>,
+    pub draining_for: Option<JobId>,
+    /// Non-isolated tasks with reservations here (filled by the probe layer).
+    pub active_tasks: u32,
+}
+
+/// A node as the controller knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub url: String,
+    pub cpus: u32,
+    pub memory_mib: u64,
+    pub worker_limit: u32,
+    pub up: bool,
+    pub instances: Vec<InstanceSlot>,
+    pub running: BTreeSet<JobId>,
+}
+
+/// Something the caller must do after an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Persist this job's row and append `event` to the event log.
+    Job { id: JobId, event: String },
+    /// Persist this node and its instances.
+    Node { name: String },
+    /// Ask the node to start the job.
+    Launch { job: JobId, node: String },
+    /// Ask the node to signal (or cancel) the job.
+    Signal {
+        job: JobId,
+        node: String,
+        signal: i32,
+        cancel: bool,
+    },
+}
+
+/// Why an operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    #[error("invalid job: {0}")]
+    Spec(#[from] SpecError),
+    #[error("Invalid job id specified: {0}")]
+    UnknownJob(JobId),
+    #[error("unknown node '{0}'")]
+    UnknownNode(String),
+    #[error("job {0} is not running")]
+    NotRunning(JobId),
+    #[error("job {job} does not run on node {node}")]
+    WrongNode { job: JobId, node: String },
+    #[error(transparent)]
+    Transition(#[from] IllegalTransition),
+}
+
+pub const SIGTERM: i32 = 15;
+pub const SIGKILL: i32 = 9;
+
+/// The whole controller state.
+pub struct Cluster {
+    jobs: BTreeMap<JobId, Job>,
+    isolated_queue: BTreeSet<JobId>,
+    shared_queue: BTreeSet<JobId>,
+    nodes: BTreeMap<String, Node>,
+    next_id: JobId,
+    policy: Box<dyn LaunchPolicy>,
+}
+
+impl Cluster {
+    pub fn new(policy: Box<dyn LaunchPolicy>) -> Cluster {
+        Cluster {
+            jobs: BTreeMap::new(),
+            isolated_queue: BTreeSet::new(),
+            shared_queue: BTreeSet::new(),
+            nodes: BTreeMap::new(),
+            next_id: 1,
+            policy,
+        }
+    }
+
+    /// Rebuilds the state from stored jobs and nodes (all nodes start down
+    /// until they register again).
+    pub fn restore(policy: Box<dyn LaunchPolicy>, jobs: Vec<Job>, nodes: Vec<Node>) -> Cluster {
+        let mut c = Cluster::new(policy);
+        for mut n in nodes {
+            n.up = false;
+            n.running.clear();
+            for s in &mut n.instances {
+                s.isolated_owner = None;
+                s.draining_for = None;
+            }
+            c.nodes.insert(n.name.clone(), n);
+        }
+        for job in jobs {
+            c.next_id = c.next_id.max(job.id + 1);
+            c.index(&job);
+            c.jobs.insert(job.id, job);
+        }
+        c
+    }
+
+    /// Puts a job into the queue or onto its node's books, by its state.
+    fn index(&mut self, job: &Job) {
+        match job.state {
+            JobState::Pending => {
+                self.queue_for(job.spec.isolated).insert(job.id);
+            }
+            JobState::Running => {
+                if let Some(node) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
+                    node.running.insert(job.id);
+                    if let Some(uuid) = &job.gpu_instance {
+                        if let Some(slot) = node.instances.iter_mut().find(|s| &s.instance.uuid == uuid) {
+                            slot.isolated_owner = Some(job.id);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn queue_for(&mut self, isolated: bool) -> &mut BTreeSet<JobId> {
+        if isolated {
+            &mut self.isolated_queue
+        } else {
+            &mut self.shared_queue
+        }
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    pub fn jobs(&self) -> impl DoubleEndedIterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.values()
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.isolated_queue.len() + self.shared_queue.len()
+    }
+
+    /// Accepts a job. It is queued at once; the caller persists it before
+    /// acknowledging, and withdraws it with [`Cluster::withdraw`] if that fails.
+    pub fn submit(&mut self, spec: JobSpec, now: i64) -> Result<(JobId, Vec<Effect>), ClusterError> {
+        spec.validate()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let job = Job::new(id, spec, now);
+        self.queue_for(job.spec.isolated).insert(id);
+        self.jobs.insert(id, job);
+        Ok((id, vec![Effect::Job { id, event: "submitted".into() }]))
+    }
+
+    /// Removes a job that could not be persisted. Only a pending job that
+    /// nothing else has touched can be withdrawn.
+    pub fn withdraw(&mut self, id: JobId) {
+        if self.jobs.get(&id).is_some_and(|j| j.state == JobState::Pending) {
+            self.isolated_queue.remove(&id);
+            self.shared_queue.remove(&id);
+            self.jobs.remove(&id);
+        }
+    }
+
+    /// One launch pass of the policy; applies its decisions.
+    pub fn schedule(&mut self, now: i64) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if self.isolated_queue.is_empty() && self.shared_queue.is_empty() {
+            return effects;
+        }
+        let plan = {
+            let iso: Vec<QueuedJob<'_>> = self
+                .isolated_queue
+                .iter()
+                .map(|id| QueuedJob { id: *id, gpu: &self.jobs[id].spec.gpu })
+                .collect();
+            let shared: Vec<QueuedJob<'_>> = self
+                .shared_queue
+                .iter()
+                .map(|id| QueuedJob { id: *id, gpu: &self.jobs[id].spec.gpu })
+                .collect();
+            let nodes: Vec<NodeView<'_>> = self
+                .nodes
+                .values()
+                .map(|n| NodeView {
+                    name: &n.name,
+                    up: n.up,
+                    worker_limit: n.worker_limit,
+                    workers_used: n.running.len() as u32,
+                    instances: n
+                        .instances
+                        .iter()
+                        .map(|s| InstanceView {
+                            instance: &s.instance,
+                            isolated_owner: s.isolated_owner,
+                            draining_for: s.draining_for,
+                            active_tasks: s.active_tasks,
+                        })
+                        .collect(),
+                })
+                .collect();
+            self.policy.plan(&LaunchInput { isolated: &iso, shared: &shared, nodes: &nodes })
+        };
+        for d in plan.decisions {
+            match d {
+                Decision::Launch { job, node, instance } => {
+                    if self.start(job, &node, instance, now).is_ok() {
+                        effects.push(Effect::Job { id: job, event: format!("started on {node}") });
+                        effects.push(Effect::Launch { job, node });
+                    }
+                }
+                Decision::Drain { job, node, instance } => {
+                    if let Some(slot) = self.slot_mut(&node, &instance) {
+                        slot.draining_for = Some(job);
+                    }
+                }
+            }
+        }
+        let mut named = BTreeSet::new();
+        for (id, reason) in plan.waiting {
+            named.insert(id);
+            self.set_reason(id, reason.to_string());
+        }
+        if let Some(rest) = plan.rest {
+            let rest = rest.to_string();
+            let ids: Vec<JobId> = self
+                .isolated_queue
+                .iter()
+                .chain(self.shared_queue.iter())
+                .filter(|id| !named.contains(id))
+                .copied()
+                .collect();
+            for id in ids {
+                self.set_reason(id, rest.clone());
+            }
+        }
+        effects
+    }
+
+    fn set_reason(&mut self, id: JobId, reason: String) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            if j.reason.as_deref() != Some(reason.as_str()) {
+                j.reason = Some(reason);
+            }
+        }
+    }
+
+    fn slot_mut(&mut self, node: &str, uuid: &str) -> Option<&mut InstanceSlot> {
+        self.nodes
+            .get_mut(node)?
+            .instances
+            .iter_mut()
+            .find(|s| s.instance.uuid == uuid)
+    }
+
+    fn start(&mut self, id: JobId, node: &str, instance: Option<String>, now: i64) -> Result<(), ClusterError> {
+        let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
+        job.transition(JobState::Running, now)?;
+        job.node = Some(node.to_string());
+        job.gpu_instance = instance.clone();
+        let isolated = job.spec.isolated;
+        self.queue_for(isolated).remove(&id);
+        let n = self.nodes.get_mut(node).ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
+        n.running.insert(id);
+        if let Some(uuid) = instance {
+            if let Some(slot) = n.instances.iter_mut().find(|s| s.instance.uuid == uuid) {
+                slot.isolated_owner = Some(id);
+                slot.draining_for = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a job off its node's books (instance and worker).
+    fn release(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else { return };
+        if let Some(n) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
+            n.running.remove(&id);
+            for s in &mut n.instances {
+                if s.isolated_owner == Some(id) {
+                    s.isolated_owner = None;
+                }
+                if s.draining_for == Some(id) {
+                    s.draining_for = None;
+                }
+            }
+        }
+    }
+
+    /// A job's processes ended on `node`.
+    pub fn job_ended(&mut self, node: &str, ended: &JobEnded) -> Result<Vec<Effect>, ClusterError> {
+        let id = ended.job_id;
+        let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if job.state != JobState::Running {
+            return Err(ClusterError::NotRunning(id));
+        }
+        if job.node.as_deref() != Some(node) {
+            return Err(ClusterError::WrongNode { job: id, node: node.into() });
+        }
+        if ended.outcome.cause == EndCause::Lost {
+            return Ok(self.lose(id, ended.end_time));
+        }
+        let (state, reason) = ended.outcome.final_state();
+        self.release(id);
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.transition(state, ended.end_time)?;
+        job.reason = reason;
+        job.exit_code = ended.outcome.exit_code;
+        job.exit_signal = ended.outcome.signal;
+        Ok(vec![Effect::Job { id, event: format!("ended {state}") }])
+    }
+
+    /// A running job's processes are gone: NODE_FAIL, or back to the queue
+    /// if it asked for requeue.
+    fn lose(&mut self, id: JobId, now: i64) -> Vec<Effect> {
+        self.release(id);
+        let job = self.jobs.get_mut(&id).expect("caller checked");
+        if job.spec.requeue {
+            job.transition(JobState::Requeued, now).expect("running job");
+            job.transition(JobState::Pending, now).expect("requeued job");
+            job.reason = Some("NodeFailRequeued".into());
+            let isolated = job.spec.isolated;
+            self.queue_for(isolated).insert(id);
+            vec![Effect::Job { id, event: "requeued after node failure".into() }]
+        } else {
+            job.transition(JobState::NodeFail, now).expect("running job");
+            job.reason = Some("NodeFail".into());
+            vec![Effect::Job { id, event: "ended NODE_FAIL".into() }]
+        }
+    }
+
+    /// Cancels a job: a queued one ends at once, a running one is signalled
+    /// and ends when its node reports it. A finished job is left as it is.
+    pub fn cancel(&mut self, id: JobId, now: i64) -> Result<Vec<Effect>, ClusterError> {
+        let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
+        match job.state {
+            JobState::Pending | JobState::Requeued => {
+                job.transition(JobState::Cancelled, now)?;
+                job.reason = None;
+                let isolated = job.spec.isolated;
+                self.queue_for(isolated).remove(&id);
+                Ok(vec![Effect::Job { id, event: "cancelled while pending".into() }])
+            }
+            JobState::Running => {
+                let node = job.node.clone().unwrap_or_default();
+                Ok(vec![Effect::Signal { job: id, node, signal: SIGTERM, cancel: true }])
+            }
+            _ => Ok(vec![]),
+        }
+    }
+
+    /// Sends a signal to a running job without cancelling it.
+    pub fn signal(&mut self, id: JobId, signal: i32) -> Result<Vec<Effect>, ClusterError> {
+        let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if job.state != JobState::Running {
+            return Err(ClusterError::NotRunning(id));
+        }
+        let node = job.node.clone().unwrap_or_default();
+        Ok(vec![Effect::Signal { job: id, node, signal, cancel: false }])
+    }
+
+    /// A node registers (first start, restart, or after the controller
+    /// restarted). Reconciles its jobs: reported endings are applied, jobs the
+    /// controller thinks run there but the node does not know are lost, and
+    /// processes the controller does not expect are killed.
+    pub fn register_node(&mut self, reg: &NodeRegistration, now: i64) -> Vec<Effect> {
+        let mut effects = vec![Effect::Node { name: reg.name.clone() }];
+        let worker_limit = reg.worker_limit.unwrap_or_else(|| {
+            let sum: u32 = reg.instances.iter().map(Instance::worker_limit).sum();
+            if sum == 0 { reg.cpus.max(1) } else { sum }
+        });
+        let old = self.nodes.remove(&reg.name);
+        let mut node = Node {
+            name: reg.name.clone(),
+            url: reg.url.clone(),
+            cpus: reg.cpus,
+            memory_mib: reg.memory_mib,
+            worker_limit,
+            up: true,
+            instances: reg
+                .instances
+                .iter()
+                .map(|i| InstanceSlot {
+                    instance: i.clone(),
+                    isolated_owner: None,
+                    draining_for: None,
+                    active_tasks: 0,
+                })
+                .collect(),
+            running: BTreeSet::new(),
+        };
+        // Keep the books of jobs we believe run there.
+        let believed: Vec<JobId> = old.map(|o| o.running.into_iter().collect()).unwrap_or_default();
+        for id in &believed {
+            let j = &self.jobs[id];
+            node.running.insert(*id);
+            if let Some(uuid) = &j.gpu_instance {
+                if let Some(s) = node.instances.iter_mut().find(|s| &s.instance.uuid == uuid) {
+                    s.isolated_owner = Some(*id);
+                }
+            }
+        }
+        self.nodes.insert(reg.name.clone(), node);
+        for e in &reg.ended {
+            if let Ok(mut fx) = self.job_ended(&reg.name, e) {
+                effects.append(&mut fx);
+            }
+        }
+        for id in believed {
+            let still = self.jobs[&id].state == JobState::Running;
+            if still && !reg.running.contains(&id) {
+                effects.extend(self.lose(id, now));
+            }
+        }
+        for id in &reg.running {
+            let ours = self
+                .jobs
+                .get(id)
+                .is_some_and(|j| j.state == JobState::Running && j.node.as_deref() == Some(&reg.name));
+            if !ours {
+                effects.push(Effect::Signal { job: *id, node: reg.name.clone(), signal: SIGKILL, cancel: true });
+            }
+        }
+        effects
+    }
+
+    /// A node stopped answering: mark it down and lose its jobs.
+    pub fn node_down(&mut self, name: &str, now: i64) -> Vec<Effect> {
+        let Some(n) = self.nodes.get_mut(name) else { return vec![] };
+        if !n.up {
+            return vec![];
+        }
+        n.up = false;
+        let running: Vec<JobId> = n.running.iter().copied().collect();
+        let mut effects = vec![Effect::Node { name: name.into() }];
+        for id in running {
+            effects.extend(self.lose(id, now));
+        }
+        effects
+    }
+
+    /// The node refused to start a job (a reason the user can act on).
+    pub fn launch_refused(&mut self, id: JobId, why: String, now: i64) -> Vec<Effect> {
+        if self.jobs.get(&id).is_none_or(|j| j.state != JobState::Running) {
+            return vec![];
+        }
+        self.release(id);
+        let job = self.jobs.get_mut(&id).expect("checked");
+        job.transition(JobState::Failed, now).expect("running job");
+        job.reason = Some(why.clone());
+        vec![Effect::Job { id, event: format!("launch failed: {why}") }]
+    }
+
+    /// The node could not be reached to start a job: it never ran, so it
+    /// goes back to the queue and the node is marked down.
+    pub fn launch_unreachable(&mut self, id: JobId, now: i64) -> Vec<Effect> {
+        let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else { return vec![] };
+        if self.jobs[&id].state != JobState::Running {
+            return vec![];
+        }
+        self.release(id);
+        let job = self.jobs.get_mut(&id).expect("checked");
+        job.transition(JobState::Requeued, now).expect("running job");
+        job.transition(JobState::Pending, now).expect("requeued job");
+        job.restarts -= 1;
+        job.reason = Some("LaunchFailedRequeued".into());
+        let isolated = job.spec.isolated;
+        self.queue_for(isolated).insert(id);
+        let mut effects = vec![Effect::Job { id, event: format!("launch on {node} failed; requeued") }];
+        effects.extend(self.node_down(&node, now));
+        effects
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{parse_sim_spec, sim_instances};
+    use crate::job::GpuRequest;
+    use crate::launch::CaseLaunch;
+    use crate::outcome::ProcessOutcome;
+
+    fn spec(isolated: bool, requeue: bool) -> JobSpec {
+        JobSpec {
+            name: "j".into(),
+            script: "#!/bin/sh\ntrue\n".into(),
+            argv: vec![],
+            environment: Default::default(),
+            working_dir: "/tmp".into(),
+            user_name: "u".into(),
+            uid: 1,
+            gid: 1,
+            submit_host: "h".into(),
+            isolated,
+            gpu: if isolated {
+                GpuRequest { mig_profile: Some("1g.5gb".into()), mem_mib: None }
+            } else {
+                GpuRequest::default()
+            },
+            time_limit: None,
+            stdout: None,
+            stderr: None,
+            requeue,
+            partition: None,
+        }
+    }
+
+    fn reg(running: Vec<JobId>, ended: Vec<JobEnded>) -> NodeRegistration {
+        NodeRegistration {
+            name: "n1".into(),
+            url: "http://n1".into(),
+            cpus: 2,
+            memory_mib: 1024,
+            instances: sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
+            worker_limit: Some(3),
+            running,
+            ended,
+        }
+    }
+
+    fn ended(id: JobId, code: i32, cause: EndCause) -> JobEnded {
+        JobEnded {
+            job_id: id,
+            outcome: ProcessOutcome { exit_code: Some(code), signal: None, cause },
+            end_time: 50,
+        }
+    }
+
+    #[test]
+    fn submit_schedule_end() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let (a, _) = c.submit(spec(true, false), 1).unwrap();
+        let (b, _) = c.submit(spec(false, false), 1).unwrap();
+        let fx = c.schedule(2);
+        assert!(fx.contains(&Effect::Launch { job: a, node: "n1".into() }));
+        assert!(fx.contains(&Effect::Launch { job: b, node: "n1".into() }));
+        assert!(c.job(a).unwrap().gpu_instance.is_some());
+        assert_eq!(c.job(b).unwrap().gpu_instance, None);
+        c.job_ended("n1", &ended(a, 0, EndCause::Exited)).unwrap();
+        c.job_ended("n1", &ended(b, 2, EndCause::Exited)).unwrap();
+        assert_eq!(c.job(a).unwrap().state, JobState::Completed);
+        assert_eq!(c.job(b).unwrap().state, JobState::Failed);
+        assert_eq!(c.job(b).unwrap().exit_code, Some(2));
+        assert!(c.node("n1").unwrap().running.is_empty());
+        assert!(c.node("n1").unwrap().instances.iter().all(|s| s.isolated_owner.is_none()));
+        // A second report of the same end is refused and changes nothing.
+        assert!(matches!(c.job_ended("n1", &ended(a, 1, EndCause::Exited)), Err(ClusterError::NotRunning(_))));
+        assert_eq!(c.job(a).unwrap().state, JobState::Completed);
+    }
+
+    #[test]
+    fn bad_spec_is_refused_and_nothing_queued() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        let mut s = spec(false, false);
+        s.script = "no shebang".into();
+        assert!(matches!(c.submit(s, 0), Err(ClusterError::Spec(SpecError::NoShebang))));
+        assert_eq!(c.pending_count(), 0);
+        assert_eq!(c.jobs().count(), 0);
+    }
+
+    #[test]
+    fn workers_limit_and_reasons() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        for _ in 0..5 {
+            c.submit(spec(false, false), 0).unwrap();
+        }
+        c.schedule(1);
+        assert_eq!(c.node("n1").unwrap().running.len(), 3);
+        assert_eq!(c.job(4).unwrap().reason.as_deref(), Some("Resources"));
+    }
+
+    #[test]
+    fn cancel_pending_and_running() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        let (a, _) = c.submit(spec(false, false), 0).unwrap();
+        c.cancel(a, 1).unwrap();
+        assert_eq!(c.job(a).unwrap().state, JobState::Cancelled);
+        assert_eq!(c.pending_count(), 0);
+        assert_eq!(c.cancel(a, 2).unwrap(), vec![]);
+        c.register_node(&reg(vec![], vec![]), 0);
+        let (b, _) = c.submit(spec(false, false), 0).unwrap();
+        c.schedule(1);
+        let fx = c.cancel(b, 2).unwrap();
+        assert_eq!(fx, vec![Effect::Signal { job: b, node: "n1".into(), signal: SIGTERM, cancel: true }]);
+        c.job_ended("n1", &ended(b, 0, EndCause::Cancelled)).unwrap();
+        assert_eq!(c.job(b).unwrap().state, JobState::Cancelled);
+        assert!(matches!(c.cancel(99, 0), Err(ClusterError::UnknownJob(99))));
+    }
+
+    #[test]
+    fn node_loss_fails_or_requeues() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let (a, _) = c.submit(spec(false, false), 0).unwrap();
+        let (b, _) = c.submit(spec(true, true), 0).unwrap();
+        c.schedule(1);
+        c.node_down("n1", 5);
+        assert_eq!(c.job(a).unwrap().state, JobState::NodeFail);
+        let jb = c.job(b).unwrap();
+        assert_eq!((jb.state, jb.restarts, jb.node.clone()), (JobState::Pending, 1, None));
+        // Down node: nothing launches.
+        assert!(c.schedule(6).is_empty());
+        c.register_node(&reg(vec![], vec![]), 7);
+        assert!(c.schedule(8).contains(&Effect::Launch { job: b, node: "n1".into() }));
+    }
+
+    #[test]
+    fn restore_and_reregister_reconciles() {
+        let reg4 = |running, ended| NodeRegistration { worker_limit: Some(4), ..reg(running, ended) };
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg4(vec![], vec![]), 0);
+        for _ in 0..3 {
+            c.submit(spec(false, false), 0).unwrap();
+        }
+        let (iso, _) = c.submit(spec(true, true), 0).unwrap();
+        c.schedule(1);
+        // Controller restarts: rebuild from the "store".
+        let jobs: Vec<Job> = c.jobs().cloned().collect();
+        let nodes: Vec<Node> = c.nodes().cloned().collect();
+        let mut c = Cluster::restore(Box::new(CaseLaunch), jobs, nodes);
+        assert!(c.schedule(2).is_empty(), "nothing launches before the node is back");
+        // Job 1 finished meanwhile, 2 still runs, 3 and the isolated job are gone;
+        // job 77 is unknown and must be killed.
+        let fx = c.register_node(&reg4(vec![2, 77], vec![ended(1, 0, EndCause::Exited)]), 3);
+        assert_eq!(c.job(1).unwrap().state, JobState::Completed);
+        assert_eq!(c.job(2).unwrap().state, JobState::Running);
+        assert_eq!(c.job(3).unwrap().state, JobState::NodeFail);
+        assert_eq!(c.job(iso).unwrap().state, JobState::Pending);
+        assert!(fx.contains(&Effect::Signal { job: 77, node: "n1".into(), signal: SIGKILL, cancel: true }));
+        assert_eq!(c.node("n1").unwrap().running.iter().copied().collect::<Vec<_>>(), vec![2]);
+        // The isolated job can have its instance again; ids continue.
+        assert!(c.schedule(4).iter().any(|e| matches!(e, Effect::Launch { job, .. } if *job == iso)));
+        assert_eq!(c.submit(spec(false, false), 5).unwrap().0, 5);
+    }
+
+    #[test]
+    fn unreachable_node_requeues_without_counting_a_restart() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let (a, _) = c.submit(spec(false, false), 0).unwrap();
+        c.schedule(1);
+        c.launch_unreachable(a, 2);
+        let j = c.job(a).unwrap();
+        assert_eq!((j.state, j.restarts), (JobState::Pending, 0));
+        assert!(!c.node("n1").unwrap().up);
+        c.register_node(&reg(vec![], vec![]), 3);
+        c.schedule(4);
+        let fx = c.launch_refused(a, "user 1 is not the daemon's user".into(), 5);
+        assert_eq!(fx.len(), 1);
+        assert_eq!(c.job(a).unwrap().state, JobState::Failed);
+    }
+}
