@@ -1,1 +1,155 @@
-fn main(){}
+//! `gsched`: the one-machine entry point.
+//!
+//! `gsched up` runs the controller and one node daemon in a single process,
+//! with state under `--state-dir`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use gsched_ctld::store::Durability;
+use gsched_ctld::CtldConfig;
+use gsched_noded::{shepherd, NodeConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "gsched",
+    version,
+    about = "Slurm-compatible batch scheduler that packs GPU jobs into MIG instances"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controller and a node daemon for this machine in one process.
+    Up(UpArgs),
+}
+
+#[derive(clap::Args)]
+struct UpArgs {
+    /// State directory (database, spool, cluster key).
+    /// Default: $XDG_STATE_HOME/gsched, else ~/.local/state/gsched.
+    #[arg(long, env = "GSCHED_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Address of the REST API.
+    #[arg(long, default_value = "127.0.0.1:6817")]
+    listen: SocketAddr,
+    /// Simulated GPUs for this node, e.g. `2xA100-40GB` or `1xA100-40GB:2g.10gb*2,1g.5gb*3`.
+    #[arg(long)]
+    sim_gpus: Option<String>,
+    /// Jobs the node runs at once (default: 4 per compute slice of each instance).
+    #[arg(long)]
+    workers: Option<u32>,
+    /// Name of this node (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// Seconds between SIGTERM and SIGKILL for cancelled and timed-out jobs.
+    #[arg(long, default_value_t = 30)]
+    kill_wait: u64,
+    /// Seconds without a heartbeat before a node is marked down.
+    #[arg(long, default_value_t = 30)]
+    node_timeout: u64,
+    /// Seconds between node heartbeats.
+    #[arg(long, default_value_t = 5)]
+    heartbeat_interval: u64,
+    /// Commit durability: normal survives process crashes, full also power loss.
+    #[arg(long, value_enum, default_value = "normal")]
+    durability: Durability,
+    /// Launch policy.
+    #[arg(long, default_value = "case")]
+    launch_policy: String,
+    /// Log format.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+fn default_state_dir() -> Result<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(x).join("gsched"));
+    }
+    let home = std::env::var_os("HOME")
+        .context("neither XDG_STATE_HOME nor HOME is set; give --state-dir")?;
+    Ok(PathBuf::from(home).join(".local/state/gsched"))
+}
+
+fn init_logs(format: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+async fn up(args: UpArgs) -> Result<()> {
+    let state_dir = match args.state_dir {
+        Some(d) => d,
+        None => default_state_dir()?,
+    };
+    let ctld = gsched_ctld::start(
+        CtldConfig {
+            listen: args.listen,
+            cluster_name: "gsched".into(),
+            partition: "gpu".into(),
+            node_timeout: args.node_timeout,
+            launch_policy: args.launch_policy,
+            durability: args.durability,
+            cluster_key_file: None,
+        },
+        &state_dir,
+    )
+    .await?;
+    let exe =
+        std::env::current_exe().context("cannot find this executable for the job shepherd")?;
+    let node = gsched_noded::start(
+        NodeConfig {
+            name: args.node_name,
+            controller: format!("http://{}", ctld.addr),
+            listen: "127.0.0.1:0".parse().expect("valid"),
+            sim_gpus: args.sim_gpus,
+            workers: args.workers,
+            kill_wait: args.kill_wait,
+            heartbeat_interval: args.heartbeat_interval,
+            cluster_key_file: None,
+        },
+        &state_dir,
+        exe,
+    )
+    .await?;
+    tracing::info!(
+        url = %format!("http://{}", ctld.addr),
+        node = %node.name,
+        state_dir = %state_dir.display(),
+        "gsched is up; point the CLI at it with GSCHED_URL=http://{}",
+        ctld.addr
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down; running jobs keep running and are adopted at the next start");
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.len() == 3 && argv[1] == shepherd::SHEPHERD_ARG {
+        std::process::exit(shepherd::main(std::path::Path::new(&argv[2])));
+    }
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Up(args) => {
+            init_logs(&args.log_format);
+            tokio::runtime::Runtime::new()?.block_on(up(args))
+        }
+    }
+}

@@ -127,7 +127,9 @@ impl Cluster {
                 if let Some(node) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
                     node.running.insert(job.id);
                     if let Some(uuid) = &job.gpu_instance {
-                        if let Some(slot) = node.instances.iter_mut().find(|s| &s.instance.uuid == uuid) {
+                        if let Some(slot) =
+                            node.instances.iter_mut().find(|s| &s.instance.uuid == uuid)
+                        {
                             slot.isolated_owner = Some(job.id);
                         }
                     }
@@ -171,20 +173,34 @@ impl Cluster {
 
     /// Accepts a job. It is queued at once; the caller persists it before
     /// acknowledging, and withdraws it with [`Cluster::withdraw`] if that fails.
-    pub fn submit(&mut self, spec: JobSpec, now: i64) -> Result<(JobId, Vec<Effect>), ClusterError> {
+    pub fn submit(
+        &mut self,
+        spec: JobSpec,
+        now: i64,
+    ) -> Result<(JobId, Vec<Effect>), ClusterError> {
         spec.validate()?;
         let id = self.next_id;
         self.next_id += 1;
         let job = Job::new(id, spec, now);
         self.queue_for(job.spec.isolated).insert(id);
         self.jobs.insert(id, job);
-        Ok((id, vec![Effect::Job { id, event: "submitted".into() }]))
+        Ok((
+            id,
+            vec![Effect::Job {
+                id,
+                event: "submitted".into(),
+            }],
+        ))
     }
 
     /// Removes a job that could not be persisted. Only a pending job that
     /// nothing else has touched can be withdrawn.
     pub fn withdraw(&mut self, id: JobId) {
-        if self.jobs.get(&id).is_some_and(|j| j.state == JobState::Pending) {
+        if self
+            .jobs
+            .get(&id)
+            .is_some_and(|j| j.state == JobState::Pending)
+        {
             self.isolated_queue.remove(&id);
             self.shared_queue.remove(&id);
             self.jobs.remove(&id);
@@ -201,12 +217,18 @@ impl Cluster {
             let iso: Vec<QueuedJob<'_>> = self
                 .isolated_queue
                 .iter()
-                .map(|id| QueuedJob { id: *id, gpu: &self.jobs[id].spec.gpu })
+                .map(|id| QueuedJob {
+                    id: *id,
+                    gpu: &self.jobs[id].spec.gpu,
+                })
                 .collect();
             let shared: Vec<QueuedJob<'_>> = self
                 .shared_queue
                 .iter()
-                .map(|id| QueuedJob { id: *id, gpu: &self.jobs[id].spec.gpu })
+                .map(|id| QueuedJob {
+                    id: *id,
+                    gpu: &self.jobs[id].spec.gpu,
+                })
                 .collect();
             let nodes: Vec<NodeView<'_>> = self
                 .nodes
@@ -228,17 +250,32 @@ impl Cluster {
                         .collect(),
                 })
                 .collect();
-            self.policy.plan(&LaunchInput { isolated: &iso, shared: &shared, nodes: &nodes })
+            self.policy.plan(&LaunchInput {
+                isolated: &iso,
+                shared: &shared,
+                nodes: &nodes,
+            })
         };
         for d in plan.decisions {
             match d {
-                Decision::Launch { job, node, instance } => {
+                Decision::Launch {
+                    job,
+                    node,
+                    instance,
+                } => {
                     if self.start(job, &node, instance, now).is_ok() {
-                        effects.push(Effect::Job { id: job, event: format!("started on {node}") });
+                        effects.push(Effect::Job {
+                            id: job,
+                            event: format!("started on {node}"),
+                        });
                         effects.push(Effect::Launch { job, node });
                     }
                 }
-                Decision::Drain { job, node, instance } => {
+                Decision::Drain {
+                    job,
+                    node,
+                    instance,
+                } => {
                     if let Some(slot) = self.slot_mut(&node, &instance) {
                         slot.draining_for = Some(job);
                     }
@@ -282,14 +319,23 @@ impl Cluster {
             .find(|s| s.instance.uuid == uuid)
     }
 
-    fn start(&mut self, id: JobId, node: &str, instance: Option<String>, now: i64) -> Result<(), ClusterError> {
+    fn start(
+        &mut self,
+        id: JobId,
+        node: &str,
+        instance: Option<String>,
+        now: i64,
+    ) -> Result<(), ClusterError> {
         let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
         job.transition(JobState::Running, now)?;
         job.node = Some(node.to_string());
         job.gpu_instance = instance.clone();
         let isolated = job.spec.isolated;
         self.queue_for(isolated).remove(&id);
-        let n = self.nodes.get_mut(node).ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
+        let n = self
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
         n.running.insert(id);
         if let Some(uuid) = instance {
             if let Some(slot) = n.instances.iter_mut().find(|s| s.instance.uuid == uuid) {
@@ -302,7 +348,9 @@ impl Cluster {
 
     /// Takes a job off its node's books (instance and worker).
     fn release(&mut self, id: JobId) {
-        let Some(job) = self.jobs.get(&id) else { return };
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
         if let Some(n) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
             n.running.remove(&id);
             for s in &mut n.instances {
@@ -324,7 +372,10 @@ impl Cluster {
             return Err(ClusterError::NotRunning(id));
         }
         if job.node.as_deref() != Some(node) {
-            return Err(ClusterError::WrongNode { job: id, node: node.into() });
+            return Err(ClusterError::WrongNode {
+                job: id,
+                node: node.into(),
+            });
         }
         if ended.outcome.cause == EndCause::Lost {
             return Ok(self.lose(id, ended.end_time));
@@ -336,7 +387,10 @@ impl Cluster {
         job.reason = reason;
         job.exit_code = ended.outcome.exit_code;
         job.exit_signal = ended.outcome.signal;
-        Ok(vec![Effect::Job { id, event: format!("ended {state}") }])
+        Ok(vec![Effect::Job {
+            id,
+            event: format!("ended {state}"),
+        }])
     }
 
     /// A running job's processes are gone: NODE_FAIL, or back to the queue
@@ -345,16 +399,25 @@ impl Cluster {
         self.release(id);
         let job = self.jobs.get_mut(&id).expect("caller checked");
         if job.spec.requeue {
-            job.transition(JobState::Requeued, now).expect("running job");
-            job.transition(JobState::Pending, now).expect("requeued job");
+            job.transition(JobState::Requeued, now)
+                .expect("running job");
+            job.transition(JobState::Pending, now)
+                .expect("requeued job");
             job.reason = Some("NodeFailRequeued".into());
             let isolated = job.spec.isolated;
             self.queue_for(isolated).insert(id);
-            vec![Effect::Job { id, event: "requeued after node failure".into() }]
+            vec![Effect::Job {
+                id,
+                event: "requeued after node failure".into(),
+            }]
         } else {
-            job.transition(JobState::NodeFail, now).expect("running job");
+            job.transition(JobState::NodeFail, now)
+                .expect("running job");
             job.reason = Some("NodeFail".into());
-            vec![Effect::Job { id, event: "ended NODE_FAIL".into() }]
+            vec![Effect::Job {
+                id,
+                event: "ended NODE_FAIL".into(),
+            }]
         }
     }
 
@@ -368,11 +431,19 @@ impl Cluster {
                 job.reason = None;
                 let isolated = job.spec.isolated;
                 self.queue_for(isolated).remove(&id);
-                Ok(vec![Effect::Job { id, event: "cancelled while pending".into() }])
+                Ok(vec![Effect::Job {
+                    id,
+                    event: "cancelled while pending".into(),
+                }])
             }
             JobState::Running => {
                 let node = job.node.clone().unwrap_or_default();
-                Ok(vec![Effect::Signal { job: id, node, signal: SIGTERM, cancel: true }])
+                Ok(vec![Effect::Signal {
+                    job: id,
+                    node,
+                    signal: SIGTERM,
+                    cancel: true,
+                }])
             }
             _ => Ok(vec![]),
         }
@@ -385,7 +456,12 @@ impl Cluster {
             return Err(ClusterError::NotRunning(id));
         }
         let node = job.node.clone().unwrap_or_default();
-        Ok(vec![Effect::Signal { job: id, node, signal, cancel: false }])
+        Ok(vec![Effect::Signal {
+            job: id,
+            node,
+            signal,
+            cancel: false,
+        }])
     }
 
     /// A node registers (first start, restart, or after the controller
@@ -393,10 +469,16 @@ impl Cluster {
     /// controller thinks run there but the node does not know are lost, and
     /// processes the controller does not expect are killed.
     pub fn register_node(&mut self, reg: &NodeRegistration, now: i64) -> Vec<Effect> {
-        let mut effects = vec![Effect::Node { name: reg.name.clone() }];
+        let mut effects = vec![Effect::Node {
+            name: reg.name.clone(),
+        }];
         let worker_limit = reg.worker_limit.unwrap_or_else(|| {
             let sum: u32 = reg.instances.iter().map(Instance::worker_limit).sum();
-            if sum == 0 { reg.cpus.max(1) } else { sum }
+            if sum == 0 {
+                reg.cpus.max(1)
+            } else {
+                sum
+            }
         });
         let old = self.nodes.remove(&reg.name);
         let mut node = Node {
@@ -419,7 +501,9 @@ impl Cluster {
             running: BTreeSet::new(),
         };
         // Keep the books of jobs we believe run there.
-        let believed: Vec<JobId> = old.map(|o| o.running.into_iter().collect()).unwrap_or_default();
+        let believed: Vec<JobId> = old
+            .map(|o| o.running.into_iter().collect())
+            .unwrap_or_default();
         for id in &believed {
             let j = &self.jobs[id];
             node.running.insert(*id);
@@ -442,21 +526,28 @@ impl Cluster {
             }
         }
         for id in &reg.running {
-            let ours = self
-                .jobs
-                .get(id)
-                .is_some_and(|j| j.state == JobState::Running && j.node.as_deref() == Some(&reg.name));
+            let ours = self.jobs.get(id).is_some_and(|j| {
+                j.state == JobState::Running && j.node.as_deref() == Some(&reg.name)
+            });
             if !ours {
-                effects.push(Effect::Signal { job: *id, node: reg.name.clone(), signal: SIGKILL, cancel: true });
+                effects.push(Effect::Signal {
+                    job: *id,
+                    node: reg.name.clone(),
+                    signal: SIGKILL,
+                    cancel: true,
+                });
             }
         }
         effects
     }
 
-    /// A node stopped answering: mark it down and lose its jobs.
+    /// A node stopped answering (or never came back after a controller
+    /// restart): mark it down and lose its jobs.
     pub fn node_down(&mut self, name: &str, now: i64) -> Vec<Effect> {
-        let Some(n) = self.nodes.get_mut(name) else { return vec![] };
-        if !n.up {
+        let Some(n) = self.nodes.get_mut(name) else {
+            return vec![];
+        };
+        if !n.up && n.running.is_empty() {
             return vec![];
         }
         n.up = false;
@@ -470,32 +561,46 @@ impl Cluster {
 
     /// The node refused to start a job (a reason the user can act on).
     pub fn launch_refused(&mut self, id: JobId, why: String, now: i64) -> Vec<Effect> {
-        if self.jobs.get(&id).is_none_or(|j| j.state != JobState::Running) {
+        if self
+            .jobs
+            .get(&id)
+            .is_none_or(|j| j.state != JobState::Running)
+        {
             return vec![];
         }
         self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked");
         job.transition(JobState::Failed, now).expect("running job");
         job.reason = Some(why.clone());
-        vec![Effect::Job { id, event: format!("launch failed: {why}") }]
+        vec![Effect::Job {
+            id,
+            event: format!("launch failed: {why}"),
+        }]
     }
 
     /// The node could not be reached to start a job: it never ran, so it
     /// goes back to the queue and the node is marked down.
     pub fn launch_unreachable(&mut self, id: JobId, now: i64) -> Vec<Effect> {
-        let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else { return vec![] };
+        let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else {
+            return vec![];
+        };
         if self.jobs[&id].state != JobState::Running {
             return vec![];
         }
         self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked");
-        job.transition(JobState::Requeued, now).expect("running job");
-        job.transition(JobState::Pending, now).expect("requeued job");
+        job.transition(JobState::Requeued, now)
+            .expect("running job");
+        job.transition(JobState::Pending, now)
+            .expect("requeued job");
         job.restarts -= 1;
         job.reason = Some("LaunchFailedRequeued".into());
         let isolated = job.spec.isolated;
         self.queue_for(isolated).insert(id);
-        let mut effects = vec![Effect::Job { id, event: format!("launch on {node} failed; requeued") }];
+        let mut effects = vec![Effect::Job {
+            id,
+            event: format!("launch on {node} failed; requeued"),
+        }];
         effects.extend(self.node_down(&node, now));
         effects
     }
@@ -522,7 +627,10 @@ mod tests {
             submit_host: "h".into(),
             isolated,
             gpu: if isolated {
-                GpuRequest { mig_profile: Some("1g.5gb".into()), mem_mib: None }
+                GpuRequest {
+                    mig_profile: Some("1g.5gb".into()),
+                    mem_mib: None,
+                }
             } else {
                 GpuRequest::default()
             },
@@ -550,7 +658,11 @@ mod tests {
     fn ended(id: JobId, code: i32, cause: EndCause) -> JobEnded {
         JobEnded {
             job_id: id,
-            outcome: ProcessOutcome { exit_code: Some(code), signal: None, cause },
+            outcome: ProcessOutcome {
+                exit_code: Some(code),
+                signal: None,
+                cause,
+            },
             end_time: 50,
         }
     }
@@ -562,8 +674,14 @@ mod tests {
         let (a, _) = c.submit(spec(true, false), 1).unwrap();
         let (b, _) = c.submit(spec(false, false), 1).unwrap();
         let fx = c.schedule(2);
-        assert!(fx.contains(&Effect::Launch { job: a, node: "n1".into() }));
-        assert!(fx.contains(&Effect::Launch { job: b, node: "n1".into() }));
+        assert!(fx.contains(&Effect::Launch {
+            job: a,
+            node: "n1".into()
+        }));
+        assert!(fx.contains(&Effect::Launch {
+            job: b,
+            node: "n1".into()
+        }));
         assert!(c.job(a).unwrap().gpu_instance.is_some());
         assert_eq!(c.job(b).unwrap().gpu_instance, None);
         c.job_ended("n1", &ended(a, 0, EndCause::Exited)).unwrap();
@@ -572,9 +690,17 @@ mod tests {
         assert_eq!(c.job(b).unwrap().state, JobState::Failed);
         assert_eq!(c.job(b).unwrap().exit_code, Some(2));
         assert!(c.node("n1").unwrap().running.is_empty());
-        assert!(c.node("n1").unwrap().instances.iter().all(|s| s.isolated_owner.is_none()));
+        assert!(c
+            .node("n1")
+            .unwrap()
+            .instances
+            .iter()
+            .all(|s| s.isolated_owner.is_none()));
         // A second report of the same end is refused and changes nothing.
-        assert!(matches!(c.job_ended("n1", &ended(a, 1, EndCause::Exited)), Err(ClusterError::NotRunning(_))));
+        assert!(matches!(
+            c.job_ended("n1", &ended(a, 1, EndCause::Exited)),
+            Err(ClusterError::NotRunning(_))
+        ));
         assert_eq!(c.job(a).unwrap().state, JobState::Completed);
     }
 
@@ -583,7 +709,10 @@ mod tests {
         let mut c = Cluster::new(Box::new(CaseLaunch));
         let mut s = spec(false, false);
         s.script = "no shebang".into();
-        assert!(matches!(c.submit(s, 0), Err(ClusterError::Spec(SpecError::NoShebang))));
+        assert!(matches!(
+            c.submit(s, 0),
+            Err(ClusterError::Spec(SpecError::NoShebang))
+        ));
         assert_eq!(c.pending_count(), 0);
         assert_eq!(c.jobs().count(), 0);
     }
@@ -612,8 +741,17 @@ mod tests {
         let (b, _) = c.submit(spec(false, false), 0).unwrap();
         c.schedule(1);
         let fx = c.cancel(b, 2).unwrap();
-        assert_eq!(fx, vec![Effect::Signal { job: b, node: "n1".into(), signal: SIGTERM, cancel: true }]);
-        c.job_ended("n1", &ended(b, 0, EndCause::Cancelled)).unwrap();
+        assert_eq!(
+            fx,
+            vec![Effect::Signal {
+                job: b,
+                node: "n1".into(),
+                signal: SIGTERM,
+                cancel: true
+            }]
+        );
+        c.job_ended("n1", &ended(b, 0, EndCause::Cancelled))
+            .unwrap();
         assert_eq!(c.job(b).unwrap().state, JobState::Cancelled);
         assert!(matches!(c.cancel(99, 0), Err(ClusterError::UnknownJob(99))));
     }
@@ -628,16 +766,25 @@ mod tests {
         c.node_down("n1", 5);
         assert_eq!(c.job(a).unwrap().state, JobState::NodeFail);
         let jb = c.job(b).unwrap();
-        assert_eq!((jb.state, jb.restarts, jb.node.clone()), (JobState::Pending, 1, None));
+        assert_eq!(
+            (jb.state, jb.restarts, jb.node.clone()),
+            (JobState::Pending, 1, None)
+        );
         // Down node: nothing launches.
         assert!(c.schedule(6).is_empty());
         c.register_node(&reg(vec![], vec![]), 7);
-        assert!(c.schedule(8).contains(&Effect::Launch { job: b, node: "n1".into() }));
+        assert!(c.schedule(8).contains(&Effect::Launch {
+            job: b,
+            node: "n1".into()
+        }));
     }
 
     #[test]
     fn restore_and_reregister_reconciles() {
-        let reg4 = |running, ended| NodeRegistration { worker_limit: Some(4), ..reg(running, ended) };
+        let reg4 = |running, ended| NodeRegistration {
+            worker_limit: Some(4),
+            ..reg(running, ended)
+        };
         let mut c = Cluster::new(Box::new(CaseLaunch));
         c.register_node(&reg4(vec![], vec![]), 0);
         for _ in 0..3 {
@@ -649,7 +796,10 @@ mod tests {
         let jobs: Vec<Job> = c.jobs().cloned().collect();
         let nodes: Vec<Node> = c.nodes().cloned().collect();
         let mut c = Cluster::restore(Box::new(CaseLaunch), jobs, nodes);
-        assert!(c.schedule(2).is_empty(), "nothing launches before the node is back");
+        assert!(
+            c.schedule(2).is_empty(),
+            "nothing launches before the node is back"
+        );
         // Job 1 finished meanwhile, 2 still runs, 3 and the isolated job are gone;
         // job 77 is unknown and must be killed.
         let fx = c.register_node(&reg4(vec![2, 77], vec![ended(1, 0, EndCause::Exited)]), 3);
@@ -657,10 +807,26 @@ mod tests {
         assert_eq!(c.job(2).unwrap().state, JobState::Running);
         assert_eq!(c.job(3).unwrap().state, JobState::NodeFail);
         assert_eq!(c.job(iso).unwrap().state, JobState::Pending);
-        assert!(fx.contains(&Effect::Signal { job: 77, node: "n1".into(), signal: SIGKILL, cancel: true }));
-        assert_eq!(c.node("n1").unwrap().running.iter().copied().collect::<Vec<_>>(), vec![2]);
+        assert!(fx.contains(&Effect::Signal {
+            job: 77,
+            node: "n1".into(),
+            signal: SIGKILL,
+            cancel: true
+        }));
+        assert_eq!(
+            c.node("n1")
+                .unwrap()
+                .running
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            vec![2]
+        );
         // The isolated job can have its instance again; ids continue.
-        assert!(c.schedule(4).iter().any(|e| matches!(e, Effect::Launch { job, .. } if *job == iso)));
+        assert!(c
+            .schedule(4)
+            .iter()
+            .any(|e| matches!(e, Effect::Launch { job, .. } if *job == iso)));
         assert_eq!(c.submit(spec(false, false), 5).unwrap().0, 5);
     }
 

@@ -108,7 +108,10 @@ mod tests {
                 gid: 6,
                 submit_host: "login".into(),
                 isolated: true,
-                gpu: GpuRequest { mig_profile: Some("1g.5gb".into()), mem_mib: None },
+                gpu: GpuRequest {
+                    mig_profile: Some("1g.5gb".into()),
+                    mem_mib: None,
+                },
                 time_limit: Some(90),
                 stdout: None,
                 stderr: None,
@@ -150,7 +153,10 @@ mod tests {
             controller_url: "u",
         };
         let env = job_environment(&job(), &at);
-        assert!(!env.contains_key("CUDA_VISIBLE_DEVICES"), "submitter's devices leaked");
+        assert!(
+            !env.contains_key("CUDA_VISIBLE_DEVICES"),
+            "submitter's devices leaked"
+        );
         assert!(!env.contains_key("SLURM_JOB_GPUS"));
     }
 }

@@ -99,11 +99,46 @@ const A30: &[MigProfile] = &[
 ];
 
 pub const MODELS: &[GpuModel] = &[
-    GpuModel { name: "A30", memory_mib: 24576, sms: 56, compute_slices: 4, memory_slices: 4, profiles: A30 },
-    GpuModel { name: "A100-40GB", memory_mib: 40960, sms: 108, compute_slices: 7, memory_slices: 8, profiles: A100_40 },
-    GpuModel { name: "A100-80GB", memory_mib: 81920, sms: 108, compute_slices: 7, memory_slices: 8, profiles: A100_80 },
-    GpuModel { name: "H100-80GB", memory_mib: 81559, sms: 132, compute_slices: 7, memory_slices: 8, profiles: H100_80 },
-    GpuModel { name: "H200", memory_mib: 143771, sms: 132, compute_slices: 7, memory_slices: 8, profiles: H200 },
+    GpuModel {
+        name: "A30",
+        memory_mib: 24576,
+        sms: 56,
+        compute_slices: 4,
+        memory_slices: 4,
+        profiles: A30,
+    },
+    GpuModel {
+        name: "A100-40GB",
+        memory_mib: 40960,
+        sms: 108,
+        compute_slices: 7,
+        memory_slices: 8,
+        profiles: A100_40,
+    },
+    GpuModel {
+        name: "A100-80GB",
+        memory_mib: 81920,
+        sms: 108,
+        compute_slices: 7,
+        memory_slices: 8,
+        profiles: A100_80,
+    },
+    GpuModel {
+        name: "H100-80GB",
+        memory_mib: 81559,
+        sms: 132,
+        compute_slices: 7,
+        memory_slices: 8,
+        profiles: H100_80,
+    },
+    GpuModel {
+        name: "H200",
+        memory_mib: 143771,
+        sms: 132,
+        compute_slices: 7,
+        memory_slices: 8,
+        profiles: H200,
+    },
 ];
 
 /// Looks a model up by name, case-insensitively (`H100` and `H200-141GB` too).
@@ -245,19 +280,33 @@ pub fn parse_sim_spec(spec: &str) -> Result<Vec<SimGpu>, SimSpecError> {
 /// Parses `2g.10gb*2,1g.5gb*3` for one model and checks that it fits the GPU:
 /// every profile exists, per-profile maxima hold, and the compute and memory
 /// slices add up. (Exact placement search comes with the MIG layer.)
-pub fn parse_layout(m: &'static GpuModel, layout: &str) -> Result<Vec<&'static MigProfile>, SimSpecError> {
+pub fn parse_layout(
+    m: &'static GpuModel,
+    layout: &str,
+) -> Result<Vec<&'static MigProfile>, SimSpecError> {
     let mut out = Vec::new();
     for item in layout.split(',') {
         let item = item.trim();
         let (name, n) = match item.split_once('*') {
-            Some((name, n)) => (name, n.parse::<u32>().map_err(|_| SimSpecError::Syntax(layout.into()))?),
+            Some((name, n)) => (
+                name,
+                n.parse::<u32>()
+                    .map_err(|_| SimSpecError::Syntax(layout.into()))?,
+            ),
             None => (item, 1),
         };
-        let prof = m.profile(name).ok_or_else(|| SimSpecError::UnknownProfile {
-            model: m.name.into(),
-            profile: name.into(),
-            known: m.profiles.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
-        })?;
+        let prof = m
+            .profile(name)
+            .ok_or_else(|| SimSpecError::UnknownProfile {
+                model: m.name.into(),
+                profile: name.into(),
+                known: m
+                    .profiles
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
         for _ in 0..n {
             out.push(prof);
         }
@@ -274,7 +323,10 @@ pub fn parse_layout(m: &'static GpuModel, layout: &str) -> Result<Vec<&'static M
     for prof in m.profiles {
         let n = out.iter().filter(|p| p.name == prof.name).count() as u32;
         if n > prof.max_count {
-            return Err(impossible(format!("at most {} x {} fit", prof.max_count, prof.name)));
+            return Err(impossible(format!(
+                "at most {} x {} fit",
+                prof.max_count, prof.name
+            )));
         }
     }
     let compute: u32 = out.iter().map(|p| p.compute_slices).sum();
@@ -391,8 +443,14 @@ mod tests {
 
     #[test]
     fn bad_specs_say_why() {
-        assert!(matches!(parse_sim_spec("A100"), Err(SimSpecError::Syntax(_))));
-        assert!(matches!(parse_sim_spec("2xB200"), Err(SimSpecError::UnknownModel(_))));
+        assert!(matches!(
+            parse_sim_spec("A100"),
+            Err(SimSpecError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse_sim_spec("2xB200"),
+            Err(SimSpecError::UnknownModel(_))
+        ));
         assert!(matches!(
             parse_sim_spec("1xA30:1g.5gb"),
             Err(SimSpecError::UnknownProfile { .. })
@@ -409,10 +467,16 @@ mod tests {
     #[test]
     fn satisfies_requests() {
         let inst = sim_instances("n", &parse_sim_spec("1xA100-40GB:2g.10gb,1g.5gb").unwrap());
-        let by_profile = GpuRequest { mig_profile: Some("1g.5gb".into()), mem_mib: None };
+        let by_profile = GpuRequest {
+            mig_profile: Some("1g.5gb".into()),
+            mem_mib: None,
+        };
         assert!(!inst[0].satisfies(&by_profile));
         assert!(inst[1].satisfies(&by_profile));
-        let by_mem = GpuRequest { mig_profile: None, mem_mib: Some(6000) };
+        let by_mem = GpuRequest {
+            mig_profile: None,
+            mem_mib: Some(6000),
+        };
         assert!(inst[0].satisfies(&by_mem));
         assert!(!inst[1].satisfies(&by_mem));
     }

@@ -200,7 +200,9 @@ pub enum SpecError {
     RelativeWorkingDir(String),
     #[error("an isolated job must state its GPU footprint: give a MIG profile (--mig) or a memory size (--gpu-mem)")]
     IsolatedWithoutFootprint,
-    #[error("a MIG profile (--mig {0}) asks for an isolated instance; add --isolated or drop --mig")]
+    #[error(
+        "a MIG profile (--mig {0}) asks for an isolated instance; add --isolated or drop --mig"
+    )]
     ProfileWithoutIsolated(String),
     #[error("'{0}' is not a MIG profile name (expected the form Ng.Mgb, e.g. 1g.5gb)")]
     BadProfile(String),
@@ -384,7 +386,10 @@ mod tests {
         assert!(Running.transition(Timeout).is_ok());
         assert!(Requeued.transition(Pending).is_ok());
         let err = Pending.transition(Completed).unwrap_err();
-        assert_eq!(err.to_string(), "job state cannot change from PENDING to COMPLETED");
+        assert_eq!(
+            err.to_string(),
+            "job state cannot change from PENDING to COMPLETED"
+        );
         assert!(Pending.transition(Pending).is_err());
         assert!(Running.transition(Pending).is_err());
     }
@@ -404,10 +409,16 @@ mod tests {
         assert_eq!(s.validate(), Err(SpecError::BadProfile("big".into())));
         let mut s = spec();
         s.working_dir = "rel".into();
-        assert!(matches!(s.validate(), Err(SpecError::RelativeWorkingDir(_))));
+        assert!(matches!(
+            s.validate(),
+            Err(SpecError::RelativeWorkingDir(_))
+        ));
         let mut s = spec();
         s.gpu.mig_profile = Some("1g.5gb".into());
-        assert!(matches!(s.validate(), Err(SpecError::ProfileWithoutIsolated(_))));
+        assert!(matches!(
+            s.validate(),
+            Err(SpecError::ProfileWithoutIsolated(_))
+        ));
     }
 
     #[test]

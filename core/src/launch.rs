@@ -134,7 +134,13 @@ impl LaunchPolicy for CaseLaunch {
         let mut free: Vec<u32> = input
             .nodes
             .iter()
-            .map(|n| if n.up { n.worker_limit.saturating_sub(n.workers_used) } else { 0 })
+            .map(|n| {
+                if n.up {
+                    n.worker_limit.saturating_sub(n.workers_used)
+                } else {
+                    0
+                }
+            })
             .collect();
         if !input.nodes.iter().any(|n| n.up) {
             plan.rest = Some(PendingReason::NodeDown);
@@ -170,9 +176,11 @@ impl LaunchPolicy for CaseLaunch {
                     }
                 }
                 None => {
-                    let possible = input.nodes.iter().filter(|n| n.up).any(|n| {
-                        n.instances.iter().any(|v| v.instance.satisfies(job.gpu))
-                    });
+                    let possible = input
+                        .nodes
+                        .iter()
+                        .filter(|n| n.up)
+                        .any(|n| n.instances.iter().any(|v| v.instance.satisfies(job.gpu)));
                     let reason = if possible {
                         PendingReason::Resources
                     } else {
@@ -270,7 +278,10 @@ mod tests {
 
     #[test]
     fn isolated_first_best_fit_then_shared() {
-        let inst = sim_instances("n1", &parse_sim_spec("1xA100-40GB:2g.10gb*2,1g.5gb*3").unwrap());
+        let inst = sim_instances(
+            "n1",
+            &parse_sim_spec("1xA100-40GB:2g.10gb*2,1g.5gb*3").unwrap(),
+        );
         let nodes = vec![NodeView {
             name: "n1",
             up: true,
@@ -281,15 +292,37 @@ mod tests {
         let small = req(None, Some(4000));
         let prof = req(Some("2g.10gb"), None);
         let none = GpuRequest::default();
-        let iso = [QueuedJob { id: 1, gpu: &small }, QueuedJob { id: 2, gpu: &prof }];
-        let shared = [QueuedJob { id: 3, gpu: &none }, QueuedJob { id: 4, gpu: &none }];
-        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &shared, nodes: &nodes });
+        let iso = [
+            QueuedJob { id: 1, gpu: &small },
+            QueuedJob { id: 2, gpu: &prof },
+        ];
+        let shared = [
+            QueuedJob { id: 3, gpu: &none },
+            QueuedJob { id: 4, gpu: &none },
+        ];
+        let plan = CaseLaunch.plan(&LaunchInput {
+            isolated: &iso,
+            shared: &shared,
+            nodes: &nodes,
+        });
         assert_eq!(
             plan.decisions,
             vec![
-                Decision::Launch { job: 1, node: "n1".into(), instance: Some(inst[2].uuid.clone()) },
-                Decision::Launch { job: 2, node: "n1".into(), instance: Some(inst[0].uuid.clone()) },
-                Decision::Launch { job: 3, node: "n1".into(), instance: None },
+                Decision::Launch {
+                    job: 1,
+                    node: "n1".into(),
+                    instance: Some(inst[2].uuid.clone())
+                },
+                Decision::Launch {
+                    job: 2,
+                    node: "n1".into(),
+                    instance: Some(inst[0].uuid.clone())
+                },
+                Decision::Launch {
+                    job: 3,
+                    node: "n1".into(),
+                    instance: None
+                },
             ]
         );
         assert_eq!(plan.rest, Some(PendingReason::Resources));
@@ -300,38 +333,86 @@ mod tests {
         let inst = sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb").unwrap());
         let mut v = views(&inst);
         v[0].active_tasks = 2;
-        let nodes = vec![NodeView { name: "n1", up: true, worker_limit: 4, workers_used: 1, instances: v }];
+        let nodes = vec![NodeView {
+            name: "n1",
+            up: true,
+            worker_limit: 4,
+            workers_used: 1,
+            instances: v,
+        }];
         let r = req(Some("1g.5gb"), None);
         let iso = [QueuedJob { id: 7, gpu: &r }, QueuedJob { id: 8, gpu: &r }];
-        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &[], nodes: &nodes });
+        let plan = CaseLaunch.plan(&LaunchInput {
+            isolated: &iso,
+            shared: &[],
+            nodes: &nodes,
+        });
         assert_eq!(
             plan.decisions,
-            vec![Decision::Drain { job: 7, node: "n1".into(), instance: inst[0].uuid.clone() }]
+            vec![Decision::Drain {
+                job: 7,
+                node: "n1".into(),
+                instance: inst[0].uuid.clone()
+            }]
         );
-        assert_eq!(plan.waiting, vec![(7, PendingReason::Draining), (8, PendingReason::Resources)]);
+        assert_eq!(
+            plan.waiting,
+            vec![(7, PendingReason::Draining), (8, PendingReason::Resources)]
+        );
 
         // Once drained, job 7 (and only job 7) gets it.
         let mut v = views(&inst);
         v[0].draining_for = Some(7);
-        let nodes = vec![NodeView { name: "n1", up: true, worker_limit: 4, workers_used: 0, instances: v }];
+        let nodes = vec![NodeView {
+            name: "n1",
+            up: true,
+            worker_limit: 4,
+            workers_used: 0,
+            instances: v,
+        }];
         let iso = [QueuedJob { id: 8, gpu: &r }, QueuedJob { id: 7, gpu: &r }];
-        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &[], nodes: &nodes });
+        let plan = CaseLaunch.plan(&LaunchInput {
+            isolated: &iso,
+            shared: &[],
+            nodes: &nodes,
+        });
         assert_eq!(
             plan.decisions,
-            vec![Decision::Launch { job: 7, node: "n1".into(), instance: Some(inst[0].uuid.clone()) }]
+            vec![Decision::Launch {
+                job: 7,
+                node: "n1".into(),
+                instance: Some(inst[0].uuid.clone())
+            }]
         );
     }
 
     #[test]
     fn impossible_request_and_down_nodes() {
         let inst = sim_instances("n1", &parse_sim_spec("1xA30:1g.6gb*4").unwrap());
-        let nodes = vec![NodeView { name: "n1", up: true, worker_limit: 16, workers_used: 0, instances: views(&inst) }];
+        let nodes = vec![NodeView {
+            name: "n1",
+            up: true,
+            worker_limit: 16,
+            workers_used: 0,
+            instances: views(&inst),
+        }];
         let r = req(None, Some(20_000));
         let iso = [QueuedJob { id: 1, gpu: &r }];
-        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &[], nodes: &nodes });
+        let plan = CaseLaunch.plan(&LaunchInput {
+            isolated: &iso,
+            shared: &[],
+            nodes: &nodes,
+        });
         assert_eq!(plan.waiting, vec![(1, PendingReason::ReqNodeNotAvail)]);
-        let down = vec![NodeView { up: false, ..nodes[0].clone() }];
-        let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &[], nodes: &down });
+        let down = vec![NodeView {
+            up: false,
+            ..nodes[0].clone()
+        }];
+        let plan = CaseLaunch.plan(&LaunchInput {
+            isolated: &iso,
+            shared: &[],
+            nodes: &down,
+        });
         assert_eq!(plan.rest, Some(PendingReason::NodeDown));
         assert!(plan.decisions.is_empty());
     }

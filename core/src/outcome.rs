@@ -73,7 +73,11 @@ pub struct BadSignal(pub String);
 pub fn parse_signal(s: &str) -> Result<i32, BadSignal> {
     let t = s.trim();
     if let Ok(n) = t.parse::<i32>() {
-        return if (1..=64).contains(&n) { Ok(n) } else { Err(BadSignal(s.into())) };
+        return if (1..=64).contains(&n) {
+            Ok(n)
+        } else {
+            Err(BadSignal(s.into()))
+        };
     }
     let up = t.to_ascii_uppercase();
     let name = up.strip_prefix("SIG").unwrap_or(&up);
@@ -98,19 +102,44 @@ mod tests {
     use super::*;
 
     fn out(code: Option<i32>, sig: Option<i32>, cause: EndCause) -> ProcessOutcome {
-        ProcessOutcome { exit_code: code, signal: sig, cause }
+        ProcessOutcome {
+            exit_code: code,
+            signal: sig,
+            cause,
+        }
     }
 
     #[test]
     fn states_from_outcomes() {
-        assert_eq!(out(Some(0), None, EndCause::Exited).final_state().0, JobState::Completed);
-        assert_eq!(out(Some(3), None, EndCause::Exited).final_state().0, JobState::Failed);
-        assert_eq!(out(None, Some(9), EndCause::Exited).final_state().0, JobState::Failed);
-        assert_eq!(out(None, Some(15), EndCause::TimeLimit).final_state().0, JobState::Timeout);
-        assert_eq!(out(Some(0), None, EndCause::Cancelled).final_state().0, JobState::Cancelled);
-        assert_eq!(out(None, None, EndCause::Lost).final_state().0, JobState::NodeFail);
+        assert_eq!(
+            out(Some(0), None, EndCause::Exited).final_state().0,
+            JobState::Completed
+        );
+        assert_eq!(
+            out(Some(3), None, EndCause::Exited).final_state().0,
+            JobState::Failed
+        );
+        assert_eq!(
+            out(None, Some(9), EndCause::Exited).final_state().0,
+            JobState::Failed
+        );
+        assert_eq!(
+            out(None, Some(15), EndCause::TimeLimit).final_state().0,
+            JobState::Timeout
+        );
+        assert_eq!(
+            out(Some(0), None, EndCause::Cancelled).final_state().0,
+            JobState::Cancelled
+        );
+        assert_eq!(
+            out(None, None, EndCause::Lost).final_state().0,
+            JobState::NodeFail
+        );
         let (st, why) = out(None, None, EndCause::LaunchFailed("no such dir".into())).final_state();
-        assert_eq!((st, why.as_deref()), (JobState::Failed, Some("no such dir")));
+        assert_eq!(
+            (st, why.as_deref()),
+            (JobState::Failed, Some("no such dir"))
+        );
     }
 
     #[test]

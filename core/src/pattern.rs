@@ -76,8 +76,39 @@ mod tests {
         assert_eq!(expand("out-%j.txt", &ctx), "out-42.txt");
         assert_eq!(expand("%x-%u-%N-%%-%5j", &ctx), "train-ana-gpu01-%-00042");
         assert_eq!(expand("%A_%a", &ctx), "42_4294967294");
-        let arr = PatternContext { array_job_id: Some(40), array_task_id: Some(2), ..ctx.clone() };
+        let arr = PatternContext {
+            array_job_id: Some(40),
+            array_task_id: Some(2),
+            ..ctx.clone()
+        };
         assert_eq!(expand("slurm-%A_%a.out", &arr), "slurm-40_2.out");
         assert_eq!(expand("%q%", &ctx), "%q%");
     }
+}
+
+/// The resolved output and error paths of a job's batch step on `node`
+/// (relative patterns are taken from the job's working directory).
+pub fn job_output_paths(job: &crate::job::Job, node: &str) -> (String, String) {
+    let s = &job.spec;
+    let ctx = PatternContext {
+        job_id: job.id,
+        user: &s.user_name,
+        name: &s.name,
+        node,
+        ..Default::default()
+    };
+    let resolve = |p: &str| {
+        let e = expand(p, &ctx);
+        if e.starts_with('/') {
+            e
+        } else {
+            format!("{}/{}", s.working_dir.trim_end_matches('/'), e)
+        }
+    };
+    let out = resolve(s.stdout.as_deref().unwrap_or(DEFAULT_OUTPUT));
+    let err = match &s.stderr {
+        Some(p) => resolve(p),
+        None => out.clone(),
+    };
+    (out, err)
 }

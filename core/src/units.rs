@@ -136,7 +136,10 @@ mod tests {
         assert_eq!(parse_time_limit("10:30"), Ok(Some(630)));
         assert_eq!(parse_time_limit("30:00:05"), Ok(Some(30 * 3600 + 5)));
         assert_eq!(parse_time_limit("2-3"), Ok(Some(2 * 86400 + 3 * 3600)));
-        assert_eq!(parse_time_limit("2-3:04"), Ok(Some(2 * 86400 + 3 * 3600 + 240)));
+        assert_eq!(
+            parse_time_limit("2-3:04"),
+            Ok(Some(2 * 86400 + 3 * 3600 + 240))
+        );
         assert_eq!(parse_time_limit("1-0:0:1"), Ok(Some(86401)));
         assert_eq!(parse_time_limit("UNLIMITED"), Ok(None));
         assert_eq!(parse_time_limit("infinite"), Ok(None));

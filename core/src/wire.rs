@@ -78,3 +78,231 @@ pub struct JobEndReport {
 pub struct ErrorBody {
     pub error: String,
 }
+
+/// Why a cluster key file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyFileError {
+    #[error(
+        "cluster key file {path} can be read by other users (mode {mode:o}); run: chmod 600 {path}"
+    )]
+    TooOpen { path: String, mode: u32 },
+    #[error("cluster key file {path} is empty or shorter than 16 characters")]
+    TooShort { path: String },
+}
+
+/// Checks a key file's permission bits and contents; returns the key.
+pub fn check_key_file(path: &str, mode: u32, contents: &str) -> Result<String, KeyFileError> {
+    if mode & 0o077 != 0 {
+        return Err(KeyFileError::TooOpen {
+            path: path.into(),
+            mode: mode & 0o777,
+        });
+    }
+    let key = contents.trim();
+    if key.len() < 16 {
+        return Err(KeyFileError::TooShort { path: path.into() });
+    }
+    Ok(key.to_string())
+}
+
+/// Compares two keys in time independent of where they differ.
+pub fn keys_match(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_files() {
+        assert!(matches!(
+            check_key_file("k", 0o644, "0123456789abcdef"),
+            Err(KeyFileError::TooOpen { .. })
+        ));
+        assert!(matches!(
+            check_key_file("k", 0o600, "short"),
+            Err(KeyFileError::TooShort { .. })
+        ));
+        assert_eq!(
+            check_key_file("k", 0o100600, "0123456789abcdef\n").unwrap(),
+            "0123456789abcdef"
+        );
+        assert!(keys_match("abc", "abc"));
+        assert!(!keys_match("abc", "abd"));
+        assert!(!keys_match("abc", "abcd"));
+    }
+}
+
+/// A job as the REST API, `gqueue --json` and `gacct --json` show it.
+/// Field names are slurmrestd's where it has one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub job_id: JobId,
+    pub name: String,
+    pub job_state: crate::job::JobState,
+    pub state_reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub user_name: String,
+    pub user_id: u32,
+    pub group_id: u32,
+    pub partition: String,
+    /// Node the job runs or ran on ("" while pending).
+    pub nodes: String,
+    pub submit_time: i64,
+    pub start_time: Option<i64>,
+    pub end_time: Option<i64>,
+    /// Seconds run so far.
+    pub elapsed: i64,
+    /// Minutes, as slurmrestd; `null` is unlimited.
+    pub time_limit: Option<u64>,
+    pub current_working_directory: String,
+    pub standard_output: String,
+    pub standard_error: String,
+    pub isolated: bool,
+    pub gpu_request: crate::job::GpuRequest,
+    pub gpu_instance: Option<String>,
+    /// MiB, from the job's probes.
+    pub gpu_mem_peak: Option<u64>,
+    pub requeue: bool,
+    pub restart_cnt: u32,
+}
+
+impl JobInfo {
+    pub fn new(job: &Job, default_partition: &str, now: i64) -> JobInfo {
+        let s = &job.spec;
+        let node = job.node.clone().unwrap_or_default();
+        let (out, err) = crate::pattern::job_output_paths(job, &node);
+        JobInfo {
+            job_id: job.id,
+            name: s.name.clone(),
+            job_state: job.state,
+            state_reason: job.reason.clone(),
+            exit_code: job.exit_code,
+            exit_signal: job.exit_signal,
+            user_name: s.user_name.clone(),
+            user_id: s.uid,
+            group_id: s.gid,
+            partition: s
+                .partition
+                .clone()
+                .unwrap_or_else(|| default_partition.to_string()),
+            nodes: node,
+            submit_time: job.submit_time,
+            start_time: job.start_time,
+            end_time: job.end_time,
+            elapsed: job.elapsed(now),
+            time_limit: s.time_limit.map(|t| t.div_ceil(60)),
+            current_working_directory: s.working_dir.clone(),
+            standard_output: out,
+            standard_error: err,
+            isolated: s.isolated,
+            gpu_request: s.gpu.clone(),
+            gpu_instance: job.gpu_instance.clone(),
+            gpu_mem_peak: job.gpu_mem_peak,
+            requeue: s.requeue,
+            restart_cnt: job.restarts,
+        }
+    }
+}
+
+/// A node as the REST API and `ginfo --json` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub name: String,
+    /// Slurm's words: IDLE, MIXED, ALLOCATED or DOWN.
+    pub state: String,
+    pub cpus: u32,
+    pub memory_mib: u64,
+    pub worker_limit: u32,
+    pub workers_used: u32,
+    pub running_jobs: Vec<JobId>,
+    pub gpu_instances: usize,
+}
+
+/// A GPU instance as the REST API and `ginfo --json` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceInfo {
+    pub uuid: String,
+    pub node: String,
+    pub gpu_index: u32,
+    pub gpu_uuid: String,
+    pub model: String,
+    pub profile: Option<String>,
+    pub memory_mib: u64,
+    /// Memory held: the whole instance for an isolated job, else the sum of
+    /// task reservations.
+    pub memory_reserved_mib: u64,
+    pub sms: u32,
+    pub isolated_owner: Option<JobId>,
+    pub draining_for: Option<JobId>,
+    pub active_tasks: u32,
+    pub worker_limit: u32,
+}
+
+impl NodeInfo {
+    pub fn new(n: &crate::cluster::Node) -> NodeInfo {
+        let used = n.running.len() as u32;
+        let state = if !n.up {
+            "DOWN"
+        } else if used == 0 {
+            "IDLE"
+        } else if used >= n.worker_limit {
+            "ALLOCATED"
+        } else {
+            "MIXED"
+        };
+        NodeInfo {
+            name: n.name.clone(),
+            state: state.into(),
+            cpus: n.cpus,
+            memory_mib: n.memory_mib,
+            worker_limit: n.worker_limit,
+            workers_used: used,
+            running_jobs: n.running.iter().copied().collect(),
+            gpu_instances: n.instances.len(),
+        }
+    }
+}
+
+impl InstanceInfo {
+    pub fn new(node: &str, s: &crate::cluster::InstanceSlot) -> InstanceInfo {
+        let i = &s.instance;
+        InstanceInfo {
+            uuid: i.uuid.clone(),
+            node: node.into(),
+            gpu_index: i.gpu_index,
+            gpu_uuid: i.gpu_uuid.clone(),
+            model: i.model.clone(),
+            profile: i.profile.clone(),
+            memory_mib: i.memory_mib,
+            memory_reserved_mib: if s.isolated_owner.is_some() {
+                i.memory_mib
+            } else {
+                0
+            },
+            sms: i.sms,
+            isolated_owner: s.isolated_owner,
+            draining_for: s.draining_for,
+            active_tasks: s.active_tasks,
+            worker_limit: i.worker_limit(),
+        }
+    }
+}
+
+/// `GET /api/v1/jobs` answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobInfo>,
+}
+
+/// `POST /api/v1/jobs` answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Submitted {
+    pub job_id: JobId,
+}

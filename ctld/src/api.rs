@@ -1,0 +1,283 @@
+//! The REST API: `/api/v1/...` for clients, `/internal/v1/...` for gnoded.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use gsched_core::cluster::ClusterError;
+use gsched_core::job::{JobId, JobSpec, JobState};
+use gsched_core::outcome::parse_signal;
+use gsched_core::wire::{
+    keys_match, ErrorBody, Heartbeat, HeartbeatReply, InstanceInfo, JobEndReport, JobInfo, JobList,
+    NodeInfo, NodeRegistration, Submitted, CLUSTER_KEY_HEADER,
+};
+use serde::Deserialize;
+
+use crate::controller::{unix_now, Controller, CtlError};
+
+type Ctl = State<Arc<Controller>>;
+
+/// An error answer: `{"error": "..."}` with a status.
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(ErrorBody { error: self.1 })).into_response()
+    }
+}
+
+impl From<CtlError> for ApiError {
+    fn from(e: CtlError) -> ApiError {
+        let status = match &e {
+            CtlError::Cluster(ClusterError::UnknownJob(_)) => StatusCode::NOT_FOUND,
+            CtlError::Cluster(ClusterError::UnknownNode(_)) => StatusCode::NOT_FOUND,
+            CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
+            CtlError::Cluster(_) => StatusCode::CONFLICT,
+            CtlError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError(status, e.to_string())
+    }
+}
+
+/// JSON body extractor whose rejections are JSON errors naming the problem.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Body(v)),
+            Err(e) => Err(ApiError(StatusCode::BAD_REQUEST, rejection_text(&e))),
+        }
+    }
+}
+
+fn rejection_text(e: &JsonRejection) -> String {
+    match e {
+        JsonRejection::MissingJsonContentType(_) => {
+            "send the body as JSON with Content-Type: application/json".into()
+        }
+        other => format!("invalid JSON body: {}", other.body_text()),
+    }
+}
+
+pub fn router(ctl: Arc<Controller>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/api/v1/jobs", post(submit).get(list_jobs))
+        .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
+        .route("/api/v1/nodes", get(list_nodes))
+        .route("/api/v1/instances", get(list_instances))
+        .route("/internal/v1/nodes/register", post(register))
+        .route("/internal/v1/nodes/{name}/heartbeat", post(heartbeat))
+        .route("/internal/v1/jobs/ended", post(jobs_ended))
+        .fallback(|| async {
+            ApiError(
+                StatusCode::NOT_FOUND,
+                "no such endpoint; see docs/api.md".into(),
+            )
+        })
+        .with_state(ctl)
+}
+
+async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    Json(serde_json::json!({
+        "status": "ok",
+        "pending": c.pending_count(),
+        "nodes_up": c.nodes().filter(|n| n.up).count(),
+        "launch_policy": c.policy_name(),
+    }))
+}
+
+async fn submit(
+    State(ctl): Ctl,
+    Body(spec): Body<JobSpec>,
+) -> Result<(StatusCode, Json<Submitted>), ApiError> {
+    let job_id = ctl.submit(spec).await?;
+    Ok((StatusCode::CREATED, Json(Submitted { job_id })))
+}
+
+#[derive(Deserialize)]
+pub struct JobFilter {
+    state: Option<String>,
+    user: Option<String>,
+    name: Option<String>,
+    id: Option<String>,
+}
+
+fn parse_list<T>(
+    s: &Option<String>,
+    what: &str,
+    f: impl Fn(&str) -> Option<T>,
+) -> Result<Option<Vec<T>>, ApiError> {
+    let Some(s) = s else { return Ok(None) };
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            f(p.trim())
+                .ok_or_else(|| ApiError(StatusCode::BAD_REQUEST, format!("invalid {what} '{p}'")))
+        })
+        .collect::<Result<Vec<T>, _>>()
+        .map(Some)
+}
+
+async fn list_jobs(State(ctl): Ctl, Query(f): Query<JobFilter>) -> Result<Json<JobList>, ApiError> {
+    // Default like squeue: jobs not yet finished. `all` shows every job.
+    let states: Option<HashSet<JobState>> = match f.state.as_deref() {
+        Some(s) if s.eq_ignore_ascii_case("all") => None,
+        Some(_) => Some(
+            parse_list(&f.state, "job state", |p| JobState::parse(p).ok())?
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        ),
+        None => Some(
+            JobState::ALL
+                .into_iter()
+                .filter(|s| !s.is_final())
+                .collect(),
+        ),
+    };
+    let users = parse_list(&f.user, "user", |p| Some(p.to_string()))?;
+    let names = parse_list(&f.name, "name", |p| Some(p.to_string()))?;
+    let ids = parse_list(&f.id, "job id", |p| p.parse::<JobId>().ok())?;
+    let now = unix_now();
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = Vec::new();
+    let mut push = |j: &gsched_core::Job| {
+        let keep = states.as_ref().is_none_or(|s| s.contains(&j.state))
+            && users.as_ref().is_none_or(|u| u.contains(&j.spec.user_name))
+            && names.as_ref().is_none_or(|n| n.contains(&j.spec.name));
+        if keep {
+            out.push(JobInfo::new(j, &ctl.config.partition, now));
+        }
+    };
+    match &ids {
+        Some(ids) => ids.iter().filter_map(|id| c.job(*id)).for_each(&mut push),
+        None => c.jobs().for_each(&mut push),
+    }
+    Ok(Json(JobList { jobs: out }))
+}
+
+fn unknown_job(id: &str) -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        format!("Invalid job id specified: {id}"),
+    )
+}
+
+async fn get_job(State(ctl): Ctl, Path(id): Path<String>) -> Result<Json<JobInfo>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
+    Ok(Json(JobInfo::new(j, &ctl.config.partition, unix_now())))
+}
+
+#[derive(Deserialize)]
+pub struct CancelQuery {
+    signal: Option<String>,
+}
+
+async fn cancel_job(
+    State(ctl): Ctl,
+    Path(id): Path<String>,
+    Query(q): Query<CancelQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    let signal = match &q.signal {
+        Some(s) => {
+            Some(parse_signal(s).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?)
+        }
+        None => None,
+    };
+    ctl.cancel(jid, signal).await?;
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let state = c.job(jid).map(|j| j.state.as_str()).unwrap_or("UNKNOWN");
+    Ok(Json(
+        serde_json::json!({ "job_id": jid, "job_state": state }),
+    ))
+}
+
+async fn list_nodes(State(ctl): Ctl) -> Json<serde_json::Value> {
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let nodes: Vec<NodeInfo> = c.nodes().map(NodeInfo::new).collect();
+    Json(serde_json::json!({ "nodes": nodes }))
+}
+
+async fn list_instances(State(ctl): Ctl) -> Json<serde_json::Value> {
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let inst: Vec<InstanceInfo> = c
+        .nodes()
+        .flat_map(|n| {
+            n.instances
+                .iter()
+                .map(move |s| InstanceInfo::new(&n.name, s))
+        })
+        .collect();
+    Json(serde_json::json!({ "instances": inst }))
+}
+
+fn check_key(ctl: &Controller, headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = headers
+        .get(CLUSTER_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if keys_match(given, &ctl.key) {
+        Ok(())
+    } else {
+        Err(ApiError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong cluster key".into(),
+        ))
+    }
+}
+
+async fn register(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Body(reg): Body<NodeRegistration>,
+) -> Result<StatusCode, ApiError> {
+    check_key(&ctl, &headers)?;
+    if reg.name.is_empty()
+        || reg.name.len() > 255
+        || reg
+            .name
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("invalid node name '{}'", reg.name),
+        ));
+    }
+    ctl.register(reg).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn heartbeat(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Body(hb): Body<Heartbeat>,
+) -> Result<Json<HeartbeatReply>, ApiError> {
+    check_key(&ctl, &headers)?;
+    Ok(Json(HeartbeatReply {
+        known: ctl.heartbeat(&name, &hb),
+    }))
+}
+
+async fn jobs_ended(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Body(report): Body<JobEndReport>,
+) -> Result<StatusCode, ApiError> {
+    check_key(&ctl, &headers)?;
+    ctl.jobs_ended(report).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

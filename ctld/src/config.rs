@@ -1,0 +1,62 @@
+//! Controller settings: command-line flags, optionally from a TOML file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::store::Durability;
+
+/// gctld's settings. Every flag can also be given in `--config FILE` (TOML,
+/// same names with underscores); flags win.
+#[derive(Debug, Clone, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CtldConfig {
+    /// Address of the REST API.
+    #[arg(long, default_value = "127.0.0.1:6817", env = "GSCHED_LISTEN")]
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Cluster name shown to jobs (SLURM_CLUSTER_NAME).
+    #[arg(long, default_value = "gsched")]
+    #[serde(default = "default_cluster")]
+    pub cluster_name: String,
+    /// The partition every job runs in.
+    #[arg(long, default_value = "gpu")]
+    #[serde(default = "default_partition")]
+    pub partition: String,
+    /// Seconds without a heartbeat after which a node is marked down.
+    #[arg(long, default_value_t = 30)]
+    #[serde(default = "default_node_timeout")]
+    pub node_timeout: u64,
+    /// Launch policy.
+    #[arg(long, default_value = "case")]
+    #[serde(default = "default_policy")]
+    pub launch_policy: String,
+    /// Commit durability: normal survives process crashes, full also power loss.
+    #[arg(long, value_enum, default_value = "normal")]
+    #[serde(default = "default_durability")]
+    pub durability: Durability,
+    /// Cluster key file (0600). Default: STATE_DIR/cluster.key, created if missing.
+    #[arg(long)]
+    #[serde(default)]
+    pub cluster_key_file: Option<PathBuf>,
+}
+
+fn default_listen() -> SocketAddr {
+    "127.0.0.1:6817".parse().expect("valid")
+}
+fn default_cluster() -> String {
+    "gsched".into()
+}
+fn default_partition() -> String {
+    "gpu".into()
+}
+fn default_node_timeout() -> u64 {
+    30
+}
+fn default_policy() -> String {
+    "case".into()
+}
+fn default_durability() -> Durability {
+    Durability::Normal
+}

@@ -1,0 +1,388 @@
+//! The controller: a [`Cluster`] behind a lock, the store, and the loops that
+//! launch jobs and watch nodes. Decisions are the cluster's; this module only
+//! persists their effects and carries out their RPCs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gsched_core::cluster::{Cluster, ClusterError, Effect};
+use gsched_core::job::{JobId, JobSpec};
+use gsched_core::wire::{
+    Heartbeat, JobEndReport, LaunchRequest, NodeRegistration, SignalRequest, CLUSTER_KEY_HEADER,
+};
+use tokio::sync::Notify;
+use tracing::{info, warn, Instrument};
+
+use crate::config::CtldConfig;
+use crate::store::{Store, StoreError, Write};
+
+/// Unix seconds now: the one clock the controller reads.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Errors of controller operations, mapped to HTTP statuses by the API.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Controller {
+    pub cluster: Mutex<Cluster>,
+    pub store: Store,
+    pub config: CtldConfig,
+    pub key: String,
+    /// Base URL clients and jobs use to reach this controller.
+    pub url: String,
+    wake: Notify,
+    last_seen: Mutex<HashMap<String, Instant>>,
+    started: Instant,
+    http: reqwest::Client,
+}
+
+impl Controller {
+    pub fn new(
+        cluster: Cluster,
+        store: Store,
+        config: CtldConfig,
+        key: String,
+        url: String,
+    ) -> Arc<Controller> {
+        Arc::new(Controller {
+            cluster: Mutex::new(cluster),
+            store,
+            config,
+            key,
+            url,
+            wake: Notify::new(),
+            last_seen: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("http client"),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cluster> {
+        self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Accepts a job; returns once it is on disk.
+    pub async fn submit(&self, spec: JobSpec) -> Result<JobId, CtlError> {
+        let now = unix_now();
+        let (id, pending) = {
+            let mut c = self.lock();
+            let (id, _) = c.submit(spec, now)?;
+            let job = c.job(id).expect("just submitted").clone();
+            let w = self.store.write(vec![
+                Write::NewJob(Box::new(job)),
+                Write::Event {
+                    time: now,
+                    job_id: Some(id),
+                    node: None,
+                    kind: "submitted".into(),
+                    detail: None,
+                },
+            ]);
+            (id, w)
+        };
+        if let Err(e) = pending.await {
+            self.lock().withdraw(id);
+            return Err(e.into());
+        }
+        self.wake.notify_one();
+        Ok(id)
+    }
+
+    /// Cancels a job (or signals it when `signal` is given).
+    pub async fn cancel(self: &Arc<Self>, id: JobId, signal: Option<i32>) -> Result<(), CtlError> {
+        let now = unix_now();
+        let effects = {
+            let mut c = self.lock();
+            match signal {
+                Some(sig) => c.signal(id, sig)?,
+                None => c.cancel(id, now)?,
+            }
+        };
+        self.execute(effects).await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    pub async fn register(self: &Arc<Self>, reg: NodeRegistration) -> Result<(), CtlError> {
+        info!(node = %reg.name, instances = reg.instances.len(), running = reg.running.len(),
+              ended = reg.ended.len(), "node registered");
+        self.last_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(reg.name.clone(), Instant::now());
+        let effects = self.lock().register_node(&reg, unix_now());
+        self.execute(effects).await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Returns whether the node is known (and up).
+    pub fn heartbeat(&self, node: &str, _hb: &Heartbeat) -> bool {
+        let known = self.lock().node(node).is_some_and(|n| n.up);
+        if known {
+            self.last_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(node.into(), Instant::now());
+        }
+        known
+    }
+
+    pub async fn jobs_ended(self: &Arc<Self>, report: JobEndReport) -> Result<(), CtlError> {
+        let mut effects = Vec::new();
+        {
+            let mut c = self.lock();
+            for e in &report.ended {
+                match c.job_ended(&report.node, e) {
+                    Ok(mut fx) => effects.append(&mut fx),
+                    // A repeated report (the node retried after a lost reply) is harmless.
+                    Err(err) => {
+                        warn!(job = e.job_id, node = %report.node, error = %err, "end report ignored")
+                    }
+                }
+            }
+        }
+        self.execute(effects).await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Persists the effects and then performs their RPCs. Rows are read fresh
+    /// under the lock and enqueued before it is released, so the store always
+    /// ends with the latest state of every job.
+    async fn execute(self: &Arc<Self>, effects: Vec<Effect>) -> Result<(), StoreError> {
+        if effects.is_empty() {
+            return Ok(());
+        }
+        let now = unix_now();
+        let mut rpcs = Vec::new();
+        let pending = {
+            let c = self.lock();
+            let mut writes = Vec::new();
+            for e in effects {
+                match e {
+                    Effect::Job { id, event } => {
+                        if let Some(j) = c.job(id) {
+                            writes.push(Write::JobState(Box::new(j.clone())));
+                            writes.push(Write::Event {
+                                time: now,
+                                job_id: Some(id),
+                                node: j.node.clone(),
+                                kind: j.state.as_str().to_string(),
+                                detail: Some(event),
+                            });
+                        }
+                    }
+                    Effect::Node { name } => {
+                        if let Some(n) = c.node(&name) {
+                            writes.push(Write::Node(Box::new(n.clone())));
+                            writes.push(Write::Event {
+                                time: now,
+                                job_id: None,
+                                node: Some(name),
+                                kind: if n.up { "NODE_UP" } else { "NODE_DOWN" }.into(),
+                                detail: None,
+                            });
+                        }
+                    }
+                    Effect::Launch { job, node } => {
+                        let (Some(j), Some(n)) = (c.job(job), c.node(&node)) else {
+                            continue;
+                        };
+                        let instance = j.gpu_instance.as_ref().and_then(|u| {
+                            n.instances
+                                .iter()
+                                .find(|s| &s.instance.uuid == u)
+                                .map(|s| s.instance.clone())
+                        });
+                        let req = LaunchRequest {
+                            job: j.clone(),
+                            instance,
+                            cluster: self.config.cluster_name.clone(),
+                            partition: j
+                                .spec
+                                .partition
+                                .clone()
+                                .unwrap_or_else(|| self.config.partition.clone()),
+                            controller_url: self.url.clone(),
+                        };
+                        rpcs.push(Rpc::Launch {
+                            url: n.url.clone(),
+                            req: Box::new(req),
+                        });
+                    }
+                    Effect::Signal {
+                        job,
+                        node,
+                        signal,
+                        cancel,
+                    } => {
+                        if let Some(n) = c.node(&node) {
+                            rpcs.push(Rpc::Signal {
+                                url: n.url.clone(),
+                                job,
+                                req: SignalRequest { signal, cancel },
+                            });
+                        }
+                    }
+                }
+            }
+            self.store.write(writes)
+        };
+        pending.await?;
+        for rpc in rpcs {
+            let this = Arc::clone(self);
+            tokio::spawn(async move { this.send(rpc).await });
+        }
+        Ok(())
+    }
+
+    // Boxed: `send` and `execute` call each other, and a boxed `Send` future
+    // breaks the cycle for the compiler.
+    fn send(
+        self: Arc<Self>,
+        rpc: Rpc,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(self.send_now(rpc))
+    }
+
+    async fn send_now(self: Arc<Self>, rpc: Rpc) {
+        match rpc {
+            Rpc::Launch { url, req } => {
+                let id = req.job.id;
+                let span = tracing::info_span!(
+                    "launch",
+                    job = id,
+                    instance = req.instance.as_ref().map(|i| i.uuid.as_str())
+                );
+                let res = self
+                    .http
+                    .post(format!("{url}/v1/jobs"))
+                    .header(CLUSTER_KEY_HEADER, &self.key)
+                    .json(&req)
+                    .send()
+                    .instrument(span.clone())
+                    .await;
+                let effects = match res {
+                    Ok(r) if r.status().is_success() => return,
+                    Ok(r) => {
+                        let why = r
+                            .json::<gsched_core::wire::ErrorBody>()
+                            .await
+                            .map(|b| b.error)
+                            .unwrap_or_else(|e| format!("node answered badly: {e}"));
+                        span.in_scope(|| warn!(%why, "node refused the job"));
+                        self.lock().launch_refused(id, why, unix_now())
+                    }
+                    Err(e) => {
+                        span.in_scope(|| warn!(error = %e, "node unreachable; job requeued"));
+                        self.lock().launch_unreachable(id, unix_now())
+                    }
+                };
+                if let Err(e) = self.execute(effects).await {
+                    warn!(job = id, error = %e, "could not record launch failure");
+                }
+                self.wake.notify_one();
+            }
+            Rpc::Signal { url, job, req } => {
+                // A signal can overtake the launch it follows: the node then does
+                // not know the job yet (404), so try again for a little while.
+                for attempt in 0..20 {
+                    let res = self
+                        .http
+                        .post(format!("{url}/v1/jobs/{job}/signal"))
+                        .header(CLUSTER_KEY_HEADER, &self.key)
+                        .json(&req)
+                        .send()
+                        .await;
+                    match res {
+                        Ok(r) if r.status().is_success() => return,
+                        Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND && attempt < 19 => {
+                            let running = self
+                                .lock()
+                                .job(job)
+                                .is_some_and(|j| j.state == gsched_core::JobState::Running);
+                            if !running {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(250)).await;
+                        }
+                        Ok(r) => {
+                            return warn!(job, status = %r.status(), "node did not signal the job")
+                        }
+                        Err(e) => return warn!(job, error = %e, "node unreachable for signal"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The launch loop: a pass whenever something changed, and at least once a second.
+    pub async fn scheduler_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            let effects = self.lock().schedule(unix_now());
+            if let Err(e) = self.execute(effects).await {
+                warn!(error = %e, "could not persist launch decisions");
+            }
+        }
+    }
+
+    /// Marks nodes down that stopped sending heartbeats, and loses the jobs of
+    /// nodes that never came back after a controller restart.
+    pub async fn liveness_loop(self: Arc<Self>) {
+        let timeout = Duration::from_secs(self.config.node_timeout.max(1));
+        let mut tick = tokio::time::interval((timeout / 3).max(Duration::from_millis(200)));
+        loop {
+            tick.tick().await;
+            let stale: Vec<String> = {
+                let seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());
+                let c = self.lock();
+                c.nodes()
+                    .filter(|n| n.up || !n.running.is_empty())
+                    .filter(|n| {
+                        seen.get(&n.name).copied().unwrap_or(self.started).elapsed() > timeout
+                    })
+                    .map(|n| n.name.clone())
+                    .collect()
+            };
+            for name in stale {
+                warn!(node = %name, "node missed its heartbeats; marking it down");
+                let effects = self.lock().node_down(&name, unix_now());
+                if let Err(e) = self.execute(effects).await {
+                    warn!(error = %e, "could not persist node failure");
+                }
+                self.wake.notify_one();
+            }
+        }
+    }
+}
+
+enum Rpc {
+    Launch {
+        url: String,
+        req: Box<LaunchRequest>,
+    },
+    Signal {
+        url: String,
+        job: JobId,
+        req: SignalRequest,
+    },
+}

@@ -1,0 +1,38 @@
+//! The cluster key shared by gctld and gnoded (a 0600 file).
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+/// Reads the key, creating a random one (mode 0600) if the file is missing.
+pub fn load_or_create(path: &Path) -> Result<String> {
+    if !path.exists() {
+        let mut bytes = [0u8; 32];
+        getrandom::getrandom(&mut bytes)
+            .map_err(|e| anyhow::anyhow!("no randomness for a cluster key: {e}"))?;
+        let key: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("cannot create cluster key file {}", path.display()))?;
+        writeln!(f, "{key}").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    read(path)
+}
+
+/// Reads and checks an existing key file.
+pub fn read(path: &Path) -> Result<String> {
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("cannot read cluster key file {}", path.display()))?;
+    let contents = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read cluster key file {}", path.display()))?;
+    Ok(gsched_core::wire::check_key_file(
+        &path.display().to_string(),
+        meta.permissions().mode(),
+        &contents,
+    )?)
+}

@@ -1,0 +1,485 @@
+//! The controller's durable store: SQLite through sqlx, WAL mode.
+//!
+//! One writer task owns the connection. Callers enqueue batches of writes in
+//! the order the state changed; the writer commits everything waiting in one
+//! transaction (group commit) and then answers each caller, so a change is
+//! acknowledged only once it is on disk.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use gsched_core::cluster::{InstanceSlot, Node};
+use gsched_core::gpu::Instance;
+use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{Connection, Row, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
+
+/// How hard commits push to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// WAL with synchronous=NORMAL: survives any process crash (kill -9);
+    /// an operating-system crash may lose the last transactions.
+    Normal,
+    /// WAL with synchronous=FULL: every commit is fsynced.
+    Full,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the store at {path}: {source}")]
+    Open { path: String, source: sqlx::Error },
+    #[error("cannot apply migrations to {path}: {source}")]
+    Migrate {
+        path: String,
+        source: sqlx::migrate::MigrateError,
+    },
+    #[error("stored job {id} is unreadable: {why}")]
+    Corrupt { id: i64, why: String },
+    #[error("store read failed: {0}")]
+    Read(#[from] sqlx::Error),
+    #[error("store write failed: {0}")]
+    Write(String),
+    #[error("the store writer has stopped")]
+    Closed,
+}
+
+/// One change to persist.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// A newly submitted job: the full row.
+    NewJob(Box<Job>),
+    /// A job's state, times and placement changed.
+    JobState(Box<Job>),
+    /// A node and its instances.
+    Node(Box<Node>),
+    /// An entry in the append-only event log.
+    Event {
+        time: i64,
+        job_id: Option<JobId>,
+        node: Option<String>,
+        kind: String,
+        detail: Option<String>,
+    },
+}
+
+struct Batch {
+    writes: Vec<Write>,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+/// Handle to the writer task.
+#[derive(Clone)]
+pub struct Store {
+    tx: mpsc::UnboundedSender<Batch>,
+}
+
+/// What was stored when the controller starts.
+pub struct Loaded {
+    pub jobs: Vec<Job>,
+    pub nodes: Vec<Node>,
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+impl Store {
+    /// Opens (creating if needed) the database, applies migrations, loads
+    /// everything, and starts the writer.
+    pub async fn open(path: &Path, durability: Durability) -> Result<(Store, Loaded), StoreError> {
+        let shown = path.display().to_string();
+        let opts = SqliteConnectOptions::from_str(&format!("sqlite://{shown}"))
+            .map_err(|e| StoreError::Open {
+                path: shown.clone(),
+                source: e,
+            })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match durability {
+                Durability::Normal => SqliteSynchronous::Normal,
+                Durability::Full => SqliteSynchronous::Full,
+            })
+            .foreign_keys(true)
+            .busy_timeout(std::time::Duration::from_secs(10));
+        let mut conn =
+            SqliteConnection::connect_with(&opts)
+                .await
+                .map_err(|e| StoreError::Open {
+                    path: shown.clone(),
+                    source: e,
+                })?;
+        MIGRATOR
+            .run(&mut conn)
+            .await
+            .map_err(|e| StoreError::Migrate {
+                path: shown.clone(),
+                source: e,
+            })?;
+        let loaded = load(&mut conn).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(writer(conn, rx));
+        Ok((Store { tx }, loaded))
+    }
+
+    /// Enqueues writes now (keeping their order with other callers') and
+    /// returns a future that resolves once they are committed.
+    pub fn write(
+        &self,
+        writes: Vec<Write>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> {
+        let (done, rx) = oneshot::channel();
+        let sent = self.tx.send(Batch { writes, done }).is_ok();
+        async move {
+            if !sent {
+                return Err(StoreError::Closed);
+            }
+            match rx.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(StoreError::Write(e)),
+                Err(_) => Err(StoreError::Closed),
+            }
+        }
+    }
+}
+
+const MAX_GROUP: usize = 1024;
+
+async fn writer(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Batch>) {
+    while let Some(first) = rx.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(b) => group.push(b),
+                Err(_) => break,
+            }
+        }
+        match commit(&mut conn, &group).await {
+            Ok(()) => {
+                for b in group {
+                    let _ = b.done.send(Ok(()));
+                }
+            }
+            Err(e) => {
+                // One bad batch must not fail the others it was grouped with:
+                // retry each on its own.
+                tracing::warn!(error = %e, batches = group.len(), "group commit failed; retrying batches one by one");
+                for b in group {
+                    let result = commit(&mut conn, std::slice::from_ref(&b))
+                        .await
+                        .map_err(|e| e.to_string());
+                    if let Err(e) = &result {
+                        tracing::error!(error = %e, "store commit failed");
+                    }
+                    let _ = b.done.send(result);
+                }
+            }
+        }
+    }
+}
+
+async fn commit(conn: &mut SqliteConnection, group: &[Batch]) -> Result<(), sqlx::Error> {
+    let mut tx = conn.begin().await?;
+    for b in group {
+        for w in &b.writes {
+            apply(&mut tx, w).await?;
+        }
+    }
+    tx.commit().await
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("serializable")
+}
+
+async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error> {
+    match w {
+        Write::NewJob(job) => {
+            let s = &job.spec;
+            let mut rest = s.clone();
+            rest.script = String::new();
+            rest.environment.clear();
+            sqlx::query(
+                "INSERT INTO jobs (id, name, user_name, uid, gid, working_dir, script, environment,
+                   isolated, gpu_request, time_limit, partition, spec, state, reason, exit_code,
+                   exit_signal, submit_time, start_time, end_time, node, gpu_instance, gpu_mem_peak, restarts)
+                 VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            )
+            .bind(job.id as i64)
+            .bind(&s.name)
+            .bind(&s.user_name)
+            .bind(s.uid as i64)
+            .bind(s.gid as i64)
+            .bind(&s.working_dir)
+            .bind(&s.script)
+            .bind(json(&s.environment))
+            .bind(s.isolated)
+            .bind(json(&s.gpu))
+            .bind(s.time_limit.map(|t| t as i64))
+            .bind(&s.partition)
+            .bind(json(&rest))
+            .bind(job.state.as_str())
+            .bind(&job.reason)
+            .bind(job.exit_code)
+            .bind(job.exit_signal)
+            .bind(job.submit_time)
+            .bind(job.start_time)
+            .bind(job.end_time)
+            .bind(&job.node)
+            .bind(&job.gpu_instance)
+            .bind(job.gpu_mem_peak.map(|m| m as i64))
+            .bind(job.restarts as i64)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Write::JobState(job) => {
+            sqlx::query(
+                "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
+                   end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ? WHERE id = ?",
+            )
+            .bind(job.state.as_str())
+            .bind(&job.reason)
+            .bind(job.exit_code)
+            .bind(job.exit_signal)
+            .bind(job.start_time)
+            .bind(job.end_time)
+            .bind(&job.node)
+            .bind(&job.gpu_instance)
+            .bind(job.gpu_mem_peak.map(|m| m as i64))
+            .bind(job.restarts as i64)
+            .bind(job.id as i64)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Write::Node(node) => {
+            sqlx::query(
+                "INSERT INTO nodes (name, url, cpus, memory_mib, worker_limit, up, updated_at)
+                 VALUES (?,?,?,?,?,?, unixepoch())
+                 ON CONFLICT(name) DO UPDATE SET url = excluded.url, cpus = excluded.cpus,
+                   memory_mib = excluded.memory_mib, worker_limit = excluded.worker_limit,
+                   up = excluded.up, updated_at = excluded.updated_at",
+            )
+            .bind(&node.name)
+            .bind(&node.url)
+            .bind(node.cpus as i64)
+            .bind(node.memory_mib as i64)
+            .bind(node.worker_limit as i64)
+            .bind(node.up)
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query("DELETE FROM gpu_instances WHERE node = ?")
+                .bind(&node.name)
+                .execute(&mut *conn)
+                .await?;
+            for s in &node.instances {
+                let i = &s.instance;
+                sqlx::query(
+                    "INSERT OR REPLACE INTO gpu_instances (uuid, node, gpu_index, gpu_uuid, model, profile,
+                       memory_mib, sms, compute_slices) VALUES (?,?,?,?,?,?,?,?,?)",
+                )
+                .bind(&i.uuid)
+                .bind(&node.name)
+                .bind(i.gpu_index as i64)
+                .bind(&i.gpu_uuid)
+                .bind(&i.model)
+                .bind(&i.profile)
+                .bind(i.memory_mib as i64)
+                .bind(i.sms as i64)
+                .bind(i.compute_slices as i64)
+                .execute(&mut *conn)
+                .await?;
+            }
+        }
+        Write::Event {
+            time,
+            job_id,
+            node,
+            kind,
+            detail,
+        } => {
+            sqlx::query("INSERT INTO events (time, job_id, node, kind, detail) VALUES (?,?,?,?,?)")
+                .bind(time)
+                .bind(job_id.map(|j| j as i64))
+                .bind(node)
+                .bind(kind)
+                .bind(detail)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
+    let mut jobs = Vec::new();
+    for row in sqlx::query("SELECT * FROM jobs ORDER BY id")
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let id: i64 = row.try_get("id")?;
+        let corrupt = |why: String| StoreError::Corrupt { id, why };
+        let mut spec: JobSpec = serde_json::from_str(row.try_get("spec")?)
+            .map_err(|e| corrupt(format!("spec: {e}")))?;
+        spec.script = row.try_get("script")?;
+        spec.environment = serde_json::from_str(row.try_get("environment")?)
+            .map_err(|e| corrupt(format!("environment: {e}")))?;
+        let gpu: GpuRequest = serde_json::from_str(row.try_get("gpu_request")?)
+            .map_err(|e| corrupt(format!("gpu_request: {e}")))?;
+        spec.gpu = gpu;
+        let state: String = row.try_get("state")?;
+        let state = JobState::parse(&state).map_err(|e| corrupt(e.to_string()))?;
+        jobs.push(Job {
+            id: id as JobId,
+            spec,
+            state,
+            reason: row.try_get("reason")?,
+            exit_code: row.try_get("exit_code")?,
+            exit_signal: row.try_get("exit_signal")?,
+            submit_time: row.try_get("submit_time")?,
+            start_time: row.try_get("start_time")?,
+            end_time: row.try_get("end_time")?,
+            node: row.try_get("node")?,
+            gpu_instance: row.try_get("gpu_instance")?,
+            gpu_mem_peak: row
+                .try_get::<Option<i64>, _>("gpu_mem_peak")?
+                .map(|m| m as u64),
+            restarts: row.try_get::<i64, _>("restarts")? as u32,
+        });
+    }
+    let mut nodes = Vec::new();
+    for row in sqlx::query("SELECT * FROM nodes ORDER BY name")
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let name: String = row.try_get("name")?;
+        let mut instances = Vec::new();
+        for r in sqlx::query("SELECT * FROM gpu_instances WHERE node = ? ORDER BY gpu_index, uuid")
+            .bind(&name)
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            instances.push(InstanceSlot {
+                instance: Instance {
+                    uuid: r.try_get("uuid")?,
+                    gpu_index: r.try_get::<i64, _>("gpu_index")? as u32,
+                    gpu_uuid: r.try_get("gpu_uuid")?,
+                    model: r.try_get("model")?,
+                    profile: r.try_get("profile")?,
+                    memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
+                    sms: r.try_get::<i64, _>("sms")? as u32,
+                    compute_slices: r.try_get::<i64, _>("compute_slices")? as u32,
+                },
+                isolated_owner: None,
+                draining_for: None,
+                active_tasks: 0,
+            });
+        }
+        nodes.push(Node {
+            name,
+            url: row.try_get("url")?,
+            cpus: row.try_get::<i64, _>("cpus")? as u32,
+            memory_mib: row.try_get::<i64, _>("memory_mib")? as u64,
+            worker_limit: row.try_get::<i64, _>("worker_limit")? as u32,
+            up: row.try_get("up")?,
+            instances,
+            running: Default::default(),
+        });
+    }
+    Ok(Loaded { jobs, nodes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: JobId) -> Job {
+        let mut environment = std::collections::BTreeMap::new();
+        environment.insert("A".to_string(), "b c".to_string());
+        Job::new(
+            id,
+            JobSpec {
+                name: "n'; DROP TABLE jobs; --".into(),
+                script: "#!/bin/sh\necho 'hi'\n".into(),
+                argv: vec!["x".into()],
+                environment,
+                working_dir: "/tmp".into(),
+                user_name: "u".into(),
+                uid: 1,
+                gid: 2,
+                submit_host: "h".into(),
+                isolated: true,
+                gpu: GpuRequest {
+                    mig_profile: Some("1g.5gb".into()),
+                    mem_mib: None,
+                },
+                time_limit: Some(60),
+                stdout: Some("o-%j".into()),
+                stderr: None,
+                requeue: true,
+                partition: Some("gpu".into()),
+            },
+            10,
+        )
+    }
+
+    #[tokio::test]
+    async fn round_trip_and_event_log_is_append_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            let (store, loaded) = Store::open(&path, Durability::Normal).await.unwrap();
+            assert!(loaded.jobs.is_empty());
+            let mut j = job(7);
+            store
+                .write(vec![Write::NewJob(Box::new(j.clone()))])
+                .await
+                .unwrap();
+            j.transition(JobState::Running, 11).unwrap();
+            j.node = Some("n1".into());
+            store
+                .write(vec![
+                    Write::JobState(Box::new(j.clone())),
+                    Write::Event {
+                        time: 11,
+                        job_id: Some(7),
+                        node: None,
+                        kind: "start".into(),
+                        detail: None,
+                    },
+                ])
+                .await
+                .unwrap();
+        }
+        let (_store, loaded) = Store::open(&path, Durability::Full).await.unwrap();
+        let mut expect = job(7);
+        expect.transition(JobState::Running, 11).unwrap();
+        expect.node = Some("n1".into());
+        assert_eq!(loaded.jobs, vec![expect]);
+
+        let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display())).unwrap();
+        let mut c = SqliteConnection::connect_with(&opts).await.unwrap();
+        let err = sqlx::query("DELETE FROM events")
+            .execute(&mut c)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn failed_batch_reports_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(&dir.path().join("s.db"), Durability::Normal)
+            .await
+            .unwrap();
+        store
+            .write(vec![Write::NewJob(Box::new(job(1)))])
+            .await
+            .unwrap();
+        let dup = store.write(vec![Write::NewJob(Box::new(job(1)))]).await;
+        assert!(matches!(dup, Err(StoreError::Write(_))));
+        // The store keeps working after a failed batch.
+        store
+            .write(vec![Write::NewJob(Box::new(job(2)))])
+            .await
+            .unwrap();
+    }
+}

@@ -1,0 +1,57 @@
+//! Node daemon settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// gnoded's settings; also readable from a TOML file (`--config`).
+#[derive(Debug, Clone, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Node name (default: the host name).
+    #[arg(long)]
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Controller URL.
+    #[arg(long, default_value = "http://127.0.0.1:6817")]
+    #[serde(default = "default_controller")]
+    pub controller: String,
+    /// Address of the node API the controller calls.
+    #[arg(long, default_value = "127.0.0.1:6818")]
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Simulated GPUs, e.g. `2xA100-40GB` or `1xA100-40GB:2g.10gb*2,1g.5gb*3`.
+    #[arg(long)]
+    #[serde(default)]
+    pub sim_gpus: Option<String>,
+    /// Jobs run at once (default: 4 per compute slice of each instance, or the CPU count).
+    #[arg(long)]
+    #[serde(default)]
+    pub workers: Option<u32>,
+    /// Seconds between SIGTERM and SIGKILL when a job is cancelled or times out.
+    #[arg(long, default_value_t = 30)]
+    #[serde(default = "default_kill_wait")]
+    pub kill_wait: u64,
+    /// Seconds between heartbeats.
+    #[arg(long, default_value_t = 5)]
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_interval: u64,
+    /// Cluster key file (0600); default STATE_DIR/cluster.key.
+    #[arg(long)]
+    #[serde(default)]
+    pub cluster_key_file: Option<PathBuf>,
+}
+
+fn default_controller() -> String {
+    "http://127.0.0.1:6817".into()
+}
+fn default_listen() -> SocketAddr {
+    "127.0.0.1:6818".parse().expect("valid")
+}
+fn default_kill_wait() -> u64 {
+    30
+}
+fn default_heartbeat() -> u64 {
+    5
+}

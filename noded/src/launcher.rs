@@ -1,0 +1,402 @@
+//! Starting, watching, signalling and adopting jobs on this node.
+//!
+//! Each job runs under a shepherd process (see [`crate::shepherd`]) that is
+//! the leader of the job's process group. gnoded watches the shepherd through
+//! a pidfd, so it learns of the end at once (also for shepherds it adopted
+//! after a restart, which are not its children), and signals the job by
+//! signalling that process group.
+
+use std::collections::HashMap;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gsched_core::env::{job_environment, Placement};
+use gsched_core::job::JobId;
+use gsched_core::outcome::{EndCause, ProcessOutcome};
+use gsched_core::pattern::job_output_paths;
+use gsched_core::wire::{JobEnded, LaunchRequest, SignalRequest};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::shepherd::SHEPHERD_ARG;
+use crate::spool::{process_starttime, JobSpool, ShepherdSpec};
+
+const CANCELLED: &str = "cancelled";
+const TIMEOUT: &str = "timeout";
+
+/// Why a launch or signal was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("job {0} is already running on this node")]
+    AlreadyRunning(JobId),
+    #[error("job {0} is not running on this node")]
+    NotRunning(JobId),
+    #[error("{0}")]
+    Io(String),
+}
+
+struct RunningJob {
+    /// The shepherd's pid, which is also the job's process group id.
+    pgid: i32,
+}
+
+pub struct Launcher {
+    node: String,
+    spool_root: PathBuf,
+    shepherd_exe: PathBuf,
+    kill_wait: Duration,
+    is_root: bool,
+    my_uid: u32,
+    running: Mutex<HashMap<JobId, RunningJob>>,
+    ended: mpsc::UnboundedSender<JobEnded>,
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: plain syscall; on success it returns a new file descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor returned by the kernel.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn signal_group(pgid: i32, sig: Signal) {
+    if pgid > 1 {
+        let _ = kill(Pid::from_raw(-pgid), sig);
+    }
+}
+
+impl Launcher {
+    pub fn new(
+        node: String,
+        spool_root: PathBuf,
+        shepherd_exe: PathBuf,
+        kill_wait: Duration,
+        ended: mpsc::UnboundedSender<JobEnded>,
+    ) -> std::io::Result<Arc<Launcher>> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(&spool_root)?;
+        std::fs::set_permissions(&spool_root, std::fs::Permissions::from_mode(0o711))?;
+        let uid = nix::unistd::getuid().as_raw();
+        Ok(Arc::new(Launcher {
+            node,
+            spool_root,
+            shepherd_exe,
+            kill_wait,
+            is_root: uid == 0,
+            my_uid: uid,
+            running: Mutex::new(HashMap::new()),
+            ended,
+        }))
+    }
+
+    fn jobs(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, RunningJob>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn running_ids(&self) -> Vec<JobId> {
+        let mut v: Vec<JobId> = self.jobs().keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn spool(&self, job: JobId) -> JobSpool {
+        JobSpool::new(&self.spool_root, job)
+    }
+
+    /// Starts a job under a new shepherd.
+    pub fn launch(self: &Arc<Self>, req: &LaunchRequest) -> Result<(), LaunchError> {
+        let job = &req.job;
+        let span = tracing::info_span!(
+            "job",
+            job = job.id,
+            instance = req.instance.as_ref().map(|i| i.uuid.as_str())
+        );
+        let _g = span.enter();
+        if self.jobs().contains_key(&job.id) {
+            return Err(LaunchError::AlreadyRunning(job.id));
+        }
+        if !self.is_root && job.spec.uid != self.my_uid {
+            return Err(LaunchError::Refused(format!(
+                "gnoded runs as uid {} and cannot run jobs of user {} (uid {}); run gnoded as root to serve several users",
+                self.my_uid, job.spec.user_name, job.spec.uid
+            )));
+        }
+        let spool = self.spool(job.id);
+        let io = |what: &str, e: std::io::Error| {
+            LaunchError::Io(format!("{what} in {}: {e}", spool.dir.display()))
+        };
+        if spool.dir.exists() {
+            // Left from an earlier run of this job id that has been dealt with.
+            spool.remove();
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&spool.dir)
+            .map_err(|e| io("cannot create spool", e))?;
+        std::fs::write(spool.script_path(), &job.spec.script)
+            .map_err(|e| io("cannot write script", e))?;
+        std::fs::set_permissions(spool.script_path(), std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("cannot set script mode", e))?;
+        let drop_privileges = self.is_root && job.spec.uid != 0;
+        if drop_privileges {
+            let (u, g) = (
+                Some(nix::unistd::Uid::from_raw(job.spec.uid)),
+                Some(nix::unistd::Gid::from_raw(job.spec.gid)),
+            );
+            for p in [spool.dir.as_path(), spool.script_path().as_path()] {
+                nix::unistd::chown(p, u, g)
+                    .map_err(|e| io("cannot hand the spool to the job's user", e.into()))?;
+            }
+        }
+        let env = job_environment(
+            job,
+            &Placement {
+                node: &self.node,
+                cluster: &req.cluster,
+                partition: &req.partition,
+                instance: req.instance.as_ref(),
+                controller_url: &req.controller_url,
+            },
+        );
+        let (stdout, stderr) = job_output_paths(job, &self.node);
+        let start_time = job.start_time.unwrap_or_else(unix_now);
+        let spec = ShepherdSpec {
+            job_id: job.id,
+            script: spool.script_path(),
+            argv: job.spec.argv.clone(),
+            env,
+            cwd: job.spec.working_dir.clone(),
+            stdout,
+            stderr,
+            uid: job.spec.uid,
+            gid: job.spec.gid,
+            user_name: job.spec.user_name.clone(),
+            drop_privileges,
+            start_time,
+            time_limit: job.spec.time_limit,
+        };
+        spool
+            .write_json(&spool.spec_path(), &spec)
+            .map_err(|e| io("cannot write launch.json", e))?;
+        let log = std::fs::File::create(spool.log_path())
+            .map_err(|e| io("cannot create shepherd log", e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| io("cannot duplicate shepherd log", e))?;
+        let mut cmd = Command::new(&self.shepherd_exe);
+        cmd.arg(SHEPHERD_ARG)
+            .arg(&spool.dir)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        // SAFETY: setsid is async-signal-safe; the shepherd leads a new session
+        // and process group, which holds the whole job.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(|_| ())
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            LaunchError::Io(format!(
+                "cannot start the shepherd {}: {e}",
+                self.shepherd_exe.display()
+            ))
+        })?;
+        let pid = child.id() as i32;
+        // The child is reaped in `watch` with waitpid; std's handle is not needed.
+        drop(child);
+        let starttime = process_starttime(pid).unwrap_or(0);
+        let _ = spool.write_pid(pid, starttime);
+        let fd = pidfd_open(pid)
+            .map_err(|e| LaunchError::Io(format!("cannot watch the shepherd (pidfd_open): {e}")))?;
+        self.jobs().insert(job.id, RunningJob { pgid: pid });
+        info!(pid, "job started");
+        self.track(job.id, pid, fd, start_time, job.spec.time_limit);
+        Ok(())
+    }
+
+    /// Watches a shepherd and enforces the time limit.
+    fn track(
+        self: &Arc<Self>,
+        job: JobId,
+        pid: i32,
+        fd: OwnedFd,
+        start_time: i64,
+        limit: Option<u64>,
+    ) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.watch(job, pid, fd).await });
+        if let Some(limit) = limit {
+            let this = Arc::clone(self);
+            let left = (start_time + limit as i64 - unix_now()).max(0) as u64;
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(left)).await;
+                if this.pgid_of(job) == Some(pid) {
+                    info!(job, "time limit reached");
+                    this.spool(job).mark(TIMEOUT);
+                    this.terminate(job, pid);
+                }
+            });
+        }
+    }
+
+    fn pgid_of(&self, job: JobId) -> Option<i32> {
+        self.jobs().get(&job).map(|r| r.pgid)
+    }
+
+    /// SIGCONT and SIGTERM to the job, then SIGKILL after the grace period.
+    fn terminate(self: &Arc<Self>, job: JobId, pgid: i32) {
+        signal_group(pgid, Signal::SIGCONT);
+        signal_group(pgid, Signal::SIGTERM);
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(this.kill_wait).await;
+            if this.pgid_of(job) == Some(pgid) {
+                warn!(job, "job outlived its grace period; killing it");
+                signal_group(pgid, Signal::SIGKILL);
+            }
+        });
+    }
+
+    async fn watch(self: Arc<Self>, job: JobId, pid: i32, fd: OwnedFd) {
+        // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it stays open
+        // and refers to the same pidfd for the AsyncFd's whole life.
+        match unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+            Ok(afd) => {
+                let _ = afd.readable().await;
+            }
+            Err(e) => {
+                warn!(job, error = %e, "cannot poll pidfd; falling back to polling /proc");
+                while process_starttime(pid).is_some() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        // Reap it if it is our child (not if it was adopted).
+        let _ = nix::sys::wait::waitpid(
+            Pid::from_raw(pid),
+            Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+        );
+        // Whatever the script left behind in its process group goes with it.
+        signal_group(pid, Signal::SIGKILL);
+        let spool = self.spool(job);
+        let ended = ended_from_spool(job, &spool);
+        self.jobs().remove(&job);
+        info!(job, outcome = ?ended.outcome, "job ended");
+        let _ = self.ended.send(ended);
+    }
+
+    /// Sends a signal to a running job, or cancels it.
+    pub fn signal(self: &Arc<Self>, job: JobId, req: &SignalRequest) -> Result<(), LaunchError> {
+        let pgid = self.pgid_of(job).ok_or(LaunchError::NotRunning(job))?;
+        if req.cancel {
+            info!(job, "cancelling job");
+            self.spool(job).mark(CANCELLED);
+            if req.signal == libc::SIGKILL {
+                signal_group(pgid, Signal::SIGKILL);
+            } else {
+                self.terminate(job, pgid);
+            }
+        } else {
+            let sig = Signal::try_from(req.signal).map_err(|_| {
+                LaunchError::Refused(format!("invalid signal number {}", req.signal))
+            })?;
+            signal_group(pgid, sig);
+        }
+        Ok(())
+    }
+
+    /// Looks at the spool after a restart: adopts jobs whose shepherd still
+    /// runs and returns how the others ended.
+    pub fn adopt(self: &Arc<Self>) -> Vec<JobEnded> {
+        let mut ended = Vec::new();
+        let Ok(dir) = std::fs::read_dir(&self.spool_root) else {
+            return ended;
+        };
+        for entry in dir.flatten() {
+            let Some(job) = JobSpool::job_of(&entry.path()) else {
+                continue;
+            };
+            let spool = self.spool(job);
+            let alive = spool
+                .read_pid()
+                .filter(|(pid, start)| process_starttime(*pid) == Some(*start))
+                .and_then(|(pid, _)| pidfd_open(pid).ok().map(|fd| (pid, fd)));
+            match alive {
+                Some((pid, fd)) => {
+                    let (start, limit) = spool
+                        .read_spec()
+                        .map(|s| (s.start_time, s.time_limit))
+                        .unwrap_or((unix_now(), None));
+                    self.jobs().insert(job, RunningJob { pgid: pid });
+                    info!(job, pid, "adopted running job");
+                    self.track(job, pid, fd, start, limit);
+                }
+                None => ended.push(ended_from_spool(job, &spool)),
+            }
+        }
+        ended
+    }
+
+    /// Removes the spool of a job whose end the controller acknowledged.
+    pub fn forget(&self, job: JobId) {
+        if !self.jobs().contains_key(&job) {
+            self.spool(job).remove();
+        }
+    }
+
+    pub fn spool_root(&self) -> &Path {
+        &self.spool_root
+    }
+}
+
+/// How a job ended, from what its spool holds.
+fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
+    let status = spool.read_status();
+    let cause = if spool.is_marked(CANCELLED) {
+        EndCause::Cancelled
+    } else if spool.is_marked(TIMEOUT) {
+        EndCause::TimeLimit
+    } else {
+        match &status {
+            Some(s) => match &s.error {
+                Some(e) => EndCause::LaunchFailed(e.clone()),
+                None => EndCause::Exited,
+            },
+            None => EndCause::Lost,
+        }
+    };
+    JobEnded {
+        job_id: job,
+        outcome: ProcessOutcome {
+            exit_code: status.as_ref().and_then(|s| s.exit_code),
+            signal: status.as_ref().and_then(|s| s.signal),
+            cause,
+        },
+        end_time: status.map(|s| s.end_time).unwrap_or_else(unix_now),
+    }
+}

@@ -1,0 +1,167 @@
+//! The node's side of the controller protocol: registration, heartbeats, and
+//! reports of ended jobs, retried until the controller has them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gsched_core::gpu::Instance;
+use gsched_core::wire::{
+    Heartbeat, HeartbeatReply, JobEndReport, JobEnded, NodeRegistration, CLUSTER_KEY_HEADER,
+};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::launcher::Launcher;
+
+/// What the node tells the controller about itself.
+#[derive(Debug, Clone)]
+pub struct NodeIdentity {
+    pub name: String,
+    pub url: String,
+    pub cpus: u32,
+    pub memory_mib: u64,
+    pub instances: Vec<Instance>,
+    pub worker_limit: Option<u32>,
+}
+
+pub struct ControllerLink {
+    pub identity: NodeIdentity,
+    pub controller: String,
+    pub key: String,
+    pub heartbeat: Duration,
+    pub launcher: Arc<Launcher>,
+    http: reqwest::Client,
+}
+
+impl ControllerLink {
+    pub fn new(
+        identity: NodeIdentity,
+        controller: String,
+        key: String,
+        heartbeat: Duration,
+        launcher: Arc<Launcher>,
+    ) -> Self {
+        ControllerLink {
+            identity,
+            controller: controller.trim_end_matches('/').to_string(),
+            key,
+            heartbeat,
+            launcher,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("http client"),
+        }
+    }
+
+    async fn post<T: serde::Serialize>(
+        &self,
+        path: &str,
+        body: &T,
+    ) -> Result<reqwest::Response, String> {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.controller))
+            .header(CLUSTER_KEY_HEADER, &self.key)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| format!("controller {} unreachable: {e}", self.controller))?;
+        if r.status().is_success() {
+            Ok(r)
+        } else {
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            Err(format!("controller answered {status}: {text}"))
+        }
+    }
+
+    async fn register(&self, ended: &[JobEnded]) -> Result<(), String> {
+        let id = &self.identity;
+        let reg = NodeRegistration {
+            name: id.name.clone(),
+            url: id.url.clone(),
+            cpus: id.cpus,
+            memory_mib: id.memory_mib,
+            instances: id.instances.clone(),
+            worker_limit: id.worker_limit,
+            running: self.launcher.running_ids(),
+            ended: ended.to_vec(),
+        };
+        self.post("/internal/v1/nodes/register", &reg)
+            .await
+            .map(|_| ())
+    }
+
+    fn acknowledged(&self, ended: &mut Vec<JobEnded>, n: usize) {
+        for e in ended.drain(..n) {
+            self.launcher.forget(e.job_id);
+        }
+    }
+
+    /// Runs for the life of the daemon.
+    pub async fn run(
+        self: Arc<Self>,
+        mut ended_rx: mpsc::UnboundedReceiver<JobEnded>,
+        mut pending: Vec<JobEnded>,
+    ) {
+        let mut registered = false;
+        let mut tick = tokio::time::interval(self.heartbeat);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            while let Ok(e) = ended_rx.try_recv() {
+                pending.push(e);
+            }
+            if !registered {
+                match self.register(&pending).await {
+                    Ok(()) => {
+                        info!(controller = %self.controller, "registered with the controller");
+                        registered = true;
+                        let n = pending.len();
+                        self.acknowledged(&mut pending, n);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "registration failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                }
+            }
+            if !pending.is_empty() {
+                let report = JobEndReport {
+                    node: self.identity.name.clone(),
+                    ended: pending.clone(),
+                };
+                match self.post("/internal/v1/jobs/ended", &report).await {
+                    Ok(_) => {
+                        let n = report.ended.len();
+                        self.acknowledged(&mut pending, n);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, jobs = pending.len(), "could not report ended jobs; will retry");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        registered = false;
+                        continue;
+                    }
+                }
+            }
+            tokio::select! {
+                Some(e) = ended_rx.recv() => pending.push(e),
+                _ = tick.tick() => {
+                    let hb = Heartbeat { running: self.launcher.running_ids() };
+                    let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
+                    match self.post(&path, &hb).await {
+                        Ok(r) => match r.json::<HeartbeatReply>().await {
+                            Ok(HeartbeatReply { known: true }) => {}
+                            _ => {
+                                info!("controller does not know this node; registering again");
+                                registered = false;
+                            }
+                        },
+                        Err(e) => warn!(error = %e, "heartbeat failed"),
+                    }
+                }
+            }
+        }
+    }
+}
