@@ -1,1 +1,25 @@
+//! gsched-cli: the user commands `gsub`, `gqueue`, `gcancel`, `ginfo` and
+//! `gacct`. Each binary is a thin `main` over a function here.
 
+pub mod client;
+pub mod directives;
+pub mod gacct;
+pub mod gcancel;
+pub mod ginfo;
+pub mod gqueue;
+pub mod gsub;
+pub mod identity;
+pub mod table;
+
+/// Prints `prog: error: msg` on stderr and exits with status 1.
+pub fn fail(prog: &str, msg: impl std::fmt::Display) -> ! {
+    eprintln!("{prog}: error: {msg}");
+    std::process::exit(1)
+}
+
+/// Runs a command's body, turning an error into one line on stderr and exit 1.
+pub fn run(prog: &str, body: impl FnOnce() -> anyhow::Result<()>) {
+    if let Err(e) = body() {
+        fail(prog, format!("{e:#}"));
+    }
+}

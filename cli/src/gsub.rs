@@ -1,0 +1,224 @@
+//! `gsub`: submit a batch script.
+
+use std::io::Read;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use gsched_core::job::{GpuRequest, JobSpec};
+use gsched_core::units::{parse_mem_mib, parse_time_limit};
+
+use crate::client::Client;
+use crate::directives;
+use crate::identity::{current_user, hostname};
+
+/// Options of a submission, from the command line or from directives.
+#[derive(Parser, Debug, Clone, Default)]
+#[command(name = "gsub", version, about = "Submit a batch script to gsched", disable_help_flag = false)]
+pub struct SubmitOptions {
+    /// Give the job a GPU instance of its own (needs --mig or --gpu-mem).
+    #[arg(long)]
+    pub isolated: bool,
+    /// GPU memory footprint (e.g. 4G): the instance size for an isolated job,
+    /// the reservation hint for a shared one.
+    #[arg(long, value_name = "SIZE")]
+    pub gpu_mem: Option<String>,
+    /// MIG profile of the isolated instance (e.g. 1g.5gb); implies --isolated.
+    #[arg(long, value_name = "PROFILE")]
+    pub mig: Option<String>,
+    /// Job name (default: the script's file name).
+    #[arg(short = 'J', long = "job-name")]
+    pub job_name: Option<String>,
+    /// Output file pattern (default slurm-%j.out).
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// Error file pattern (default: the output file).
+    #[arg(short = 'e', long)]
+    pub error: Option<String>,
+    /// Time limit: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED.
+    #[arg(short = 't', long)]
+    pub time: Option<String>,
+    /// Working directory of the job (default: the current directory).
+    #[arg(short = 'D', long)]
+    pub chdir: Option<String>,
+    /// Put the job back in the queue if its node fails.
+    #[arg(long)]
+    pub requeue: bool,
+    /// Do not requeue the job if its node fails (the default).
+    #[arg(long, conflicts_with = "requeue")]
+    pub no_requeue: bool,
+    /// Print only the job id.
+    #[arg(long)]
+    pub parsable: bool,
+    /// Partition.
+    #[arg(short = 'p', long)]
+    pub partition: Option<String>,
+    /// The script (standard input if none) and its arguments.
+    #[arg(trailing_var_arg = true, value_name = "SCRIPT [ARGS]")]
+    pub script: Vec<String>,
+}
+
+impl SubmitOptions {
+    /// These options, with `under` filling in what these leave unset
+    /// (command line over directives).
+    pub fn over(self, under: SubmitOptions) -> SubmitOptions {
+        SubmitOptions {
+            isolated: self.isolated || under.isolated,
+            gpu_mem: self.gpu_mem.or(under.gpu_mem),
+            mig: self.mig.or(under.mig),
+            job_name: self.job_name.or(under.job_name),
+            output: self.output.or(under.output),
+            error: self.error.or(under.error),
+            time: self.time.or(under.time),
+            chdir: self.chdir.or(under.chdir),
+            requeue: !self.no_requeue && (self.requeue || under.requeue),
+            no_requeue: self.no_requeue || (under.no_requeue && !self.requeue),
+            parsable: self.parsable || under.parsable,
+            partition: self.partition.or(under.partition),
+            script: self.script,
+        }
+    }
+}
+
+/// Reads the options in a script's directives.
+pub fn directive_options(script: &str) -> Result<SubmitOptions> {
+    let mut all = SubmitOptions::default();
+    for (line, words) in directives::extract(script)? {
+        let parsed = SubmitOptions::try_parse_from(std::iter::once("gsub".to_string()).chain(words))
+            .map_err(|e| anyhow::anyhow!("script line {line}: {}", clap_message(&e)))?;
+        if !parsed.script.is_empty() {
+            bail!("script line {line}: unexpected argument '{}' in a directive", parsed.script[0]);
+        }
+        // Later directives win over earlier ones.
+        all = parsed.over(all);
+    }
+    Ok(all)
+}
+
+/// The first line of a clap error, without its "error: " prefix.
+pub fn clap_message(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or("").trim();
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
+}
+
+/// Builds the job spec from merged options.
+pub fn build_spec(opts: &SubmitOptions, script: String, default_name: &str, cwd: &std::path::Path) -> Result<JobSpec> {
+    let mem = match &opts.gpu_mem {
+        Some(m) => Some(parse_mem_mib(m)?),
+        None => None,
+    };
+    let time_limit = match &opts.time {
+        Some(t) => parse_time_limit(t)?,
+        None => None,
+    };
+    let working_dir = match &opts.chdir {
+        Some(d) if d.starts_with('/') => d.clone(),
+        Some(d) => cwd.join(d).display().to_string(),
+        None => cwd.display().to_string(),
+    };
+    let (user_name, uid, gid) = current_user();
+    Ok(JobSpec {
+        name: opts.job_name.clone().unwrap_or_else(|| default_name.to_string()),
+        script,
+        argv: opts.script.iter().skip(1).cloned().collect(),
+        environment: std::env::vars().collect(),
+        working_dir,
+        user_name,
+        uid,
+        gid,
+        submit_host: hostname(),
+        isolated: opts.isolated || opts.mig.is_some(),
+        gpu: GpuRequest { mig_profile: opts.mig.clone(), mem_mib: mem },
+        time_limit,
+        stdout: opts.output.clone(),
+        stderr: opts.error.clone(),
+        requeue: opts.requeue,
+        partition: opts.partition.clone(),
+    })
+}
+
+/// `gsub` with the given arguments (without the program name).
+pub fn main_with(args: Vec<String>) -> Result<()> {
+    let cli = match SubmitOptions::try_parse_from(std::iter::once("gsub".to_string()).chain(args)) {
+        Ok(c) => c,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+            e.exit()
+        }
+        Err(e) => bail!("{}", clap_message(&e)),
+    };
+    let (script, default_name) = match cli.script.first() {
+        Some(path) if path != "-" => {
+            let text = std::fs::read(path).with_context(|| format!("cannot read batch script {path}"))?;
+            let name = std::path::Path::new(path)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.clone());
+            (text, name)
+        }
+        _ => {
+            let mut text = Vec::new();
+            std::io::stdin().read_to_end(&mut text).context("cannot read the batch script from standard input")?;
+            (text, "sbatch".to_string())
+        }
+    };
+    let script = String::from_utf8(script).context("the batch script is not valid UTF-8")?;
+    let opts = cli.over(directive_options(&script)?);
+    let cwd = std::env::current_dir().context("cannot determine the current directory")?;
+    let spec = build_spec(&opts, script, &default_name, &cwd)?;
+    let id = Client::from_env().submit(&spec)?;
+    if opts.parsable {
+        println!("{id}");
+    } else {
+        println!("Submitted batch job {id}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> SubmitOptions {
+        SubmitOptions::try_parse_from(std::iter::once("gsub").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn command_line_wins_over_directives() {
+        let script = "#!/bin/sh\n#SBATCH -J fromscript -o d.out\n#SBATCH --time=5 --requeue\n#GSCHED --gpu-mem 4G\ntrue\n";
+        let d = directive_options(script).unwrap();
+        assert_eq!(d.job_name.as_deref(), Some("fromscript"));
+        let merged = parse(&["-J", "cli", "--no-requeue", "s.sh", "-J", "arg"]).over(d);
+        assert_eq!(merged.job_name.as_deref(), Some("cli"));
+        assert_eq!(merged.output.as_deref(), Some("d.out"));
+        assert_eq!(merged.time.as_deref(), Some("5"));
+        assert_eq!(merged.gpu_mem.as_deref(), Some("4G"));
+        assert!(!merged.requeue);
+        assert_eq!(merged.script, vec!["s.sh", "-J", "arg"]);
+    }
+
+    #[test]
+    fn bad_directives_name_the_line() {
+        let e = directive_options("#!/bin/sh\n#SBATCH --bogus\n").unwrap_err();
+        assert_eq!(e.to_string(), "script line 2: unexpected argument '--bogus' found");
+        let e = directive_options("#!/bin/sh\n\n#SBATCH -J\n").unwrap_err();
+        assert!(e.to_string().starts_with("script line 3: a value is required"), "{e}");
+        let e = directive_options("#!/bin/sh\n#SBATCH stray\n").unwrap_err();
+        assert_eq!(e.to_string(), "script line 2: unexpected argument 'stray' in a directive");
+    }
+
+    #[test]
+    fn spec_from_options() {
+        let o = parse(&["--mig", "1g.5gb", "-t", "1:30", "-D", "sub", "--gpu-mem", "2G", "x.sh", "a1"]);
+        let s = build_spec(&o, "#!/bin/sh\n".into(), "x.sh", std::path::Path::new("/home/u")).unwrap();
+        assert!(s.isolated);
+        assert_eq!(s.gpu.mig_profile.as_deref(), Some("1g.5gb"));
+        assert_eq!(s.gpu.mem_mib, Some(2048));
+        assert_eq!(s.time_limit, Some(90));
+        assert_eq!(s.working_dir, "/home/u/sub");
+        assert_eq!(s.argv, vec!["a1"]);
+        assert_eq!(s.name, "x.sh");
+        let bad = parse(&["-t", "soon"]);
+        let e = build_spec(&bad, String::new(), "n", std::path::Path::new("/")).unwrap_err();
+        assert!(e.to_string().starts_with("invalid time limit 'soon'"), "{e}");
+    }
+}
