@@ -26,18 +26,27 @@ pub struct ApiError {
 impl Client {
     /// The controller named by `GSCHED_URL`, or the default.
     pub fn from_env() -> Client {
-        let base = std::env::var("GSCHED_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| DEFAULT_URL.into());
+        let base = std::env::var("GSCHED_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| DEFAULT_URL.into());
         Client::new(&base)
     }
 
     pub fn new(base: &str) -> Client {
         Client {
             base: base.trim_end_matches('/').to_string(),
-            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
+            agent: ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(30))
+                .build(),
         }
     }
 
-    fn call<T: for<'de> Deserialize<'de>>(&self, req: ureq::Request, body: Option<&serde_json::Value>) -> Result<T> {
+    fn call<T: for<'de> Deserialize<'de>>(
+        &self,
+        req: ureq::Request,
+        body: Option<&serde_json::Value>,
+    ) -> Result<T> {
         let res = match body {
             Some(b) => req.send_json(b),
             None => req.call(),
@@ -60,7 +69,10 @@ impl Client {
 
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId> {
         let body = serde_json::to_value(spec)?;
-        let s: Submitted = self.call(self.agent.post(&format!("{}/api/v1/jobs", self.base)), Some(&body))?;
+        let s: Submitted = self.call(
+            self.agent.post(&format!("{}/api/v1/jobs", self.base)),
+            Some(&body),
+        )?;
         Ok(s.job_id)
     }
 
@@ -75,7 +87,9 @@ impl Client {
 
     /// Cancels a job, or sends it `signal`.
     pub fn cancel(&self, id: &str, signal: Option<&str>) -> Result<()> {
-        let mut req = self.agent.delete(&format!("{}/api/v1/jobs/{id}", self.base));
+        let mut req = self
+            .agent
+            .delete(&format!("{}/api/v1/jobs/{id}", self.base));
         if let Some(s) = signal {
             req = req.query("signal", s);
         }
@@ -87,7 +101,9 @@ impl Client {
         struct Nodes {
             nodes: Vec<NodeInfo>,
         }
-        Ok(self.call::<Nodes>(self.agent.get(&format!("{}/api/v1/nodes", self.base)), None)?.nodes)
+        Ok(self
+            .call::<Nodes>(self.agent.get(&format!("{}/api/v1/nodes", self.base)), None)?
+            .nodes)
     }
 
     pub fn instances(&self) -> Result<Vec<InstanceInfo>> {
@@ -95,6 +111,11 @@ impl Client {
         struct Instances {
             instances: Vec<InstanceInfo>,
         }
-        Ok(self.call::<Instances>(self.agent.get(&format!("{}/api/v1/instances", self.base)), None)?.instances)
+        Ok(self
+            .call::<Instances>(
+                self.agent.get(&format!("{}/api/v1/instances", self.base)),
+                None,
+            )?
+            .instances)
     }
 }

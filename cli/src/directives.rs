@@ -22,7 +22,9 @@ pub fn extract(script: &str) -> Result<Vec<(usize, Vec<String>)>, DirectiveError
             continue;
         }
         let trimmed = line.trim();
-        let rest = ["#SBATCH", "#SLURM", "#GSCHED"].iter().find_map(|p| line.strip_prefix(p));
+        let rest = ["#SBATCH", "#SLURM", "#GSCHED"]
+            .iter()
+            .find_map(|p| line.strip_prefix(p));
         match rest {
             Some(r) if r.is_empty() || r.starts_with(char::is_whitespace) => {
                 let words = split(r).map_err(|why| DirectiveError { line: n, why })?;
@@ -109,9 +111,18 @@ mod tests {
 
     #[test]
     fn splits_like_sbatch() {
-        assert_eq!(split(" -J x  -o out-%j.txt").unwrap(), w(&["-J", "x", "-o", "out-%j.txt"]));
-        assert_eq!(split(" --job-name='a b' # comment").unwrap(), w(&["--job-name=a b"]));
-        assert_eq!(split(r#" -J "q\"x" -o a\ b"#).unwrap(), w(&["-J", "q\"x", "-o", "a b"]));
+        assert_eq!(
+            split(" -J x  -o out-%j.txt").unwrap(),
+            w(&["-J", "x", "-o", "out-%j.txt"])
+        );
+        assert_eq!(
+            split(" --job-name='a b' # comment").unwrap(),
+            w(&["--job-name=a b"])
+        );
+        assert_eq!(
+            split(r#" -J "q\"x" -o a\ b"#).unwrap(),
+            w(&["-J", "q\"x", "-o", "a b"])
+        );
         assert_eq!(split(" -J a#b").unwrap(), w(&["-J", "a#b"]));
         assert_eq!(split(" ''").unwrap(), w(&[""]));
         assert!(split(" -J 'open").is_err());
@@ -130,7 +141,10 @@ mod tests {
                 (6, w(&["--gpu-mem", "4G"])),
             ]
         );
-        assert_eq!(extract("#!/bin/sh\n#SBATCHX -J y\n#SBATCH\n").unwrap(), vec![]);
+        assert_eq!(
+            extract("#!/bin/sh\n#SBATCHX -J y\n#SBATCH\n").unwrap(),
+            vec![]
+        );
         let e = extract("#!/bin/sh\n#SBATCH -J 'x\n").unwrap_err();
         assert_eq!(e.to_string(), "script line 2: unterminated single quote");
     }

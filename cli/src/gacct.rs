@@ -31,7 +31,11 @@ pub struct Args {
 
 /// Slurm's `ExitCode` field: `code:signal`.
 pub fn exit_code(j: &JobInfo) -> String {
-    format!("{}:{}", j.exit_code.unwrap_or(0), j.exit_signal.unwrap_or(0))
+    format!(
+        "{}:{}",
+        j.exit_code.unwrap_or(0),
+        j.exit_signal.unwrap_or(0)
+    )
 }
 
 pub fn format(jobs: &[JobInfo], header: bool) -> String {
@@ -57,7 +61,10 @@ pub fn format(jobs: &[JobInfo], header: bool) -> String {
             cell(&exit_code(j), 8),
             cell(&format_duration_long(j.elapsed), 10),
             cell(&j.nodes, -10),
-            cell(&j.gpu_mem_peak.map(|m| format!("{m}M")).unwrap_or_default(), 10),
+            cell(
+                &j.gpu_mem_peak.map(|m| format!("{m}M")).unwrap_or_default(),
+                10,
+            ),
             cell(j.state_reason.as_deref().unwrap_or(""), -20),
             j.gpu_instance.clone().unwrap_or_default(),
         ]) + "\n");
@@ -66,12 +73,20 @@ pub fn format(jobs: &[JobInfo], header: bool) -> String {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<()> {
-    let a = Args::try_parse_from(std::iter::once("gacct".to_string()).chain(args)).unwrap_or_else(|e| e.exit());
-    let ids = if a.jobs.is_empty() { None } else { Some(a.jobs.join(",")) };
+    let a = Args::try_parse_from(std::iter::once("gacct".to_string()).chain(args))
+        .unwrap_or_else(|e| e.exit());
+    let ids = if a.jobs.is_empty() {
+        None
+    } else {
+        Some(a.jobs.join(","))
+    };
     let states = Some(a.state.unwrap_or_else(|| "all".into()));
     let jobs = Client::from_env().jobs(&query(states, a.user, false, ids, None))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "jobs": jobs }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "jobs": jobs }))?
+        );
     } else {
         print!("{}", format(&jobs, !a.noheader));
     }

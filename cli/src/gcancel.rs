@@ -18,7 +18,8 @@ pub struct Args {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<()> {
-    let a = Args::try_parse_from(std::iter::once("gcancel".to_string()).chain(args)).unwrap_or_else(|e| e.exit());
+    let a = Args::try_parse_from(std::iter::once("gcancel".to_string()).chain(args))
+        .unwrap_or_else(|e| e.exit());
     if let Some(s) = &a.signal {
         parse_signal(s)?;
     }

@@ -17,7 +17,14 @@ pub struct Args {
 
 pub fn format(nodes: &[NodeInfo], instances: &[InstanceInfo]) -> String {
     let mut out = String::new();
-    out += &(row(&[cell("NODE", -12), cell("STATE", -9), cell("CPUS", 4), cell("WORKERS", 9), cell("INSTANCES", 9), "JOBS".into()]) + "\n");
+    out += &(row(&[
+        cell("NODE", -12),
+        cell("STATE", -9),
+        cell("CPUS", 4),
+        cell("WORKERS", 9),
+        cell("INSTANCES", 9),
+        "JOBS".into(),
+    ]) + "\n");
     for n in nodes {
         let jobs: Vec<String> = n.running_jobs.iter().map(|j| j.to_string()).collect();
         out += &(row(&[
@@ -45,9 +52,17 @@ pub fn format(nodes: &[NodeInfo], instances: &[InstanceInfo]) -> String {
             cell(&i.node, -12),
             cell(&i.gpu_index.to_string(), 3),
             cell(i.profile.as_deref().unwrap_or("whole-gpu"), -10),
-            cell(&format!("{}/{} MiB", i.memory_reserved_mib, i.memory_mib), 19),
+            cell(
+                &format!("{}/{} MiB", i.memory_reserved_mib, i.memory_mib),
+                19,
+            ),
             cell(&i.sms.to_string(), 4),
-            cell(&i.isolated_owner.map(|j| j.to_string()).unwrap_or_else(|| "-".into()), 8),
+            cell(
+                &i.isolated_owner
+                    .map(|j| j.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                8,
+            ),
             cell(&i.active_tasks.to_string(), 5),
             i.uuid.clone(),
         ]) + "\n");
@@ -56,11 +71,17 @@ pub fn format(nodes: &[NodeInfo], instances: &[InstanceInfo]) -> String {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<()> {
-    let a = Args::try_parse_from(std::iter::once("ginfo".to_string()).chain(args)).unwrap_or_else(|e| e.exit());
+    let a = Args::try_parse_from(std::iter::once("ginfo".to_string()).chain(args))
+        .unwrap_or_else(|e| e.exit());
     let c = Client::from_env();
     let (nodes, instances) = (c.nodes()?, c.instances()?);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "nodes": nodes, "instances": instances }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "nodes": nodes, "instances": instances })
+            )?
+        );
     } else {
         print!("{}", format(&nodes, &instances));
     }

@@ -11,7 +11,12 @@ use crate::identity::current_user;
 use crate::table::{cell, row};
 
 #[derive(Parser, Debug)]
-#[command(name = "gqueue", version, about = "Show queued and running jobs", disable_help_flag = true)]
+#[command(
+    name = "gqueue",
+    version,
+    about = "Show queued and running jobs",
+    disable_help_flag = true
+)]
 pub struct Args {
     /// Print help (-h is --noheader, as in squeue).
     #[arg(long, action = clap::ArgAction::Help)]
@@ -40,7 +45,13 @@ pub struct Args {
 }
 
 /// The query parameters for these filters.
-pub fn query(states: Option<String>, user: Option<String>, me: bool, ids: Option<String>, name: Option<String>) -> Vec<(&'static str, String)> {
+pub fn query(
+    states: Option<String>,
+    user: Option<String>,
+    me: bool,
+    ids: Option<String>,
+    name: Option<String>,
+) -> Vec<(&'static str, String)> {
     let mut q = Vec::new();
     if let Some(s) = states {
         q.push(("state", s));
@@ -61,7 +72,9 @@ pub fn query(states: Option<String>, user: Option<String>, me: bool, ids: Option
 /// NODELIST(REASON): the node when running, `(reason)` while pending.
 pub fn nodelist_reason(j: &JobInfo) -> String {
     match j.job_state {
-        JobState::Pending | JobState::Requeued => format!("({})", j.state_reason.as_deref().unwrap_or("None")),
+        JobState::Pending | JobState::Requeued => {
+            format!("({})", j.state_reason.as_deref().unwrap_or("None"))
+        }
         _ => j.nodes.clone(),
     }
 }
@@ -99,10 +112,14 @@ pub fn format(jobs: &[JobInfo], header: bool) -> String {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<()> {
-    let a = Args::try_parse_from(std::iter::once("gqueue".to_string()).chain(args)).unwrap_or_else(|e| e.exit());
+    let a = Args::try_parse_from(std::iter::once("gqueue".to_string()).chain(args))
+        .unwrap_or_else(|e| e.exit());
     let jobs = Client::from_env().jobs(&query(a.states, a.user, a.me, a.jobs, a.name))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "jobs": jobs }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "jobs": jobs }))?
+        );
     } else {
         print!("{}", format(&jobs, !a.noheader));
     }

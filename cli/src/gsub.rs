@@ -13,7 +13,12 @@ use crate::identity::{current_user, hostname};
 
 /// Options of a submission, from the command line or from directives.
 #[derive(Parser, Debug, Clone, Default)]
-#[command(name = "gsub", version, about = "Submit a batch script to gsched", disable_help_flag = false)]
+#[command(
+    name = "gsub",
+    version,
+    about = "Submit a batch script to gsched",
+    disable_help_flag = false
+)]
 pub struct SubmitOptions {
     /// Give the job a GPU instance of its own (needs --mig or --gpu-mem).
     #[arg(long)]
@@ -83,10 +88,14 @@ impl SubmitOptions {
 pub fn directive_options(script: &str) -> Result<SubmitOptions> {
     let mut all = SubmitOptions::default();
     for (line, words) in directives::extract(script)? {
-        let parsed = SubmitOptions::try_parse_from(std::iter::once("gsub".to_string()).chain(words))
-            .map_err(|e| anyhow::anyhow!("script line {line}: {}", clap_message(&e)))?;
+        let parsed =
+            SubmitOptions::try_parse_from(std::iter::once("gsub".to_string()).chain(words))
+                .map_err(|e| anyhow::anyhow!("script line {line}: {}", clap_message(&e)))?;
         if !parsed.script.is_empty() {
-            bail!("script line {line}: unexpected argument '{}' in a directive", parsed.script[0]);
+            bail!(
+                "script line {line}: unexpected argument '{}' in a directive",
+                parsed.script[0]
+            );
         }
         // Later directives win over earlier ones.
         all = parsed.over(all);
@@ -102,7 +111,12 @@ pub fn clap_message(e: &clap::Error) -> String {
 }
 
 /// Builds the job spec from merged options.
-pub fn build_spec(opts: &SubmitOptions, script: String, default_name: &str, cwd: &std::path::Path) -> Result<JobSpec> {
+pub fn build_spec(
+    opts: &SubmitOptions,
+    script: String,
+    default_name: &str,
+    cwd: &std::path::Path,
+) -> Result<JobSpec> {
     let mem = match &opts.gpu_mem {
         Some(m) => Some(parse_mem_mib(m)?),
         None => None,
@@ -118,7 +132,10 @@ pub fn build_spec(opts: &SubmitOptions, script: String, default_name: &str, cwd:
     };
     let (user_name, uid, gid) = current_user();
     Ok(JobSpec {
-        name: opts.job_name.clone().unwrap_or_else(|| default_name.to_string()),
+        name: opts
+            .job_name
+            .clone()
+            .unwrap_or_else(|| default_name.to_string()),
         script,
         argv: opts.script.iter().skip(1).cloned().collect(),
         environment: std::env::vars().collect(),
@@ -128,7 +145,10 @@ pub fn build_spec(opts: &SubmitOptions, script: String, default_name: &str, cwd:
         gid,
         submit_host: hostname(),
         isolated: opts.isolated || opts.mig.is_some(),
-        gpu: GpuRequest { mig_profile: opts.mig.clone(), mem_mib: mem },
+        gpu: GpuRequest {
+            mig_profile: opts.mig.clone(),
+            mem_mib: mem,
+        },
         time_limit,
         stdout: opts.output.clone(),
         stderr: opts.error.clone(),
@@ -141,14 +161,20 @@ pub fn build_spec(opts: &SubmitOptions, script: String, default_name: &str, cwd:
 pub fn main_with(args: Vec<String>) -> Result<()> {
     let cli = match SubmitOptions::try_parse_from(std::iter::once("gsub".to_string()).chain(args)) {
         Ok(c) => c,
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
             e.exit()
         }
         Err(e) => bail!("{}", clap_message(&e)),
     };
     let (script, default_name) = match cli.script.first() {
         Some(path) if path != "-" => {
-            let text = std::fs::read(path).with_context(|| format!("cannot read batch script {path}"))?;
+            let text =
+                std::fs::read(path).with_context(|| format!("cannot read batch script {path}"))?;
             let name = std::path::Path::new(path)
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -157,7 +183,9 @@ pub fn main_with(args: Vec<String>) -> Result<()> {
         }
         _ => {
             let mut text = Vec::new();
-            std::io::stdin().read_to_end(&mut text).context("cannot read the batch script from standard input")?;
+            std::io::stdin()
+                .read_to_end(&mut text)
+                .context("cannot read the batch script from standard input")?;
             (text, "sbatch".to_string())
         }
     };
@@ -199,17 +227,44 @@ mod tests {
     #[test]
     fn bad_directives_name_the_line() {
         let e = directive_options("#!/bin/sh\n#SBATCH --bogus\n").unwrap_err();
-        assert_eq!(e.to_string(), "script line 2: unexpected argument '--bogus' found");
+        assert_eq!(
+            e.to_string(),
+            "script line 2: unexpected argument '--bogus' found"
+        );
         let e = directive_options("#!/bin/sh\n\n#SBATCH -J\n").unwrap_err();
-        assert!(e.to_string().starts_with("script line 3: a value is required"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("script line 3: a value is required"),
+            "{e}"
+        );
         let e = directive_options("#!/bin/sh\n#SBATCH stray\n").unwrap_err();
-        assert_eq!(e.to_string(), "script line 2: unexpected argument 'stray' in a directive");
+        assert_eq!(
+            e.to_string(),
+            "script line 2: unexpected argument 'stray' in a directive"
+        );
     }
 
     #[test]
     fn spec_from_options() {
-        let o = parse(&["--mig", "1g.5gb", "-t", "1:30", "-D", "sub", "--gpu-mem", "2G", "x.sh", "a1"]);
-        let s = build_spec(&o, "#!/bin/sh\n".into(), "x.sh", std::path::Path::new("/home/u")).unwrap();
+        let o = parse(&[
+            "--mig",
+            "1g.5gb",
+            "-t",
+            "1:30",
+            "-D",
+            "sub",
+            "--gpu-mem",
+            "2G",
+            "x.sh",
+            "a1",
+        ]);
+        let s = build_spec(
+            &o,
+            "#!/bin/sh\n".into(),
+            "x.sh",
+            std::path::Path::new("/home/u"),
+        )
+        .unwrap();
         assert!(s.isolated);
         assert_eq!(s.gpu.mig_profile.as_deref(), Some("1g.5gb"));
         assert_eq!(s.gpu.mem_mib, Some(2048));
@@ -219,6 +274,9 @@ mod tests {
         assert_eq!(s.name, "x.sh");
         let bad = parse(&["-t", "soon"]);
         let e = build_spec(&bad, String::new(), "n", std::path::Path::new("/")).unwrap_err();
-        assert!(e.to_string().starts_with("invalid time limit 'soon'"), "{e}");
+        assert!(
+            e.to_string().starts_with("invalid time limit 'soon'"),
+            "{e}"
+        );
     }
 }

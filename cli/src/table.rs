@@ -3,7 +3,11 @@
 /// A column: header, width (negative: left-aligned) and cell text.
 pub fn cell(text: &str, width: i32) -> String {
     let w = width.unsigned_abs() as usize;
-    let t: String = if text.chars().count() > w && w > 0 { text.chars().take(w).collect() } else { text.to_string() };
+    let t: String = if text.chars().count() > w && w > 0 {
+        text.chars().take(w).collect()
+    } else {
+        text.to_string()
+    };
     if width < 0 {
         format!("{t:<w$}")
     } else {

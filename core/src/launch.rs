@@ -221,7 +221,10 @@ fn best_instance(
     claimed: &HashSet<(usize, usize)>,
     job: &QueuedJob<'_>,
 ) -> Option<(usize, usize)> {
-    let mut best: Option<((bool, u64, bool, u32, usize, usize), (usize, usize))> = None;
+    // Preference key: not already draining for this job, memory, needs a
+    // drain, tasks to drain, then position (for a stable choice).
+    type Key = (bool, u64, bool, u32, usize, usize);
+    let mut best: Option<(Key, (usize, usize))> = None;
     for (ni, node) in nodes.iter().enumerate() {
         if !node.up || free[ni] == 0 {
             continue;

@@ -59,33 +59,6 @@ pub fn expand(pattern: &str, ctx: &PatternContext<'_>) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expands_like_slurm() {
-        let ctx = PatternContext {
-            job_id: 42,
-            user: "ana",
-            name: "train",
-            node: "gpu01",
-            ..Default::default()
-        };
-        assert_eq!(expand(DEFAULT_OUTPUT, &ctx), "slurm-42.out");
-        assert_eq!(expand("out-%j.txt", &ctx), "out-42.txt");
-        assert_eq!(expand("%x-%u-%N-%%-%5j", &ctx), "train-ana-gpu01-%-00042");
-        assert_eq!(expand("%A_%a", &ctx), "42_4294967294");
-        let arr = PatternContext {
-            array_job_id: Some(40),
-            array_task_id: Some(2),
-            ..ctx.clone()
-        };
-        assert_eq!(expand("slurm-%A_%a.out", &arr), "slurm-40_2.out");
-        assert_eq!(expand("%q%", &ctx), "%q%");
-    }
-}
-
 /// The resolved output and error paths of a job's batch step on `node`
 /// (relative patterns are taken from the job's working directory).
 pub fn job_output_paths(job: &crate::job::Job, node: &str) -> (String, String) {
@@ -111,4 +84,31 @@ pub fn job_output_paths(job: &crate::job::Job, node: &str) -> (String, String) {
         None => out.clone(),
     };
     (out, err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_like_slurm() {
+        let ctx = PatternContext {
+            job_id: 42,
+            user: "ana",
+            name: "train",
+            node: "gpu01",
+            ..Default::default()
+        };
+        assert_eq!(expand(DEFAULT_OUTPUT, &ctx), "slurm-42.out");
+        assert_eq!(expand("out-%j.txt", &ctx), "out-42.txt");
+        assert_eq!(expand("%x-%u-%N-%%-%5j", &ctx), "train-ana-gpu01-%-00042");
+        assert_eq!(expand("%A_%a", &ctx), "42_4294967294");
+        let arr = PatternContext {
+            array_job_id: Some(40),
+            array_task_id: Some(2),
+            ..ctx.clone()
+        };
+        assert_eq!(expand("slurm-%A_%a.out", &arr), "slurm-40_2.out");
+        assert_eq!(expand("%q%", &ctx), "%q%");
+    }
 }

@@ -104,7 +104,7 @@ pub fn format_time_limit(limit: Option<u64>) -> String {
 
 /// MiB as a short human size: `4864M`, `10G` when whole GiB.
 pub fn format_mib(mib: u64) -> String {
-    if mib >= 1024 && mib % 1024 == 0 {
+    if mib >= 1024 && mib.is_multiple_of(1024) {
         format!("{}G", mib / 1024)
     } else {
         format!("{mib}M")

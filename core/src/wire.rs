@@ -114,30 +114,6 @@ pub fn keys_match(a: &str, b: &str) -> bool {
             == 0
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_files() {
-        assert!(matches!(
-            check_key_file("k", 0o644, "0123456789abcdef"),
-            Err(KeyFileError::TooOpen { .. })
-        ));
-        assert!(matches!(
-            check_key_file("k", 0o600, "short"),
-            Err(KeyFileError::TooShort { .. })
-        ));
-        assert_eq!(
-            check_key_file("k", 0o100600, "0123456789abcdef\n").unwrap(),
-            "0123456789abcdef"
-        );
-        assert!(keys_match("abc", "abc"));
-        assert!(!keys_match("abc", "abd"));
-        assert!(!keys_match("abc", "abcd"));
-    }
-}
-
 /// A job as the REST API, `gqueue --json` and `gacct --json` show it.
 /// Field names are slurmrestd's where it has one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -305,4 +281,28 @@ pub struct JobList {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Submitted {
     pub job_id: JobId,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_files() {
+        assert!(matches!(
+            check_key_file("k", 0o644, "0123456789abcdef"),
+            Err(KeyFileError::TooOpen { .. })
+        ));
+        assert!(matches!(
+            check_key_file("k", 0o600, "short"),
+            Err(KeyFileError::TooShort { .. })
+        ));
+        assert_eq!(
+            check_key_file("k", 0o100600, "0123456789abcdef\n").unwrap(),
+            "0123456789abcdef"
+        );
+        assert!(keys_match("abc", "abc"));
+        assert!(!keys_match("abc", "abd"));
+        assert!(!keys_match("abc", "abcd"));
+    }
 }

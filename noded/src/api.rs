@@ -24,19 +24,16 @@ fn err(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(ErrorBody { error: msg.into() })).into_response()
 }
 
-fn check(api: &NodeApi, h: &HeaderMap) -> Result<(), Response> {
+fn authorized(api: &NodeApi, h: &HeaderMap) -> bool {
     let given = h
         .get(CLUSTER_KEY_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if keys_match(given, &api.key) {
-        Ok(())
-    } else {
-        Err(err(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong cluster key",
-        ))
-    }
+    keys_match(given, &api.key)
+}
+
+fn unauthorized() -> Response {
+    err(StatusCode::UNAUTHORIZED, "missing or wrong cluster key")
 }
 
 fn launch_error(e: LaunchError) -> Response {
@@ -61,8 +58,8 @@ async fn launch(
     h: HeaderMap,
     body: Result<Json<LaunchRequest>, JsonRejection>,
 ) -> Response {
-    if let Err(r) = check(&api, &h) {
-        return r;
+    if !authorized(&api, &h) {
+        return unauthorized();
     }
     let Json(req) = match body {
         Ok(b) => b,
@@ -85,8 +82,8 @@ async fn signal(
     Path(id): Path<JobId>,
     body: Result<Json<SignalRequest>, JsonRejection>,
 ) -> Response {
-    if let Err(r) = check(&api, &h) {
-        return r;
+    if !authorized(&api, &h) {
+        return unauthorized();
     }
     let Json(req) = match body {
         Ok(b) => b,
@@ -104,8 +101,8 @@ async fn signal(
 }
 
 async fn list(State(api): St, h: HeaderMap) -> Response {
-    if let Err(r) = check(&api, &h) {
-        return r;
+    if !authorized(&api, &h) {
+        return unauthorized();
     }
     Json(serde_json::json!({ "running": api.launcher.running_ids() })).into_response()
 }

@@ -1,3 +1,5 @@
 fn main() {
-    gsched_cli::run("gacct", || gsched_cli::gacct::main_with(std::env::args().skip(1).collect()));
+    gsched_cli::run("gacct", || {
+        gsched_cli::gacct::main_with(std::env::args().skip(1).collect())
+    });
 }

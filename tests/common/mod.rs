@@ -1,0 +1,230 @@
+//! Test harness: starts `gsched up` on a free loopback port with a
+//! temporary state directory and drives it through the CLI binaries.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub struct Gsched {
+    child: Option<Child>,
+    pub url: String,
+    pub listen: String,
+    pub state: tempfile::TempDir,
+    pub work: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    let gsched = PathBuf::from(env!("CARGO_BIN_EXE_gsched"));
+    gsched.with_file_name(name)
+}
+
+impl Gsched {
+    /// Starts `gsched up` with a simulated node and short timers.
+    pub fn start(extra: &[&str]) -> Gsched {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut g = Gsched {
+            child: None,
+            url: format!("http://{listen}"),
+            listen,
+            state: tempfile::tempdir().unwrap(),
+            work: tempfile::tempdir().unwrap(),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        g.spawn();
+        g
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.state.path().join("up.log"))
+            .unwrap();
+        let child = Command::new(bin("gsched"))
+            .args(["up", "--state-dir"])
+            .arg(self.state.path())
+            .args([
+                "--listen",
+                &self.listen,
+                "--kill-wait",
+                "1",
+                "--heartbeat-interval",
+                "1",
+                "--node-name",
+                "node1",
+            ])
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        self.wait_until("the node registers", Duration::from_secs(20), || {
+            self.get("/healthz")
+                .is_some_and(|h| h["nodes_up"].as_u64() == Some(1))
+        });
+    }
+
+    /// SIGKILL the whole `gsched up` process, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.state.path().join("up.log")).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> Option<Value> {
+        ureq::get(&format!("{}{path}", self.url))
+            .call()
+            .ok()?
+            .into_json()
+            .ok()
+    }
+
+    /// Runs a CLI binary in the work directory against this instance.
+    pub fn cli(&self, name: &str, args: &[&str]) -> Output {
+        self.cli_in(name, args, self.work.path(), None)
+    }
+
+    pub fn cli_in(&self, name: &str, args: &[&str], dir: &Path, stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(bin(name));
+        cmd.args(args).current_dir(dir).env("GSCHED_URL", &self.url);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Writes a script into the work directory.
+    pub fn script(&self, name: &str, body: &str) -> String {
+        let p = self.work.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p.display().to_string()
+    }
+
+    /// Submits with gsub; returns the job id.
+    pub fn submit(&self, args: &[&str]) -> u64 {
+        let mut all = vec!["--parsable"];
+        all.extend_from_slice(args);
+        let out = self.cli("gsub", &all);
+        assert!(
+            out.status.success(),
+            "gsub failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    pub fn job(&self, id: u64) -> Value {
+        self.get(&format!("/api/v1/jobs/{id}"))
+            .unwrap_or(Value::Null)
+    }
+
+    pub fn wait_state(&self, id: u64, state: &str, within: Duration) -> Value {
+        let mut last = Value::Null;
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            last = self.job(id);
+            if last["job_state"] == state {
+                return last;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "job {id} did not reach {state} within {within:?}; last seen: {last}\nlog:\n{}",
+            self.log()
+        );
+    }
+
+    pub fn wait_until(&self, what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting until {what}\nlog:\n{}", self.log());
+    }
+
+    /// Process-group ids of the shepherds in the spool.
+    pub fn shepherd_pgids(&self) -> Vec<i32> {
+        let mut out = Vec::new();
+        let root = self.state.path().join("spool").join("node1");
+        if let Ok(dir) = std::fs::read_dir(root) {
+            for e in dir.flatten() {
+                if let Ok(t) = std::fs::read_to_string(e.path().join("shepherd.pid")) {
+                    if let Some(pid) = t.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                        out.push(pid);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Kills every job process group this instance started.
+    pub fn kill_jobs(&self) {
+        for pgid in self.shepherd_pgids() {
+            // SAFETY: plain kill(2) on a process group this test started.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for Gsched {
+    fn drop(&mut self) {
+        self.kill9();
+        self.kill_jobs();
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
