@@ -3,6 +3,8 @@
 //! `gsched up` runs the controller and one node daemon in a single process,
 //! with state under `--state-dir`.
 
+mod bench;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -27,6 +29,8 @@ struct Cli {
 enum Command {
     /// Run the controller and a node daemon for this machine in one process.
     Up(UpArgs),
+    /// Measure the throughput of a running gsched.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -107,8 +111,7 @@ async fn up(args: UpArgs) -> Result<()> {
         &state_dir,
     )
     .await?;
-    let exe =
-        std::env::current_exe().context("cannot find this executable for the job shepherd")?;
+    let exe = shepherd::shepherd_program().context("cannot find the job shepherd program")?;
     let node = gsched_noded::start(
         NodeConfig {
             name: args.node_name,
@@ -141,15 +144,13 @@ async fn up(args: UpArgs) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let argv: Vec<String> = std::env::args().collect();
-    if argv.len() == 3 && argv[1] == shepherd::SHEPHERD_ARG {
-        std::process::exit(shepherd::main(std::path::Path::new(&argv[2])));
-    }
+    shepherd::run_if_called_as_shepherd();
     let cli = Cli::parse();
     match cli.command {
         Command::Up(args) => {
             init_logs(&args.log_format);
             tokio::runtime::Runtime::new()?.block_on(up(args))
         }
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::gpu::Instance;
 use crate::job::{IllegalTransition, Job, JobId, JobSpec, JobState, SpecError};
-use crate::launch::{Decision, InstanceView, LaunchInput, LaunchPolicy, NodeView, QueuedJob};
+use crate::launch::{
+    Decision, InstanceView, LaunchInput, LaunchPolicy, NodeView, PendingReason, QueuedJob,
+};
 use crate::outcome::EndCause;
 use crate::wire::{JobEnded, NodeRegistration};
 
@@ -82,6 +84,8 @@ pub struct Cluster {
     nodes: BTreeMap<String, Node>,
     next_id: JobId,
     policy: Box<dyn LaunchPolicy>,
+    /// Jobs queued since the last launch pass (they have no reason yet).
+    unexamined: Vec<JobId>,
 }
 
 impl Cluster {
@@ -93,6 +97,7 @@ impl Cluster {
             nodes: BTreeMap::new(),
             next_id: 1,
             policy,
+            unexamined: Vec::new(),
         }
     }
 
@@ -120,9 +125,7 @@ impl Cluster {
     /// Puts a job into the queue or onto its node's books, by its state.
     fn index(&mut self, job: &Job) {
         match job.state {
-            JobState::Pending => {
-                self.queue_for(job.spec.isolated).insert(job.id);
-            }
+            JobState::Pending => self.enqueue(job.id, job.spec.isolated),
             JobState::Running => {
                 if let Some(node) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
                     node.running.insert(job.id);
@@ -137,6 +140,12 @@ impl Cluster {
             }
             _ => {}
         }
+    }
+
+    /// Puts a pending job in its queue.
+    fn enqueue(&mut self, id: JobId, isolated: bool) {
+        self.queue_for(isolated).insert(id);
+        self.unexamined.push(id);
     }
 
     fn queue_for(&mut self, isolated: bool) -> &mut BTreeSet<JobId> {
@@ -171,6 +180,11 @@ impl Cluster {
         self.isolated_queue.len() + self.shared_queue.len()
     }
 
+    /// Jobs running on all nodes.
+    pub fn running_count(&self) -> usize {
+        self.nodes.values().map(|n| n.running.len()).sum()
+    }
+
     /// Accepts a job. It is queued at once; the caller persists it before
     /// acknowledging, and withdraws it with [`Cluster::withdraw`] if that fails.
     pub fn submit(
@@ -182,7 +196,7 @@ impl Cluster {
         let id = self.next_id;
         self.next_id += 1;
         let job = Job::new(id, spec, now);
-        self.queue_for(job.spec.isolated).insert(id);
+        self.enqueue(id, job.spec.isolated);
         self.jobs.insert(id, job);
         Ok((
             id,
@@ -211,8 +225,34 @@ impl Cluster {
     pub fn schedule(&mut self, now: i64) -> Vec<Effect> {
         let mut effects = Vec::new();
         if self.isolated_queue.is_empty() && self.shared_queue.is_empty() {
+            self.unexamined.clear();
             return effects;
         }
+        // Every policy launches onto a free worker: when there is none, a pass
+        // would only repeat the reasons it gave before. Give the jobs queued
+        // since then theirs, without walking the whole queue.
+        if !self
+            .nodes
+            .values()
+            .any(|n| n.up && (n.running.len() as u32) < n.worker_limit)
+        {
+            let reason = if self.nodes.values().any(|n| n.up) {
+                PendingReason::Resources
+            } else {
+                PendingReason::NodeDown
+            };
+            for id in std::mem::take(&mut self.unexamined) {
+                if self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| j.state == JobState::Pending)
+                {
+                    self.set_reason(id, reason.to_string());
+                }
+            }
+            return effects;
+        }
+        self.unexamined.clear();
         let plan = {
             let iso: Vec<QueuedJob<'_>> = self
                 .isolated_queue
@@ -405,7 +445,7 @@ impl Cluster {
                 .expect("requeued job");
             job.reason = Some("NodeFailRequeued".into());
             let isolated = job.spec.isolated;
-            self.queue_for(isolated).insert(id);
+            self.enqueue(id, isolated);
             vec![Effect::Job {
                 id,
                 event: "requeued after node failure".into(),
@@ -596,7 +636,7 @@ impl Cluster {
         job.restarts -= 1;
         job.reason = Some("LaunchFailedRequeued".into());
         let isolated = job.spec.isolated;
-        self.queue_for(isolated).insert(id);
+        self.enqueue(id, isolated);
         let mut effects = vec![Effect::Job {
             id,
             event: format!("launch on {node} failed; requeued"),
@@ -727,6 +767,15 @@ mod tests {
         c.schedule(1);
         assert_eq!(c.node("n1").unwrap().running.len(), 3);
         assert_eq!(c.job(4).unwrap().reason.as_deref(), Some("Resources"));
+        // With every worker busy, a new job still gets its reason.
+        let (late, _) = c.submit(spec(false, false), 2).unwrap();
+        assert_eq!(c.job(late).unwrap().reason, None);
+        assert!(c.schedule(3).is_empty());
+        assert_eq!(c.job(late).unwrap().reason.as_deref(), Some("Resources"));
+        c.node_down("n1", 4);
+        let (down, _) = c.submit(spec(false, false), 5).unwrap();
+        c.schedule(6);
+        assert_eq!(c.job(down).unwrap().reason.as_deref(), Some("NodeDown"));
     }
 
     #[test]

@@ -90,6 +90,7 @@ async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
     Json(serde_json::json!({
         "status": "ok",
         "pending": c.pending_count(),
+        "running": c.running_count(),
         "nodes_up": c.nodes().filter(|n| n.up).count(),
         "launch_policy": c.policy_name(),
     }))

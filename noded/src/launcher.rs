@@ -205,21 +205,16 @@ impl Launcher {
             .try_clone()
             .map_err(|e| io("cannot duplicate shepherd log", e))?;
         let mut cmd = Command::new(&self.shepherd_exe);
+        // The shepherd leads a new process group, which holds the whole job.
+        // (No pre_exec hook: that would force a fork of this large process
+        // instead of posix_spawn.)
         cmd.arg(SHEPHERD_ARG)
             .arg(&spool.dir)
             .env_clear()
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        // SAFETY: setsid is async-signal-safe; the shepherd leads a new session
-        // and process group, which holds the whole job.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::unistd::setsid()
-                    .map(|_| ())
-                    .map_err(std::io::Error::from)
-            });
-        }
         let child = cmd.spawn().map_err(|e| {
             LaunchError::Io(format!(
                 "cannot start the shepherd {}: {e}",

@@ -22,10 +22,7 @@ struct Args {
 }
 
 fn main() -> Result<()> {
-    let argv: Vec<String> = std::env::args().collect();
-    if argv.len() == 3 && argv[1] == shepherd::SHEPHERD_ARG {
-        std::process::exit(shepherd::main(std::path::Path::new(&argv[2])));
-    }
+    shepherd::run_if_called_as_shepherd();
     let args = Args::parse();
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
@@ -45,8 +42,7 @@ fn main() -> Result<()> {
         }
         None => args.node,
     };
-    let exe =
-        std::env::current_exe().context("cannot find this executable for the job shepherd")?;
+    let exe = shepherd::shepherd_program().context("cannot find the job shepherd program")?;
     tokio::runtime::Runtime::new()?.block_on(async move {
         gsched_noded::start(config, &args.state_dir, exe).await?;
         tokio::signal::ctrl_c().await?;

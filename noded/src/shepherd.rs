@@ -1,7 +1,8 @@
 //! The job shepherd: a small process between gnoded and the batch script.
 //!
-//! gnoded starts it (as `<exe> __gsched_shepherd <spool-dir>`) in a new
-//! session; it switches to the job's user, opens the output files, runs the
+//! gnoded starts it (as `gsched-shepherd __gsched_shepherd <spool-dir>`, or
+//! its own binary with the same arguments) as the leader of a new process
+//! group; it switches to the job's user, opens the output files, runs the
 //! script in its own process group, waits, and writes the exit status into
 //! the spool. Because it outlives gnoded, a restarted gnoded can adopt running
 //! jobs and still learn how they ended.
@@ -18,6 +19,25 @@ use crate::spool::{JobSpool, ShepherdSpec, ShepherdStatus};
 
 /// The argv[1] that makes a gsched binary act as a shepherd.
 pub const SHEPHERD_ARG: &str = "__gsched_shepherd";
+
+/// The small dedicated shepherd binary, installed next to the daemons.
+pub const SHEPHERD_BIN: &str = "gsched-shepherd";
+
+/// The program to start shepherds with: `gsched-shepherd` next to this
+/// executable if it is there (cheap to start), else this executable itself.
+pub fn shepherd_program() -> std::io::Result<std::path::PathBuf> {
+    let me = std::env::current_exe()?;
+    let small = me.with_file_name(SHEPHERD_BIN);
+    Ok(if small.is_file() { small } else { me })
+}
+
+/// For a binary's `main`: runs the shepherd if called as one, and exits.
+pub fn run_if_called_as_shepherd() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.len() == 3 && argv[1] == SHEPHERD_ARG {
+        std::process::exit(main(Path::new(&argv[2])));
+    }
+}
 
 extern "C" fn ignore(_: libc::c_int) {}
 

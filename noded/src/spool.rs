@@ -85,12 +85,13 @@ impl JobSpool {
         serde_json::from_str(&text).map_err(std::io::Error::other)
     }
 
-    /// Writes `value` as JSON atomically (temporary file, then rename).
+    /// Writes `value` as JSON atomically (temporary file, then rename). Not
+    /// fsynced: these files must survive a crash of gnoded, not of the
+    /// machine (a rebooted machine has no running jobs to adopt).
     pub fn write_json<T: Serialize>(&self, path: &Path, value: &T) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&serde_json::to_vec(value).map_err(std::io::Error::other)?)?;
-        f.sync_all()?;
         std::fs::rename(&tmp, path)
     }
 
