@@ -35,8 +35,8 @@ enum Command {
 
 #[derive(clap::Args)]
 struct UpArgs {
-    /// State directory (database, spool, cluster key).
-    /// Default: $XDG_STATE_HOME/gsched, else ~/.local/state/gsched.
+    /// State directory (database, spool, cluster key). Default: /var/lib/gsched
+    /// for root, else $XDG_STATE_HOME/gsched, else ~/.local/state/gsched.
     #[arg(long, env = "GSCHED_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Address of the REST API.
@@ -72,6 +72,11 @@ struct UpArgs {
 }
 
 fn default_state_dir() -> Result<PathBuf> {
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } == 0 {
+        // A root install serves every user: job users must reach the spool.
+        return Ok(PathBuf::from("/var/lib/gsched"));
+    }
     if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(x).join("gsched"));
     }

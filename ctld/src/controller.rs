@@ -289,7 +289,8 @@ impl Controller {
                         self.lock().launch_refused(id, why, unix_now())
                     }
                     Err(e) => {
-                        span.in_scope(|| warn!(error = %e, "node unreachable; job requeued"));
+                        let error = error_chain(&e);
+                        span.in_scope(|| warn!(%error, "node unreachable; job requeued"));
                         self.lock().launch_unreachable(id, unix_now())
                     }
                 };
@@ -324,7 +325,9 @@ impl Controller {
                         Ok(r) => {
                             return warn!(job, status = %r.status(), "node did not signal the job")
                         }
-                        Err(e) => return warn!(job, error = %e, "node unreachable for signal"),
+                        Err(e) => {
+                            return warn!(job, error = %error_chain(&e), "node unreachable for signal")
+                        }
                     }
                 }
             }
@@ -373,6 +376,18 @@ impl Controller {
             }
         }
     }
+}
+
+/// An error with its causes, for the log.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }
 
 enum Rpc {

@@ -79,7 +79,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         Duration::from_secs(config.kill_wait),
         ended_tx,
     )
-    .with_context(|| format!("cannot create spool directory {}", spool_root.display()))?;
+    .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
     let ended = launcher.adopt();
     let listener = TcpListener::bind(config.listen)
         .await

@@ -125,6 +125,28 @@ impl JobSpool {
     }
 }
 
+/// Checks that users other than the owner can pass through every directory
+/// above `dir` (a root gnoded runs jobs as their users, who must reach their
+/// spool). Returns the first directory that blocks them.
+pub fn check_reachable(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for d in dir.ancestors() {
+        if let Ok(meta) = std::fs::metadata(d) {
+            let mode = meta.permissions().mode();
+            if mode & 0o001 == 0 {
+                return Err(format!(
+                    "job users cannot reach the spool {}: {} has mode {:o}; run `chmod o+x {}` or choose another --state-dir",
+                    dir.display(),
+                    d.display(),
+                    mode & 0o777,
+                    d.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Start time of a process in clock ticks since boot (field 22 of
 /// `/proc/PID/stat`), which tells a process apart from a later one that
 /// reuses its pid.
@@ -145,6 +167,24 @@ mod tests {
         let a = process_starttime(me).unwrap();
         assert_eq!(process_starttime(me), Some(a));
         assert_eq!(process_starttime(i32::MAX), None);
+    }
+
+    #[test]
+    fn unreachable_spool_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spool = private.join("spool");
+        let err = check_reachable(&spool).unwrap_err();
+        assert!(
+            err.contains(&format!("{} has mode 700", private.display())),
+            "{err}"
+        );
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).unwrap();
+        assert_eq!(check_reachable(&spool), Ok(()));
     }
 
     #[test]

@@ -26,9 +26,17 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A binary of the workspace. `gctld` and `gnoded` belong to other packages,
+/// which `cargo test` does not rebuild: `./scripts/test` builds them first.
 pub fn bin(name: &str) -> PathBuf {
     let gsched = PathBuf::from(env!("CARGO_BIN_EXE_gsched"));
-    gsched.with_file_name(name)
+    let path = gsched.with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` (./scripts/test does)",
+        path.display()
+    );
+    path
 }
 
 impl Gsched {

@@ -1,0 +1,310 @@
+//! gctld and gnoded as separate processes: heartbeats, node loss, controller
+//! restarts while the node keeps running, and the cluster key.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(20);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Pair {
+    dir: tempfile::TempDir,
+    port: u16,
+    ctld: Option<Child>,
+    noded: Option<Child>,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["ctl", "node"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        Pair {
+            dir,
+            port: free_port(),
+            ctld: None,
+            noded: None,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.path().join("ctl/cluster.key")
+    }
+
+    fn log(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(name))
+            .unwrap()
+    }
+
+    fn start_ctld(&mut self) {
+        let child = Command::new(common::bin("gctld"))
+            .arg("--state-dir")
+            .arg(self.dir.path().join("ctl"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{}", self.port),
+                "--node-timeout",
+                "2",
+            ])
+            .stdin(Stdio::null())
+            .stderr(self.log("ctld.log"))
+            .spawn()
+            .unwrap();
+        self.ctld = Some(child);
+        self.wait("gctld answers", || self.health().is_some());
+    }
+
+    fn start_noded(&mut self, key: &Path) {
+        let child = Command::new(common::bin("gnoded"))
+            .arg("--state-dir")
+            .arg(self.dir.path().join("node"))
+            .arg("--cluster-key-file")
+            .arg(key)
+            .args([
+                "--controller",
+                &self.url(),
+                "--listen",
+                "127.0.0.1:0",
+                "--name",
+                "n1",
+            ])
+            .args([
+                "--heartbeat-interval",
+                "1",
+                "--kill-wait",
+                "1",
+                "--sim-gpus",
+                "1xA30:1g.6gb*4",
+            ])
+            .stdin(Stdio::null())
+            .stderr(self.log("noded.log"))
+            .spawn()
+            .unwrap();
+        self.noded = Some(child);
+    }
+
+    fn health(&self) -> Option<Value> {
+        ureq::get(&format!("{}/healthz", self.url()))
+            .call()
+            .ok()?
+            .into_json()
+            .ok()
+    }
+
+    fn wait(&self, what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + T;
+        while Instant::now() < deadline {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let logs: String = ["ctld.log", "noded.log"]
+            .iter()
+            .map(|l| std::fs::read_to_string(self.dir.path().join(l)).unwrap_or_default())
+            .collect();
+        panic!("timed out waiting until {what}\n{logs}");
+    }
+
+    fn job(&self, id: u64) -> Value {
+        ureq::get(&format!("{}/api/v1/jobs/{id}", self.url()))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap()
+    }
+
+    fn wait_state(&self, id: u64, state: &str) -> Value {
+        self.wait(&format!("job {id} is {state}"), || {
+            self.job(id)["job_state"] == state
+        });
+        self.job(id)
+    }
+
+    fn submit(&self, script: &str) -> u64 {
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let body = json!({
+            "name": "d", "script": script, "working_dir": self.dir.path().display().to_string(),
+            "user_name": "u", "uid": uid, "gid": gid, "environment": {"PATH": "/usr/bin:/bin"}
+        });
+        let r: Value = ureq::post(&format!("{}/api/v1/jobs", self.url()))
+            .send_json(body)
+            .unwrap()
+            .into_json()
+            .unwrap();
+        r["job_id"].as_u64().unwrap()
+    }
+
+    fn kill(child: &mut Option<Child>) {
+        if let Some(mut c) = child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn kill_jobs(&self) {
+        let spool = self.dir.path().join("node/spool/n1");
+        for e in std::fs::read_dir(spool).into_iter().flatten().flatten() {
+            if let Ok(t) = std::fs::read_to_string(e.path().join("shepherd.pid")) {
+                if let Some(pid) = t
+                    .split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse::<i32>().ok())
+                {
+                    unsafe { libc::kill(-pid, libc::SIGKILL) };
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        Pair::kill(&mut self.ctld);
+        Pair::kill(&mut self.noded);
+        self.kill_jobs();
+    }
+}
+
+#[test]
+fn a_silent_node_is_marked_down_and_its_jobs_end_node_fail() {
+    let mut p = Pair::new();
+    p.start_ctld();
+    let key = p.key();
+    p.start_noded(&key);
+    p.wait("the node is up", || {
+        p.health().is_some_and(|h| h["nodes_up"] == 1)
+    });
+    let started = p.dir.path().join("started");
+    let id = p.submit(&format!(
+        "#!/bin/sh\ntouch {}\nsleep 300\n",
+        started.display()
+    ));
+    p.wait_state(id, "RUNNING");
+    // RUNNING means allocated; wait until the node has really started it.
+    p.wait("the job started", || started.exists());
+    // The node dies with its jobs.
+    Pair::kill(&mut p.noded);
+    p.kill_jobs();
+    let job = p.wait_state(id, "NODE_FAIL");
+    assert_eq!(job["state_reason"], "NodeFail");
+    let nodes: Value = ureq::get(&format!("{}/api/v1/nodes", p.url()))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(nodes["nodes"][0]["state"], "DOWN");
+    // New work waits for a node.
+    let next = p.submit("#!/bin/sh\ntrue\n");
+    p.wait(&format!("job {next} waits for a node"), || {
+        p.job(next)["state_reason"] == "NodeDown"
+    });
+    // The node comes back and runs it.
+    p.start_noded(&key);
+    p.wait_state(next, "COMPLETED");
+}
+
+#[test]
+fn controller_restart_keeps_the_node_and_learns_what_ended_meanwhile() {
+    let mut p = Pair::new();
+    p.start_ctld();
+    let key = p.key();
+    p.start_noded(&key);
+    p.wait("the node is up", || {
+        p.health().is_some_and(|h| h["nodes_up"] == 1)
+    });
+    let flag = p.dir.path().join("go");
+    let ends = p.submit(&format!(
+        "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.1; done\nexit 5\n",
+        flag.display()
+    ));
+    let started = p.dir.path().join("started");
+    let runs = p.submit(&format!(
+        "#!/bin/sh\ntouch {}\nsleep 300\n",
+        started.display()
+    ));
+    p.wait_state(ends, "RUNNING");
+    p.wait_state(runs, "RUNNING");
+    p.wait("both jobs started", || {
+        started.exists() && p.dir.path().join(format!("slurm-{ends}.out")).exists()
+    });
+    Pair::kill(&mut p.ctld);
+    // While the controller is away, one job ends.
+    std::fs::write(&flag, b"").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    p.start_ctld();
+    let job = p.wait_state(ends, "FAILED");
+    assert_eq!(job["exit_code"], 5);
+    // The other is still running, under the same node, and can be cancelled.
+    p.wait("the node re-registered", || {
+        p.health().is_some_and(|h| h["nodes_up"] == 1)
+    });
+    assert_eq!(p.job(runs)["job_state"], "RUNNING");
+    ureq::delete(&format!("{}/api/v1/jobs/{runs}", p.url()))
+        .call()
+        .unwrap();
+    p.wait_state(runs, "CANCELLED");
+}
+
+#[test]
+fn a_node_with_the_wrong_key_is_not_accepted() {
+    let mut p = Pair::new();
+    p.start_ctld();
+    let wrong = p.dir.path().join("wrong.key");
+    std::fs::write(&wrong, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p.start_noded(&wrong);
+    let log = p.dir.path().join("noded.log");
+    p.wait("gnoded reports the refusal", || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("missing or wrong cluster key")
+    });
+    assert_eq!(p.health().unwrap()["nodes_up"], 0);
+}
+
+#[test]
+fn a_key_file_readable_by_others_is_refused() {
+    let p = Pair::new();
+    let key = p.dir.path().join("open.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(common::bin("gnoded"))
+        .arg("--state-dir")
+        .arg(p.dir.path().join("node"))
+        .arg("--cluster-key-file")
+        .arg(&key)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "cluster key file {} can be read by other users (mode 644); run: chmod 600",
+            key.display()
+        )),
+        "{err}"
+    );
+}
