@@ -60,6 +60,7 @@ fn time_limit_ends_the_job_as_timeout() {
     let id = g.submit(&["-t", "0:01", &script]);
     let job = g.wait_state(id, "TIMEOUT", T);
     assert_eq!(job["state_reason"], "TimeLimit");
+    assert!(job["elapsed"].as_i64().unwrap() >= 1, "ran its whole limit: {job}");
     let pid: i32 = std::fs::read_to_string(g.work.path().join("pid.txt"))
         .unwrap()
         .trim()
@@ -342,4 +343,44 @@ fn gqueue_shows_pending_reason_and_filters() {
     assert_eq!(none, "");
     g.cli("gcancel", &[&a.to_string(), &b.to_string()]);
     g.wait_state(b, "CANCELLED", T);
+}
+
+#[test]
+fn a_job_is_adopted_even_if_the_crash_came_before_its_pid_file() {
+    let mut g = Gsched::start(&["--workers", "2"]);
+    let script = g.script(
+        "window.sh",
+        "#!/bin/sh\necho run >> runs.txt\ntouch started\nwhile [ ! -e go ]; do sleep 0.1; done\nexit 3\n",
+    );
+    let id = g.submit(&["--requeue", &script]);
+    g.wait_until("the job started", T, || {
+        g.work.path().join("started").exists()
+    });
+    g.kill9();
+    // gnoded died between starting the shepherd and recording its pid.
+    let pid_file = g
+        .state
+        .path()
+        .join(format!("spool/node1/job-{id}/shepherd.pid"));
+    std::fs::remove_file(&pid_file).unwrap();
+    g.restart();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        g.job(id)["job_state"],
+        "RUNNING",
+        "the job must be adopted, not requeued"
+    );
+    assert!(
+        pid_file.exists(),
+        "the adopted shepherd's pid is recorded again"
+    );
+    std::fs::write(g.work.path().join("go"), b"").unwrap();
+    let job = g.wait_state(id, "FAILED", T);
+    assert_eq!(job["exit_code"], 3);
+    assert_eq!(job["restart_cnt"], 0);
+    assert_eq!(
+        std::fs::read_to_string(g.work.path().join("runs.txt")).unwrap(),
+        "run\n",
+        "ran exactly once"
+    );
 }

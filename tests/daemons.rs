@@ -164,17 +164,8 @@ impl Pair {
     }
 
     fn kill_jobs(&self) {
-        let spool = self.dir.path().join("node/spool/n1");
-        for e in std::fs::read_dir(spool).into_iter().flatten().flatten() {
-            if let Ok(t) = std::fs::read_to_string(e.path().join("shepherd.pid")) {
-                if let Some(pid) = t
-                    .split_whitespace()
-                    .next()
-                    .and_then(|p| p.parse::<i32>().ok())
-                {
-                    unsafe { libc::kill(-pid, libc::SIGKILL) };
-                }
-            }
+        for (pgid, _) in gsched_noded::spool::shepherds_under(self.dir.path()) {
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
     }
 }

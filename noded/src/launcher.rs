@@ -230,26 +230,25 @@ impl Launcher {
             .map_err(|e| LaunchError::Io(format!("cannot watch the shepherd (pidfd_open): {e}")))?;
         self.jobs().insert(job.id, RunningJob { pgid: pid });
         info!(pid, "job started");
-        self.track(job.id, pid, fd, start_time, job.spec.time_limit);
+        // A fresh job gets its whole limit from now (the recorded start
+        // time has whole-second precision).
+        self.track(
+            job.id,
+            pid,
+            fd,
+            job.spec.time_limit.map(Duration::from_secs),
+        );
         Ok(())
     }
 
-    /// Watches a shepherd and enforces the time limit.
-    fn track(
-        self: &Arc<Self>,
-        job: JobId,
-        pid: i32,
-        fd: OwnedFd,
-        start_time: i64,
-        limit: Option<u64>,
-    ) {
+    /// Watches a shepherd and enforces the time limit (`left`: time to run).
+    fn track(self: &Arc<Self>, job: JobId, pid: i32, fd: OwnedFd, left: Option<Duration>) {
         let this = Arc::clone(self);
         tokio::spawn(async move { this.watch(job, pid, fd).await });
-        if let Some(limit) = limit {
+        if let Some(left) = left {
             let this = Arc::clone(self);
-            let left = (start_time + limit as i64 - unix_now()).max(0) as u64;
             tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(left)).await;
+                tokio::time::sleep(left).await;
                 if this.pgid_of(job) == Some(pid) {
                     info!(job, "time limit reached");
                     this.spool(job).mark(TIMEOUT);
@@ -332,24 +331,39 @@ impl Launcher {
         let Ok(dir) = std::fs::read_dir(&self.spool_root) else {
             return ended;
         };
+        // Shepherds by their command line, for jobs whose pid file was never
+        // written (gnoded died between starting the shepherd and writing it).
+        let by_cmdline = crate::spool::shepherds_under(&self.spool_root);
         for entry in dir.flatten() {
             let Some(job) = JobSpool::job_of(&entry.path()) else {
                 continue;
             };
             let spool = self.spool(job);
-            let alive = spool
+            let pid = spool
                 .read_pid()
                 .filter(|(pid, start)| process_starttime(*pid) == Some(*start))
-                .and_then(|(pid, _)| pidfd_open(pid).ok().map(|fd| (pid, fd)));
-            match alive {
+                .map(|(pid, _)| pid)
+                .or_else(|| {
+                    by_cmdline
+                        .iter()
+                        .find(|(_, d)| *d == spool.dir)
+                        .map(|(pid, _)| *pid)
+                });
+            match pid.and_then(|pid| pidfd_open(pid).ok().map(|fd| (pid, fd))) {
                 Some((pid, fd)) => {
-                    let (start, limit) = spool
-                        .read_spec()
-                        .map(|s| (s.start_time, s.time_limit))
-                        .unwrap_or((unix_now(), None));
+                    if let Some(start) = process_starttime(pid) {
+                        let _ = spool.write_pid(pid, start);
+                    }
+                    let left = spool.read_spec().ok().and_then(|s| {
+                        s.time_limit.map(|l| {
+                                Duration::from_secs(
+                                    (s.start_time + l as i64 - unix_now()).max(0) as u64
+                                )
+                            })
+                    });
                     self.jobs().insert(job, RunningJob { pgid: pid });
                     info!(job, pid, "adopted running job");
-                    self.track(job, pid, fd, start, limit);
+                    self.track(job, pid, fd, left);
                 }
                 None => ended.push(ended_from_spool(job, &spool)),
             }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use gsched_core::job::JobId;
@@ -145,6 +146,36 @@ pub fn check_reachable(dir: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Shepherd processes whose spool directory lies under `root`, found through
+/// `/proc` (their command line names the directory): `(pid, spool dir)`.
+/// This finds a shepherd even if gnoded died before writing its pid file.
+pub fn shepherds_under(root: &Path) -> Vec<(i32, PathBuf)> {
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.len() >= 3 && args[1] == crate::shepherd::SHEPHERD_ARG.as_bytes() {
+            let dir = PathBuf::from(std::ffi::OsStr::from_bytes(args[2]));
+            if dir.starts_with(root) {
+                found.push((pid, dir));
+            }
+        }
+    }
+    found
 }
 
 /// Start time of a process in clock ticks since boot (field 22 of

@@ -195,25 +195,10 @@ impl Gsched {
         panic!("timed out waiting until {what}\nlog:\n{}", self.log());
     }
 
-    /// Process-group ids of the shepherds in the spool.
-    pub fn shepherd_pgids(&self) -> Vec<i32> {
-        let mut out = Vec::new();
-        let root = self.state.path().join("spool").join("node1");
-        if let Ok(dir) = std::fs::read_dir(root) {
-            for e in dir.flatten() {
-                if let Ok(t) = std::fs::read_to_string(e.path().join("shepherd.pid")) {
-                    if let Some(pid) = t.split_whitespace().next().and_then(|p| p.parse().ok()) {
-                        out.push(pid);
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// Kills every job process group this instance started.
+    /// Kills every job process group this instance started (shepherds are
+    /// found by their command line, as gnoded finds them).
     pub fn kill_jobs(&self) {
-        for pgid in self.shepherd_pgids() {
+        for (pgid, _) in gsched_noded::spool::shepherds_under(self.state.path()) {
             // SAFETY: plain kill(2) on a process group this test started.
             unsafe {
                 libc::kill(-pgid, libc::SIGKILL);
