@@ -60,7 +60,10 @@ fn time_limit_ends_the_job_as_timeout() {
     let id = g.submit(&["-t", "0:01", &script]);
     let job = g.wait_state(id, "TIMEOUT", T);
     assert_eq!(job["state_reason"], "TimeLimit");
-    assert!(job["elapsed"].as_i64().unwrap() >= 1, "ran its whole limit: {job}");
+    assert!(
+        job["elapsed"].as_i64().unwrap() >= 1,
+        "ran its whole limit: {job}"
+    );
     let pid: i32 = std::fs::read_to_string(g.work.path().join("pid.txt"))
         .unwrap()
         .trim()
