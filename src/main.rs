@@ -85,19 +85,6 @@ fn default_state_dir() -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/state/gsched"))
 }
 
-fn init_logs(format: &str) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        b.json().init();
-    } else {
-        b.init();
-    }
-}
-
 async fn up(args: UpArgs) -> Result<()> {
     let state_dir = match args.state_dir {
         Some(d) => d,
@@ -153,7 +140,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Up(args) => {
-            init_logs(&args.log_format);
+            gsched_daemon::init_logs(&args.log_format);
             tokio::runtime::Runtime::new()?.block_on(up(args))
         }
         Command::Bench(args) => bench::run(args),

@@ -299,3 +299,42 @@ fn a_key_file_readable_by_others_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn gctld_reads_its_settings_from_a_config_file_and_refuses_mixed_or_unknown_ones() {
+    let mut p = Pair::new();
+    let cfg = p.dir.path().join("gctld.toml");
+    std::fs::write(
+        &cfg,
+        format!("listen = \"127.0.0.1:{}\"\nnode_timeout = 7\n", p.port),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut c = Command::new(common::bin("gctld"));
+        c.arg("--state-dir")
+            .arg(p.dir.path().join("ctl"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    };
+    let out = run(&["--node-timeout", "9"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("also given as flags: --node-timeout"), "{err}");
+
+    p.ctld = Some(run(&[]).spawn().unwrap());
+    p.wait("gctld listens where the file says", || p.health().is_some());
+
+    std::fs::write(&cfg, "listen = \"127.0.0.1:1\"\nnode_timout = 7\n").unwrap();
+    let out = run(&[]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid config file") && err.contains("node_timout"),
+        "{err}"
+    );
+}

@@ -3,33 +3,23 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gsched_core::cluster::ClusterError;
 use gsched_core::job::{JobId, JobSpec, JobState};
 use gsched_core::outcome::parse_signal;
 use gsched_core::wire::{
-    keys_match, ErrorBody, Heartbeat, HeartbeatReply, InstanceInfo, JobEndReport, JobInfo, JobList,
-    NodeInfo, NodeRegistration, Submitted, CLUSTER_KEY_HEADER,
+    Heartbeat, HeartbeatReply, InstanceInfo, JobEndReport, JobInfo, JobList, NodeInfo,
+    NodeRegistration, Submitted,
 };
+use gsched_daemon::http::{check_cluster_key, ApiError, Body};
 use serde::Deserialize;
 
 use crate::controller::{unix_now, Controller, CtlError};
 
 type Ctl = State<Arc<Controller>>;
-
-/// An error answer: `{"error": "..."}` with a status.
-pub struct ApiError(StatusCode, String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, Json(ErrorBody { error: self.1 })).into_response()
-    }
-}
 
 impl From<CtlError> for ApiError {
     fn from(e: CtlError) -> ApiError {
@@ -41,28 +31,6 @@ impl From<CtlError> for ApiError {
             CtlError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         ApiError(status, e.to_string())
-    }
-}
-
-/// JSON body extractor whose rejections are JSON errors naming the problem.
-pub struct Body<T>(pub T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = ApiError;
-    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(Body(v)),
-            Err(e) => Err(ApiError(StatusCode::BAD_REQUEST, rejection_text(&e))),
-        }
-    }
-}
-
-fn rejection_text(e: &JsonRejection) -> String {
-    match e {
-        JsonRejection::MissingJsonContentType(_) => {
-            "send the body as JSON with Content-Type: application/json".into()
-        }
-        other => format!("invalid JSON body: {}", other.body_text()),
     }
 }
 
@@ -224,27 +192,12 @@ async fn list_instances(State(ctl): Ctl) -> Json<serde_json::Value> {
     Json(serde_json::json!({ "instances": inst }))
 }
 
-fn check_key(ctl: &Controller, headers: &HeaderMap) -> Result<(), ApiError> {
-    let given = headers
-        .get(CLUSTER_KEY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if keys_match(given, &ctl.key) {
-        Ok(())
-    } else {
-        Err(ApiError(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong cluster key".into(),
-        ))
-    }
-}
-
 async fn register(
     State(ctl): Ctl,
     headers: HeaderMap,
     Body(reg): Body<NodeRegistration>,
 ) -> Result<StatusCode, ApiError> {
-    check_key(&ctl, &headers)?;
+    check_cluster_key(&ctl.key, &headers)?;
     if reg.name.is_empty()
         || reg.name.len() > 255
         || reg
@@ -267,7 +220,7 @@ async fn heartbeat(
     Path(name): Path<String>,
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
-    check_key(&ctl, &headers)?;
+    check_cluster_key(&ctl.key, &headers)?;
     Ok(Json(HeartbeatReply {
         known: ctl.heartbeat(&name, &hb),
     }))
@@ -278,7 +231,7 @@ async fn jobs_ended(
     headers: HeaderMap,
     Body(report): Body<JobEndReport>,
 ) -> Result<StatusCode, ApiError> {
-    check_key(&ctl, &headers)?;
+    check_cluster_key(&ctl.key, &headers)?;
     ctl.jobs_ended(report).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use gsched_core::cluster::{Cluster, ClusterError, Effect};
 use gsched_core::job::{JobId, JobSpec};
@@ -17,13 +17,7 @@ use tracing::{info, warn, Instrument};
 use crate::config::CtldConfig;
 use crate::store::{Store, StoreError, Write};
 
-/// Unix seconds now: the one clock the controller reads.
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
+pub use gsched_daemon::unix_now;
 
 /// Errors of controller operations, mapped to HTTP statuses by the API.
 #[derive(Debug, thiserror::Error)]

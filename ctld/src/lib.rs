@@ -4,7 +4,6 @@
 pub mod api;
 pub mod config;
 pub mod controller;
-pub mod key;
 pub mod store;
 
 use std::path::Path;
@@ -33,7 +32,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         .cluster_key_file
         .clone()
         .unwrap_or_else(|| state_dir.join("cluster.key"));
-    let key = key::load_or_create(&key_path)?;
+    let key = gsched_daemon::key::load_or_create(&key_path)?;
     let db = state_dir.join("ctld.db");
     let (store, loaded) = store::Store::open(&db, config.durability).await?;
     tracing::info!(db = %db.display(), jobs = loaded.jobs.len(), nodes = loaded.nodes.len(), "store loaded");

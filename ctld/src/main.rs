@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use clap::Parser;
+use anyhow::{bail, Result};
+use clap::{CommandFactory, FromArgMatches, Parser};
 use gsched_ctld::CtldConfig;
 
 #[derive(Parser)]
@@ -12,7 +12,7 @@ struct Args {
     /// State directory (database, cluster key).
     #[arg(long, env = "GSCHED_STATE_DIR")]
     state_dir: PathBuf,
-    /// TOML file with the settings below; flags given on the command line win.
+    /// TOML file with the settings below (snake_case names); then give none of them as flags.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Log format.
@@ -24,70 +24,27 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = Args::parse();
-    init_logs(&args.log_format);
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches)?;
+    gsched_daemon::init_logs(&args.log_format);
     let config = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            let from_file: CtldConfig = toml::from_str(&text)
-                .with_context(|| format!("invalid config file {}", path.display()))?;
-            merge(from_file, args.ctld)
+            let given = gsched_daemon::setting_flags_given(
+                &matches,
+                &["state_dir", "config", "log_format"],
+            );
+            if !given.is_empty() {
+                bail!(
+                    "settings come from {} with --config; also given as flags: {}",
+                    path.display(),
+                    given.join(", ")
+                );
+            }
+            gsched_daemon::read_config(path)?
         }
         None => args.ctld,
     };
     gsched_ctld::start(config, &args.state_dir).await?;
     tokio::signal::ctrl_c().await?;
     Ok(())
-}
-
-/// The file's settings, overridden by flags that differ from their defaults.
-fn merge(file: CtldConfig, flags: CtldConfig) -> CtldConfig {
-    let d = <Args as clap::Parser>::parse_from(["gctld", "--state-dir", "/"]).ctld;
-    CtldConfig {
-        listen: if flags.listen != d.listen {
-            flags.listen
-        } else {
-            file.listen
-        },
-        cluster_name: if flags.cluster_name != d.cluster_name {
-            flags.cluster_name
-        } else {
-            file.cluster_name
-        },
-        partition: if flags.partition != d.partition {
-            flags.partition
-        } else {
-            file.partition
-        },
-        node_timeout: if flags.node_timeout != d.node_timeout {
-            flags.node_timeout
-        } else {
-            file.node_timeout
-        },
-        launch_policy: if flags.launch_policy != d.launch_policy {
-            flags.launch_policy
-        } else {
-            file.launch_policy
-        },
-        durability: if flags.durability != d.durability {
-            flags.durability
-        } else {
-            file.durability
-        },
-        cluster_key_file: flags.cluster_key_file.or(file.cluster_key_file),
-    }
-}
-
-fn init_logs(format: &str) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        b.json().init();
-    } else {
-        b.init();
-    }
 }

@@ -2,14 +2,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use gsched_core::job::JobId;
-use gsched_core::wire::{keys_match, ErrorBody, LaunchRequest, SignalRequest, CLUSTER_KEY_HEADER};
+use gsched_core::wire::{LaunchRequest, SignalRequest};
+use gsched_daemon::http::{check_cluster_key, ApiError, Body};
 
 use crate::launcher::{LaunchError, Launcher};
 
@@ -20,30 +19,16 @@ pub struct NodeApi {
 
 type St = State<Arc<NodeApi>>;
 
-fn err(status: StatusCode, msg: impl Into<String>) -> Response {
-    (status, Json(ErrorBody { error: msg.into() })).into_response()
-}
-
-fn authorized(api: &NodeApi, h: &HeaderMap) -> bool {
-    let given = h
-        .get(CLUSTER_KEY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    keys_match(given, &api.key)
-}
-
-fn unauthorized() -> Response {
-    err(StatusCode::UNAUTHORIZED, "missing or wrong cluster key")
-}
-
-fn launch_error(e: LaunchError) -> Response {
-    let status = match e {
-        LaunchError::Refused(_) => StatusCode::FORBIDDEN,
-        LaunchError::AlreadyRunning(_) => StatusCode::CONFLICT,
-        LaunchError::NotRunning(_) => StatusCode::NOT_FOUND,
-        LaunchError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    err(status, e.to_string())
+impl From<LaunchError> for ApiError {
+    fn from(e: LaunchError) -> ApiError {
+        let status = match e {
+            LaunchError::Refused(_) => StatusCode::FORBIDDEN,
+            LaunchError::AlreadyRunning(_) => StatusCode::CONFLICT,
+            LaunchError::NotRunning(_) => StatusCode::NOT_FOUND,
+            LaunchError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.to_string())
+    }
 }
 
 pub fn router(api: Arc<NodeApi>) -> Router {
@@ -56,53 +41,27 @@ pub fn router(api: Arc<NodeApi>) -> Router {
 async fn launch(
     State(api): St,
     h: HeaderMap,
-    body: Result<Json<LaunchRequest>, JsonRejection>,
-) -> Response {
-    if !authorized(&api, &h) {
-        return unauthorized();
-    }
-    let Json(req) = match body {
-        Ok(b) => b,
-        Err(e) => {
-            return err(
-                StatusCode::BAD_REQUEST,
-                format!("invalid launch request: {}", e.body_text()),
-            )
-        }
-    };
-    match api.launcher.launch(&req) {
-        Ok(()) => StatusCode::CREATED.into_response(),
-        Err(e) => launch_error(e),
-    }
+    Body(req): Body<LaunchRequest>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&api.key, &h)?;
+    api.launcher.launch(&req)?;
+    Ok(StatusCode::CREATED)
 }
 
 async fn signal(
     State(api): St,
     h: HeaderMap,
     Path(id): Path<JobId>,
-    body: Result<Json<SignalRequest>, JsonRejection>,
-) -> Response {
-    if !authorized(&api, &h) {
-        return unauthorized();
-    }
-    let Json(req) = match body {
-        Ok(b) => b,
-        Err(e) => {
-            return err(
-                StatusCode::BAD_REQUEST,
-                format!("invalid signal request: {}", e.body_text()),
-            )
-        }
-    };
-    match api.launcher.signal(id, &req) {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => launch_error(e),
-    }
+    Body(req): Body<SignalRequest>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&api.key, &h)?;
+    api.launcher.signal(id, &req)?;
+    Ok(StatusCode::OK)
 }
 
-async fn list(State(api): St, h: HeaderMap) -> Response {
-    if !authorized(&api, &h) {
-        return unauthorized();
-    }
-    Json(serde_json::json!({ "running": api.launcher.running_ids() })).into_response()
+async fn list(State(api): St, h: HeaderMap) -> Result<Json<serde_json::Value>, ApiError> {
+    check_cluster_key(&api.key, &h)?;
+    Ok(Json(
+        serde_json::json!({ "running": api.launcher.running_ids() }),
+    ))
 }

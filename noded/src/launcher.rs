@@ -20,6 +20,7 @@ use gsched_core::job::JobId;
 use gsched_core::outcome::{EndCause, ProcessOutcome};
 use gsched_core::pattern::job_output_paths;
 use gsched_core::wire::{JobEnded, LaunchRequest, SignalRequest};
+use gsched_daemon::unix_now;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
@@ -59,13 +60,6 @@ pub struct Launcher {
     my_uid: u32,
     running: Mutex<HashMap<JobId, RunningJob>>,
     ended: mpsc::UnboundedSender<JobEnded>,
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {

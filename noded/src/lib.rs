@@ -10,7 +10,6 @@ pub mod link;
 pub mod shepherd;
 pub mod spool;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,19 +24,6 @@ pub struct Running {
     pub addr: std::net::SocketAddr,
     pub name: String,
     pub launcher: Arc<launcher::Launcher>,
-}
-
-/// Reads and checks the cluster key file.
-pub fn read_key(path: &Path) -> Result<String> {
-    let meta = std::fs::metadata(path)
-        .with_context(|| format!("cannot read cluster key file {}", path.display()))?;
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read cluster key file {}", path.display()))?;
-    Ok(gsched_core::wire::check_key_file(
-        &path.display().to_string(),
-        meta.permissions().mode(),
-        &text,
-    )?)
 }
 
 fn memory_mib() -> u64 {
@@ -67,7 +53,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         .cluster_key_file
         .clone()
         .unwrap_or_else(|| state_dir.join("cluster.key"));
-    let key = read_key(&key_path)?;
+    let key = gsched_daemon::key::read(&key_path)?;
     let backend = backend::select(&name, config.sim_gpus.as_deref())?;
     tracing::info!(node = %name, "GPU backend: {}", backend.describe());
     let (ended_tx, ended_rx) = tokio::sync::mpsc::unbounded_channel();

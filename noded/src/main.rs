@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use clap::Parser;
+use anyhow::{bail, Context, Result};
+use clap::{CommandFactory, FromArgMatches, Parser};
 use gsched_noded::{shepherd, NodeConfig};
 
 #[derive(Parser)]
@@ -12,7 +12,7 @@ struct Args {
     /// State directory (spool, cluster key).
     #[arg(long, env = "GSCHED_STATE_DIR")]
     state_dir: PathBuf,
-    /// TOML file with the node settings (replaces the flags below).
+    /// TOML file with the settings below (snake_case names); then give none of them as flags.
     #[arg(long)]
     config: Option<PathBuf>,
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
@@ -23,22 +23,23 @@ struct Args {
 
 fn main() -> Result<()> {
     shepherd::run_if_called_as_shepherd();
-    let args = Args::parse();
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if args.log_format == "json" {
-        b.json().init();
-    } else {
-        b.init();
-    }
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches)?;
+    gsched_daemon::init_logs(&args.log_format);
     let config = match &args.config {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read {}", p.display()))?;
-            toml::from_str(&text).with_context(|| format!("invalid config file {}", p.display()))?
+        Some(path) => {
+            let given = gsched_daemon::setting_flags_given(
+                &matches,
+                &["state_dir", "config", "log_format"],
+            );
+            if !given.is_empty() {
+                bail!(
+                    "settings come from {} with --config; also given as flags: {}",
+                    path.display(),
+                    given.join(", ")
+                );
+            }
+            gsched_daemon::read_config(path)?
         }
         None => args.node,
     };

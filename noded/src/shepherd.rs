@@ -61,19 +61,12 @@ pub fn main(spool_dir: &Path) -> i32 {
     0
 }
 
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 fn failed(why: String) -> ShepherdStatus {
     ShepherdStatus {
         exit_code: None,
         signal: None,
         error: Some(why),
-        end_time: now(),
+        end_time: gsched_daemon::unix_now(),
     }
 }
 
@@ -149,7 +142,7 @@ fn run(spec: &ShepherdSpec) -> ShepherdStatus {
             exit_code: st.code(),
             signal: st.signal(),
             error: None,
-            end_time: now(),
+            end_time: gsched_daemon::unix_now(),
         },
         Err(e) => failed(format!("lost track of the batch script: {e}")),
     }

@@ -36,3 +36,26 @@ pub fn read(path: &Path) -> Result<String> {
         &contents,
     )?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_key_is_private_and_stable() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cluster.key");
+        let a = load_or_create(&p).unwrap();
+        assert_eq!(a.len(), 64);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(load_or_create(&p).unwrap(), a);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(read(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("can be read by other users"));
+    }
+}

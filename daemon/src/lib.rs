@@ -1,0 +1,49 @@
+//! gsched-daemon: what gctld, gnoded and `gsched up` share at their edges —
+//! log setup, the wall clock, the cluster key file, and JSON HTTP errors.
+//! Decisions stay in gsched-core.
+
+pub mod http;
+pub mod key;
+
+/// Unix seconds now: the clock the daemons pass into gsched-core.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Logs to stderr as `text` or `json`, filtered by `RUST_LOG` (default info).
+pub fn init_logs(format: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+/// Reads a daemon's TOML config file.
+pub fn read_config<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<T> {
+    use anyhow::Context;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
+}
+
+/// Settings given as command-line flags, apart from `allowed` (ids as clap
+/// names them): with `--config FILE` the settings come from the file, and a
+/// setting given both ways is refused rather than silently merged.
+pub fn setting_flags_given(matches: &clap::ArgMatches, allowed: &[&str]) -> Vec<String> {
+    matches
+        .ids()
+        .map(|id| id.as_str())
+        .filter(|id| !allowed.contains(id))
+        .filter(|id| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect()
+}
