@@ -12,14 +12,6 @@ use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(20);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Pair {
     dir: tempfile::TempDir,
     port: u16,
@@ -35,7 +27,7 @@ impl Pair {
         }
         Pair {
             dir,
-            port: free_port(),
+            port: common::free_port(),
             ctld: None,
             noded: None,
         }

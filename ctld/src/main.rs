@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use gsched_ctld::CtldConfig;
 
@@ -27,23 +27,7 @@ async fn main() -> Result<()> {
     let matches = Args::command().get_matches();
     let args = Args::from_arg_matches(&matches)?;
     gsched_daemon::init_logs(&args.log_format);
-    let config = match &args.config {
-        Some(path) => {
-            let given = gsched_daemon::setting_flags_given(
-                &matches,
-                &["state_dir", "config", "log_format"],
-            );
-            if !given.is_empty() {
-                bail!(
-                    "settings come from {} with --config; also given as flags: {}",
-                    path.display(),
-                    given.join(", ")
-                );
-            }
-            gsched_daemon::read_config(path)?
-        }
-        None => args.ctld,
-    };
+    let config = gsched_daemon::settings(&matches, args.config.as_deref(), args.ctld)?;
     gsched_ctld::start(config, &args.state_dir).await?;
     tokio::signal::ctrl_c().await?;
     Ok(())

@@ -35,15 +35,30 @@ pub fn read_config<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> an
     toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
-/// Settings given as command-line flags, apart from `allowed` (ids as clap
-/// names them): with `--config FILE` the settings come from the file, and a
-/// setting given both ways is refused rather than silently merged.
-pub fn setting_flags_given(matches: &clap::ArgMatches, allowed: &[&str]) -> Vec<String> {
-    matches
+/// A daemon's settings: from `--config FILE` when it is given, else from the
+/// flags. A setting given both ways is refused rather than silently merged;
+/// only `--state-dir`, `--config` and `--log-format` go with `--config`.
+pub fn settings<T: serde::de::DeserializeOwned>(
+    matches: &clap::ArgMatches,
+    config: Option<&std::path::Path>,
+    from_flags: T,
+) -> anyhow::Result<T> {
+    let Some(path) = config else {
+        return Ok(from_flags);
+    };
+    let given: Vec<String> = matches
         .ids()
         .map(|id| id.as_str())
-        .filter(|id| !allowed.contains(id))
+        .filter(|id| !["state_dir", "config", "log_format"].contains(id))
         .filter(|id| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
         .map(|id| format!("--{}", id.replace('_', "-")))
-        .collect()
+        .collect();
+    if !given.is_empty() {
+        anyhow::bail!(
+            "settings come from {} with --config; also given as flags: {}",
+            path.display(),
+            given.join(", ")
+        );
+    }
+    read_config(path)
 }

@@ -80,7 +80,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
             tracing::error!(error = %e, "node API stopped");
         }
     });
-    let identity = link::NodeIdentity {
+    let identity = gsched_core::wire::NodeRegistration {
         name: name.clone(),
         url: format!("http://{addr}"),
         cpus: std::thread::available_parallelism()
@@ -89,6 +89,8 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         memory_mib: memory_mib(),
         instances: backend.instances(),
         worker_limit: config.workers,
+        running: Vec::new(),
+        ended: Vec::new(),
     };
     let link = Arc::new(link::ControllerLink::new(
         identity,

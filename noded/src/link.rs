@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gsched_core::gpu::Instance;
 use gsched_core::wire::{
     Heartbeat, HeartbeatReply, JobEndReport, JobEnded, NodeRegistration, CLUSTER_KEY_HEADER,
 };
@@ -13,19 +12,10 @@ use tracing::{info, warn};
 
 use crate::launcher::Launcher;
 
-/// What the node tells the controller about itself.
-#[derive(Debug, Clone)]
-pub struct NodeIdentity {
-    pub name: String,
-    pub url: String,
-    pub cpus: u32,
-    pub memory_mib: u64,
-    pub instances: Vec<Instance>,
-    pub worker_limit: Option<u32>,
-}
-
 pub struct ControllerLink {
-    pub identity: NodeIdentity,
+    /// What the node tells the controller about itself; `running` and
+    /// `ended` are filled in at each registration.
+    pub identity: NodeRegistration,
     pub controller: String,
     pub key: String,
     pub heartbeat: Duration,
@@ -35,7 +25,7 @@ pub struct ControllerLink {
 
 impl ControllerLink {
     pub fn new(
-        identity: NodeIdentity,
+        identity: NodeRegistration,
         controller: String,
         key: String,
         heartbeat: Duration,
@@ -77,16 +67,10 @@ impl ControllerLink {
     }
 
     async fn register(&self, ended: &[JobEnded]) -> Result<(), String> {
-        let id = &self.identity;
         let reg = NodeRegistration {
-            name: id.name.clone(),
-            url: id.url.clone(),
-            cpus: id.cpus,
-            memory_mib: id.memory_mib,
-            instances: id.instances.clone(),
-            worker_limit: id.worker_limit,
             running: self.launcher.running_ids(),
             ended: ended.to_vec(),
+            ..self.identity.clone()
         };
         self.post("/internal/v1/nodes/register", &reg)
             .await

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches, Parser};
 use gsched_noded::{shepherd, NodeConfig};
 
@@ -26,23 +26,7 @@ fn main() -> Result<()> {
     let matches = Args::command().get_matches();
     let args = Args::from_arg_matches(&matches)?;
     gsched_daemon::init_logs(&args.log_format);
-    let config = match &args.config {
-        Some(path) => {
-            let given = gsched_daemon::setting_flags_given(
-                &matches,
-                &["state_dir", "config", "log_format"],
-            );
-            if !given.is_empty() {
-                bail!(
-                    "settings come from {} with --config; also given as flags: {}",
-                    path.display(),
-                    given.join(", ")
-                );
-            }
-            gsched_daemon::read_config(path)?
-        }
-        None => args.node,
-    };
+    let config = gsched_daemon::settings(&matches, args.config.as_deref(), args.node)?;
     let exe = shepherd::shepherd_program().context("cannot find the job shepherd program")?;
     tokio::runtime::Runtime::new()?.block_on(async move {
         gsched_noded::start(config, &args.state_dir, exe).await?;
