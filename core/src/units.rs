@@ -94,23 +94,6 @@ pub fn format_duration_long(secs: i64) -> String {
     }
 }
 
-/// A time limit as squeue prints it (`UNLIMITED` for none).
-pub fn format_time_limit(limit: Option<u64>) -> String {
-    match limit {
-        None => "UNLIMITED".into(),
-        Some(s) => format_duration_short(s as i64),
-    }
-}
-
-/// MiB as a short human size: `4864M`, `10G` when whole GiB.
-pub fn format_mib(mib: u64) -> String {
-    if mib >= 1024 && mib.is_multiple_of(1024) {
-        format!("{}G", mib / 1024)
-    } else {
-        format!("{mib}M")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,8 +138,5 @@ mod tests {
         assert_eq!(format_duration_short(90061), "1-01:01:01");
         assert_eq!(format_duration_long(5), "00:00:05");
         assert_eq!(format_duration_long(90061), "1-01:01:01");
-        assert_eq!(format_time_limit(None), "UNLIMITED");
-        assert_eq!(format_mib(4864), "4864M");
-        assert_eq!(format_mib(10240), "10G");
     }
 }

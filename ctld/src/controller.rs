@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn, Instrument};
 
 use crate::config::CtldConfig;
-use crate::store::{Store, StoreError, Write};
+use crate::store::{JobRuntime, Store, StoreError, Write};
 
 pub use gsched_daemon::unix_now;
 
@@ -171,7 +171,7 @@ impl Controller {
                 match e {
                     Effect::Job { id, event } => {
                         if let Some(j) = c.job(id) {
-                            writes.push(Write::JobState(Box::new(j.clone())));
+                            writes.push(Write::JobState(Box::new(JobRuntime::of(j))));
                             writes.push(Write::Event {
                                 time: now,
                                 job_id: Some(id),

@@ -17,10 +17,9 @@ use tokio::net::TcpListener;
 pub use config::CtldConfig;
 pub use controller::Controller;
 
-/// A started controller: its bound address and the handle to its state.
+/// A started controller: the address its API is bound to.
 pub struct Running {
     pub addr: std::net::SocketAddr,
-    pub controller: Arc<Controller>,
 }
 
 /// Opens the store under `state_dir`, binds the API, and starts the loops.
@@ -52,5 +51,5 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         }
     });
     tracing::info!(%addr, "gctld listening");
-    Ok(Running { addr, controller })
+    Ok(Running { addr })
 }

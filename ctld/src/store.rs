@@ -51,7 +51,7 @@ pub enum Write {
     /// A newly submitted job: the full row.
     NewJob(Box<Job>),
     /// A job's state, times and placement changed.
-    JobState(Box<Job>),
+    JobState(Box<JobRuntime>),
     /// A node and its instances.
     Node(Box<Node>),
     /// An entry in the append-only event log.
@@ -62,6 +62,41 @@ pub enum Write {
         kind: String,
         detail: Option<String>,
     },
+}
+
+/// The columns of a job that change after submission (copied without the
+/// job's script and environment, which never change).
+#[derive(Debug, Clone)]
+pub struct JobRuntime {
+    pub id: JobId,
+    pub state: JobState,
+    pub reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub start_time: Option<i64>,
+    pub end_time: Option<i64>,
+    pub node: Option<String>,
+    pub gpu_instance: Option<String>,
+    pub gpu_mem_peak: Option<u64>,
+    pub restarts: u32,
+}
+
+impl JobRuntime {
+    pub fn of(job: &Job) -> JobRuntime {
+        JobRuntime {
+            id: job.id,
+            state: job.state,
+            reason: job.reason.clone(),
+            exit_code: job.exit_code,
+            exit_signal: job.exit_signal,
+            start_time: job.start_time,
+            end_time: job.end_time,
+            node: job.node.clone(),
+            gpu_instance: job.gpu_instance.clone(),
+            gpu_mem_peak: job.gpu_mem_peak,
+            restarts: job.restarts,
+        }
+    }
 }
 
 struct Batch {
@@ -437,7 +472,7 @@ mod tests {
             j.node = Some("n1".into());
             store
                 .write(vec![
-                    Write::JobState(Box::new(j.clone())),
+                    Write::JobState(Box::new(JobRuntime::of(&j))),
                     Write::Event {
                         time: 11,
                         job_id: Some(7),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -370,10 +370,6 @@ impl Launcher {
         if !self.jobs().contains_key(&job) {
             self.spool(job).remove();
         }
-    }
-
-    pub fn spool_root(&self) -> &Path {
-        &self.spool_root
     }
 }
 

@@ -23,7 +23,6 @@ pub use config::NodeConfig;
 pub struct Running {
     pub addr: std::net::SocketAddr,
     pub name: String,
-    pub launcher: Arc<launcher::Launcher>,
 }
 
 fn memory_mib() -> u64 {
@@ -101,9 +100,5 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     ));
     tokio::spawn(link.run(ended_rx, ended));
     tracing::info!(%addr, node = %name, "gnoded listening");
-    Ok(Running {
-        addr,
-        name,
-        launcher,
-    })
+    Ok(Running { addr, name })
 }
