@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::mig::{LayoutError, MigPlacement};
+
 /// One MIG GPU-instance profile of a GPU model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MigProfile {
@@ -14,6 +16,9 @@ pub struct MigProfile {
     pub max_count: u32,
     pub sms: u32,
     pub memory_mib: u64,
+    /// Memory slices where an instance of this profile may start (its size is
+    /// `memory_slices`), as NVML's possible placements list them.
+    pub starts: &'static [u32],
 }
 
 /// A GPU model: whole-GPU size and its MIG profile table.
@@ -34,6 +39,7 @@ const fn p(
     max_count: u32,
     sms: u32,
     memory_mib: u64,
+    starts: &'static [u32],
 ) -> MigProfile {
     MigProfile {
         name,
@@ -42,60 +48,71 @@ const fn p(
         max_count,
         sms,
         memory_mib,
+        starts,
     }
 }
 
+/// Placement starts of GPUs with 8 memory slices (A100, H100, H200).
+const S8_1: &[u32] = &[0, 1, 2, 3, 4, 5, 6];
+const S8_2: &[u32] = &[0, 2, 4, 6];
+const S8_2G: &[u32] = &[0, 2, 4];
+const S8_4: &[u32] = &[0, 4];
+const S0: &[u32] = &[0];
+/// Placement starts of the A30 (4 memory slices).
+const S4_1: &[u32] = &[0, 1, 2, 3];
+const S4_2: &[u32] = &[0, 2];
+
 /// A100-SXM4-40GB, from NVML (memory in MiB as reported).
 const A100_40: &[MigProfile] = &[
-    p("1g.5gb", 1, 1, 7, 14, 4864),
-    p("1g.5gb+me", 1, 1, 1, 14, 4864),
-    p("1g.10gb", 1, 2, 4, 14, 9856),
-    p("2g.10gb", 2, 2, 3, 28, 9856),
-    p("3g.20gb", 3, 4, 2, 42, 19968),
-    p("4g.20gb", 4, 4, 1, 56, 19968),
-    p("7g.40gb", 7, 8, 1, 98, 40192),
+    p("1g.5gb", 1, 1, 7, 14, 4864, S8_1),
+    p("1g.5gb+me", 1, 1, 1, 14, 4864, S8_1),
+    p("1g.10gb", 1, 2, 4, 14, 9856, S8_2),
+    p("2g.10gb", 2, 2, 3, 28, 9856, S8_2G),
+    p("3g.20gb", 3, 4, 2, 42, 19968, S8_4),
+    p("4g.20gb", 4, 4, 1, 56, 19968, S0),
+    p("7g.40gb", 7, 8, 1, 98, 40192, S0),
 ];
 
 /// A100 80GB: NVIDIA's nominal sizes (not yet read through NVML here).
 const A100_80: &[MigProfile] = &[
-    p("1g.10gb", 1, 1, 7, 14, 9728),
-    p("1g.10gb+me", 1, 1, 1, 14, 9728),
-    p("1g.20gb", 1, 2, 4, 14, 19968),
-    p("2g.20gb", 2, 2, 3, 28, 19968),
-    p("3g.40gb", 3, 4, 2, 42, 40192),
-    p("4g.40gb", 4, 4, 1, 56, 40192),
-    p("7g.80gb", 7, 8, 1, 98, 80896),
+    p("1g.10gb", 1, 1, 7, 14, 9728, S8_1),
+    p("1g.10gb+me", 1, 1, 1, 14, 9728, S8_1),
+    p("1g.20gb", 1, 2, 4, 14, 19968, S8_2),
+    p("2g.20gb", 2, 2, 3, 28, 19968, S8_2G),
+    p("3g.40gb", 3, 4, 2, 42, 40192, S8_4),
+    p("4g.40gb", 4, 4, 1, 56, 40192, S0),
+    p("7g.80gb", 7, 8, 1, 98, 80896, S0),
 ];
 
 /// H100 80GB HBM3 (SXM5), from `nvidia-smi mig -lgip` (GiB x 1024).
 const H100_80: &[MigProfile] = &[
-    p("1g.10gb", 1, 1, 7, 16, 9984),
-    p("1g.10gb+me", 1, 1, 1, 16, 9984),
-    p("1g.20gb", 1, 2, 4, 26, 20096),
-    p("2g.20gb", 2, 2, 3, 32, 20096),
-    p("3g.40gb", 3, 4, 2, 60, 40448),
-    p("4g.40gb", 4, 4, 1, 64, 40448),
-    p("7g.80gb", 7, 8, 1, 132, 81152),
+    p("1g.10gb", 1, 1, 7, 16, 9984, S8_1),
+    p("1g.10gb+me", 1, 1, 1, 16, 9984, S8_1),
+    p("1g.20gb", 1, 2, 4, 26, 20096, S8_2),
+    p("2g.20gb", 2, 2, 3, 32, 20096, S8_2G),
+    p("3g.40gb", 3, 4, 2, 60, 40448, S8_4),
+    p("4g.40gb", 4, 4, 1, 64, 40448, S0),
+    p("7g.80gb", 7, 8, 1, 132, 81152, S0),
 ];
 
 /// H200 141GB, read through NVML (driver 580.159.04).
 const H200: &[MigProfile] = &[
-    p("1g.18gb", 1, 1, 7, 16, 16384),
-    p("1g.18gb+me", 1, 1, 1, 16, 16384),
-    p("1g.35gb", 1, 2, 4, 26, 33280),
-    p("2g.35gb", 2, 2, 3, 32, 33280),
-    p("3g.71gb", 3, 4, 2, 60, 71424),
-    p("4g.71gb", 4, 4, 1, 64, 71424),
-    p("7g.141gb", 7, 8, 1, 132, 143360),
+    p("1g.18gb", 1, 1, 7, 16, 16384, S8_1),
+    p("1g.18gb+me", 1, 1, 1, 16, 16384, S8_1),
+    p("1g.35gb", 1, 2, 4, 26, 33280, S8_2),
+    p("2g.35gb", 2, 2, 3, 32, 33280, S8_2G),
+    p("3g.71gb", 3, 4, 2, 60, 71424, S8_4),
+    p("4g.71gb", 4, 4, 1, 64, 71424, S0),
+    p("7g.141gb", 7, 8, 1, 132, 143360, S0),
 ];
 
 /// A30 24GB: NVIDIA's nominal sizes (memory slices of 4).
 const A30: &[MigProfile] = &[
-    p("1g.6gb", 1, 1, 4, 14, 5952),
-    p("1g.6gb+me", 1, 1, 1, 14, 5952),
-    p("2g.12gb", 2, 2, 2, 28, 11904),
-    p("2g.12gb+me", 2, 2, 1, 28, 11904),
-    p("4g.24gb", 4, 4, 1, 56, 23808),
+    p("1g.6gb", 1, 1, 4, 14, 5952, S4_1),
+    p("1g.6gb+me", 1, 1, 1, 14, 5952, S4_1),
+    p("2g.12gb", 2, 2, 2, 28, 11904, S4_2),
+    p("2g.12gb+me", 2, 2, 1, 28, 11904, S4_2),
+    p("4g.24gb", 4, 4, 1, 56, 23808, S0),
 ];
 
 pub const MODELS: &[GpuModel] = &[
@@ -189,6 +206,37 @@ pub struct Instance {
     pub memory_mib: u64,
     pub sms: u32,
     pub compute_slices: u32,
+    /// The instance's MPS control daemon, when its layout asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps: Option<Mps>,
+}
+
+/// An instance's MPS control daemon, as the node last saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mps {
+    /// `CUDA_MPS_PIPE_DIRECTORY` for jobs placed on the instance.
+    pub pipe_dir: String,
+    /// `CUDA_MPS_LOG_DIRECTORY` of the daemon.
+    pub log_dir: String,
+    pub state: MpsState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MpsState {
+    /// The control daemon answers.
+    Running,
+    /// It died or could not start; the node is restarting it.
+    Down,
+}
+
+impl MpsState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MpsState::Running => "running",
+            MpsState::Down => "down",
+        }
+    }
 }
 
 /// Non-isolated workers per compute slice: the CASE paper runs 4 per 1g
@@ -196,6 +244,42 @@ pub struct Instance {
 pub const WORKERS_PER_COMPUTE_SLICE: u32 = 4;
 
 impl Instance {
+    /// A GPU with MIG disabled, as one instance.
+    pub fn whole_gpu(gpu_index: u32, gpu_uuid: String, m: &GpuModel) -> Instance {
+        Instance {
+            uuid: gpu_uuid.clone(),
+            gpu_index,
+            gpu_uuid,
+            model: m.name.into(),
+            profile: None,
+            memory_mib: m.memory_mib,
+            sms: m.sms,
+            compute_slices: m.compute_slices,
+            mps: None,
+        }
+    }
+
+    /// One MIG instance of a known profile.
+    pub fn mig(
+        uuid: String,
+        gpu_index: u32,
+        gpu_uuid: String,
+        model: &str,
+        p: &MigProfile,
+    ) -> Instance {
+        Instance {
+            uuid,
+            gpu_index,
+            gpu_uuid,
+            model: model.into(),
+            profile: Some(p.name.into()),
+            memory_mib: p.memory_mib,
+            sms: p.sms,
+            compute_slices: p.compute_slices,
+            mps: None,
+        }
+    }
+
     /// How many non-isolated jobs this instance lets run at once.
     pub fn worker_limit(&self) -> u32 {
         WORKERS_PER_COMPUTE_SLICE * self.compute_slices.max(1)
@@ -216,55 +300,51 @@ impl Instance {
     }
 }
 
-/// One GPU of a simulated node: a model and, if MIG is on, its layout.
+/// One GPU of a simulated node: a model and, if MIG is on, its instances.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimGpu {
     pub model: &'static GpuModel,
-    pub layout: Option<Vec<&'static MigProfile>>,
+    /// `None`: MIG disabled. `Some`: MIG enabled with these GPU instances
+    /// (possibly none yet).
+    pub layout: Option<Vec<MigPlacement>>,
 }
 
 /// A `--sim-gpus` spec that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SimSpecError {
-    #[error("invalid GPU spec '{0}': expected COUNTxMODEL[:PROFILE[*N],...], e.g. 2xA100-40GB or 1xA100-40GB:2g.10gb*2,1g.5gb*3")]
+    #[error("invalid GPU spec '{0}': expected COUNTxMODEL[:PROFILE[*N],...|:mig], e.g. 2xA100-40GB or 1xA100-40GB:2g.10gb*2,1g.5gb*3")]
     Syntax(String),
     #[error("unknown GPU model '{0}' (known: A30, A100-40GB, A100-80GB, H100-80GB, H200)")]
     UnknownModel(String),
-    #[error("{model} has no MIG profile '{profile}' (it has: {known})")]
-    UnknownProfile {
-        model: String,
-        profile: String,
-        known: String,
-    },
-    #[error("{layout} is not possible on {model}: {why}")]
-    Impossible {
-        layout: String,
-        model: String,
-        why: String,
-    },
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
 }
 
-/// Parses `2xA100-40GB`, `4xA30:1g.6gb*4`, and `+`-joined groups of those.
+/// Parses `2xA100-40GB`, `4xA30:1g.6gb*4`, `1xH100:mig` (MIG on, no
+/// instances yet), and `+`-joined groups of those. Layouts are placed with
+/// [`crate::mig::plan`], so an impossible one is refused with its reason.
 pub fn parse_sim_spec(spec: &str) -> Result<Vec<SimGpu>, SimSpecError> {
     let syntax = || SimSpecError::Syntax(spec.to_string());
     let mut gpus = Vec::new();
     for group in spec.split('+') {
         let group = group.trim();
         let (head, layout) = match group.split_once(':') {
-            Some((h, l)) => (h, Some(l)),
+            Some((h, l)) => (h, Some(l.trim())),
             None => (group, None),
         };
         let (count, model_name) = head.split_once(['x', 'X']).ok_or_else(syntax)?;
-        let count: u32 = count.parse().map_err(|_| syntax())?;
+        let count: u32 = count.trim().parse().map_err(|_| syntax())?;
         if count == 0 || count > 64 {
             return Err(syntax());
         }
+        let model_name = model_name.trim();
         let m = model(model_name).ok_or_else(|| SimSpecError::UnknownModel(model_name.into()))?;
         let layout = match layout {
             None => None,
+            Some(l) if l.eq_ignore_ascii_case("mig") => Some(Vec::new()),
             Some(l) => Some(parse_layout(m, l).map_err(|e| match e {
-                SimSpecError::Syntax(_) => syntax(),
-                other => other,
+                LayoutError::Syntax(_) => syntax(),
+                other => other.into(),
             })?),
         };
         for _ in 0..count {
@@ -277,73 +357,23 @@ pub fn parse_sim_spec(spec: &str) -> Result<Vec<SimGpu>, SimSpecError> {
     Ok(gpus)
 }
 
-/// Parses `2g.10gb*2,1g.5gb*3` for one model and checks that it fits the GPU:
-/// every profile exists, per-profile maxima hold, and the compute and memory
-/// slices add up. (Exact placement search comes with the MIG layer.)
-pub fn parse_layout(
-    m: &'static GpuModel,
-    layout: &str,
-) -> Result<Vec<&'static MigProfile>, SimSpecError> {
-    let mut out = Vec::new();
-    for item in layout.split(',') {
-        let item = item.trim();
-        let (name, n) = match item.split_once('*') {
-            Some((name, n)) => (
-                name,
-                n.parse::<u32>()
-                    .map_err(|_| SimSpecError::Syntax(layout.into()))?,
-            ),
-            None => (item, 1),
-        };
-        let prof = m
-            .profile(name)
-            .ok_or_else(|| SimSpecError::UnknownProfile {
-                model: m.name.into(),
-                profile: name.into(),
-                known: m
-                    .profiles
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
-        for _ in 0..n {
-            out.push(prof);
-        }
-    }
-    let names = out.iter().map(|p| p.name).collect::<Vec<_>>().join(",");
-    let impossible = |why: String| SimSpecError::Impossible {
-        layout: names.clone(),
-        model: m.name.into(),
-        why,
-    };
-    if out.is_empty() {
-        return Err(impossible("the layout is empty".into()));
-    }
-    for prof in m.profiles {
-        let n = out.iter().filter(|p| p.name == prof.name).count() as u32;
-        if n > prof.max_count {
-            return Err(impossible(format!(
-                "at most {} x {} fit",
-                prof.max_count, prof.name
-            )));
-        }
-    }
-    let compute: u32 = out.iter().map(|p| p.compute_slices).sum();
-    let memory: u32 = out.iter().map(|p| p.memory_slices).sum();
-    if compute > m.compute_slices {
-        return Err(impossible(format!(
-            "needs {compute} compute slices, the GPU has {}",
-            m.compute_slices
-        )));
-    }
-    if memory > m.memory_slices {
-        return Err(impossible(format!(
-            "needs {memory} memory slices, the GPU has {}",
-            m.memory_slices
-        )));
-    }
-    Ok(out)
+/// Parses `2g.10gb*2,1g.5gb*3` for one model and places it on the GPU.
+pub fn parse_layout(m: &'static GpuModel, layout: &str) -> Result<Vec<MigPlacement>, LayoutError> {
+    crate::mig::plan(m, &crate::mig::parse_profiles(m, layout)?)
+}
+
+/// The UUID of a simulated GPU, stable across restarts.
+pub fn sim_gpu_uuid(node: &str, index: usize) -> String {
+    format!("GPU-{}", stable_uuid(&format!("{node}/gpu{index}")))
+}
+
+/// The UUID of a simulated MIG instance: stable for the same GPU, profile
+/// and placement.
+pub fn sim_mig_uuid(node: &str, index: usize, p: &MigPlacement) -> String {
+    format!(
+        "MIG-{}",
+        stable_uuid(&format!("{node}/gpu{index}/{}@{}", p.profile.name, p.start))
+    )
 }
 
 /// A stable UUID-shaped identifier derived from `seed` (FNV-1a, two lanes).
@@ -368,30 +398,18 @@ pub fn stable_uuid(seed: &str) -> String {
 pub fn sim_instances(node: &str, gpus: &[SimGpu]) -> Vec<Instance> {
     let mut out = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
-        let gpu_uuid = format!("GPU-{}", stable_uuid(&format!("{node}/gpu{i}")));
+        let gpu_uuid = sim_gpu_uuid(node, i);
         match &g.layout {
-            None => out.push(Instance {
-                uuid: gpu_uuid.clone(),
-                gpu_index: i as u32,
-                gpu_uuid,
-                model: g.model.name.into(),
-                profile: None,
-                memory_mib: g.model.memory_mib,
-                sms: g.model.sms,
-                compute_slices: g.model.compute_slices,
-            }),
+            None => out.push(Instance::whole_gpu(i as u32, gpu_uuid, g.model)),
             Some(layout) => {
-                for (k, prof) in layout.iter().enumerate() {
-                    out.push(Instance {
-                        uuid: format!("MIG-{}", stable_uuid(&format!("{node}/gpu{i}/mig{k}"))),
-                        gpu_index: i as u32,
-                        gpu_uuid: gpu_uuid.clone(),
-                        model: g.model.name.into(),
-                        profile: Some(prof.name.into()),
-                        memory_mib: prof.memory_mib,
-                        sms: prof.sms,
-                        compute_slices: prof.compute_slices,
-                    })
+                for p in layout {
+                    out.push(Instance::mig(
+                        sim_mig_uuid(node, i, p),
+                        i as u32,
+                        gpu_uuid.clone(),
+                        g.model.name,
+                        p.profile,
+                    ))
                 }
             }
         }
@@ -453,13 +471,16 @@ mod tests {
         ));
         assert!(matches!(
             parse_sim_spec("1xA30:1g.5gb"),
-            Err(SimSpecError::UnknownProfile { .. })
+            Err(SimSpecError::Layout(LayoutError::UnknownProfile { .. }))
         ));
         let e = parse_sim_spec("1xA100-40GB:3g.20gb*2,1g.5gb").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "3g.20gb,3g.20gb,1g.5gb is not possible on A100-40GB: needs 9 memory slices, the GPU has 8"
+            "3g.20gb,3g.20gb,1g.5gb is not possible on A100-40GB: no free memory slice for 1g.5gb"
         );
+        let mig_on = parse_sim_spec("2xH100:mig").unwrap();
+        assert_eq!(mig_on[1].layout, Some(vec![]));
+        assert!(sim_instances("n", &mig_on).is_empty());
         assert!(parse_sim_spec("1xA30:1g.6gb*5").is_err());
         assert!(parse_sim_spec("4xA30:1g.6gb*4").is_ok());
     }

@@ -9,6 +9,7 @@ pub mod env;
 pub mod gpu;
 pub mod job;
 pub mod launch;
+pub mod mig;
 pub mod outcome;
 pub mod pattern;
 pub mod units;

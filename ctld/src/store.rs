@@ -9,7 +9,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use gsched_core::cluster::{InstanceSlot, Node};
-use gsched_core::gpu::Instance;
+use gsched_core::gpu::{Instance, Mps, MpsState};
 use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{Connection, Row, SqliteConnection};
@@ -309,7 +309,8 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
                 let i = &s.instance;
                 sqlx::query(
                     "INSERT OR REPLACE INTO gpu_instances (uuid, node, gpu_index, gpu_uuid, model, profile,
-                       memory_mib, sms, compute_slices) VALUES (?,?,?,?,?,?,?,?,?)",
+                       memory_mib, sms, compute_slices, mps_pipe_dir, mps_log_dir, mps_state)
+                     VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 )
                 .bind(&i.uuid)
                 .bind(&node.name)
@@ -320,6 +321,9 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
                 .bind(i.memory_mib as i64)
                 .bind(i.sms as i64)
                 .bind(i.compute_slices as i64)
+                .bind(i.mps.as_ref().map(|m| &m.pipe_dir))
+                .bind(i.mps.as_ref().map(|m| &m.log_dir))
+                .bind(i.mps.as_ref().map(|m| m.state.as_str()))
                 .execute(&mut *conn)
                 .await?;
             }
@@ -402,6 +406,7 @@ async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
                     memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
                     sms: r.try_get::<i64, _>("sms")? as u32,
                     compute_slices: r.try_get::<i64, _>("compute_slices")? as u32,
+                    mps: mps_of(&r)?,
                 },
                 isolated_owner: None,
                 draining_for: None,
@@ -420,6 +425,24 @@ async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
         });
     }
     Ok(Loaded { jobs, nodes })
+}
+
+/// The MPS columns of a `gpu_instances` row.
+fn mps_of(r: &sqlx::sqlite::SqliteRow) -> Result<Option<Mps>, sqlx::Error> {
+    let Some(pipe_dir) = r.try_get::<Option<String>, _>("mps_pipe_dir")? else {
+        return Ok(None);
+    };
+    let state = match r.try_get::<Option<String>, _>("mps_state")?.as_deref() {
+        Some("running") => MpsState::Running,
+        _ => MpsState::Down,
+    };
+    Ok(Some(Mps {
+        pipe_dir,
+        log_dir: r
+            .try_get::<Option<String>, _>("mps_log_dir")?
+            .unwrap_or_default(),
+        state,
+    }))
 }
 
 #[cfg(test)]
