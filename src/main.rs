@@ -4,6 +4,8 @@
 //! with state under `--state-dir`.
 
 mod bench;
+mod hw;
+mod mig;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,6 +33,10 @@ enum Command {
     Up(UpArgs),
     /// Measure the throughput of a running gsched.
     Bench(bench::BenchArgs),
+    /// Show this machine's GPUs, MIG mode, profile table and instances as NVML sees them.
+    Hw(hw::HwArgs),
+    /// MIG layouts: `gsched mig plan --model MODEL PROFILE[,PROFILE...]`.
+    Mig(mig::MigArgs),
 }
 
 #[derive(clap::Args)]
@@ -45,6 +51,9 @@ struct UpArgs {
     /// Simulated GPUs for this node, e.g. `2xA100-40GB` or `1xA100-40GB:2g.10gb*2,1g.5gb*3`.
     #[arg(long)]
     sim_gpus: Option<String>,
+    /// GPU config file (TOML): MIG layout and MPS per GPU.
+    #[arg(long)]
+    gpu_config: Option<PathBuf>,
     /// Jobs the node runs at once (default: 4 per compute slice of each instance).
     #[arg(long)]
     workers: Option<u32>,
@@ -110,6 +119,7 @@ async fn up(args: UpArgs) -> Result<()> {
             controller: format!("http://{}", ctld.addr),
             listen: "127.0.0.1:0".parse().expect("valid"),
             sim_gpus: args.sim_gpus,
+            gpu_config: args.gpu_config,
             workers: args.workers,
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,
@@ -132,6 +142,7 @@ async fn up(args: UpArgs) -> Result<()> {
         _ = term.recv() => {}
     }
     tracing::info!("shutting down; running jobs keep running and are adopted at the next start");
+    node.shutdown().await;
     Ok(())
 }
 
@@ -144,5 +155,7 @@ fn main() -> Result<()> {
             tokio::runtime::Runtime::new()?.block_on(up(args))
         }
         Command::Bench(args) => bench::run(args),
+        Command::Hw(args) => hw::run(args),
+        Command::Mig(args) => mig::run(args),
     }
 }

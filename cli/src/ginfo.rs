@@ -45,6 +45,7 @@ pub fn format(nodes: &[NodeInfo], instances: &[InstanceInfo]) -> String {
         cell("SMS", 4),
         cell("ISOLATED", 8),
         cell("TASKS", 5),
+        cell("MPS", -7),
         "UUID".into(),
     ]) + "\n");
     for i in instances {
@@ -64,6 +65,7 @@ pub fn format(nodes: &[NodeInfo], instances: &[InstanceInfo]) -> String {
                 8,
             ),
             cell(&i.active_tasks.to_string(), 5),
+            cell(i.mps.as_ref().map(|m| m.state.as_str()).unwrap_or("-"), -7),
             i.uuid.clone(),
         ]) + "\n");
     }

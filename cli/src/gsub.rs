@@ -30,6 +30,13 @@ pub struct SubmitOptions {
     /// MIG profile of the isolated instance (e.g. 1g.5gb); implies --isolated.
     #[arg(long, value_name = "PROFILE")]
     pub mig: Option<String>,
+    /// Slurm's GPU request: `gpu[:PROFILE][:1]`, an isolated instance (of
+    /// that MIG profile, if given); implies --isolated.
+    #[arg(long, value_name = "gpu[:PROFILE][:1]")]
+    pub gres: Option<String>,
+    /// Slurm's GPU count: `[PROFILE:]1`, like --gres; implies --isolated.
+    #[arg(short = 'G', long, value_name = "[PROFILE:]1")]
+    pub gpus: Option<String>,
     /// Job name (default: the script's file name).
     #[arg(short = 'J', long = "job-name")]
     pub job_name: Option<String>,
@@ -70,6 +77,8 @@ impl SubmitOptions {
             isolated: self.isolated || under.isolated,
             gpu_mem: self.gpu_mem.or(under.gpu_mem),
             mig: self.mig.or(under.mig),
+            gres: self.gres.or(under.gres),
+            gpus: self.gpus.or(under.gpus),
             job_name: self.job_name.or(under.job_name),
             output: self.output.or(under.output),
             error: self.error.or(under.error),
@@ -110,6 +119,70 @@ pub fn clap_message(e: &clap::Error) -> String {
     first.strip_prefix("error: ").unwrap_or(first).to_string()
 }
 
+/// Reads a Slurm GPU request (`--gres=gpu[:PROFILE][:N]` or
+/// `--gpus=[PROFILE:]N`): the MIG profile it names, if any. gsched gives a
+/// job one GPU instance, so N must be 1.
+pub fn parse_gpu_request(option: &str, value: &str) -> Result<Option<String>> {
+    let rest = if option == "--gres" {
+        let mut parts = value.splitn(2, ':');
+        let kind = parts.next().unwrap_or("");
+        if kind != "gpu" {
+            bail!("--gres={value}: gsched knows only the gpu resource (e.g. --gres=gpu:1g.5gb:1)");
+        }
+        parts.next().unwrap_or("")
+    } else {
+        value
+    };
+    let fields: Vec<&str> = if rest.is_empty() {
+        Vec::new()
+    } else {
+        rest.split(':').collect()
+    };
+    let (profile, count) = match fields.as_slice() {
+        [] => (None, "1"),
+        [one] if one.bytes().all(|b| b.is_ascii_digit()) => (None, *one),
+        [one] => (Some(*one), "1"),
+        [p, n] => (Some(*p), *n),
+        _ => bail!(
+            "{option}={value}: expected {}",
+            if option == "--gres" {
+                "gpu[:PROFILE][:1]"
+            } else {
+                "[PROFILE:]1"
+            }
+        ),
+    };
+    match count.parse::<u32>() {
+        Ok(1) => {}
+        Ok(0) => bail!("{option}={value}: a GPU request of 0 is not a GPU request; leave the option out"),
+        Ok(_) => bail!("{option}={value}: gsched gives a job one GPU instance; ask for 1 (jobs needing more GPUs are not supported yet)"),
+        Err(_) => bail!("{option}={value}: '{count}' is not a GPU count"),
+    }
+    if let Some(p) = profile {
+        if !gsched_core::gpu::is_profile_name(p) {
+            bail!("{option}={value}: '{p}' is not a MIG profile name (e.g. 1g.5gb, 3g.40gb)");
+        }
+    }
+    Ok(profile.map(str::to_string))
+}
+
+/// The MIG profile asked for by --mig, --gres or --gpus, which must agree.
+fn requested_profile(opts: &SubmitOptions) -> Result<Option<String>> {
+    let mut found: Option<(String, String)> = opts.mig.clone().map(|p| ("--mig".into(), p));
+    for (opt, val) in [("--gres", &opts.gres), ("--gpus", &opts.gpus)] {
+        let Some(v) = val else { continue };
+        if let Some(p) = parse_gpu_request(opt, v)? {
+            match &found {
+                Some((o, q)) if !q.eq_ignore_ascii_case(&p) => {
+                    bail!("{o} asks for {q} but {opt} for {p}; give one MIG profile")
+                }
+                _ => found = Some((opt.into(), p)),
+            }
+        }
+    }
+    Ok(found.map(|(_, p)| p))
+}
+
 /// Builds the job spec from merged options.
 pub fn build_spec(
     opts: &SubmitOptions,
@@ -131,6 +204,8 @@ pub fn build_spec(
         None => cwd.display().to_string(),
     };
     let (user_name, uid, gid) = current_user();
+    let profile = requested_profile(opts)?;
+    let wants_gpu = opts.gres.is_some() || opts.gpus.is_some();
     Ok(JobSpec {
         name: opts
             .job_name
@@ -144,9 +219,9 @@ pub fn build_spec(
         uid,
         gid,
         submit_host: hostname(),
-        isolated: opts.isolated || opts.mig.is_some(),
+        isolated: opts.isolated || profile.is_some() || wants_gpu,
         gpu: GpuRequest {
-            mig_profile: opts.mig.clone(),
+            mig_profile: profile,
             mem_mib: mem,
         },
         time_limit,
@@ -267,6 +342,7 @@ mod tests {
         .unwrap();
         assert!(s.isolated);
         assert_eq!(s.gpu.mig_profile.as_deref(), Some("1g.5gb"));
+        assert!(s.isolated);
         assert_eq!(s.gpu.mem_mib, Some(2048));
         assert_eq!(s.time_limit, Some(90));
         assert_eq!(s.working_dir, "/home/u/sub");
@@ -277,6 +353,72 @@ mod tests {
         assert!(
             e.to_string().starts_with("invalid time limit 'soon'"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn slurm_gpu_requests() {
+        assert_eq!(
+            parse_gpu_request("--gres", "gpu:1g.5gb:1")
+                .unwrap()
+                .as_deref(),
+            Some("1g.5gb")
+        );
+        assert_eq!(
+            parse_gpu_request("--gres", "gpu:3g.40gb")
+                .unwrap()
+                .as_deref(),
+            Some("3g.40gb")
+        );
+        assert_eq!(parse_gpu_request("--gres", "gpu:1").unwrap(), None);
+        assert_eq!(parse_gpu_request("--gres", "gpu").unwrap(), None);
+        assert_eq!(
+            parse_gpu_request("--gpus", "2g.10gb:1").unwrap().as_deref(),
+            Some("2g.10gb")
+        );
+        assert_eq!(parse_gpu_request("--gpus", "1").unwrap(), None);
+        let e = parse_gpu_request("--gres", "gpu:2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one GPU instance"), "{e}");
+        let e = parse_gpu_request("--gres", "nic:1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("only the gpu resource"), "{e}");
+        let e = parse_gpu_request("--gpus", "a100:1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a MIG profile name"), "{e}");
+        assert!(parse_gpu_request("--gres", "gpu:1g.5gb:x").is_err());
+        assert!(parse_gpu_request("--gres", "gpu:a:b:c").is_err());
+
+        let opts = |args: &[&str]| {
+            SubmitOptions::try_parse_from(std::iter::once("gsub").chain(args.iter().copied()))
+                .unwrap()
+        };
+        let cwd = std::path::Path::new("/tmp");
+        let s = build_spec(
+            &opts(&["--gres=gpu:1g.5gb:1", "x.sh"]),
+            "true".into(),
+            "x",
+            cwd,
+        )
+        .unwrap();
+        assert!(s.isolated);
+        assert_eq!(s.gpu.mig_profile.as_deref(), Some("1g.5gb"));
+        let s = build_spec(&opts(&["--gpus=1", "x.sh"]), "true".into(), "x", cwd).unwrap();
+        assert!(s.isolated && s.gpu.mig_profile.is_none());
+        let e = build_spec(
+            &opts(&["--mig", "1g.5gb", "--gres=gpu:2g.10gb:1", "x.sh"]),
+            "true".into(),
+            "x",
+            cwd,
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "--mig asks for 1g.5gb but --gres for 2g.10gb; give one MIG profile"
         );
     }
 }

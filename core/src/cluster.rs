@@ -176,6 +176,28 @@ impl Cluster {
         self.nodes.values()
     }
 
+    /// Records the MPS daemon states a node reported. Returns whether any
+    /// changed.
+    pub fn update_mps(
+        &mut self,
+        node: &str,
+        states: &std::collections::BTreeMap<String, crate::gpu::MpsState>,
+    ) -> bool {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return false;
+        };
+        let mut changed = false;
+        for slot in &mut n.instances {
+            if let (Some(m), Some(s)) =
+                (slot.instance.mps.as_mut(), states.get(&slot.instance.uuid))
+            {
+                changed |= m.state != *s;
+                m.state = *s;
+            }
+        }
+        changed
+    }
+
     pub fn pending_count(&self) -> usize {
         self.isolated_queue.len() + self.shared_queue.len()
     }

@@ -80,6 +80,10 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
         if let Some(p) = &inst.profile {
             set("GSCHED_MIG_PROFILE", p);
         }
+        if let Some(m) = &inst.mps {
+            set("CUDA_MPS_PIPE_DIRECTORY", &m.pipe_dir);
+            set("CUDA_MPS_LOG_DIRECTORY", &m.log_dir);
+        }
     }
     env
 }
@@ -141,6 +145,32 @@ mod tests {
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], inst[1].uuid);
         assert_eq!(env["SLURM_JOB_GPUS"], "0");
         assert_eq!(env["GSCHED_MIG_PROFILE"], "1g.5gb");
+        assert_eq!(env["SLURM_GPUS_ON_NODE"], "1");
+        assert_eq!(env["GPU_DEVICE_ORDINAL"], inst[1].uuid);
+        assert!(!env.contains_key("CUDA_MPS_PIPE_DIRECTORY"));
+
+        // An instance with an MPS daemon hands its pipe directory to the job.
+        let mut with_mps = inst[1].clone();
+        with_mps.mps = Some(crate::gpu::Mps {
+            pipe_dir: "/var/lib/gsched/mps/n1/x/pipe".into(),
+            log_dir: "/var/lib/gsched/mps/n1/x/log".into(),
+            state: crate::gpu::MpsState::Running,
+        });
+        let env = job_environment(
+            &job(),
+            &Placement {
+                instance: Some(&with_mps),
+                ..at
+            },
+        );
+        assert_eq!(
+            env["CUDA_MPS_PIPE_DIRECTORY"],
+            "/var/lib/gsched/mps/n1/x/pipe"
+        );
+        assert_eq!(
+            env["CUDA_MPS_LOG_DIRECTORY"],
+            "/var/lib/gsched/mps/n1/x/log"
+        );
     }
 
     #[test]

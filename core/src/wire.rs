@@ -31,6 +31,9 @@ pub struct NodeRegistration {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Heartbeat {
     pub running: Vec<JobId>,
+    /// State of each instance's MPS control daemon, where it has one.
+    #[serde(default)]
+    pub mps: std::collections::BTreeMap<String, crate::gpu::MpsState>,
 }
 
 /// The controller's answer to a heartbeat.
@@ -219,6 +222,9 @@ pub struct InstanceInfo {
     pub draining_for: Option<JobId>,
     pub active_tasks: u32,
     pub worker_limit: u32,
+    /// The instance's MPS control daemon, when it has one.
+    #[serde(default)]
+    pub mps: Option<crate::gpu::Mps>,
 }
 
 impl NodeInfo {
@@ -267,6 +273,7 @@ impl InstanceInfo {
             draining_for: s.draining_for,
             active_tasks: s.active_tasks,
             worker_limit: i.worker_limit(),
+            mps: i.mps.clone(),
         }
     }
 }

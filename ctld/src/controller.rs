@@ -125,8 +125,15 @@ impl Controller {
     }
 
     /// Returns whether the node is known (and up).
-    pub fn heartbeat(&self, node: &str, _hb: &Heartbeat) -> bool {
-        let known = self.lock().node(node).is_some_and(|n| n.up);
+    pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> bool {
+        let known = {
+            let mut c = self.lock();
+            let known = c.node(node).is_some_and(|n| n.up);
+            if known && !hb.mps.is_empty() {
+                c.update_mps(node, &hb.mps);
+            }
+            known
+        };
         if known {
             self.last_seen
                 .lock()

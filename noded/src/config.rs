@@ -25,6 +25,10 @@ pub struct NodeConfig {
     #[arg(long)]
     #[serde(default)]
     pub sim_gpus: Option<String>,
+    /// GPU config file (TOML): MIG layouts and MPS per GPU; see docs/user-guide.md.
+    #[arg(long)]
+    #[serde(default)]
+    pub gpu_config: Option<PathBuf>,
     /// Jobs run at once (default: 4 per compute slice of each instance, or the CPU count).
     #[arg(long)]
     #[serde(default)]

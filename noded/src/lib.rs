@@ -3,10 +3,11 @@
 //! how jobs ended.
 
 pub mod api;
-pub mod backend;
 pub mod config;
+pub mod gpu;
 pub mod launcher;
 pub mod link;
+pub mod mps;
 pub mod shepherd;
 pub mod spool;
 
@@ -23,6 +24,18 @@ pub use config::NodeConfig;
 pub struct Running {
     pub addr: std::net::SocketAddr,
     pub name: String,
+    /// MPS control daemons this node supervises.
+    pub mps: Option<Arc<mps::MpsSupervisor>>,
+}
+
+impl Running {
+    /// Stops what must not outlive the daemon: tells every MPS control
+    /// daemon `quit`. Jobs keep running and are adopted at the next start.
+    pub async fn shutdown(&self) {
+        if let Some(m) = self.mps.clone() {
+            let _ = tokio::task::spawn_blocking(move || m.quit_all()).await;
+        }
+    }
 }
 
 fn memory_mib() -> u64 {
@@ -53,8 +66,61 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         .clone()
         .unwrap_or_else(|| state_dir.join("cluster.key"));
     let key = gsched_daemon::key::read(&key_path)?;
-    let backend = backend::select(&name, config.sim_gpus.as_deref())?;
+    let gpu_settings = match &config.gpu_config {
+        Some(p) => gpu::layout::GpuSettings::read(p)?,
+        None => gpu::layout::GpuSettings::default(),
+    };
+    let backend = gpu::select(
+        &name,
+        config.sim_gpus.as_deref(),
+        gpu_settings.allow_mig_reconfigure,
+    )?;
+    gpu::layout::apply(&*backend, &gpu_settings)?;
+    let mut instances = gpu::inventory(&*backend)?;
     tracing::info!(node = %name, "GPU backend: {}", backend.describe());
+    let mps_gpus = gpu_settings.mps_gpus();
+    let mps = if mps_gpus.is_empty() {
+        None
+    } else {
+        let control = mps::control_program(gpu_settings.mps_control.as_deref())?;
+        let served: Vec<String> = instances
+            .iter()
+            .filter(|i| mps_gpus.contains(&i.gpu_index))
+            .map(|i| i.uuid.clone())
+            .collect();
+        let root = state_dir.join("mps").join(&name);
+        let sup =
+            tokio::task::spawn_blocking(move || mps::MpsSupervisor::start(control, &root, &served))
+                .await??;
+        let sup = Arc::new(sup);
+        let status = sup.status();
+        for i in &mut instances {
+            i.mps = status.get(&i.uuid).cloned();
+        }
+        let every = Duration::from_secs(gpu_settings.mps_check_interval.max(1));
+        let watched = Arc::clone(&sup);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let w = Arc::clone(&watched);
+                let _ = tokio::task::spawn_blocking(move || w.check()).await;
+            }
+        });
+        Some(sup)
+    };
+    for i in &instances {
+        tracing::info!(
+            node = %name,
+            instance = %i.uuid,
+            gpu = i.gpu_index,
+            profile = i.profile.as_deref().unwrap_or("whole GPU"),
+            memory_mib = i.memory_mib,
+            mps = i.mps.as_ref().map(|m| m.state.as_str()).unwrap_or("off"),
+            "serving instance"
+        );
+    }
     let (ended_tx, ended_rx) = tokio::sync::mpsc::unbounded_channel();
     let spool_root = state_dir.join("spool").join(&name);
     let launcher = launcher::Launcher::new(
@@ -86,19 +152,23 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
             .map(|n| n.get() as u32)
             .unwrap_or(1),
         memory_mib: memory_mib(),
-        instances: backend.instances(),
+        instances,
         worker_limit: config.workers,
         running: Vec::new(),
         ended: Vec::new(),
     };
-    let link = Arc::new(link::ControllerLink::new(
+    let mut link = link::ControllerLink::new(
         identity,
         config.controller.clone(),
         key,
         Duration::from_secs(config.heartbeat_interval.max(1)),
         Arc::clone(&launcher),
-    ));
+    );
+    if let Some(m) = &mps {
+        link = link.with_mps(Arc::clone(m));
+    }
+    let link = Arc::new(link);
     tokio::spawn(link.run(ended_rx, ended));
     tracing::info!(%addr, node = %name, "gnoded listening");
-    Ok(Running { addr, name })
+    Ok(Running { addr, name, mps })
 }

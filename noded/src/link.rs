@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::launcher::Launcher;
+use crate::mps::MpsSupervisor;
 
 pub struct ControllerLink {
     /// What the node tells the controller about itself; `running` and
@@ -20,6 +21,8 @@ pub struct ControllerLink {
     pub key: String,
     pub heartbeat: Duration,
     pub launcher: Arc<Launcher>,
+    /// The node's MPS daemons, whose state goes with every message.
+    pub mps: Option<Arc<MpsSupervisor>>,
     http: reqwest::Client,
 }
 
@@ -37,6 +40,7 @@ impl ControllerLink {
             key,
             heartbeat,
             launcher,
+            mps: None,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
@@ -66,12 +70,33 @@ impl ControllerLink {
         }
     }
 
+    /// Reports MPS state with every heartbeat and registration.
+    pub fn with_mps(mut self, mps: Arc<MpsSupervisor>) -> Self {
+        self.mps = Some(mps);
+        self
+    }
+
+    fn mps_states(&self) -> std::collections::BTreeMap<String, gsched_core::gpu::MpsState> {
+        self.mps
+            .as_ref()
+            .map(|m| m.status().into_iter().map(|(k, v)| (k, v.state)).collect())
+            .unwrap_or_default()
+    }
+
     async fn register(&self, ended: &[JobEnded]) -> Result<(), String> {
-        let reg = NodeRegistration {
+        let mut reg = NodeRegistration {
             running: self.launcher.running_ids(),
             ended: ended.to_vec(),
             ..self.identity.clone()
         };
+        if let Some(mps) = &self.mps {
+            let now = mps.status();
+            for i in &mut reg.instances {
+                if let Some(m) = now.get(&i.uuid) {
+                    i.mps = Some(m.clone());
+                }
+            }
+        }
         self.post("/internal/v1/nodes/register", &reg)
             .await
             .map(|_| ())
@@ -132,7 +157,7 @@ impl ControllerLink {
             tokio::select! {
                 Some(e) = ended_rx.recv() => pending.push(e),
                 _ = tick.tick() => {
-                    let hb = Heartbeat { running: self.launcher.running_ids() };
+                    let hb = Heartbeat { running: self.launcher.running_ids(), mps: self.mps_states() };
                     let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
                     match self.post(&path, &hb).await {
                         Ok(r) => match r.json::<HeartbeatReply>().await {

@@ -24,8 +24,13 @@ fn main() -> Result<()> {
     let config = gsched_daemon::settings(&command, &matches, d.config.as_deref(), args.node)?;
     let exe = shepherd::shepherd_program().context("cannot find the job shepherd program")?;
     tokio::runtime::Runtime::new()?.block_on(async move {
-        gsched_noded::start(config, &d.state_dir, exe).await?;
-        tokio::signal::ctrl_c().await?;
+        let node = gsched_noded::start(config, &d.state_dir, exe).await?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        node.shutdown().await;
         Ok(())
     })
 }

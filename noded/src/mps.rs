@@ -1,0 +1,378 @@
+//! MPS control daemons: one `nvidia-cuda-mps-control -d` per instance whose
+//! GPU layout says `mps = true`, each with its own pipe and log directory and
+//! `CUDA_VISIBLE_DEVICES` set to the instance. gnoded finds a daemon it
+//! started (or one left from its previous run) through /proc, restarts it
+//! when it dies, and tells it `quit` on shutdown.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use std::os::unix::ffi::OsStrExt;
+
+use anyhow::{bail, Context, Result};
+use gsched_core::gpu::{Mps, MpsState};
+use tracing::{info, warn};
+
+use crate::spool::process_starttime;
+
+/// Default control program, looked up on PATH.
+pub const MPS_CONTROL: &str = "nvidia-cuda-mps-control";
+
+/// Longest pipe directory: MPS puts unix sockets in it (108-byte limit).
+const MAX_PIPE_DIR: usize = 90;
+
+/// The MPS control daemons of this node.
+pub struct MpsSupervisor {
+    control: PathBuf,
+    servers: Mutex<Vec<MpsServer>>,
+}
+
+struct MpsServer {
+    instance: String,
+    pipe_dir: PathBuf,
+    log_dir: PathBuf,
+    daemon: Option<(i32, u64)>,
+}
+
+/// Finds the control program: a configured path, else `nvidia-cuda-mps-control` on PATH.
+pub fn control_program(configured: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = configured {
+        if !p.is_file() {
+            bail!("the MPS control program {} does not exist", p.display());
+        }
+        return Ok(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(MPS_CONTROL))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!("a GPU layout asks for MPS but {MPS_CONTROL} is not on PATH; install the NVIDIA driver utilities or set mps_control in the GPU config")
+        })
+}
+
+/// The daemon started with `control -d` for `pipe_dir`, found through
+/// /proc: its arguments name the control program and `-d`, and its
+/// environment names the pipe directory.
+fn find_daemon(control: &Path, pipe_dir: &Path) -> Option<(i32, u64)> {
+    let prog = control.file_name()?;
+    let want = format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe_dir.display());
+    let mut found: Option<(i32, u64)> = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let names_prog = args
+            .iter()
+            .take(2)
+            .any(|a| Path::new(std::ffi::OsStr::from_bytes(a)).file_name() == Some(prog));
+        if !names_prog || !args.contains(&&b"-d"[..]) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+            continue;
+        }
+        let Some(start) = process_starttime(pid).filter(|s| alive(Some((pid, *s)))) else {
+            continue;
+        };
+        // A forked daemon may have a parent still exiting: take the newest.
+        if found.is_none_or(|(_, s)| start >= s) {
+            found = Some((pid, start));
+        }
+    }
+    found
+}
+
+/// Whether the process is the one that started at `start` and not a zombie.
+fn alive(daemon: Option<(i32, u64)>) -> bool {
+    let Some((pid, start)) = daemon else {
+        return false;
+    };
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.get(s.rfind(')')? + 2..)
+                .map(|r| r.starts_with(['Z', 'X']))
+        })
+        .unwrap_or(true);
+    !zombie && process_starttime(pid) == Some(start)
+}
+
+/// Runs `cmd` to completion, killing it after `limit`.
+fn run_bounded(
+    mut cmd: Command,
+    input: Option<&str>,
+    limit: Duration,
+) -> Result<std::process::ExitStatus> {
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let mut child = cmd.spawn()?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(text.as_bytes())?;
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("did not finish within {}s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl MpsServer {
+    fn env(&self, cmd: &mut Command) {
+        cmd.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
+            .env("CUDA_MPS_LOG_DIRECTORY", &self.log_dir)
+            .env("CUDA_VISIBLE_DEVICES", &self.instance);
+    }
+
+    /// Starts the daemon unless one for this pipe directory already runs.
+    fn ensure_started(&mut self, control: &Path) -> Result<()> {
+        if alive(self.daemon) {
+            return Ok(());
+        }
+        if let Some(d) = find_daemon(control, &self.pipe_dir) {
+            info!(instance = %self.instance, pid = d.0, "MPS control daemon already running; adopted");
+            self.daemon = Some(d);
+            return Ok(());
+        }
+        for dir in [&self.pipe_dir, &self.log_dir] {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            // Job users must reach the pipe directory; the log is readable.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+        let mut cmd = Command::new(control);
+        cmd.arg("-d");
+        self.env(&mut cmd);
+        let status = run_bounded(cmd, None, Duration::from_secs(15))
+            .with_context(|| format!("cannot run {} -d", control.display()))?;
+        if !status.success() {
+            bail!(
+                "{} -d failed ({status}); see {}",
+                control.display(),
+                self.log_dir.join("control.log").display()
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(d) = find_daemon(control, &self.pipe_dir) {
+                info!(instance = %self.instance, pid = d.0, pipe_dir = %self.pipe_dir.display(), "MPS control daemon started");
+                self.daemon = Some(d);
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!("{} -d exited but no daemon is running", control.display());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn quit(&mut self, control: &Path) {
+        if !alive(self.daemon) {
+            self.daemon = find_daemon(control, &self.pipe_dir);
+        }
+        let Some((pid, _)) = self.daemon else {
+            return;
+        };
+        let mut cmd = Command::new(control);
+        self.env(&mut cmd);
+        if let Err(e) = run_bounded(cmd, Some("quit\n"), Duration::from_secs(10)) {
+            warn!(instance = %self.instance, error = %e, "cannot send quit to the MPS control daemon");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(self.daemon) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if alive(self.daemon) {
+            warn!(instance = %self.instance, pid, "MPS control daemon ignored quit; sending SIGTERM");
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        } else {
+            info!(instance = %self.instance, pid, "MPS control daemon stopped");
+        }
+        self.daemon = None;
+    }
+}
+
+impl MpsSupervisor {
+    /// Starts (or adopts) one daemon per instance in `instances`, with
+    /// directories under `root`. A daemon that cannot start is logged and
+    /// retried by [`MpsSupervisor::check`]; its instance reports MPS down.
+    pub fn start(control: PathBuf, root: &Path, instances: &[String]) -> Result<MpsSupervisor> {
+        let mut servers = Vec::new();
+        for uuid in instances {
+            let dir = root.join(uuid);
+            let pipe_dir = dir.join("pipe");
+            if pipe_dir.as_os_str().len() > MAX_PIPE_DIR {
+                bail!(
+                    "the MPS pipe directory {} is too long for unix sockets; use a shorter state directory",
+                    pipe_dir.display()
+                );
+            }
+            let mut s = MpsServer {
+                instance: uuid.clone(),
+                pipe_dir,
+                log_dir: dir.join("log"),
+                daemon: None,
+            };
+            if let Err(e) = s.ensure_started(&control) {
+                warn!(instance = %uuid, error = format!("{e:#}"), "MPS control daemon did not start; will retry");
+            }
+            servers.push(s);
+        }
+        Ok(MpsSupervisor {
+            control,
+            servers: Mutex::new(servers),
+        })
+    }
+
+    /// Restarts daemons that died. Returns how many were (re)started.
+    pub fn check(&self) -> usize {
+        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut started = 0;
+        for s in servers.iter_mut() {
+            if alive(s.daemon) {
+                continue;
+            }
+            warn!(instance = %s.instance, "MPS control daemon is not running; restarting it");
+            s.daemon = None;
+            match s.ensure_started(&self.control) {
+                Ok(()) => started += 1,
+                Err(e) => {
+                    warn!(instance = %s.instance, error = format!("{e:#}"), "MPS restart failed")
+                }
+            }
+        }
+        started
+    }
+
+    /// Each supervised instance's MPS directories and state.
+    pub fn status(&self) -> BTreeMap<String, Mps> {
+        let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        servers
+            .iter()
+            .map(|s| {
+                let state = if alive(s.daemon) {
+                    MpsState::Running
+                } else {
+                    MpsState::Down
+                };
+                (
+                    s.instance.clone(),
+                    Mps {
+                        pipe_dir: s.pipe_dir.display().to_string(),
+                        log_dir: s.log_dir.display().to_string(),
+                        state,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The daemon's pid for `instance`, if it runs.
+    pub fn pid(&self, instance: &str) -> Option<i32> {
+        let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        servers
+            .iter()
+            .find(|s| s.instance == instance && alive(s.daemon))
+            .and_then(|s| s.daemon.map(|d| d.0))
+    }
+
+    /// Tells every daemon `quit` and waits for it to go.
+    pub fn quit_all(&self) {
+        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        for s in servers.iter_mut() {
+            s.quit(&self.control);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/fake-mps-control")
+    }
+
+    #[test]
+    fn lifecycle_with_a_fake_control_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let inst = vec!["MIG-test-a".to_string(), "MIG-test-b".to_string()];
+        let sup = MpsSupervisor::start(fake(), dir.path(), &inst).unwrap();
+        let st = sup.status();
+        assert!(st.values().all(|m| m.state == MpsState::Running), "{st:?}");
+        let a = sup.pid("MIG-test-a").unwrap();
+        let b = sup.pid("MIG-test-b").unwrap();
+        assert_ne!(a, b, "one daemon per instance");
+        let log = std::fs::read_to_string(dir.path().join("MIG-test-a/log/control.log")).unwrap();
+        assert!(log.contains("started for MIG-test-a"), "{log}");
+
+        // A second supervisor (gnoded restarted) adopts instead of starting twice.
+        let again = MpsSupervisor::start(fake(), dir.path(), &inst[..1]).unwrap();
+        assert_eq!(again.pid("MIG-test-a"), Some(a));
+        drop(again);
+
+        // A dead daemon is noticed and restarted.
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(a),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while process_starttime(a).is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(sup.status()["MIG-test-a"].state, MpsState::Down);
+        assert_eq!(sup.check(), 1);
+        let a2 = sup.pid("MIG-test-a").unwrap();
+        assert_ne!(a, a2);
+        assert_eq!(sup.check(), 0);
+
+        // Shutdown says quit; the daemons are gone.
+        sup.quit_all();
+        assert!(find_daemon(&fake(), &dir.path().join("MIG-test-a/pipe")).is_none());
+        assert!(find_daemon(&fake(), &dir.path().join("MIG-test-b/pipe")).is_none());
+        let log = std::fs::read_to_string(dir.path().join("MIG-test-b/log/control.log")).unwrap();
+        assert!(log.lines().any(|l| l == "quit"), "{log}");
+        assert!(sup.status().values().all(|m| m.state == MpsState::Down));
+    }
+
+    #[test]
+    fn a_failing_control_program_leaves_the_instance_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let sup = MpsSupervisor::start("/bin/false".into(), dir.path(), &["GPU-x".into()]).unwrap();
+        assert_eq!(sup.status()["GPU-x"].state, MpsState::Down);
+        assert_eq!(sup.check(), 0);
+        assert!(control_program(Some(Path::new("/nonexistent/mps"))).is_err());
+    }
+}
