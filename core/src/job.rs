@@ -198,8 +198,6 @@ pub enum SpecError {
     BadName,
     #[error("working directory '{0}' is not an absolute path")]
     RelativeWorkingDir(String),
-    #[error("an isolated job must state its GPU footprint: give a MIG profile (--mig) or a memory size (--gpu-mem)")]
-    IsolatedWithoutFootprint,
     #[error(
         "a MIG profile (--mig {0}) asks for an isolated instance; add --isolated or drop --mig"
     )]
@@ -245,9 +243,6 @@ impl JobSpec {
         }
         if self.gpu.mem_mib == Some(0) {
             return Err(SpecError::ZeroGpuMem);
-        }
-        if self.isolated && self.gpu.mig_profile.is_none() && self.gpu.mem_mib.is_none() {
-            return Err(SpecError::IsolatedWithoutFootprint);
         }
         if self.time_limit == Some(0) {
             return Err(SpecError::ZeroTimeLimit);
@@ -402,7 +397,8 @@ mod tests {
         assert_eq!(s.validate(), Err(SpecError::NoShebang));
         let mut s = spec();
         s.isolated = true;
-        assert_eq!(s.validate(), Err(SpecError::IsolatedWithoutFootprint));
+        // No footprint: any instance will do (the smallest free one).
+        assert!(s.validate().is_ok());
         s.gpu.mig_profile = Some("1g.5gb".into());
         assert!(s.validate().is_ok());
         s.gpu.mig_profile = Some("big".into());
