@@ -95,6 +95,33 @@ impl Gsched {
         }
     }
 
+    /// SIGTERM `gsched up`, as an administrator stops it, and wait for it
+    /// to exit. Returns whether it exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        // SAFETY: plain kill(2) on the child this harness started.
+        unsafe {
+            libc::kill(c.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                return status.success();
+            }
+            if Instant::now() >= deadline {
+                c.kill().unwrap();
+                c.wait().unwrap();
+                panic!(
+                    "gsched up did not stop within 60s of SIGTERM\nlog:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn restart(&mut self) {
         self.kill9();
         self.spawn();
