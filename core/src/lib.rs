@@ -12,6 +12,7 @@ pub mod launch;
 pub mod mig;
 pub mod outcome;
 pub mod pattern;
+pub mod placement;
 pub mod units;
 pub mod wire;
 
