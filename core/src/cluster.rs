@@ -21,8 +21,10 @@ pub struct InstanceSlot {
     pub instance: Instance,
     pub isolated_owner: Option<JobId>,
     pub draining_for: Option<JobId>,
-    /// Non-isolated tasks with reservations here (filled by the probe layer).
+    /// Non-isolated tasks with reservations here, as the node last reported.
     pub active_tasks: u32,
+    /// Bytes those tasks reserve.
+    pub reserved_bytes: u64,
 }
 
 /// A node as the controller knows it.
@@ -174,6 +176,57 @@ impl Cluster {
 
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
         self.nodes.values()
+    }
+
+    /// Records the shared-task use a node reported. Returns whether an
+    /// instance drained for an isolated job became free (a launch may follow).
+    pub fn update_instance_use(
+        &mut self,
+        node: &str,
+        uses: &std::collections::BTreeMap<String, crate::wire::InstanceUse>,
+    ) -> bool {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return false;
+        };
+        let mut freed = false;
+        for slot in &mut n.instances {
+            let u = uses.get(&slot.instance.uuid).copied().unwrap_or_default();
+            freed |= slot.draining_for.is_some() && slot.active_tasks > 0 && u.tasks == 0;
+            slot.active_tasks = u.tasks;
+            slot.reserved_bytes = u.reserved_bytes;
+        }
+        freed
+    }
+
+    /// A process of `job` reported its peak GPU memory; the job keeps the
+    /// largest (MiB).
+    pub fn record_peak(&mut self, job: JobId, bytes: u64) -> Vec<Effect> {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return Vec::new();
+        };
+        let mib = bytes.div_ceil(1024 * 1024);
+        if j.gpu_mem_peak.is_some_and(|p| p >= mib) {
+            return Vec::new();
+        }
+        j.gpu_mem_peak = Some(mib);
+        vec![Effect::Job {
+            id: job,
+            event: "gpu_peak".into(),
+        }]
+    }
+
+    /// Instances of a node being drained for isolated jobs.
+    pub fn draining(&self, node: &str) -> Vec<String> {
+        self.nodes
+            .get(node)
+            .map(|n| {
+                n.instances
+                    .iter()
+                    .filter(|s| s.draining_for.is_some())
+                    .map(|s| s.instance.uuid.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Records the MPS daemon states a node reported. Returns whether any
@@ -558,6 +611,7 @@ impl Cluster {
                     isolated_owner: None,
                     draining_for: None,
                     active_tasks: 0,
+                    reserved_bytes: 0,
                 })
                 .collect(),
             running: BTreeSet::new(),

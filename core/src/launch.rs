@@ -275,6 +275,7 @@ mod tests {
                 isolated_owner: None,
                 draining_for: None,
                 active_tasks: 0,
+                reserved_bytes: 0,
             })
             .collect()
     }

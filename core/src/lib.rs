@@ -13,6 +13,7 @@ pub mod mig;
 pub mod outcome;
 pub mod pattern;
 pub mod placement;
+pub mod probe;
 pub mod units;
 pub mod wire;
 

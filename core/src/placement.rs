@@ -164,6 +164,13 @@ impl TaskBook {
         }
     }
 
+    /// Numbers tasks from `first` (a node seeds it from the clock so ids
+    /// stay unique across its restarts).
+    pub fn starting_at(mut self, first: TaskId) -> TaskBook {
+        self.next = first.max(1);
+        self
+    }
+
     pub fn instances(&self) -> &[InstanceLoad] {
         &self.instances
     }

@@ -34,6 +34,16 @@ pub struct Heartbeat {
     /// State of each instance's MPS control daemon, where it has one.
     #[serde(default)]
     pub mps: std::collections::BTreeMap<String, crate::gpu::MpsState>,
+    /// Shared tasks and their reservations on each instance.
+    #[serde(default)]
+    pub instances: std::collections::BTreeMap<String, InstanceUse>,
+}
+
+/// Shared tasks on one instance, as its node reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceUse {
+    pub tasks: u32,
+    pub reserved_bytes: u64,
 }
 
 /// The controller's answer to a heartbeat.
@@ -41,6 +51,9 @@ pub struct Heartbeat {
 pub struct HeartbeatReply {
     /// `false`: the controller does not know this node; register again.
     pub known: bool,
+    /// Instances being drained for isolated jobs: no new shared tasks there.
+    #[serde(default)]
+    pub drain: Vec<String>,
 }
 
 /// Start a job on the node.
@@ -266,7 +279,7 @@ impl InstanceInfo {
             memory_reserved_mib: if s.isolated_owner.is_some() {
                 i.memory_mib
             } else {
-                0
+                s.reserved_bytes.div_ceil(1024 * 1024)
             },
             sms: i.sms,
             isolated_owner: s.isolated_owner,

@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use gsched_core::cluster::ClusterError;
 use gsched_core::job::{JobId, JobSpec, JobState};
 use gsched_core::outcome::parse_signal;
+use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
     Heartbeat, HeartbeatReply, InstanceInfo, JobEndReport, JobInfo, JobList, NodeInfo,
     NodeRegistration, Submitted,
@@ -41,6 +42,8 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/instances", get(list_instances))
+        .route("/api/v1/tasks", get(list_tasks))
+        .route("/internal/v1/tasks", post(tasks_reported))
         .route("/internal/v1/nodes/register", post(register))
         .route("/internal/v1/nodes/{name}/heartbeat", post(heartbeat))
         .route("/internal/v1/jobs/ended", post(jobs_ended))
@@ -221,9 +224,44 @@ async fn heartbeat(
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
-    Ok(Json(HeartbeatReply {
-        known: ctl.heartbeat(&name, &hb),
-    }))
+    let (known, drain) = ctl.heartbeat(&name, &hb);
+    Ok(Json(HeartbeatReply { known, drain }))
+}
+
+async fn tasks_reported(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Body(report): Body<TaskReport>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&ctl.key, &headers)?;
+    ctl.tasks_reported(report).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskQuery {
+    job: Option<JobId>,
+}
+
+async fn list_tasks(
+    State(ctl): Ctl,
+    Query(q): Query<TaskQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let rows = ctl
+        .store
+        .task_records(q.job)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read task records: {e}")))?;
+    let tasks: Vec<serde_json::Value> = rows
+        .into_iter()
+        .map(|(node, r)| {
+            let mut v = serde_json::to_value(&r).unwrap_or_default();
+            v["node"] = node.into();
+            v
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "tasks": tasks })))
 }
 
 async fn jobs_ended(

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use gsched_core::cluster::{Cluster, ClusterError, Effect};
 use gsched_core::job::{JobId, JobSpec};
+use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
     Heartbeat, JobEndReport, LaunchRequest, NodeRegistration, SignalRequest, CLUSTER_KEY_HEADER,
 };
@@ -125,22 +126,54 @@ impl Controller {
     }
 
     /// Returns whether the node is known (and up).
-    pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> bool {
-        let known = {
+    pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> (bool, Vec<String>) {
+        let (known, drain, freed) = {
             let mut c = self.lock();
             let known = c.node(node).is_some_and(|n| n.up);
-            if known && !hb.mps.is_empty() {
-                c.update_mps(node, &hb.mps);
+            let mut freed = false;
+            if known {
+                if !hb.mps.is_empty() {
+                    c.update_mps(node, &hb.mps);
+                }
+                freed = c.update_instance_use(node, &hb.instances);
             }
-            known
+            (known, c.draining(node), freed)
         };
+        if freed {
+            self.wake.notify_one();
+        }
         if known {
             self.last_seen
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(node.into(), Instant::now());
         }
-        known
+        (known, drain)
+    }
+
+    /// Stores the task reservations and peaks a node reported.
+    pub async fn tasks_reported(self: &Arc<Self>, report: TaskReport) -> Result<(), CtlError> {
+        let (writes, effects) = {
+            let mut c = self.lock();
+            let writes: Vec<Write> = report
+                .records
+                .into_iter()
+                .filter(|r| c.job(r.job).is_some())
+                .map(|record| Write::Task {
+                    node: report.node.clone(),
+                    record,
+                })
+                .collect();
+            let effects: Vec<Effect> = report
+                .peaks
+                .iter()
+                .flat_map(|(job, bytes)| c.record_peak(*job, *bytes))
+                .collect();
+            (writes, effects)
+        };
+        self.store.write(writes).await?;
+        self.execute(effects).await?;
+        Ok(())
     }
 
     pub async fn jobs_ended(self: &Arc<Self>, report: JobEndReport) -> Result<(), CtlError> {

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use gsched_core::cluster::{InstanceSlot, Node};
 use gsched_core::gpu::{Instance, Mps, MpsState};
 use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState};
+use gsched_core::probe::TaskRecord;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
@@ -54,6 +55,8 @@ pub enum Write {
     JobState(Box<JobRuntime>),
     /// A node and its instances.
     Node(Box<Node>),
+    /// A task reservation began or ended (upsert by job and task).
+    Task { node: String, record: TaskRecord },
     /// An entry in the append-only event log.
     Event {
         time: i64,
@@ -108,6 +111,8 @@ struct Batch {
 #[derive(Clone)]
 pub struct Store {
     tx: mpsc::UnboundedSender<Batch>,
+    /// For read-only queries beside the writer (WAL allows them).
+    read_opts: SqliteConnectOptions,
 }
 
 /// What was stored when the controller starts.
@@ -153,7 +158,8 @@ impl Store {
         let loaded = load(&mut conn).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(writer(conn, rx));
-        Ok((Store { tx }, loaded))
+        let read_opts = opts.read_only(true);
+        Ok((Store { tx, read_opts }, loaded))
     }
 
     /// Enqueues writes now (keeping their order with other callers') and
@@ -174,6 +180,37 @@ impl Store {
                 Err(_) => Err(StoreError::Closed),
             }
         }
+    }
+}
+
+impl Store {
+    /// Recorded task reservations, oldest first; of one job if given.
+    pub async fn task_records(&self, job: Option<JobId>) -> Result<Vec<(String, TaskRecord)>, sqlx::Error> {
+        let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
+        let rows = sqlx::query(
+            "SELECT job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid
+               FROM task_reservations WHERE (?1 IS NULL OR job_id = ?1) ORDER BY begin_time, id",
+        )
+        .bind(job.map(|j| j as i64))
+        .fetch_all(&mut conn)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<Option<String>, _>("node")?.unwrap_or_default(),
+                    TaskRecord {
+                        job: r.try_get::<i64, _>("job_id")? as JobId,
+                        task: r.try_get::<i64, _>("task")? as u64,
+                        pid: r.try_get::<Option<i64>, _>("pid")?.unwrap_or(0) as u32,
+                        instance: r.try_get("instance")?,
+                        bytes: r.try_get::<i64, _>("mem_bytes")? as u64,
+                        warps: r.try_get::<i64, _>("warps")? as u64,
+                        begin_ms: r.try_get("begin_time")?,
+                        end_ms: r.try_get("end_time")?,
+                    },
+                ))
+            })
+            .collect()
     }
 }
 
@@ -328,6 +365,26 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
                 .await?;
             }
         }
+        Write::Task { node, record: r } => {
+            sqlx::query(
+                "INSERT INTO task_reservations (job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid)
+                 VALUES (?,?,?,?,?,?,?,?,?)
+                 ON CONFLICT(job_id, task) DO UPDATE SET
+                   mem_bytes = max(mem_bytes, excluded.mem_bytes),
+                   end_time = coalesce(excluded.end_time, end_time)",
+            )
+            .bind(r.job as i64)
+            .bind(r.task as i64)
+            .bind(&r.instance)
+            .bind(r.bytes as i64)
+            .bind(r.warps as i64)
+            .bind(r.begin_ms)
+            .bind(r.end_ms)
+            .bind(node)
+            .bind(r.pid as i64)
+            .execute(&mut *conn)
+            .await?;
+        }
         Write::Event {
             time,
             job_id,
@@ -411,6 +468,7 @@ async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
                 isolated_owner: None,
                 draining_for: None,
                 active_tasks: 0,
+                reserved_bytes: 0,
             });
         }
         nodes.push(Node {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gsched_core::env::{job_environment, Placement};
+use gsched_core::probe::{JOB_KEY_ENV, PROBE_SOCK_ENV};
 use gsched_core::job::JobId;
 use gsched_core::outcome::{EndCause, ProcessOutcome};
 use gsched_core::pattern::job_output_paths;
@@ -47,8 +48,9 @@ pub enum LaunchError {
 }
 
 struct RunningJob {
-    /// The shepherd's pid, which is also the job's process group id.
-    pgid: i32,
+    /// The shepherd's pid, which is also the job's process group id; `None`
+    /// while an isolated job waits for shared tasks to leave its instance.
+    pgid: Option<i32>,
 }
 
 pub struct Launcher {
@@ -60,6 +62,9 @@ pub struct Launcher {
     my_uid: u32,
     running: Mutex<HashMap<JobId, RunningJob>>,
     ended: mpsc::UnboundedSender<JobEnded>,
+    /// The probe server: jobs get its socket and a key; isolated jobs hold
+    /// their instance in it.
+    probe: std::sync::OnceLock<Arc<crate::probe::ProbeServer>>,
 }
 
 fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
@@ -101,7 +106,13 @@ impl Launcher {
             my_uid: uid,
             running: Mutex::new(HashMap::new()),
             ended,
+            probe: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Connects the probe server (once, at start).
+    pub fn set_probe(&self, probe: Arc<crate::probe::ProbeServer>) {
+        let _ = self.probe.set(probe);
     }
 
     fn jobs(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, RunningJob>> {
@@ -163,7 +174,7 @@ impl Launcher {
                     .map_err(|e| io("cannot hand the spool to the job's user", e.into()))?;
             }
         }
-        let env = job_environment(
+        let mut env = job_environment(
             job,
             &Placement {
                 node: &self.node,
@@ -173,6 +184,13 @@ impl Launcher {
                 controller_url: &req.controller_url,
             },
         );
+        if let Some(probe) = self.probe.get() {
+            let key = probe
+                .register_job(job.id, job.spec.uid, None)
+                .map_err(|e| LaunchError::Io(e.to_string()))?;
+            env.insert(PROBE_SOCK_ENV.into(), probe.path().display().to_string());
+            env.insert(JOB_KEY_ENV.into(), key);
+        }
         let (stdout, stderr) = job_output_paths(job, &self.node);
         let start_time = job.start_time.unwrap_or_else(unix_now);
         let spec = ShepherdSpec {
@@ -193,6 +211,37 @@ impl Launcher {
         spool
             .write_json(&spool.spec_path(), &spec)
             .map_err(|e| io("cannot write launch.json", e))?;
+        let limit = job.spec.time_limit.map(Duration::from_secs);
+        if let (Some(probe), Some(inst)) = (self.probe.get(), req.instance.as_ref()) {
+            // The instance is closed to shared tasks from now on.
+            if probe.hold(&inst.uuid, job.id) {
+                // Shared tasks are still on it: start when they have left.
+                self.jobs().insert(job.id, RunningJob { pgid: None });
+                info!("waiting for shared tasks to leave the instance");
+                let (this, probe, uuid, id) = (Arc::clone(self), Arc::clone(probe), inst.uuid.clone(), job.id);
+                tokio::spawn(async move {
+                    probe.drained(&uuid).await;
+                    if this.jobs().get(&id).is_some_and(|r| r.pgid.is_none()) {
+                        if let Err(e) = this.start_shepherd(id, limit) {
+                            warn!(job = id, error = %e, "cannot start the job");
+                            this.jobs().remove(&id);
+                            probe.job_ended(id);
+                            let _ = this.ended.send(ended_from_spool(id, &this.spool(id)));
+                        }
+                    }
+                });
+                return Ok(());
+            }
+        }
+        self.start_shepherd(job.id, limit)
+    }
+
+    /// Starts the shepherd of a job whose spool is ready.
+    fn start_shepherd(self: &Arc<Self>, job_id: JobId, limit: Option<Duration>) -> Result<(), LaunchError> {
+        let spool = self.spool(job_id);
+        let io = |what: &str, e: std::io::Error| {
+            LaunchError::Io(format!("{what} in {}: {e}", spool.dir.display()))
+        };
         let log = std::fs::File::create(spool.log_path())
             .map_err(|e| io("cannot create shepherd log", e))?;
         let log2 = log
@@ -222,16 +271,11 @@ impl Launcher {
         let _ = spool.write_pid(pid, starttime);
         let fd = pidfd_open(pid)
             .map_err(|e| LaunchError::Io(format!("cannot watch the shepherd (pidfd_open): {e}")))?;
-        self.jobs().insert(job.id, RunningJob { pgid: pid });
-        info!(pid, "job started");
+        self.jobs().insert(job_id, RunningJob { pgid: Some(pid) });
+        info!(job = job_id, pid, "job started");
         // A fresh job gets its whole limit from now (the recorded start
         // time has whole-second precision).
-        self.track(
-            job.id,
-            pid,
-            fd,
-            job.spec.time_limit.map(Duration::from_secs),
-        );
+        self.track(job_id, pid, fd, limit);
         Ok(())
     }
 
@@ -253,7 +297,7 @@ impl Launcher {
     }
 
     fn pgid_of(&self, job: JobId) -> Option<i32> {
-        self.jobs().get(&job).map(|r| r.pgid)
+        self.jobs().get(&job).and_then(|r| r.pgid)
     }
 
     /// SIGCONT and SIGTERM to the job, then SIGKILL after the grace period.
@@ -294,12 +338,29 @@ impl Launcher {
         let spool = self.spool(job);
         let ended = ended_from_spool(job, &spool);
         self.jobs().remove(&job);
+        if let Some(probe) = self.probe.get() {
+            probe.job_ended(job);
+        }
         info!(job, outcome = ?ended.outcome, "job ended");
         let _ = self.ended.send(ended);
     }
 
     /// Sends a signal to a running job, or cancels it.
     pub fn signal(self: &Arc<Self>, job: JobId, req: &SignalRequest) -> Result<(), LaunchError> {
+        let waiting = self.jobs().get(&job).is_some_and(|r| r.pgid.is_none());
+        if waiting {
+            // Not started yet (its instance is draining): cancel means never start.
+            if req.cancel {
+                info!(job, "cancelling job before it started");
+                self.spool(job).mark(CANCELLED);
+                self.jobs().remove(&job);
+                if let Some(probe) = self.probe.get() {
+                    probe.job_ended(job);
+                }
+                let _ = self.ended.send(ended_from_spool(job, &self.spool(job)));
+            }
+            return Ok(());
+        }
         let pgid = self.pgid_of(job).ok_or(LaunchError::NotRunning(job))?;
         if req.cancel {
             info!(job, "cancelling job");
@@ -355,7 +416,12 @@ impl Launcher {
                                 )
                             })
                     });
-                    self.jobs().insert(job, RunningJob { pgid: pid });
+                    self.jobs().insert(job, RunningJob { pgid: Some(pid) });
+                    if let (Some(probe), Ok(spec)) = (self.probe.get(), spool.read_spec()) {
+                        // The job keeps its key across gnoded restarts.
+                        let key = spec.env.get(JOB_KEY_ENV).cloned();
+                        let _ = probe.register_job(job, spec.uid, key);
+                    }
                     info!(job, pid, "adopted running job");
                     self.track(job, pid, fd, left);
                 }

@@ -8,6 +8,7 @@ pub mod gpu;
 pub mod launcher;
 pub mod link;
 pub mod mps;
+pub mod probe;
 pub mod shepherd;
 pub mod spool;
 
@@ -131,6 +132,23 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         ended_tx,
     )
     .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let book = gsched_core::placement::TaskBook::new(
+        Box::new(gsched_core::placement::CasePlacement),
+        instances
+            .iter()
+            .map(|i| (i.uuid.clone(), i.memory_mib * 1024 * 1024))
+            .collect(),
+    )
+    .starting_at(probe::now_ms() as u64 * 1024);
+    let mps_dirs = instances
+        .iter()
+        .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))
+        .collect();
+    let sock = state_dir.join("run").join(format!("{name}.probe.sock"));
+    let (probe_server, probe_listener) = probe::ProbeServer::bind(sock, book, mps_dirs, events_tx)?;
+    launcher.set_probe(Arc::clone(&probe_server));
+    tokio::spawn(Arc::clone(&probe_server).serve(probe_listener));
     let ended = launcher.adopt();
     let listener = TcpListener::bind(config.listen)
         .await
@@ -167,7 +185,8 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     if let Some(m) = &mps {
         link = link.with_mps(Arc::clone(m));
     }
-    let link = Arc::new(link);
+    let link = Arc::new(link.with_probe(probe_server));
+    tokio::spawn(Arc::clone(&link).report_tasks(events_rx));
     tokio::spawn(link.run(ended_rx, ended));
     tracing::info!(%addr, node = %name, "gnoded listening");
     Ok(Running { addr, name, mps })

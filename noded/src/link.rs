@@ -23,6 +23,9 @@ pub struct ControllerLink {
     pub launcher: Arc<Launcher>,
     /// The node's MPS daemons, whose state goes with every message.
     pub mps: Option<Arc<MpsSupervisor>>,
+    /// The probe server, whose per-instance use goes with heartbeats and
+    /// which the controller's drain list is handed to.
+    pub probe: Option<Arc<crate::probe::ProbeServer>>,
     http: reqwest::Client,
 }
 
@@ -41,6 +44,7 @@ impl ControllerLink {
             heartbeat,
             launcher,
             mps: None,
+            probe: None,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
@@ -67,6 +71,47 @@ impl ControllerLink {
             let status = r.status();
             let text = r.text().await.unwrap_or_default();
             Err(format!("controller answered {status}: {text}"))
+        }
+    }
+
+    /// Reports shared-task use with every heartbeat.
+    pub fn with_probe(mut self, probe: Arc<crate::probe::ProbeServer>) -> Self {
+        self.probe = Some(probe);
+        self
+    }
+
+    /// Sends reservation records and process peaks to the controller, in
+    /// batches, retrying until it has them.
+    pub async fn report_tasks(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<crate::probe::TaskEvent>) {
+        use crate::probe::TaskEvent;
+        use gsched_core::probe::TaskReport;
+        while let Some(first) = rx.recv().await {
+            let mut report = TaskReport {
+                node: self.identity.name.clone(),
+                ..Default::default()
+            };
+            fn add(report: &mut TaskReport, e: TaskEvent) {
+                match e {
+                    TaskEvent::Record(r) => report.records.push(r),
+                    TaskEvent::Peak(job, bytes) => report.peaks.push((job, bytes)),
+                }
+            }
+            add(&mut report, first);
+            while report.records.len() < 5000 {
+                match rx.try_recv() {
+                    Ok(e) => add(&mut report, e),
+                    Err(_) => break,
+                }
+            }
+            loop {
+                match self.post("/internal/v1/tasks", &report).await {
+                    Ok(_) => break,
+                    Err(e) => {
+                        warn!(error = %e, records = report.records.len(), "could not report task reservations; will retry");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
         }
     }
 
@@ -157,11 +202,19 @@ impl ControllerLink {
             tokio::select! {
                 Some(e) = ended_rx.recv() => pending.push(e),
                 _ = tick.tick() => {
-                    let hb = Heartbeat { running: self.launcher.running_ids(), mps: self.mps_states() };
+                    let hb = Heartbeat {
+                        running: self.launcher.running_ids(),
+                        mps: self.mps_states(),
+                        instances: self.probe.as_ref().map(|p| p.usage()).unwrap_or_default(),
+                    };
                     let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
                     match self.post(&path, &hb).await {
                         Ok(r) => match r.json::<HeartbeatReply>().await {
-                            Ok(HeartbeatReply { known: true }) => {}
+                            Ok(HeartbeatReply { known: true, drain }) => {
+                                if let Some(p) = &self.probe {
+                                    p.set_drained(&drain);
+                                }
+                            }
                             _ => {
                                 info!("controller does not know this node; registering again");
                                 registered = false;

@@ -1,0 +1,175 @@
+//! The probe protocol between a job's processes and gnoded.
+//!
+//! A unix stream socket (path in `GSCHED_PROBE_SOCK`); each message is a
+//! 4-byte little-endian length followed by that many bytes of JSON. Every
+//! request names the job and carries its secret (`GSCHED_JOB_KEY`); gnoded
+//! also checks the peer's uid and takes the process id from the socket's
+//! peer credentials, never from the message.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::JobId;
+use crate::placement::TaskId;
+
+pub const PROBE_SOCK_ENV: &str = "GSCHED_PROBE_SOCK";
+pub const JOB_KEY_ENV: &str = "GSCHED_JOB_KEY";
+pub const JOB_ID_ENV: &str = "GSCHED_JOB_ID";
+
+/// Largest message either side accepts.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// Error codes returned to C callers (negative) and in error replies.
+pub mod code {
+    /// The request was malformed or the protocol was broken.
+    pub const PROTOCOL: i32 = -1;
+    /// Wrong job key, unknown job, or a foreign uid.
+    pub const AUTH: i32 = -2;
+    /// The task can never fit any instance open to it.
+    pub const NEVER_FITS: i32 = -3;
+    /// The instance has no room to grow the reservation.
+    pub const FULL: i32 = -4;
+    /// No such task (or not this job's).
+    pub const NO_TASK: i32 = -5;
+    /// gnoded cannot be reached, or the job has no probe socket.
+    pub const UNAVAILABLE: i32 = -6;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ProbeRequest {
+    /// Place a task; the reply comes once it is placed (it may wait).
+    Begin {
+        job: JobId,
+        key: String,
+        bytes: u64,
+        warps: u64,
+    },
+    /// The task ended: release its reservation.
+    End { job: JobId, key: String, task: TaskId },
+    /// Grow the task's reservation by `bytes` on its instance.
+    Grow {
+        job: JobId,
+        key: String,
+        task: TaskId,
+        bytes: u64,
+    },
+    /// The task's warps now in use.
+    Warps {
+        job: JobId,
+        key: String,
+        task: TaskId,
+        warps: u64,
+    },
+    /// The calling process's peak GPU memory, reported before it exits.
+    Peak { job: JobId, key: String, bytes: u64 },
+}
+
+impl ProbeRequest {
+    pub fn job_and_key(&self) -> (JobId, &str) {
+        match self {
+            ProbeRequest::Begin { job, key, .. }
+            | ProbeRequest::End { job, key, .. }
+            | ProbeRequest::Grow { job, key, .. }
+            | ProbeRequest::Warps { job, key, .. }
+            | ProbeRequest::Peak { job, key, .. } => (*job, key),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ProbeReply {
+    Placed {
+        task: TaskId,
+        /// What `CUDA_VISIBLE_DEVICES` must be for the process.
+        instance: String,
+        /// `CUDA_MPS_PIPE_DIRECTORY`, when the instance has an MPS daemon.
+        mps_pipe_dir: Option<String>,
+        bytes: u64,
+    },
+    Ok,
+    Error { code: i32, message: String },
+}
+
+impl ProbeReply {
+    pub fn error(code: i32, message: impl Into<String>) -> ProbeReply {
+        ProbeReply::Error {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A frame: length prefix and JSON body.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(msg).expect("probe messages serialize");
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The body length announced by a frame header, if acceptable.
+pub fn frame_len(header: [u8; 4]) -> Result<usize, String> {
+    let n = u32::from_le_bytes(header) as usize;
+    if n == 0 || n > MAX_MESSAGE {
+        return Err(format!("message length {n} is outside 1..={MAX_MESSAGE}"));
+    }
+    Ok(n)
+}
+
+/// One reservation as gctld records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub job: JobId,
+    pub task: TaskId,
+    pub pid: u32,
+    pub instance: String,
+    pub bytes: u64,
+    pub warps: u64,
+    /// Unix time in milliseconds.
+    pub begin_ms: i64,
+    /// `None` while the reservation is held.
+    pub end_ms: Option<i64>,
+}
+
+/// What a node reports about tasks: reservations that began or ended, and
+/// process peaks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskReport {
+    pub node: String,
+    pub records: Vec<TaskRecord>,
+    /// (job, peak bytes) reported by exiting processes.
+    #[serde(default)]
+    pub peaks: Vec<(JobId, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bad_input_is_refused() {
+        let r = ProbeRequest::Begin {
+            job: 3,
+            key: "k".into(),
+            bytes: 1 << 30,
+            warps: 64,
+        };
+        let f = encode(&r);
+        let n = frame_len(f[..4].try_into().unwrap()).unwrap();
+        assert_eq!(n, f.len() - 4);
+        let back: ProbeRequest = serde_json::from_slice(&f[4..]).unwrap();
+        assert_eq!(back, r);
+        assert!(frame_len([0, 0, 0, 0]).is_err());
+        assert!(frame_len((MAX_MESSAGE as u32 + 1).to_le_bytes()).is_err());
+        for bad in [
+            r#"{"op":"begin","job":1}"#,
+            r#"{"op":"launch","job":1,"key":"k"}"#,
+            r#"{"op":"end","job":1,"key":"k","task":1,"extra":2}"#,
+            r#"{"op":"begin","job":-1,"key":"k","bytes":1,"warps":1}"#,
+        ] {
+            assert!(serde_json::from_str::<ProbeRequest>(bad).is_err(), "{bad}");
+        }
+    }
+}

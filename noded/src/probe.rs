@@ -1,0 +1,463 @@
+//! The probe server: a unix socket where the processes of non-isolated jobs
+//! ask for GPU placements (CASE Algorithm 2, in `gsched_core::placement`).
+//!
+//! Every request carries its job id and the job's secret; the peer's uid
+//! (from the socket) must be the job's user, and its pid, also from the
+//! socket, identifies the process. A process's reservations are released
+//! when it ends a task, when it exits (watched through a pidfd), and when
+//! its job ends.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use gsched_core::job::JobId;
+use gsched_core::placement::{Begin, PlacementError, Placed, TaskBook, TaskId, TaskRequest};
+use gsched_core::probe::{code, encode, frame_len, ProbeReply, ProbeRequest, TaskRecord};
+use gsched_core::wire::{keys_match, InstanceUse};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tracing::{debug, info, warn};
+
+/// Longest socket path (the kernel's limit is 108 bytes with the NUL).
+const MAX_SOCK_PATH: usize = 100;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// What the server tells gctld about: reservations and process peaks.
+#[derive(Debug, Clone)]
+pub enum TaskEvent {
+    Record(TaskRecord),
+    Peak(JobId, u64),
+}
+
+struct JobAuth {
+    key: String,
+    uid: u32,
+}
+
+struct State {
+    book: TaskBook,
+    jobs: HashMap<JobId, JobAuth>,
+    waiters: HashMap<TaskId, oneshot::Sender<ProbeReply>>,
+    begun: HashMap<TaskId, (Placed, i64)>,
+    watched: HashSet<(JobId, u32)>,
+    /// Instances gctld is draining for isolated jobs.
+    drained_by_controller: HashSet<String>,
+    /// Instances held by isolated jobs running here.
+    held: HashMap<String, JobId>,
+}
+
+
+pub struct ProbeServer {
+    path: PathBuf,
+    state: Mutex<State>,
+    mps: BTreeMap<String, String>,
+    events: mpsc::UnboundedSender<TaskEvent>,
+    changed: Notify,
+}
+
+fn random_key() -> Result<String> {
+    let mut bytes = [0u8; 24];
+    getrandom::getrandom(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for a job key: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl ProbeServer {
+    /// Binds the socket at `path`; `instances` are (uuid, bytes, MPS pipe dir).
+    pub fn bind(
+        path: PathBuf,
+        book: TaskBook,
+        mps: BTreeMap<String, String>,
+        events: mpsc::UnboundedSender<TaskEvent>,
+    ) -> Result<(Arc<ProbeServer>, UnixListener)> {
+        if path.as_os_str().len() > MAX_SOCK_PATH {
+            bail!(
+                "the probe socket path {} is too long for a unix socket; use a shorter state directory",
+                path.display()
+            );
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).with_context(|| format!("cannot bind the probe socket {}", path.display()))?;
+        // Any local user may connect; requests are checked by key and uid.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+        let server = Arc::new(ProbeServer {
+            path,
+            state: Mutex::new(State {
+                book,
+                jobs: HashMap::new(),
+                waiters: HashMap::new(),
+                begun: HashMap::new(),
+                watched: HashSet::new(),
+                drained_by_controller: HashSet::new(),
+                held: HashMap::new(),
+            }),
+            mps,
+            events,
+            changed: Notify::new(),
+        });
+        Ok((server, listener))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Accepts connections for the life of the daemon.
+    pub async fn serve(self: Arc<Self>, listener: UnixListener) {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let this = Arc::clone(&self);
+                    tokio::spawn(async move { this.connection(stream).await });
+                }
+                Err(e) => {
+                    warn!(error = %e, "probe socket accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// Lets a job use the probe socket; returns its secret. `key` is given
+    /// when re-registering an adopted job.
+    pub fn register_job(&self, job: JobId, uid: u32, key: Option<String>) -> Result<String> {
+        let key = match key {
+            Some(k) => k,
+            None => random_key()?,
+        };
+        self.lock().jobs.insert(job, JobAuth { key: key.clone(), uid });
+        Ok(key)
+    }
+
+    /// The job ended or was cancelled: its reservations go, at once.
+    pub fn job_ended(&self, job: JobId) {
+        let mut st = self.lock();
+        st.jobs.remove(&job);
+        let (gone, placed) = st.book.release_job(job);
+        st.watched.retain(|(j, _)| *j != job);
+        self.finish(&mut st, &gone);
+        self.deliver(&mut st, placed);
+        let held: Vec<String> = st.held.iter().filter(|(_, j)| **j == job).map(|(u, _)| u.clone()).collect();
+        for uuid in held {
+            st.held.remove(&uuid);
+            if !st.drained_by_controller.contains(&uuid) {
+                let placed = st.book.set_closed(&uuid, false);
+                self.deliver(&mut st, placed);
+            }
+        }
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
+    /// An isolated job takes `uuid`: no new placements there from now on.
+    /// Returns whether shared tasks are still on it (see [`Self::drained`]).
+    pub fn hold(&self, uuid: &str, job: JobId) -> bool {
+        let mut st = self.lock();
+        st.held.insert(uuid.to_string(), job);
+        st.book.set_closed(uuid, true);
+        st.book.tasks_on(uuid) > 0
+    }
+
+    /// Returns once no shared task is left on `uuid`.
+    pub async fn drained(&self, uuid: &str) {
+        loop {
+            let notified = self.changed.notified();
+            if self.lock().book.tasks_on(uuid) == 0 {
+                return;
+            }
+            debug!(instance = uuid, "waiting for shared tasks to leave the instance");
+            notified.await;
+        }
+    }
+
+    /// Whether `uuid` has shared tasks on it now.
+    pub fn busy(&self, uuid: &str) -> bool {
+        self.lock().book.tasks_on(uuid) > 0
+    }
+
+    /// The instances gctld drains for isolated jobs (the full set).
+    pub fn set_drained(&self, uuids: &[String]) {
+        let mut st = self.lock();
+        let now: HashSet<String> = uuids.iter().cloned().collect();
+        let before = std::mem::take(&mut st.drained_by_controller);
+        for u in now.difference(&before) {
+            st.book.set_closed(u, true);
+        }
+        for u in before.difference(&now) {
+            if !st.held.contains_key(u) {
+                let placed = st.book.set_closed(u, false);
+                self.deliver(&mut st, placed);
+            }
+        }
+        st.drained_by_controller = now;
+    }
+
+    /// Tasks and reserved bytes per instance.
+    pub fn usage(&self) -> BTreeMap<String, InstanceUse> {
+        let st = self.lock();
+        st.book
+            .instances()
+            .iter()
+            .map(|i| {
+                (
+                    i.uuid.clone(),
+                    InstanceUse {
+                        tasks: st.book.tasks_on(&i.uuid),
+                        reserved_bytes: i.reserved_bytes,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Records placements and answers the tasks that waited for them.
+    fn deliver(&self, st: &mut State, placed: Vec<Placed>) {
+        let now = now_ms();
+        let mut orphans = Vec::new();
+        for p in placed {
+            let _ = self.events.send(TaskEvent::Record(record(&p, now, None)));
+            st.begun.insert(p.task, (p.clone(), now));
+            info!(job = p.job, task = p.task, instance = %p.instance, bytes = p.bytes, "task placed after waiting");
+            let reply = self.placed_reply(&p);
+            let delivered = st.waiters.remove(&p.task).is_some_and(|tx| tx.send(reply).is_ok());
+            if !delivered {
+                // The asker is gone: give the place back.
+                orphans.push(p.task);
+            }
+        }
+        for t in orphans {
+            if let Ok(more) = st.book.end(t) {
+                self.finish(st, &[t]);
+                self.deliver(st, more);
+            }
+        }
+    }
+
+    /// Records the end of reservations.
+    fn finish(&self, st: &mut State, tasks: &[TaskId]) {
+        let now = now_ms();
+        for t in tasks {
+            st.waiters.remove(t);
+            if let Some((p, begin)) = st.begun.remove(t) {
+                let mut r = record(&p, begin, Some(now.max(begin)));
+                // The final size, if it grew.
+                r.bytes = r.bytes.max(p.bytes);
+                let _ = self.events.send(TaskEvent::Record(r));
+            }
+        }
+    }
+
+    fn placed_reply(&self, p: &Placed) -> ProbeReply {
+        ProbeReply::Placed {
+            task: p.task,
+            instance: p.instance.clone(),
+            mps_pipe_dir: self.mps.get(&p.instance).cloned(),
+            bytes: p.bytes,
+        }
+    }
+
+    async fn connection(self: Arc<Self>, mut stream: UnixStream) {
+        let cred = match stream.peer_cred() {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "probe peer credentials unreadable");
+                return;
+            }
+        };
+        let (uid, pid) = (cred.uid(), cred.pid().unwrap_or(0).max(0) as u32);
+        loop {
+            let mut header = [0u8; 4];
+            if stream.read_exact(&mut header).await.is_err() {
+                return; // closed
+            }
+            let n = match frame_len(header) {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = stream.write_all(&encode(&ProbeReply::error(code::PROTOCOL, e))).await;
+                    return; // framing is lost
+                }
+            };
+            let mut body = vec![0u8; n];
+            if stream.read_exact(&mut body).await.is_err() {
+                return;
+            }
+            let reply = match serde_json::from_slice::<ProbeRequest>(&body) {
+                Ok(req) => self.handle(req, uid, pid).await,
+                Err(e) => ProbeReply::error(code::PROTOCOL, format!("malformed probe request: {e}")),
+            };
+            if stream.write_all(&encode(&reply)).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn check(&self, st: &State, job: JobId, key: &str, uid: u32) -> Result<(), ProbeReply> {
+        let Some(auth) = st.jobs.get(&job) else {
+            return Err(ProbeReply::error(code::AUTH, format!("job {job} is not running on this node")));
+        };
+        if !keys_match(&auth.key, key) {
+            return Err(ProbeReply::error(code::AUTH, format!("wrong key for job {job}")));
+        }
+        if auth.uid != uid {
+            return Err(ProbeReply::error(
+                code::AUTH,
+                format!("uid {uid} may not probe for job {job} (it belongs to uid {})", auth.uid),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn handle(self: &Arc<Self>, req: ProbeRequest, uid: u32, pid: u32) -> ProbeReply {
+        let wait = {
+            let mut st = self.lock();
+            let (job, key) = req.job_and_key();
+            if let Err(reply) = self.check(&st, job, key, uid) {
+                warn!(job, uid, pid, "probe request refused");
+                return reply;
+            }
+            match req {
+                ProbeRequest::Begin { job, bytes, warps, .. } => {
+                    if pid == 0 {
+                        return ProbeReply::error(code::PROTOCOL, "the peer's pid is unknown");
+                    }
+                    if st.watched.insert((job, pid)) {
+                        self.watch_process(job, pid);
+                    }
+                    match st.book.begin(TaskRequest { job, pid, bytes, warps }) {
+                        Ok(Begin::Placed(p)) => {
+                            let _ = self.events.send(TaskEvent::Record(record(&p, now_ms(), None)));
+                            st.begun.insert(p.task, (p.clone(), now_ms()));
+                            debug!(job, task = p.task, instance = %p.instance, bytes, "task placed");
+                            return self.placed_reply(&p);
+                        }
+                        Ok(Begin::Waiting(task)) => {
+                            info!(job, task, bytes, "task waits for memory");
+                            let (tx, rx) = oneshot::channel();
+                            st.waiters.insert(task, tx);
+                            rx
+                        }
+                        Err(e) => return ProbeReply::error(code::NEVER_FITS, format!("job {job}: {e}")),
+                    }
+                }
+                ProbeRequest::End { job, task, .. } => {
+                    if st.book.task(task).is_none_or(|t| t.job != job) {
+                        return ProbeReply::error(code::NO_TASK, format!("job {job} has no task {task}"));
+                    }
+                    match st.book.end(task) {
+                        Ok(placed) => {
+                            self.finish(&mut st, &[task]);
+                            self.deliver(&mut st, placed);
+                            drop(st);
+                            self.changed.notify_waiters();
+                            return ProbeReply::Ok;
+                        }
+                        Err(e) => return ProbeReply::error(code::NO_TASK, e.to_string()),
+                    }
+                }
+                ProbeRequest::Grow { job, task, bytes, .. } => {
+                    if st.book.task(task).is_none_or(|t| t.job != job) {
+                        return ProbeReply::error(code::NO_TASK, format!("job {job} has no task {task}"));
+                    }
+                    return match st.book.grow(task, bytes) {
+                        Ok(()) => {
+                            if let (Some(t), Some(b)) = (st.book.task(task), st.begun.get_mut(&task)) {
+                                b.0.bytes = t.bytes;
+                            }
+                            ProbeReply::Ok
+                        }
+                        Err(e @ PlacementError::Full { .. }) => ProbeReply::error(code::FULL, e.to_string()),
+                        Err(e) => ProbeReply::error(code::NO_TASK, e.to_string()),
+                    };
+                }
+                ProbeRequest::Warps { job, task, warps, .. } => {
+                    if st.book.task(task).is_none_or(|t| t.job != job) {
+                        return ProbeReply::error(code::NO_TASK, format!("job {job} has no task {task}"));
+                    }
+                    let _ = st.book.set_warps(task, warps);
+                    return ProbeReply::Ok;
+                }
+                ProbeRequest::Peak { job, bytes, .. } => {
+                    let _ = self.events.send(TaskEvent::Peak(job, bytes));
+                    return ProbeReply::Ok;
+                }
+            }
+        };
+        match wait.await {
+            Ok(reply) => reply,
+            Err(_) => ProbeReply::error(code::UNAVAILABLE, "the task was dropped while it waited (its job or process ended)"),
+        }
+    }
+
+    /// Releases a process's tasks when it exits.
+    fn watch_process(self: &Arc<Self>, job: JobId, pid: u32) {
+        let fd = match pidfd(pid as i32) {
+            Ok(fd) => fd,
+            Err(e) => {
+                warn!(job, pid, error = %e, "cannot watch probing process; its tasks are released with the job");
+                return;
+            }
+        };
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, which keeps it
+            // open for its whole life.
+            if let Ok(afd) = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+                let _ = afd.readable().await;
+            }
+            let mut st = this.lock();
+            st.watched.remove(&(job, pid));
+            let (gone, placed) = st.book.release_process(job, pid);
+            if !gone.is_empty() {
+                debug!(job, pid, tasks = gone.len(), "process exited; its reservations are released");
+            }
+            this.finish(&mut st, &gone);
+            this.deliver(&mut st, placed);
+            drop(st);
+            this.changed.notify_waiters();
+        });
+    }
+}
+
+fn record(p: &Placed, begin_ms: i64, end_ms: Option<i64>) -> TaskRecord {
+    TaskRecord {
+        job: p.job,
+        task: p.task,
+        pid: p.pid,
+        instance: p.instance.clone(),
+        bytes: p.bytes,
+        warps: p.warps,
+        begin_ms,
+        end_ms,
+    }
+}
+
+fn pidfd(pid: i32) -> std::io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall; on success it returns a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor returned by the kernel.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
