@@ -275,7 +275,6 @@ mod tests {
                 isolated_owner: None,
                 draining_for: None,
                 active_tasks: 0,
-                reserved_bytes: 0,
             })
             .collect()
     }

@@ -228,12 +228,9 @@ impl TaskBook {
         }
         let id = self.next;
         self.next += 1;
-        // Earlier waiters keep their turn: try in FIFO order.
-        if self.waiting.is_empty() {
-            if let Some(p) = self.try_place(id, &req) {
-                return Ok(Begin::Placed(p));
-            }
-        } else if self.fits_without_overtaking(&req) {
+        // Earlier waiters keep their turn: a newcomer goes first only where
+        // it takes nothing a waiter could use.
+        if self.waiting.is_empty() || self.fits_without_overtaking(&req) {
             if let Some(p) = self.try_place(id, &req) {
                 return Ok(Begin::Placed(p));
             }

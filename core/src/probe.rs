@@ -45,7 +45,11 @@ pub enum ProbeRequest {
         warps: u64,
     },
     /// The task ended: release its reservation.
-    End { job: JobId, key: String, task: TaskId },
+    End {
+        job: JobId,
+        key: String,
+        task: TaskId,
+    },
     /// Grow the task's reservation by `bytes` on its instance.
     Grow {
         job: JobId,
@@ -88,7 +92,10 @@ pub enum ProbeReply {
         bytes: u64,
     },
     Ok,
-    Error { code: i32, message: String },
+    Error {
+        code: i32,
+        message: String,
+    },
 }
 
 impl ProbeReply {

@@ -248,11 +248,12 @@ async fn list_tasks(
     State(ctl): Ctl,
     Query(q): Query<TaskQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let rows = ctl
-        .store
-        .task_records(q.job)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read task records: {e}")))?;
+    let rows = ctl.store.task_records(q.job).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read task records: {e}"),
+        )
+    })?;
     let tasks: Vec<serde_json::Value> = rows
         .into_iter()
         .map(|(node, r)| {

@@ -185,7 +185,10 @@ impl Store {
 
 impl Store {
     /// Recorded task reservations, oldest first; of one job if given.
-    pub async fn task_records(&self, job: Option<JobId>) -> Result<Vec<(String, TaskRecord)>, sqlx::Error> {
+    pub async fn task_records(
+        &self,
+        job: Option<JobId>,
+    ) -> Result<Vec<(String, TaskRecord)>, sqlx::Error> {
         let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
         let rows = sqlx::query(
             "SELECT job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid

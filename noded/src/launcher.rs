@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gsched_core::env::{job_environment, Placement};
-use gsched_core::probe::{JOB_KEY_ENV, PROBE_SOCK_ENV};
 use gsched_core::job::JobId;
 use gsched_core::outcome::{EndCause, ProcessOutcome};
 use gsched_core::pattern::job_output_paths;
+use gsched_core::probe::{JOB_KEY_ENV, PROBE_SOCK_ENV};
 use gsched_core::wire::{JobEnded, LaunchRequest, SignalRequest};
 use gsched_daemon::unix_now;
 use nix::sys::signal::{kill, Signal};
@@ -218,7 +218,12 @@ impl Launcher {
                 // Shared tasks are still on it: start when they have left.
                 self.jobs().insert(job.id, RunningJob { pgid: None });
                 info!("waiting for shared tasks to leave the instance");
-                let (this, probe, uuid, id) = (Arc::clone(self), Arc::clone(probe), inst.uuid.clone(), job.id);
+                let (this, probe, uuid, id) = (
+                    Arc::clone(self),
+                    Arc::clone(probe),
+                    inst.uuid.clone(),
+                    job.id,
+                );
                 tokio::spawn(async move {
                     probe.drained(&uuid).await;
                     if this.jobs().get(&id).is_some_and(|r| r.pgid.is_none()) {
@@ -237,7 +242,11 @@ impl Launcher {
     }
 
     /// Starts the shepherd of a job whose spool is ready.
-    fn start_shepherd(self: &Arc<Self>, job_id: JobId, limit: Option<Duration>) -> Result<(), LaunchError> {
+    fn start_shepherd(
+        self: &Arc<Self>,
+        job_id: JobId,
+        limit: Option<Duration>,
+    ) -> Result<(), LaunchError> {
         let spool = self.spool(job_id);
         let io = |what: &str, e: std::io::Error| {
             LaunchError::Io(format!("{what} in {}: {e}", spool.dir.display()))

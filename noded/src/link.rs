@@ -82,7 +82,10 @@ impl ControllerLink {
 
     /// Sends reservation records and process peaks to the controller, in
     /// batches, retrying until it has them.
-    pub async fn report_tasks(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<crate::probe::TaskEvent>) {
+    pub async fn report_tasks(
+        self: Arc<Self>,
+        mut rx: mpsc::UnboundedReceiver<crate::probe::TaskEvent>,
+    ) {
         use crate::probe::TaskEvent;
         use gsched_core::probe::TaskReport;
         while let Some(first) = rx.recv().await {

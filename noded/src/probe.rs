@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use gsched_core::job::JobId;
-use gsched_core::placement::{Begin, PlacementError, Placed, TaskBook, TaskId, TaskRequest};
+use gsched_core::placement::{Begin, Placed, PlacementError, TaskBook, TaskId, TaskRequest};
 use gsched_core::probe::{code, encode, frame_len, ProbeReply, ProbeRequest, TaskRecord};
 use gsched_core::wire::{keys_match, InstanceUse};
 use tokio::io::unix::AsyncFd;
@@ -59,7 +59,6 @@ struct State {
     held: HashMap<String, JobId>,
 }
 
-
 pub struct ProbeServer {
     path: PathBuf,
     state: Mutex<State>,
@@ -70,7 +69,8 @@ pub struct ProbeServer {
 
 fn random_key() -> Result<String> {
     let mut bytes = [0u8; 24];
-    getrandom::getrandom(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for a job key: {e}"))?;
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("no randomness for a job key: {e}"))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -89,11 +89,13 @@ impl ProbeServer {
             );
         }
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
         }
         let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path).with_context(|| format!("cannot bind the probe socket {}", path.display()))?;
+        let listener = UnixListener::bind(&path)
+            .with_context(|| format!("cannot bind the probe socket {}", path.display()))?;
         // Any local user may connect; requests are checked by key and uid.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
         let server = Arc::new(ProbeServer {
@@ -145,7 +147,13 @@ impl ProbeServer {
             Some(k) => k,
             None => random_key()?,
         };
-        self.lock().jobs.insert(job, JobAuth { key: key.clone(), uid });
+        self.lock().jobs.insert(
+            job,
+            JobAuth {
+                key: key.clone(),
+                uid,
+            },
+        );
         Ok(key)
     }
 
@@ -157,7 +165,12 @@ impl ProbeServer {
         st.watched.retain(|(j, _)| *j != job);
         self.finish(&mut st, &gone);
         self.deliver(&mut st, placed);
-        let held: Vec<String> = st.held.iter().filter(|(_, j)| **j == job).map(|(u, _)| u.clone()).collect();
+        let held: Vec<String> = st
+            .held
+            .iter()
+            .filter(|(_, j)| **j == job)
+            .map(|(u, _)| u.clone())
+            .collect();
         for uuid in held {
             st.held.remove(&uuid);
             if !st.drained_by_controller.contains(&uuid) {
@@ -185,7 +198,10 @@ impl ProbeServer {
             if self.lock().book.tasks_on(uuid) == 0 {
                 return;
             }
-            debug!(instance = uuid, "waiting for shared tasks to leave the instance");
+            debug!(
+                instance = uuid,
+                "waiting for shared tasks to leave the instance"
+            );
             notified.await;
         }
     }
@@ -239,7 +255,10 @@ impl ProbeServer {
             st.begun.insert(p.task, (p.clone(), now));
             info!(job = p.job, task = p.task, instance = %p.instance, bytes = p.bytes, "task placed after waiting");
             let reply = self.placed_reply(&p);
-            let delivered = st.waiters.remove(&p.task).is_some_and(|tx| tx.send(reply).is_ok());
+            let delivered = st
+                .waiters
+                .remove(&p.task)
+                .is_some_and(|tx| tx.send(reply).is_ok());
             if !delivered {
                 // The asker is gone: give the place back.
                 orphans.push(p.task);
@@ -293,7 +312,9 @@ impl ProbeServer {
             let n = match frame_len(header) {
                 Ok(n) => n,
                 Err(e) => {
-                    let _ = stream.write_all(&encode(&ProbeReply::error(code::PROTOCOL, e))).await;
+                    let _ = stream
+                        .write_all(&encode(&ProbeReply::error(code::PROTOCOL, e)))
+                        .await;
                     return; // framing is lost
                 }
             };
@@ -303,7 +324,9 @@ impl ProbeServer {
             }
             let reply = match serde_json::from_slice::<ProbeRequest>(&body) {
                 Ok(req) => self.handle(req, uid, pid).await,
-                Err(e) => ProbeReply::error(code::PROTOCOL, format!("malformed probe request: {e}")),
+                Err(e) => {
+                    ProbeReply::error(code::PROTOCOL, format!("malformed probe request: {e}"))
+                }
             };
             if stream.write_all(&encode(&reply)).await.is_err() {
                 return;
@@ -313,15 +336,24 @@ impl ProbeServer {
 
     fn check(&self, st: &State, job: JobId, key: &str, uid: u32) -> Result<(), ProbeReply> {
         let Some(auth) = st.jobs.get(&job) else {
-            return Err(ProbeReply::error(code::AUTH, format!("job {job} is not running on this node")));
+            return Err(ProbeReply::error(
+                code::AUTH,
+                format!("job {job} is not running on this node"),
+            ));
         };
         if !keys_match(&auth.key, key) {
-            return Err(ProbeReply::error(code::AUTH, format!("wrong key for job {job}")));
+            return Err(ProbeReply::error(
+                code::AUTH,
+                format!("wrong key for job {job}"),
+            ));
         }
         if auth.uid != uid {
             return Err(ProbeReply::error(
                 code::AUTH,
-                format!("uid {uid} may not probe for job {job} (it belongs to uid {})", auth.uid),
+                format!(
+                    "uid {uid} may not probe for job {job} (it belongs to uid {})",
+                    auth.uid
+                ),
             ));
         }
         Ok(())
@@ -336,16 +368,25 @@ impl ProbeServer {
                 return reply;
             }
             match req {
-                ProbeRequest::Begin { job, bytes, warps, .. } => {
+                ProbeRequest::Begin {
+                    job, bytes, warps, ..
+                } => {
                     if pid == 0 {
                         return ProbeReply::error(code::PROTOCOL, "the peer's pid is unknown");
                     }
                     if st.watched.insert((job, pid)) {
                         self.watch_process(job, pid);
                     }
-                    match st.book.begin(TaskRequest { job, pid, bytes, warps }) {
+                    match st.book.begin(TaskRequest {
+                        job,
+                        pid,
+                        bytes,
+                        warps,
+                    }) {
                         Ok(Begin::Placed(p)) => {
-                            let _ = self.events.send(TaskEvent::Record(record(&p, now_ms(), None)));
+                            let _ = self
+                                .events
+                                .send(TaskEvent::Record(record(&p, now_ms(), None)));
                             st.begun.insert(p.task, (p.clone(), now_ms()));
                             debug!(job, task = p.task, instance = %p.instance, bytes, "task placed");
                             return self.placed_reply(&p);
@@ -356,12 +397,17 @@ impl ProbeServer {
                             st.waiters.insert(task, tx);
                             rx
                         }
-                        Err(e) => return ProbeReply::error(code::NEVER_FITS, format!("job {job}: {e}")),
+                        Err(e) => {
+                            return ProbeReply::error(code::NEVER_FITS, format!("job {job}: {e}"))
+                        }
                     }
                 }
                 ProbeRequest::End { job, task, .. } => {
                     if st.book.task(task).is_none_or(|t| t.job != job) {
-                        return ProbeReply::error(code::NO_TASK, format!("job {job} has no task {task}"));
+                        return ProbeReply::error(
+                            code::NO_TASK,
+                            format!("job {job} has no task {task}"),
+                        );
                     }
                     match st.book.end(task) {
                         Ok(placed) => {
@@ -374,24 +420,38 @@ impl ProbeServer {
                         Err(e) => return ProbeReply::error(code::NO_TASK, e.to_string()),
                     }
                 }
-                ProbeRequest::Grow { job, task, bytes, .. } => {
+                ProbeRequest::Grow {
+                    job, task, bytes, ..
+                } => {
                     if st.book.task(task).is_none_or(|t| t.job != job) {
-                        return ProbeReply::error(code::NO_TASK, format!("job {job} has no task {task}"));
+                        return ProbeReply::error(
+                            code::NO_TASK,
+                            format!("job {job} has no task {task}"),
+                        );
                     }
                     return match st.book.grow(task, bytes) {
                         Ok(()) => {
-                            if let (Some(t), Some(b)) = (st.book.task(task), st.begun.get_mut(&task)) {
+                            if let (Some(t), Some(b)) =
+                                (st.book.task(task), st.begun.get_mut(&task))
+                            {
                                 b.0.bytes = t.bytes;
                             }
                             ProbeReply::Ok
                         }
-                        Err(e @ PlacementError::Full { .. }) => ProbeReply::error(code::FULL, e.to_string()),
+                        Err(e @ PlacementError::Full { .. }) => {
+                            ProbeReply::error(code::FULL, e.to_string())
+                        }
                         Err(e) => ProbeReply::error(code::NO_TASK, e.to_string()),
                     };
                 }
-                ProbeRequest::Warps { job, task, warps, .. } => {
+                ProbeRequest::Warps {
+                    job, task, warps, ..
+                } => {
                     if st.book.task(task).is_none_or(|t| t.job != job) {
-                        return ProbeReply::error(code::NO_TASK, format!("job {job} has no task {task}"));
+                        return ProbeReply::error(
+                            code::NO_TASK,
+                            format!("job {job} has no task {task}"),
+                        );
                     }
                     let _ = st.book.set_warps(task, warps);
                     return ProbeReply::Ok;
@@ -404,7 +464,10 @@ impl ProbeServer {
         };
         match wait.await {
             Ok(reply) => reply,
-            Err(_) => ProbeReply::error(code::UNAVAILABLE, "the task was dropped while it waited (its job or process ended)"),
+            Err(_) => ProbeReply::error(
+                code::UNAVAILABLE,
+                "the task was dropped while it waited (its job or process ended)",
+            ),
         }
     }
 
@@ -421,14 +484,21 @@ impl ProbeServer {
         tokio::spawn(async move {
             // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, which keeps it
             // open for its whole life.
-            if let Ok(afd) = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+            if let Ok(afd) =
+                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            {
                 let _ = afd.readable().await;
             }
             let mut st = this.lock();
             st.watched.remove(&(job, pid));
             let (gone, placed) = st.book.release_process(job, pid);
             if !gone.is_empty() {
-                debug!(job, pid, tasks = gone.len(), "process exited; its reservations are released");
+                debug!(
+                    job,
+                    pid,
+                    tasks = gone.len(),
+                    "process exited; its reservations are released"
+                );
             }
             this.finish(&mut st, &gone);
             this.deliver(&mut st, placed);
@@ -460,4 +530,92 @@ fn pidfd(pid: i32) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: `fd` is a fresh descriptor returned by the kernel.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gsched_core::placement::CasePlacement;
+    use std::io::{Read, Write};
+
+    const G: u64 = 1 << 30;
+
+    fn call(sock: &Path, body: &[u8]) -> ProbeReply {
+        let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(body);
+        s.write_all(&frame).unwrap();
+        let mut h = [0u8; 4];
+        s.read_exact(&mut h).unwrap();
+        let mut b = vec![0u8; u32::from_le_bytes(h) as usize];
+        s.read_exact(&mut b).unwrap();
+        serde_json::from_slice(&b).unwrap()
+    }
+
+    fn begin(job: JobId, key: &str, bytes: u64) -> Vec<u8> {
+        serde_json::to_vec(&ProbeRequest::Begin {
+            job,
+            key: key.into(),
+            bytes,
+            warps: 32,
+        })
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn auth_malformed_input_and_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("p.sock");
+        let book = TaskBook::new(Box::new(CasePlacement), vec![("MIG-a".into(), 4 * G)]);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (server, listener) =
+            ProbeServer::bind(sock.clone(), book, BTreeMap::new(), tx).unwrap();
+        tokio::spawn(Arc::clone(&server).serve(listener));
+        let me = nix::unistd::getuid().as_raw();
+        let key = server.register_job(1, me, None).unwrap();
+        server
+            .register_job(2, me + 1, Some("other".into()))
+            .unwrap();
+
+        let s = sock.clone();
+        let k = key.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let wrong = call(&s, &begin(1, "nope", G));
+            let unknown = call(&s, &begin(9, &k, G));
+            let foreign = call(&s, &begin(2, "other", G));
+            let malformed = call(&s, br#"{"op":"begin","job":1}"#);
+            let never = call(&s, &begin(1, &k, 5 * G));
+            let ok = call(&s, &begin(1, &k, 3 * G));
+            (wrong, unknown, foreign, malformed, never, ok)
+        })
+        .await
+        .unwrap();
+        let code_of = |r: &ProbeReply| match r {
+            ProbeReply::Error { code, .. } => *code,
+            _ => 0,
+        };
+        assert_eq!(code_of(&r.0), code::AUTH);
+        assert_eq!(code_of(&r.1), code::AUTH);
+        assert_eq!(code_of(&r.2), code::AUTH, "{:?}", r.2);
+        assert_eq!(code_of(&r.3), code::PROTOCOL);
+        assert_eq!(code_of(&r.4), code::NEVER_FITS);
+        let ProbeReply::Placed { task, instance, .. } = r.5 else {
+            panic!("{:?}", r.5)
+        };
+        assert_eq!(instance, "MIG-a");
+        // Nothing the refused requests asked for was reserved.
+        assert_eq!(server.usage()["MIG-a"].reserved_bytes, 3 * G);
+        // The connection closed, but the test process lives: still reserved.
+        // The job's end releases it, and the record is closed.
+        server.job_ended(1);
+        assert_eq!(server.usage()["MIG-a"].reserved_bytes, 0);
+        let mut ends = 0;
+        while let Ok(e) = rx.try_recv() {
+            if let TaskEvent::Record(r) = e {
+                assert_eq!(r.task, task);
+                ends += r.end_ms.is_some() as u32;
+            }
+        }
+        assert_eq!(ends, 1);
+    }
 }

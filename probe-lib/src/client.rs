@@ -1,0 +1,174 @@
+//! The Rust client of the probe protocol (`gsched_core::probe`).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+use gsched_core::job::JobId;
+use gsched_core::placement::TaskId;
+use gsched_core::probe::{
+    code, encode, frame_len, ProbeReply, ProbeRequest, JOB_ID_ENV, JOB_KEY_ENV, PROBE_SOCK_ENV,
+};
+
+/// An error from the probe: a negative code (see `gsched_core::probe::code`)
+/// and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ProbeError {}
+
+fn err(code: i32, message: impl Into<String>) -> ProbeError {
+    ProbeError {
+        code,
+        message: message.into(),
+    }
+}
+
+/// Where a task was placed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub task: TaskId,
+    pub instance: String,
+    pub mps_pipe_dir: Option<String>,
+    pub bytes: u64,
+}
+
+/// A connection to the node's probe server, for one job.
+pub struct ProbeClient {
+    stream: UnixStream,
+    job: JobId,
+    key: String,
+}
+
+impl ProbeClient {
+    /// Connects with the job's environment (`GSCHED_PROBE_SOCK`,
+    /// `GSCHED_JOB_ID`, `GSCHED_JOB_KEY`).
+    pub fn from_env() -> Result<ProbeClient, ProbeError> {
+        let var = |name: &str| {
+            std::env::var(name).map_err(|_| {
+                err(
+                    code::UNAVAILABLE,
+                    format!("not inside a gsched job: {name} is not set"),
+                )
+            })
+        };
+        let sock = var(PROBE_SOCK_ENV)?;
+        let job: JobId = var(JOB_ID_ENV)?
+            .parse()
+            .map_err(|_| err(code::PROTOCOL, format!("{JOB_ID_ENV} is not a job id")))?;
+        let key = var(JOB_KEY_ENV)?;
+        ProbeClient::connect(&sock, job, key)
+    }
+
+    pub fn connect(sock: &str, job: JobId, key: String) -> Result<ProbeClient, ProbeError> {
+        let stream = UnixStream::connect(sock).map_err(|e| {
+            err(
+                code::UNAVAILABLE,
+                format!("cannot reach gnoded's probe socket {sock}: {e}"),
+            )
+        })?;
+        Ok(ProbeClient { stream, job, key })
+    }
+
+    fn call(&mut self, req: &ProbeRequest) -> Result<ProbeReply, ProbeError> {
+        let broken = |e: std::io::Error| err(code::UNAVAILABLE, format!("probe socket: {e}"));
+        self.stream.write_all(&encode(req)).map_err(broken)?;
+        let mut header = [0u8; 4];
+        self.stream.read_exact(&mut header).map_err(broken)?;
+        let n = frame_len(header).map_err(|e| err(code::PROTOCOL, e))?;
+        let mut body = vec![0u8; n];
+        self.stream.read_exact(&mut body).map_err(broken)?;
+        match serde_json::from_slice(&body) {
+            Ok(ProbeReply::Error { code, message }) => Err(err(code, message)),
+            Ok(r) => Ok(r),
+            Err(e) => Err(err(
+                code::PROTOCOL,
+                format!("malformed reply from gnoded: {e}"),
+            )),
+        }
+    }
+
+    fn ok(&mut self, req: ProbeRequest) -> Result<(), ProbeError> {
+        match self.call(&req)? {
+            ProbeReply::Ok => Ok(()),
+            other => Err(err(code::PROTOCOL, format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Asks for a place for a task; blocks until it is placed.
+    pub fn begin(&mut self, bytes: u64, warps: u64) -> Result<Placement, ProbeError> {
+        let req = ProbeRequest::Begin {
+            job: self.job,
+            key: self.key.clone(),
+            bytes,
+            warps,
+        };
+        match self.call(&req)? {
+            ProbeReply::Placed {
+                task,
+                instance,
+                mps_pipe_dir,
+                bytes,
+            } => Ok(Placement {
+                task,
+                instance,
+                mps_pipe_dir,
+                bytes,
+            }),
+            other => Err(err(code::PROTOCOL, format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    pub fn end(&mut self, task: TaskId) -> Result<(), ProbeError> {
+        self.ok(ProbeRequest::End {
+            job: self.job,
+            key: self.key.clone(),
+            task,
+        })
+    }
+
+    /// Grows a task's reservation on its instance (fails with `code::FULL`).
+    pub fn grow(&mut self, task: TaskId, bytes: u64) -> Result<(), ProbeError> {
+        self.ok(ProbeRequest::Grow {
+            job: self.job,
+            key: self.key.clone(),
+            task,
+            bytes,
+        })
+    }
+
+    pub fn warps(&mut self, task: TaskId, warps: u64) -> Result<(), ProbeError> {
+        self.ok(ProbeRequest::Warps {
+            job: self.job,
+            key: self.key.clone(),
+            task,
+            warps,
+        })
+    }
+
+    /// Reports this process's peak GPU memory.
+    pub fn peak(&mut self, bytes: u64) -> Result<(), ProbeError> {
+        self.ok(ProbeRequest::Peak {
+            job: self.job,
+            key: self.key.clone(),
+            bytes,
+        })
+    }
+}
+
+/// The environment a placed process (or its child) needs.
+pub fn placement_env(p: &Placement) -> Vec<(&'static str, String)> {
+    let mut v = vec![("CUDA_VISIBLE_DEVICES", p.instance.clone())];
+    if let Some(d) = &p.mps_pipe_dir {
+        v.push(("CUDA_MPS_PIPE_DIRECTORY", d.clone()));
+    }
+    v
+}

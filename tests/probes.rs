@@ -1,0 +1,201 @@
+//! Probed tasks end to end: gnoded places them with CASE Algorithm 2 on
+//! simulated MIG instances, makes later ones wait for memory, and records
+//! every reservation in gctld's store.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{bin, Gsched};
+use serde_json::Value;
+
+/// Replays the recorded reservations in time order and returns the most
+/// bytes ever reserved at once on each instance.
+fn peak_reserved(tasks: &[Value]) -> BTreeMap<String, u64> {
+    let mut events: Vec<(i64, i64, String, i64)> = Vec::new(); // (time, order, instance, delta)
+    for t in tasks {
+        let inst = t["instance"].as_str().unwrap().to_string();
+        let bytes = t["bytes"].as_i64().unwrap();
+        events.push((t["begin_ms"].as_i64().unwrap(), 1, inst.clone(), bytes));
+        let end = t["end_ms"].as_i64().expect("every reservation ended");
+        // At equal times an end comes first: gnoded releases, then places.
+        events.push((end, 0, inst, -bytes));
+    }
+    events.sort();
+    let mut now: BTreeMap<String, i64> = BTreeMap::new();
+    let mut peak: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, _, inst, d) in events {
+        let v = now.entry(inst.clone()).or_default();
+        *v += d;
+        let p = peak.entry(inst).or_default();
+        *p = (*p).max(*v as u64);
+    }
+    peak
+}
+
+#[test]
+fn twenty_probed_jobs_are_packed_without_over_reserving() {
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb*7"]);
+    let script = g.script(
+        "probe.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 3G -- sh -c 'echo \"on $CUDA_VISIBLE_DEVICES\"; sleep 1'\n",
+            bin("gprobe").display()
+        ),
+    );
+    let ids: Vec<u64> = (0..20)
+        .map(|_| g.submit(&["-o", "/dev/null", &script]))
+        .collect();
+    for id in &ids {
+        g.wait_state(*id, "COMPLETED", Duration::from_secs(60));
+    }
+    let mut tasks: Vec<Value> = Vec::new();
+    g.wait_until(
+        "all 20 reservations are recorded as ended",
+        Duration::from_secs(20),
+        || {
+            tasks = g.get("/api/v1/tasks").unwrap()["tasks"]
+                .as_array()
+                .unwrap()
+                .clone();
+            tasks.len() == 20 && tasks.iter().all(|t| t["end_ms"].is_i64())
+        },
+    );
+    let mut jobs: Vec<u64> = tasks.iter().map(|t| t["job"].as_u64().unwrap()).collect();
+    jobs.sort();
+    assert_eq!(jobs, ids, "one reservation per job");
+    let peak = peak_reserved(&tasks);
+    assert_eq!(peak.len(), 7, "all seven instances were used: {peak:?}");
+    for (inst, bytes) in &peak {
+        assert!(
+            *bytes <= 4864 * 1024 * 1024,
+            "{inst} over-reserved: {bytes}"
+        );
+        assert_eq!(*bytes, 3 << 30, "{inst}: one 3G task at a time");
+    }
+    // Some tasks had to wait: 20 tasks, 7 places, about 1 s each.
+    let first = tasks
+        .iter()
+        .map(|t| t["begin_ms"].as_i64().unwrap())
+        .min()
+        .unwrap();
+    let last = tasks
+        .iter()
+        .map(|t| t["begin_ms"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        last - first >= 1500,
+        "later tasks waited for memory ({} ms)",
+        last - first
+    );
+}
+
+#[test]
+fn the_c_api_places_a_task_and_sets_the_device() {
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:2g.10gb,1g.5gb"]);
+    let src = g.work.path().join("probe.c");
+    std::fs::write(
+        &src,
+        r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include "gprobe.h"
+int main(void) {
+    if (gprobe_init() != 0) { printf("init: %s\n", gprobe_last_error()); return 1; }
+    int64_t t = gprobe_task_begin(6ULL << 30, 128);
+    if (t <= 0) { printf("begin: %lld %s\n", (long long)t, gprobe_last_error()); return 1; }
+    printf("device %s\n", getenv("CUDA_VISIBLE_DEVICES"));
+    int64_t u = case_task_begin(1ULL << 30, 32);   /* same process: same instance */
+    printf("second %s\n", u > 0 ? "placed" : gprobe_last_error());
+    int64_t huge = gprobe_task_begin(100ULL << 30, 1);
+    printf("huge %lld %s\n", (long long)huge, gprobe_last_error());
+    printf("end %d %d\n", gprobe_task_end(t), case_task_end(u));
+    printf("bad %d\n", gprobe_task_end(12345));
+    return case_destroy();
+}
+"#,
+    )
+    .unwrap();
+    let exe = g.work.path().join("probe");
+    let libdir = bin("gsched").parent().unwrap().to_path_buf();
+    let out = Command::new("cc")
+        .arg(&src)
+        .arg("-I")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/probe-lib/include"))
+        .arg("-L")
+        .arg(&libdir)
+        .arg("-lgprobe")
+        .arg(format!("-Wl,-rpath,{}", libdir.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = g.script("c.sh", &format!("#!/bin/sh\nexec {}\n", exe.display()));
+    let id = g.submit(&["-o", "c.out", &script]);
+    g.wait_state(id, "COMPLETED", Duration::from_secs(20));
+    let text = std::fs::read_to_string(g.work.path().join("c.out")).unwrap();
+    let big = g.get("/api/v1/instances").unwrap()["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["profile"] == "2g.10gb")
+        .unwrap()["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], format!("device {big}"), "{text}");
+    assert_eq!(lines[1], "second placed", "{text}");
+    assert!(lines[2].starts_with("huge -3 "), "{text}");
+    assert!(
+        lines[2].contains("can never be placed") || lines[2].contains("bound to instance"),
+        "{text}"
+    );
+    assert_eq!(lines[3], "end 0 0", "{text}");
+    assert_eq!(lines[4], "bad -5", "{text}");
+}
+
+#[test]
+fn an_isolated_job_waits_for_shared_tasks_to_leave_its_instance() {
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
+    let marker = g.work.path().join("shared-running");
+    let shared = g.script(
+        "shared.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 1G -- sh -c 'touch {}; sleep 3'\n",
+            bin("gprobe").display(),
+            marker.display()
+        ),
+    );
+    let s = g.submit(&["-o", "/dev/null", &shared]);
+    g.wait_until("the shared task runs", Duration::from_secs(20), || {
+        marker.exists()
+    });
+    let iso = g.script("iso.sh", "#!/bin/sh\ndate +%s%3N\n");
+    let i = g.submit(&["--mig", "1g.5gb", "-o", "iso.out", &iso]);
+    let shared_job = g.wait_state(s, "COMPLETED", Duration::from_secs(30));
+    g.wait_state(i, "COMPLETED", Duration::from_secs(30));
+    let tasks = g.get(&format!("/api/v1/tasks?job={s}")).unwrap()["tasks"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(tasks.len(), 1);
+    let task_end = tasks[0]["end_ms"].as_i64().unwrap();
+    let iso_started: i64 = std::fs::read_to_string(g.work.path().join("iso.out"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        iso_started >= task_end,
+        "isolated job started at {iso_started}, shared task ended at {task_end}; {shared_job}"
+    );
+}
