@@ -264,8 +264,24 @@ impl TaskBook {
     }
 
     fn choice(&self, req: &TaskRequest) -> Option<usize> {
+        // A process's first placement pins it: the instance must be able to
+        // hold each of its tasks that is already queued, too.
+        let need_total = if self.pins.contains_key(&(req.job, req.pid)) {
+            0
+        } else {
+            self.waiting
+                .iter()
+                .filter(|(_, w)| w.job == req.job && w.pid == req.pid)
+                .map(|(_, w)| w.bytes)
+                .max()
+                .unwrap_or(0)
+        };
         let candidates: Vec<usize> = (0..self.instances.len())
-            .filter(|&i| self.allowed(req, i) && self.instances[i].free_bytes() >= req.bytes)
+            .filter(|&i| {
+                self.allowed(req, i)
+                    && self.instances[i].free_bytes() >= req.bytes
+                    && self.instances[i].memory_bytes >= need_total
+            })
             .collect();
         if candidates.is_empty() {
             return None;
