@@ -120,6 +120,8 @@ async fn up(args: UpArgs) -> Result<()> {
             listen: "127.0.0.1:0".parse().expect("valid"),
             sim_gpus: args.sim_gpus,
             gpu_config: args.gpu_config,
+            probe_lib: None,
+            default_task_mem: "1G".into(),
             workers: args.workers,
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,

@@ -198,6 +198,22 @@ impl Cluster {
         freed
     }
 
+    /// The peak GPU memory (MiB) of the latest earlier finished run of the
+    /// same job: same user and job name.
+    pub fn learned_footprint(&self, job: JobId) -> Option<u64> {
+        let j = self.jobs.get(&job)?;
+        self.jobs
+            .range(..job)
+            .rev()
+            .find(|(_, o)| {
+                o.gpu_mem_peak.is_some()
+                    && o.spec.user_name == j.spec.user_name
+                    && o.spec.name == j.spec.name
+                    && o.state.is_final()
+            })
+            .and_then(|(_, o)| o.gpu_mem_peak)
+    }
+
     /// A process of `job` reported its peak GPU memory; the job keeps the
     /// largest (MiB).
     pub fn record_peak(&mut self, job: JobId, bytes: u64) -> Vec<Effect> {

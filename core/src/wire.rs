@@ -64,6 +64,10 @@ pub struct LaunchRequest {
     pub cluster: String,
     pub partition: String,
     pub controller_url: String,
+    /// The GPU memory peak (MiB) of the latest earlier run of the same job
+    /// (same user and name), for the reservation of a job that states none.
+    #[serde(default)]
+    pub learned_footprint_mib: Option<u64>,
 }
 
 /// Signal a job, or cancel it (SIGCONT, SIGTERM, then SIGKILL after the grace).

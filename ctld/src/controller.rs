@@ -253,6 +253,7 @@ impl Controller {
                                 .clone()
                                 .unwrap_or_else(|| self.config.partition.clone()),
                             controller_url: self.url.clone(),
+                            learned_footprint_mib: c.learned_footprint(job),
                         };
                         rpcs.push(Rpc::Launch {
                             url: n.url.clone(),

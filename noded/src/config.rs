@@ -29,6 +29,16 @@ pub struct NodeConfig {
     #[arg(long)]
     #[serde(default)]
     pub gpu_config: Option<PathBuf>,
+    /// `libgprobe.so`, preloaded into non-isolated jobs to intercept the CUDA
+    /// driver (default: next to this program).
+    #[arg(long)]
+    #[serde(default)]
+    pub probe_lib: Option<PathBuf>,
+    /// GPU memory reserved for a shared job's CUDA process when neither the
+    /// job (`--gpu-mem`) nor its earlier runs give a footprint.
+    #[arg(long, default_value = "1G")]
+    #[serde(default = "default_task_mem")]
+    pub default_task_mem: String,
     /// Jobs run at once (default: 4 per compute slice of each instance, or the CPU count).
     #[arg(long)]
     #[serde(default)]
@@ -52,6 +62,9 @@ fn default_controller() -> String {
 }
 fn default_listen() -> SocketAddr {
     "127.0.0.1:6818".parse().expect("valid")
+}
+fn default_task_mem() -> String {
+    "1G".into()
 }
 fn default_kill_wait() -> u64 {
     30

@@ -65,6 +65,9 @@ pub struct Launcher {
     /// The probe server: jobs get its socket and a key; isolated jobs hold
     /// their instance in it.
     probe: std::sync::OnceLock<Arc<crate::probe::ProbeServer>>,
+    /// `libgprobe.so` to preload into non-isolated jobs, and the reservation
+    /// for a job with no footprint of its own (bytes).
+    interception: std::sync::OnceLock<(PathBuf, u64)>,
 }
 
 fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
@@ -107,7 +110,14 @@ impl Launcher {
             running: Mutex::new(HashMap::new()),
             ended,
             probe: std::sync::OnceLock::new(),
+            interception: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Preloads `lib` into non-isolated jobs (CUDA driver interception);
+    /// `default_bytes` is the reservation of a job with no known footprint.
+    pub fn set_interception(&self, lib: PathBuf, default_bytes: u64) {
+        let _ = self.interception.set((lib, default_bytes));
     }
 
     /// Connects the probe server (once, at start).
@@ -190,6 +200,26 @@ impl Launcher {
                 .map_err(|e| LaunchError::Io(e.to_string()))?;
             env.insert(PROBE_SOCK_ENV.into(), probe.path().display().to_string());
             env.insert(JOB_KEY_ENV.into(), key);
+        }
+        if let Some((lib, default_bytes)) = self.interception.get() {
+            let opted_out = env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0");
+            if !job.spec.isolated && !opted_out {
+                let preload = match env.get("LD_PRELOAD") {
+                    Some(p) if !p.is_empty() => format!("{} {p}", lib.display()),
+                    _ => lib.display().to_string(),
+                };
+                env.insert("LD_PRELOAD".into(), preload);
+                // The reservation: the job's stated footprint, else what
+                // earlier runs of it peaked at, else the node's default.
+                let bytes = job
+                    .spec
+                    .gpu
+                    .mem_mib
+                    .or(req.learned_footprint_mib)
+                    .map(|m| m * 1024 * 1024)
+                    .unwrap_or(*default_bytes);
+                env.insert("GSCHED_TASK_MEM".into(), bytes.to_string());
+            }
         }
         let (stdout, stderr) = job_output_paths(job, &self.node);
         let start_time = job.start_time.unwrap_or_else(unix_now);

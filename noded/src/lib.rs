@@ -148,6 +148,25 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let sock = state_dir.join("run").join(format!("{name}.probe.sock"));
     let (probe_server, probe_listener) = probe::ProbeServer::bind(sock, book, mps_dirs, events_tx)?;
     launcher.set_probe(Arc::clone(&probe_server));
+    let task_mem = gsched_core::units::parse_mem_mib(&config.default_task_mem)
+        .with_context(|| format!("invalid --default-task-mem '{}'", config.default_task_mem))?;
+    let probe_lib = match &config.probe_lib {
+        Some(p) if p.is_file() => Some(p.clone()),
+        Some(p) => anyhow::bail!("the probe library {} does not exist", p.display()),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(|d| d.join("libgprobe.so")))
+            .filter(|p| p.is_file()),
+    };
+    match probe_lib {
+        Some(p) => {
+            tracing::info!(lib = %p.display(), "CUDA programs of shared jobs run under the interception library");
+            launcher.set_interception(p, task_mem * 1024 * 1024);
+        }
+        None => tracing::warn!(
+            "libgprobe.so not found next to this program: CUDA programs of shared jobs are not intercepted (give --probe-lib)"
+        ),
+    }
     tokio::spawn(Arc::clone(&probe_server).serve(probe_listener));
     let ended = launcher.adopt();
     let listener = TcpListener::bind(config.listen)

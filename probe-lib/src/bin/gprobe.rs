@@ -6,8 +6,8 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitCode};
 
-use gprobe::client::placement_env;
-use gprobe::ProbeClient;
+use gsched_probe::client::placement_env;
+use gsched_probe::ProbeClient;
 
 const USAGE: &str = "usage: gprobe run --mem SIZE [--warps N] -- COMMAND [ARGS...]
   SIZE: bytes, or with a K, M, G or T suffix (binary multiples), e.g. 3G";

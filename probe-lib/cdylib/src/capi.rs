@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use gsched_core::probe::code;
 
-use crate::client::{placement_env, ProbeClient};
+use gsched_probe::client::{placement_env, ProbeClient};
 
 struct Probe {
     client: Option<ProbeClient>,
@@ -57,6 +57,8 @@ pub extern "C" fn gprobe_init() -> c_int {
 /// `CUDA_MPS_PIPE_DIRECTORY`) for this process: call it before CUDA starts.
 #[no_mangle]
 pub extern "C" fn gprobe_task_begin(mem_bytes: u64, warps: u64) -> i64 {
+    // The program places itself: the driver interception stands down.
+    crate::intercept::EXPLICIT.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut p = lock();
     let result = match ensure(&mut p) {
         Ok(client) => client.begin(mem_bytes, warps),

@@ -1,0 +1,159 @@
+//! CUDA driver interception without a GPU: a fake `libcuda.so.1` (built
+//! here from tests/fixtures/fake_cuda.c) stands in for the driver, and a
+//! small program reaches it by link-time binding, `dlsym`, and
+//! `cuGetProcAddress_v2`. gnoded preloads libgprobe.so into the job.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::Gsched;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc")
+        .args(args)
+        .output()
+        .expect("a C compiler (cc)");
+    assert!(
+        out.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the fake driver and the program; returns the program's path.
+fn build(dir: &Path) -> PathBuf {
+    let lib = dir.join("libcuda.so.1");
+    let app = dir.join("cuda_app");
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        lib.to_str().unwrap(),
+        fixture("fake_cuda.c").to_str().unwrap(),
+    ]);
+    cc(&[
+        "-o",
+        app.to_str().unwrap(),
+        fixture("cuda_app.c").to_str().unwrap(),
+        &format!("-L{}", dir.display()),
+        "-l:libcuda.so.1",
+        "-ldl",
+        &format!("-Wl,-rpath,{}", dir.display()),
+    ]);
+    app
+}
+
+#[test]
+fn unmodified_programs_are_placed_capped_and_measured() {
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
+    let app = build(g.work.path());
+    let uuid = g.get("/api/v1/instances").unwrap()["instances"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for mode in ["link", "dlsym", "proc"] {
+        let script = g.script(
+            &format!("{mode}.sh"),
+            &format!("#!/bin/sh\nexec {} {mode}\n", app.display()),
+        );
+        let out = format!("{mode}.out");
+        let id = g.submit(&["-J", "cuda-app", "--gpu-mem", "1G", "-o", &out, &script]);
+        let job = g.wait_state(id, "COMPLETED", Duration::from_secs(30));
+        let text = std::fs::read_to_string(g.work.path().join(&out)).unwrap();
+        // stderr (the library's notes) interleaves with stdout.
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("gprobe:")).collect();
+        assert_eq!(lines[0], "GSCHED_TASK_MEM=1073741824", "{mode}: {text}");
+        // Placed before the driver read its devices.
+        assert_eq!(
+            lines[1],
+            format!("fake cuInit: CUDA_VISIBLE_DEVICES={uuid}"),
+            "{mode}: {text}"
+        );
+        // The reservation, not the device, is what the program sees.
+        assert_eq!(lines[2], "info free=1024 total=1024", "{mode}: {text}");
+        // It grows on its instance (4864 MiB) and then refuses: the fake
+        // driver itself never runs out.
+        assert_eq!(
+            lines[3], "allocated 4608 MiB then error 2",
+            "{mode}: {text}"
+        );
+        assert_eq!(lines[4], "info free=0 total=4608", "{mode}: {text}");
+        assert_eq!(
+            lines[5], "after free: free=4608 total=4608",
+            "{mode}: {text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "gprobe: job {id}: allocation of 536870912 bytes refused"
+            )),
+            "{mode}: {text}"
+        );
+        // The peak went to the job's accounting.
+        g.wait_until("the peak is recorded", Duration::from_secs(10), || {
+            g.job(id)["gpu_mem_peak"].as_u64() == Some(4608)
+        });
+        let _ = job;
+    }
+    // A later run with no --gpu-mem starts from the learned peak.
+    let script = g.script(
+        "again.sh",
+        &format!("#!/bin/sh\nexec {} link\n", app.display()),
+    );
+    let id = g.submit(&["-J", "cuda-app", "-o", "again.out", &script]);
+    g.wait_state(id, "COMPLETED", Duration::from_secs(30));
+    let text = std::fs::read_to_string(g.work.path().join("again.out")).unwrap();
+    assert!(
+        text.starts_with(&format!("GSCHED_TASK_MEM={}\n", 4608u64 << 20)),
+        "{text}"
+    );
+    assert!(text.contains("info free=4608 total=4608"), "{text}");
+    // Opting out: no preload, the program sees the device as it is.
+    let script = g.script(
+        "out.sh",
+        &format!(
+            "#!/bin/sh\nGSCHED_INTERCEPT=0 exec {} link\n",
+            app.display()
+        ),
+    );
+    let id = g.submit(&["-o", "optout.out", &script]);
+    g.wait_state(id, "COMPLETED", Duration::from_secs(30));
+    let text = std::fs::read_to_string(g.work.path().join("optout.out")).unwrap();
+    assert!(text.contains("info free=81920 total=81920"), "{text}");
+}
+
+#[test]
+fn a_neighbour_cannot_take_reserved_memory() {
+    // Two programs on one 4864 MiB instance: the first holds 3 GiB; the
+    // second, reserved 1 GiB, cannot grow past what is left.
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
+    let app = build(g.work.path());
+    let hold = g.script(
+        "hold.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 3G -- sleep 5\n",
+            common::bin("gprobe").display()
+        ),
+    );
+    let marker_job = g.submit(&["-o", "/dev/null", &hold]);
+    g.wait_until("the 3 GiB task is placed", Duration::from_secs(20), || {
+        g.get("/api/v1/tasks").unwrap()["tasks"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty())
+    });
+    let script = g.script("n.sh", &format!("#!/bin/sh\nexec {} link\n", app.display()));
+    let id = g.submit(&["--gpu-mem", "1G", "-o", "n.out", &script]);
+    g.wait_state(id, "COMPLETED", Duration::from_secs(30));
+    let text = std::fs::read_to_string(g.work.path().join("n.out")).unwrap();
+    // 4864 - 3072 = 1792 MiB left: 1024 reserved + 512 grown = 1536 MiB (3 x 512).
+    assert!(text.contains("allocated 1536 MiB then error 2"), "{text}");
+    g.wait_state(marker_job, "COMPLETED", Duration::from_secs(30));
+}
