@@ -41,6 +41,96 @@ enum What {
     },
     /// Trivial jobs (`true`) submitted and run to completion, per second.
     Exec,
+    /// CASE Algorithm 2 decision time (pure, no daemon): a task ending on a
+    /// node with INSTANCES instances and WAITING queued tasks, and a begin.
+    Placement {
+        #[arg(long, default_value_t = 64)]
+        instances: usize,
+        #[arg(long, default_value_t = 1000)]
+        waiting: usize,
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+    },
+}
+
+/// Times placement decisions on a full node with a long queue.
+fn placement(instances: usize, waiting: usize, rounds: usize) {
+    use gsched_core::placement::{Begin, CasePlacement, TaskBook, TaskRequest};
+    const G: u64 = 1 << 30;
+    let mut book = TaskBook::new(
+        Box::new(CasePlacement),
+        (0..instances)
+            .map(|i| (format!("MIG-{i}"), 5 * G))
+            .collect(),
+    );
+    // Fill every instance with one 4G task, then queue tasks that need 2G:
+    // none fits until a 4G task ends.
+    let mut active: Vec<u64> = Vec::new();
+    for i in 0..instances {
+        if let Ok(Begin::Placed(p)) = book.begin(TaskRequest {
+            job: i as u64 + 1,
+            pid: 1,
+            bytes: 4 * G,
+            warps: 64,
+        }) {
+            active.push(p.task);
+        }
+    }
+    for k in 0..waiting {
+        let _ = book.begin(TaskRequest {
+            job: 10_000 + k as u64,
+            pid: 1,
+            bytes: 2 * G,
+            warps: 32,
+        });
+    }
+    let mut end_times = Vec::new();
+    let mut begin_times = Vec::new();
+    for r in 0..rounds {
+        // One task ends: the queue is scanned and two waiters are placed.
+        let id = active[r % active.len()];
+        let t = Instant::now();
+        let placed = book.end(id).unwrap_or_default();
+        end_times.push(t.elapsed().as_nanos() as u64);
+        // Refill: the placed ones end at once and a 4G task takes the room back.
+        for p in placed {
+            let _ = book.end(p.task);
+        }
+        let t = Instant::now();
+        let b = book.begin(TaskRequest {
+            job: 1_000_000 + r as u64,
+            pid: 1,
+            bytes: 4 * G,
+            warps: 64,
+        });
+        begin_times.push(t.elapsed().as_nanos() as u64);
+        if let Ok(Begin::Placed(p)) = b {
+            let k = r % active.len();
+            active[k] = p.task;
+        }
+        while book.waiting_len() < waiting {
+            let _ = book.begin(TaskRequest {
+                job: 2_000_000 + r as u64 * 10_000 + book.waiting_len() as u64,
+                pid: 1,
+                bytes: 2 * G,
+                warps: 32,
+            });
+        }
+    }
+    let show = |name: &str, v: &mut Vec<u64>| {
+        v.sort_unstable();
+        let q = |f: f64| v[((v.len() - 1) as f64 * f).round() as usize] as f64 / 1000.0;
+        println!(
+            "{name}: p50 {:.1} us, p99 {:.1} us, max {:.1} us ({} rounds)",
+            q(0.5),
+            q(0.99),
+            q(1.0),
+            v.len()
+        );
+    };
+    println!("placement with {instances} instances and {waiting} waiting tasks:");
+    show("  end + retry of the queue", &mut end_times);
+    show("  begin (queue non-empty)", &mut begin_times);
 }
 
 fn spec(dir: &str) -> JobSpec {
@@ -133,6 +223,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     };
     match args.what {
+        What::Placement {
+            instances,
+            waiting,
+            rounds,
+        } => {
+            placement(instances.max(1), waiting, rounds.max(1));
+        }
         What::Submit => {
             let t = spread(args.jobs, args.concurrency, post)?;
             report("REST submissions", args.jobs, t);

@@ -7,7 +7,7 @@
 //! releases and carries out what it returns. The choice among instances is a
 //! [`PlacementPolicy`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use crate::job::JobId;
 
@@ -276,6 +276,12 @@ impl TaskBook {
                 .max()
                 .unwrap_or(0)
         };
+        self.choice_with(req, need_total)
+    }
+
+    /// The policy's choice among open instances with `req.bytes` free and at
+    /// least `need_total` in all.
+    fn choice_with(&self, req: &TaskRequest, need_total: u64) -> Option<usize> {
         let candidates: Vec<usize> = (0..self.instances.len())
             .filter(|&i| {
                 self.allowed(req, i)
@@ -293,6 +299,10 @@ impl TaskBook {
 
     fn try_place(&mut self, id: TaskId, req: &TaskRequest) -> Option<Placed> {
         let i = self.choice(req)?;
+        Some(self.place_on(i, id, req))
+    }
+
+    fn place_on(&mut self, i: usize, id: TaskId, req: &TaskRequest) -> Placed {
         let inst = &mut self.instances[i];
         inst.reserved_bytes += req.bytes;
         inst.warps += req.warps;
@@ -307,33 +317,64 @@ impl TaskBook {
                 warps: req.warps,
             },
         );
-        Some(Placed {
+        Placed {
             task: id,
             job: req.job,
             pid: req.pid,
             instance: inst.uuid.clone(),
             bytes: req.bytes,
             warps: req.warps,
-        })
+        }
     }
 
-    /// Places waiting tasks that now fit, in FIFO order.
+    /// Most free bytes on any open instance.
+    fn max_open_free(&self) -> u64 {
+        self.instances
+            .iter()
+            .filter(|i| !i.closed)
+            .map(|i| i.free_bytes())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Places waiting tasks that now fit, in FIFO order. Linear in the
+    /// queue: tasks bigger than any open instance's free memory are skipped
+    /// without asking the policy.
     fn retry(&mut self) -> Vec<Placed> {
         let mut placed = Vec::new();
-        let mut still = VecDeque::new();
+        if self.waiting.is_empty() {
+            return placed;
+        }
+        // The largest queued task of each process, for first placements.
+        let mut queued_max: HashMap<(JobId, u32), u64> = HashMap::new();
+        for (_, w) in &self.waiting {
+            let e = queued_max.entry((w.job, w.pid)).or_default();
+            *e = (*e).max(w.bytes);
+        }
+        let mut max_free = self.max_open_free();
         // Processes with an earlier task still waiting keep their order.
-        let mut blocked: Vec<(JobId, u32)> = Vec::new();
-        while let Some((id, req)) = self.waiting.pop_front() {
+        let mut blocked: HashSet<(JobId, u32)> = HashSet::new();
+        let waiting = std::mem::take(&mut self.waiting);
+        let mut still = VecDeque::with_capacity(waiting.len());
+        for (id, req) in waiting {
             let key = (req.job, req.pid);
-            let p = if blocked.contains(&key) {
+            let choice = if blocked.contains(&key) || req.bytes > max_free {
                 None
             } else {
-                self.try_place(id, &req)
+                let need = if self.pins.contains_key(&key) {
+                    0
+                } else {
+                    queued_max.get(&key).copied().unwrap_or(0)
+                };
+                self.choice_with(&req, need)
             };
-            match p {
-                Some(p) => placed.push(p),
+            match choice {
+                Some(i) => {
+                    placed.push(self.place_on(i, id, &req));
+                    max_free = self.max_open_free();
+                }
                 None => {
-                    blocked.push(key);
+                    blocked.insert(key);
                     still.push_back((id, req));
                 }
             }

@@ -10,7 +10,55 @@ use gsched_probe::client::placement_env;
 use gsched_probe::ProbeClient;
 
 const USAGE: &str = "usage: gprobe run --mem SIZE [--warps N] -- COMMAND [ARGS...]
+       gprobe bench [--count N] [--mem SIZE]   (probe round-trip latency, inside a job)
   SIZE: bytes, or with a K, M, G or T suffix (binary multiples), e.g. 3G";
+
+/// Times `count` begin+end round trips and prints percentiles.
+fn bench(args: &[String]) -> ExitCode {
+    let mut count = 10_000usize;
+    let mut bytes = 1u64 << 20;
+    let mut i = 0;
+    while i < args.len() {
+        match (args[i].as_str(), args.get(i + 1)) {
+            ("--count", Some(v)) => match v.parse() {
+                Ok(n) if n > 0 => count = n,
+                _ => return fail(&format!("--count: '{v}' is not a positive number")),
+            },
+            ("--mem", Some(v)) => match gsched_core::units::parse_mem_mib(v) {
+                Ok(m) => bytes = m << 20,
+                Err(e) => return fail(&e.to_string()),
+            },
+            (other, _) => return fail(&format!("unexpected argument '{other}'\n{USAGE}")),
+        }
+        i += 2;
+    }
+    let mut client = match ProbeClient::from_env() {
+        Ok(c) => c,
+        Err(e) => return fail(&e.message),
+    };
+    let mut times = Vec::with_capacity(count);
+    for _ in 0..count {
+        let t = std::time::Instant::now();
+        let p = match client.begin(bytes, 32) {
+            Ok(p) => p,
+            Err(e) => return fail(&e.message),
+        };
+        if let Err(e) = client.end(p.task) {
+            return fail(&e.message);
+        }
+        times.push(t.elapsed().as_nanos() as u64);
+    }
+    times.sort_unstable();
+    let pct = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+    let mean = times.iter().sum::<u64>() as f64 / times.len() as f64 / 1000.0;
+    println!(
+        "probe round trips (begin+end): {count}; p50 {:.1} us, p99 {:.1} us, mean {mean:.1} us, max {:.1} us",
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
+    ExitCode::SUCCESS
+}
 
 fn fail(msg: &str) -> ExitCode {
     eprintln!("gprobe: {msg}");
@@ -21,6 +69,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("run") => {}
+        Some("bench") => return bench(&args[1..]),
         Some("-h") | Some("--help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
