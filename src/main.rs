@@ -122,6 +122,7 @@ async fn up(args: UpArgs) -> Result<()> {
             gpu_config: args.gpu_config,
             probe_lib: None,
             default_task_mem: "1G".into(),
+            context_mem: None,
             workers: args.workers,
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,

@@ -39,6 +39,12 @@ pub struct NodeConfig {
     #[arg(long, default_value = "1G")]
     #[serde(default = "default_task_mem")]
     pub default_task_mem: String,
+    /// GPU memory a CUDA context takes beyond its allocations, reserved on
+    /// top of each intercepted process's footprint (default: 512M on real
+    /// GPUs, 0 on simulated ones).
+    #[arg(long)]
+    #[serde(default)]
+    pub context_mem: Option<String>,
     /// Jobs run at once (default: 4 per compute slice of each instance, or the CPU count).
     #[arg(long)]
     #[serde(default)]

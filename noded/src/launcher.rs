@@ -67,7 +67,7 @@ pub struct Launcher {
     probe: std::sync::OnceLock<Arc<crate::probe::ProbeServer>>,
     /// `libgprobe.so` to preload into non-isolated jobs, and the reservation
     /// for a job with no footprint of its own (bytes).
-    interception: std::sync::OnceLock<(PathBuf, u64)>,
+    interception: std::sync::OnceLock<(PathBuf, u64, u64)>,
 }
 
 fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
@@ -116,8 +116,10 @@ impl Launcher {
 
     /// Preloads `lib` into non-isolated jobs (CUDA driver interception);
     /// `default_bytes` is the reservation of a job with no known footprint.
-    pub fn set_interception(&self, lib: PathBuf, default_bytes: u64) {
-        let _ = self.interception.set((lib, default_bytes));
+    /// `context_bytes` is reserved on top of each process's footprint for
+    /// its CUDA context.
+    pub fn set_interception(&self, lib: PathBuf, default_bytes: u64, context_bytes: u64) {
+        let _ = self.interception.set((lib, default_bytes, context_bytes));
     }
 
     /// Connects the probe server (once, at start).
@@ -201,7 +203,7 @@ impl Launcher {
             env.insert(PROBE_SOCK_ENV.into(), probe.path().display().to_string());
             env.insert(JOB_KEY_ENV.into(), key);
         }
-        if let Some((lib, default_bytes)) = self.interception.get() {
+        if let Some((lib, default_bytes, context_bytes)) = self.interception.get() {
             let opted_out = env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0");
             if !job.spec.isolated && !opted_out {
                 let preload = match env.get("LD_PRELOAD") {
@@ -219,6 +221,7 @@ impl Launcher {
                     .map(|m| m * 1024 * 1024)
                     .unwrap_or(*default_bytes);
                 env.insert("GSCHED_TASK_MEM".into(), bytes.to_string());
+                env.insert("GSCHED_CONTEXT_MEM".into(), context_bytes.to_string());
             }
         }
         let (stdout, stderr) = job_output_paths(job, &self.node);

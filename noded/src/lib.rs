@@ -148,8 +148,19 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let sock = state_dir.join("run").join(format!("{name}.probe.sock"));
     let (probe_server, probe_listener) = probe::ProbeServer::bind(sock, book, mps_dirs, events_tx)?;
     launcher.set_probe(Arc::clone(&probe_server));
+    let backend: Arc<dyn gpu::GpuBackend> = Arc::from(backend);
+    {
+        let b = Arc::clone(&backend);
+        probe_server.set_free_memory(Arc::new(move |uuid: &str| b.free_bytes(uuid)));
+    }
     let task_mem = gsched_core::units::parse_mem_mib(&config.default_task_mem)
         .with_context(|| format!("invalid --default-task-mem '{}'", config.default_task_mem))?;
+    let context_mem = match &config.context_mem {
+        Some(s) => gsched_core::units::parse_mem_mib(s)
+            .with_context(|| format!("invalid --context-mem '{s}'"))?,
+        None if backend.is_simulated() => 0,
+        None => 512,
+    };
     let probe_lib = match &config.probe_lib {
         Some(p) if p.is_file() => Some(p.clone()),
         Some(p) => anyhow::bail!("the probe library {} does not exist", p.display()),
@@ -161,7 +172,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     match probe_lib {
         Some(p) => {
             tracing::info!(lib = %p.display(), "CUDA programs of shared jobs run under the interception library");
-            launcher.set_interception(p, task_mem * 1024 * 1024);
+            launcher.set_interception(p, task_mem * 1024 * 1024, context_mem * 1024 * 1024);
         }
         None => tracing::warn!(
             "libgprobe.so not found next to this program: CUDA programs of shared jobs are not intercepted (give --probe-lib)"

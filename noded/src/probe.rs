@@ -59,8 +59,17 @@ struct State {
     held: HashMap<String, JobId>,
 }
 
+/// Reads the memory physically free on an instance (bytes).
+pub type FreeMemory = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
+
+/// How long a placed task may wait for memory its predecessor still holds
+/// physically (a process that has exited, whose memory the driver or MPS
+/// server has not yet returned).
+const PHYSICAL_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 pub struct ProbeServer {
     path: PathBuf,
+    free_memory: std::sync::OnceLock<FreeMemory>,
     state: Mutex<State>,
     mps: BTreeMap<String, String>,
     events: mpsc::UnboundedSender<TaskEvent>,
@@ -100,6 +109,7 @@ impl ProbeServer {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
         let server = Arc::new(ProbeServer {
             path,
+            free_memory: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 book,
                 jobs: HashMap::new(),
@@ -118,6 +128,36 @@ impl ProbeServer {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Lets placements wait until the memory they reserve is physically free.
+    pub fn set_free_memory(&self, f: FreeMemory) {
+        let _ = self.free_memory.set(f);
+    }
+
+    /// Returns once `bytes` are physically free on `instance` (or after
+    /// [`PHYSICAL_WAIT`], with a warning): the reservation accounting says
+    /// the memory is available, but an exited process's memory may still be
+    /// on its way back.
+    async fn physically_free(&self, instance: &str, bytes: u64) {
+        let Some(f) = self.free_memory.get() else {
+            return;
+        };
+        let start = std::time::Instant::now();
+        loop {
+            match f(instance) {
+                Some(free) if free < bytes => {}
+                _ => return,
+            }
+            if start.elapsed() > PHYSICAL_WAIT {
+                warn!(
+                    instance,
+                    bytes, "reserved memory is still in use on the device; placing anyway"
+                );
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -389,7 +429,9 @@ impl ProbeServer {
                                 .send(TaskEvent::Record(record(&p, now_ms(), None)));
                             st.begun.insert(p.task, (p.clone(), now_ms()));
                             debug!(job, task = p.task, instance = %p.instance, bytes, "task placed");
-                            return self.placed_reply(&p);
+                            let (tx, rx) = oneshot::channel();
+                            let _ = tx.send(self.placed_reply(&p));
+                            rx
                         }
                         Ok(Begin::Waiting(task)) => {
                             info!(job, task, bytes, "task waits for memory");
@@ -463,7 +505,15 @@ impl ProbeServer {
             }
         };
         match wait.await {
-            Ok(reply) => reply,
+            Ok(reply) => {
+                if let ProbeReply::Placed {
+                    instance, bytes, ..
+                } = &reply
+                {
+                    self.physically_free(instance, *bytes).await;
+                }
+                reply
+            }
             Err(_) => ProbeReply::error(
                 code::UNAVAILABLE,
                 "the task was dropped while it waited (its job or process ended)",

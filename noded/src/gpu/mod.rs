@@ -115,6 +115,13 @@ pub trait GpuBackend: Send + Sync {
     fn mig_devices(&self, gpu: u32) -> Result<Vec<MigDevice>, BackendError>;
     /// Processes with GPU memory on the GPU or any of its instances.
     fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>, BackendError>;
+    /// Memory physically free now on an instance (a `GPU-` or `MIG-` UUID),
+    /// in bytes, when the backend can tell.
+    fn free_bytes(&self, uuid: &str) -> Option<u64>;
+    /// Whether the GPUs are simulated (no CUDA contexts take memory).
+    fn is_simulated(&self) -> bool {
+        false
+    }
     /// Creates a GPU instance of `profile` at memory slice `start`, with one
     /// compute instance covering it.
     fn create_instance(

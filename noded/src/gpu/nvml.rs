@@ -312,6 +312,15 @@ impl GpuBackend for NvmlGpus {
         Ok(out)
     }
 
+    fn free_bytes(&self, uuid: &str) -> Option<u64> {
+        self.nvml
+            .device_by_uuid(uuid)
+            .ok()?
+            .memory_info()
+            .ok()
+            .map(|m| m.free)
+    }
+
     fn create_instance(
         &self,
         gpu: u32,

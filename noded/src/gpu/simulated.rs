@@ -214,6 +214,26 @@ impl GpuBackend for SimulatedGpus {
         })
     }
 
+    fn is_simulated(&self) -> bool {
+        true
+    }
+
+    fn free_bytes(&self, uuid: &str) -> Option<u64> {
+        let gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, g) in gpus.iter().enumerate() {
+            let (on, total) = if !g.mig && uuid == sim_gpu_uuid(&self.node, i) {
+                (None, g.model.memory_mib)
+            } else if let Some(s) = g.instances.iter().find(|s| s.uuid == uuid) {
+                (Some(s.uuid.clone()), s.placement.profile.memory_mib)
+            } else {
+                continue;
+            };
+            let used: u64 = g.processes.iter().filter(|p| p.1 == on).map(|p| p.2).sum();
+            return Some(total.saturating_sub(used) * 1024 * 1024);
+        }
+        None
+    }
+
     fn create_instance(
         &self,
         gpu: u32,

@@ -254,17 +254,22 @@ fn ensure_placed() {
             return;
         }
     };
-    let bytes = std::env::var("GSCHED_TASK_MEM")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(1 << 30);
-    match client.begin(bytes, 0) {
+    let env_bytes = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(default)
+    };
+    let bytes = env_bytes("GSCHED_TASK_MEM", 1 << 30);
+    // The context's own memory is reserved too, but not for allocations.
+    let context = env_bytes("GSCHED_CONTEXT_MEM", 0);
+    match client.begin(bytes + context, 0) {
         Ok(p) => {
             for (k, v) in placement_env(&p) {
                 std::env::set_var(k, v);
             }
             st.task = Some(p.task);
-            st.meter = Meter::new(p.bytes);
+            st.meter = Meter::new(p.bytes.saturating_sub(context));
             st.client = Some(client);
             // SAFETY: registering a plain extern "C" function.
             unsafe { libc::atexit(at_exit) };
@@ -288,10 +293,11 @@ extern "C" fn at_exit() {
     if st.pid != std::process::id() {
         return;
     }
-    let (peak, task) = (st.meter.peak, st.task.take());
-    if let (Some(task), Some(c)) = (task, st.client.as_mut()) {
+    // Only the peak: the reservation is released when gnoded sees the
+    // process gone, after the driver has taken its memory back.
+    let peak = st.meter.peak;
+    if let (Some(_), Some(c)) = (st.task, st.client.as_mut()) {
         let _ = c.peak(peak);
-        let _ = c.end(task);
     }
 }
 

@@ -126,6 +126,9 @@ fn main() -> ExitCode {
     let status = Command::new(&command[0])
         .args(&command[1..])
         .envs(placement_env(&placed))
+        // This task covers the command: the interception library, if
+        // preloaded, must not place it a second time.
+        .env("GSCHED_INTERCEPT", "0")
         .status();
     let _ = client.end(placed.task);
     match status {
