@@ -20,8 +20,7 @@ use gsched_core::placement::{Begin, Placed, PlacementError, TaskBook, TaskId, Ta
 use gsched_core::probe::{code, encode, frame_len, ProbeReply, ProbeRequest, TaskRecord};
 use gsched_core::wire::{keys_match, InstanceUse};
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
@@ -69,6 +68,8 @@ const PHYSICAL_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 pub struct ProbeServer {
     path: PathBuf,
+    /// For the pidfd watchers, spawned from connection threads.
+    runtime: tokio::runtime::Handle,
     free_memory: std::sync::OnceLock<FreeMemory>,
     state: Mutex<State>,
     mps: BTreeMap<String, String>,
@@ -109,6 +110,7 @@ impl ProbeServer {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
         let server = Arc::new(ProbeServer {
             path,
+            runtime: tokio::runtime::Handle::current(),
             free_memory: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 book,
@@ -139,7 +141,7 @@ impl ProbeServer {
     /// [`PHYSICAL_WAIT`], with a warning): the reservation accounting says
     /// the memory is available, but an exited process's memory may still be
     /// on its way back.
-    async fn physically_free(&self, instance: &str, bytes: u64) {
+    fn physically_free(&self, instance: &str, bytes: u64) {
         let Some(f) = self.free_memory.get() else {
             return;
         };
@@ -156,7 +158,7 @@ impl ProbeServer {
                 );
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
 
@@ -164,13 +166,31 @@ impl ProbeServer {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Accepts connections for the life of the daemon.
+    /// Accepts connections for the life of the daemon. Each connection is
+    /// served by its own thread with blocking I/O: a probe round trip then
+    /// costs two system calls each way and no task wake-ups.
     pub async fn serve(self: Arc<Self>, listener: UnixListener) {
         loop {
             match listener.accept().await {
                 Ok((stream, _)) => {
                     let this = Arc::clone(&self);
-                    tokio::spawn(async move { this.connection(stream).await });
+                    let stream = match stream
+                        .into_std()
+                        .and_then(|s| s.set_nonblocking(false).map(|_| s))
+                    {
+                        Ok(s) => s,
+                        Err(e) => {
+                            warn!(error = %e, "cannot take over a probe connection");
+                            continue;
+                        }
+                    };
+                    let spawned = std::thread::Builder::new()
+                        .name("probe-conn".into())
+                        .stack_size(256 * 1024)
+                        .spawn(move || this.connection(stream));
+                    if let Err(e) = spawned {
+                        warn!(error = %e, "cannot start a probe connection thread");
+                    }
                 }
                 Err(e) => {
                     warn!(error = %e, "probe socket accept failed");
@@ -335,40 +355,39 @@ impl ProbeServer {
         }
     }
 
-    async fn connection(self: Arc<Self>, mut stream: UnixStream) {
-        let cred = match stream.peer_cred() {
+    fn connection(self: Arc<Self>, mut stream: std::os::unix::net::UnixStream) {
+        use std::io::{Read, Write};
+        let (uid, pid) = match peer_cred(&stream) {
             Ok(c) => c,
             Err(e) => {
                 warn!(error = %e, "probe peer credentials unreadable");
                 return;
             }
         };
-        let (uid, pid) = (cred.uid(), cred.pid().unwrap_or(0).max(0) as u32);
+        let mut body = Vec::new();
         loop {
             let mut header = [0u8; 4];
-            if stream.read_exact(&mut header).await.is_err() {
+            if stream.read_exact(&mut header).is_err() {
                 return; // closed
             }
             let n = match frame_len(header) {
                 Ok(n) => n,
                 Err(e) => {
-                    let _ = stream
-                        .write_all(&encode(&ProbeReply::error(code::PROTOCOL, e)))
-                        .await;
+                    let _ = stream.write_all(&encode(&ProbeReply::error(code::PROTOCOL, e)));
                     return; // framing is lost
                 }
             };
-            let mut body = vec![0u8; n];
-            if stream.read_exact(&mut body).await.is_err() {
+            body.resize(n, 0);
+            if stream.read_exact(&mut body).is_err() {
                 return;
             }
             let reply = match serde_json::from_slice::<ProbeRequest>(&body) {
-                Ok(req) => self.handle(req, uid, pid).await,
+                Ok(req) => self.handle(req, uid, pid),
                 Err(e) => {
                     ProbeReply::error(code::PROTOCOL, format!("malformed probe request: {e}"))
                 }
             };
-            if stream.write_all(&encode(&reply)).await.is_err() {
+            if stream.write_all(&encode(&reply)).is_err() {
                 return;
             }
         }
@@ -399,7 +418,7 @@ impl ProbeServer {
         Ok(())
     }
 
-    async fn handle(self: &Arc<Self>, req: ProbeRequest, uid: u32, pid: u32) -> ProbeReply {
+    fn handle(self: &Arc<Self>, req: ProbeRequest, uid: u32, pid: u32) -> ProbeReply {
         let wait = {
             let mut st = self.lock();
             let (job, key) = req.job_and_key();
@@ -504,13 +523,13 @@ impl ProbeServer {
                 }
             }
         };
-        match wait.await {
+        match wait.blocking_recv() {
             Ok(reply) => {
                 if let ProbeReply::Placed {
                     instance, bytes, ..
                 } = &reply
                 {
-                    self.physically_free(instance, *bytes).await;
+                    self.physically_free(instance, *bytes);
                 }
                 reply
             }
@@ -531,7 +550,7 @@ impl ProbeServer {
             }
         };
         let this = Arc::clone(self);
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, which keeps it
             // open for its whole life.
             if let Ok(afd) =
@@ -569,6 +588,12 @@ fn record(p: &Placed, begin_ms: i64, end_ms: Option<i64>) -> TaskRecord {
         begin_ms,
         end_ms,
     }
+}
+
+/// The peer's uid and pid (SO_PEERCRED).
+fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<(u32, u32)> {
+    let c = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)?;
+    Ok((c.uid(), c.pid().max(0) as u32))
 }
 
 fn pidfd(pid: i32) -> std::io::Result<OwnedFd> {

@@ -39,6 +39,8 @@ const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 pub static EXPLICIT: AtomicBool = AtomicBool::new(false);
 
 struct State {
+    /// Matches GENERATION unless this is a forked child's inherited copy.
+    generation: u64,
     /// Whether this process has decided (placed, or interception off).
     decided: bool,
     pid: u32,
@@ -53,6 +55,7 @@ static STATE: OnceLock<Mutex<State>> = OnceLock::new();
 fn state() -> &'static Mutex<State> {
     STATE.get_or_init(|| {
         Mutex::new(State {
+            generation: 0,
             decided: false,
             pid: 0,
             client: None,
@@ -65,10 +68,25 @@ fn state() -> &'static Mutex<State> {
 
 static MAX_WARPS: AtomicU64 = AtomicU64::new(0);
 
+/// Bumped in a forked child (pthread_atfork), so the child starts over
+/// without a getpid() on every call.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+extern "C" fn forked_child() {
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
 fn lock() -> std::sync::MutexGuard<'static, State> {
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registering a plain extern "C" function for the child side.
+    ATFORK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forked_child));
+    });
     let mut st = state().lock().unwrap_or_else(|e| e.into_inner());
-    let pid = std::process::id();
-    if st.pid != pid {
+    let generation = GENERATION.load(Ordering::Relaxed);
+    if st.generation != generation {
+        st.generation = generation;
+        let pid = std::process::id();
         // First use, or a forked child: start over for this process.
         st.decided = false;
         st.pid = pid;
