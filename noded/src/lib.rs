@@ -132,7 +132,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         ended_tx,
     )
     .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
-    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let events = Arc::new(probe::TaskEvents::default());
     let book = gsched_core::placement::TaskBook::new(
         Box::new(gsched_core::placement::CasePlacement),
         instances
@@ -146,7 +146,8 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))
         .collect();
     let sock = state_dir.join("run").join(format!("{name}.probe.sock"));
-    let (probe_server, probe_listener) = probe::ProbeServer::bind(sock, book, mps_dirs, events_tx)?;
+    let (probe_server, probe_listener) =
+        probe::ProbeServer::bind(sock, book, mps_dirs, Arc::clone(&events))?;
     launcher.set_probe(Arc::clone(&probe_server));
     let backend: Arc<dyn gpu::GpuBackend> = Arc::from(backend);
     {
@@ -216,7 +217,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         link = link.with_mps(Arc::clone(m));
     }
     let link = Arc::new(link.with_probe(probe_server));
-    tokio::spawn(Arc::clone(&link).report_tasks(events_rx));
+    tokio::spawn(Arc::clone(&link).report_tasks(events));
     tokio::spawn(link.run(ended_rx, ended));
     tracing::info!(%addr, node = %name, "gnoded listening");
     Ok(Running { addr, name, mps })

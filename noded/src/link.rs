@@ -82,28 +82,25 @@ impl ControllerLink {
 
     /// Sends reservation records and process peaks to the controller, in
     /// batches, retrying until it has them.
-    pub async fn report_tasks(
-        self: Arc<Self>,
-        mut rx: mpsc::UnboundedReceiver<crate::probe::TaskEvent>,
-    ) {
+    pub async fn report_tasks(self: Arc<Self>, events: Arc<crate::probe::TaskEvents>) {
         use crate::probe::TaskEvent;
         use gsched_core::probe::TaskReport;
-        while let Some(first) = rx.recv().await {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let batch = events.take();
+            if batch.is_empty() {
+                continue;
+            }
             let mut report = TaskReport {
                 node: self.identity.name.clone(),
                 ..Default::default()
             };
-            fn add(report: &mut TaskReport, e: TaskEvent) {
+            for e in batch {
                 match e {
                     TaskEvent::Record(r) => report.records.push(r),
                     TaskEvent::Peak(job, bytes) => report.peaks.push((job, bytes)),
-                }
-            }
-            add(&mut report, first);
-            while report.records.len() < 5000 {
-                match rx.try_recv() {
-                    Ok(e) => add(&mut report, e),
-                    Err(_) => break,
                 }
             }
             loop {

@@ -21,7 +21,7 @@ use gsched_core::probe::{code, encode, frame_len, ProbeReply, ProbeRequest, Task
 use gsched_core::wire::{keys_match, InstanceUse};
 use tokio::io::unix::AsyncFd;
 use tokio::net::UnixListener;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 use tracing::{debug, info, warn};
 
 /// Longest socket path (the kernel's limit is 108 bytes with the NUL).
@@ -39,6 +39,23 @@ pub fn now_ms() -> i64 {
 pub enum TaskEvent {
     Record(TaskRecord),
     Peak(JobId, u64),
+}
+
+/// Events waiting to go to gctld. Probe calls only push here (no wake-up
+/// on the hot path); the controller link collects them every 100 ms.
+#[derive(Default)]
+pub struct TaskEvents {
+    buf: Mutex<Vec<TaskEvent>>,
+}
+
+impl TaskEvents {
+    pub fn send(&self, e: TaskEvent) {
+        self.buf.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+    }
+
+    pub fn take(&self) -> Vec<TaskEvent> {
+        std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 struct JobAuth {
@@ -73,7 +90,7 @@ pub struct ProbeServer {
     free_memory: std::sync::OnceLock<FreeMemory>,
     state: Mutex<State>,
     mps: BTreeMap<String, String>,
-    events: mpsc::UnboundedSender<TaskEvent>,
+    events: Arc<TaskEvents>,
     changed: Notify,
 }
 
@@ -90,7 +107,7 @@ impl ProbeServer {
         path: PathBuf,
         book: TaskBook,
         mps: BTreeMap<String, String>,
-        events: mpsc::UnboundedSender<TaskEvent>,
+        events: Arc<TaskEvents>,
     ) -> Result<(Arc<ProbeServer>, UnixListener)> {
         if path.as_os_str().len() > MAX_SOCK_PATH {
             bail!(
@@ -685,7 +702,7 @@ mod tests {
         server.job_ended(1);
         assert_eq!(server.usage()["MIG-a"].reserved_bytes, 0);
         let mut ends = 0;
-        while let Ok(e) = rx.try_recv() {
+        for e in events.take() {
             if let TaskEvent::Record(r) = e {
                 assert_eq!(r.task, task);
                 ends += r.end_ms.is_some() as u32;
