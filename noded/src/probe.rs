@@ -328,7 +328,7 @@ impl ProbeServer {
         let now = now_ms();
         let mut orphans = Vec::new();
         for p in placed {
-            let _ = self.events.send(TaskEvent::Record(record(&p, now, None)));
+            self.events.send(TaskEvent::Record(record(&p, now, None)));
             st.begun.insert(p.task, (p.clone(), now));
             info!(job = p.job, task = p.task, instance = %p.instance, bytes = p.bytes, "task placed after waiting");
             let reply = self.placed_reply(&p);
@@ -358,7 +358,7 @@ impl ProbeServer {
                 let mut r = record(&p, begin, Some(now.max(begin)));
                 // The final size, if it grew.
                 r.bytes = r.bytes.max(p.bytes);
-                let _ = self.events.send(TaskEvent::Record(r));
+                self.events.send(TaskEvent::Record(r));
             }
         }
     }
@@ -460,8 +460,7 @@ impl ProbeServer {
                         warps,
                     }) {
                         Ok(Begin::Placed(p)) => {
-                            let _ = self
-                                .events
+                            self.events
                                 .send(TaskEvent::Record(record(&p, now_ms(), None)));
                             st.begun.insert(p.task, (p.clone(), now_ms()));
                             debug!(job, task = p.task, instance = %p.instance, bytes, "task placed");
@@ -535,7 +534,7 @@ impl ProbeServer {
                     return ProbeReply::Ok;
                 }
                 ProbeRequest::Peak { job, bytes, .. } => {
-                    let _ = self.events.send(TaskEvent::Peak(job, bytes));
+                    self.events.send(TaskEvent::Peak(job, bytes));
                     return ProbeReply::Ok;
                 }
             }
@@ -659,9 +658,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("p.sock");
         let book = TaskBook::new(Box::new(CasePlacement), vec![("MIG-a".into(), 4 * G)]);
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let events = Arc::new(TaskEvents::default());
         let (server, listener) =
-            ProbeServer::bind(sock.clone(), book, BTreeMap::new(), tx).unwrap();
+            ProbeServer::bind(sock.clone(), book, BTreeMap::new(), Arc::clone(&events)).unwrap();
         tokio::spawn(Arc::clone(&server).serve(listener));
         let me = nix::unistd::getuid().as_raw();
         let key = server.register_job(1, me, None).unwrap();
