@@ -73,6 +73,9 @@ struct State {
     drained_by_controller: HashSet<String>,
     /// Instances held by isolated jobs running here.
     held: HashMap<String, JobId>,
+    /// Instances where a process that died (or whose job ended) held
+    /// memory, and when: placements there check the device's free memory.
+    settling: HashMap<String, std::time::Instant>,
 }
 
 /// Reads the memory physically free on an instance (bytes).
@@ -137,6 +140,7 @@ impl ProbeServer {
                 watched: HashSet::new(),
                 drained_by_controller: HashSet::new(),
                 held: HashMap::new(),
+                settling: HashMap::new(),
             }),
             mps,
             events,
@@ -162,6 +166,16 @@ impl ProbeServer {
         let Some(f) = self.free_memory.get() else {
             return;
         };
+        // Only where a dead process's memory may still be returning: the
+        // common path makes no device query.
+        let settling = self
+            .lock()
+            .settling
+            .get(instance)
+            .is_some_and(|t| t.elapsed() < PHYSICAL_WAIT);
+        if !settling {
+            return;
+        }
         let start = std::time::Instant::now();
         loop {
             match f(instance) {
@@ -240,7 +254,7 @@ impl ProbeServer {
         st.jobs.remove(&job);
         let (gone, placed) = st.book.release_job(job);
         st.watched.retain(|(j, _)| *j != job);
-        self.finish(&mut st, &gone);
+        self.finish(&mut st, &gone, true);
         self.deliver(&mut st, placed);
         let held: Vec<String> = st
             .held
@@ -343,18 +357,23 @@ impl ProbeServer {
         }
         for t in orphans {
             if let Ok(more) = st.book.end(t) {
-                self.finish(st, &[t]);
+                self.finish(st, &[t], false);
                 self.deliver(st, more);
             }
         }
     }
 
-    /// Records the end of reservations.
-    fn finish(&self, st: &mut State, tasks: &[TaskId]) {
+    /// Records the end of reservations; `died`: their process is gone (or
+    /// its job ended), so its memory may still be on its way back.
+    fn finish(&self, st: &mut State, tasks: &[TaskId], died: bool) {
         let now = now_ms();
+        let settled = std::time::Instant::now();
         for t in tasks {
             st.waiters.remove(t);
             if let Some((p, begin)) = st.begun.remove(t) {
+                if died {
+                    st.settling.insert(p.instance.clone(), settled);
+                }
                 let mut r = record(&p, begin, Some(now.max(begin)));
                 // The final size, if it grew.
                 r.bytes = r.bytes.max(p.bytes);
@@ -488,7 +507,7 @@ impl ProbeServer {
                     }
                     match st.book.end(task) {
                         Ok(placed) => {
-                            self.finish(&mut st, &[task]);
+                            self.finish(&mut st, &[task], false);
                             self.deliver(&mut st, placed);
                             drop(st);
                             self.changed.notify_waiters();
@@ -585,7 +604,7 @@ impl ProbeServer {
                     "process exited; its reservations are released"
                 );
             }
-            this.finish(&mut st, &gone);
+            this.finish(&mut st, &gone, true);
             this.deliver(&mut st, placed);
             drop(st);
             this.changed.notify_waiters();
