@@ -183,11 +183,19 @@ fn an_isolated_job_waits_for_shared_tasks_to_leave_its_instance() {
     let i = g.submit(&["--mig", "1g.5gb", "-o", "iso.out", &iso]);
     let shared_job = g.wait_state(s, "COMPLETED", Duration::from_secs(30));
     g.wait_state(i, "COMPLETED", Duration::from_secs(30));
-    let tasks = g.get(&format!("/api/v1/tasks?job={s}")).unwrap()["tasks"]
-        .as_array()
-        .unwrap()
-        .clone();
-    assert_eq!(tasks.len(), 1);
+    let mut tasks: Vec<Value> = Vec::new();
+    // Records reach gctld in batches every 100 ms.
+    g.wait_until(
+        "the shared task's end is recorded",
+        Duration::from_secs(10),
+        || {
+            tasks = g.get(&format!("/api/v1/tasks?job={s}")).unwrap()["tasks"]
+                .as_array()
+                .unwrap()
+                .clone();
+            tasks.len() == 1 && tasks[0]["end_ms"].is_i64()
+        },
+    );
     let task_end = tasks[0]["end_ms"].as_i64().unwrap();
     let iso_started: i64 = std::fs::read_to_string(g.work.path().join("iso.out"))
         .unwrap()
