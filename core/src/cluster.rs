@@ -199,7 +199,7 @@ impl Cluster {
     }
 
     /// The peak GPU memory (MiB) of the latest earlier finished run of the
-    /// same job: same user and job name.
+    /// same job: same user, and the same job name or the same script.
     pub fn learned_footprint(&self, job: JobId) -> Option<u64> {
         let j = self.jobs.get(&job)?;
         self.jobs
@@ -208,7 +208,7 @@ impl Cluster {
             .find(|(_, o)| {
                 o.gpu_mem_peak.is_some()
                     && o.spec.user_name == j.spec.user_name
-                    && o.spec.name == j.spec.name
+                    && (o.spec.name == j.spec.name || o.spec.script == j.spec.script)
                     && o.state.is_final()
             })
             .and_then(|(_, o)| o.gpu_mem_peak)
@@ -834,6 +834,37 @@ mod tests {
             Err(ClusterError::NotRunning(_))
         ));
         assert_eq!(c.job(a).unwrap().state, JobState::Completed);
+    }
+
+    #[test]
+    fn peaks_are_kept_and_learned_by_later_runs() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let (a, _) = c.submit(spec(false, false), 1).unwrap();
+        c.schedule(2);
+        assert_eq!(c.record_peak(a, 3 << 30).len(), 1);
+        assert!(
+            c.record_peak(a, 1 << 30).is_empty(),
+            "a lower peak changes nothing"
+        );
+        assert_eq!(c.job(a).unwrap().gpu_mem_peak, Some(3072));
+        let (b, _) = c.submit(spec(false, false), 3).unwrap();
+        assert_eq!(
+            c.learned_footprint(b),
+            None,
+            "the earlier run has not finished"
+        );
+        c.job_ended("n1", &ended(a, 0, EndCause::Exited)).unwrap();
+        assert_eq!(c.learned_footprint(b), Some(3072));
+        // Same script under another name: still the same job.
+        let mut renamed = spec(false, false);
+        renamed.name = "other".into();
+        let (d, _) = c.submit(renamed.clone(), 4).unwrap();
+        assert_eq!(c.learned_footprint(d), Some(3072));
+        // Another user's job learns nothing from it.
+        renamed.user_name = "v".into();
+        let (e, _) = c.submit(renamed, 5).unwrap();
+        assert_eq!(c.learned_footprint(e), None);
     }
 
     #[test]

@@ -156,6 +156,8 @@ hooks!(
     cuInit,
     cuDevicePrimaryCtxRetain,
     cuCtxCreate_v2,
+    cuCtxCreate_v3,
+    cuCtxCreate_v4,
     cuMemAlloc_v2,
     cuMemAllocPitch_v2,
     cuMemAllocManaged,
@@ -434,6 +436,44 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
         H::cuCtxCreate_v2,
         unsafe extern "C" fn(*mut *mut c_void, c_uint, c_int) -> CUresult,
         ctx,
+        flags,
+        dev
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    ctx: *mut *mut c_void,
+    params: *mut c_void,
+    num_params: c_int,
+    flags: c_uint,
+    dev: c_int,
+) -> CUresult {
+    ensure_placed();
+    call_real!(
+        H::cuCtxCreate_v3,
+        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_int, c_uint, c_int) -> CUresult,
+        ctx,
+        params,
+        num_params,
+        flags,
+        dev
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    ctx: *mut *mut c_void,
+    params: *mut c_void,
+    flags: c_uint,
+    dev: c_int,
+) -> CUresult {
+    ensure_placed();
+    call_real!(
+        H::cuCtxCreate_v4,
+        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint, c_int) -> CUresult,
+        ctx,
+        params,
         flags,
         dev
     )
