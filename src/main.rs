@@ -6,6 +6,7 @@
 mod bench;
 mod hw;
 mod mig;
+mod sim;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,6 +38,8 @@ enum Command {
     Hw(hw::HwArgs),
     /// MIG layouts: `gsched mig plan --model MODEL PROFILE[,PROFILE...]`.
     Mig(mig::MigArgs),
+    /// Simulate a workload under a policy and a baseline (virtual clock).
+    Sim(sim::SimArgs),
 }
 
 #[derive(clap::Args)]
@@ -160,5 +163,6 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Hw(args) => hw::run(args),
         Command::Mig(args) => mig::run(args),
+        Command::Sim(args) => sim::run(args),
     }
 }

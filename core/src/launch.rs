@@ -109,14 +109,69 @@ pub trait LaunchPolicy: Send + Sync {
 
 /// A policy name that does not exist.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown launch policy '{0}' (known: case)")]
+#[error("unknown launch policy '{0}' (known: case, exclusive)")]
 pub struct UnknownPolicy(pub String);
 
 /// Builds the launch policy named in config.
 pub fn launch_policy(name: &str) -> Result<Box<dyn LaunchPolicy>, UnknownPolicy> {
     match name {
         "case" => Ok(Box::new(CaseLaunch)),
+        "exclusive" => Ok(Box::new(ExclusiveLaunch)),
         other => Err(UnknownPolicy(other.into())),
+    }
+}
+
+/// Slurm's behaviour ("SA" in the papers): every job, isolated or not, gets
+/// a whole instance for its lifetime, the smallest that satisfies its
+/// request (a shared job's `--gpu-mem` hint counts as its request); one job
+/// per instance; jobs start in submission order, a job that does not fit
+/// now letting later ones start (backfill without reservations).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExclusiveLaunch;
+
+impl LaunchPolicy for ExclusiveLaunch {
+    fn name(&self) -> &'static str {
+        "exclusive"
+    }
+
+    fn plan(&self, input: &LaunchInput<'_>) -> LaunchPlan {
+        let mut plan = LaunchPlan::default();
+        if !input.nodes.iter().any(|n| n.up) {
+            plan.rest = Some(PendingReason::NodeDown);
+            return plan;
+        }
+        let mut jobs: Vec<&QueuedJob<'_>> =
+            input.isolated.iter().chain(input.shared.iter()).collect();
+        jobs.sort_by_key(|j| j.id);
+        let mut claimed: HashSet<(usize, usize)> = HashSet::new();
+        for job in jobs {
+            let mut best: Option<(u64, usize, usize)> = None;
+            for (ni, n) in input.nodes.iter().enumerate().filter(|(_, n)| n.up) {
+                for (ii, v) in n.instances.iter().enumerate() {
+                    let free = v.isolated_owner.is_none()
+                        && v.draining_for.is_none()
+                        && !claimed.contains(&(ni, ii));
+                    if free
+                        && v.instance.satisfies(job.gpu)
+                        && best.is_none_or(|b| v.instance.memory_mib < b.0)
+                    {
+                        best = Some((v.instance.memory_mib, ni, ii));
+                    }
+                }
+            }
+            match best {
+                Some((_, ni, ii)) => {
+                    claimed.insert((ni, ii));
+                    plan.decisions.push(Decision::Launch {
+                        job: job.id,
+                        node: input.nodes[ni].name.into(),
+                        instance: Some(input.nodes[ni].instances[ii].instance.uuid.clone()),
+                    });
+                }
+                None => plan.waiting.push((job.id, PendingReason::Resources)),
+            }
+        }
+        plan
     }
 }
 

@@ -14,6 +14,7 @@ pub mod outcome;
 pub mod pattern;
 pub mod placement;
 pub mod probe;
+pub mod sim;
 pub mod units;
 pub mod wire;
 

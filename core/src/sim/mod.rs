@@ -1,0 +1,757 @@
+//! The simulator: the same launch and placement code the daemons run
+//! ([`Cluster`] with a [`crate::launch::LaunchPolicy`], [`TaskBook`] with a
+//! [`crate::placement::PlacementPolicy`]), driven by a virtual clock over
+//! simulated jobs. Pure: no I/O, no wall clock.
+//!
+//! The compute model (docs/simulator.md): a GPU task with parallelism `s`
+//! (compute slices it keeps busy) on an instance of `k` slices demands
+//! `d = min(s, k) / k` of it and runs at speed `min(s, k) / min(s, 1)`
+//! relative to its alone time on one slice. When the demands of the tasks on
+//! an instance add up to `D > 1`, every task there slows by `D`; and every
+//! co-located task pays a fixed interference of [`INTERFERENCE`] per
+//! neighbour. CPU phases take their time.
+
+pub mod workload;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use crate::cluster::{Cluster, Effect};
+use crate::gpu::{parse_sim_spec, sim_instances, Instance};
+use crate::job::{GpuRequest, JobId, JobSpec};
+use crate::launch::{CaseLaunch, ExclusiveLaunch, LaunchPolicy};
+use crate::outcome::{EndCause, ProcessOutcome};
+use crate::placement::{Begin, CasePlacement, Placed, TaskBook, TaskId, TaskRequest};
+use crate::wire::{InstanceUse, JobEnded, NodeRegistration};
+
+pub use workload::{Phase, SimJob};
+
+/// Slowdown per co-located neighbour (CASE measured a 2.2% mean kernel
+/// slowdown from co-location; this is a little more, to stay conservative).
+pub const INTERFERENCE: f64 = 0.03;
+
+const NODE: &str = "sim";
+const MIB: u64 = 1024 * 1024;
+
+/// A policy pair by name: `case`, `exclusive`, or `cg:R`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// CASE Algorithm 1 launches, Algorithm 2 placements.
+    Case,
+    /// Slurm: one job per instance for its lifetime.
+    Exclusive,
+    /// Up to R jobs per instance, placed round robin, blind to memory.
+    Cg(u32),
+}
+
+/// A policy name that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy '{0}' (known: case, exclusive, cg:R)")]
+pub struct UnknownSimPolicy(pub String);
+
+impl std::str::FromStr for Policy {
+    type Err = UnknownSimPolicy;
+    fn from_str(s: &str) -> Result<Policy, UnknownSimPolicy> {
+        match s {
+            "case" => Ok(Policy::Case),
+            "exclusive" => Ok(Policy::Exclusive),
+            _ => s
+                .strip_prefix("cg:")
+                .and_then(|r| r.parse::<u32>().ok())
+                .filter(|r| *r > 0)
+                .map(Policy::Cg)
+                .ok_or_else(|| UnknownSimPolicy(s.into())),
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Policy::Case => f.write_str("case"),
+            Policy::Exclusive => f.write_str("exclusive"),
+            Policy::Cg(r) => write!(f, "cg:{r}"),
+        }
+    }
+}
+
+/// What a simulation measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SimResult {
+    pub policy: String,
+    pub jobs: usize,
+    pub completed: usize,
+    pub oom_crashes: usize,
+    /// Time the last job ended, seconds.
+    pub makespan: f64,
+    /// Completed jobs per hour.
+    pub throughput_per_hour: f64,
+    pub mean_turnaround: f64,
+    /// Time-averaged GPU memory in use over total GPU memory.
+    pub memory_utilization: f64,
+    /// Lower bound on the makespan (see [`lower_bound`]).
+    pub lower_bound: f64,
+    pub packing_efficiency: f64,
+    pub antt: f64,
+    pub stp: f64,
+    /// (time, memory utilization) at every change, for plots.
+    #[serde(skip)]
+    pub utilization: Vec<(f64, f64)>,
+    /// The launch and placement decisions, in order (for parity checks).
+    #[serde(skip)]
+    pub decisions: Vec<String>,
+}
+
+/// A lower bound on any schedule's makespan: the longest job alone (from
+/// its submission), or all GPU work spread perfectly over every compute
+/// slice, whichever is larger.
+pub fn lower_bound(jobs: &[SimJob], instances: &[Instance]) -> f64 {
+    let longest = jobs
+        .iter()
+        .map(|j| j.submit + j.alone_secs())
+        .fold(0.0, f64::max);
+    let slices: f64 = instances.iter().map(|i| i.compute_slices as f64).sum();
+    let work: f64 = jobs
+        .iter()
+        .flat_map(|j| j.phases.iter())
+        .map(|p| match p {
+            Phase::Gpu { slices, secs, .. } => secs * slices.min(1.0),
+            Phase::Cpu { .. } => 0.0,
+        })
+        .sum();
+    longest.max(work / slices.max(1.0))
+}
+
+/// A simulation that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Cluster(#[from] crate::gpu::SimSpecError),
+    #[error("job '{0}' needs {1} MiB, more than any instance has")]
+    TooBig(String, u64),
+    #[error("the simulation stopped with {0} jobs unfinished (nothing left to happen)")]
+    Stuck(usize),
+}
+
+struct Run {
+    inst: usize,
+    remaining: f64,
+    slices: f64,
+    mem: u64,
+    job: usize,
+    task: Option<TaskId>,
+}
+
+#[derive(Default, Clone)]
+struct JobState {
+    cid: JobId,
+    phase: usize,
+    instance: Option<usize>,
+    started: bool,
+    end: Option<f64>,
+    oom: bool,
+}
+
+struct Sim<'a> {
+    policy: Policy,
+    jobs: &'a [SimJob],
+    inst: Vec<Instance>,
+    cluster: Cluster,
+    book: TaskBook,
+    state: Vec<JobState>,
+    by_cid: BTreeMap<JobId, usize>,
+    running: Vec<Run>,
+    timers: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    seq: u64,
+    now: f64,
+    /// Non-isolated jobs per instance under cg.
+    cg_count: Vec<u32>,
+    oom: usize,
+    mem_integral: f64,
+    total_mem: f64,
+    series: Vec<(f64, f64)>,
+    decisions: Vec<String>,
+}
+
+fn spec_of(j: &SimJob) -> JobSpec {
+    JobSpec {
+        name: j.name.clone(),
+        script: "#!/bin/sh\n".into(),
+        argv: vec![],
+        environment: Default::default(),
+        working_dir: "/".into(),
+        user_name: "sim".into(),
+        uid: 1,
+        gid: 1,
+        submit_host: "sim".into(),
+        isolated: j.isolated,
+        gpu: GpuRequest {
+            mig_profile: None,
+            mem_mib: Some(j.peak_mib().max(1)),
+        },
+        time_limit: None,
+        stdout: None,
+        stderr: None,
+        requeue: false,
+        partition: None,
+    }
+}
+
+impl Sim<'_> {
+    fn used_mem(&self) -> u64 {
+        let tasks: u64 = self
+            .running
+            .iter()
+            .filter(|r| !self.jobs[r.job].isolated)
+            .map(|r| r.mem)
+            .sum();
+        let held: u64 = self
+            .state
+            .iter()
+            .zip(self.jobs)
+            .filter(|(s, j)| j.isolated && s.started && s.end.is_none())
+            .map(|(_, j)| j.footprint_mib)
+            .sum();
+        tasks + held
+    }
+
+    fn record_use(&mut self) {
+        let u = self.used_mem() as f64 / self.total_mem;
+        if self
+            .series
+            .last()
+            .is_none_or(|&(t, v)| t != self.now || v != u)
+        {
+            self.series.push((self.now, u));
+        }
+    }
+
+    fn rates(&self) -> Vec<f64> {
+        let mut demand = vec![0.0; self.inst.len()];
+        let mut count = vec![0u32; self.inst.len()];
+        for r in &self.running {
+            let k = self.inst[r.inst].compute_slices.max(1) as f64;
+            demand[r.inst] += r.slices.min(k) / k;
+            count[r.inst] += 1;
+        }
+        self.running
+            .iter()
+            .map(|r| {
+                let k = self.inst[r.inst].compute_slices.max(1) as f64;
+                let speed = r.slices.min(k) / r.slices.min(1.0);
+                let share = demand[r.inst].max(1.0);
+                let interference = 1.0 + INTERFERENCE * (count[r.inst] - 1) as f64;
+                speed / share / interference
+            })
+            .collect()
+    }
+
+    fn timer(&mut self, at: f64, job: usize) {
+        self.seq += 1;
+        self.timers.push(Reverse((at.to_bits(), self.seq, job)));
+    }
+
+    fn uuid_index(&self, uuid: &str) -> usize {
+        self.inst
+            .iter()
+            .position(|i| i.uuid == uuid)
+            .expect("known instance")
+    }
+
+    /// Starts the job's current phase (or ends the job).
+    fn advance(&mut self, j: usize) {
+        let s = &self.state[j];
+        let Some(phase) = self.jobs[j].phases.get(s.phase).cloned() else {
+            self.finish(j, false);
+            return;
+        };
+        match phase {
+            Phase::Cpu { secs } => self.timer(self.now + secs, j),
+            Phase::Gpu {
+                mem_mib,
+                slices,
+                secs,
+            } => {
+                if let Some(i) = s
+                    .instance
+                    .filter(|_| self.policy != Policy::Case || self.jobs[j].isolated)
+                {
+                    if let Policy::Cg(_) = self.policy {
+                        if !self.jobs[j].isolated {
+                            let on: u64 = self
+                                .running
+                                .iter()
+                                .filter(|r| r.inst == i)
+                                .map(|r| r.mem)
+                                .sum();
+                            if on + mem_mib > self.inst[i].memory_mib {
+                                // The allocation overflows the instance: the job crashes.
+                                self.decisions
+                                    .push(format!("oom {} on {}", self.jobs[j].name, i));
+                                self.finish(j, true);
+                                return;
+                            }
+                        }
+                    }
+                    self.running.push(Run {
+                        inst: i,
+                        remaining: secs,
+                        slices,
+                        mem: mem_mib,
+                        job: j,
+                        task: None,
+                    });
+                    return;
+                }
+                let req = TaskRequest {
+                    job: s.cid,
+                    pid: 1,
+                    bytes: mem_mib * MIB,
+                    warps: (slices * 1000.0) as u64,
+                };
+                match self.book.begin(req) {
+                    Ok(Begin::Placed(p)) => self.placed(p),
+                    Ok(Begin::Waiting(_)) => {}
+                    Err(_) => self.finish(j, true),
+                }
+            }
+        }
+    }
+
+    fn placed(&mut self, p: Placed) {
+        let j = self.by_cid[&p.job];
+        let i = self.uuid_index(&p.instance);
+        self.decisions
+            .push(format!("place {} on {}", self.jobs[j].name, p.instance));
+        let Some(Phase::Gpu {
+            mem_mib,
+            slices,
+            secs,
+        }) = self.jobs[j].phases.get(self.state[j].phase).cloned()
+        else {
+            return;
+        };
+        self.running.push(Run {
+            inst: i,
+            remaining: secs,
+            slices,
+            mem: mem_mib,
+            job: j,
+            task: Some(p.task),
+        });
+    }
+
+    fn finish(&mut self, j: usize, oom: bool) {
+        let st = &mut self.state[j];
+        st.end = Some(self.now);
+        st.oom = oom;
+        if oom {
+            self.oom += 1;
+        }
+        let cid = st.cid;
+        if let (Policy::Cg(_), Some(i)) = (self.policy, st.instance) {
+            if !self.jobs[j].isolated {
+                self.cg_count[i] -= 1;
+            }
+        }
+        let (_, placed) = self.book.release_job(cid);
+        for p in placed {
+            self.placed(p);
+        }
+        let _ = self.cluster.job_ended(
+            NODE,
+            &JobEnded {
+                job_id: cid,
+                outcome: ProcessOutcome {
+                    exit_code: Some(if oom { 1 } else { 0 }),
+                    signal: None,
+                    cause: EndCause::Exited,
+                },
+                end_time: self.now as i64,
+            },
+        );
+    }
+
+    /// Tells the controller state what the node sees, then launches.
+    fn schedule(&mut self) {
+        let uses: BTreeMap<String, InstanceUse> = self
+            .inst
+            .iter()
+            .map(|i| {
+                (
+                    i.uuid.clone(),
+                    InstanceUse {
+                        tasks: self.book.tasks_on(&i.uuid),
+                        reserved_bytes: 0,
+                    },
+                )
+            })
+            .collect();
+        self.cluster.update_instance_use(NODE, &uses);
+        let effects = self.cluster.schedule(self.now as i64);
+        let mut launched = Vec::new();
+        for e in effects {
+            if let Effect::Launch { job, .. } = e {
+                launched.push(job);
+            }
+        }
+        // Close instances held or drained for isolated jobs to shared tasks.
+        let closed: Vec<(String, bool)> = self
+            .cluster
+            .node(NODE)
+            .map(|n| {
+                n.instances
+                    .iter()
+                    .map(|s| {
+                        let shared_use = self.policy == Policy::Case;
+                        (
+                            s.instance.uuid.clone(),
+                            shared_use && (s.isolated_owner.is_some() || s.draining_for.is_some()),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (uuid, c) in closed {
+            for p in self.book.set_closed(&uuid, c) {
+                self.placed(p);
+            }
+        }
+        for cid in launched {
+            let j = self.by_cid[&cid];
+            let inst = self.cluster.job(cid).and_then(|x| x.gpu_instance.clone());
+            let mut index = inst.as_deref().map(|u| self.uuid_index(u));
+            if let (Policy::Cg(_), None) = (self.policy, index) {
+                // Round robin: the instance with the fewest jobs, not held.
+                let held: Vec<bool> = self
+                    .cluster
+                    .node(NODE)
+                    .map(|n| {
+                        n.instances
+                            .iter()
+                            .map(|s| s.isolated_owner.is_some())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                index = (0..self.inst.len())
+                    .filter(|&i| !held[i])
+                    .min_by_key(|&i| (self.cg_count[i], i));
+                if let Some(i) = index {
+                    self.cg_count[i] += 1;
+                }
+            }
+            self.decisions.push(format!(
+                "launch {} {}",
+                self.jobs[j].name,
+                inst.as_deref().unwrap_or("-")
+            ));
+            let st = &mut self.state[j];
+            st.instance = index;
+            st.started = true;
+            self.advance(j);
+        }
+    }
+}
+
+/// Runs `jobs` on the cluster `spec` (a `--sim-gpus` spec) under `policy`.
+pub fn simulate(spec: &str, policy: Policy, jobs: &[SimJob]) -> Result<SimResult, SimError> {
+    let gpus = parse_sim_spec(spec)?;
+    let inst = sim_instances(NODE, &gpus);
+    let biggest = inst.iter().map(|i| i.memory_mib).max().unwrap_or(0);
+    if let Some(j) = jobs.iter().find(|j| j.peak_mib() > biggest) {
+        return Err(SimError::TooBig(j.name.clone(), j.peak_mib()));
+    }
+    let launch: Box<dyn LaunchPolicy> = match policy {
+        Policy::Exclusive => Box::new(ExclusiveLaunch),
+        _ => Box::new(CaseLaunch),
+    };
+    let worker_limit = match policy {
+        Policy::Case => None,
+        Policy::Exclusive => Some(inst.len() as u32),
+        Policy::Cg(r) => Some(r * inst.len() as u32),
+    };
+    let mut cluster = Cluster::new(launch);
+    cluster.register_node(
+        &NodeRegistration {
+            name: NODE.into(),
+            url: "sim://".into(),
+            cpus: 1024,
+            memory_mib: 1 << 30,
+            instances: inst.clone(),
+            worker_limit,
+            running: vec![],
+            ended: vec![],
+        },
+        0,
+    );
+    let book = TaskBook::new(
+        Box::new(CasePlacement),
+        inst.iter()
+            .map(|i| (i.uuid.clone(), i.memory_mib * MIB))
+            .collect(),
+    );
+    let total_mem = inst.iter().map(|i| i.memory_mib).sum::<u64>().max(1) as f64;
+    let mut sim = Sim {
+        policy,
+        jobs,
+        cg_count: vec![0; inst.len()],
+        inst,
+        cluster,
+        book,
+        state: vec![JobState::default(); jobs.len()],
+        by_cid: BTreeMap::new(),
+        running: Vec::new(),
+        timers: BinaryHeap::new(),
+        seq: 0,
+        now: 0.0,
+        oom: 0,
+        mem_integral: 0.0,
+        total_mem,
+        series: Vec::new(),
+        decisions: Vec::new(),
+    };
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| jobs[a].submit.total_cmp(&jobs[b].submit).then(a.cmp(&b)));
+    let mut next_sub = 0;
+    loop {
+        // Submissions due now.
+        let mut submitted = false;
+        while next_sub < order.len() && jobs[order[next_sub]].submit <= sim.now {
+            let j = order[next_sub];
+            if let Ok((cid, _)) = sim.cluster.submit(spec_of(&jobs[j]), sim.now as i64) {
+                sim.state[j].cid = cid;
+                sim.by_cid.insert(cid, j);
+            }
+            next_sub += 1;
+            submitted = true;
+        }
+        if submitted {
+            sim.schedule();
+        }
+        sim.record_use();
+        // The next thing to happen.
+        let rates = sim.rates();
+        let gpu_next = sim
+            .running
+            .iter()
+            .zip(&rates)
+            .map(|(r, rate)| sim.now + r.remaining / rate)
+            .fold(f64::INFINITY, f64::min);
+        let timer_next = sim
+            .timers
+            .peek()
+            .map(|Reverse((t, _, _))| f64::from_bits(*t))
+            .unwrap_or(f64::INFINITY);
+        let sub_next = order
+            .get(next_sub)
+            .map(|&j| jobs[j].submit)
+            .unwrap_or(f64::INFINITY);
+        let t = gpu_next.min(timer_next).min(sub_next);
+        if !t.is_finite() {
+            break;
+        }
+        let dt = (t - sim.now).max(0.0);
+        sim.mem_integral += sim.used_mem() as f64 * dt;
+        for (r, rate) in sim.running.iter_mut().zip(&rates) {
+            r.remaining -= rate * dt;
+        }
+        sim.now = t;
+        // GPU tasks that finished.
+        let mut done: Vec<Run> = Vec::new();
+        let mut k = 0;
+        while k < sim.running.len() {
+            if sim.running[k].remaining <= 1e-9 {
+                done.push(sim.running.swap_remove(k));
+            } else {
+                k += 1;
+            }
+        }
+        done.sort_by_key(|r| r.job);
+        let mut next_phase = Vec::new();
+        for r in done {
+            if let Some(task) = r.task {
+                if let Ok(placed) = sim.book.end(task) {
+                    for p in placed {
+                        sim.placed(p);
+                    }
+                }
+            }
+            next_phase.push(r.job);
+        }
+        // CPU phases that finished.
+        while let Some(Reverse((bits, _, j))) = sim.timers.peek().copied() {
+            if f64::from_bits(bits) > sim.now {
+                break;
+            }
+            sim.timers.pop();
+            next_phase.push(j);
+        }
+        for j in next_phase {
+            if sim.state[j].end.is_some() {
+                continue;
+            }
+            sim.state[j].phase += 1;
+            sim.advance(j);
+        }
+        sim.schedule();
+    }
+    let unfinished = sim.state.iter().filter(|s| s.end.is_none()).count();
+    if unfinished > 0 {
+        return Err(SimError::Stuck(unfinished));
+    }
+    let makespan = sim
+        .state
+        .iter()
+        .filter_map(|s| s.end)
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    let completed: Vec<(usize, &JobState)> = sim
+        .state
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.oom)
+        .collect();
+    let n = completed.len().max(1) as f64;
+    let turnaround = |j: usize, s: &JobState| s.end.unwrap_or(makespan) - jobs[j].submit;
+    let mean_turnaround = completed
+        .iter()
+        .map(|(j, s)| turnaround(*j, s))
+        .sum::<f64>()
+        / n;
+    let antt = completed
+        .iter()
+        .map(|(j, s)| turnaround(*j, s) / jobs[*j].alone_secs().max(1e-9))
+        .sum::<f64>()
+        / n;
+    let stp = completed
+        .iter()
+        .map(|(j, s)| jobs[*j].alone_secs() / turnaround(*j, s).max(1e-9))
+        .sum::<f64>();
+    let lb = lower_bound(jobs, &sim.inst);
+    Ok(SimResult {
+        policy: policy.to_string(),
+        jobs: jobs.len(),
+        completed: completed.len(),
+        oom_crashes: sim.oom,
+        makespan,
+        throughput_per_hour: completed.len() as f64 / makespan * 3600.0,
+        mean_turnaround,
+        memory_utilization: sim.mem_integral / (sim.total_mem * makespan),
+        lower_bound: lb,
+        packing_efficiency: lb / makespan,
+        antt,
+        stp,
+        utilization: sim.series,
+        decisions: sim.decisions,
+    })
+}
+
+/// Policy against baseline on the same jobs, as `gsched sim` reports it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Comparison {
+    pub throughput_ratio: f64,
+    pub turnaround_speedup: f64,
+    pub memory_utilization_ratio: f64,
+    pub oom_crashes: usize,
+    pub baseline_oom_crashes: usize,
+    pub packing_efficiency: f64,
+    pub antt: f64,
+    pub stp: f64,
+    pub policy: SimResult,
+    pub baseline: SimResult,
+}
+
+pub fn compare(policy: SimResult, baseline: SimResult) -> Comparison {
+    Comparison {
+        throughput_ratio: policy.throughput_per_hour / baseline.throughput_per_hour.max(1e-12),
+        turnaround_speedup: baseline.mean_turnaround / policy.mean_turnaround.max(1e-12),
+        memory_utilization_ratio: policy.memory_utilization
+            / baseline.memory_utilization.max(1e-12),
+        oom_crashes: policy.oom_crashes,
+        baseline_oom_crashes: baseline.oom_crashes,
+        packing_efficiency: policy.packing_efficiency,
+        antt: policy.antt,
+        stp: policy.stp,
+        policy,
+        baseline,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::workload::{generate, Footprints, Mix};
+    use super::*;
+
+    const A30: &str = "4xA30:1g.6gb*4";
+
+    fn mix(i: u32, s: u32, jobs: usize) -> Vec<SimJob> {
+        generate(&Mix {
+            isolated: i,
+            shared: s,
+            jobs,
+            footprints: Footprints::OneToSix,
+            seed: 1,
+        })
+    }
+
+    #[test]
+    fn every_job_finishes_and_case_never_crashes() {
+        let jobs = mix(1, 4, 64);
+        for p in [Policy::Case, Policy::Exclusive] {
+            let r = simulate(A30, p, &jobs).unwrap();
+            assert_eq!(r.completed, 64, "{p}");
+            assert_eq!(r.oom_crashes, 0, "{p}");
+            assert!(
+                r.packing_efficiency > 0.0 && r.packing_efficiency <= 1.0 + 1e-9,
+                "{p}: {}",
+                r.packing_efficiency
+            );
+            assert!(
+                r.memory_utilization > 0.0 && r.memory_utilization <= 1.0,
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn exclusive_runs_one_job_per_instance_and_alone_time_is_its_floor() {
+        // One job alone on one instance takes exactly its alone time.
+        let jobs = mix(0, 1, 1);
+        let r = simulate("1xA30:1g.6gb", Policy::Exclusive, &jobs).unwrap();
+        assert!(
+            (r.makespan - jobs[0].alone_secs()).abs() < 1e-6,
+            "{} vs {}",
+            r.makespan,
+            jobs[0].alone_secs()
+        );
+        assert!((r.antt - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn memory_blind_sharing_crashes_and_case_does_not() {
+        let jobs = mix(0, 1, 64);
+        let cg = simulate(A30, Policy::Cg(4), &jobs).unwrap();
+        assert!(
+            cg.oom_crashes > 0,
+            "cg:4 packs 4 jobs of 1-6 GB into 6 GB instances"
+        );
+        let case = simulate(A30, Policy::Case, &jobs).unwrap();
+        assert_eq!(case.oom_crashes, 0);
+    }
+
+    #[test]
+    fn runs_are_deterministic() {
+        let jobs = mix(1, 1, 32);
+        let a = simulate(A30, Policy::Case, &jobs).unwrap();
+        let b = simulate(A30, Policy::Case, &jobs).unwrap();
+        assert_eq!(a.decisions, b.decisions);
+        assert_eq!(a.makespan, b.makespan);
+    }
+
+    #[test]
+    fn policy_names() {
+        assert_eq!("cg:4".parse::<Policy>().unwrap(), Policy::Cg(4));
+        assert!("cg:0".parse::<Policy>().is_err());
+        assert!("slurm".parse::<Policy>().is_err());
+    }
+}

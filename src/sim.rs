@@ -1,0 +1,260 @@
+//! `gsched sim`: policy against baseline on the same simulated workload.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use gsched_core::sim::workload::{generate, parse_trace, Footprints, Mix};
+use gsched_core::sim::{compare, simulate, Comparison, Policy, SimJob, SimResult};
+
+#[derive(clap::Args)]
+pub struct SimArgs {
+    /// GPUs, as for --sim-gpus (the MIG paper's A30 setup: 4xA30:1g.6gb*4).
+    #[arg(long, default_value = "4xA30:1g.6gb*4")]
+    cluster: String,
+    /// Isolated : non-isolated jobs.
+    #[arg(long, default_value = "1:4")]
+    mix: String,
+    /// Jobs in the batch.
+    #[arg(long, default_value_t = 128)]
+    jobs: usize,
+    /// Seed of the workload generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Non-isolated footprints: 1-6 (GB) or 0.3-6.
+    #[arg(long, default_value = "1-6", value_parser = ["1-6", "0.3-6"])]
+    footprints: String,
+    /// Policy: case, exclusive, or cg:R.
+    #[arg(long, default_value = "case")]
+    policy: String,
+    /// Baseline policy.
+    #[arg(long, default_value = "exclusive")]
+    baseline: String,
+    /// Replay this trace (JSON or CSV; docs/simulator.md) instead of generating.
+    #[arg(long, conflicts_with_all = ["mix", "sweep"])]
+    trace: Option<PathBuf>,
+    /// Run every isolated:non-isolated ratio and print the papers' table.
+    #[arg(long)]
+    sweep: bool,
+    /// Draw memory utilization over time (policy and baseline) as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+const RATIOS: &[(u32, u32)] = &[(1, 0), (4, 1), (2, 1), (1, 1), (1, 2), (1, 4), (0, 1)];
+
+fn parse_mix(s: &str) -> Result<(u32, u32)> {
+    let (a, b) = s
+        .split_once(':')
+        .with_context(|| format!("--mix '{s}': expected ISOLATED:NON_ISOLATED, e.g. 1:4"))?;
+    let a: u32 = a
+        .trim()
+        .parse()
+        .with_context(|| format!("--mix '{s}': '{a}' is not a number"))?;
+    let b: u32 = b
+        .trim()
+        .parse()
+        .with_context(|| format!("--mix '{s}': '{b}' is not a number"))?;
+    if a + b == 0 {
+        bail!("--mix '{s}': at least one side must be non-zero");
+    }
+    Ok((a, b))
+}
+
+fn footprints(s: &str) -> Footprints {
+    if s == "0.3-6" {
+        Footprints::ThreeHundredMbToSix
+    } else {
+        Footprints::OneToSix
+    }
+}
+
+fn run_pair(
+    cluster: &str,
+    policy: Policy,
+    baseline: Policy,
+    jobs: &[SimJob],
+) -> Result<Comparison> {
+    let p = simulate(cluster, policy, jobs)?;
+    let b = simulate(cluster, baseline, jobs)?;
+    Ok(compare(p, b))
+}
+
+fn line(r: &SimResult) -> String {
+    format!(
+        "{:<10} makespan {:>8.1} s  throughput {:>7.1} jobs/h  mean turnaround {:>7.1} s  memory utilization {:>5.1}%  OOM crashes {:>3}  packing efficiency {:.2}  ANTT {:.2}  STP {:.1}",
+        r.policy,
+        r.makespan,
+        r.throughput_per_hour,
+        r.mean_turnaround,
+        r.memory_utilization * 100.0,
+        r.oom_crashes,
+        r.packing_efficiency,
+        r.antt,
+        r.stp
+    )
+}
+
+/// Memory utilization over time, policy and baseline, as a small SVG.
+fn svg(c: &Comparison, title: &str) -> String {
+    let (w, h, pad) = (800.0, 320.0, 40.0);
+    let tmax = c.policy.makespan.max(c.baseline.makespan);
+    let path = |series: &[(f64, f64)], end: f64| {
+        let mut pts = Vec::new();
+        let mut last = 0.0;
+        for &(t, u) in series {
+            pts.push((t, last));
+            pts.push((t, u));
+            last = u;
+        }
+        pts.push((end, last));
+        pts.iter()
+            .map(|(t, u)| {
+                format!(
+                    "{:.1},{:.1}",
+                    pad + t / tmax * (w - 2.0 * pad),
+                    h - pad - u * (h - 2.0 * pad)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{pad}" y="20">{title}</text>
+<line x1="{pad}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="black"/>
+<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{y0}" stroke="black"/>
+<text x="{pad}" y="{yl}">0 s</text><text x="{xr}" y="{yl}">{tmax:.0} s</text>
+<text x="4" y="{pad}">100%</text><text x="10" y="{y0}">0%</text>
+<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{p}"/>
+<polyline fill="none" stroke="#d62728" stroke-width="1.5" points="{b}"/>
+<text x="{lx}" y="{pad}" fill="#1f77b4">{pn}: {pu:.1}% mean</text>
+<text x="{lx}" y="{ly}" fill="#d62728">{bn}: {bu:.1}% mean</text>
+</svg>
+"##,
+        y0 = h - pad,
+        x1 = w - pad,
+        yl = h - pad + 16.0,
+        xr = w - pad - 40.0,
+        p = path(&c.policy.utilization, c.policy.makespan),
+        b = path(&c.baseline.utilization, c.baseline.makespan),
+        lx = w - 260.0,
+        ly = pad + 16.0,
+        pn = c.policy.policy,
+        bn = c.baseline.policy,
+        pu = c.policy.memory_utilization * 100.0,
+        bu = c.baseline.memory_utilization * 100.0,
+    )
+}
+
+pub fn run(a: SimArgs) -> Result<()> {
+    let policy: Policy = a.policy.parse()?;
+    let baseline: Policy = a.baseline.parse()?;
+    if a.sweep {
+        let mut rows = Vec::new();
+        for &(i, s) in RATIOS {
+            let jobs = generate(&Mix {
+                isolated: i,
+                shared: s,
+                jobs: a.jobs,
+                footprints: footprints(&a.footprints),
+                seed: a.seed,
+            });
+            rows.push(((i, s), run_pair(&a.cluster, policy, baseline, &jobs)?));
+        }
+        let mixed: Vec<&Comparison> = rows
+            .iter()
+            .filter(|((i, s), _)| *i > 0 && *s > 0)
+            .map(|(_, c)| c)
+            .collect();
+        let mean = |f: &dyn Fn(&Comparison) -> f64| {
+            mixed.iter().map(|c| f(c)).sum::<f64>() / mixed.len() as f64
+        };
+        if a.json {
+            let v: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|((i, s), c)| serde_json::json!({"mix": format!("{i}:{s}"), "result": c}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "rows": v,
+                    "mixed_mean": {
+                        "throughput_ratio": mean(&|c| c.throughput_ratio),
+                        "turnaround_speedup": mean(&|c| c.turnaround_speedup),
+                        "memory_utilization_ratio": mean(&|c| c.memory_utilization_ratio),
+                    }
+                }))?
+            );
+        } else {
+            println!(
+                "{} vs {} on {}, {} jobs, footprints {} GB, seed {}",
+                policy, baseline, a.cluster, a.jobs, a.footprints, a.seed
+            );
+            println!(
+                "mix    throughput  turnaround  memory-util  OOM(policy/baseline)  packing-eff"
+            );
+            for ((i, s), c) in &rows {
+                println!(
+                    "{:<6} {:>9.2}x {:>10.2}x {:>11.2}x {:>10}/{:<10} {:>10.2}",
+                    format!("{i}:{s}"),
+                    c.throughput_ratio,
+                    c.turnaround_speedup,
+                    c.memory_utilization_ratio,
+                    c.oom_crashes,
+                    c.baseline_oom_crashes,
+                    c.packing_efficiency
+                );
+            }
+            println!(
+                "mean over the mixed ratios (4:1 .. 1:4): throughput {:.2}x, turnaround {:.2}x, memory utilization {:.2}x",
+                mean(&|c| c.throughput_ratio),
+                mean(&|c| c.turnaround_speedup),
+                mean(&|c| c.memory_utilization_ratio)
+            );
+        }
+        return Ok(());
+    }
+    let jobs = match &a.trace {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read trace {}", path.display()))?;
+            parse_trace(&text).with_context(|| format!("trace {}", path.display()))?
+        }
+        None => {
+            let (i, s) = parse_mix(&a.mix)?;
+            generate(&Mix {
+                isolated: i,
+                shared: s,
+                jobs: a.jobs,
+                footprints: footprints(&a.footprints),
+                seed: a.seed,
+            })
+        }
+    };
+    let c = run_pair(&a.cluster, policy, baseline, &jobs)?;
+    if let Some(p) = &a.plot {
+        let title = format!(
+            "GPU memory utilization, {} jobs on {} (mix {})",
+            jobs.len(),
+            a.cluster,
+            a.mix
+        );
+        std::fs::write(p, svg(&c, &title))
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        println!("{}", line(&c.policy));
+        println!("{}", line(&c.baseline));
+        println!(
+            "throughput {:.2}x, turnaround {:.2}x, memory utilization {:.2}x; OOM crashes {} (baseline {})",
+            c.throughput_ratio, c.turnaround_speedup, c.memory_utilization_ratio, c.oom_crashes, c.baseline_oom_crashes
+        );
+    }
+    Ok(())
+}
