@@ -41,6 +41,19 @@ enum What {
     },
     /// Trivial jobs (`true`) submitted and run to completion, per second.
     Exec,
+    /// Launch pass time (pure, no daemon): NODES nodes of GPUS A100s split
+    /// in 7 x 1g.5gb, every worker busy, QUEUED jobs waiting (one in ten
+    /// isolated); one job ends and a pass launches its successor.
+    Launch {
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        #[arg(long, default_value_t = 10)]
+        gpus: usize,
+        #[arg(long, default_value_t = 1000)]
+        queued: usize,
+        #[arg(long, default_value_t = 100)]
+        rounds: usize,
+    },
     /// CASE Algorithm 2 decision time (pure, no daemon): a task ending on a
     /// node with INSTANCES instances and WAITING queued tasks, and a begin.
     Placement {
@@ -51,6 +64,106 @@ enum What {
         #[arg(long, default_value_t = 200)]
         rounds: usize,
     },
+}
+
+/// Times launch passes on a full cluster with a long queue.
+fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
+    use gsched_core::cluster::{Cluster, Effect};
+    use gsched_core::gpu::{parse_sim_spec, sim_instances};
+    use gsched_core::job::GpuRequest;
+    use gsched_core::launch::CaseLaunch;
+    use gsched_core::outcome::{EndCause, ProcessOutcome};
+    use gsched_core::wire::{JobEnded, NodeRegistration};
+    let mut c = Cluster::new(Box::new(CaseLaunch));
+    let layout = parse_sim_spec(&format!("{gpus}xA100-40GB:1g.5gb*7")).expect("valid spec");
+    for n in 0..nodes {
+        let name = format!("n{n}");
+        c.register_node(
+            &NodeRegistration {
+                name: name.clone(),
+                url: String::new(),
+                cpus: 64,
+                memory_mib: 1 << 20,
+                instances: sim_instances(&name, &layout),
+                worker_limit: None,
+                running: vec![],
+                ended: vec![],
+            },
+            0,
+        );
+    }
+    let mut spec = spec("/tmp");
+    spec.gpu = GpuRequest::default();
+    // Fill every worker with shared jobs.
+    let workers = nodes * gpus * 7 * 4;
+    for _ in 0..workers {
+        let _ = c.submit(spec.clone(), 0);
+    }
+    let t = Instant::now();
+    let fx = c.schedule(0);
+    let fill = t.elapsed();
+    let started = fx
+        .iter()
+        .filter(|e| matches!(e, Effect::Launch { .. }))
+        .count();
+    // The queue: one in ten isolated (4 GiB), the rest shared.
+    for k in 0..queued {
+        let mut s = spec.clone();
+        if k % 10 == 0 {
+            s.isolated = true;
+            s.gpu = GpuRequest {
+                mig_profile: None,
+                mem_mib: Some(4096),
+            };
+        }
+        let _ = c.submit(s, 1);
+    }
+    let mut times = Vec::new();
+    let mut next = 1u64;
+    for r in 0..rounds {
+        // End the oldest running job on some node.
+        let node = format!("n{}", r % nodes);
+        let Some(&id) = c.node(&node).and_then(|n| n.running.iter().next()) else {
+            break;
+        };
+        let _ = c.job_ended(
+            &node,
+            &JobEnded {
+                job_id: id,
+                outcome: ProcessOutcome {
+                    exit_code: Some(0),
+                    signal: None,
+                    cause: EndCause::Exited,
+                },
+                end_time: 2,
+            },
+        );
+        let t = Instant::now();
+        let fx = c.schedule(2);
+        times.push(t.elapsed().as_nanos() as u64);
+        next += fx
+            .iter()
+            .filter(|e| matches!(e, Effect::Launch { .. }))
+            .count() as u64;
+    }
+    times.sort_unstable();
+    let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize] as f64 / 1e6;
+    println!(
+        "launch: {nodes} nodes x {gpus} GPUs x 7 instances ({} instances, {workers} workers), {queued} queued",
+        nodes * gpus * 7
+    );
+    println!(
+        "  first pass: {started} jobs launched in {:.1} ms",
+        fill.as_secs_f64() * 1e3
+    );
+    println!(
+        "  one job ends, one pass: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} rounds, {} launched)",
+        q(0.5),
+        q(0.99),
+        q(1.0),
+        times.len(),
+        next - 1
+    );
 }
 
 /// Times placement decisions on a full node with a long queue.
@@ -223,6 +336,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     };
     match args.what {
+        What::Launch {
+            nodes,
+            gpus,
+            queued,
+            rounds,
+        } => {
+            launch(nodes.max(1), gpus.max(1), queued, rounds.max(1));
+        }
         What::Placement {
             instances,
             waiting,

@@ -338,13 +338,14 @@ impl Cluster {
                     .get(&id)
                     .is_some_and(|j| j.state == JobState::Pending)
                 {
-                    self.set_reason(id, reason.to_string());
+                    self.set_reason(id, &reason.to_string());
                 }
             }
             return effects;
         }
         self.unexamined.clear();
-        let plan = {
+        let mut truncated = false;
+        let mut plan = {
             let iso: Vec<QueuedJob<'_>> = self
                 .isolated_queue
                 .iter()
@@ -353,9 +354,19 @@ impl Cluster {
                     gpu: &self.jobs[id].spec.gpu,
                 })
                 .collect();
+            // Each launch takes a worker: jobs past the free workers cannot
+            // start in this pass (they get the pass's `rest` reason).
+            let free_workers: usize = self
+                .nodes
+                .values()
+                .filter(|n| n.up)
+                .map(|n| n.worker_limit.saturating_sub(n.running.len() as u32) as usize)
+                .sum();
+            truncated = self.shared_queue.len() > free_workers;
             let shared: Vec<QueuedJob<'_>> = self
                 .shared_queue
                 .iter()
+                .take(free_workers)
                 .map(|id| QueuedJob {
                     id: *id,
                     gpu: &self.jobs[id].spec.gpu,
@@ -387,6 +398,9 @@ impl Cluster {
                 nodes: &nodes,
             })
         };
+        if truncated && plan.rest.is_none() {
+            plan.rest = Some(PendingReason::Resources);
+        }
         for d in plan.decisions {
             match d {
                 Decision::Launch {
@@ -416,7 +430,7 @@ impl Cluster {
         let mut named = BTreeSet::new();
         for (id, reason) in plan.waiting {
             named.insert(id);
-            self.set_reason(id, reason.to_string());
+            self.set_reason(id, &reason.to_string());
         }
         if let Some(rest) = plan.rest {
             let rest = rest.to_string();
@@ -428,16 +442,16 @@ impl Cluster {
                 .copied()
                 .collect();
             for id in ids {
-                self.set_reason(id, rest.clone());
+                self.set_reason(id, &rest);
             }
         }
         effects
     }
 
-    fn set_reason(&mut self, id: JobId, reason: String) {
+    fn set_reason(&mut self, id: JobId, reason: &str) {
         if let Some(j) = self.jobs.get_mut(&id) {
-            if j.reason.as_deref() != Some(reason.as_str()) {
-                j.reason = Some(reason);
+            if j.reason.as_deref() != Some(reason) {
+                j.reason = Some(reason.to_string());
             }
         }
     }
