@@ -344,7 +344,7 @@ impl Cluster {
             return effects;
         }
         self.unexamined.clear();
-        let mut truncated = false;
+        let truncated: bool;
         let mut plan = {
             let iso: Vec<QueuedJob<'_>> = self
                 .isolated_queue

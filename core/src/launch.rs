@@ -478,9 +478,10 @@ mod tests {
     #[test]
     fn policy_by_name() {
         assert_eq!(launch_policy("case").unwrap().name(), "case");
+        assert_eq!(launch_policy("exclusive").unwrap().name(), "exclusive");
         assert_eq!(
             launch_policy("fifo").err().unwrap().to_string(),
-            "unknown launch policy 'fifo' (known: case)"
+            "unknown launch policy 'fifo' (known: case, exclusive)"
         );
     }
 
