@@ -105,9 +105,11 @@ fn svg(c: &Comparison, title: &str) -> String {
         let mut pts = Vec::new();
         let mut last = 0.0;
         for &(t, u) in series {
-            pts.push((t, last));
-            pts.push((t, u));
-            last = u;
+            if u != last {
+                pts.push((t, last));
+                pts.push((t, u));
+                last = u;
+            }
         }
         pts.push((end, last));
         pts.iter()

@@ -89,7 +89,7 @@ pub struct SimResult {
     pub mean_turnaround: f64,
     /// Time-averaged GPU memory in use over total GPU memory.
     pub memory_utilization: f64,
-    /// Lower bound on the makespan (see [`lower_bound`]).
+    /// Lower bound on the makespan of the completed jobs (see [`lower_bound`]).
     pub lower_bound: f64,
     pub packing_efficiency: f64,
     pub antt: f64,
@@ -627,7 +627,10 @@ pub fn simulate(spec: &str, policy: Policy, jobs: &[SimJob]) -> Result<SimResult
         .iter()
         .map(|(j, s)| jobs[*j].alone_secs() / turnaround(*j, s).max(1e-9))
         .sum::<f64>();
-    let lb = lower_bound(jobs, &sim.inst);
+    // The bound of the jobs that completed (crashed jobs did not need
+    // their remaining work done).
+    let done_jobs: Vec<SimJob> = completed.iter().map(|(j, _)| jobs[*j].clone()).collect();
+    let lb = lower_bound(&done_jobs, &sim.inst);
     Ok(SimResult {
         policy: policy.to_string(),
         jobs: jobs.len(),
