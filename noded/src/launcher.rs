@@ -205,7 +205,9 @@ impl Launcher {
         }
         if let Some((lib, default_bytes, context_bytes)) = self.interception.get() {
             let opted_out = env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0");
-            if !job.spec.isolated && !opted_out {
+            // A job that holds an instance (isolated, or under the exclusive
+            // launch policy) is already placed.
+            if !job.spec.isolated && req.instance.is_none() && !opted_out {
                 let preload = match env.get("LD_PRELOAD") {
                     Some(p) if !p.is_empty() => format!("{} {p}", lib.display()),
                     _ => lib.display().to_string(),
