@@ -20,6 +20,9 @@ pub struct InstanceLoad {
     pub memory_bytes: u64,
     pub reserved_bytes: u64,
     pub warps: u64,
+    /// Warps the instance can hold resident at once (SMs x warps per SM);
+    /// only policies that treat compute as a hard limit use it.
+    pub warp_capacity: u64,
     /// Held by an isolated job, or being drained for one: no placements.
     pub closed: bool,
 }
@@ -75,10 +78,36 @@ impl PlacementPolicy for CasePlacement {
     }
 }
 
+/// The multi-GPU paper's Algorithm 2 ("MGB", memory and compute both
+/// hard): a task goes to the first instance where its memory fits and its
+/// warps fit the warps still free (SMs x resident warps per SM, minus the
+/// warps of the tasks there); otherwise it waits. A coarse form of the
+/// paper's per-SM block emulation: it checks the instance's total resident
+/// warps rather than each SM's block and warp slots.
+pub struct MgbSmPlacement;
+
+impl PlacementPolicy for MgbSmPlacement {
+    fn name(&self) -> &'static str {
+        "mgb-sm"
+    }
+    fn choose(
+        &self,
+        instances: &[InstanceLoad],
+        candidates: &[usize],
+        task: &TaskRequest,
+    ) -> Option<usize> {
+        candidates
+            .iter()
+            .copied()
+            .find(|&i| instances[i].warps.saturating_add(task.warps) <= instances[i].warp_capacity)
+    }
+}
+
 /// The placement policy called `name`.
 pub fn placement_policy(name: &str) -> Option<Box<dyn PlacementPolicy>> {
     match name {
         "case" => Some(Box::new(CasePlacement)),
+        "mgb-sm" => Some(Box::new(MgbSmPlacement)),
         _ => None,
     }
 }
@@ -154,6 +183,7 @@ impl TaskBook {
                     memory_bytes,
                     reserved_bytes: 0,
                     warps: 0,
+                    warp_capacity: u64::MAX,
                     closed: false,
                 })
                 .collect(),
@@ -162,6 +192,14 @@ impl TaskBook {
             pins: BTreeMap::new(),
             next: 1,
         }
+    }
+
+    /// Sets the resident-warp capacity of the instance `uuid`.
+    pub fn with_warp_capacity(mut self, uuid: &str, warps: u64) -> TaskBook {
+        if let Some(i) = self.instances.iter_mut().find(|i| i.uuid == uuid) {
+            i.warp_capacity = warps;
+        }
+        self
     }
 
     /// Numbers tasks from `first` (a node seeds it from the clock so ids
@@ -548,6 +586,34 @@ mod tests {
         assert_eq!(now.len(), 1);
         assert_eq!(now[0].instance, "I0");
         assert_eq!(now[0].job, 5);
+    }
+
+    #[test]
+    fn mgb_sm_treats_warps_as_a_hard_limit() {
+        let mut b = TaskBook::new(
+            Box::new(MgbSmPlacement),
+            vec![("I0".into(), 5 * G), ("I1".into(), 5 * G)],
+        )
+        .with_warp_capacity("I0", 100)
+        .with_warp_capacity("I1", 100);
+        let first = placed(b.begin(req(1, 1, G, 60)));
+        assert_eq!(first.instance, "I0");
+        // 60 more warps do not fit I0's 100: first fit goes to I1.
+        assert_eq!(placed(b.begin(req(2, 2, G, 60))).instance, "I1");
+        // Memory is free everywhere, warps are not: it waits.
+        assert!(matches!(
+            b.begin(req(3, 3, G, 60)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        // 40 warps would fit I0, but not ahead of the waiting task.
+        assert!(matches!(
+            b.begin(req(4, 4, G, 40)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        let now = b.end(first.task).unwrap();
+        let got: Vec<(JobId, String)> = now.iter().map(|p| (p.job, p.instance.clone())).collect();
+        assert_eq!(got, vec![(3, "I0".to_string()), (4, "I0".to_string())]);
+        assert!(placement_policy("mgb-sm").is_some());
     }
 
     #[test]

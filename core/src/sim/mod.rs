@@ -42,11 +42,13 @@ pub enum Policy {
     Exclusive,
     /// Up to R jobs per instance, placed round robin, blind to memory.
     Cg(u32),
+    /// CASE launches, MGB Algorithm 2 placements (memory and warps hard).
+    MgbSm,
 }
 
 /// A policy name that does not exist.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy '{0}' (known: case, exclusive, cg:R)")]
+#[error("unknown policy '{0}' (known: case, exclusive, cg:R, mgb-sm)")]
 pub struct UnknownSimPolicy(pub String);
 
 impl std::str::FromStr for Policy {
@@ -55,6 +57,7 @@ impl std::str::FromStr for Policy {
         match s {
             "case" => Ok(Policy::Case),
             "exclusive" => Ok(Policy::Exclusive),
+            "mgb-sm" => Ok(Policy::MgbSm),
             _ => s
                 .strip_prefix("cg:")
                 .and_then(|r| r.parse::<u32>().ok())
@@ -71,6 +74,7 @@ impl std::fmt::Display for Policy {
             Policy::Case => f.write_str("case"),
             Policy::Exclusive => f.write_str("exclusive"),
             Policy::Cg(r) => write!(f, "cg:{r}"),
+            Policy::MgbSm => f.write_str("mgb-sm"),
         }
     }
 }
@@ -272,10 +276,8 @@ impl Sim<'_> {
                 slices,
                 secs,
             } => {
-                if let Some(i) = s
-                    .instance
-                    .filter(|_| self.policy != Policy::Case || self.jobs[j].isolated)
-                {
+                let probed = matches!(self.policy, Policy::Case | Policy::MgbSm);
+                if let Some(i) = s.instance.filter(|_| !probed || self.jobs[j].isolated) {
                     if let Policy::Cg(_) = self.policy {
                         if !self.jobs[j].isolated {
                             let on: u64 = self
@@ -403,7 +405,7 @@ impl Sim<'_> {
                 n.instances
                     .iter()
                     .map(|s| {
-                        let shared_use = self.policy == Policy::Case;
+                        let shared_use = matches!(self.policy, Policy::Case | Policy::MgbSm);
                         (
                             s.instance.uuid.clone(),
                             shared_use && (s.isolated_owner.is_some() || s.draining_for.is_some()),
@@ -466,7 +468,7 @@ pub fn simulate(spec: &str, policy: Policy, jobs: &[SimJob]) -> Result<SimResult
         _ => Box::new(CaseLaunch),
     };
     let worker_limit = match policy {
-        Policy::Case => None,
+        Policy::Case | Policy::MgbSm => None,
         Policy::Exclusive => Some(inst.len() as u32),
         Policy::Cg(r) => Some(r * inst.len() as u32),
     };
@@ -484,12 +486,21 @@ pub fn simulate(spec: &str, policy: Policy, jobs: &[SimJob]) -> Result<SimResult
         },
         0,
     );
-    let book = TaskBook::new(
-        Box::new(CasePlacement),
+    let placement: Box<dyn crate::placement::PlacementPolicy> = match policy {
+        Policy::MgbSm => Box::new(crate::placement::MgbSmPlacement),
+        _ => Box::new(CasePlacement),
+    };
+    let mut book = TaskBook::new(
+        placement,
         inst.iter()
             .map(|i| (i.uuid.clone(), i.memory_mib * MIB))
             .collect(),
     );
+    // A task's warps are its parallelism in thousandths of a slice: an
+    // instance holds its compute slices' worth.
+    for i in &inst {
+        book = book.with_warp_capacity(&i.uuid, i.compute_slices as u64 * 1000);
+    }
     let total_mem = inst.iter().map(|i| i.memory_mib).sum::<u64>().max(1) as f64;
     let mut sim = Sim {
         policy,
@@ -700,7 +711,7 @@ mod tests {
     #[test]
     fn every_job_finishes_and_case_never_crashes() {
         let jobs = mix(1, 4, 64);
-        for p in [Policy::Case, Policy::Exclusive] {
+        for p in [Policy::Case, Policy::Exclusive, Policy::MgbSm] {
             let r = simulate(A30, p, &jobs).unwrap();
             assert_eq!(r.completed, 64, "{p}");
             assert_eq!(r.oom_crashes, 0, "{p}");
