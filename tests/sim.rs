@@ -61,7 +61,8 @@ fn sweep_plot_trace_and_bad_input() {
         .filter(|l| {
             l.split_whitespace()
                 .next()
-                .is_some_and(|w| w.contains(':') && w.len() <= 4)
+                .and_then(|w| w.split_once(':'))
+                .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
         })
         .count();
     assert_eq!(rows, 7, "{text}");
