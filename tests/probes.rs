@@ -207,3 +207,56 @@ fn an_isolated_job_waits_for_shared_tasks_to_leave_its_instance() {
         "isolated job started at {iso_started}, shared task ended at {task_end}; {shared_job}"
     );
 }
+
+#[test]
+fn reservations_survive_a_node_restart() {
+    let mut g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
+    let marker = g.work.path().join("a-running");
+    let a = g.script(
+        "a.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 3G -- sh -c 'touch {}; sleep 4'\n",
+            bin("gprobe").display(),
+            marker.display()
+        ),
+    );
+    let ja = g.submit(&["-o", "/dev/null", &a]);
+    g.wait_until("job a holds 3 GiB", Duration::from_secs(20), || {
+        marker.exists()
+            && g.get("/api/v1/tasks").unwrap()["tasks"]
+                .as_array()
+                .is_some_and(|t| t.len() == 1)
+    });
+    // gsched dies; job a keeps running and keeps its memory.
+    g.restart();
+    let b = g.script(
+        "b.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 3G -- true\n",
+            bin("gprobe").display()
+        ),
+    );
+    let jb = g.submit(&["-o", "/dev/null", &b]);
+    g.wait_state(ja, "COMPLETED", Duration::from_secs(30));
+    g.wait_state(jb, "COMPLETED", Duration::from_secs(30));
+    let mut tasks: Vec<Value> = Vec::new();
+    g.wait_until(
+        "both reservations are recorded as ended",
+        Duration::from_secs(10),
+        || {
+            tasks = g.get("/api/v1/tasks").unwrap()["tasks"]
+                .as_array()
+                .unwrap()
+                .clone();
+            tasks.len() == 2 && tasks.iter().all(|t| t["end_ms"].is_i64())
+        },
+    );
+    let of = |job: u64| tasks.iter().find(|t| t["job"] == job).unwrap().clone();
+    let (ta, tb) = (of(ja), of(jb));
+    assert!(
+        tb["begin_ms"].as_i64() >= ta["end_ms"].as_i64(),
+        "b was placed before a released its memory: {ta} {tb}\n{}",
+        g.log()
+    );
+    assert!(g.log().contains("reservation restored"), "{}", g.log());
+}

@@ -474,6 +474,21 @@ impl TaskBook {
         Ok(())
     }
 
+    /// Puts back a reservation that existed before a restart, as it was:
+    /// task `id` of `req` on `uuid`. Returns false (and changes nothing) if
+    /// the instance is unknown, the task exists, or it would over-reserve.
+    pub fn restore(&mut self, id: TaskId, req: &TaskRequest, uuid: &str) -> bool {
+        let Some(i) = self.index(uuid) else {
+            return false;
+        };
+        if self.active.contains_key(&id) || self.instances[i].free_bytes() < req.bytes {
+            return false;
+        }
+        self.place_on(i, id, req);
+        self.next = self.next.max(id + 1);
+        true
+    }
+
     /// The reservation of an active task.
     pub fn task(&self, id: TaskId) -> Option<Placed> {
         self.active.get(&id).map(|a| Placed {
@@ -614,6 +629,25 @@ mod tests {
         let got: Vec<(JobId, String)> = now.iter().map(|p| (p.job, p.instance.clone())).collect();
         assert_eq!(got, vec![(3, "I0".to_string()), (4, "I0".to_string())]);
         assert!(placement_policy("mgb-sm").is_some());
+    }
+
+    #[test]
+    fn restored_reservations_count() {
+        let mut b = book(&[5 * G]);
+        assert!(b.restore(40, &req(1, 9, 3 * G, 10), "I0"));
+        assert!(!b.restore(40, &req(1, 9, G, 10), "I0"), "same id twice");
+        assert!(
+            !b.restore(41, &req(2, 9, 3 * G, 10), "I0"),
+            "would over-reserve"
+        );
+        assert!(!b.restore(42, &req(2, 9, G, 10), "nowhere"));
+        assert_eq!(b.pinned(1, 9), Some("I0"));
+        assert!(matches!(
+            b.begin(req(3, 3, 3 * G, 0)).unwrap(),
+            Begin::Waiting(41)
+        ));
+        let now = b.end(40).unwrap();
+        assert_eq!(now[0].job, 3);
     }
 
     #[test]

@@ -52,6 +52,51 @@ fn memory_mib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Asks gctld for the reservations this node held when it stopped and puts
+/// back those of processes still running. Without a controller (yet), the
+/// node starts without them and says so.
+async fn restore_reservations(
+    controller: &str,
+    node: &str,
+    probe: &Arc<probe::ProbeServer>,
+    running: &[gsched_core::job::JobId],
+) {
+    if running.is_empty() {
+        return;
+    }
+    let url = format!("{}/api/v1/tasks", controller.trim_end_matches('/'));
+    let fetched = async {
+        let v: serde_json::Value = reqwest::Client::new()
+            .get(&url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok::<_, reqwest::Error>(v)
+    }
+    .await;
+    let v = match fetched {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the reservations this node held from the controller; running jobs' GPU memory is not accounted until they end");
+            return;
+        }
+    };
+    let records: Vec<gsched_core::probe::TaskRecord> = v["tasks"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|t| t["node"] == node && t["end_ms"].is_null())
+                .filter_map(|t| serde_json::from_value(t.clone()).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !records.is_empty() {
+        probe.restore(records, running);
+    }
+}
+
 /// Starts the node daemon. `shepherd_exe` is a binary that runs
 /// [`shepherd::main`] when called with [`shepherd::SHEPHERD_ARG`].
 pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) -> Result<Running> {
@@ -181,6 +226,13 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     }
     tokio::spawn(Arc::clone(&probe_server).serve(probe_listener));
     let ended = launcher.adopt();
+    restore_reservations(
+        &config.controller,
+        &name,
+        &probe_server,
+        &launcher.running_ids(),
+    )
+    .await;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

@@ -231,6 +231,44 @@ impl ProbeServer {
         }
     }
 
+    /// Puts back the reservations gctld recorded as held by this node's
+    /// running jobs before a restart, and watches their processes again.
+    /// Records of processes that are gone are closed.
+    pub fn restore(self: &Arc<Self>, records: Vec<TaskRecord>, running: &[JobId]) {
+        let mut st = self.lock();
+        let now = now_ms();
+        for r in records {
+            let alive =
+                running.contains(&r.job) && crate::spool::process_starttime(r.pid as i32).is_some();
+            let req = TaskRequest {
+                job: r.job,
+                pid: r.pid,
+                bytes: r.bytes,
+                warps: r.warps,
+            };
+            if alive && st.book.restore(r.task, &req, &r.instance) {
+                let p = Placed {
+                    task: r.task,
+                    job: r.job,
+                    pid: r.pid,
+                    instance: r.instance.clone(),
+                    bytes: r.bytes,
+                    warps: r.warps,
+                };
+                st.begun.insert(r.task, (p, r.begin_ms));
+                if st.watched.insert((r.job, r.pid)) {
+                    self.watch_process(r.job, r.pid);
+                }
+                info!(job = r.job, task = r.task, instance = %r.instance, bytes = r.bytes, "reservation restored");
+            } else {
+                self.events.send(TaskEvent::Record(TaskRecord {
+                    end_ms: Some(now.max(r.begin_ms)),
+                    ..r
+                }));
+            }
+        }
+    }
+
     /// Lets a job use the probe socket; returns its secret. `key` is given
     /// when re-registering an adopted job.
     pub fn register_job(&self, job: JobId, uid: u32, key: Option<String>) -> Result<String> {

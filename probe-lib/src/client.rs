@@ -44,6 +44,7 @@ pub struct Placement {
 /// A connection to the node's probe server, for one job.
 pub struct ProbeClient {
     stream: UnixStream,
+    sock: String,
     job: JobId,
     key: String,
 }
@@ -75,10 +76,28 @@ impl ProbeClient {
                 format!("cannot reach gnoded's probe socket {sock}: {e}"),
             )
         })?;
-        Ok(ProbeClient { stream, job, key })
+        Ok(ProbeClient {
+            stream,
+            sock: sock.to_string(),
+            job,
+            key,
+        })
     }
 
+    /// One exchange; if the connection broke (gnoded restarted), connects
+    /// again and retries once: gnoded restores the job's reservations.
     fn call(&mut self, req: &ProbeRequest) -> Result<ProbeReply, ProbeError> {
+        match self.exchange(req) {
+            Err(e) if e.code == code::UNAVAILABLE && e.message.starts_with("probe socket:") => {
+                let fresh = ProbeClient::connect(&self.sock, self.job, self.key.clone())?;
+                self.stream = fresh.stream;
+                self.exchange(req)
+            }
+            other => other,
+        }
+    }
+
+    fn exchange(&mut self, req: &ProbeRequest) -> Result<ProbeReply, ProbeError> {
         let broken = |e: std::io::Error| err(code::UNAVAILABLE, format!("probe socket: {e}"));
         self.stream.write_all(&encode(req)).map_err(broken)?;
         let mut header = [0u8; 4];
