@@ -54,6 +54,8 @@ fn build(dir: &Path) -> PathBuf {
 
 #[test]
 fn unmodified_programs_are_placed_capped_and_measured() {
+    // gnoded preloads the library found next to it.
+    common::bin("libgprobe.so");
     let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
     let app = build(g.work.path());
     let uuid = g.get("/api/v1/instances").unwrap()["instances"][0]["uuid"]

@@ -33,7 +33,7 @@ pub fn bin(name: &str) -> PathBuf {
     let path = gsched.with_file_name(name);
     assert!(
         path.is_file(),
-        "{} is missing: run `cargo build --workspace --bins` (./scripts/test does)",
+        "{} is missing: run `cargo build --workspace` (./scripts/test does)",
         path.display()
     );
     path
