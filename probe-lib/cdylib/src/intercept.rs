@@ -192,7 +192,13 @@ static REAL: [AtomicPtr<c_void>; NAMES.len()] =
 
 /// The real function `i` from libcuda (loading it if `load`).
 fn real_ptr(i: usize, load: bool) -> *mut c_void {
+    // A driver without this function is remembered, so that `dlsym` calls
+    // do not look it up again each time.
+    let missing: *mut c_void = std::ptr::dangling_mut();
     let p = REAL[i].load(Ordering::Acquire);
+    if p == missing {
+        return std::ptr::null_mut();
+    }
     if !p.is_null() {
         return p;
     }
@@ -202,7 +208,7 @@ fn real_ptr(i: usize, load: bool) -> *mut c_void {
     }
     // SAFETY: real dlsym on libcuda's handle with a NUL-terminated name.
     let p = unsafe { real_dlsym()(h, NAMES[i].as_ptr()) };
-    REAL[i].store(p, Ordering::Release);
+    REAL[i].store(if p.is_null() { missing } else { p }, Ordering::Release);
     p
 }
 
