@@ -20,76 +20,29 @@ macro_rules! call_real {
     };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
-    ensure_placed();
-    call_real!(H::cuInit, unsafe extern "C" fn(c_uint) -> CUresult, flags)
+/// A wrapper that places the process first (see `ensure_placed`), then
+/// calls the driver.
+macro_rules! placing_wrapper {
+    ($name:ident($($a:ident: $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> CUresult {
+            ensure_placed();
+            call_real!(H::$name, unsafe extern "C" fn($($t),*) -> CUresult, $($a),*)
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: c_int) -> CUresult {
-    ensure_placed();
-    call_real!(
-        H::cuDevicePrimaryCtxRetain,
-        unsafe extern "C" fn(*mut *mut c_void, c_int) -> CUresult,
-        ctx,
-        dev
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v2(
-    ctx: *mut *mut c_void,
-    flags: c_uint,
-    dev: c_int,
-) -> CUresult {
-    ensure_placed();
-    call_real!(
-        H::cuCtxCreate_v2,
-        unsafe extern "C" fn(*mut *mut c_void, c_uint, c_int) -> CUresult,
-        ctx,
-        flags,
-        dev
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v3(
+placing_wrapper!(cuInit(flags: c_uint));
+placing_wrapper!(cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: c_int));
+placing_wrapper!(cuCtxCreate_v2(ctx: *mut *mut c_void, flags: c_uint, dev: c_int));
+placing_wrapper!(cuCtxCreate_v3(
     ctx: *mut *mut c_void,
     params: *mut c_void,
     num_params: c_int,
     flags: c_uint,
-    dev: c_int,
-) -> CUresult {
-    ensure_placed();
-    call_real!(
-        H::cuCtxCreate_v3,
-        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_int, c_uint, c_int) -> CUresult,
-        ctx,
-        params,
-        num_params,
-        flags,
-        dev
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v4(
-    ctx: *mut *mut c_void,
-    params: *mut c_void,
-    flags: c_uint,
-    dev: c_int,
-) -> CUresult {
-    ensure_placed();
-    call_real!(
-        H::cuCtxCreate_v4,
-        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint, c_int) -> CUresult,
-        ctx,
-        params,
-        flags,
-        dev
-    )
-}
+    dev: c_int
+));
+placing_wrapper!(cuCtxCreate_v4(ctx: *mut *mut c_void, params: *mut c_void, flags: c_uint, dev: c_int));
 
 /// An allocation wrapper: admit, call, settle with the handle at `out`.
 macro_rules! alloc_wrapper {
@@ -191,69 +144,24 @@ alloc_wrapper!(cuMipmappedArrayCreate(handle: *mut *mut c_void, desc: *const Arr
     2 * d.width as u64 * d.height.max(1) as u64 * d.depth.max(1) as u64 * d.channels.max(1) as u64 * format_bytes(d.format)
 });
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFree_v2(dptr: u64) -> CUresult {
-    let r = call_real!(H::cuMemFree_v2, unsafe extern "C" fn(u64) -> CUresult, dptr);
-    freed(r, dptr);
-    r
+/// A wrapper that frees `$handle` and uncounts it when the driver agrees.
+macro_rules! free_wrapper {
+    ($name:ident($handle:ident: $ht:ty $(, $a:ident: $t:ty)*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($handle: $ht $(, $a: $t)*) -> CUresult {
+            let r = call_real!(H::$name, unsafe extern "C" fn($ht $(, $t)*) -> CUresult, $handle $(, $a)*);
+            freed(r, $handle as usize as u64);
+            r
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync(dptr: u64, stream: *mut c_void) -> CUresult {
-    let r = call_real!(
-        H::cuMemFreeAsync,
-        unsafe extern "C" fn(u64, *mut c_void) -> CUresult,
-        dptr,
-        stream
-    );
-    freed(r, dptr);
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: u64, stream: *mut c_void) -> CUresult {
-    let r = call_real!(
-        H::cuMemFreeAsync_ptsz,
-        unsafe extern "C" fn(u64, *mut c_void) -> CUresult,
-        dptr,
-        stream
-    );
-    freed(r, dptr);
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemRelease(handle: u64) -> CUresult {
-    let r = call_real!(
-        H::cuMemRelease,
-        unsafe extern "C" fn(u64) -> CUresult,
-        handle
-    );
-    freed(r, handle);
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuArrayDestroy(handle: *mut c_void) -> CUresult {
-    let r = call_real!(
-        H::cuArrayDestroy,
-        unsafe extern "C" fn(*mut c_void) -> CUresult,
-        handle
-    );
-    freed(r, handle as usize as u64);
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMipmappedArrayDestroy(handle: *mut c_void) -> CUresult {
-    let r = call_real!(
-        H::cuMipmappedArrayDestroy,
-        unsafe extern "C" fn(*mut c_void) -> CUresult,
-        handle
-    );
-    freed(r, handle as usize as u64);
-    r
-}
+free_wrapper!(cuMemFree_v2(dptr: u64));
+free_wrapper!(cuMemFreeAsync(dptr: u64, stream: *mut c_void));
+free_wrapper!(cuMemFreeAsync_ptsz(dptr: u64, stream: *mut c_void));
+free_wrapper!(cuMemRelease(handle: u64));
+free_wrapper!(cuArrayDestroy(handle: *mut c_void));
+free_wrapper!(cuMipmappedArrayDestroy(handle: *mut c_void));
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
@@ -290,35 +198,10 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> C
     r
 }
 
-type LaunchFn = unsafe extern "C" fn(
-    *mut c_void,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
-
-type CoopLaunchFn = unsafe extern "C" fn(
-    *mut c_void,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
-
+/// A kernel-launch wrapper: grid and block dimensions first (after the
+/// function), then the launch's other arguments, passed through.
 macro_rules! launch_wrapper {
-    ($name:ident) => {
+    ($name:ident($($a:ident: $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             f: *mut c_void,
@@ -328,68 +211,22 @@ macro_rules! launch_wrapper {
             bx: c_uint,
             by: c_uint,
             bz: c_uint,
-            shared: c_uint,
-            stream: *mut c_void,
-            params: *mut *mut c_void,
-            extra: *mut *mut c_void,
+            $($a: $t),*
         ) -> CUresult {
             launched(launch_warps([gx, gy, gz], [bx, by, bz]));
             call_real!(
                 H::$name,
-                LaunchFn,
-                f,
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                shared,
-                stream,
-                params,
-                extra
+                unsafe extern "C" fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, $($t),*) -> CUresult,
+                f, gx, gy, gz, bx, by, bz $(, $a)*
             )
         }
     };
 }
-launch_wrapper!(cuLaunchKernel);
-launch_wrapper!(cuLaunchKernel_ptsz);
 
-macro_rules! coop_wrapper {
-    ($name:ident) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            f: *mut c_void,
-            gx: c_uint,
-            gy: c_uint,
-            gz: c_uint,
-            bx: c_uint,
-            by: c_uint,
-            bz: c_uint,
-            shared: c_uint,
-            stream: *mut c_void,
-            params: *mut *mut c_void,
-        ) -> CUresult {
-            launched(launch_warps([gx, gy, gz], [bx, by, bz]));
-            call_real!(
-                H::$name,
-                CoopLaunchFn,
-                f,
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                shared,
-                stream,
-                params
-            )
-        }
-    };
-}
-coop_wrapper!(cuLaunchCooperativeKernel);
-coop_wrapper!(cuLaunchCooperativeKernel_ptsz);
+launch_wrapper!(cuLaunchKernel(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void));
+launch_wrapper!(cuLaunchKernel_ptsz(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void));
+launch_wrapper!(cuLaunchCooperativeKernel(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void));
+launch_wrapper!(cuLaunchCooperativeKernel_ptsz(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void));
 
 /// The head of `CUlaunchConfig`.
 #[repr(C)]
