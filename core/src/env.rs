@@ -88,6 +88,49 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     env
 }
 
+/// How a node intercepts the CUDA driver of shared jobs.
+#[derive(Debug, Clone)]
+pub struct Interception<'a> {
+    /// Path of `libgprobe.so`.
+    pub lib: &'a str,
+    /// Reservation for a job with no footprint of its own, bytes.
+    pub default_bytes: u64,
+    /// CUDA context memory reserved on top, bytes.
+    pub context_bytes: u64,
+}
+
+/// Adds the interception variables to a job's environment: for a shared
+/// job that holds no instance and has not opted out (`GSCHED_INTERCEPT=0`),
+/// `LD_PRELOAD` (the library first), and the reservation: the job's stated
+/// footprint, else the peak of its earlier runs (`learned_mib`), else the
+/// node's default.
+pub fn add_interception(
+    env: &mut BTreeMap<String, String>,
+    job: &Job,
+    holds_instance: bool,
+    learned_mib: Option<u64>,
+    with: &Interception<'_>,
+) {
+    let opted_out = env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0");
+    if job.spec.isolated || holds_instance || opted_out {
+        return;
+    }
+    let preload = match env.get("LD_PRELOAD") {
+        Some(p) if !p.is_empty() => format!("{} {p}", with.lib),
+        _ => with.lib.to_string(),
+    };
+    env.insert("LD_PRELOAD".into(), preload);
+    let bytes = job
+        .spec
+        .gpu
+        .mem_mib
+        .or(learned_mib)
+        .map(|m| m * 1024 * 1024)
+        .unwrap_or(with.default_bytes);
+    env.insert("GSCHED_TASK_MEM".into(), bytes.to_string());
+    env.insert("GSCHED_CONTEXT_MEM".into(), with.context_bytes.to_string());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +231,49 @@ mod tests {
             "submitter's devices leaked"
         );
         assert!(!env.contains_key("SLURM_JOB_GPUS"));
+    }
+
+    #[test]
+    fn interception_reservation_and_opt_outs() {
+        let with = Interception {
+            lib: "/l/libgprobe.so",
+            default_bytes: 7,
+            context_bytes: 3,
+        };
+        let mut j = job();
+        j.spec.isolated = false;
+        j.spec.gpu = GpuRequest::default();
+        let mut env = BTreeMap::from([("LD_PRELOAD".to_string(), "/x.so".to_string())]);
+        add_interception(&mut env, &j, false, None, &with);
+        assert_eq!(env["LD_PRELOAD"], "/l/libgprobe.so /x.so");
+        assert_eq!(env["GSCHED_TASK_MEM"], "7");
+        assert_eq!(env["GSCHED_CONTEXT_MEM"], "3");
+        let mut env = BTreeMap::new();
+        add_interception(&mut env, &j, false, Some(2), &with);
+        assert_eq!(env["GSCHED_TASK_MEM"], (2u64 << 20).to_string(), "learned");
+        j.spec.gpu.mem_mib = Some(5);
+        add_interception(&mut env, &j, false, Some(2), &with);
+        assert_eq!(
+            env["GSCHED_TASK_MEM"],
+            (5u64 << 20).to_string(),
+            "stated wins"
+        );
+        for (holds, opt_out, isolated) in [
+            (true, false, false),
+            (false, true, false),
+            (false, false, true),
+        ] {
+            let mut k = j.clone();
+            k.spec.isolated = isolated;
+            let mut env = BTreeMap::new();
+            if opt_out {
+                env.insert("GSCHED_INTERCEPT".to_string(), "0".to_string());
+            }
+            add_interception(&mut env, &k, holds, None, &with);
+            assert!(
+                !env.contains_key("LD_PRELOAD"),
+                "{holds} {opt_out} {isolated}"
+            );
+        }
     }
 }

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gsched_core::env::{job_environment, Placement};
+use gsched_core::env::{add_interception, job_environment, Interception, Placement};
 use gsched_core::job::JobId;
 use gsched_core::outcome::{EndCause, ProcessOutcome};
 use gsched_core::pattern::job_output_paths;
@@ -204,27 +204,19 @@ impl Launcher {
             env.insert(JOB_KEY_ENV.into(), key);
         }
         if let Some((lib, default_bytes, context_bytes)) = self.interception.get() {
-            let opted_out = env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0");
-            // A job that holds an instance (isolated, or under the exclusive
-            // launch policy) is already placed.
-            if !job.spec.isolated && req.instance.is_none() && !opted_out {
-                let preload = match env.get("LD_PRELOAD") {
-                    Some(p) if !p.is_empty() => format!("{} {p}", lib.display()),
-                    _ => lib.display().to_string(),
-                };
-                env.insert("LD_PRELOAD".into(), preload);
-                // The reservation: the job's stated footprint, else what
-                // earlier runs of it peaked at, else the node's default.
-                let bytes = job
-                    .spec
-                    .gpu
-                    .mem_mib
-                    .or(req.learned_footprint_mib)
-                    .map(|m| m * 1024 * 1024)
-                    .unwrap_or(*default_bytes);
-                env.insert("GSCHED_TASK_MEM".into(), bytes.to_string());
-                env.insert("GSCHED_CONTEXT_MEM".into(), context_bytes.to_string());
-            }
+            let lib = lib.display().to_string();
+            let with = Interception {
+                lib: &lib,
+                default_bytes: *default_bytes,
+                context_bytes: *context_bytes,
+            };
+            add_interception(
+                &mut env,
+                job,
+                req.instance.is_some(),
+                req.learned_footprint_mib,
+                &with,
+            );
         }
         let (stdout, stderr) = job_output_paths(job, &self.node);
         let start_time = job.start_time.unwrap_or_else(unix_now);

@@ -376,12 +376,17 @@ impl ProbeServer {
     }
 
     /// Records placements and answers the tasks that waited for them.
+    /// Records that a placement began.
+    fn began(&self, st: &mut State, p: &Placed, now: i64) {
+        self.events.send(TaskEvent::Record(record(p, now, None)));
+        st.begun.insert(p.task, (p.clone(), now));
+    }
+
     fn deliver(&self, st: &mut State, placed: Vec<Placed>) {
         let now = now_ms();
         let mut orphans = Vec::new();
         for p in placed {
-            self.events.send(TaskEvent::Record(record(&p, now, None)));
-            st.begun.insert(p.task, (p.clone(), now));
+            self.began(st, &p, now);
             info!(job = p.job, task = p.task, instance = %p.instance, bytes = p.bytes, "task placed after waiting");
             let reply = self.placed_reply(&p);
             let delivered = st
@@ -517,13 +522,12 @@ impl ProbeServer {
                         warps,
                     }) {
                         Ok(Begin::Placed(p)) => {
-                            self.events
-                                .send(TaskEvent::Record(record(&p, now_ms(), None)));
-                            st.begun.insert(p.task, (p.clone(), now_ms()));
+                            self.began(&mut st, &p, now_ms());
                             debug!(job, task = p.task, instance = %p.instance, bytes, "task placed");
-                            let (tx, rx) = oneshot::channel();
-                            let _ = tx.send(self.placed_reply(&p));
-                            rx
+                            let reply = self.placed_reply(&p);
+                            drop(st);
+                            self.physically_free(&p.instance, p.bytes);
+                            return reply;
                         }
                         Ok(Begin::Waiting(task)) => {
                             info!(job, task, bytes, "task waits for memory");

@@ -272,9 +272,7 @@ impl Sim<'_> {
         match phase {
             Phase::Cpu { secs } => self.timer(self.now + secs, j),
             Phase::Gpu {
-                mem_mib,
-                slices,
-                secs,
+                mem_mib, slices, ..
             } => {
                 let probed = matches!(self.policy, Policy::Case | Policy::MgbSm);
                 if let Some(i) = s.instance.filter(|_| !probed || self.jobs[j].isolated) {
@@ -295,14 +293,7 @@ impl Sim<'_> {
                             }
                         }
                     }
-                    self.running.push(Run {
-                        inst: i,
-                        remaining: secs,
-                        slices,
-                        mem: mem_mib,
-                        job: j,
-                        task: None,
-                    });
+                    self.run_task(j, i, None);
                     return;
                 }
                 let req = TaskRequest {
@@ -325,22 +316,26 @@ impl Sim<'_> {
         let i = self.uuid_index(&p.instance);
         self.decisions
             .push(format!("place {} on {}", self.jobs[j].name, p.instance));
-        let Some(Phase::Gpu {
+        self.run_task(j, i, Some(p.task));
+    }
+
+    /// Starts job `j`'s current GPU phase on instance `i`.
+    fn run_task(&mut self, j: usize, i: usize, task: Option<TaskId>) {
+        if let Some(Phase::Gpu {
             mem_mib,
             slices,
             secs,
-        }) = self.jobs[j].phases.get(self.state[j].phase).cloned()
-        else {
-            return;
-        };
-        self.running.push(Run {
-            inst: i,
-            remaining: secs,
-            slices,
-            mem: mem_mib,
-            job: j,
-            task: Some(p.task),
-        });
+        }) = self.jobs[j].phases.get(self.state[j].phase)
+        {
+            self.running.push(Run {
+                inst: i,
+                remaining: *secs,
+                slices: *slices,
+                mem: *mem_mib,
+                job: j,
+                task,
+            });
+        }
     }
 
     fn finish(&mut self, j: usize, oom: bool) {
