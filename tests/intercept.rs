@@ -147,9 +147,7 @@ fn a_neighbour_cannot_take_reserved_memory() {
     );
     let marker_job = g.submit(&["-o", "/dev/null", &hold]);
     g.wait_until("the 3 GiB task is placed", Duration::from_secs(20), || {
-        g.get("/api/v1/tasks").unwrap()["tasks"]
-            .as_array()
-            .is_some_and(|t| !t.is_empty())
+        !g.tasks("").is_empty()
     });
     let script = g.script("n.sh", &format!("#!/bin/sh\nexec {} link\n", app.display()));
     let id = g.submit(&["--gpu-mem", "1G", "-o", "n.out", &script]);

@@ -87,18 +87,7 @@ fn live_daemons_and_simulator_decide_alike() {
     for id in &ids {
         g.wait_state(*id, "COMPLETED", Duration::from_secs(60));
     }
-    let mut tasks: Vec<serde_json::Value> = Vec::new();
-    g.wait_until(
-        "all reservations are recorded",
-        Duration::from_secs(10),
-        || {
-            tasks = g.get("/api/v1/tasks").unwrap()["tasks"]
-                .as_array()
-                .unwrap()
-                .clone();
-            tasks.len() == 4
-        },
-    );
+    let mut tasks = g.ended_tasks("", 4);
     tasks.sort_by_key(|t| (t["begin_ms"].as_i64().unwrap(), t["task"].as_u64().unwrap()));
     let got: Vec<(String, usize)> = tasks
         .iter()

@@ -51,18 +51,7 @@ fn twenty_probed_jobs_are_packed_without_over_reserving() {
     for id in &ids {
         g.wait_state(*id, "COMPLETED", Duration::from_secs(60));
     }
-    let mut tasks: Vec<Value> = Vec::new();
-    g.wait_until(
-        "all 20 reservations are recorded as ended",
-        Duration::from_secs(20),
-        || {
-            tasks = g.get("/api/v1/tasks").unwrap()["tasks"]
-                .as_array()
-                .unwrap()
-                .clone();
-            tasks.len() == 20 && tasks.iter().all(|t| t["end_ms"].is_i64())
-        },
-    );
+    let tasks = g.ended_tasks("", 20);
     let mut jobs: Vec<u64> = tasks.iter().map(|t| t["job"].as_u64().unwrap()).collect();
     jobs.sort();
     assert_eq!(jobs, ids, "one reservation per job");
@@ -183,19 +172,7 @@ fn an_isolated_job_waits_for_shared_tasks_to_leave_its_instance() {
     let i = g.submit(&["--mig", "1g.5gb", "-o", "iso.out", &iso]);
     let shared_job = g.wait_state(s, "COMPLETED", Duration::from_secs(30));
     g.wait_state(i, "COMPLETED", Duration::from_secs(30));
-    let mut tasks: Vec<Value> = Vec::new();
-    // Records reach gctld in batches every 100 ms.
-    g.wait_until(
-        "the shared task's end is recorded",
-        Duration::from_secs(10),
-        || {
-            tasks = g.get(&format!("/api/v1/tasks?job={s}")).unwrap()["tasks"]
-                .as_array()
-                .unwrap()
-                .clone();
-            tasks.len() == 1 && tasks[0]["end_ms"].is_i64()
-        },
-    );
+    let tasks = g.ended_tasks(&format!("?job={s}"), 1);
     let task_end = tasks[0]["end_ms"].as_i64().unwrap();
     let iso_started: i64 = std::fs::read_to_string(g.work.path().join("iso.out"))
         .unwrap()
@@ -222,10 +199,7 @@ fn reservations_survive_a_node_restart() {
     );
     let ja = g.submit(&["-o", "/dev/null", &a]);
     g.wait_until("job a holds 3 GiB", Duration::from_secs(20), || {
-        marker.exists()
-            && g.get("/api/v1/tasks").unwrap()["tasks"]
-                .as_array()
-                .is_some_and(|t| t.len() == 1)
+        marker.exists() && g.tasks("").len() == 1
     });
     // gsched dies; job a keeps running and keeps its memory.
     g.restart();
@@ -239,18 +213,7 @@ fn reservations_survive_a_node_restart() {
     let jb = g.submit(&["-o", "/dev/null", &b]);
     g.wait_state(ja, "COMPLETED", Duration::from_secs(30));
     g.wait_state(jb, "COMPLETED", Duration::from_secs(30));
-    let mut tasks: Vec<Value> = Vec::new();
-    g.wait_until(
-        "both reservations are recorded as ended",
-        Duration::from_secs(10),
-        || {
-            tasks = g.get("/api/v1/tasks").unwrap()["tasks"]
-                .as_array()
-                .unwrap()
-                .clone();
-            tasks.len() == 2 && tasks.iter().all(|t| t["end_ms"].is_i64())
-        },
-    );
+    let tasks = g.ended_tasks("", 2);
     let of = |job: u64| tasks.iter().find(|t| t["job"] == job).unwrap().clone();
     let (ta, tb) = (of(ja), of(jb));
     assert!(

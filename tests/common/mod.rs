@@ -222,6 +222,28 @@ impl Gsched {
         panic!("timed out waiting until {what}\nlog:\n{}", self.log());
     }
 
+    /// The recorded task reservations (`query`: e.g. `?job=3`, or "").
+    pub fn tasks(&self, query: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/tasks{query}"))
+            .and_then(|v| v["tasks"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// Waits until `n` reservations matching `query` are recorded as ended
+    /// (nodes report them in batches every 100 ms) and returns them.
+    pub fn ended_tasks(&self, query: &str, n: usize) -> Vec<Value> {
+        let mut tasks = Vec::new();
+        self.wait_until(
+            &format!("{n} reservations{query} are recorded as ended"),
+            Duration::from_secs(20),
+            || {
+                tasks = self.tasks(query);
+                tasks.len() == n && tasks.iter().all(|t| t["end_ms"].is_i64())
+            },
+        );
+        tasks
+    }
+
     /// Kills every job process group this instance started (shepherds are
     /// found by their command line, as gnoded finds them).
     pub fn kill_jobs(&self) {
