@@ -41,11 +41,7 @@ struct Binary {
 }
 
 fn on_path(name: &str) -> Option<String> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .map(|p| p.display().to_string())
+    gsched_noded::mps::find_on_path(name).map(|p| p.display().to_string())
 }
 
 /// Compares NVML's profiles with gsched's table for `model`.

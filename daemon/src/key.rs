@@ -6,13 +6,18 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+/// `n` random bytes from the operating system, as hex: cluster and job keys.
+pub fn random_hex(n: usize) -> Result<String> {
+    let mut bytes = vec![0u8; n];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("no randomness for a key: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Reads the key, creating a random one (mode 0600) if the file is missing.
 pub fn load_or_create(path: &Path) -> Result<String> {
     if !path.exists() {
-        let mut bytes = [0u8; 32];
-        getrandom::getrandom(&mut bytes)
-            .map_err(|e| anyhow::anyhow!("no randomness for a cluster key: {e}"))?;
-        let key: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let key = random_hex(32)?;
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

@@ -7,7 +7,7 @@
 //! signalling that process group.
 
 use std::collections::HashMap;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::shepherd::SHEPHERD_ARG;
-use crate::spool::{process_starttime, JobSpool, ShepherdSpec};
+use crate::spool::{pidfd_open, process_starttime, JobSpool, ShepherdSpec};
 
 const CANCELLED: &str = "cancelled";
 const TIMEOUT: &str = "timeout";
@@ -68,16 +68,6 @@ pub struct Launcher {
     /// `libgprobe.so` to preload into non-isolated jobs, and the reservation
     /// for a job with no footprint of its own (bytes).
     interception: std::sync::OnceLock<(PathBuf, u64, u64)>,
-}
-
-fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
-    // SAFETY: plain syscall; on success it returns a new file descriptor we own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor returned by the kernel.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 fn signal_group(pgid: i32, sig: Signal) {

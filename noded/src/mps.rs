@@ -38,6 +38,14 @@ struct MpsServer {
     daemon: Option<(i32, u64)>,
 }
 
+/// The first file called `name` in the directories of `PATH`.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
 /// Finds the control program: a configured path, else `nvidia-cuda-mps-control` on PATH.
 pub fn control_program(configured: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = configured {
@@ -46,11 +54,7 @@ pub fn control_program(configured: Option<&Path>) -> Result<PathBuf> {
         }
         return Ok(p.to_path_buf());
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(MPS_CONTROL))
-        .find(|p| p.is_file())
-        .with_context(|| {
+    find_on_path(MPS_CONTROL).with_context(|| {
             format!("a GPU layout asks for MPS but {MPS_CONTROL} is not on PATH; install the NVIDIA driver utilities or set mps_control in the GPU config")
         })
 }

@@ -8,7 +8,6 @@
 //! its job ends.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -95,13 +94,6 @@ pub struct ProbeServer {
     mps: BTreeMap<String, String>,
     events: Arc<TaskEvents>,
     changed: Notify,
-}
-
-fn random_key() -> Result<String> {
-    let mut bytes = [0u8; 24];
-    getrandom::getrandom(&mut bytes)
-        .map_err(|e| anyhow::anyhow!("no randomness for a job key: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl ProbeServer {
@@ -274,7 +266,7 @@ impl ProbeServer {
     pub fn register_job(&self, job: JobId, uid: u32, key: Option<String>) -> Result<String> {
         let key = match key {
             Some(k) => k,
-            None => random_key()?,
+            None => gsched_daemon::key::random_hex(24)?,
         };
         self.lock().jobs.insert(
             job,
@@ -619,7 +611,7 @@ impl ProbeServer {
 
     /// Releases a process's tasks when it exits.
     fn watch_process(self: &Arc<Self>, job: JobId, pid: u32) {
-        let fd = match pidfd(pid as i32) {
+        let fd = match crate::spool::pidfd_open(pid as i32) {
             Ok(fd) => fd,
             Err(e) => {
                 warn!(job, pid, error = %e, "cannot watch probing process; its tasks are released with the job");
@@ -671,17 +663,6 @@ fn record(p: &Placed, begin_ms: i64, end_ms: Option<i64>) -> TaskRecord {
 fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<(u32, u32)> {
     let c = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)?;
     Ok((c.uid(), c.pid().max(0) as u32))
-}
-
-fn pidfd(pid: i32) -> std::io::Result<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain syscall; on success it returns a new descriptor we own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor returned by the kernel.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 #[cfg(test)]

@@ -181,6 +181,18 @@ pub fn shepherds_under(root: &Path) -> Vec<(i32, PathBuf)> {
 /// Start time of a process in clock ticks since boot (field 22 of
 /// `/proc/PID/stat`), which tells a process apart from a later one that
 /// reuses its pid.
+/// A pidfd for `pid`: readable once the process has exited.
+pub fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall; on success it returns a new file descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor returned by the kernel.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
 pub fn process_starttime(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces: skip past its ')'.
