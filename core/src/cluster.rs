@@ -5,7 +5,7 @@
 //! tell a node to launch or signal). gctld wraps a [`Cluster`] in a lock and
 //! executes the effects; the simulator can drive the same type.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::gpu::Instance;
 use crate::job::{IllegalTransition, Job, JobId, JobSpec, JobState, SpecError};
@@ -88,6 +88,27 @@ pub struct Cluster {
     policy: Box<dyn LaunchPolicy>,
     /// Jobs queued since the last launch pass (they have no reason yet).
     unexamined: Vec<JobId>,
+    /// Jobs with a recorded GPU peak, by (user, job name) and by (user,
+    /// script hash), newest last: where footprints are learned from without
+    /// walking the job history.
+    peaks: HashMap<(String, FootprintKey), Vec<JobId>>,
+}
+
+/// What makes two jobs of one user "the same job" for footprint learning.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum FootprintKey {
+    Name(String),
+    Script(u64),
+}
+
+/// Earlier runs remembered per key.
+const PEAK_HISTORY: usize = 8;
+
+fn script_hash(script: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    script.hash(&mut h);
+    h.finish()
 }
 
 impl Cluster {
@@ -100,6 +121,35 @@ impl Cluster {
             next_id: 1,
             policy,
             unexamined: Vec::new(),
+            peaks: HashMap::new(),
+        }
+    }
+
+    fn footprint_keys(spec: &JobSpec) -> [(String, FootprintKey); 2] {
+        [
+            (
+                spec.user_name.clone(),
+                FootprintKey::Name(spec.name.clone()),
+            ),
+            (
+                spec.user_name.clone(),
+                FootprintKey::Script(script_hash(&spec.script)),
+            ),
+        ]
+    }
+
+    /// Remembers that `job` has a GPU peak.
+    fn note_peak(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get(&job) else { return };
+        for key in Self::footprint_keys(&j.spec) {
+            let ids = self.peaks.entry(key).or_default();
+            if !ids.contains(&job) {
+                ids.push(job);
+                ids.sort_unstable();
+                if ids.len() > PEAK_HISTORY {
+                    ids.remove(0);
+                }
+            }
         }
     }
 
@@ -119,7 +169,12 @@ impl Cluster {
         for job in jobs {
             c.next_id = c.next_id.max(job.id + 1);
             c.index(&job);
+            let peak = job.gpu_mem_peak.is_some();
+            let id = job.id;
             c.jobs.insert(job.id, job);
+            if peak {
+                c.note_peak(id);
+            }
         }
         c
     }
@@ -202,16 +257,21 @@ impl Cluster {
     /// same job: same user, and the same job name or the same script.
     pub fn learned_footprint(&self, job: JobId) -> Option<u64> {
         let j = self.jobs.get(&job)?;
-        self.jobs
-            .range(..job)
-            .rev()
-            .find(|(_, o)| {
-                o.gpu_mem_peak.is_some()
+        Self::footprint_keys(&j.spec)
+            .iter()
+            .filter_map(|k| self.peaks.get(k))
+            .flatten()
+            .copied()
+            .filter(|&id| id < job)
+            .filter_map(|id| self.jobs.get(&id))
+            // The script key is a hash: confirm the match.
+            .filter(|o| {
+                o.state.is_final()
                     && o.spec.user_name == j.spec.user_name
                     && (o.spec.name == j.spec.name || o.spec.script == j.spec.script)
-                    && o.state.is_final()
             })
-            .and_then(|(_, o)| o.gpu_mem_peak)
+            .max_by_key(|o| o.id)
+            .and_then(|o| o.gpu_mem_peak)
     }
 
     /// A process of `job` reported its peak GPU memory; the job keeps the
@@ -225,6 +285,7 @@ impl Cluster {
             return Vec::new();
         }
         j.gpu_mem_peak = Some(mib);
+        self.note_peak(job);
         vec![Effect::Job {
             id: job,
             event: "gpu_peak".into(),
@@ -870,6 +931,9 @@ mod tests {
         );
         c.job_ended("n1", &ended(a, 0, EndCause::Exited)).unwrap();
         assert_eq!(c.learned_footprint(b), Some(3072));
+        // A restarted controller learns the same from the stored jobs.
+        let r = Cluster::restore(Box::new(CaseLaunch), c.jobs().cloned().collect(), vec![]);
+        assert_eq!(r.learned_footprint(b), Some(3072));
         // Same script under another name: still the same job.
         let mut renamed = spec(false, false);
         renamed.name = "other".into();
