@@ -223,3 +223,51 @@ fn reservations_survive_a_node_restart() {
     );
     assert!(g.log().contains("reservation restored"), "{}", g.log());
 }
+
+#[test]
+fn gprobe_refuses_bad_input_with_a_reason() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(bin("gprobe"));
+        c.args(args).env_remove("GSCHED_PROBE_SOCK");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    for (args, want) in [
+        (vec!["launch"], "expected the subcommand 'run'"),
+        (vec!["run", "--", "true"], "--mem is required"),
+        (
+            vec!["run", "--mem", "lots", "--", "true"],
+            "invalid memory size 'lots'",
+        ),
+        (
+            vec!["run", "--mem", "1G", "--warps", "x", "--", "true"],
+            "--warps: 'x' is not a number",
+        ),
+        (vec!["run", "--mem", "1G"], "no command given after --"),
+        (
+            vec!["run", "--mem", "1G", "--", "true"],
+            "not inside a gsched job",
+        ),
+    ] {
+        let out = run(&args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("gprobe: ") && err.contains(want),
+            "{args:?}: {err}"
+        );
+    }
+    // A socket that is not there: said, not hung.
+    let out = run(
+        &["run", "--mem", "1G", "--", "true"],
+        &[
+            ("GSCHED_PROBE_SOCK", "/nonexistent/p.sock"),
+            ("GSCHED_JOB_ID", "1"),
+            ("GSCHED_JOB_KEY", "k"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach gnoded's probe socket"));
+}
