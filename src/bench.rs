@@ -185,6 +185,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
             pid: 1,
             bytes: 4 * G,
             warps: 64,
+            shape: None,
         }) {
             active.push(p.task);
         }
@@ -195,6 +196,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
             pid: 1,
             bytes: 2 * G,
             warps: 32,
+            shape: None,
         });
     }
     let mut end_times = Vec::new();
@@ -215,6 +217,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
             pid: 1,
             bytes: 4 * G,
             warps: 64,
+            shape: None,
         });
         begin_times.push(t.elapsed().as_nanos() as u64);
         if let Ok(Begin::Placed(p)) = b {
@@ -227,6 +230,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
                 pid: 1,
                 bytes: 2 * G,
                 warps: 32,
+                shape: None,
             });
         }
     }

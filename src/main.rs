@@ -75,9 +75,12 @@ struct UpArgs {
     /// Commit durability: normal survives process crashes, full also power loss.
     #[arg(long, value_enum, default_value = "normal")]
     durability: Durability,
-    /// Launch policy.
+    /// Launch policy: `case` or `exclusive`.
     #[arg(long, default_value = "case")]
     launch_policy: String,
+    /// Placement policy for shared tasks: `case` or `mgb-sm`.
+    #[arg(long, default_value = "case")]
+    placement_policy: String,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -126,6 +129,7 @@ async fn up(args: UpArgs) -> Result<()> {
             probe_lib: None,
             default_task_mem: "1G".into(),
             context_mem: None,
+            placement_policy: args.placement_policy,
             workers: args.workers,
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,

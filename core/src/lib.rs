@@ -15,6 +15,7 @@ pub mod pattern;
 pub mod placement;
 pub mod probe;
 pub mod sim;
+pub mod sm;
 pub mod units;
 pub mod wire;
 

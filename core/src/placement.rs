@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use crate::job::JobId;
+use crate::sm::{KernelShape, SmTable};
 
 pub type TaskId = u64;
 
@@ -20,11 +21,15 @@ pub struct InstanceLoad {
     pub memory_bytes: u64,
     pub reserved_bytes: u64,
     pub warps: u64,
-    /// Warps the instance can hold resident at once (SMs x warps per SM);
-    /// only policies that treat compute as a hard limit use it.
-    pub warp_capacity: u64,
+    /// Free resident block and warp slots per SM, where known; only
+    /// policies that treat compute as a hard limit use them.
+    pub sms: Option<SmTable>,
     /// Held by an isolated job, or being drained for one: no placements.
     pub closed: bool,
+    /// Held by this job (Slurm's exclusive use): only its tasks go here.
+    pub owner: Option<JobId>,
+    /// Processes bound here by their first placement.
+    pub processes: u32,
 }
 
 impl InstanceLoad {
@@ -41,6 +46,19 @@ pub struct TaskRequest {
     pub pid: u32,
     pub bytes: u64,
     pub warps: u64,
+    /// The launch shape of the task's kernel, when the probe reports it.
+    pub shape: Option<KernelShape>,
+}
+
+impl TaskRequest {
+    /// The kernel shape: as reported, or else `warps` taken as blocks of
+    /// 256 threads (8 warps), the most common block size.
+    pub fn kernel_shape(&self) -> KernelShape {
+        self.shape.unwrap_or(KernelShape {
+            blocks: self.warps.div_ceil(8),
+            block_warps: 8,
+        })
+    }
 }
 
 /// Chooses an instance for a task among the open ones that can hold it.
@@ -54,6 +72,13 @@ pub trait PlacementPolicy: Send + Sync {
         candidates: &[usize],
         task: &TaskRequest,
     ) -> Option<usize>;
+    /// A memory-blind policy is offered every open instance, whether the
+    /// task fits or not; placing a task where it does not fit is an
+    /// overflow ([`PlacementError::Overflow`]), an out-of-memory crash on a
+    /// real GPU.
+    fn memory_blind(&self) -> bool {
+        false
+    }
 }
 
 /// CASE Algorithm 2 (the multi-GPU paper's Algorithm 3): among instances
@@ -79,11 +104,11 @@ impl PlacementPolicy for CasePlacement {
 }
 
 /// The multi-GPU paper's Algorithm 2 ("MGB", memory and compute both
-/// hard): a task goes to the first instance where its memory fits and its
-/// warps fit the warps still free (SMs x resident warps per SM, minus the
-/// warps of the tasks there); otherwise it waits. A coarse form of the
-/// paper's per-SM block emulation: it checks the instance's total resident
-/// warps rather than each SM's block and warp slots.
+/// hard): a task goes to the first instance where its memory fits and all
+/// the blocks of its kernel's first wave find an SM with a free block slot
+/// and room for their warps, dealt round robin as the hardware does
+/// ([`crate::sm`]); otherwise it waits. Instances whose SMs are unknown
+/// count as having room.
 pub struct MgbSmPlacement;
 
 impl PlacementPolicy for MgbSmPlacement {
@@ -96,18 +121,72 @@ impl PlacementPolicy for MgbSmPlacement {
         candidates: &[usize],
         task: &TaskRequest,
     ) -> Option<usize> {
+        candidates.iter().copied().find(|&i| {
+            instances[i]
+                .sms
+                .as_ref()
+                .is_none_or(|t| t.fit(task.kernel_shape()).is_some())
+        })
+    }
+}
+
+/// Slurm's exclusive use: a task goes to the instance its job holds
+/// ([`TaskBook::set_owner`]) and nowhere else; it waits while its job holds
+/// none.
+pub struct ExclusivePlacement;
+
+impl PlacementPolicy for ExclusivePlacement {
+    fn name(&self) -> &'static str {
+        "exclusive"
+    }
+    fn choose(
+        &self,
+        instances: &[InstanceLoad],
+        candidates: &[usize],
+        task: &TaskRequest,
+    ) -> Option<usize> {
         candidates
             .iter()
             .copied()
-            .find(|&i| instances[i].warps.saturating_add(task.warps) <= instances[i].warp_capacity)
+            .find(|&i| instances[i].owner == Some(task.job))
     }
 }
+
+/// Memory-blind sharing (the papers' core-to-GPU ratio baseline, `cg:R`):
+/// a process goes round robin to the open instance with the fewest
+/// processes bound to it, whether its memory fits or not.
+pub struct BlindPlacement;
+
+impl PlacementPolicy for BlindPlacement {
+    fn name(&self) -> &'static str {
+        "blind"
+    }
+    fn choose(
+        &self,
+        instances: &[InstanceLoad],
+        candidates: &[usize],
+        _task: &TaskRequest,
+    ) -> Option<usize> {
+        candidates
+            .iter()
+            .copied()
+            .min_by_key(|&i| (instances[i].processes, i))
+    }
+    fn memory_blind(&self) -> bool {
+        true
+    }
+}
+
+/// The names [`placement_policy`] knows.
+pub const PLACEMENT_POLICIES: &[&str] = &["case", "mgb-sm", "exclusive", "blind"];
 
 /// The placement policy called `name`.
 pub fn placement_policy(name: &str) -> Option<Box<dyn PlacementPolicy>> {
     match name {
         "case" => Some(Box::new(CasePlacement)),
         "mgb-sm" => Some(Box::new(MgbSmPlacement)),
+        "exclusive" => Some(Box::new(ExclusivePlacement)),
+        "blind" => Some(Box::new(BlindPlacement)),
         _ => None,
     }
 }
@@ -142,6 +221,12 @@ pub enum PlacementError {
         instance: String,
         total: u64,
     },
+    #[error("task needs {want} bytes but instance {instance}, where a memory-blind policy put it, has {free} bytes free: out of memory")]
+    Overflow {
+        instance: String,
+        free: u64,
+        want: u64,
+    },
     #[error("no such task {0}")]
     NoSuchTask(TaskId),
     #[error("instance {instance} has {free} bytes free; {want} more were asked")]
@@ -159,6 +244,9 @@ struct Active {
     instance: usize,
     bytes: u64,
     warps: u64,
+    /// Blocks per SM taken on the instance's SM table, of `block_warps`.
+    sm_blocks: Vec<u32>,
+    block_warps: u32,
 }
 
 /// The node's placement state.
@@ -183,8 +271,10 @@ impl TaskBook {
                     memory_bytes,
                     reserved_bytes: 0,
                     warps: 0,
-                    warp_capacity: u64::MAX,
+                    sms: None,
                     closed: false,
+                    owner: None,
+                    processes: 0,
                 })
                 .collect(),
             active: BTreeMap::new(),
@@ -194,10 +284,11 @@ impl TaskBook {
         }
     }
 
-    /// Sets the resident-warp capacity of the instance `uuid`.
-    pub fn with_warp_capacity(mut self, uuid: &str, warps: u64) -> TaskBook {
+    /// Tells the book that instance `uuid` has `sms` SMs, so that their
+    /// resident block and warp slots are tracked (for `mgb-sm`).
+    pub fn with_sms(mut self, uuid: &str, sms: u32) -> TaskBook {
         if let Some(i) = self.instances.iter_mut().find(|i| i.uuid == uuid) {
-            i.warp_capacity = warps;
+            i.sms = Some(SmTable::new(sms));
         }
         self
     }
@@ -269,8 +360,17 @@ impl TaskBook {
         // Earlier waiters keep their turn: a newcomer goes first only where
         // it takes nothing a waiter could use.
         if self.waiting.is_empty() || self.fits_without_overtaking(&req) {
-            if let Some(p) = self.try_place(id, &req) {
-                return Ok(Begin::Placed(p));
+            if let Some(i) = self.choice(&req) {
+                let free = self.instances[i].free_bytes();
+                if free < req.bytes {
+                    // Only a memory-blind policy chooses where it does not fit.
+                    return Err(PlacementError::Overflow {
+                        instance: self.instances[i].uuid.clone(),
+                        free,
+                        want: req.bytes,
+                    });
+                }
+                return Ok(Begin::Placed(self.place_on(i, id, &req)));
             }
         }
         self.waiting.push_back((id, req));
@@ -298,7 +398,10 @@ impl TaskBook {
     }
 
     fn allowed(&self, req: &TaskRequest, i: usize) -> bool {
-        !self.instances[i].closed && self.pins.get(&(req.job, req.pid)).is_none_or(|&p| p == i)
+        let inst = &self.instances[i];
+        !inst.closed
+            && inst.owner.is_none_or(|o| o == req.job)
+            && self.pins.get(&(req.job, req.pid)).is_none_or(|&p| p == i)
     }
 
     fn choice(&self, req: &TaskRequest) -> Option<usize> {
@@ -320,11 +423,13 @@ impl TaskBook {
     /// The policy's choice among open instances with `req.bytes` free and at
     /// least `need_total` in all.
     fn choice_with(&self, req: &TaskRequest, need_total: u64) -> Option<usize> {
+        let blind = self.policy.memory_blind();
         let candidates: Vec<usize> = (0..self.instances.len())
             .filter(|&i| {
                 self.allowed(req, i)
-                    && self.instances[i].free_bytes() >= req.bytes
-                    && self.instances[i].memory_bytes >= need_total
+                    && (blind
+                        || (self.instances[i].free_bytes() >= req.bytes
+                            && self.instances[i].memory_bytes >= need_total))
             })
             .collect();
         if candidates.is_empty() {
@@ -335,16 +440,27 @@ impl TaskBook {
             .filter(|c| candidates.contains(c))
     }
 
-    fn try_place(&mut self, id: TaskId, req: &TaskRequest) -> Option<Placed> {
-        let i = self.choice(req)?;
-        Some(self.place_on(i, id, req))
-    }
-
     fn place_on(&mut self, i: usize, id: TaskId, req: &TaskRequest) -> Placed {
         let inst = &mut self.instances[i];
         inst.reserved_bytes += req.bytes;
         inst.warps += req.warps;
-        self.pins.entry((req.job, req.pid)).or_insert(i);
+        // SM slots are taken where the kernel's wave fits (always, under
+        // policies that treat compute as hard); otherwise none are.
+        let shape = req.kernel_shape();
+        let sm_blocks = match inst.sms.as_mut() {
+            Some(t) => match t.fit(shape) {
+                Some(b) => {
+                    t.take(shape.block_warps, &b);
+                    b
+                }
+                None => Vec::new(),
+            },
+            None => Vec::new(),
+        };
+        if let std::collections::btree_map::Entry::Vacant(e) = self.pins.entry((req.job, req.pid)) {
+            e.insert(i);
+            inst.processes += 1;
+        }
         self.active.insert(
             id,
             Active {
@@ -353,6 +469,8 @@ impl TaskBook {
                 instance: i,
                 bytes: req.bytes,
                 warps: req.warps,
+                sm_blocks,
+                block_warps: shape.block_warps,
             },
         );
         Placed {
@@ -405,6 +523,8 @@ impl TaskBook {
                     queued_max.get(&key).copied().unwrap_or(0)
                 };
                 self.choice_with(&req, need)
+                    // A memory-blind choice waits rather than overflow here.
+                    .filter(|&i| self.instances[i].free_bytes() >= req.bytes)
             };
             match choice {
                 Some(i) => {
@@ -426,6 +546,9 @@ impl TaskBook {
         let inst = &mut self.instances[a.instance];
         inst.reserved_bytes -= a.bytes;
         inst.warps -= a.warps;
+        if let Some(t) = inst.sms.as_mut() {
+            t.give_back(a.block_warps, &a.sm_blocks);
+        }
         Some(a)
     }
 
@@ -504,14 +627,25 @@ impl TaskBook {
     /// Drops every task (active or waiting) of a process that exited.
     /// Returns (released task ids, waiting tasks now placed).
     pub fn release_process(&mut self, job: JobId, pid: u32) -> (Vec<TaskId>, Vec<Placed>) {
-        self.pins.remove(&(job, pid));
+        self.unpin(|j, p| j == job && p == pid);
         self.release_where(|a_job, a_pid| a_job == job && a_pid == pid)
     }
 
     /// Drops every task of a job that ended or was cancelled.
     pub fn release_job(&mut self, job: JobId) -> (Vec<TaskId>, Vec<Placed>) {
-        self.pins.retain(|(j, _), _| *j != job);
+        self.unpin(|j, _| j == job);
         self.release_where(|a_job, _| a_job == job)
+    }
+
+    fn unpin(&mut self, f: impl Fn(JobId, u32) -> bool) {
+        let instances = &mut self.instances;
+        self.pins.retain(|&(j, p), &mut i| {
+            let keep = !f(j, p);
+            if !keep {
+                instances[i].processes -= 1;
+            }
+            keep
+        });
     }
 
     fn release_where(&mut self, f: impl Fn(JobId, u32) -> bool) -> (Vec<TaskId>, Vec<Placed>) {
@@ -533,6 +667,16 @@ impl TaskBook {
         self.waiting.retain(|(_, w)| !f(w.job, w.pid));
         dropped.extend(ids);
         (dropped, self.retry())
+    }
+
+    /// Gives the instance `uuid` to `job` alone (Slurm's exclusive use), or
+    /// back to everyone with `None`. Returns the waiting tasks this placed.
+    pub fn set_owner(&mut self, uuid: &str, owner: Option<JobId>) -> Vec<Placed> {
+        let Some(i) = self.index(uuid) else {
+            return Vec::new();
+        };
+        self.instances[i].owner = owner;
+        self.retry()
     }
 
     /// Opens or closes an instance to shared tasks (closed while held or
@@ -574,6 +718,7 @@ mod tests {
             pid,
             bytes,
             warps,
+            shape: None,
         }
     }
 
@@ -604,31 +749,118 @@ mod tests {
     }
 
     #[test]
-    fn mgb_sm_treats_warps_as_a_hard_limit() {
+    fn mgb_sm_treats_sm_slots_as_a_hard_limit() {
+        let shaped = |job, blocks, block_warps| TaskRequest {
+            shape: Some(KernelShape {
+                blocks,
+                block_warps,
+            }),
+            ..req(job, job as u32, G, 0)
+        };
         let mut b = TaskBook::new(
             Box::new(MgbSmPlacement),
             vec![("I0".into(), 5 * G), ("I1".into(), 5 * G)],
         )
-        .with_warp_capacity("I0", 100)
-        .with_warp_capacity("I1", 100);
-        let first = placed(b.begin(req(1, 1, G, 60)));
+        .with_sms("I0", 2)
+        .with_sms("I1", 2);
+        // Six 16-warp blocks: three per SM, 48 of each SM's 64 warps.
+        let first = placed(b.begin(shaped(1, 6, 16)));
         assert_eq!(first.instance, "I0");
-        // 60 more warps do not fit I0's 100: first fit goes to I1.
-        assert_eq!(placed(b.begin(req(2, 2, G, 60))).instance, "I1");
-        // Memory is free everywhere, warps are not: it waits.
+        // Three more per SM do not fit I0's 16 free warps: first fit is I1.
+        assert_eq!(placed(b.begin(shaped(2, 6, 16))).instance, "I1");
+        // Memory is free everywhere, SM slots are not: it waits.
         assert!(matches!(
-            b.begin(req(3, 3, G, 60)).unwrap(),
+            b.begin(shaped(3, 6, 16)).unwrap(),
             Begin::Waiting(_)
         ));
-        // 40 warps would fit I0, but not ahead of the waiting task.
+        // One block per SM would fit I0, but not ahead of the waiting task.
         assert!(matches!(
-            b.begin(req(4, 4, G, 40)).unwrap(),
+            b.begin(shaped(4, 2, 16)).unwrap(),
             Begin::Waiting(_)
         ));
         let now = b.end(first.task).unwrap();
         let got: Vec<(JobId, String)> = now.iter().map(|p| (p.job, p.instance.clone())).collect();
         assert_eq!(got, vec![(3, "I0".to_string()), (4, "I0".to_string())]);
         assert!(placement_policy("mgb-sm").is_some());
+    }
+
+    #[test]
+    fn mgb_sm_sees_slots_split_across_sms() {
+        let shaped = |job, blocks, block_warps| TaskRequest {
+            shape: Some(KernelShape {
+                blocks,
+                block_warps,
+            }),
+            ..req(job, job as u32, G, 0)
+        };
+        let mut b =
+            TaskBook::new(Box::new(MgbSmPlacement), vec![("I0".into(), 5 * G)]).with_sms("I0", 2);
+        let first = placed(b.begin(shaped(1, 2, 20)));
+        // 44 warps free on each SM, 88 in all: 72 warps in 24-warp blocks
+        // would fit the total but only one such block fits an SM.
+        assert!(matches!(
+            b.begin(shaped(2, 3, 24)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        assert_eq!(b.instances()[0].sms.as_ref().unwrap().free_warps(), 88);
+        let now = b.end(first.task).unwrap();
+        assert_eq!(now.len(), 1);
+        assert_eq!(now[0].job, 2);
+    }
+
+    #[test]
+    fn exclusive_tasks_go_only_to_their_jobs_instance() {
+        let mut b = TaskBook::new(
+            Box::new(ExclusivePlacement),
+            vec![("I0".into(), 5 * G), ("I1".into(), 5 * G)],
+        );
+        // Job 1 holds nothing yet: it waits, though both instances are free.
+        assert!(matches!(
+            b.begin(req(1, 1, G, 1)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        let now = b.set_owner("I1", Some(1));
+        assert_eq!((now[0].job, now[0].instance.as_str()), (1, "I1"));
+        // Another job cannot use job 1's instance, even with memory free.
+        assert!(matches!(
+            b.begin(req(2, 2, G, 1)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        b.release_job(1);
+        let now = b.set_owner("I1", Some(2));
+        assert_eq!((now[0].job, now[0].instance.as_str()), (2, "I1"));
+    }
+
+    #[test]
+    fn blind_placement_deals_processes_round_robin_and_overflows() {
+        let mut b = TaskBook::new(
+            Box::new(BlindPlacement),
+            vec![("I0".into(), 5 * G), ("I1".into(), 5 * G)],
+        );
+        assert_eq!(placed(b.begin(req(1, 1, 4 * G, 1))).instance, "I0");
+        assert_eq!(placed(b.begin(req(2, 2, 4 * G, 1))).instance, "I1");
+        // Both have 1 GiB free; the next process goes to I0 regardless.
+        match b.begin(req(3, 3, 2 * G, 1)) {
+            Err(PlacementError::Overflow {
+                instance,
+                free,
+                want,
+            }) => {
+                assert_eq!((instance.as_str(), free, want), ("I0", G, 2 * G));
+            }
+            other => panic!("expected an overflow, got {other:?}"),
+        }
+        // Nothing was reserved beyond the instance.
+        assert!(b
+            .instances()
+            .iter()
+            .all(|i| i.reserved_bytes <= i.memory_bytes));
+        assert_eq!(placed(b.begin(req(4, 4, G / 2, 1))).instance, "I0");
+        assert_eq!(b.instances()[0].processes, 2);
+        b.release_job(4);
+        assert_eq!(b.instances()[0].processes, 1);
+        assert!(placement_policy("blind").is_some());
+        assert!(placement_policy("exclusive").is_some());
     }
 
     #[test]

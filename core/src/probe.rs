@@ -43,6 +43,10 @@ pub enum ProbeRequest {
         key: String,
         bytes: u64,
         warps: u64,
+        /// The launch shape of the task's kernel, for placement policies
+        /// that emulate SM slots (`mgb-sm`); optional.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shape: Option<crate::sm::KernelShape>,
     },
     /// The task ended: release its reservation.
     End {
@@ -162,12 +166,28 @@ mod tests {
             key: "k".into(),
             bytes: 1 << 30,
             warps: 64,
+            shape: None,
         };
         let f = encode(&r);
         let n = frame_len(f[..4].try_into().unwrap()).unwrap();
         assert_eq!(n, f.len() - 4);
         let back: ProbeRequest = serde_json::from_slice(&f[4..]).unwrap();
         assert_eq!(back, r);
+        // The kernel shape is optional and carried when given.
+        let shaped: ProbeRequest = serde_json::from_str(
+            r#"{"op":"begin","job":3,"key":"k","bytes":1,"warps":16,"shape":{"blocks":2,"block_warps":8}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            shaped,
+            ProbeRequest::Begin {
+                shape: Some(crate::sm::KernelShape {
+                    blocks: 2,
+                    block_warps: 8
+                }),
+                ..
+            }
+        ));
         assert!(frame_len([0, 0, 0, 0]).is_err());
         assert!(frame_len((MAX_MESSAGE as u32 + 1).to_le_bytes()).is_err());
         for bad in [

@@ -45,6 +45,12 @@ pub struct NodeConfig {
     #[arg(long)]
     #[serde(default)]
     pub context_mem: Option<String>,
+    /// How shared tasks are placed on instances: `case` (fewest in-use
+    /// warps among instances with room) or `mgb-sm` (memory and per-SM
+    /// block and warp slots both hard; see docs/simulator.md).
+    #[arg(long, default_value = "case")]
+    #[serde(default = "default_placement_policy")]
+    pub placement_policy: String,
     /// Jobs run at once (default: 4 per compute slice of each instance, or the CPU count).
     #[arg(long)]
     #[serde(default)]
@@ -71,6 +77,9 @@ fn default_listen() -> SocketAddr {
 }
 fn default_task_mem() -> String {
     "1G".into()
+}
+fn default_placement_policy() -> String {
+    "case".into()
 }
 fn default_kill_wait() -> u64 {
     30

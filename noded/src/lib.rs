@@ -178,14 +178,25 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     )
     .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
     let events = Arc::new(probe::TaskEvents::default());
-    let book = gsched_core::placement::TaskBook::new(
-        Box::new(gsched_core::placement::CasePlacement),
+    let placement = gsched_core::placement::placement_policy(&config.placement_policy)
+        .with_context(|| {
+            format!(
+                "unknown --placement-policy '{}' (known: {})",
+                config.placement_policy,
+                gsched_core::placement::PLACEMENT_POLICIES.join(", ")
+            )
+        })?;
+    let mut book = gsched_core::placement::TaskBook::new(
+        placement,
         instances
             .iter()
             .map(|i| (i.uuid.clone(), i.memory_mib * 1024 * 1024))
             .collect(),
     )
     .starting_at(probe::now_ms() as u64 * 1024);
+    for i in &instances {
+        book = book.with_sms(&i.uuid, i.sms);
+    }
     let mps_dirs = instances
         .iter()
         .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))

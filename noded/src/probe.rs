@@ -237,6 +237,7 @@ impl ProbeServer {
                 pid: r.pid,
                 bytes: r.bytes,
                 warps: r.warps,
+                shape: None,
             };
             if alive && st.book.restore(r.task, &req, &r.instance) {
                 let p = Placed {
@@ -499,7 +500,11 @@ impl ProbeServer {
             }
             match req {
                 ProbeRequest::Begin {
-                    job, bytes, warps, ..
+                    job,
+                    bytes,
+                    warps,
+                    shape,
+                    ..
                 } => {
                     if pid == 0 {
                         return ProbeReply::error(code::PROTOCOL, "the peer's pid is unknown");
@@ -512,6 +517,7 @@ impl ProbeServer {
                         pid,
                         bytes,
                         warps,
+                        shape,
                     }) {
                         Ok(Begin::Placed(p)) => {
                             self.began(&mut st, &p, now_ms());
@@ -691,6 +697,7 @@ mod tests {
             key: key.into(),
             bytes,
             warps: 32,
+            shape: None,
         })
         .unwrap()
     }

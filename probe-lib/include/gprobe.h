@@ -37,6 +37,12 @@ int gprobe_init(void);
  * until placed. Returns a task handle (> 0) or a negative error code. */
 int64_t gprobe_task_begin(uint64_t mem_bytes, uint64_t warps);
 
+/* gprobe_task_begin for a task whose kernel launches `blocks` thread blocks
+ * of `threads_per_block` threads: placement policies that emulate SM slots
+ * (mgb-sm) use the shape. */
+int64_t gprobe_task_begin_kernel(uint64_t mem_bytes, uint64_t blocks,
+                                 uint64_t threads_per_block);
+
 /* Ends a task, releasing its reservation. 0 or a negative error code. */
 int gprobe_task_end(int64_t handle);
 

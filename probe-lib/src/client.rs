@@ -8,6 +8,7 @@ use gsched_core::placement::TaskId;
 use gsched_core::probe::{
     code, encode, frame_len, ProbeReply, ProbeRequest, JOB_ID_ENV, JOB_KEY_ENV, PROBE_SOCK_ENV,
 };
+use gsched_core::sm::KernelShape;
 
 /// An error from the probe: a negative code (see `gsched_core::probe::code`)
 /// and a message for people.
@@ -124,11 +125,23 @@ impl ProbeClient {
 
     /// Asks for a place for a task; blocks until it is placed.
     pub fn begin(&mut self, bytes: u64, warps: u64) -> Result<Placement, ProbeError> {
+        self.begin_kernel(bytes, warps, None)
+    }
+
+    /// [`ProbeClient::begin`] with the launch shape of the task's kernel,
+    /// for placement policies that emulate SM slots.
+    pub fn begin_kernel(
+        &mut self,
+        bytes: u64,
+        warps: u64,
+        shape: Option<KernelShape>,
+    ) -> Result<Placement, ProbeError> {
         let req = ProbeRequest::Begin {
             job: self.job,
             key: self.key.clone(),
             bytes,
             warps,
+            shape,
         };
         match self.call(&req)? {
             ProbeReply::Placed {

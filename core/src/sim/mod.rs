@@ -21,7 +21,11 @@ use crate::gpu::{parse_sim_spec, sim_instances, Instance};
 use crate::job::{GpuRequest, JobId, JobSpec};
 use crate::launch::{CaseLaunch, ExclusiveLaunch, LaunchPolicy};
 use crate::outcome::{EndCause, ProcessOutcome};
-use crate::placement::{Begin, CasePlacement, Placed, TaskBook, TaskId, TaskRequest};
+use crate::placement::{
+    Begin, BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement, Placed,
+    PlacementError, TaskBook, TaskId, TaskRequest,
+};
+use crate::sm::KernelShape;
 use crate::wire::{InstanceUse, JobEnded, NodeRegistration};
 
 pub use workload::{Phase, SimJob};
@@ -154,6 +158,9 @@ struct JobState {
     started: bool,
     end: Option<f64>,
     oom: bool,
+    /// The reservation a job holds for its life (`hold_per_process`):
+    /// (instance, MiB).
+    held: Option<(usize, u64)>,
 }
 
 struct Sim<'a> {
@@ -168,8 +175,9 @@ struct Sim<'a> {
     timers: BinaryHeap<Reverse<(u64, u64, usize)>>,
     seq: u64,
     now: f64,
-    /// Non-isolated jobs per instance under cg.
-    cg_count: Vec<u32>,
+    hold_per_process: bool,
+    /// SMs in one compute slice (of the smallest kind in the cluster).
+    sms_per_slice: f64,
     oom: usize,
     mem_integral: f64,
     total_mem: f64,
@@ -206,9 +214,15 @@ impl Sim<'_> {
         let tasks: u64 = self
             .running
             .iter()
-            .filter(|r| !self.jobs[r.job].isolated)
+            .filter(|r| !self.jobs[r.job].isolated && self.state[r.job].held.is_none())
             .map(|r| r.mem)
-            .sum();
+            .sum::<u64>()
+            + self
+                .state
+                .iter()
+                .filter(|s| s.end.is_none())
+                .filter_map(|s| s.held.map(|(_, mib)| mib))
+                .sum::<u64>();
         let held: u64 = self
             .state
             .iter()
@@ -274,37 +288,39 @@ impl Sim<'_> {
             Phase::Gpu {
                 mem_mib, slices, ..
             } => {
-                let probed = matches!(self.policy, Policy::Case | Policy::MgbSm);
-                if let Some(i) = s.instance.filter(|_| !probed || self.jobs[j].isolated) {
-                    if let Policy::Cg(_) = self.policy {
-                        if !self.jobs[j].isolated {
-                            let on: u64 = self
-                                .running
-                                .iter()
-                                .filter(|r| r.inst == i)
-                                .map(|r| r.mem)
-                                .sum();
-                            if on + mem_mib > self.inst[i].memory_mib {
-                                // The allocation overflows the instance: the job crashes.
-                                self.decisions
-                                    .push(format!("oom {} on {}", self.jobs[j].name, i));
-                                self.finish(j, true);
-                                return;
-                            }
-                        }
-                    }
+                // Isolated jobs run on the instance they hold; every other
+                // GPU task goes through the placement policy.
+                if let Some(i) = s.instance.filter(|_| self.jobs[j].isolated) {
                     self.run_task(j, i, None);
                     return;
                 }
+                // A process holding its reservation runs there.
+                if let Some((i, _)) = s.held {
+                    self.run_task(j, i, None);
+                    return;
+                }
+                // The task's kernel: 256-thread blocks (8 warps), enough to
+                // fill `slices` compute slices' SMs (8 such blocks fill an SM).
+                let shape = KernelShape {
+                    blocks: (slices * self.sms_per_slice * 8.0).ceil().max(1.0) as u64,
+                    block_warps: 8,
+                };
                 let req = TaskRequest {
                     job: s.cid,
                     pid: 1,
                     bytes: mem_mib * MIB,
-                    warps: (slices * 1000.0) as u64,
+                    warps: shape.warps(),
+                    shape: Some(shape),
                 };
                 match self.book.begin(req) {
                     Ok(Begin::Placed(p)) => self.placed(p),
                     Ok(Begin::Waiting(_)) => {}
+                    Err(PlacementError::Overflow { instance, .. }) => {
+                        // The allocation overflows the instance: the job crashes.
+                        self.decisions
+                            .push(format!("oom {} on {instance}", self.jobs[j].name));
+                        self.finish(j, true);
+                    }
                     Err(_) => self.finish(j, true),
                 }
             }
@@ -316,7 +332,13 @@ impl Sim<'_> {
         let i = self.uuid_index(&p.instance);
         self.decisions
             .push(format!("place {} on {}", self.jobs[j].name, p.instance));
-        self.run_task(j, i, Some(p.task));
+        if self.hold_per_process {
+            // Kept until the job ends (released with the job).
+            self.state[j].held = Some((i, p.bytes / MIB));
+            self.run_task(j, i, None);
+        } else {
+            self.run_task(j, i, Some(p.task));
+        }
     }
 
     /// Starts job `j`'s current GPU phase on instance `i`.
@@ -346,12 +368,11 @@ impl Sim<'_> {
             self.oom += 1;
         }
         let cid = st.cid;
-        if let (Policy::Cg(_), Some(i)) = (self.policy, st.instance) {
-            if !self.jobs[j].isolated {
-                self.cg_count[i] -= 1;
-            }
+        let (_, mut placed) = self.book.release_job(cid);
+        if let (Policy::Exclusive, Some(i)) = (self.policy, st.instance) {
+            let uuid = self.inst[i].uuid.clone();
+            placed.extend(self.book.set_owner(&uuid, None));
         }
-        let (_, placed) = self.book.release_job(cid);
         for p in placed {
             self.placed(p);
         }
@@ -400,11 +421,11 @@ impl Sim<'_> {
                 n.instances
                     .iter()
                     .map(|s| {
-                        let shared_use = matches!(self.policy, Policy::Case | Policy::MgbSm);
-                        (
-                            s.instance.uuid.clone(),
-                            shared_use && (s.isolated_owner.is_some() || s.draining_for.is_some()),
-                        )
+                        // Under exclusive every job holds its instance as
+                        // its owner (below), not closed to it.
+                        let held = self.policy != Policy::Exclusive
+                            && (s.isolated_owner.is_some() || s.draining_for.is_some());
+                        (s.instance.uuid.clone(), held)
                     })
                     .collect()
             })
@@ -417,24 +438,11 @@ impl Sim<'_> {
         for cid in launched {
             let j = self.by_cid[&cid];
             let inst = self.cluster.job(cid).and_then(|x| x.gpu_instance.clone());
-            let mut index = inst.as_deref().map(|u| self.uuid_index(u));
-            if let (Policy::Cg(_), None) = (self.policy, index) {
-                // Round robin: the instance with the fewest jobs, not held.
-                let held: Vec<bool> = self
-                    .cluster
-                    .node(NODE)
-                    .map(|n| {
-                        n.instances
-                            .iter()
-                            .map(|s| s.isolated_owner.is_some())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                index = (0..self.inst.len())
-                    .filter(|&i| !held[i])
-                    .min_by_key(|&i| (self.cg_count[i], i));
-                if let Some(i) = index {
-                    self.cg_count[i] += 1;
+            let index = inst.as_deref().map(|u| self.uuid_index(u));
+            if let (Policy::Exclusive, Some(uuid)) = (self.policy, inst.as_deref()) {
+                // Slurm: the job holds its instance for its whole life.
+                for p in self.book.set_owner(uuid, Some(cid)) {
+                    self.placed(p);
                 }
             }
             self.decisions.push(format!(
@@ -450,8 +458,30 @@ impl Sim<'_> {
     }
 }
 
+/// Knobs of a simulated node beyond its policy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SimOptions {
+    /// Shared jobs run at once per compute slice under `case` and `mgb-sm`
+    /// (default 4, the paper's: 4 per 1g, 8 per 2g instance).
+    pub workers_per_slice: Option<u32>,
+    /// A non-isolated job keeps its first task's reservation until it ends
+    /// (one process that allocates once, as the driver interception
+    /// reserves), instead of reserving for each GPU task.
+    pub hold_per_process: bool,
+}
+
 /// Runs `jobs` on the cluster `spec` (a `--sim-gpus` spec) under `policy`.
 pub fn simulate(spec: &str, policy: Policy, jobs: &[SimJob]) -> Result<SimResult, SimError> {
+    simulate_with(spec, policy, jobs, SimOptions::default())
+}
+
+/// [`simulate`] with [`SimOptions`].
+pub fn simulate_with(
+    spec: &str,
+    policy: Policy,
+    jobs: &[SimJob],
+    options: SimOptions,
+) -> Result<SimResult, SimError> {
     let gpus = parse_sim_spec(spec)?;
     let inst = sim_instances(NODE, &gpus);
     let biggest = inst.iter().map(|i| i.memory_mib).max().unwrap_or(0);
@@ -463,7 +493,9 @@ pub fn simulate(spec: &str, policy: Policy, jobs: &[SimJob]) -> Result<SimResult
         _ => Box::new(CaseLaunch),
     };
     let worker_limit = match policy {
-        Policy::Case | Policy::MgbSm => None,
+        Policy::Case | Policy::MgbSm => options
+            .workers_per_slice
+            .map(|w| w * inst.iter().map(|i| i.compute_slices.max(1)).sum::<u32>()),
         Policy::Exclusive => Some(inst.len() as u32),
         Policy::Cg(r) => Some(r * inst.len() as u32),
     };
@@ -482,8 +514,10 @@ pub fn simulate(spec: &str, policy: Policy, jobs: &[SimJob]) -> Result<SimResult
         0,
     );
     let placement: Box<dyn crate::placement::PlacementPolicy> = match policy {
-        Policy::MgbSm => Box::new(crate::placement::MgbSmPlacement),
-        _ => Box::new(CasePlacement),
+        Policy::Case => Box::new(CasePlacement),
+        Policy::MgbSm => Box::new(MgbSmPlacement),
+        Policy::Exclusive => Box::new(ExclusivePlacement),
+        Policy::Cg(_) => Box::new(BlindPlacement),
     };
     let mut book = TaskBook::new(
         placement,
@@ -491,16 +525,19 @@ pub fn simulate(spec: &str, policy: Policy, jobs: &[SimJob]) -> Result<SimResult
             .map(|i| (i.uuid.clone(), i.memory_mib * MIB))
             .collect(),
     );
-    // A task's warps are its parallelism in thousandths of a slice: an
-    // instance holds its compute slices' worth.
     for i in &inst {
-        book = book.with_warp_capacity(&i.uuid, i.compute_slices as u64 * 1000);
+        book = book.with_sms(&i.uuid, i.sms);
     }
+    let sms_per_slice = inst
+        .iter()
+        .map(|i| i.sms as f64 / i.compute_slices.max(1) as f64)
+        .fold(f64::INFINITY, f64::min);
     let total_mem = inst.iter().map(|i| i.memory_mib).sum::<u64>().max(1) as f64;
     let mut sim = Sim {
         policy,
         jobs,
-        cg_count: vec![0; inst.len()],
+        sms_per_slice,
+        hold_per_process: options.hold_per_process,
         inst,
         cluster,
         book,
@@ -700,6 +737,7 @@ mod tests {
             jobs,
             footprints: Footprints::OneToSix,
             seed: 1,
+            gpu_share: None,
         })
     }
 

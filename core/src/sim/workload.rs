@@ -94,6 +94,10 @@ pub struct Mix {
     pub jobs: usize,
     pub footprints: Footprints,
     pub seed: u64,
+    /// The share of a non-isolated job's alone time spent in GPU tasks:
+    /// its CPU phases are scaled to give it (same draws otherwise). `None`
+    /// keeps the drawn phases (about 0.74 on average).
+    pub gpu_share: Option<f64>,
 }
 
 /// A CASE-paper batch: `jobs` jobs submitted at time 0, isolated and
@@ -164,6 +168,9 @@ pub fn generate(mix: &Mix) -> Vec<SimJob> {
                 phases.push(Phase::Cpu {
                     secs: rng.gen_range(1.0..4.0),
                 });
+                if let Some(share) = mix.gpu_share {
+                    scale_cpu_to_gpu_share(&mut phases, share);
+                }
                 SimJob {
                     name: format!("rodinia-{i}"),
                     isolated: false,
@@ -174,6 +181,27 @@ pub fn generate(mix: &Mix) -> Vec<SimJob> {
             }
         })
         .collect()
+}
+
+/// Scales the CPU phases so that GPU tasks take `share` (0 < share <= 1)
+/// of the phases' total time.
+fn scale_cpu_to_gpu_share(phases: &mut [Phase], share: f64) {
+    let (mut cpu, mut gpu) = (0.0, 0.0);
+    for p in phases.iter() {
+        match p {
+            Phase::Cpu { secs } => cpu += secs,
+            Phase::Gpu { secs, .. } => gpu += secs,
+        }
+    }
+    if cpu <= 0.0 || !(share > 0.0 && share <= 1.0) {
+        return;
+    }
+    let factor = gpu * (1.0 - share) / share / cpu;
+    for p in phases.iter_mut() {
+        if let Phase::Cpu { secs } = p {
+            *secs *= factor;
+        }
+    }
 }
 
 /// A trace that cannot be used.
@@ -278,6 +306,7 @@ mod tests {
             jobs: 128,
             footprints: Footprints::OneToSix,
             seed: 1,
+            gpu_share: None,
         };
         let a = generate(&mix);
         assert_eq!(a, generate(&mix));

@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_int, CString};
 use std::sync::Mutex;
 
 use gsched_core::probe::code;
+use gsched_core::sm::KernelShape;
 
 use gsched_probe::client::{placement_env, ProbeClient};
 
@@ -57,11 +58,27 @@ pub extern "C" fn gprobe_init() -> c_int {
 /// `CUDA_MPS_PIPE_DIRECTORY`) for this process: call it before CUDA starts.
 #[no_mangle]
 pub extern "C" fn gprobe_task_begin(mem_bytes: u64, warps: u64) -> i64 {
+    begin(mem_bytes, warps, None)
+}
+
+/// [`gprobe_task_begin`] for a task whose kernel has `blocks` thread blocks
+/// of `threads_per_block` threads (used by `mgb-sm` placement).
+#[no_mangle]
+pub extern "C" fn gprobe_task_begin_kernel(
+    mem_bytes: u64,
+    blocks: u64,
+    threads_per_block: u64,
+) -> i64 {
+    let shape = KernelShape::from_launch(blocks, threads_per_block);
+    begin(mem_bytes, shape.warps(), Some(shape))
+}
+
+fn begin(mem_bytes: u64, warps: u64, shape: Option<KernelShape>) -> i64 {
     // The program places itself: the driver interception stands down.
     crate::intercept::EXPLICIT.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut p = lock();
     let result = match ensure(&mut p) {
-        Ok(client) => client.begin(mem_bytes, warps),
+        Ok(client) => client.begin_kernel(mem_bytes, warps, shape),
         Err(c) => return c as i64,
     };
     match result {
