@@ -787,6 +787,40 @@ mod tests {
     }
 
     #[test]
+    fn memory_held_per_process_counts_for_longer_and_never_overflows() {
+        let jobs = mix(0, 1, 32);
+        let per = |hold_per_process| SimOptions {
+            workers_per_slice: None,
+            hold_per_process,
+        };
+        let task = simulate_with(A30, Policy::Exclusive, &jobs, per(false)).unwrap();
+        let held = simulate_with(A30, Policy::Exclusive, &jobs, per(true)).unwrap();
+        // Exclusive runs the same schedule; held memory also covers the
+        // CPU phases between a job's GPU tasks.
+        assert!((task.makespan - held.makespan).abs() < 1e-6);
+        assert!(held.memory_utilization > task.memory_utilization);
+        let case = simulate_with(A30, Policy::Case, &jobs, per(true)).unwrap();
+        assert_eq!((case.completed, case.oom_crashes), (32, 0));
+        assert!(case.memory_utilization <= 1.0);
+    }
+
+    #[test]
+    fn more_workers_per_slice_start_more_jobs_at_once() {
+        let jobs = mix(0, 1, 64);
+        let with = |w| SimOptions {
+            workers_per_slice: Some(w),
+            hold_per_process: false,
+        };
+        let one = simulate_with(A30, Policy::Case, &jobs, with(1)).unwrap();
+        let exclusive = simulate(A30, Policy::Exclusive, &jobs).unwrap();
+        // One shared job per 1g instance cannot overlap anything: no faster
+        // than Slurm's one job per instance.
+        assert!(one.makespan >= exclusive.makespan * 0.99);
+        let four = simulate_with(A30, Policy::Case, &jobs, with(4)).unwrap();
+        assert!(four.makespan < one.makespan);
+    }
+
+    #[test]
     fn runs_are_deterministic() {
         let jobs = mix(1, 1, 32);
         let a = simulate(A30, Policy::Case, &jobs).unwrap();

@@ -325,6 +325,40 @@ mod tests {
     }
 
     #[test]
+    fn gpu_share_scales_only_the_cpu_phases_of_shared_jobs() {
+        let mix = Mix {
+            isolated: 1,
+            shared: 1,
+            jobs: 20,
+            footprints: Footprints::OneToSix,
+            seed: 3,
+            gpu_share: None,
+        };
+        let drawn = generate(&mix);
+        let scaled = generate(&Mix {
+            gpu_share: Some(0.3),
+            ..mix
+        });
+        let gpu_secs = |j: &SimJob| -> f64 {
+            j.phases
+                .iter()
+                .map(|p| match p {
+                    Phase::Gpu { secs, .. } => *secs,
+                    Phase::Cpu { .. } => 0.0,
+                })
+                .sum()
+        };
+        for (a, b) in drawn.iter().zip(&scaled) {
+            assert_eq!(gpu_secs(a), gpu_secs(b), "GPU tasks are unchanged");
+            if a.isolated {
+                assert_eq!(a, b);
+            } else {
+                assert!((gpu_secs(b) / b.alone_secs() - 0.3).abs() < 1e-9);
+            }
+        }
+    }
+
+    #[test]
     fn traces_in_json_and_csv() {
         let csv = "job,isolated,submit,kind,secs,mem_mib,slices\na,0,0,cpu,2,0,0\na,0,0,gpu,5,3000,0.5\nb,1,1.5,gpu,3,2000,1\n";
         let jobs = parse_trace(csv).unwrap();

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Regenerates the simulator results in docs/sim/ (docs/simulator.md).
+# Usage: scripts/sim-results.sh [path/to/gsched]   (default: a release build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+G=${1:-}
+if [ -z "$G" ]; then
+    cargo build --release --locked --bin gsched
+    G=target/release/gsched
+fi
+A30="4xA30:1g.6gb*4"
+A100="1xA100-40GB:2g.10gb*2,1g.5gb*3"
+out=docs/sim
+mkdir -p "$out"
+sweep() { local f=$1; shift; "$G" sim --sweep "$@" > "$out/$f"; echo "$out/$f: $(tail -1 "$out/$f")"; }
+
+# The default job model (docs/simulator.md, "Workloads").
+sweep sweep-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 1-6
+sweep sweep-a30-0.3-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 0.3-6
+sweep sweep-a100.txt --cluster "$A100" --jobs 32 --seed 1
+sweep sweep-a30-cg4.txt --cluster "$A30" --jobs 128 --seed 1 --policy cg:4
+sweep sweep-a30-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy mgb-sm
+sweep sweep-a30-case-vs-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy case --baseline mgb-sm
+"$G" sim --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --plot "$out/memory-a30-1to4.svg" > "$out/a30-1to4.txt"
+"$G" sim --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --json > "$out/a30-1to4.json"
+
+# Sensitivity to the job model: the GPU share of a non-isolated job's time,
+# and memory held per task or per process.
+{
+    echo "case vs exclusive on $A30, 128 jobs, seed 1: mean over the mixed ratios"
+    printf '%-9s %-8s %-10s %s\n' gpu-share hold footprint result
+    for share in 0.74 0.6 0.5 0.45 0.4 0.3 0.2; do
+        for hold in task process; do
+            for fp in 1-6 0.3-6; do
+                r=$("$G" sim --sweep --cluster "$A30" --jobs 128 --seed 1 --gpu-share "$share" \
+                    --memory-hold "$hold" --footprints "$fp" | tail -1 | sed 's/.*1:4): //')
+                printf '%-9s %-8s %-10s %s\n' "$share" "$hold" "$fp" "$r"
+            done
+        done
+    done
+} > "$out/sensitivity-a30.txt"
+echo "$out/sensitivity-a30.txt"
+
+# At the share that matches the paper's throughput: the tables, cg:4 and the
+# worker-limit experiment.
+sweep calibrated-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --gpu-share 0.45
+sweep calibrated-a30-0.3-6.txt --cluster "$A30" --jobs 128 --seed 1 --gpu-share 0.45 --footprints 0.3-6
+sweep calibrated-a30-cg4.txt --cluster "$A30" --jobs 128 --seed 1 --gpu-share 0.45 --policy cg:4
+sweep calibrated-a30-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --gpu-share 0.45 --policy mgb-sm
+sweep calibrated-a100.txt --cluster "$A100" --jobs 32 --seed 1 --gpu-share 0.45
+{
+    echo "case with N workers per compute slice vs exclusive on $A30, 128 jobs, seed 1, gpu-share 0.45"
+    for w in 1 2 3 4 6 8 12; do
+        printf 'workers %-3s %s\n' "$w" "$("$G" sim --sweep --cluster "$A30" --jobs 128 --seed 1 \
+            --gpu-share 0.45 --workers-per-slice "$w" | tail -1 | sed 's/.*1:4): //')"
+    done
+} > "$out/workers-a30.txt"
+echo "$out/workers-a30.txt"
