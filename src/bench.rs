@@ -275,6 +275,9 @@ fn spec(dir: &str) -> JobSpec {
         stderr: None,
         requeue: false,
         partition: None,
+        array: None,
+        array_task: None,
+        slurm: Default::default(),
     }
 }
 

@@ -229,6 +229,9 @@ pub fn build_spec(
         stderr: opts.error.clone(),
         requeue: opts.requeue,
         partition: opts.partition.clone(),
+        array: None,
+        array_task: None,
+        slurm: Default::default(),
     })
 }
 

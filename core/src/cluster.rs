@@ -5,7 +5,8 @@
 //! tell a node to launch or signal). gctld wraps a [`Cluster`] in a lock and
 //! executes the effects; the simulator can drive the same type.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use crate::array::ArrayTask;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::gpu::Instance;
 use crate::job::{IllegalTransition, Job, JobId, JobSpec, JobState, SpecError};
@@ -92,6 +93,8 @@ pub struct Cluster {
     /// script hash), newest last: where footprints are learned from without
     /// walking the job history.
     peaks: HashMap<(String, FootprintKey), Vec<JobId>>,
+    /// Arrays with a `%max` limit on tasks running at once: array id → max.
+    array_limits: BTreeMap<JobId, u32>,
 }
 
 /// What makes two jobs of one user "the same job" for footprint learning.
@@ -122,6 +125,7 @@ impl Cluster {
             policy,
             unexamined: Vec::new(),
             peaks: HashMap::new(),
+            array_limits: BTreeMap::new(),
         }
     }
 
@@ -168,6 +172,11 @@ impl Cluster {
         }
         for job in jobs {
             c.next_id = c.next_id.max(job.id + 1);
+            if let Some(t) = &job.spec.array_task {
+                if let (Some(m), false) = (t.max_running, job.state.is_final()) {
+                    c.array_limits.insert(t.array_job_id, m);
+                }
+            }
             c.index(&job);
             let peak = job.gpu_mem_peak.is_some();
             let id = job.id;
@@ -345,18 +354,51 @@ impl Cluster {
         now: i64,
     ) -> Result<(JobId, Vec<Effect>), ClusterError> {
         spec.validate()?;
+        let Some(array) = spec.array.clone() else {
+            let id = self.add_job(spec, now);
+            return Ok((
+                id,
+                vec![Effect::Job {
+                    id,
+                    event: "submitted".into(),
+                }],
+            ));
+        };
+        // An array: one job per index, numbered on from the first, whose
+        // id is the array's (as Slurm does).
+        let first = self.next_id;
+        let mut effects = Vec::with_capacity(array.indices.len());
+        for &index in &array.indices {
+            let mut task = spec.clone();
+            task.array = None;
+            task.array_task = Some(ArrayTask {
+                array_job_id: first,
+                task_id: index,
+                min: array.indices[0],
+                max: *array.indices.last().expect("an array has indices"),
+                step: array.step(),
+                count: array.indices.len() as u32,
+                max_running: array.max_running,
+            });
+            if let Some(m) = array.max_running {
+                self.array_limits.insert(first, m);
+            }
+            let id = self.add_job(task, now);
+            effects.push(Effect::Job {
+                id,
+                event: "submitted".into(),
+            });
+        }
+        Ok((first, effects))
+    }
+
+    fn add_job(&mut self, spec: JobSpec, now: i64) -> JobId {
         let id = self.next_id;
         self.next_id += 1;
         let job = Job::new(id, spec, now);
         self.enqueue(id, job.spec.isolated);
         self.jobs.insert(id, job);
-        Ok((
-            id,
-            vec![Effect::Job {
-                id,
-                event: "submitted".into(),
-            }],
-        ))
+        id
     }
 
     /// Removes a job that could not be persisted. Only a pending job that
@@ -405,11 +447,32 @@ impl Cluster {
             return effects;
         }
         self.unexamined.clear();
+        // Arrays at their `%max`: their pending tasks sit this pass out.
+        let mut array_room = self.array_room();
+        let mut throttled: Vec<JobId> = Vec::new();
+        let jobs = &self.jobs;
+        let mut eligible = |id: &JobId| -> bool {
+            let Some(t) = jobs[id].spec.array_task.as_ref() else {
+                return true;
+            };
+            match array_room.get_mut(&t.array_job_id) {
+                Some(0) => {
+                    throttled.push(*id);
+                    false
+                }
+                Some(room) => {
+                    *room -= 1;
+                    true
+                }
+                None => true,
+            }
+        };
         let truncated: bool;
         let mut plan = {
             let iso: Vec<QueuedJob<'_>> = self
                 .isolated_queue
                 .iter()
+                .filter(|id| eligible(id))
                 .map(|id| QueuedJob {
                     id: *id,
                     gpu: &self.jobs[id].spec.gpu,
@@ -427,6 +490,7 @@ impl Cluster {
             let shared: Vec<QueuedJob<'_>> = self
                 .shared_queue
                 .iter()
+                .filter(|id| eligible(id))
                 .take(free_workers)
                 .map(|id| QueuedJob {
                     id: *id,
@@ -506,7 +570,37 @@ impl Cluster {
                 self.set_reason(id, &rest);
             }
         }
+        for id in throttled {
+            self.set_reason(id, "JobArrayTaskLimit");
+        }
         effects
+    }
+
+    /// How many more tasks each throttled array may start now.
+    fn array_room(&mut self) -> HashMap<JobId, u32> {
+        if self.array_limits.is_empty() {
+            return HashMap::new();
+        }
+        let mut running: HashMap<JobId, u32> = HashMap::new();
+        let mut live: HashSet<JobId> = HashSet::new();
+        for id in self.isolated_queue.iter().chain(&self.shared_queue) {
+            if let Some(t) = &self.jobs[id].spec.array_task {
+                live.insert(t.array_job_id);
+            }
+        }
+        for n in self.nodes.values() {
+            for id in &n.running {
+                if let Some(t) = self.jobs.get(id).and_then(|j| j.spec.array_task.as_ref()) {
+                    *running.entry(t.array_job_id).or_default() += 1;
+                }
+            }
+        }
+        // Arrays with nothing left to start no longer need a limit.
+        self.array_limits.retain(|a, _| live.contains(a));
+        self.array_limits
+            .iter()
+            .map(|(a, &m)| (*a, m.saturating_sub(running.get(a).copied().unwrap_or(0))))
+            .collect()
     }
 
     fn set_reason(&mut self, id: JobId, reason: &str) {
@@ -846,6 +940,9 @@ mod tests {
             stderr: None,
             requeue,
             partition: None,
+            array: None,
+            array_task: None,
+            slurm: Default::default(),
         }
     }
 

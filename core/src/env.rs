@@ -48,8 +48,20 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     set("SLURM_JOB_USER", &spec.user_name);
     set("SLURM_JOB_UID", &spec.uid.to_string());
     set("SLURM_JOB_GID", &spec.gid.to_string());
-    set("SLURM_NTASKS", "1");
-    set("SLURM_NPROCS", "1");
+    let ntasks = spec.slurm.ntasks.unwrap_or(1).to_string();
+    set("SLURM_NTASKS", &ntasks);
+    set("SLURM_NPROCS", &ntasks);
+    if let Some(c) = spec.slurm.cpus_per_task {
+        set("SLURM_CPUS_PER_TASK", &c.to_string());
+    }
+    if let Some(t) = &spec.array_task {
+        set("SLURM_ARRAY_JOB_ID", &t.array_job_id.to_string());
+        set("SLURM_ARRAY_TASK_ID", &t.task_id.to_string());
+        set("SLURM_ARRAY_TASK_MIN", &t.min.to_string());
+        set("SLURM_ARRAY_TASK_MAX", &t.max.to_string());
+        set("SLURM_ARRAY_TASK_STEP", &t.step.to_string());
+        set("SLURM_ARRAY_TASK_COUNT", &t.count.to_string());
+    }
     set("SLURM_PROCID", "0");
     set("SLURM_LOCALID", "0");
     set("SLURM_NODEID", "0");
@@ -164,6 +176,9 @@ mod tests {
                 stderr: None,
                 requeue: false,
                 partition: None,
+                array: None,
+                array_task: None,
+                slurm: Default::default(),
             },
             0,
         )

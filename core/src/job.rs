@@ -183,6 +183,50 @@ pub struct JobSpec {
     pub requeue: bool,
     #[serde(default)]
     pub partition: Option<String>,
+    /// An array request (`--array`): the controller makes one job per index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArrayRequest>,
+    /// The job's place in its array, set by the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_task: Option<crate::array::ArrayTask>,
+    /// Slurm options recorded and shown (some acted on; docs/slurm.md).
+    #[serde(default, skip_serializing_if = "SlurmOptions::is_empty")]
+    pub slurm: SlurmOptions,
+}
+
+/// Slurm options a job carries beyond gsched's own: recorded at submit,
+/// shown by `sacct`/`squeue`/`scontrol`, and acted on where docs/slurm.md
+/// says so.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wckey: Option<String>,
+    /// Tasks of the job (`-n`): `srun`'s default count, `SLURM_NTASKS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntasks: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
+    /// `append` or `truncate` for the output files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_mode: Option<String>,
+    /// `--signal=[B:]SIG[@SECS]` as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// Other options accepted and recorded as given (`--constraint`, ...).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub other: BTreeMap<String, String>,
+}
+
+impl SlurmOptions {
+    pub fn is_empty(&self) -> bool {
+        *self == SlurmOptions::default()
+    }
 }
 
 /// Why a submission was refused. Each message names the field and what to do.
@@ -352,6 +396,9 @@ mod tests {
             stderr: None,
             requeue: false,
             partition: None,
+            array: None,
+            array_task: None,
+            slurm: Default::default(),
         }
     }
 

@@ -17,6 +17,8 @@ pub struct PatternContext<'a> {
 
 /// The default output pattern of a plain job.
 pub const DEFAULT_OUTPUT: &str = "slurm-%j.out";
+/// The default output pattern of an array task.
+pub const DEFAULT_ARRAY_OUTPUT: &str = "slurm-%A_%a.out";
 
 /// Expands `%j %J %A %a %u %x %N %t %%`, with an optional zero-padding
 /// width (`%5j`). Unknown sequences are kept as written.
@@ -65,6 +67,8 @@ pub fn job_output_paths(job: &crate::job::Job, node: &str) -> (String, String) {
     let s = &job.spec;
     let ctx = PatternContext {
         job_id: job.id,
+        array_job_id: s.array_task.as_ref().map(|t| t.array_job_id),
+        array_task_id: s.array_task.as_ref().map(|t| t.task_id),
         user: &s.user_name,
         name: &s.name,
         node,
@@ -78,7 +82,12 @@ pub fn job_output_paths(job: &crate::job::Job, node: &str) -> (String, String) {
             format!("{}/{}", s.working_dir.trim_end_matches('/'), e)
         }
     };
-    let out = resolve(s.stdout.as_deref().unwrap_or(DEFAULT_OUTPUT));
+    let default = if s.array_task.is_some() {
+        DEFAULT_ARRAY_OUTPUT
+    } else {
+        DEFAULT_OUTPUT
+    };
+    let out = resolve(s.stdout.as_deref().unwrap_or(default));
     let err = match &s.stderr {
         Some(p) => resolve(p),
         None => out.clone(),

@@ -73,24 +73,37 @@ impl Controller {
     /// Accepts a job; returns once it is on disk.
     pub async fn submit(&self, spec: JobSpec) -> Result<JobId, CtlError> {
         let now = unix_now();
-        let (id, pending) = {
+        let (id, ids, pending) = {
             let mut c = self.lock();
-            let (id, _) = c.submit(spec, now)?;
-            let job = c.job(id).expect("just submitted").clone();
-            let w = self.store.write(vec![
-                Write::NewJob(Box::new(job)),
-                Write::Event {
+            let (id, effects) = c.submit(spec, now)?;
+            // One job, or every task of an array.
+            let ids: Vec<JobId> = effects
+                .iter()
+                .filter_map(|e| match e {
+                    Effect::Job { id, .. } => Some(*id),
+                    _ => None,
+                })
+                .collect();
+            let mut writes = Vec::with_capacity(2 * ids.len());
+            for &j in &ids {
+                writes.push(Write::NewJob(Box::new(
+                    c.job(j).expect("just submitted").clone(),
+                )));
+                writes.push(Write::Event {
                     time: now,
-                    job_id: Some(id),
+                    job_id: Some(j),
                     node: None,
                     kind: "submitted".into(),
                     detail: None,
-                },
-            ]);
-            (id, w)
+                });
+            }
+            (id, ids, self.store.write(writes))
         };
         if let Err(e) = pending.await {
-            self.lock().withdraw(id);
+            let mut c = self.lock();
+            for j in ids {
+                c.withdraw(j);
+            }
             return Err(e.into());
         }
         self.wake.notify_one();

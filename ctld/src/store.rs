@@ -535,6 +535,9 @@ mod tests {
                 stderr: None,
                 requeue: true,
                 partition: Some("gpu".into()),
+                array: None,
+                array_task: None,
+                slurm: Default::default(),
             },
             10,
         )

@@ -224,6 +224,7 @@ impl Launcher {
             drop_privileges,
             start_time,
             time_limit: job.spec.time_limit,
+            append: job.spec.slurm.open_mode.as_deref() == Some("append"),
         };
         spool
             .write_json(&spool.spec_path(), &spec)

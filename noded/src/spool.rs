@@ -28,6 +28,10 @@ pub struct ShepherdSpec {
     /// time limit from these when it adopts a running job after a restart.
     pub start_time: i64,
     pub time_limit: Option<u64>,
+    /// Append to the output files instead of truncating them
+    /// (`--open-mode=append`).
+    #[serde(default)]
+    pub append: bool,
 }
 
 /// What the shepherd records when the script ends (or could not start).

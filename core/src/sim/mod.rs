@@ -206,6 +206,9 @@ fn spec_of(j: &SimJob) -> JobSpec {
         stderr: None,
         requeue: false,
         partition: None,
+        array: None,
+        array_task: None,
+        slurm: Default::default(),
     }
 }
 
