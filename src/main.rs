@@ -40,6 +40,41 @@ enum Command {
     Mig(mig::MigArgs),
     /// Simulate a workload under a policy and a baseline (virtual clock).
     Sim(sim::SimArgs),
+    /// Install Slurm's command names (sbatch, squeue, ...) into DIR; with DIR
+    /// first on PATH, Slurm clients drive gsched (docs/slurm.md).
+    SlurmShims {
+        /// Directory to write the commands into (created if missing).
+        dir: PathBuf,
+    },
+}
+
+/// Links Slurm's command names in `dir` to this program.
+fn install_shims(dir: &std::path::Path) -> Result<()> {
+    let exe = std::env::current_exe()
+        .and_then(|e| e.canonicalize())
+        .context("cannot find this program's path")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for name in gsched_cli::slurm::COMMANDS {
+        let link = dir.join(name);
+        match std::fs::symlink_metadata(&link) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)
+                .with_context(|| format!("cannot replace {}", link.display()))?,
+            Ok(_) => anyhow::bail!(
+                "{} exists and is not a link gsched made; remove it or choose another directory",
+                link.display()
+            ),
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(&exe, &link)
+            .with_context(|| format!("cannot create {}", link.display()))?;
+    }
+    println!(
+        "installed {} into {}; put it first on PATH: export PATH={}:$PATH",
+        gsched_cli::slurm::COMMANDS.join(" "),
+        dir.display(),
+        dir.display()
+    );
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -158,6 +193,18 @@ async fn up(args: UpArgs) -> Result<()> {
 
 fn main() -> Result<()> {
     shepherd::run_if_called_as_shepherd();
+    // Called by a Slurm command name (a shim link): be that command.
+    if let Some(name) = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| gsched_cli::slurm::COMMANDS.contains(&n.as_str()))
+    {
+        std::process::exit(gsched_cli::slurm::dispatch(
+            &name,
+            std::env::args().skip(1).collect(),
+        ));
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Up(args) => {
@@ -168,5 +215,6 @@ fn main() -> Result<()> {
         Command::Hw(args) => hw::run(args),
         Command::Mig(args) => mig::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::SlurmShims { dir } => install_shims(&dir),
     }
 }

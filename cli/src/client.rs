@@ -96,6 +96,12 @@ impl Client {
         self.call::<serde_json::Value>(req, None).map(|_| ())
     }
 
+    /// The controller's `/healthz` answer: status, cluster name, default
+    /// partition, launch policy.
+    pub fn health(&self) -> Result<serde_json::Value> {
+        self.call(self.agent.get(&format!("{}/healthz", self.base)), None)
+    }
+
     pub fn nodes(&self) -> Result<Vec<NodeInfo>> {
         #[derive(Deserialize)]
         struct Nodes {

@@ -1,10 +1,11 @@
 //! `gsub`: submit a batch script.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use gsched_core::job::{GpuRequest, JobSpec};
+use gsched_core::job::{GpuRequest, JobSpec, SlurmOptions};
 use gsched_core::units::{parse_mem_mib, parse_time_limit};
 
 use crate::client::Client;
@@ -64,9 +65,142 @@ pub struct SubmitOptions {
     /// Partition.
     #[arg(short = 'p', long)]
     pub partition: Option<String>,
+    /// Job array: indices `0-9`, `1,3,5`, `0-15:4`, with `%N` running at once.
+    #[arg(short = 'a', long, value_name = "INDICES[%MAX]")]
+    pub array: Option<String>,
+    /// A command to run as the whole script (`#!/bin/sh` and CMD).
+    #[arg(long, value_name = "CMD")]
+    pub wrap: Option<String>,
+    /// Account to charge (recorded).
+    #[arg(short = 'A', long)]
+    pub account: Option<String>,
+    /// Quality of service (recorded).
+    #[arg(long)]
+    pub qos: Option<String>,
+    /// Comment (recorded; shown by sacct).
+    #[arg(long)]
+    pub comment: Option<String>,
+    /// Workload characterization key (recorded).
+    #[arg(long)]
+    pub wckey: Option<String>,
+    /// Number of tasks: `srun`'s default count and SLURM_NTASKS.
+    #[arg(short = 'n', long)]
+    pub ntasks: Option<u32>,
+    /// CPUs per task (SLURM_CPUS_PER_TASK).
+    #[arg(short = 'c', long)]
+    pub cpus_per_task: Option<u32>,
+    /// `append` or `truncate` the output files.
+    #[arg(long, value_parser = ["append", "truncate"])]
+    pub open_mode: Option<String>,
+    /// Signal SIG at SECS seconds before the time limit (`[B:]SIG[@SECS]`).
+    #[arg(long, value_name = "[B:]SIG[@SECS]")]
+    pub signal: Option<String>,
+    /// Environment to pass: ALL (default), NONE, or a list of names and NAME=VALUE.
+    #[arg(long)]
+    pub export: Option<String>,
+    /// Clusters (only this one exists); `--parsable` then prints `ID;CLUSTER`.
+    #[arg(short = 'M', long)]
+    pub clusters: Option<String>,
+    #[command(flatten)]
+    pub recorded: RecordedOptions,
     /// The script (standard input if none) and its arguments.
     #[arg(trailing_var_arg = true, value_name = "SCRIPT [ARGS]")]
     pub script: Vec<String>,
+}
+
+/// Slurm options accepted and recorded as given (docs/slurm.md says what
+/// gsched does with each).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RecordedOptions {
+    #[arg(short = 'C', long, hide = true)]
+    pub constraint: Option<String>,
+    #[arg(long, hide = true)]
+    pub mem: Option<String>,
+    #[arg(long, hide = true)]
+    pub mem_per_cpu: Option<String>,
+    #[arg(long, hide = true)]
+    pub mem_per_gpu: Option<String>,
+    #[arg(short = 'N', long, hide = true)]
+    pub nodes: Option<String>,
+    #[arg(long, hide = true)]
+    pub ntasks_per_node: Option<String>,
+    #[arg(long, hide = true)]
+    pub ntasks_per_gpu: Option<String>,
+    #[arg(long, hide = true)]
+    pub cpus_per_gpu: Option<String>,
+    #[arg(long, hide = true)]
+    pub gpus_per_node: Option<String>,
+    #[arg(long, hide = true)]
+    pub gpus_per_task: Option<String>,
+    #[arg(short = 'x', long, hide = true)]
+    pub exclude: Option<String>,
+    #[arg(short = 'w', long, hide = true)]
+    pub nodelist: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "exclusive")]
+    pub exclusive: Option<String>,
+    #[arg(short = 'd', long, hide = true)]
+    pub dependency: Option<String>,
+    #[arg(long, hide = true)]
+    pub reservation: Option<String>,
+    #[arg(long, hide = true)]
+    pub mail_type: Option<String>,
+    #[arg(long, hide = true)]
+    pub mail_user: Option<String>,
+}
+
+impl RecordedOptions {
+    fn over(self, under: RecordedOptions) -> RecordedOptions {
+        macro_rules! pick {
+            ($($f:ident),*) => { RecordedOptions { $($f: self.$f.or(under.$f)),* } };
+        }
+        pick!(
+            constraint,
+            mem,
+            mem_per_cpu,
+            mem_per_gpu,
+            nodes,
+            ntasks_per_node,
+            ntasks_per_gpu,
+            cpus_per_gpu,
+            gpus_per_node,
+            gpus_per_task,
+            exclude,
+            nodelist,
+            exclusive,
+            dependency,
+            reservation,
+            mail_type,
+            mail_user
+        )
+    }
+
+    /// The options given, by their long names.
+    fn given(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        macro_rules! put {
+            ($($f:ident => $n:literal),*) => { $( if let Some(v) = &self.$f { m.insert($n.to_string(), v.clone()); } )* };
+        }
+        put!(
+            constraint => "constraint",
+            mem => "mem",
+            mem_per_cpu => "mem-per-cpu",
+            mem_per_gpu => "mem-per-gpu",
+            nodes => "nodes",
+            ntasks_per_node => "ntasks-per-node",
+            ntasks_per_gpu => "ntasks-per-gpu",
+            cpus_per_gpu => "cpus-per-gpu",
+            gpus_per_node => "gpus-per-node",
+            gpus_per_task => "gpus-per-task",
+            exclude => "exclude",
+            nodelist => "nodelist",
+            exclusive => "exclusive",
+            dependency => "dependency",
+            reservation => "reservation",
+            mail_type => "mail-type",
+            mail_user => "mail-user"
+        );
+        m
+    }
 }
 
 impl SubmitOptions {
@@ -88,6 +222,19 @@ impl SubmitOptions {
             no_requeue: self.no_requeue || (under.no_requeue && !self.requeue),
             parsable: self.parsable || under.parsable,
             partition: self.partition.or(under.partition),
+            array: self.array.or(under.array),
+            wrap: self.wrap.or(under.wrap),
+            account: self.account.or(under.account),
+            qos: self.qos.or(under.qos),
+            comment: self.comment.or(under.comment),
+            wckey: self.wckey.or(under.wckey),
+            ntasks: self.ntasks.or(under.ntasks),
+            cpus_per_task: self.cpus_per_task.or(under.cpus_per_task),
+            open_mode: self.open_mode.or(under.open_mode),
+            signal: self.signal.or(under.signal),
+            export: self.export.or(under.export),
+            clusters: self.clusters.or(under.clusters),
+            recorded: self.recorded.over(under.recorded),
             script: self.script,
         }
     }
@@ -190,10 +337,27 @@ pub fn build_spec(
     default_name: &str,
     cwd: &std::path::Path,
 ) -> Result<JobSpec> {
-    let mem = match &opts.gpu_mem {
+    // The footprint hint: --gpu-mem, or Slurm's --mem-per-gpu.
+    let mem = match opts.gpu_mem.as_ref().or(opts.recorded.mem_per_gpu.as_ref()) {
         Some(m) => Some(parse_mem_mib(m)?),
         None => None,
     };
+    for (name, value) in [
+        ("--mem", &opts.recorded.mem),
+        ("--mem-per-cpu", &opts.recorded.mem_per_cpu),
+    ] {
+        if let Some(v) = value {
+            parse_mem_mib(v).with_context(|| format!("{name}={v}"))?;
+        }
+    }
+    let array = match &opts.array {
+        Some(a) => Some(gsched_core::array::ArrayRequest::parse(a)?),
+        None => None,
+    };
+    if let Some(sig) = &opts.signal {
+        parse_signal_option(sig)?;
+    }
+    let environment = exported_environment(opts.export.as_deref())?;
     let time_limit = match &opts.time {
         Some(t) => parse_time_limit(t)?,
         None => None,
@@ -213,7 +377,7 @@ pub fn build_spec(
             .unwrap_or_else(|| default_name.to_string()),
         script,
         argv: opts.script.iter().skip(1).cloned().collect(),
-        environment: std::env::vars().collect(),
+        environment,
         working_dir,
         user_name,
         uid,
@@ -229,15 +393,84 @@ pub fn build_spec(
         stderr: opts.error.clone(),
         requeue: opts.requeue,
         partition: opts.partition.clone(),
-        array: None,
+        array,
         array_task: None,
-        slurm: Default::default(),
+        slurm: SlurmOptions {
+            account: opts.account.clone(),
+            qos: opts.qos.clone(),
+            comment: opts.comment.clone(),
+            wckey: opts.wckey.clone(),
+            ntasks: opts.ntasks,
+            cpus_per_task: opts.cpus_per_task,
+            open_mode: opts.open_mode.clone(),
+            signal: opts.signal.clone(),
+            other: opts.recorded.given(),
+        },
     })
+}
+
+/// Checks `--signal=[B:]SIG[@SECS]`: returns (batch shell only, signal
+/// number, seconds before the limit; Slurm's default is 60).
+pub fn parse_signal_option(value: &str) -> Result<(bool, i32, u64)> {
+    let bad = || {
+        anyhow::anyhow!(
+            "Invalid --signal specification '{value}': expected [B:]SIG[@SECS], e.g. USR1@90"
+        )
+    };
+    let (batch, rest) = match value.strip_prefix("B:") {
+        Some(r) => (true, r),
+        None => (false, value),
+    };
+    let (sig, secs) = match rest.split_once('@') {
+        Some((s, t)) => (s, t.parse::<u64>().map_err(|_| bad())?),
+        None => (rest, 60),
+    };
+    let num = gsched_core::outcome::parse_signal(sig).map_err(|_| bad())?;
+    Ok((batch, num, secs))
+}
+
+/// The environment a job starts with under `--export`: ALL (default),
+/// NONE, or a comma list of names (taken from here) and NAME=VALUE pairs,
+/// with ALL in the list adding everything else.
+pub fn exported_environment(export: Option<&str>) -> Result<BTreeMap<String, String>> {
+    let here: BTreeMap<String, String> = std::env::vars().collect();
+    let Some(list) = export else {
+        return Ok(here);
+    };
+    let mut env = BTreeMap::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match item {
+            "ALL" => env.extend(here.clone()),
+            "NONE" | "NIL" => {}
+            _ => match item.split_once('=') {
+                Some((k, v)) if !k.is_empty() => {
+                    env.insert(k.to_string(), v.to_string());
+                }
+                Some(_) => bail!("--export={list}: '{item}' has no variable name"),
+                None => {
+                    if let Some(v) = here.get(item) {
+                        env.insert(item.to_string(), v.clone());
+                    }
+                }
+            },
+        }
+    }
+    Ok(env)
 }
 
 /// `gsub` with the given arguments (without the program name).
 pub fn main_with(args: Vec<String>) -> Result<()> {
-    let cli = match SubmitOptions::try_parse_from(std::iter::once("gsub".to_string()).chain(args)) {
+    submit_main("gsub", args)
+}
+
+/// The body of a script given with `--wrap` (as sbatch writes it).
+pub fn wrap_script(cmd: &str) -> String {
+    format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n")
+}
+
+/// `gsub` or `sbatch` (`prog`): parse, read the script, submit, print the id.
+pub fn submit_main(prog: &str, args: Vec<String>) -> Result<()> {
+    let cli = match SubmitOptions::try_parse_from(std::iter::once(prog.to_string()).chain(args)) {
         Ok(c) => c,
         Err(e)
             if matches!(
@@ -249,8 +482,12 @@ pub fn main_with(args: Vec<String>) -> Result<()> {
         }
         Err(e) => bail!("{}", clap_message(&e)),
     };
-    let (script, default_name) = match cli.script.first() {
-        Some(path) if path != "-" => {
+    let (script, default_name) = match (&cli.wrap, cli.script.first()) {
+        (Some(_), Some(arg)) => {
+            bail!("script arguments are not permitted with the --wrap option (got '{arg}')")
+        }
+        (Some(cmd), None) => (wrap_script(cmd).into_bytes(), "wrap".to_string()),
+        (None, Some(path)) if path != "-" && path != "/dev/stdin" => {
             let text =
                 std::fs::read(path).with_context(|| format!("cannot read batch script {path}"))?;
             let name = std::path::Path::new(path)
@@ -259,7 +496,7 @@ pub fn main_with(args: Vec<String>) -> Result<()> {
                 .unwrap_or_else(|| path.clone());
             (text, name)
         }
-        _ => {
+        (None, _) => {
             let mut text = Vec::new();
             std::io::stdin()
                 .read_to_end(&mut text)
@@ -272,10 +509,10 @@ pub fn main_with(args: Vec<String>) -> Result<()> {
     let cwd = std::env::current_dir().context("cannot determine the current directory")?;
     let spec = build_spec(&opts, script, &default_name, &cwd)?;
     let id = Client::from_env().submit(&spec)?;
-    if opts.parsable {
-        println!("{id}");
-    } else {
-        println!("Submitted batch job {id}");
+    match (opts.parsable, &opts.clusters) {
+        (true, Some(c)) => println!("{id};{c}"),
+        (true, None) => println!("{id}"),
+        (false, _) => println!("Submitted batch job {id}"),
     }
     Ok(())
 }

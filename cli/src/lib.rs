@@ -9,6 +9,7 @@ pub mod ginfo;
 pub mod gqueue;
 pub mod gsub;
 pub mod identity;
+pub mod slurm;
 pub mod table;
 
 /// Prints `prog: error: msg` on stderr and exits with status 1.

@@ -51,6 +51,11 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     let ntasks = spec.slurm.ntasks.unwrap_or(1).to_string();
     set("SLURM_NTASKS", &ntasks);
     set("SLURM_NPROCS", &ntasks);
+    match spec.slurm.open_mode.as_deref() {
+        Some("append") => set("SLURM_OPEN_MODE", "a"),
+        Some("truncate") => set("SLURM_OPEN_MODE", "t"),
+        _ => {}
+    }
     if let Some(c) = spec.slurm.cpus_per_task {
         set("SLURM_CPUS_PER_TASK", &c.to_string());
     }

@@ -167,9 +167,23 @@ pub struct JobInfo {
     pub gpu_mem_peak: Option<u64>,
     pub requeue: bool,
     pub restart_cnt: u32,
+    /// The job's array and its index in it, for array tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArrayTask>,
+    /// Slurm options recorded at submission (account, qos, comment, ...).
+    #[serde(default, skip_serializing_if = "crate::job::SlurmOptions::is_empty")]
+    pub slurm: crate::job::SlurmOptions,
 }
 
 impl JobInfo {
+    /// The id as Slurm prints it: `A_i` for an array task, else `N`.
+    pub fn display_id(&self) -> String {
+        match &self.array {
+            Some(t) => t.display_id(),
+            None => self.job_id.to_string(),
+        }
+    }
+
     pub fn new(job: &Job, default_partition: &str, now: i64) -> JobInfo {
         let s = &job.spec;
         let node = job.node.clone().unwrap_or_default();
@@ -203,6 +217,8 @@ impl JobInfo {
             gpu_mem_peak: job.gpu_mem_peak,
             requeue: s.requeue,
             restart_cnt: job.restarts,
+            array: s.array_task.clone(),
+            slurm: s.slurm.clone(),
         }
     }
 }

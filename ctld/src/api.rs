@@ -64,6 +64,8 @@ async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
         "running": c.running_count(),
         "nodes_up": c.nodes().filter(|n| n.up).count(),
         "launch_policy": c.policy_name(),
+        "cluster_name": ctl.config.cluster_name,
+        "partition": ctl.config.partition,
     }))
 }
 
@@ -81,6 +83,8 @@ pub struct JobFilter {
     user: Option<String>,
     name: Option<String>,
     id: Option<String>,
+    /// Array ids: every task of these arrays (with `id`: either matches).
+    array: Option<String>,
 }
 
 fn parse_list<T>(
@@ -119,6 +123,7 @@ async fn list_jobs(State(ctl): Ctl, Query(f): Query<JobFilter>) -> Result<Json<J
     let users = parse_list(&f.user, "user", |p| Some(p.to_string()))?;
     let names = parse_list(&f.name, "name", |p| Some(p.to_string()))?;
     let ids = parse_list(&f.id, "job id", |p| p.parse::<JobId>().ok())?;
+    let arrays = parse_list(&f.array, "array id", |p| p.parse::<JobId>().ok())?;
     let now = unix_now();
     let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
     let mut out = Vec::new();
@@ -130,9 +135,23 @@ async fn list_jobs(State(ctl): Ctl, Query(f): Query<JobFilter>) -> Result<Json<J
             out.push(JobInfo::new(j, &ctl.config.partition, now));
         }
     };
-    match &ids {
-        Some(ids) => ids.iter().filter_map(|id| c.job(*id)).for_each(&mut push),
-        None => c.jobs().for_each(&mut push),
+    match (&ids, &arrays) {
+        (None, None) => c.jobs().for_each(&mut push),
+        (Some(ids), None) => ids.iter().filter_map(|id| c.job(*id)).for_each(&mut push),
+        (ids, arrays) => {
+            let ids: HashSet<JobId> = ids.iter().flatten().copied().collect();
+            let arrays: HashSet<JobId> = arrays.iter().flatten().copied().collect();
+            // Tasks of an array are numbered on from its id.
+            c.jobs()
+                .filter(|j| {
+                    ids.contains(&j.id)
+                        || j.spec
+                            .array_task
+                            .as_ref()
+                            .is_some_and(|t| arrays.contains(&t.array_job_id))
+                })
+                .for_each(&mut push)
+        }
     }
     Ok(Json(JobList { jobs: out }))
 }

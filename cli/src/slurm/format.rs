@@ -1,0 +1,110 @@
+//! Slurm's ways of printing times, states and padded fields.
+
+use gsched_core::job::JobState;
+use gsched_core::wire::JobInfo;
+
+/// Seconds since the epoch.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// `[D-]HH:MM:SS`, as sacct's Elapsed.
+pub fn elapsed_long(secs: i64) -> String {
+    let s = secs.max(0);
+    let (d, h, m, x) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{x:02}")
+    } else {
+        format!("{h:02}:{m:02}:{x:02}")
+    }
+}
+
+/// `M:SS`, `H:MM:SS` or `D-HH:MM:SS`, as squeue's TIME.
+pub fn elapsed_short(secs: i64) -> String {
+    let s = secs.max(0);
+    let (d, h, m, x) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{x:02}")
+    } else if h > 0 {
+        format!("{h}:{m:02}:{x:02}")
+    } else {
+        format!("{m}:{x:02}")
+    }
+}
+
+/// A Unix time as sacct prints it (`2026-11-22T10:04:05`, local time), or
+/// `Unknown`.
+pub fn timestamp(t: Option<i64>) -> String {
+    let Some(t) = t else {
+        return "Unknown".into();
+    };
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let tt = t as libc::time_t;
+    // SAFETY: localtime_r writes into the tm we own.
+    if unsafe { libc::localtime_r(&tt, &mut tm) }.is_null() {
+        return "Unknown".into();
+    }
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+/// The state as sacct prints it: `CANCELLED by UID` for cancelled jobs.
+pub fn sacct_state(j: &JobInfo) -> String {
+    match j.job_state {
+        JobState::Cancelled => format!("CANCELLED by {}", j.user_id),
+        s => s.as_str().to_string(),
+    }
+}
+
+/// `CODE:SIGNAL`, as sacct's ExitCode.
+pub fn exit_code(j: &JobInfo) -> String {
+    format!(
+        "{}:{}",
+        j.exit_code.unwrap_or(0),
+        j.exit_signal.unwrap_or(0)
+    )
+}
+
+/// Pads `value` to `width` (right-justified, or left with `left`); a value
+/// longer than the width is cut, as Slurm does.
+pub fn pad(value: &str, width: Option<usize>, left: bool) -> String {
+    let Some(w) = width else {
+        return value.to_string();
+    };
+    let v: String = value.chars().take(w).collect();
+    if left {
+        format!("{v:<w$}")
+    } else {
+        format!("{v:>w$}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_as_slurm_prints_them() {
+        assert_eq!(elapsed_long(0), "00:00:00");
+        assert_eq!(elapsed_long(3725), "01:02:05");
+        assert_eq!(elapsed_long(90061), "1-01:01:01");
+        assert_eq!(elapsed_short(5), "0:05");
+        assert_eq!(elapsed_short(3725), "1:02:05");
+        assert_eq!(elapsed_short(90061), "1-01:01:01");
+        assert_eq!(timestamp(None), "Unknown");
+        assert_eq!(pad("abc", Some(5), false), "  abc");
+        assert_eq!(pad("abc", Some(5), true), "abc  ");
+        assert_eq!(pad("abcdef", Some(3), true), "abc");
+        assert_eq!(pad("abc", None, true), "abc");
+    }
+}

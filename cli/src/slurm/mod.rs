@@ -1,0 +1,60 @@
+//! Slurm's commands over gsched (`gsched slurm-shims DIR`): `sbatch`,
+//! `squeue`, `scancel`, `sacct`, `sinfo`, `srun`, `scontrol`, `sacctmgr`,
+//! `sshare`. They share gsub's option parser and the controller's job
+//! model; what they print follows Slurm's (docs/slurm.md).
+
+pub mod format;
+pub mod ids;
+pub mod sacct;
+pub mod scancel;
+pub mod scontrol;
+pub mod sinfo;
+pub mod squeue;
+pub mod srun;
+
+/// The command names a shim directory holds.
+pub const COMMANDS: &[&str] = &[
+    "sbatch", "squeue", "scancel", "sacct", "sinfo", "srun", "scontrol", "sacctmgr", "sshare",
+];
+
+/// Runs Slurm command `name` with `args`; returns its exit status.
+/// Errors are printed as Slurm does (`prog: error: ...`).
+pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
+    let result = match name {
+        "sbatch" => crate::gsub::submit_main("sbatch", args).map(|()| 0),
+        "squeue" => squeue::main_with(args),
+        "scancel" => scancel::main_with(args),
+        "sacct" => sacct::main_with(args),
+        "sinfo" => sinfo::main_with(args),
+        "srun" => srun::main_with(args),
+        "scontrol" => scontrol::main_with(args),
+        // Accounting and fair-share databases do not exist in gsched: both
+        // answer with nothing, successfully (what clients accept).
+        "sacctmgr" | "sshare" => Ok(0),
+        other => Err(anyhow::anyhow!("unknown Slurm command '{other}'")),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            1
+        }
+    }
+}
+
+/// Parses a command line with clap, printing help or version and exiting as
+/// clap does, or turning an error into Slurm's one-line form.
+pub fn parse<T: clap::Parser>(prog: &str, args: Vec<String>) -> anyhow::Result<T> {
+    match T::try_parse_from(std::iter::once(prog.to_string()).chain(args)) {
+        Ok(t) => Ok(t),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            e.exit()
+        }
+        Err(e) => Err(anyhow::anyhow!("{}", crate::gsub::clap_message(&e))),
+    }
+}

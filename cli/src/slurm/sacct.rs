@@ -1,0 +1,427 @@
+//! `sacct`: accounting of jobs and their steps, in Slurm's formats.
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use gsched_core::job::JobState;
+use gsched_core::wire::JobInfo;
+
+use super::format::{elapsed_long, exit_code, pad, sacct_state, timestamp};
+use super::ids::{fetch, parse_refs};
+use crate::client::Client;
+use crate::identity::current_user;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sacct",
+    about = "Accounting data of gsched jobs (Slurm's sacct)"
+)]
+pub struct Args {
+    /// Job ids (repeatable, comma lists; `A` is every task of array A).
+    #[arg(short = 'j', long = "jobs", action = clap::ArgAction::Append)]
+    pub jobs: Vec<String>,
+    /// Only the jobs, not their steps.
+    #[arg(short = 'X', long = "allocations")]
+    pub allocations: bool,
+    #[arg(short = 'n', long = "noheader")]
+    pub noheader: bool,
+    /// Fields joined by `|`, no trailing `|`.
+    #[arg(short = 'P', long = "parsable2")]
+    pub parsable2: bool,
+    /// Fields joined by `|`, with a trailing `|`.
+    #[arg(short = 'p', long = "parsable")]
+    pub parsable: bool,
+    /// Fields, comma separated, each with an optional `%WIDTH` (`%-WIDTH`).
+    #[arg(short = 'o', long = "format")]
+    pub format: Option<String>,
+    /// Jobs that ran after this time (`now`, `now-1hour`, `YYYY-MM-DD[THH:MM[:SS]]`).
+    #[arg(short = 'S', long = "starttime")]
+    pub starttime: Option<String>,
+    /// Jobs that ran before this time.
+    #[arg(short = 'E', long = "endtime")]
+    pub endtime: Option<String>,
+    /// Only jobs with these names.
+    #[arg(long = "name")]
+    pub name: Option<String>,
+    /// Only these users' jobs.
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// Every user's jobs.
+    #[arg(short = 'a', long = "allusers")]
+    pub allusers: bool,
+    /// Only jobs in these states.
+    #[arg(short = 's', long = "state")]
+    pub state: Option<String>,
+    /// Clusters (only this one exists).
+    #[arg(short = 'M', long = "clusters")]
+    pub clusters: Option<String>,
+}
+
+/// A field sacct can print: canonical name, default width (negative: left).
+const FIELDS: &[(&str, i32)] = &[
+    ("JobID", -12),
+    ("JobIDRaw", 12),
+    ("JobName", 10),
+    ("Partition", 10),
+    ("Account", 10),
+    ("AllocCPUS", 10),
+    ("State", 10),
+    ("ExitCode", 8),
+    ("NodeList", 15),
+    ("Reason", 20),
+    ("Comment", 15),
+    ("Elapsed", 10),
+    ("TotalCPU", 10),
+    ("NNodes", 8),
+    ("NCPUS", 10),
+    ("MaxRSS", 10),
+    ("ReqMem", 10),
+    ("Start", 19),
+    ("End", 19),
+    ("Submit", 19),
+    ("User", 9),
+    ("UID", 6),
+    ("Timelimit", 10),
+    ("WCKey", 10),
+    ("QOS", 10),
+    ("Cluster", 10),
+    ("WorkDir", 20),
+];
+
+const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode";
+
+/// One column: canonical name, width, left-justified.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    pub name: &'static str,
+    pub width: Option<usize>,
+    pub left: bool,
+}
+
+/// Parses `-o JobID,State%20,jobname%-5` (names case-insensitive).
+pub fn parse_format(spec: &str) -> Result<Vec<Column>> {
+    let mut cols = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, width) = match item.split_once('%') {
+            Some((n, w)) => (n, Some(w)),
+            None => (item, None),
+        };
+        let key = if name.eq_ignore_ascii_case("JobIdRaw") {
+            "JobIDRaw"
+        } else {
+            name
+        };
+        let Some(&(canon, default)) = FIELDS.iter().find(|(f, _)| f.eq_ignore_ascii_case(key))
+        else {
+            bail!("Invalid field requested: \"{name}\"");
+        };
+        let (width, left) = match width {
+            Some(w) => {
+                let left = w.starts_with('-');
+                let n: usize = w
+                    .trim_start_matches('-')
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("Invalid field width in \"{item}\""))?;
+                (n, left)
+            }
+            None => (default.unsigned_abs() as usize, default < 0),
+        };
+        cols.push(Column {
+            name: canon,
+            width: Some(width),
+            left,
+        });
+    }
+    Ok(cols)
+}
+
+/// A row: the job itself, or one of its steps.
+enum Row<'a> {
+    Job(&'a JobInfo),
+    Batch(&'a JobInfo),
+    /// Pending tasks of one array, collapsed (`A_[3-9%4]`).
+    Pending(&'a JobInfo, String),
+}
+
+fn value(row: &Row<'_>, field: &str) -> String {
+    let (j, id) = match row {
+        Row::Job(j) => (*j, j.display_id()),
+        Row::Batch(j) => (*j, format!("{}.batch", j.display_id())),
+        Row::Pending(j, id) => (*j, id.clone()),
+    };
+    let batch = matches!(row, Row::Batch(_));
+    let started = j.start_time.is_some();
+    let cpus = j.slurm.ntasks.unwrap_or(1) * j.slurm.cpus_per_task.unwrap_or(1);
+    match field {
+        "JobID" => id,
+        "JobIDRaw" => {
+            if batch {
+                format!("{}.batch", j.job_id)
+            } else {
+                j.job_id.to_string()
+            }
+        }
+        "JobName" => {
+            if batch {
+                "batch".into()
+            } else {
+                j.name.clone()
+            }
+        }
+        "Partition" if !batch => j.partition.clone(),
+        "Partition" => String::new(),
+        "Account" => j.slurm.account.clone().unwrap_or_default(),
+        "AllocCPUS" | "NCPUS" => {
+            if started {
+                cpus.to_string()
+            } else {
+                "0".into()
+            }
+        }
+        "State" => sacct_state(j),
+        "ExitCode" => exit_code(j),
+        "NodeList" => {
+            if j.nodes.is_empty() {
+                "None assigned".into()
+            } else {
+                j.nodes.clone()
+            }
+        }
+        "Reason" => j.state_reason.clone().unwrap_or_else(|| "None".into()),
+        "Comment" => j.slurm.comment.clone().unwrap_or_default(),
+        "Elapsed" => elapsed_long(j.elapsed),
+        "TotalCPU" => "00:00:00".into(),
+        "NNodes" => if started { "1" } else { "0" }.into(),
+        "MaxRSS" => String::new(),
+        "ReqMem" => j.slurm.other.get("mem").cloned().unwrap_or_default(),
+        "Start" => timestamp(j.start_time),
+        "End" => timestamp(j.end_time),
+        "Submit" => timestamp(Some(j.submit_time)),
+        "User" if !batch => j.user_name.clone(),
+        "UID" if !batch => j.user_id.to_string(),
+        "User" | "UID" => String::new(),
+        "Timelimit" => match j.time_limit {
+            Some(m) => elapsed_long(m as i64 * 60),
+            None => "UNLIMITED".into(),
+        },
+        "WCKey" => j.slurm.wckey.clone().unwrap_or_default(),
+        "QOS" => j.slurm.qos.clone().unwrap_or_default(),
+        "Cluster" => "gsched".into(),
+        "WorkDir" => j.current_working_directory.clone(),
+        _ => String::new(),
+    }
+}
+
+/// Parses sacct's time options: `now`, `now-N[units]`, or a date.
+fn parse_when(s: &str, now: i64) -> Result<i64> {
+    if let Some(rest) = s.strip_prefix("now") {
+        if rest.is_empty() {
+            return Ok(now);
+        }
+        let Some(ago) = rest.strip_prefix('-') else {
+            bail!("invalid time '{s}'");
+        };
+        let digits: String = ago.chars().take_while(|c| c.is_ascii_digit()).collect();
+        let n: i64 = digits
+            .parse()
+            .map_err(|_| anyhow::anyhow!("invalid time '{s}'"))?;
+        let unit = &ago[digits.len()..];
+        let mult = match unit {
+            "" | "seconds" | "s" => 1,
+            "minutes" | "minute" | "m" => 60,
+            "hours" | "hour" | "h" => 3600,
+            "days" | "day" | "d" => 86400,
+            "weeks" | "week" => 604800,
+            _ => bail!("invalid time '{s}'"),
+        };
+        return Ok(now - n * mult);
+    }
+    // YYYY-MM-DD[THH:MM[:SS]], local time.
+    let (date, time) = s.split_once('T').unwrap_or((s, "00:00:00"));
+    let d: Vec<i32> = date
+        .split('-')
+        .map(|x| x.parse().map_err(|_| anyhow::anyhow!("invalid time '{s}'")))
+        .collect::<Result<_>>()?;
+    let t: Vec<i32> = time
+        .split(':')
+        .map(|x| x.parse().map_err(|_| anyhow::anyhow!("invalid time '{s}'")))
+        .collect::<Result<_>>()?;
+    if d.len() != 3 || t.is_empty() || t.len() > 3 {
+        bail!("invalid time '{s}'");
+    }
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    tm.tm_year = d[0] - 1900;
+    tm.tm_mon = d[1] - 1;
+    tm.tm_mday = d[2];
+    tm.tm_hour = t[0];
+    tm.tm_min = *t.get(1).unwrap_or(&0);
+    tm.tm_sec = *t.get(2).unwrap_or(&0);
+    tm.tm_isdst = -1;
+    // SAFETY: mktime reads and normalizes the tm we own.
+    let secs = unsafe { libc::mktime(&mut tm) };
+    if secs == -1 {
+        bail!("invalid time '{s}'");
+    }
+    Ok(secs as i64)
+}
+
+/// Midnight today, local time (sacct's default start without -j).
+fn midnight(now: i64) -> i64 {
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let t = now as libc::time_t;
+    // SAFETY: both calls work on values we own.
+    unsafe {
+        libc::localtime_r(&t, &mut tm);
+        tm.tm_hour = 0;
+        tm.tm_min = 0;
+        tm.tm_sec = 0;
+        tm.tm_isdst = -1;
+        libc::mktime(&mut tm) as i64
+    }
+}
+
+pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let a: Args = super::parse("sacct", args)?;
+    let cols = parse_format(a.format.as_deref().unwrap_or(DEFAULT_FORMAT))?;
+    let refs = parse_refs(&a.jobs)?;
+    let now = super::format::unix_now();
+    let mut extra: Vec<(&'static str, String)> = vec![("state", "all".into())];
+    if let Some(n) = &a.name {
+        extra.push(("name", n.clone()));
+    }
+    if let Some(u) = &a.user {
+        extra.push(("user", u.clone()));
+    } else if !a.allusers && refs.is_empty() {
+        extra.push(("user", current_user().0));
+    }
+    let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
+    if let Some(states) = &a.state {
+        let wanted: Vec<JobState> = states
+            .split(',')
+            .map(|s| JobState::parse(s).map_err(anyhow::Error::from))
+            .collect::<Result<_>>()?;
+        jobs.retain(|j| wanted.contains(&j.job_state));
+    }
+    // Without -j, jobs since midnight (or -S); -E bounds the other end.
+    let start = match &a.starttime {
+        Some(s) => Some(parse_when(s, now)?),
+        None if refs.is_empty() => Some(midnight(now)),
+        None => None,
+    };
+    let end = a
+        .endtime
+        .as_deref()
+        .map(|s| parse_when(s, now))
+        .transpose()?;
+    jobs.retain(|j| {
+        let ran_until = j.end_time.unwrap_or(now);
+        let from = j.start_time.unwrap_or(j.submit_time);
+        start.is_none_or(|s| ran_until >= s) && end.is_none_or(|e| from <= e)
+    });
+    jobs.sort_by_key(|j| j.job_id);
+    let mut rows: Vec<Row<'_>> = Vec::new();
+    let mut k = 0;
+    while k < jobs.len() {
+        let j = &jobs[k];
+        // Pending tasks of one array print as one collapsed row.
+        if let (Some(t), JobState::Pending) = (&j.array, j.job_state) {
+            let mut idx = vec![t.task_id];
+            let mut n = k + 1;
+            while n < jobs.len()
+                && jobs[n].job_state == JobState::Pending
+                && jobs[n]
+                    .array
+                    .as_ref()
+                    .is_some_and(|u| u.array_job_id == t.array_job_id)
+            {
+                idx.push(jobs[n].array.as_ref().map(|u| u.task_id).unwrap_or(0));
+                n += 1;
+            }
+            if idx.len() > 1 {
+                let id = gsched_core::array::collapsed(t.array_job_id, &idx, t.max_running);
+                rows.push(Row::Pending(j, id));
+                k = n;
+                continue;
+            }
+        }
+        rows.push(Row::Job(j));
+        if !a.allocations && j.start_time.is_some() {
+            rows.push(Row::Batch(j));
+        }
+        k += 1;
+    }
+    let parsable = a.parsable || a.parsable2;
+    let line = |values: Vec<String>| -> String {
+        if parsable {
+            let mut s = values.join("|");
+            if a.parsable {
+                s.push('|');
+            }
+            s
+        } else {
+            let mut s = values.join(" ");
+            s.push(' ');
+            s
+        }
+    };
+    let cell = |c: &Column, v: &str| {
+        if parsable {
+            v.to_string()
+        } else {
+            pad(v, c.width, c.left)
+        }
+    };
+    let mut out = String::new();
+    if !a.noheader {
+        out.push_str(&line(cols.iter().map(|c| cell(c, c.name)).collect()));
+        out.push('\n');
+        if !parsable {
+            out.push_str(&line(
+                cols.iter()
+                    .map(|c| "-".repeat(c.width.unwrap_or(c.name.len())))
+                    .collect(),
+            ));
+            out.push('\n');
+        }
+    }
+    for r in &rows {
+        out.push_str(&line(
+            cols.iter().map(|c| cell(c, &value(r, c.name))).collect(),
+        ));
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_parse_like_sacct() {
+        let c = parse_format("jobid,State%20,jobname%-5,JobIdRaw").unwrap();
+        assert_eq!(c[0].name, "JobID");
+        assert_eq!((c[0].width, c[0].left), (Some(12), true));
+        assert_eq!(
+            (c[1].name, c[1].width, c[1].left),
+            ("State", Some(20), false)
+        );
+        assert_eq!(
+            (c[2].name, c[2].width, c[2].left),
+            ("JobName", Some(5), true)
+        );
+        assert_eq!(c[3].name, "JobIDRaw");
+        assert_eq!(
+            parse_format("JobID,Bogus").unwrap_err().to_string(),
+            "Invalid field requested: \"Bogus\""
+        );
+    }
+
+    #[test]
+    fn relative_times() {
+        assert_eq!(parse_when("now", 1000).unwrap(), 1000);
+        assert_eq!(parse_when("now-2hours", 10_000).unwrap(), 10_000 - 7200);
+        assert!(parse_when("yesterday", 0).is_err());
+        assert!(parse_when("2026-13", 0).is_err());
+    }
+}

@@ -1,0 +1,162 @@
+//! `scontrol`: `show job`, `show config`, `show partition`; the rest of
+//! Slurm's scontrol answers that it is not supported (docs/slurm.md).
+
+use anyhow::{bail, Result};
+use gsched_core::job::JobState;
+use gsched_core::wire::JobInfo;
+
+use super::format::{elapsed_long, timestamp};
+use super::ids::{fetch, parse_refs};
+use crate::client::Client;
+
+/// `scontrol show job`'s text for one job.
+pub fn show_job(j: &JobInfo) -> String {
+    let mut lines = Vec::new();
+    let array = match &j.array {
+        Some(t) => format!(" ArrayJobId={} ArrayTaskId={}", t.array_job_id, t.task_id),
+        None => String::new(),
+    };
+    lines.push(format!("JobId={} JobName={}{array}", j.job_id, j.name));
+    lines.push(format!(
+        "   UserId={}({}) GroupId={} Account={} QOS={}",
+        j.user_name,
+        j.user_id,
+        j.group_id,
+        j.slurm.account.as_deref().unwrap_or("(null)"),
+        j.slurm.qos.as_deref().unwrap_or("normal")
+    ));
+    let reason = match j.job_state {
+        JobState::Pending => j.state_reason.clone().unwrap_or_else(|| "None".into()),
+        _ => "None".into(),
+    };
+    lines.push(format!(
+        "   JobState={} Reason={reason} Dependency=(null)",
+        j.job_state.as_str()
+    ));
+    lines.push(format!(
+        "   Requeue={} Restarts={} ExitCode={}:{}",
+        u8::from(j.requeue),
+        j.restart_cnt,
+        j.exit_code.unwrap_or(0),
+        j.exit_signal.unwrap_or(0)
+    ));
+    lines.push(format!(
+        "   RunTime={} TimeLimit={}",
+        elapsed_long(j.elapsed),
+        j.time_limit
+            .map(|m| elapsed_long(m as i64 * 60))
+            .unwrap_or_else(|| "UNLIMITED".into())
+    ));
+    lines.push(format!(
+        "   SubmitTime={} StartTime={} EndTime={}",
+        timestamp(Some(j.submit_time)),
+        timestamp(j.start_time),
+        timestamp(j.end_time)
+    ));
+    lines.push(format!(
+        "   Partition={} NodeList={}",
+        j.partition,
+        if j.nodes.is_empty() {
+            "(null)"
+        } else {
+            &j.nodes
+        }
+    ));
+    lines.push(format!(
+        "   NumNodes=1 NumTasks={} CPUs/Task={}",
+        j.slurm.ntasks.unwrap_or(1),
+        j.slurm.cpus_per_task.unwrap_or(1)
+    ));
+    let gres = match (&j.isolated, &j.gpu_request.mig_profile) {
+        (true, Some(p)) => format!("gres/gpu:{p}=1"),
+        (true, None) => "gres/gpu=1".into(),
+        (false, _) => "(null)".into(),
+    };
+    lines.push(format!("   TresPerNode={gres}"));
+    lines.push(format!(
+        "   Comment={}",
+        j.slurm.comment.as_deref().unwrap_or("(null)")
+    ));
+    lines.push(format!("   WorkDir={}", j.current_working_directory));
+    lines.push(format!("   StdErr={}", j.standard_error));
+    lines.push(format!("   StdOut={}", j.standard_output));
+    lines.join("\n") + "\n\n"
+}
+
+/// `scontrol show config`'s lines (the settings clients read).
+pub fn show_config(health: &serde_json::Value) -> String {
+    let cluster = health["cluster_name"].as_str().unwrap_or("gsched");
+    let policy = health["launch_policy"].as_str().unwrap_or("case");
+    let rows = [
+        ("ClusterName", cluster.to_string()),
+        (
+            "MaxArraySize",
+            gsched_core::array::MAX_ARRAY_SIZE.to_string(),
+        ),
+        ("MinJobAge", "300 sec".into()),
+        ("SchedulerType", format!("gsched/{policy}")),
+        ("SLURM_VERSION", "23.11.0 (gsched)".into()),
+        ("KillWait", "30 sec".into()),
+    ];
+    let mut out = format!(
+        "Configuration data as of {}\n",
+        timestamp(Some(super::format::unix_now()))
+    );
+    for (k, v) in rows {
+        out.push_str(&format!("{k:<23}= {v}\n"));
+    }
+    out
+}
+
+pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let client = Client::from_env();
+    match words.as_slice() {
+        ["show", "config"] | ["show", "conf"] => {
+            print!("{}", show_config(&client.health()?));
+            Ok(0)
+        }
+        ["show", "job"] | ["show", "jobs"] => {
+            let mut jobs = client.jobs(&[("state", "all".into())])?;
+            jobs.sort_by_key(|j| j.job_id);
+            for j in &jobs {
+                print!("{}", show_job(j));
+            }
+            Ok(0)
+        }
+        ["show", "job", id] | ["show", "jobs", id] => {
+            let refs = parse_refs(&[id.to_string()])?;
+            let jobs = fetch(&client, &refs, &[("state", "all".into())])?;
+            if jobs.is_empty() {
+                bail!("Invalid job id specified");
+            }
+            for j in &jobs {
+                print!("{}", show_job(j));
+            }
+            Ok(0)
+        }
+        ["show", "partition"] | ["show", "partitions"] => {
+            let h = client.health()?;
+            let p = h["partition"].as_str().unwrap_or("gpu");
+            print!("PartitionName={p}\n   Default=YES State=UP MaxTime=UNLIMITED\n\n");
+            Ok(0)
+        }
+        [] => bail!("no command given (supported: show job [ID], show config, show partition)"),
+        [cmd, ..] => bail!(
+            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition); see docs/slurm.md"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_lines_clients_read() {
+        let c = show_config(&serde_json::json!({"cluster_name": "c1"}));
+        assert!(c.contains("\nMinJobAge              = 300 sec\n"), "{c}");
+        assert!(c.contains("\nMaxArraySize           = 1001\n"), "{c}");
+        assert!(c.contains("\nClusterName            = c1\n"), "{c}");
+    }
+}

@@ -1,0 +1,139 @@
+//! `sinfo`: partitions and nodes in Slurm's formats.
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use gsched_core::wire::NodeInfo;
+
+use super::format::pad;
+use crate::client::Client;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sinfo",
+    about = "gsched partitions and nodes (Slurm's sinfo)",
+    disable_help_flag = true
+)]
+pub struct Args {
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+    #[arg(short = 'h', long = "noheader")]
+    pub noheader: bool,
+    /// Node-oriented: one line per node.
+    #[arg(short = 'N', long = "Node")]
+    pub nodes: bool,
+    /// Output format (`%P %a %l %D %t %T %N %c %G`).
+    #[arg(short = 'o', long = "format")]
+    pub format: Option<String>,
+    #[arg(short = 'p', long = "partition")]
+    pub partition: Option<String>,
+}
+
+const DEFAULT: &str = "%9P %.5a %.10l %.6D %.6t %N";
+const NODE_DEFAULT: &str = "%N %.6D %9P %6t";
+
+fn header(c: char) -> Option<&'static str> {
+    Some(match c {
+        'P' | 'R' => "PARTITION",
+        'a' => "AVAIL",
+        'l' => "TIMELIMIT",
+        'D' => "NODES",
+        't' | 'T' => "STATE",
+        'N' => "NODELIST",
+        'c' => "CPUS",
+        'G' => "GRES",
+        'm' => "MEMORY",
+        _ => return None,
+    })
+}
+
+fn short_state(s: &str) -> String {
+    match s {
+        "IDLE" => "idle",
+        "MIXED" => "mix",
+        "ALLOCATED" => "alloc",
+        "DOWN" => "down*",
+        other => return other.to_ascii_lowercase(),
+    }
+    .into()
+}
+
+pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let a: Args = super::parse("sinfo", args)?;
+    let fmt = a
+        .format
+        .clone()
+        .unwrap_or_else(|| if a.nodes { NODE_DEFAULT } else { DEFAULT }.into());
+    let pieces = super::squeue::parse_format(&fmt.replace("%R", "%P")).or_else(|_| {
+        bail!("Invalid node format specification: {fmt}");
+    });
+    let pieces = pieces?;
+    for p in &pieces {
+        if let super::squeue::Piece::Field { letter, .. } = p {
+            if header(*letter).is_none() {
+                bail!("Invalid node format specification: %{letter}");
+            }
+        }
+    }
+    let client = Client::from_env();
+    let nodes: Vec<NodeInfo> = client.nodes()?;
+    // One partition, the default, holds every node.
+    let health = client.health()?;
+    let partition = health["partition"].as_str().unwrap_or("gpu").to_string();
+    if let Some(p) = &a.partition {
+        if !p.split(',').any(|x| x == partition.as_str()) {
+            return Ok(0);
+        }
+    }
+    let render = |f: &dyn Fn(char) -> String| {
+        let mut s = String::new();
+        for p in &pieces {
+            match p {
+                super::squeue::Piece::Text(t) => s.push_str(t),
+                super::squeue::Piece::Field {
+                    letter,
+                    width,
+                    right,
+                } => s.push_str(&pad(&f(*letter), *width, !right)),
+            }
+        }
+        s
+    };
+    let mut out = String::new();
+    if !a.noheader {
+        out.push_str(&render(&|c| header(c).unwrap_or("").to_string()));
+        out.push('\n');
+    }
+    let groups: Vec<Vec<&NodeInfo>> = if a.nodes {
+        nodes.iter().map(|n| vec![n]).collect()
+    } else {
+        // Nodes grouped by state, as sinfo does.
+        let mut g: Vec<(String, Vec<&NodeInfo>)> = Vec::new();
+        for n in &nodes {
+            match g.iter_mut().find(|(s, _)| *s == n.state) {
+                Some((_, v)) => v.push(n),
+                None => g.push((n.state.clone(), vec![n])),
+            }
+        }
+        g.into_iter().map(|(_, v)| v).collect()
+    };
+    for group in groups {
+        let first = group[0];
+        let names: Vec<&str> = group.iter().map(|n| n.name.as_str()).collect();
+        out.push_str(&render(&|c| match c {
+            'P' => format!("{partition}*"),
+            'a' => "up".into(),
+            'l' => "infinite".into(),
+            'D' => group.len().to_string(),
+            't' => short_state(&first.state),
+            'T' => first.state.to_ascii_lowercase(),
+            'N' => names.join(","),
+            'c' => first.cpus.to_string(),
+            'm' => first.memory_mib.to_string(),
+            'G' => "(null)".into(),
+            _ => String::new(),
+        }));
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(0)
+}

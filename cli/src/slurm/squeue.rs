@@ -1,0 +1,315 @@
+//! `squeue`: the queue in Slurm's formats.
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use gsched_core::job::JobState;
+use gsched_core::wire::JobInfo;
+
+use super::format::{elapsed_short, pad};
+use super::ids::{fetch, parse_refs};
+use crate::client::Client;
+use crate::identity::current_user;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "squeue",
+    about = "Queued and running gsched jobs (Slurm's squeue)",
+    disable_help_flag = true
+)]
+pub struct Args {
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+    #[arg(short = 'h', long = "noheader")]
+    pub noheader: bool,
+    /// Output format (`%i %t %T %j %u %M %L %D %C %m %b %R %P %N`).
+    #[arg(short = 'o', long = "format")]
+    pub format: Option<String>,
+    /// States (comma list, or `all`).
+    #[arg(short = 't', long = "states")]
+    pub states: Option<String>,
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    #[arg(long)]
+    pub me: bool,
+    #[arg(short = 'p', long = "partition")]
+    pub partition: Option<String>,
+    /// Job ids (comma list; `A_i` for an array task).
+    #[arg(short = 'j', long = "jobs")]
+    pub jobs: Option<String>,
+    #[arg(short = 'n', long = "name")]
+    pub name: Option<String>,
+    /// Only the job ids and states (JOBID and STATE).
+    #[arg(long)]
+    pub only_job_state: bool,
+    /// Clusters (only this one exists).
+    #[arg(short = 'M', long = "clusters")]
+    pub clusters: Option<String>,
+}
+
+const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
+
+/// One piece of a format: literal text or a field with width and side.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    Text(String),
+    Field {
+        letter: char,
+        width: Option<usize>,
+        right: bool,
+    },
+}
+
+/// Parses squeue's `-o`: `%[.][width]letter`, other text kept.
+pub fn parse_format(spec: &str) -> Result<Vec<Piece>> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut chars = spec.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            text.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&'%') {
+            chars.next();
+            text.push('%');
+            continue;
+        }
+        let right = chars.peek() == Some(&'.');
+        if right {
+            chars.next();
+        }
+        let mut digits = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            digits.push(*d);
+            chars.next();
+        }
+        let Some(letter) = chars.next() else {
+            bail!("Invalid format specification: {spec}");
+        };
+        if header(letter).is_none() {
+            bail!("Invalid job format specification: {letter}");
+        }
+        if !text.is_empty() {
+            out.push(Piece::Text(std::mem::take(&mut text)));
+        }
+        out.push(Piece::Field {
+            letter,
+            width: digits.parse().ok(),
+            right,
+        });
+    }
+    if !text.is_empty() {
+        out.push(Piece::Text(text));
+    }
+    Ok(out)
+}
+
+fn header(letter: char) -> Option<&'static str> {
+    Some(match letter {
+        'i' => "JOBID",
+        't' => "ST",
+        'T' => "STATE",
+        'j' => "NAME",
+        'u' => "USER",
+        'M' => "TIME",
+        'L' => "TIME_LEFT",
+        'D' => "NODES",
+        'C' => "CPUS",
+        'm' => "MIN_MEMORY",
+        'b' => "TRES_PER_NODE",
+        'R' => "NODELIST(REASON)",
+        'P' => "PARTITION",
+        'N' => "NODELIST",
+        'A' => "JOBID",
+        'a' => "ACCOUNT",
+        'q' => "QOS",
+        'l' => "TIME_LIMIT",
+        'r' => "REASON",
+        'k' => "COMMENT",
+        _ => return None,
+    })
+}
+
+fn value(j: &JobInfo, id: &str, letter: char) -> String {
+    let running = j.job_state == JobState::Running;
+    match letter {
+        'i' => id.to_string(),
+        'A' => j.job_id.to_string(),
+        't' => j.job_state.compact().into(),
+        'T' => j.job_state.as_str().into(),
+        'j' => j.name.clone(),
+        'u' => j.user_name.clone(),
+        'M' => elapsed_short(j.elapsed),
+        'L' => match j.time_limit {
+            Some(m) if running => elapsed_short(m as i64 * 60 - j.elapsed),
+            Some(m) => elapsed_short(m as i64 * 60),
+            None => "UNLIMITED".into(),
+        },
+        'l' => match j.time_limit {
+            Some(m) => elapsed_short(m as i64 * 60),
+            None => "UNLIMITED".into(),
+        },
+        'D' => "1".into(),
+        'C' => (j.slurm.ntasks.unwrap_or(1) * j.slurm.cpus_per_task.unwrap_or(1)).to_string(),
+        'm' => j
+            .slurm
+            .other
+            .get("mem")
+            .cloned()
+            .unwrap_or_else(|| "0".into()),
+        'b' => gres(j),
+        'R' => {
+            if running || j.job_state.is_final() {
+                j.nodes.clone()
+            } else {
+                format!("({})", j.state_reason.as_deref().unwrap_or("None"))
+            }
+        }
+        'r' => j.state_reason.clone().unwrap_or_else(|| "None".into()),
+        'P' => j.partition.clone(),
+        'N' => j.nodes.clone(),
+        'a' => j.slurm.account.clone().unwrap_or_default(),
+        'q' => j.slurm.qos.clone().unwrap_or_else(|| "normal".into()),
+        'k' => j.slurm.comment.clone().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// `gres/gpu:PROFILE:1` for isolated jobs, `N/A` otherwise.
+fn gres(j: &JobInfo) -> String {
+    if !j.isolated {
+        return "N/A".into();
+    }
+    match &j.gpu_request.mig_profile {
+        Some(p) => format!("gres/gpu:{p}:1"),
+        None => "gres/gpu:1".into(),
+    }
+}
+
+fn render(pieces: &[Piece], f: impl Fn(char) -> String) -> String {
+    let mut s = String::new();
+    for p in pieces {
+        match p {
+            Piece::Text(t) => s.push_str(t),
+            Piece::Field {
+                letter,
+                width,
+                right,
+            } => s.push_str(&pad(&f(*letter), *width, !right)),
+        }
+    }
+    s
+}
+
+pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let a: Args = super::parse("squeue", args)?;
+    let fmt = if a.only_job_state {
+        "%i %T".to_string()
+    } else {
+        a.format.clone().unwrap_or_else(|| DEFAULT_FORMAT.into())
+    };
+    let pieces = parse_format(&fmt)?;
+    let refs = parse_refs(a.jobs.as_slice())?;
+    let mut extra: Vec<(&'static str, String)> = Vec::new();
+    match a.states.as_deref() {
+        Some(s) => {
+            for st in s.split(',').filter(|x| !x.eq_ignore_ascii_case("all")) {
+                JobState::parse(st)?;
+            }
+            extra.push(("state", s.to_string()));
+        }
+        // Like Slurm: jobs still pending or running.
+        None => extra.push(("state", "PENDING,RUNNING,REQUEUED".into())),
+    }
+    let user = if a.me {
+        Some(current_user().0)
+    } else {
+        a.user.clone()
+    };
+    if let Some(u) = user {
+        extra.push(("user", u));
+    }
+    if let Some(n) = &a.name {
+        extra.push(("name", n.clone()));
+    }
+    let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
+    if let Some(p) = &a.partition {
+        let parts: Vec<&str> = p.split(',').collect();
+        jobs.retain(|j| parts.contains(&j.partition.as_str()));
+    }
+    jobs.sort_by_key(|j| j.job_id);
+    let mut out = String::new();
+    if !a.noheader {
+        out.push_str(&render(&pieces, |l| header(l).unwrap_or("").to_string()));
+        out.push('\n');
+    }
+    let mut k = 0;
+    while k < jobs.len() {
+        let j = &jobs[k];
+        let mut id = j.display_id();
+        let mut n = k + 1;
+        // Pending tasks of one array print as one row: `A_[3-9%4]`.
+        if let (Some(t), JobState::Pending) = (&j.array, j.job_state) {
+            let mut idx = vec![t.task_id];
+            while n < jobs.len()
+                && jobs[n].job_state == JobState::Pending
+                && jobs[n]
+                    .array
+                    .as_ref()
+                    .is_some_and(|u| u.array_job_id == t.array_job_id)
+            {
+                idx.push(jobs[n].array.as_ref().map(|u| u.task_id).unwrap_or(0));
+                n += 1;
+            }
+            if idx.len() > 1 {
+                id = gsched_core::array::collapsed(t.array_job_id, &idx, t.max_running);
+            }
+        }
+        out.push_str(&render(&pieces, |l| value(j, &id, l)));
+        out.push('\n');
+        k = n;
+    }
+    print!("{out}");
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_keep_text_and_widths() {
+        let p = parse_format("%.18i|%t %j%%").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                Piece::Field {
+                    letter: 'i',
+                    width: Some(18),
+                    right: true
+                },
+                Piece::Text("|".into()),
+                Piece::Field {
+                    letter: 't',
+                    width: None,
+                    right: false
+                },
+                Piece::Text(" ".into()),
+                Piece::Field {
+                    letter: 'j',
+                    width: None,
+                    right: false
+                },
+                Piece::Text("%".into()),
+            ]
+        );
+        let h = render(&parse_format(DEFAULT_FORMAT).unwrap(), |l| {
+            header(l).unwrap().to_string()
+        });
+        assert_eq!(
+            h,
+            "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
+        );
+        assert!(parse_format("%Z").is_err());
+    }
+}

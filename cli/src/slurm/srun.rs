@@ -1,0 +1,242 @@
+//! `srun`: inside a job, start its tasks (`-n`) with their `SLURM_PROCID`
+//! and per-task output files; outside a job, submit the command as a job
+//! and wait for it, as Slurm's srun does.
+
+use std::process::{Command, ExitStatus, Stdio};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use gsched_core::pattern::{expand, PatternContext};
+
+use crate::client::Client;
+
+#[derive(Parser, Debug)]
+#[command(name = "srun", about = "Run tasks of a gsched job (Slurm's srun)")]
+pub struct Args {
+    /// Number of tasks (default: the job's, SLURM_NTASKS).
+    #[arg(short = 'n', long = "ntasks")]
+    pub ntasks: Option<u32>,
+    /// Nodes (gsched jobs run on one node: 1).
+    #[arg(short = 'N', long = "nodes")]
+    pub nodes: Option<String>,
+    /// Do not buffer output (tasks write straight to their files).
+    #[arg(short = 'u', long = "unbuffered")]
+    pub unbuffered: bool,
+    /// Output file pattern per task (`%j %J %A %a %t %u %x %N %%`).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<String>,
+    /// Error file pattern per task.
+    #[arg(short = 'e', long = "error")]
+    pub error: Option<String>,
+    #[arg(short = 'c', long = "cpus-per-task")]
+    pub cpus_per_task: Option<u32>,
+    /// Accepted; gsched does not bind tasks to CPUs.
+    #[arg(long = "cpu-bind")]
+    pub cpu_bind: Option<String>,
+    /// Accepted inside a job (the job's GPU instance is its GPUs).
+    #[arg(short = 'G', long = "gpus")]
+    pub gpus: Option<String>,
+    #[arg(short = 'J', long = "job-name")]
+    pub job_name: Option<String>,
+    /// Prefix lines with the task number (accepted, not done).
+    #[arg(short = 'l', long = "label")]
+    pub label: bool,
+    #[arg(short = 't', long = "time")]
+    pub time: Option<String>,
+    #[arg(short = 'p', long = "partition")]
+    pub partition: Option<String>,
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, required = true)]
+    pub command: Vec<String>,
+}
+
+fn env_u64(k: &str) -> Option<u64> {
+    std::env::var(k).ok().and_then(|v| v.parse().ok())
+}
+
+/// The exit status srun reports for a task: its code, or 128 + signal.
+fn code_of(s: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let a: Args = super::parse("srun", args)?;
+    match env_u64("SLURM_JOB_ID") {
+        Some(job) => run_tasks(&a, job),
+        None => submit_and_wait(&a),
+    }
+}
+
+/// Inside job `job`: start the tasks, wait for all, return the highest status.
+fn run_tasks(a: &Args, job: u64) -> Result<i32> {
+    if let Some(n) = &a.nodes {
+        if n.split('-').next() != Some("1") {
+            bail!("gsched runs a job on one node; -N {n} cannot be given");
+        }
+    }
+    // The task count: -n, else the job's; when only SLURM_JOB_ID is left in
+    // the environment, the controller's record of the job.
+    let ntasks = match a.ntasks.or(env_u64("SLURM_NTASKS").map(|n| n as u32)) {
+        Some(n) => n,
+        None => Client::from_env()
+            .jobs(&[("id", job.to_string()), ("state", "all".into())])
+            .ok()
+            .and_then(|j| j.first().and_then(|j| j.slurm.ntasks))
+            .unwrap_or(1),
+    };
+    if ntasks == 0 {
+        bail!("-n 0: at least one task is needed");
+    }
+    let user = std::env::var("SLURM_JOB_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_default();
+    let name = std::env::var("SLURM_JOB_NAME").unwrap_or_default();
+    let node = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+    let array_job = env_u64("SLURM_ARRAY_JOB_ID");
+    let array_task = env_u64("SLURM_ARRAY_TASK_ID").map(|t| t as u32);
+    let append = std::env::var("SLURM_OPEN_MODE").as_deref() == Ok("a");
+    let open = |pattern: &str, rank: u32| -> Result<std::fs::File> {
+        let path = expand(
+            pattern,
+            &PatternContext {
+                job_id: job,
+                array_job_id: array_job,
+                array_task_id: array_task,
+                user: &user,
+                name: &name,
+                node: &node,
+                task_rank: rank,
+            },
+        );
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&path)
+            .with_context(|| format!("cannot open output file {path}"))
+    };
+    let mut children = Vec::new();
+    for rank in 0..ntasks {
+        let mut cmd = Command::new(&a.command[0]);
+        cmd.args(&a.command[1..])
+            .env("SLURM_PROCID", rank.to_string())
+            .env("SLURM_LOCALID", rank.to_string())
+            .env("SLURM_NODEID", "0")
+            .env("SLURM_NTASKS", ntasks.to_string())
+            .env("SLURM_NPROCS", ntasks.to_string())
+            .env("SLURM_STEP_NUM_TASKS", ntasks.to_string())
+            .env("SLURM_STEP_ID", "0")
+            .env("SLURM_STEPID", "0")
+            .env("SLURM_JOB_ID", job.to_string())
+            .env("SLURM_JOBID", job.to_string());
+        if let Some(c) = a.cpus_per_task {
+            cmd.env("SLURM_CPUS_PER_TASK", c.to_string());
+        }
+        // Standard input goes to task 0.
+        if rank > 0 {
+            cmd.stdin(Stdio::null());
+        }
+        if let Some(p) = &a.output {
+            let out = open(p, rank)?;
+            if a.error.is_none() {
+                cmd.stderr(out.try_clone()?);
+            }
+            cmd.stdout(out);
+        }
+        if let Some(p) = &a.error {
+            cmd.stderr(open(p, rank)?);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {}", a.command[0]))?;
+        children.push(child);
+    }
+    let mut worst = 0;
+    for mut c in children {
+        let s = c.wait().context("cannot wait for a task")?;
+        worst = worst.max(code_of(s));
+    }
+    Ok(worst)
+}
+
+/// Outside a job: submit the command as a job, wait for its end, print its
+/// output and return its exit code.
+fn submit_and_wait(a: &Args) -> Result<i32> {
+    let cwd = std::env::current_dir().context("cannot determine the current directory")?;
+    let out = cwd.join(format!(".gsched-srun-{}.out", std::process::id()));
+    let quoted: Vec<String> = a.command.iter().map(|w| shell_quote(w)).collect();
+    let mut opts = crate::gsub::SubmitOptions {
+        job_name: Some(a.job_name.clone().unwrap_or_else(|| a.command[0].clone())),
+        output: Some(out.display().to_string()),
+        time: a.time.clone(),
+        partition: a.partition.clone(),
+        ntasks: a.ntasks,
+        cpus_per_task: a.cpus_per_task,
+        gpus: a.gpus.clone(),
+        ..Default::default()
+    };
+    // The job runs `srun CMD` itself, so that -n tasks start inside it.
+    let mut inner = vec!["srun".to_string()];
+    if let Some(n) = a.ntasks {
+        inner.push(format!("-n{n}"));
+    }
+    inner.extend(quoted);
+    opts.wrap = Some(inner.join(" "));
+    let script = crate::gsub::wrap_script(opts.wrap.as_deref().unwrap_or(""));
+    let spec = crate::gsub::build_spec(&opts, script, "srun", &cwd)?;
+    let client = Client::from_env();
+    let id = client.submit(&spec)?;
+    let job = loop {
+        let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
+        match jobs.into_iter().next() {
+            Some(j) if j.job_state.is_final() => break j,
+            _ => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    };
+    if let Ok(text) = std::fs::read(&out) {
+        use std::io::Write;
+        let _ = std::io::stdout().write_all(&text);
+        let _ = std::fs::remove_file(&out);
+    }
+    if job.job_state != gsched_core::job::JobState::Completed {
+        eprintln!(
+            "srun: error: job {id}: {}{}",
+            job.job_state.as_str(),
+            job.state_reason
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(match (job.exit_code, job.exit_signal) {
+        (_, Some(sig)) if sig > 0 => 128 + sig,
+        (Some(c), _) => c,
+        _ => 1,
+    })
+}
+
+/// Quotes a word for `sh` when it needs it.
+fn shell_quote(w: &str) -> String {
+    if !w.is_empty()
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_quoted_for_the_shell() {
+        assert_eq!(shell_quote("python"), "python");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}
