@@ -1,0 +1,439 @@
+//! Slurm command compatibility (issue 6, `../shared/slurm-compat.md`): the
+//! shims installed by `gsched slurm-shims` against a live `gsched up`.
+//! Expected texts are Slurm's own (its man pages and source: sbatch.c,
+//! squeue's print.c, sacct's print.c, scancel.c), cited per check.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{bin, stderr, stdout, Gsched};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A gsched with the Slurm shims installed in its work directory.
+struct Slurm {
+    g: Gsched,
+    shims: PathBuf,
+}
+
+impl Slurm {
+    fn start() -> Slurm {
+        let g = Gsched::start(&["--sim-gpus", "1xA100-40GB"]);
+        let shims = g.work.path().join("shims");
+        let out = Command::new(bin("gsched"))
+            .arg("slurm-shims")
+            .arg(&shims)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        Slurm { g, shims }
+    }
+
+    fn run(&self, name: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(self.shims.join(name));
+        let path = format!(
+            "{}:{}",
+            self.shims.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.args(args)
+            .current_dir(self.g.work.path())
+            .env("GSCHED_URL", &self.g.url)
+            .env("PATH", path)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    fn ok(&self, name: &str, args: &[&str]) -> String {
+        let o = self.run(name, args, None);
+        assert!(o.status.success(), "{name} {args:?} failed: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{name} {args:?} wrote to stderr");
+        stdout(&o)
+    }
+
+    fn sbatch(&self, args: &[&str]) -> u64 {
+        let mut all = vec!["--parsable"];
+        all.extend_from_slice(args);
+        self.ok("sbatch", &all).trim().parse().unwrap()
+    }
+
+    fn file(&self, name: &str) -> String {
+        std::fs::read_to_string(self.g.work.path().join(name)).unwrap_or_default()
+    }
+}
+
+#[test]
+fn sbatch_scripts_options_and_output() {
+    let s = Slurm::start();
+    let g = &s.g;
+    // Script from a relative path; extra arguments go to the script.
+    g.script("args.sh", "#!/bin/sh\necho \"args: $*\"\n");
+    let out = s.ok("sbatch", &["-o", "args.out", "args.sh", "one", "two words"]);
+    // sbatch.c: "Submitted batch job %u\n".
+    let id: u64 = out
+        .strip_prefix("Submitted batch job ")
+        .and_then(|r| r.strip_suffix('\n'))
+        .expect(&out)
+        .parse()
+        .unwrap();
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(s.file("args.out"), "args: one two words\n");
+
+    // The script is copied at submit time: deleting it does not matter.
+    let p = g.script(
+        "gone.sh",
+        "#!/bin/sh\n#SBATCH -o gone.out\necho still here\n",
+    );
+    let id = s.sbatch(&[&p]);
+    std::fs::remove_file(&p).unwrap();
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(s.file("gone.out"), "still here\n");
+
+    // From standard input, and from /dev/stdin.
+    for arg in [None, Some("/dev/stdin")] {
+        let mut args = vec!["--parsable", "-o", "stdin.out"];
+        args.extend(arg);
+        let o = s.run("sbatch", &args, Some("#!/bin/sh\necho from stdin\n"));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let id: u64 = stdout(&o).trim().parse().unwrap();
+        g.wait_state(id, "COMPLETED", T);
+        assert_eq!(s.file("stdin.out"), "from stdin\n");
+    }
+
+    // --wrap, and its refusal of script arguments.
+    let id = s.sbatch(&["--wrap", "echo wrapped; exit 3", "-o", "wrap.out"]);
+    let j = g.wait_state(id, "FAILED", T);
+    assert_eq!(j["exit_code"], 3);
+    assert_eq!(s.file("wrap.out"), "wrapped\n");
+    let o = s.run("sbatch", &["--wrap", "true", "x.sh"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("sbatch: error: "), "{}", stderr(&o));
+
+    // --parsable with --clusters prints ID;CLUSTER; a directive --parsable too.
+    let o = s.ok("sbatch", &["--parsable", "-M", "gsched", "--wrap", "true"]);
+    assert!(o.trim().ends_with(";gsched"), "{o}");
+    let p = g.script("p.sh", "#!/bin/sh\n#SBATCH --parsable\ntrue\n");
+    let o = s.ok("sbatch", &[&p]);
+    o.trim().parse::<u64>().expect(&o);
+
+    // Options gsched records without acting on them are accepted.
+    let p = g.script(
+        "many.sh",
+        "#!/bin/bash\n#SBATCH -J many -A acct --qos=high --comment 'a comment' # trailing comment\n\
+         #SBATCH --mem=4G --mem-per-cpu 1G -N 1 -n 2 -c 3 --ntasks-per-node=2 -C a100 -x n9 -w node1\n\
+         #SBATCH --exclusive --reservation=r1 --mail-type=END --mail-user=u@x --wckey=w --gpus-per-node=1\n\
+         #SBATCH --open-mode=append --export=ALL --requeue --signal=B:USR1@60 -t 1-00:00:00\n\
+         echo $SLURM_NTASKS $SLURM_CPUS_PER_TASK\n",
+    );
+    let id = s.sbatch(&["-o", "many.out", &p]);
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(s.file("many.out"), "2 3\n");
+    let acct = s.ok(
+        "sacct",
+        &[
+            "-X",
+            "-P",
+            "-n",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "JobName,Account,Comment,WCKey",
+        ],
+    );
+    assert_eq!(acct, "many|acct|a comment|w\n");
+
+    // Malformed input: Slurm's style, exit 1, nothing submitted.
+    for (args, needle) in [
+        (vec!["--bogus", "x.sh"], "unexpected argument '--bogus'"),
+        (
+            vec!["-t", "soon", "--wrap", "true"],
+            "invalid time limit 'soon'",
+        ),
+        (
+            vec!["--array=5-2", "--wrap", "true"],
+            "invalid array specification '5-2'",
+        ),
+        (
+            vec!["--signal=USR1@x", "--wrap", "true"],
+            "Invalid --signal specification",
+        ),
+        (vec!["--mem=lots", "--wrap", "true"], "--mem=lots"),
+    ] {
+        let o = s.run("sbatch", &args, None);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&o).starts_with("sbatch: error: ") && stderr(&o).contains(needle),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "");
+    }
+}
+
+#[test]
+fn arrays_ids_throttle_and_environment() {
+    let s = Slurm::start();
+    let g = &s.g;
+    let p = g.script(
+        "arr.sh",
+        "#!/bin/sh\necho $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_MIN $SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_TASK_STEP $SLURM_ARRAY_TASK_COUNT\nsleep 2\n",
+    );
+    let a = s.sbatch(&["--array=0-6:2%1", &p]);
+    // Pending tasks collapse to A_[i-j%max]; the throttle is the reason.
+    let q = s.ok("squeue", &["-h", "-o", "%i %t %r"]);
+    let lines: Vec<&str> = q.lines().collect();
+    assert_eq!(lines[0], format!("{a}_0 R None"), "{q}");
+    assert_eq!(
+        lines[1],
+        format!("{a}_[2,4,6%1] PD JobArrayTaskLimit"),
+        "{q}"
+    );
+    // One task at a time, to the end.
+    g.wait_until("the array ends", Duration::from_secs(60), || {
+        s.ok("squeue", &["-h"]).is_empty()
+    });
+    let acct = s.ok(
+        "sacct",
+        &[
+            "-j",
+            &a.to_string(),
+            "-X",
+            "-P",
+            "-n",
+            "-o",
+            "JobID,State,Start,End",
+        ],
+    );
+    let rows: Vec<Vec<&str>> = acct.lines().map(|l| l.split('|').collect()).collect();
+    assert_eq!(
+        rows.iter().map(|r| r[0].to_string()).collect::<Vec<_>>(),
+        [0, 2, 4, 6].map(|i| format!("{a}_{i}"))
+    );
+    for w in rows.windows(2) {
+        assert!(w[0][3] <= w[1][2], "tasks overlapped under %1: {acct}");
+    }
+    // Default output file slurm-%A_%a.out and the SLURM_ARRAY_* variables.
+    assert_eq!(
+        s.file(&format!("slurm-{a}_4.out")),
+        format!("{a} 4 0 6 2 4\n")
+    );
+
+    // A_i and the array id in scancel.
+    let b = s.sbatch(&["--array=1-3", "--wrap", "sleep 30"]);
+    g.wait_until("tasks run", T, || {
+        s.ok("squeue", &["-h", "-t", "R"]).lines().count() == 3
+    });
+    s.ok("scancel", &[&format!("{b}_2")]);
+    g.wait_until("one task cancelled", T, || {
+        s.ok(
+            "sacct",
+            &[
+                "-X",
+                "-n",
+                "-P",
+                "-o",
+                "JobID,State",
+                "-j",
+                &format!("{b}_2"),
+            ],
+        )
+        .contains("CANCELLED")
+    });
+    assert_eq!(
+        s.ok("squeue", &["-h", "-o", "%i"]),
+        format!("{b}_1\n{b}_3\n")
+    );
+    s.ok("scancel", &[&b.to_string()]);
+    g.wait_until("all cancelled", T, || s.ok("squeue", &["-h"]).is_empty());
+}
+
+#[test]
+fn squeue_sacct_scancel_sinfo_scontrol_formats() {
+    let s = Slurm::start();
+    let g = &s.g;
+    // squeue with no jobs: the header only, exit 0, nothing on stderr.
+    // Default format "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R" (squeue man page).
+    assert_eq!(
+        s.ok("squeue", &[]),
+        "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"
+    );
+    assert_eq!(s.ok("squeue", &["-h"]), "");
+    // USR1 is ignored (inherited by sleep), so the signals below leave it running.
+    let run = s.sbatch(&["-J", "sleepy", "--wrap", "trap '' USR1; sleep 60"]);
+    g.wait_state(run, "RUNNING", T);
+    let user = g.job(run)["user_name"].as_str().unwrap().to_string();
+    let o = s.ok("squeue", &["-h", "-o", "<%i|%T|%t|%j|%u|%D|%P|%N|%C|%b>"]);
+    assert_eq!(
+        o,
+        format!("<{run}|RUNNING|R|sleepy|{user}|1|gpu|node1|1|N/A>\n")
+    );
+    assert_eq!(
+        s.ok("squeue", &["-o", "%.5i", "-j", &run.to_string()]),
+        format!("JOBID\n{:>5}\n", run)
+    );
+    assert_eq!(s.ok("squeue", &["-h", "-n", "nosuch"]), "");
+    assert_eq!(
+        s.ok("squeue", &["-h", "--me", "-o", "%i"]),
+        format!("{run}\n")
+    );
+    assert_eq!(s.ok("squeue", &["-h", "-t", "PD", "-o", "%i"]), "");
+    assert_eq!(
+        s.ok("squeue", &["--only-job-state", "-h"]),
+        format!("{run} RUNNING\n")
+    );
+
+    // scancel: signal forms, unknown ids, finished jobs.
+    for args in [
+        vec!["--signal=USR1".to_string(), run.to_string()],
+        vec![run.to_string(), "--signal".into(), "SIGUSR1".into()],
+        vec!["-s".into(), "10".into(), run.to_string()],
+    ] {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        s.ok("scancel", &a);
+    }
+    // scancel.c: "Kill job error on job id %s: %s" with "Invalid job id specified".
+    let o = s.run("scancel", &["999999"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "scancel: error: Kill job error on job id 999999: Invalid job id specified\n"
+    );
+    s.ok("scancel", &[&run.to_string()]);
+    g.wait_state(run, "CANCELLED", T);
+    assert_eq!(
+        s.ok("scancel", &[&run.to_string()]),
+        "",
+        "a finished job: silent"
+    );
+
+    // sacct: parsable2 has no trailing |, parsable has one; .batch rows.
+    let done = s.sbatch(&["-J", "ok", "--wrap", "exit 0"]);
+    g.wait_state(done, "COMPLETED", T);
+    let ids = format!("{run},{done}");
+    assert_eq!(
+        s.ok("sacct", &["-j", &ids, "-o", "JobID,JobName,State,ExitCode", "--parsable2"]),
+        format!(
+            "JobID|JobName|State|ExitCode\n{run}|sleepy|CANCELLED by {uid}|0:15\n{run}.batch|batch|CANCELLED by {uid}|0:15\n{done}|ok|COMPLETED|0:0\n{done}.batch|batch|COMPLETED|0:0\n",
+            uid = g.job(run)["user_id"]
+        )
+    );
+    assert_eq!(
+        s.ok(
+            "sacct",
+            &[
+                "-X",
+                "-n",
+                "-j",
+                &done.to_string(),
+                "-o",
+                "jobidraw,state",
+                "-p"
+            ]
+        ),
+        format!("{done}|COMPLETED|\n")
+    );
+    // Fixed-width output: JobID left in 12, others right; %W sets widths.
+    let t = s.ok(
+        "sacct",
+        &[
+            "-X",
+            "-j",
+            &done.to_string(),
+            "-o",
+            "JobID,State%12,JobName%-4",
+        ],
+    );
+    assert_eq!(
+        t,
+        format!("JobID               State JobN \n------------ ------------ ---- \n{done:<12}    COMPLETED ok   \n")
+    );
+    let o = s.run("sacct", &["--bogus"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("sacct: error: "), "{}", stderr(&o));
+    let o = s.run("sacct", &["-o", "JobID,Nope"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "sacct: error: Invalid field requested: \"Nope\"\n"
+    );
+
+    // sinfo: the default partition marked *.
+    assert_eq!(s.ok("sinfo", &["-o", "%P"]), "PARTITION\ngpu*\n");
+    let o = s.ok("sinfo", &[]);
+    assert!(
+        o.starts_with(
+            "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\ngpu*         up   infinite      1 "
+        ),
+        "{o}"
+    );
+    assert!(s.ok("sinfo", &["-N", "-h"]).starts_with("node1 "));
+
+    // scontrol.
+    let c = s.ok("scontrol", &["show", "config"]);
+    assert!(c.contains("\nMinJobAge              = 300 sec\n"), "{c}");
+    assert!(c.contains("\nMaxArraySize           = 1001\n"), "{c}");
+    let j = s.ok("scontrol", &["show", "job", &done.to_string()]);
+    assert!(j.starts_with(&format!("JobId={done} JobName=ok\n")), "{j}");
+    assert!(j.contains("JobState=COMPLETED"), "{j}");
+    let o = s.run("scontrol", &["show", "job", "424242"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "scontrol: error: Invalid job id specified\n");
+    let o = s.run("scontrol", &["reboot"], None);
+    assert_eq!(o.status.code(), Some(1));
+
+    // sacctmgr and sshare exist and print nothing.
+    assert_eq!(s.ok("sacctmgr", &["show", "assoc"]), "");
+    assert_eq!(s.ok("sshare", &[]), "");
+}
+
+#[test]
+fn srun_inside_and_outside_a_job() {
+    let s = Slurm::start();
+    let g = &s.g;
+    // Inside: -n tasks with ranks, per-task output files, highest status.
+    let p = g.script(
+        "steps.sh",
+        "#!/bin/sh\n#SBATCH -n 3 -o batch.out\n\
+         srun --unbuffered --output task-%j-%t.out sh -c 'echo rank $SLURM_PROCID of $SLURM_NTASKS local $SLURM_LOCALID'\n\
+         echo srun=$?\n\
+         srun -n 2 sh -c 'exit $((SLURM_PROCID + 4))'\n\
+         echo srun=$?\n\
+         env -i PATH=\"$PATH\" GSCHED_URL=\"$GSCHED_URL\" SLURM_JOB_ID=$SLURM_JOB_ID srun sh -c 'echo bare $SLURM_NTASKS'\n\
+         echo from-stdin | srun -n 1 cat\n",
+    );
+    let id = s.sbatch(&[&p]);
+    g.wait_state(id, "COMPLETED", T);
+    for r in 0..3 {
+        assert_eq!(
+            s.file(&format!("task-{id}-{r}.out")),
+            format!("rank {r} of 3 local {r}\n")
+        );
+    }
+    assert_eq!(
+        s.file("batch.out"),
+        "srun=0\nsrun=5\nbare 3\nbare 3\nbare 3\nfrom-stdin\n"
+    );
+    // Outside a job: submits, waits, prints the output, returns the status.
+    let o = s.run("srun", &["sh", "-c", "echo outside; exit 2"], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stdout(&o), "outside\n");
+}
