@@ -277,6 +277,7 @@ fn spec(dir: &str) -> JobSpec {
         partition: None,
         array: None,
         array_task: None,
+        dependency: None,
         slurm: Default::default(),
     }
 }

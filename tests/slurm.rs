@@ -437,3 +437,69 @@ fn srun_inside_and_outside_a_job() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stdout(&o), "outside\n");
 }
+
+#[test]
+fn dependencies_wait_start_or_never() {
+    let s = Slurm::start();
+    let g = &s.g;
+    let first = s.sbatch(&["--wrap", "sleep 2"]);
+    let ok = s.sbatch(&["-d", &format!("afterok:{first}"), "--wrap", "true"]);
+    let notok = s.sbatch(&[
+        "--dependency",
+        &format!("afternotok:{first}"),
+        "--wrap",
+        "true",
+    ]);
+    let any = s.sbatch(&[
+        "-d",
+        &format!("afterany:{first}?afterok:{first}"),
+        "--wrap",
+        "true",
+    ]);
+    let reason = |id: u64| g.job(id)["state_reason"].as_str().unwrap_or("").to_string();
+    g.wait_until("dependents wait", T, || reason(ok) == "Dependency");
+    assert_eq!(g.job(ok)["job_state"], "PENDING");
+    g.wait_state(first, "COMPLETED", T);
+    g.wait_state(ok, "COMPLETED", T);
+    g.wait_state(any, "COMPLETED", T);
+    // afternotok on a job that completed can never be met: it stays pending.
+    g.wait_until("never satisfied", T, || {
+        reason(notok) == "DependencyNeverSatisfied"
+    });
+    assert_eq!(g.job(notok)["job_state"], "PENDING");
+    let q = s.ok("squeue", &["-h", "-o", "%i %t %R"]);
+    assert_eq!(q, format!("{notok} PD (DependencyNeverSatisfied)\n"));
+    // singleton: one job of a name and user at a time.
+    let a = s.sbatch(&["-J", "solo", "-d", "singleton", "--wrap", "sleep 2"]);
+    let b = s.sbatch(&["-J", "solo", "-d", "singleton", "--wrap", "true"]);
+    g.wait_state(a, "RUNNING", T);
+    g.wait_until("singleton waits", T, || reason(b) == "Dependency");
+    g.wait_state(b, "COMPLETED", T);
+    let ja = g.job(a);
+    let jb = g.job(b);
+    assert!(jb["start_time"].as_i64() >= ja["end_time"].as_i64());
+    // Malformed or unknown dependencies are refused at submission.
+    let o = s.run("sbatch", &["-d", "afterok:x", "--wrap", "true"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("invalid dependency specification 'afterok:x'"),
+        "{}",
+        stderr(&o)
+    );
+    let o = s.run("sbatch", &["-d", "afterok:99999", "--wrap", "true"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "sbatch: error: Job dependency problem: job 99999 does not exist\n"
+    );
+    // An array dependency waits for every task.
+    let arr = s.sbatch(&["--array=0-2", "--wrap", "sleep 1"]);
+    let after = s.sbatch(&["-d", &format!("afterok:{arr}"), "--wrap", "true"]);
+    g.wait_state(after, "COMPLETED", T);
+    let end_max = (0..3)
+        .map(|i| g.job(arr + i)["end_time"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    assert!(g.job(after)["start_time"].as_i64().unwrap() >= end_max);
+    s.ok("scancel", &[&notok.to_string()]);
+}

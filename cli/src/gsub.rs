@@ -358,6 +358,10 @@ pub fn build_spec(
         parse_signal_option(sig)?;
     }
     let environment = exported_environment(opts.export.as_deref())?;
+    let dependency = match &opts.recorded.dependency {
+        Some(d) => Some(gsched_core::dependency::Dependency::parse(d)?),
+        None => None,
+    };
     let time_limit = match &opts.time {
         Some(t) => parse_time_limit(t)?,
         None => None,
@@ -395,6 +399,7 @@ pub fn build_spec(
         partition: opts.partition.clone(),
         array,
         array_task: None,
+        dependency,
         slurm: SlurmOptions {
             account: opts.account.clone(),
             qos: opts.qos.clone(),

@@ -6,6 +6,7 @@
 //! executes the effects; the simulator can drive the same type.
 
 use crate::array::ArrayTask;
+use crate::dependency::Verdict;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::gpu::Instance;
@@ -66,6 +67,8 @@ pub enum ClusterError {
     Spec(#[from] SpecError),
     #[error("Invalid job id specified: {0}")]
     UnknownJob(JobId),
+    #[error("Job dependency problem: job {0} does not exist")]
+    DependencyOnUnknownJob(JobId),
     #[error("unknown node '{0}'")]
     UnknownNode(String),
     #[error("job {0} is not running")]
@@ -95,6 +98,27 @@ pub struct Cluster {
     peaks: HashMap<(String, FootprintKey), Vec<JobId>>,
     /// Arrays with a `%max` limit on tasks running at once: array id → max.
     array_limits: BTreeMap<JobId, u32>,
+}
+
+/// The states of job `id`, or of every task of the array `id`.
+fn states_of(jobs: &BTreeMap<JobId, Job>, id: JobId) -> Vec<JobState> {
+    let Some(j) = jobs.get(&id) else {
+        return Vec::new();
+    };
+    match &j.spec.array_task {
+        // Tasks are numbered on from the array's id.
+        Some(t) if t.array_job_id == id => jobs
+            .range(id..)
+            .take_while(|(_, x)| {
+                x.spec
+                    .array_task
+                    .as_ref()
+                    .is_some_and(|u| u.array_job_id == id)
+            })
+            .map(|(_, x)| x.state)
+            .collect(),
+        _ => vec![j.state],
+    }
 }
 
 /// What makes two jobs of one user "the same job" for footprint learning.
@@ -354,6 +378,11 @@ impl Cluster {
         now: i64,
     ) -> Result<(JobId, Vec<Effect>), ClusterError> {
         spec.validate()?;
+        if let Some(d) = &spec.dependency {
+            if let Some(id) = d.job_ids().find(|id| !self.jobs.contains_key(id)) {
+                return Err(ClusterError::DependencyOnUnknownJob(id));
+            }
+        }
         let Some(array) = spec.array.clone() else {
             let id = self.add_job(spec, now);
             return Ok((
@@ -449,10 +478,25 @@ impl Cluster {
         self.unexamined.clear();
         // Arrays at their `%max`: their pending tasks sit this pass out.
         let mut array_room = self.array_room();
+        let singletons = self.active_by_name();
         let mut throttled: Vec<JobId> = Vec::new();
+        let mut waiting: Vec<(JobId, Verdict)> = Vec::new();
         let jobs = &self.jobs;
         let mut eligible = |id: &JobId| -> bool {
-            let Some(t) = jobs[id].spec.array_task.as_ref() else {
+            let job = &jobs[id];
+            if let Some(d) = &job.spec.dependency {
+                let earlier = singletons
+                    .get(&(job.spec.user_name.as_str(), job.spec.name.as_str()))
+                    .is_some_and(|first| first < id);
+                match d.verdict(|dep| states_of(jobs, dep), earlier) {
+                    Verdict::Ready => {}
+                    v => {
+                        waiting.push((*id, v));
+                        return false;
+                    }
+                }
+            }
+            let Some(t) = job.spec.array_task.as_ref() else {
                 return true;
             };
             match array_room.get_mut(&t.array_job_id) {
@@ -573,7 +617,49 @@ impl Cluster {
         for id in throttled {
             self.set_reason(id, "JobArrayTaskLimit");
         }
+        for (id, v) in waiting {
+            let reason = if v == Verdict::Never {
+                "DependencyNeverSatisfied"
+            } else {
+                "Dependency"
+            };
+            self.set_reason(id, reason);
+        }
         effects
+    }
+
+    /// For `singleton`: the lowest id of an active (pending or running)
+    /// job per (user, name), when some queued job asks for it.
+    fn active_by_name(&self) -> HashMap<(&str, &str), JobId> {
+        let mut m = HashMap::new();
+        let wanted = self
+            .isolated_queue
+            .iter()
+            .chain(&self.shared_queue)
+            .any(|id| {
+                self.jobs[id]
+                    .spec
+                    .dependency
+                    .as_ref()
+                    .is_some_and(|d| d.singleton)
+            });
+        if !wanted {
+            return m;
+        }
+        let running = self.nodes.values().flat_map(|n| n.running.iter());
+        for id in self
+            .isolated_queue
+            .iter()
+            .chain(&self.shared_queue)
+            .chain(running)
+        {
+            let s = &self.jobs[id].spec;
+            let e = m
+                .entry((s.user_name.as_str(), s.name.as_str()))
+                .or_insert(*id);
+            *e = (*e).min(*id);
+        }
+        m
     }
 
     /// How many more tasks each throttled array may start now.
@@ -942,6 +1028,7 @@ mod tests {
             partition: None,
             array: None,
             array_task: None,
+            dependency: None,
             slurm: Default::default(),
         }
     }

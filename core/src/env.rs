@@ -183,6 +183,7 @@ mod tests {
                 partition: None,
                 array: None,
                 array_task: None,
+                dependency: None,
                 slurm: Default::default(),
             },
             0,

@@ -186,6 +186,9 @@ pub struct JobSpec {
     /// An array request (`--array`): the controller makes one job per index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayRequest>,
+    /// Jobs this one waits for (`--dependency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<crate::dependency::Dependency>,
     /// The job's place in its array, set by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_task: Option<crate::array::ArrayTask>,
@@ -398,6 +401,7 @@ mod tests {
             partition: None,
             array: None,
             array_task: None,
+            dependency: None,
             slurm: Default::default(),
         }
     }

@@ -6,6 +6,7 @@
 
 pub mod array;
 pub mod cluster;
+pub mod dependency;
 pub mod env;
 pub mod gpu;
 pub mod job;

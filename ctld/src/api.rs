@@ -28,6 +28,7 @@ impl From<CtlError> for ApiError {
             CtlError::Cluster(ClusterError::UnknownJob(_)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::UnknownNode(_)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
+            CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(_) => StatusCode::CONFLICT,
             CtlError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         };

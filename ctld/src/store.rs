@@ -537,6 +537,7 @@ mod tests {
                 partition: Some("gpu".into()),
                 array: None,
                 array_task: None,
+                dependency: None,
                 slurm: Default::default(),
             },
             10,

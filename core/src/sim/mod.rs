@@ -208,6 +208,7 @@ fn spec_of(j: &SimJob) -> JobSpec {
         partition: None,
         array: None,
         array_task: None,
+        dependency: None,
         slurm: Default::default(),
     }
 }
