@@ -503,3 +503,28 @@ fn dependencies_wait_start_or_never() {
     assert!(g.job(after)["start_time"].as_i64().unwrap() >= end_max);
     s.ok("scancel", &[&notok.to_string()]);
 }
+
+#[test]
+fn signal_ahead_of_the_time_limit() {
+    let s = Slurm::start();
+    let g = &s.g;
+    // A one-minute limit and USR1 58 s before it: the signal comes after
+    // about 2 s; the whole job gets it, or with B: only the batch shell.
+    let p = g.script(
+        "warned.sh",
+        "#!/bin/bash\ntrap 'echo got USR1 after $SECONDS s; exit 0' USR1\nsleep 30 & wait\n",
+    );
+    let id = s.sbatch(&["-t", "1", "--signal=USR1@58", "-o", "warned.out", &p]);
+    let j = g.wait_state(id, "COMPLETED", T);
+    let out = s.file("warned.out");
+    assert!(out.starts_with("got USR1 after "), "{out}");
+    assert!(j["elapsed"].as_i64().unwrap() < 20, "{j}");
+    // B: the shell is signalled; its child, which would die of USR1, is not.
+    let p = g.script(
+        "batch.sh",
+        "#!/bin/bash\ntrap 'echo shell got USR1' USR1\nsleep 4 & child=$!\nwait $child\nwait $child; echo child status $?\n",
+    );
+    let id = s.sbatch(&["-t", "1", "--signal=B:SIGUSR1@58", "-o", "batch.out", &p]);
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(s.file("batch.out"), "shell got USR1\nchild status 0\n");
+}

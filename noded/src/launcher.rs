@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::shepherd::SHEPHERD_ARG;
-use crate::spool::{pidfd_open, process_starttime, JobSpool, ShepherdSpec};
+use crate::spool::{pidfd_open, process_starttime, JobSpool, ShepherdSpec, WarnSignal};
 
 const CANCELLED: &str = "cancelled";
 const TIMEOUT: &str = "timeout";
@@ -225,6 +225,7 @@ impl Launcher {
             start_time,
             time_limit: job.spec.time_limit,
             append: job.spec.slurm.open_mode.as_deref() == Some("append"),
+            warn_signal: job.spec.slurm.signal.as_deref().and_then(WarnSignal::parse),
         };
         spool
             .write_json(&spool.spec_path(), &spec)
@@ -310,6 +311,31 @@ impl Launcher {
     fn track(self: &Arc<Self>, job: JobId, pid: i32, fd: OwnedFd, left: Option<Duration>) {
         let this = Arc::clone(self);
         tokio::spawn(async move { this.watch(job, pid, fd).await });
+        let warn = self.spool(job).read_spec().ok().and_then(|s| s.warn_signal);
+        if let (Some(left), Some(w)) = (left, warn) {
+            let this = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(left.saturating_sub(Duration::from_secs(w.secs_before))).await;
+                if this.pgid_of(job) == Some(pid) {
+                    info!(
+                        job,
+                        signal = w.signal,
+                        "sending the --signal warning before the time limit"
+                    );
+                    let Ok(sig) = Signal::try_from(w.signal) else {
+                        return;
+                    };
+                    if w.batch_only {
+                        // The batch shell is the shepherd's child.
+                        for child in children_of(pid) {
+                            let _ = nix::sys::signal::kill(Pid::from_raw(child), sig);
+                        }
+                    } else {
+                        signal_group(pid, sig);
+                    }
+                }
+            });
+        }
         if let Some(left) = left {
             let this = Arc::clone(self);
             tokio::spawn(async move {
@@ -491,4 +517,13 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
         },
         end_time: status.map(|s| s.end_time).unwrap_or_else(unix_now),
     }
+}
+
+/// The pids of a process's children (from /proc).
+fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
