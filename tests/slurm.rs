@@ -528,3 +528,30 @@ fn signal_ahead_of_the_time_limit() {
     g.wait_state(id, "COMPLETED", T);
     assert_eq!(s.file("batch.out"), "shell got USR1\nchild status 0\n");
 }
+
+#[test]
+fn requeue_from_inside_the_job_keeps_its_id() {
+    let s = Slurm::start();
+    let g = &s.g;
+    // The first run requeues itself; stopped by SIGTERM, it sees itself
+    // PENDING already; the second run completes.
+    let p = g.script(
+        "again.sh",
+        "#!/bin/bash\necho run $SLURM_RESTART_COUNT >> runs.txt\n\
+         if [ \"$SLURM_RESTART_COUNT\" = 0 ]; then\n\
+           trap 'squeue -h -j $SLURM_JOB_ID -o %T >> runs.txt; exit 0' TERM\n\
+           scontrol requeue $SLURM_JOB_ID || echo requeue failed >> runs.txt\n\
+           sleep 30 & wait\n\
+         fi\n",
+    );
+    let id = s.sbatch(&["-o", "again.out", &p]);
+    let j = g.wait_state(id, "COMPLETED", T);
+    assert_eq!(j["restart_cnt"], 1);
+    assert_eq!(s.file("runs.txt"), "run 0\nPENDING\nrun 1\n");
+    // Requeueing a finished job or an unknown one is an error.
+    let o = s.run("scontrol", &["requeue", &id.to_string()], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("Requeue of job"), "{}", stderr(&o));
+    let o = s.run("scontrol", &["requeue", "777777"], None);
+    assert_eq!(stderr(&o), "scontrol: error: Invalid job id specified\n");
+}

@@ -102,6 +102,16 @@ impl Client {
         self.call(self.agent.get(&format!("{}/healthz", self.base)), None)
     }
 
+    /// Puts a running job back in the queue under its id.
+    pub fn requeue(&self, id: JobId) -> Result<()> {
+        self.call::<serde_json::Value>(
+            self.agent
+                .post(&format!("{}/api/v1/jobs/{id}/requeue", self.base)),
+            Some(&serde_json::json!({})),
+        )
+        .map(|_| ())
+    }
+
     pub fn nodes(&self) -> Result<Vec<NodeInfo>> {
         #[derive(Deserialize)]
         struct Nodes {

@@ -98,6 +98,10 @@ pub struct Cluster {
     peaks: HashMap<(String, FootprintKey), Vec<JobId>>,
     /// Arrays with a `%max` limit on tasks running at once: array id → max.
     array_limits: BTreeMap<JobId, u32>,
+    /// Requeued jobs whose previous run is still ending: job → its node.
+    /// The node keeps the job's worker and instance until the end report,
+    /// and the job does not start again before it.
+    requeued_runs: HashMap<JobId, String>,
 }
 
 /// The states of job `id`, or of every task of the array `id`.
@@ -150,6 +154,7 @@ impl Cluster {
             unexamined: Vec::new(),
             peaks: HashMap::new(),
             array_limits: BTreeMap::new(),
+            requeued_runs: HashMap::new(),
         }
     }
 
@@ -482,8 +487,12 @@ impl Cluster {
         let mut throttled: Vec<JobId> = Vec::new();
         let mut waiting: Vec<(JobId, Verdict)> = Vec::new();
         let jobs = &self.jobs;
+        let requeued = &self.requeued_runs;
         let mut eligible = |id: &JobId| -> bool {
             let job = &jobs[id];
+            if requeued.contains_key(id) {
+                return false;
+            }
             if let Some(d) = &job.spec.dependency {
                 let earlier = singletons
                     .get(&(job.spec.user_name.as_str(), job.spec.name.as_str()))
@@ -616,6 +625,10 @@ impl Cluster {
         }
         for id in throttled {
             self.set_reason(id, "JobArrayTaskLimit");
+        }
+        let ending: Vec<JobId> = self.requeued_runs.keys().copied().collect();
+        for id in ending {
+            self.set_reason(id, "BeginTime");
         }
         for (id, v) in waiting {
             let reason = if v == Verdict::Never {
@@ -753,6 +766,16 @@ impl Cluster {
     /// A job's processes ended on `node`.
     pub fn job_ended(&mut self, node: &str, ended: &JobEnded) -> Result<Vec<Effect>, ClusterError> {
         let id = ended.job_id;
+        if self.requeued_runs.get(&id).is_some_and(|n| n == node) {
+            // The run a requeue stopped: free its worker and instance; the
+            // job itself is already pending again.
+            self.requeued_runs.remove(&id);
+            self.release(id);
+            return Ok(vec![Effect::Job {
+                id,
+                event: "previous run ended".into(),
+            }]);
+        }
         let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
         if job.state != JobState::Running {
             return Err(ClusterError::NotRunning(id));
@@ -779,10 +802,43 @@ impl Cluster {
         }])
     }
 
+    /// Puts a running job back in the queue under the same id (`scontrol
+    /// requeue`): PENDING at once, its processes stopped; it starts again
+    /// once its node reports the old run ended.
+    pub fn requeue(&mut self, id: JobId, now: i64) -> Result<Vec<Effect>, ClusterError> {
+        let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if job.state != JobState::Running {
+            return Err(ClusterError::NotRunning(id));
+        }
+        let node = job.node.clone().unwrap_or_default();
+        job.transition(JobState::Requeued, now)?;
+        job.transition(JobState::Pending, now)?;
+        job.reason = Some("BeginTime".into());
+        let isolated = job.spec.isolated;
+        self.enqueue(id, isolated);
+        self.requeued_runs.insert(id, node.clone());
+        Ok(vec![
+            Effect::Job {
+                id,
+                event: "requeued".into(),
+            },
+            Effect::Signal {
+                job: id,
+                node,
+                signal: SIGTERM,
+                cancel: true,
+            },
+        ])
+    }
+
     /// A running job's processes are gone: NODE_FAIL, or back to the queue
     /// if it asked for requeue.
     fn lose(&mut self, id: JobId, now: i64) -> Vec<Effect> {
         self.release(id);
+        if self.requeued_runs.remove(&id).is_some() {
+            // Already pending again: only its old run was lost.
+            return vec![];
+        }
         let job = self.jobs.get_mut(&id).expect("caller checked");
         if job.spec.requeue {
             job.transition(JobState::Requeued, now)
@@ -1056,6 +1112,37 @@ mod tests {
             },
             end_time: 50,
         }
+    }
+
+    #[test]
+    fn requeue_is_pending_at_once_but_starts_after_the_old_run_ends() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let (a, _) = c.submit(spec(true, false), 1).unwrap();
+        c.schedule(2);
+        let inst = c.job(a).unwrap().gpu_instance.clone();
+        assert!(inst.is_some());
+        let fx = c.requeue(a, 3).unwrap();
+        assert!(fx
+            .iter()
+            .any(|e| matches!(e, Effect::Signal { cancel: true, .. })));
+        assert_eq!(c.job(a).unwrap().state, JobState::Pending);
+        assert_eq!(c.job(a).unwrap().restarts, 1);
+        // The old run still holds its worker and instance: no relaunch yet.
+        assert!(c.node("n1").unwrap().running.contains(&a));
+        assert!(!c
+            .schedule(4)
+            .iter()
+            .any(|e| matches!(e, Effect::Launch { .. })));
+        assert_eq!(c.job(a).unwrap().reason.as_deref(), Some("BeginTime"));
+        assert!(c.requeue(a, 4).is_err(), "only running jobs are requeued");
+        c.job_ended("n1", &ended(a, 143, EndCause::Exited)).unwrap();
+        assert_eq!(c.job(a).unwrap().state, JobState::Pending);
+        assert!(c.schedule(5).contains(&Effect::Launch {
+            job: a,
+            node: "n1".into()
+        }));
+        assert_eq!(c.job(a).unwrap().state, JobState::Running);
     }
 
     #[test]

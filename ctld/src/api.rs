@@ -27,6 +27,7 @@ impl From<CtlError> for ApiError {
         let status = match &e {
             CtlError::Cluster(ClusterError::UnknownJob(_)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::UnknownNode(_)) => StatusCode::NOT_FOUND,
+            CtlError::Cluster(ClusterError::NotRunning(_)) => StatusCode::CONFLICT,
             CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(_) => StatusCode::CONFLICT,
@@ -41,6 +42,7 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/healthz", get(healthz))
         .route("/api/v1/jobs", post(submit).get(list_jobs))
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
+        .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/instances", get(list_instances))
         .route("/api/v1/tasks", get(list_tasks))
@@ -193,6 +195,17 @@ async fn cancel_job(
     let state = c.job(jid).map(|j| j.state.as_str()).unwrap_or("UNKNOWN");
     Ok(Json(
         serde_json::json!({ "job_id": jid, "job_state": state }),
+    ))
+}
+
+async fn requeue_job(
+    State(ctl): Ctl,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    ctl.requeue(jid).await?;
+    Ok(Json(
+        serde_json::json!({ "job_id": jid, "job_state": "PENDING" }),
     ))
 }
 

@@ -125,6 +125,14 @@ impl Controller {
         Ok(())
     }
 
+    /// `scontrol requeue`: the job is PENDING again when this returns.
+    pub async fn requeue(self: &Arc<Self>, id: JobId) -> Result<(), CtlError> {
+        let effects = self.lock().requeue(id, unix_now())?;
+        self.execute(effects).await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
     pub async fn register(self: &Arc<Self>, reg: NodeRegistration) -> Result<(), CtlError> {
         info!(node = %reg.name, instances = reg.instances.len(), running = reg.running.len(),
               ended = reg.ended.len(), "node registered");

@@ -7,7 +7,7 @@ use gsched_core::wire::JobInfo;
 
 use super::format::{elapsed_long, timestamp};
 use super::ids::{fetch, parse_refs};
-use crate::client::Client;
+use crate::client::{ApiError, Client};
 
 /// `scontrol show job`'s text for one job.
 pub fn show_job(j: &JobInfo) -> String {
@@ -135,15 +135,34 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             Ok(0)
         }
+        ["requeue", ids @ ..] if !ids.is_empty() => {
+            let list: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+            let refs = parse_refs(&list)?;
+            let jobs = fetch(&client, &refs, &[("state", "all".into())])?;
+            if jobs.is_empty() {
+                bail!("Invalid job id specified");
+            }
+            for j in &jobs {
+                client.requeue(j.job_id).map_err(|e| match e.downcast_ref::<ApiError>() {
+                    Some(a) if a.status == 409 => anyhow::anyhow!(
+                        "Requeue of job {} failed: Job is pending execution or finished ({})",
+                        j.display_id(),
+                        j.job_state.as_str()
+                    ),
+                    _ => e,
+                })?;
+            }
+            Ok(0)
+        }
         ["show", "partition"] | ["show", "partitions"] => {
             let h = client.health()?;
             let p = h["partition"].as_str().unwrap_or("gpu");
             print!("PartitionName={p}\n   Default=YES State=UP MaxTime=UNLIMITED\n\n");
             Ok(0)
         }
-        [] => bail!("no command given (supported: show job [ID], show config, show partition)"),
+        [] => bail!("no command given (supported: show job [ID], show config, show partition, requeue ID)"),
         [cmd, ..] => bail!(
-            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition); see docs/slurm.md"
+            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition, requeue ID); see docs/slurm.md"
         ),
     }
 }
