@@ -278,6 +278,7 @@ fn spec(dir: &str) -> JobSpec {
         array: None,
         array_task: None,
         dependency: None,
+        hold: false,
         slurm: Default::default(),
     }
 }

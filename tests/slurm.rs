@@ -555,3 +555,36 @@ fn requeue_from_inside_the_job_keeps_its_id() {
     let o = s.run("scontrol", &["requeue", "777777"], None);
     assert_eq!(stderr(&o), "scontrol: error: Invalid job id specified\n");
 }
+
+#[test]
+fn hold_and_release() {
+    let s = Slurm::start();
+    let g = &s.g;
+    let id = s.sbatch(&["--hold", "--wrap", "true"]);
+    let reason = |id: u64| g.job(id)["state_reason"].as_str().unwrap_or("").to_string();
+    g.wait_until("held", T, || reason(id) == "JobHeldUser");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        g.job(id)["job_state"],
+        "PENDING",
+        "a held job does not start"
+    );
+    assert_eq!(
+        s.ok("squeue", &["-h", "-o", "%i %t %R"]),
+        format!("{id} PD (JobHeldUser)\n")
+    );
+    s.ok("scontrol", &["release", &id.to_string()]);
+    g.wait_state(id, "COMPLETED", T);
+    // A held job survives a controller restart held.
+    let mut s = s;
+    let b = s.sbatch(&["-H", "--wrap", "true"]);
+    s.g.restart();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(s.g.job(b)["job_state"], "PENDING");
+    s.ok("scontrol", &["hold", &b.to_string()]);
+    s.ok("scontrol", &["release", &b.to_string()]);
+    s.g.wait_state(b, "COMPLETED", T);
+    let o = s.run("scontrol", &["hold", &b.to_string()], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is not pending"), "{}", stderr(&o));
+}

@@ -102,6 +102,17 @@ impl Client {
         self.call(self.agent.get(&format!("{}/healthz", self.base)), None)
     }
 
+    /// Holds (`true`) or releases a pending job.
+    pub fn set_held(&self, id: JobId, held: bool) -> Result<()> {
+        let op = if held { "hold" } else { "release" };
+        self.call::<serde_json::Value>(
+            self.agent
+                .post(&format!("{}/api/v1/jobs/{id}/{op}", self.base)),
+            Some(&serde_json::json!({})),
+        )
+        .map(|_| ())
+    }
+
     /// Puts a running job back in the queue under its id.
     pub fn requeue(&self, id: JobId) -> Result<()> {
         self.call::<serde_json::Value>(

@@ -98,6 +98,9 @@ pub struct SubmitOptions {
     /// Environment to pass: ALL (default), NONE, or a list of names and NAME=VALUE.
     #[arg(long)]
     pub export: Option<String>,
+    /// Submit the job held: it waits for `scontrol release`.
+    #[arg(short = 'H', long)]
+    pub hold: bool,
     /// Clusters (only this one exists); `--parsable` then prints `ID;CLUSTER`.
     #[arg(short = 'M', long)]
     pub clusters: Option<String>,
@@ -234,6 +237,7 @@ impl SubmitOptions {
             signal: self.signal.or(under.signal),
             export: self.export.or(under.export),
             clusters: self.clusters.or(under.clusters),
+            hold: self.hold || under.hold,
             recorded: self.recorded.over(under.recorded),
             script: self.script,
         }
@@ -400,6 +404,7 @@ pub fn build_spec(
         array,
         array_task: None,
         dependency,
+        hold: opts.hold,
         slurm: SlurmOptions {
             account: opts.account.clone(),
             qos: opts.qos.clone(),

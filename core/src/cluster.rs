@@ -73,6 +73,8 @@ pub enum ClusterError {
     UnknownNode(String),
     #[error("job {0} is not running")]
     NotRunning(JobId),
+    #[error("job {0} is not pending")]
+    NotPending(JobId),
     #[error("job {job} does not run on node {node}")]
     WrongNode { job: JobId, node: String },
     #[error(transparent)]
@@ -488,9 +490,14 @@ impl Cluster {
         let mut waiting: Vec<(JobId, Verdict)> = Vec::new();
         let jobs = &self.jobs;
         let requeued = &self.requeued_runs;
+        let mut held: Vec<JobId> = Vec::new();
         let mut eligible = |id: &JobId| -> bool {
             let job = &jobs[id];
             if requeued.contains_key(id) {
+                return false;
+            }
+            if job.held {
+                held.push(*id);
                 return false;
             }
             if let Some(d) = &job.spec.dependency {
@@ -625,6 +632,9 @@ impl Cluster {
         }
         for id in throttled {
             self.set_reason(id, "JobArrayTaskLimit");
+        }
+        for id in held {
+            self.set_reason(id, "JobHeldUser");
         }
         let ending: Vec<JobId> = self.requeued_runs.keys().copied().collect();
         for id in ending {
@@ -799,6 +809,25 @@ impl Cluster {
         Ok(vec![Effect::Job {
             id,
             event: format!("ended {state}"),
+        }])
+    }
+
+    /// Holds a pending job (`scontrol hold`) or releases it (`scontrol
+    /// release`).
+    pub fn set_held(&mut self, id: JobId, held: bool) -> Result<Vec<Effect>, ClusterError> {
+        let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if job.state != JobState::Pending {
+            return Err(ClusterError::NotPending(id));
+        }
+        if job.held == held {
+            return Ok(vec![]);
+        }
+        job.held = held;
+        job.reason = held.then(|| "JobHeldUser".to_string());
+        self.unexamined.push(id);
+        Ok(vec![Effect::Job {
+            id,
+            event: if held { "held" } else { "released" }.into(),
         }])
     }
 
@@ -1085,6 +1114,7 @@ mod tests {
             array: None,
             array_task: None,
             dependency: None,
+            hold: false,
             slurm: Default::default(),
         }
     }

@@ -184,6 +184,7 @@ mod tests {
                 array: None,
                 array_task: None,
                 dependency: None,
+                hold: false,
                 slurm: Default::default(),
             },
             0,

@@ -186,6 +186,9 @@ pub struct JobSpec {
     /// An array request (`--array`): the controller makes one job per index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayRequest>,
+    /// Submit held (`--hold`): the job waits for `scontrol release`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
     /// Jobs this one waits for (`--dependency`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency: Option<crate::dependency::Dependency>,
@@ -319,10 +322,14 @@ pub struct Job {
     pub gpu_mem_peak: Option<u64>,
     /// How many times the job went back to the queue.
     pub restarts: u32,
+    /// Held by its user: pending, and not started until released.
+    #[serde(default)]
+    pub held: bool,
 }
 
 impl Job {
     pub fn new(id: JobId, spec: JobSpec, now: i64) -> Job {
+        let held = spec.hold;
         Job {
             id,
             spec,
@@ -337,6 +344,7 @@ impl Job {
             gpu_instance: None,
             gpu_mem_peak: None,
             restarts: 0,
+            held,
         }
     }
 
@@ -402,6 +410,7 @@ mod tests {
             array: None,
             array_task: None,
             dependency: None,
+            hold: false,
             slurm: Default::default(),
         }
     }

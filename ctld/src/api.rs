@@ -28,6 +28,7 @@ impl From<CtlError> for ApiError {
             CtlError::Cluster(ClusterError::UnknownJob(_)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::UnknownNode(_)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::NotRunning(_)) => StatusCode::CONFLICT,
+            CtlError::Cluster(ClusterError::NotPending(_)) => StatusCode::CONFLICT,
             CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(_) => StatusCode::CONFLICT,
@@ -43,6 +44,8 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/jobs", post(submit).get(list_jobs))
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
+        .route("/api/v1/jobs/{id}/hold", post(hold_job))
+        .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/instances", get(list_instances))
         .route("/api/v1/tasks", get(list_tasks))
@@ -207,6 +210,24 @@ async fn requeue_job(
     Ok(Json(
         serde_json::json!({ "job_id": jid, "job_state": "PENDING" }),
     ))
+}
+
+async fn hold_job(
+    State(ctl): Ctl,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    ctl.set_held(jid, true).await?;
+    Ok(Json(serde_json::json!({ "job_id": jid, "held": true })))
+}
+
+async fn release_job(
+    State(ctl): Ctl,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    ctl.set_held(jid, false).await?;
+    Ok(Json(serde_json::json!({ "job_id": jid, "held": false })))
 }
 
 async fn list_nodes(State(ctl): Ctl) -> Json<serde_json::Value> {

@@ -125,6 +125,14 @@ impl Controller {
         Ok(())
     }
 
+    /// `scontrol hold` / `scontrol release`.
+    pub async fn set_held(self: &Arc<Self>, id: JobId, held: bool) -> Result<(), CtlError> {
+        let effects = self.lock().set_held(id, held)?;
+        self.execute(effects).await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
     /// `scontrol requeue`: the job is PENDING again when this returns.
     pub async fn requeue(self: &Arc<Self>, id: JobId) -> Result<(), CtlError> {
         let effects = self.lock().requeue(id, unix_now())?;

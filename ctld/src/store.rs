@@ -82,6 +82,7 @@ pub struct JobRuntime {
     pub gpu_instance: Option<String>,
     pub gpu_mem_peak: Option<u64>,
     pub restarts: u32,
+    pub held: bool,
 }
 
 impl JobRuntime {
@@ -98,6 +99,7 @@ impl JobRuntime {
             gpu_instance: job.gpu_instance.clone(),
             gpu_mem_peak: job.gpu_mem_peak,
             restarts: job.restarts,
+            held: job.held,
         }
     }
 }
@@ -276,8 +278,9 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             sqlx::query(
                 "INSERT INTO jobs (id, name, user_name, uid, gid, working_dir, script, environment,
                    isolated, gpu_request, time_limit, partition, spec, state, reason, exit_code,
-                   exit_signal, submit_time, start_time, end_time, node, gpu_instance, gpu_mem_peak, restarts)
-                 VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   exit_signal, submit_time, start_time, end_time, node, gpu_instance, gpu_mem_peak, restarts,
+                   held)
+                 VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             )
             .bind(job.id as i64)
             .bind(&s.name)
@@ -303,13 +306,14 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(&job.gpu_instance)
             .bind(job.gpu_mem_peak.map(|m| m as i64))
             .bind(job.restarts as i64)
+            .bind(job.held)
             .execute(&mut *conn)
             .await?;
         }
         Write::JobState(job) => {
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
-                   end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ? WHERE id = ?",
+                   end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ? WHERE id = ?",
             )
             .bind(job.state.as_str())
             .bind(&job.reason)
@@ -321,6 +325,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(&job.gpu_instance)
             .bind(job.gpu_mem_peak.map(|m| m as i64))
             .bind(job.restarts as i64)
+            .bind(job.held)
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;
@@ -442,6 +447,7 @@ async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
                 .try_get::<Option<i64>, _>("gpu_mem_peak")?
                 .map(|m| m as u64),
             restarts: row.try_get::<i64, _>("restarts")? as u32,
+            held: row.try_get("held")?,
         });
     }
     let mut nodes = Vec::new();
@@ -538,6 +544,7 @@ mod tests {
                 array: None,
                 array_task: None,
                 dependency: None,
+                hold: false,
                 slurm: Default::default(),
             },
             10,

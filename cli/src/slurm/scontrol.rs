@@ -154,15 +154,36 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             Ok(0)
         }
+        [op @ ("hold" | "release" | "uhold"), ids @ ..] if !ids.is_empty() => {
+            let list: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+            let refs = parse_refs(&list)?;
+            let jobs = fetch(&client, &refs, &[("state", "all".into())])?;
+            if jobs.is_empty() {
+                bail!("Invalid job id specified");
+            }
+            for j in &jobs {
+                client
+                    .set_held(j.job_id, *op != "release")
+                    .map_err(|e| match e.downcast_ref::<ApiError>() {
+                        Some(a) if a.status == 409 => anyhow::anyhow!(
+                            "Job {} is not pending ({}): only pending jobs are held or released",
+                            j.display_id(),
+                            j.job_state.as_str()
+                        ),
+                        _ => e,
+                    })?;
+            }
+            Ok(0)
+        }
         ["show", "partition"] | ["show", "partitions"] => {
             let h = client.health()?;
             let p = h["partition"].as_str().unwrap_or("gpu");
             print!("PartitionName={p}\n   Default=YES State=UP MaxTime=UNLIMITED\n\n");
             Ok(0)
         }
-        [] => bail!("no command given (supported: show job [ID], show config, show partition, requeue ID)"),
+        [] => bail!("no command given (supported: show job [ID], show config, show partition, requeue ID, hold ID, release ID)"),
         [cmd, ..] => bail!(
-            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition, requeue ID); see docs/slurm.md"
+            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition, requeue ID, hold ID, release ID); see docs/slurm.md"
         ),
     }
 }

@@ -209,6 +209,7 @@ fn spec_of(j: &SimJob) -> JobSpec {
         array: None,
         array_task: None,
         dependency: None,
+        hold: false,
         slurm: Default::default(),
     }
 }
