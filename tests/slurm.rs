@@ -432,6 +432,14 @@ fn srun_inside_and_outside_a_job() {
         s.file("batch.out"),
         "srun=0\nsrun=5\nbare 3\nbare 3\nbare 3\nfrom-stdin\n"
     );
+    // Each srun is a step that sacct shows (sacct's ID.N rows).
+    assert_eq!(
+        s.ok("sacct", &["-j", &id.to_string(), "-P", "-o", "JobID,JobName,State,ExitCode"]),
+        format!(
+            "JobID|JobName|State|ExitCode\n{id}|steps.sh|COMPLETED|0:0\n{id}.batch|batch|COMPLETED|0:0\n\
+             {id}.0|sh|COMPLETED|0:0\n{id}.1|sh|FAILED|5:0\n{id}.2|sh|COMPLETED|0:0\n{id}.3|cat|COMPLETED|0:0\n"
+        )
+    );
     // Outside a job: submits, waits, prints the output, returns the status.
     let o = s.run("srun", &["sh", "-c", "echo outside; exit 2"], None);
     assert_eq!(o.status.code(), Some(2));

@@ -102,6 +102,35 @@ impl Client {
         self.call(self.agent.get(&format!("{}/healthz", self.base)), None)
     }
 
+    /// Records the start of a step of running job `id`; returns its number.
+    pub fn begin_step(&self, id: JobId, name: &str, ntasks: u32) -> Result<u32> {
+        let v: serde_json::Value = self.call(
+            self.agent
+                .post(&format!("{}/api/v1/jobs/{id}/steps", self.base)),
+            Some(&serde_json::json!({ "name": name, "ntasks": ntasks })),
+        )?;
+        v["step_id"]
+            .as_u64()
+            .map(|s| s as u32)
+            .ok_or_else(|| anyhow!("the controller gave no step id"))
+    }
+
+    /// Records the end of a step.
+    pub fn end_step(
+        &self,
+        id: JobId,
+        step: u32,
+        exit_code: i32,
+        signal: Option<i32>,
+    ) -> Result<()> {
+        self.call::<serde_json::Value>(
+            self.agent
+                .post(&format!("{}/api/v1/jobs/{id}/steps/{step}/end", self.base)),
+            Some(&serde_json::json!({ "exit_code": exit_code, "signal": signal })),
+        )
+        .map(|_| ())
+    }
+
     /// Holds (`true`) or releases a pending job.
     pub fn set_held(&self, id: JobId, held: bool) -> Result<()> {
         let op = if held { "hold" } else { "release" };

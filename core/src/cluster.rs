@@ -10,7 +10,7 @@ use crate::dependency::Verdict;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::gpu::Instance;
-use crate::job::{IllegalTransition, Job, JobId, JobSpec, JobState, SpecError};
+use crate::job::{IllegalTransition, Job, JobId, JobSpec, JobState, SpecError, Step};
 use crate::launch::{
     Decision, InstanceView, LaunchInput, LaunchPolicy, NodeView, PendingReason, QueuedJob,
 };
@@ -75,6 +75,8 @@ pub enum ClusterError {
     NotRunning(JobId),
     #[error("job {0} is not pending")]
     NotPending(JobId),
+    #[error("job {0} has no running step {1}")]
+    NoSuchStep(JobId, u32),
     #[error("job {job} does not run on node {node}")]
     WrongNode { job: JobId, node: String },
     #[error(transparent)]
@@ -809,6 +811,67 @@ impl Cluster {
         Ok(vec![Effect::Job {
             id,
             event: format!("ended {state}"),
+        }])
+    }
+
+    /// A step (`srun`) begins inside running job `id`: returns its number.
+    pub fn begin_step(
+        &mut self,
+        id: JobId,
+        name: &str,
+        ntasks: u32,
+        now: i64,
+    ) -> Result<(u32, Vec<Effect>), ClusterError> {
+        let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if job.state != JobState::Running {
+            return Err(ClusterError::NotRunning(id));
+        }
+        let step = job.steps.len() as u32;
+        job.steps.push(Step {
+            id: step,
+            name: name.chars().take(crate::job::MAX_NAME_LEN).collect(),
+            ntasks,
+            start_time: now,
+            end_time: None,
+            state: JobState::Running,
+            exit_code: None,
+            exit_signal: None,
+        });
+        Ok((
+            step,
+            vec![Effect::Job {
+                id,
+                event: format!("step {step} started"),
+            }],
+        ))
+    }
+
+    /// A step ended with the highest exit code (or a signal) of its tasks.
+    pub fn end_step(
+        &mut self,
+        id: JobId,
+        step: u32,
+        exit_code: i32,
+        signal: Option<i32>,
+        now: i64,
+    ) -> Result<Vec<Effect>, ClusterError> {
+        let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
+        let s = job
+            .steps
+            .get_mut(step as usize)
+            .filter(|s| s.end_time.is_none())
+            .ok_or(ClusterError::NoSuchStep(id, step))?;
+        s.end_time = Some(now);
+        s.exit_code = Some(exit_code);
+        s.exit_signal = signal.filter(|&x| x > 0);
+        s.state = if exit_code == 0 && s.exit_signal.is_none() {
+            JobState::Completed
+        } else {
+            JobState::Failed
+        };
+        Ok(vec![Effect::Job {
+            id,
+            event: format!("step {step} ended"),
         }])
     }
 

@@ -325,6 +325,23 @@ pub struct Job {
     /// Held by its user: pending, and not started until released.
     #[serde(default)]
     pub held: bool,
+    /// Steps started by `srun` inside the current run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<Step>,
+}
+
+/// A step: one `srun` inside a job (`ID.0`, `ID.1`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub id: u32,
+    /// The command it ran.
+    pub name: String,
+    pub ntasks: u32,
+    pub start_time: i64,
+    pub end_time: Option<i64>,
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
 }
 
 impl Job {
@@ -345,6 +362,7 @@ impl Job {
             gpu_mem_peak: None,
             restarts: 0,
             held,
+            steps: Vec::new(),
         }
     }
 
@@ -367,9 +385,17 @@ impl Job {
                 self.exit_code = None;
                 self.exit_signal = None;
                 self.restarts += 1;
+                self.steps.clear();
             }
             JobState::Requeued => {}
-            _ => self.end_time = Some(now),
+            _ => {
+                self.end_time = Some(now);
+                // Steps still running end with the job.
+                for s in self.steps.iter_mut().filter(|s| s.end_time.is_none()) {
+                    s.end_time = Some(now);
+                    s.state = to;
+                }
+            }
         }
         Ok(())
     }

@@ -173,6 +173,9 @@ pub struct JobInfo {
     /// Slurm options recorded at submission (account, qos, comment, ...).
     #[serde(default, skip_serializing_if = "crate::job::SlurmOptions::is_empty")]
     pub slurm: crate::job::SlurmOptions,
+    /// Steps started by `srun` in the current run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::job::Step>,
 }
 
 impl JobInfo {
@@ -219,6 +222,7 @@ impl JobInfo {
             restart_cnt: job.restarts,
             array: s.array_task.clone(),
             slurm: s.slurm.clone(),
+            steps: job.steps.clone(),
         }
     }
 }

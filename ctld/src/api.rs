@@ -29,6 +29,7 @@ impl From<CtlError> for ApiError {
             CtlError::Cluster(ClusterError::UnknownNode(_)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::NotRunning(_)) => StatusCode::CONFLICT,
             CtlError::Cluster(ClusterError::NotPending(_)) => StatusCode::CONFLICT,
+            CtlError::Cluster(ClusterError::NoSuchStep(..)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(_) => StatusCode::CONFLICT,
@@ -45,6 +46,8 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
         .route("/api/v1/jobs/{id}/hold", post(hold_job))
+        .route("/api/v1/jobs/{id}/steps", post(begin_step))
+        .route("/api/v1/jobs/{id}/steps/{step}/end", post(end_step))
         .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/instances", get(list_instances))
@@ -210,6 +213,46 @@ async fn requeue_job(
     Ok(Json(
         serde_json::json!({ "job_id": jid, "job_state": "PENDING" }),
     ))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepBegin {
+    name: String,
+    #[serde(default = "one")]
+    ntasks: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepEnd {
+    exit_code: i32,
+    #[serde(default)]
+    signal: Option<i32>,
+}
+
+async fn begin_step(
+    State(ctl): Ctl,
+    Path(id): Path<String>,
+    Body(b): Body<StepBegin>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    let step = ctl.begin_step(jid, &b.name, b.ntasks).await?;
+    Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
+}
+
+async fn end_step(
+    State(ctl): Ctl,
+    Path((id, step)): Path<(String, u32)>,
+    Body(b): Body<StepEnd>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    ctl.end_step(jid, step, b.exit_code, b.signal).await?;
+    Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
 }
 
 async fn hold_job(

@@ -125,6 +125,33 @@ impl Controller {
         Ok(())
     }
 
+    /// `srun` inside job `id` starts step `name`; returns its number.
+    pub async fn begin_step(
+        self: &Arc<Self>,
+        id: JobId,
+        name: &str,
+        ntasks: u32,
+    ) -> Result<u32, CtlError> {
+        let (step, effects) = self.lock().begin_step(id, name, ntasks, unix_now())?;
+        self.execute(effects).await?;
+        Ok(step)
+    }
+
+    /// A step of job `id` ended.
+    pub async fn end_step(
+        self: &Arc<Self>,
+        id: JobId,
+        step: u32,
+        exit_code: i32,
+        signal: Option<i32>,
+    ) -> Result<(), CtlError> {
+        let effects = self
+            .lock()
+            .end_step(id, step, exit_code, signal, unix_now())?;
+        self.execute(effects).await?;
+        Ok(())
+    }
+
     /// `scontrol hold` / `scontrol release`.
     pub async fn set_held(self: &Arc<Self>, id: JobId, held: bool) -> Result<(), CtlError> {
         let effects = self.lock().set_held(id, held)?;

@@ -83,6 +83,7 @@ pub struct JobRuntime {
     pub gpu_mem_peak: Option<u64>,
     pub restarts: u32,
     pub held: bool,
+    pub steps: Vec<gsched_core::job::Step>,
 }
 
 impl JobRuntime {
@@ -100,6 +101,7 @@ impl JobRuntime {
             gpu_mem_peak: job.gpu_mem_peak,
             restarts: job.restarts,
             held: job.held,
+            steps: job.steps.clone(),
         }
     }
 }
@@ -313,7 +315,8 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
         Write::JobState(job) => {
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
-                   end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ? WHERE id = ?",
+                   end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?
+                 WHERE id = ?",
             )
             .bind(job.state.as_str())
             .bind(&job.reason)
@@ -326,6 +329,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.gpu_mem_peak.map(|m| m as i64))
             .bind(job.restarts as i64)
             .bind(job.held)
+            .bind(json(&job.steps))
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;
@@ -448,6 +452,8 @@ async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
                 .map(|m| m as u64),
             restarts: row.try_get::<i64, _>("restarts")? as u32,
             held: row.try_get("held")?,
+            steps: serde_json::from_str(row.try_get("steps")?)
+                .map_err(|e| corrupt(format!("steps: {e}")))?,
         });
     }
     let mut nodes = Vec::new();

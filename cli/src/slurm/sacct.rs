@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use gsched_core::job::JobState;
+use gsched_core::job::{JobState, Step};
 use gsched_core::wire::JobInfo;
 
 use super::format::{elapsed_long, exit_code, pad, sacct_state, timestamp};
@@ -138,15 +138,20 @@ pub fn parse_format(spec: &str) -> Result<Vec<Column>> {
 enum Row<'a> {
     Job(&'a JobInfo),
     Batch(&'a JobInfo),
+    Step(&'a JobInfo, &'a Step),
     /// Pending tasks of one array, collapsed (`A_[3-9%4]`).
     Pending(&'a JobInfo, String),
 }
 
 fn value(row: &Row<'_>, field: &str) -> String {
+    if let Row::Step(j, s) = row {
+        return step_value(j, s, field);
+    }
     let (j, id) = match row {
         Row::Job(j) => (*j, j.display_id()),
         Row::Batch(j) => (*j, format!("{}.batch", j.display_id())),
         Row::Pending(j, id) => (*j, id.clone()),
+        Row::Step(..) => unreachable!("handled above"),
     };
     let batch = matches!(row, Row::Batch(_));
     let started = j.start_time.is_some();
@@ -207,6 +212,36 @@ fn value(row: &Row<'_>, field: &str) -> String {
         "QOS" => j.slurm.qos.clone().unwrap_or_default(),
         "Cluster" => "gsched".into(),
         "WorkDir" => j.current_working_directory.clone(),
+        _ => String::new(),
+    }
+}
+
+/// A field of a step's row (`ID.N`).
+fn step_value(j: &JobInfo, s: &Step, field: &str) -> String {
+    let now = super::format::unix_now();
+    match field {
+        "JobID" => format!("{}.{}", j.display_id(), s.id),
+        "JobIDRaw" => format!("{}.{}", j.job_id, s.id),
+        "JobName" => s.name.clone(),
+        "State" => match s.state {
+            JobState::Cancelled => format!("CANCELLED by {}", j.user_id),
+            st => st.as_str().to_string(),
+        },
+        "ExitCode" => format!(
+            "{}:{}",
+            s.exit_code.unwrap_or(0),
+            s.exit_signal.unwrap_or(0)
+        ),
+        "Elapsed" => elapsed_long(s.end_time.unwrap_or(now) - s.start_time),
+        "Start" => timestamp(Some(s.start_time)),
+        "End" => timestamp(s.end_time),
+        "Submit" => timestamp(Some(s.start_time)),
+        "NCPUS" | "AllocCPUS" => s.ntasks.to_string(),
+        "NNodes" => "1".into(),
+        "NodeList" => j.nodes.clone(),
+        "Account" => j.slurm.account.clone().unwrap_or_default(),
+        "Cluster" => "gsched".into(),
+        "TotalCPU" => "00:00:00".into(),
         _ => String::new(),
     }
 }
@@ -346,6 +381,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         rows.push(Row::Job(j));
         if !a.allocations && j.start_time.is_some() {
             rows.push(Row::Batch(j));
+            rows.extend(j.steps.iter().map(|s| Row::Step(j, s)));
         }
         k += 1;
     }

@@ -117,6 +117,11 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
             .open(&path)
             .with_context(|| format!("cannot open output file {path}"))
     };
+    // The step is recorded for sacct (`ID.N`); without the controller the
+    // tasks still run, as step 0.
+    let client = Client::from_env();
+    let step = client.begin_step(job, &a.command[0], ntasks).ok();
+    let step_id = step.unwrap_or(0).to_string();
     let mut children = Vec::new();
     for rank in 0..ntasks {
         let mut cmd = Command::new(&a.command[0]);
@@ -127,8 +132,8 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
             .env("SLURM_NTASKS", ntasks.to_string())
             .env("SLURM_NPROCS", ntasks.to_string())
             .env("SLURM_STEP_NUM_TASKS", ntasks.to_string())
-            .env("SLURM_STEP_ID", "0")
-            .env("SLURM_STEPID", "0")
+            .env("SLURM_STEP_ID", &step_id)
+            .env("SLURM_STEPID", &step_id)
             .env("SLURM_JOB_ID", job.to_string())
             .env("SLURM_JOBID", job.to_string());
         if let Some(c) = a.cpus_per_task {
@@ -154,9 +159,18 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
         children.push(child);
     }
     let mut worst = 0;
+    let mut signal = None;
     for mut c in children {
         let s = c.wait().context("cannot wait for a task")?;
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = s.signal() {
+            signal = Some(sig);
+        }
         worst = worst.max(code_of(s));
+    }
+    if let Some(n) = step {
+        let code = if signal.is_some() { 0 } else { worst };
+        let _ = client.end_step(job, n, code, signal);
     }
     Ok(worst)
 }
