@@ -110,6 +110,12 @@ struct UpArgs {
     /// Commit durability: normal survives process crashes, full also power loss.
     #[arg(long, value_enum, default_value = "normal")]
     durability: Durability,
+    /// The default partition.
+    #[arg(long, default_value = "gpu")]
+    partition: String,
+    /// Other partitions jobs may name, comma separated (every node serves all).
+    #[arg(long, value_delimiter = ',')]
+    partitions: Vec<String>,
     /// Launch policy: `case` or `exclusive`.
     #[arg(long, default_value = "case")]
     launch_policy: String,
@@ -144,7 +150,8 @@ async fn up(args: UpArgs) -> Result<()> {
         CtldConfig {
             listen: args.listen,
             cluster_name: "gsched".into(),
-            partition: "gpu".into(),
+            partition: args.partition,
+            partitions: args.partitions,
             node_timeout: args.node_timeout,
             launch_policy: args.launch_policy,
             durability: args.durability,

@@ -596,3 +596,51 @@ fn hold_and_release() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("is not pending"), "{}", stderr(&o));
 }
+
+#[test]
+fn partitions_from_config() {
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB", "--partitions", "debug,long"]);
+    let shims = g.work.path().join("shims");
+    let out = Command::new(bin("gsched"))
+        .arg("slurm-shims")
+        .arg(&shims)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let s = Slurm { g, shims };
+    // sinfo.c: the default partition carries a '*'.
+    assert_eq!(
+        s.ok("sinfo", &["-o", "%P"]),
+        "PARTITION\ngpu*\ndebug\nlong\n"
+    );
+    assert_eq!(
+        s.ok("sinfo", &["-h", "-p", "long", "-o", "%P %D"]),
+        "long 1\n"
+    );
+    let id = s.sbatch(&["-p", "debug", "--qos", "fast", "--wrap", "true"]);
+    s.g.wait_state(id, "COMPLETED", T);
+    assert_eq!(
+        s.ok(
+            "sacct",
+            &[
+                "-X",
+                "-n",
+                "-P",
+                "-j",
+                &id.to_string(),
+                "-o",
+                "Partition,QOS"
+            ]
+        ),
+        "debug|fast\n"
+    );
+    let o = s.run("sbatch", &["-p", "nosuch", "--wrap", "true"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "sbatch: error: Batch job submission failed: Invalid partition name specified: 'nosuch' (partitions: gpu, debug, long)\n"
+    );
+    let p = s.ok("scontrol", &["show", "partition"]);
+    assert!(p.starts_with("PartitionName=gpu\n   Default=YES"), "{p}");
+    assert!(p.contains("PartitionName=long\n   Default=NO"), "{p}");
+}

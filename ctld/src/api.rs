@@ -31,6 +31,7 @@ impl From<CtlError> for ApiError {
             CtlError::Cluster(ClusterError::NotPending(_)) => StatusCode::CONFLICT,
             CtlError::Cluster(ClusterError::NoSuchStep(..)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
+            CtlError::UnknownPartition(..) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(_) => StatusCode::CONFLICT,
             CtlError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -75,6 +76,7 @@ async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
         "launch_policy": c.policy_name(),
         "cluster_name": ctl.config.cluster_name,
         "partition": ctl.config.partition,
+        "partitions": ctl.config.all_partitions(),
     }))
 }
 

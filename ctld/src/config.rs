@@ -20,10 +20,15 @@ pub struct CtldConfig {
     #[arg(long, default_value = "gsched")]
     #[serde(default = "default_cluster")]
     pub cluster_name: String,
-    /// The partition every job runs in.
+    /// The default partition (jobs that name none run in it).
     #[arg(long, default_value = "gpu")]
     #[serde(default = "default_partition")]
     pub partition: String,
+    /// Other partitions jobs may name (`-p`), comma separated. Every node
+    /// serves every partition.
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub partitions: Vec<String>,
     /// Seconds without a heartbeat after which a node is marked down.
     #[arg(long, default_value_t = 30)]
     #[serde(default = "default_node_timeout")]
@@ -40,6 +45,19 @@ pub struct CtldConfig {
     #[arg(long)]
     #[serde(default)]
     pub cluster_key_file: Option<PathBuf>,
+}
+
+impl CtldConfig {
+    /// Every partition, the default first.
+    pub fn all_partitions(&self) -> Vec<String> {
+        let mut all = vec![self.partition.clone()];
+        for p in &self.partitions {
+            if !all.contains(p) {
+                all.push(p.clone());
+            }
+        }
+        all
+    }
 }
 
 fn default_listen() -> SocketAddr {

@@ -25,6 +25,10 @@ pub use gsched_daemon::unix_now;
 pub enum CtlError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error(
+        "Batch job submission failed: Invalid partition name specified: '{0}' (partitions: {1})"
+    )]
+    UnknownPartition(String, String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -72,6 +76,13 @@ impl Controller {
 
     /// Accepts a job; returns once it is on disk.
     pub async fn submit(&self, spec: JobSpec) -> Result<JobId, CtlError> {
+        if let Some(p) = &spec.partition {
+            let all = self.config.all_partitions();
+            // Slurm takes a list: the job may run in any of them.
+            if let Some(bad) = p.split(',').find(|x| !all.iter().any(|a| a == x)) {
+                return Err(CtlError::UnknownPartition(bad.to_string(), all.join(", ")));
+            }
+        }
         let now = unix_now();
         let (id, ids, pending) = {
             let mut c = self.lock();

@@ -177,8 +177,15 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         }
         ["show", "partition"] | ["show", "partitions"] => {
             let h = client.health()?;
-            let p = h["partition"].as_str().unwrap_or("gpu");
-            print!("PartitionName={p}\n   Default=YES State=UP MaxTime=UNLIMITED\n\n");
+            let default = h["partition"].as_str().unwrap_or("gpu");
+            let all: Vec<&str> = h["partitions"]
+                .as_array()
+                .map(|v| v.iter().filter_map(|p| p.as_str()).collect())
+                .unwrap_or_else(|| vec![default]);
+            for p in all {
+                let d = if p == default { "YES" } else { "NO" };
+                print!("PartitionName={p}\n   Default={d} State=UP MaxTime=UNLIMITED\n\n");
+            }
             Ok(0)
         }
         [] => bail!("no command given (supported: show job [ID], show config, show partition, requeue ID, hold ID, release ID)"),

@@ -78,11 +78,18 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let nodes: Vec<NodeInfo> = client.nodes()?;
     // One partition, the default, holds every node.
     let health = client.health()?;
-    let partition = health["partition"].as_str().unwrap_or("gpu").to_string();
+    let default = health["partition"].as_str().unwrap_or("gpu").to_string();
+    let mut partitions: Vec<String> = health["partitions"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .filter_map(|p| p.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_else(|| vec![default.clone()]);
     if let Some(p) = &a.partition {
-        if !p.split(',').any(|x| x == partition.as_str()) {
-            return Ok(0);
-        }
+        let wanted: Vec<&str> = p.split(',').collect();
+        partitions.retain(|x| wanted.contains(&x.as_str()));
     }
     let render = |f: &dyn Fn(char) -> String| {
         let mut s = String::new();
@@ -116,24 +123,40 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         }
         g.into_iter().map(|(_, v)| v).collect()
     };
-    for group in groups {
-        let first = group[0];
-        let names: Vec<&str> = group.iter().map(|n| n.name.as_str()).collect();
-        out.push_str(&render(&|c| match c {
-            'P' => format!("{partition}*"),
-            'a' => "up".into(),
-            'l' => "infinite".into(),
-            'D' => group.len().to_string(),
-            't' => short_state(&first.state),
-            'T' => first.state.to_ascii_lowercase(),
-            'N' => names.join(","),
-            'c' => first.cpus.to_string(),
-            'm' => first.memory_mib.to_string(),
-            'G' => "(null)".into(),
-            _ => String::new(),
-        }));
-        out.push('\n');
+    for partition in &partitions {
+        let shown = if *partition == default {
+            format!("{partition}*")
+        } else {
+            partition.clone()
+        };
+        for group in &groups {
+            out.push_str(&row(&render, group, &shown));
+            out.push('\n');
+        }
     }
     print!("{out}");
     Ok(0)
+}
+
+/// One line: `group` of nodes in the partition shown as `shown`.
+fn row(
+    render: &dyn Fn(&dyn Fn(char) -> String) -> String,
+    group: &[&NodeInfo],
+    shown: &str,
+) -> String {
+    let first = group[0];
+    let names: Vec<&str> = group.iter().map(|n| n.name.as_str()).collect();
+    render(&|c| match c {
+        'P' => shown.to_string(),
+        'a' => "up".into(),
+        'l' => "infinite".into(),
+        'D' => group.len().to_string(),
+        't' => short_state(&first.state),
+        'T' => first.state.to_ascii_lowercase(),
+        'N' => names.join(","),
+        'c' => first.cpus.to_string(),
+        'm' => first.memory_mib.to_string(),
+        'G' => "(null)".into(),
+        _ => String::new(),
+    })
 }
