@@ -138,12 +138,11 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     Ok(0)
 }
 
+/// Renders the format with a field function.
+type Render<'a> = dyn Fn(&dyn Fn(char) -> String) -> String + 'a;
+
 /// One line: `group` of nodes in the partition shown as `shown`.
-fn row(
-    render: &dyn Fn(&dyn Fn(char) -> String) -> String,
-    group: &[&NodeInfo],
-    shown: &str,
-) -> String {
+fn row(render: &Render<'_>, group: &[&NodeInfo], shown: &str) -> String {
     let first = group[0];
     let names: Vec<&str> = group.iter().map(|n| n.name.as_str()).collect();
     render(&|c| match c {
