@@ -296,6 +296,14 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
         format!("{run}\n")
     );
     assert_eq!(s.ok("squeue", &["-h", "-t", "PD", "-o", "%i"]), "");
+    // Slurm's states gsched never produces are valid filters matching nothing.
+    assert_eq!(s.ok("squeue", &["-h", "-t", "CG,S", "-o", "%i"]), "");
+    assert_eq!(
+        s.ok("squeue", &["-h", "-t", "R,CG", "-o", "%i"]),
+        format!("{run}\n")
+    );
+    let o = s.run("squeue", &["-t", "BOGUS"], None);
+    assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         s.ok("squeue", &["--only-job-state", "-h"]),
         format!("{run} RUNNING\n")

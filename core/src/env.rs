@@ -93,6 +93,7 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
         set("SLURM_JOB_GPUS", &idx);
         set("SLURM_STEP_GPUS", &idx);
         set("SLURM_GPUS_ON_NODE", "1");
+        set("SLURM_GPUS", "1");
         set("GSCHED_GPU_INSTANCE", &inst.uuid);
         if let Some(p) = &inst.profile {
             set("GSCHED_MIG_PROFILE", p);

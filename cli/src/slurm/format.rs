@@ -66,6 +66,44 @@ pub fn sacct_state(j: &JobInfo) -> String {
     }
 }
 
+/// Slurm job states gsched never produces (long and compact names): a
+/// filter naming them matches nothing rather than being an error.
+pub fn is_other_slurm_state(s: &str) -> bool {
+    const OTHER: &[&str] = &[
+        "COMPLETING",
+        "CG",
+        "PREEMPTED",
+        "PR",
+        "BOOT_FAIL",
+        "BF",
+        "DEADLINE",
+        "DL",
+        "SUSPENDED",
+        "S",
+        "CONFIGURING",
+        "CF",
+        "RESIZING",
+        "RS",
+        "REVOKED",
+        "RV",
+        "SIGNALING",
+        "SI",
+        "SPECIAL_EXIT",
+        "SE",
+        "STAGE_OUT",
+        "SO",
+        "STOPPED",
+        "ST",
+        "REQUEUE_FED",
+        "RF",
+        "REQUEUE_HOLD",
+        "RH",
+        "RESV_DEL_HOLD",
+        "RD",
+    ];
+    OTHER.iter().any(|o| o.eq_ignore_ascii_case(s.trim()))
+}
+
 /// `CODE:SIGNAL`, as sacct's ExitCode.
 pub fn exit_code(j: &JobInfo) -> String {
     format!(

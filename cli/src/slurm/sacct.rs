@@ -330,10 +330,14 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     }
     let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
     if let Some(states) = &a.state {
-        let wanted: Vec<JobState> = states
-            .split(',')
-            .map(|s| JobState::parse(s).map_err(anyhow::Error::from))
-            .collect::<Result<_>>()?;
+        let mut wanted: Vec<JobState> = Vec::new();
+        for s in states.split(',') {
+            match JobState::parse(s) {
+                Ok(st) => wanted.push(st),
+                Err(_) if super::format::is_other_slurm_state(s) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         jobs.retain(|j| wanted.contains(&j.job_state));
     }
     // Without -j, jobs since midnight (or -S); -E bounds the other end.

@@ -212,11 +212,29 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let refs = parse_refs(a.jobs.as_slice())?;
     let mut extra: Vec<(&'static str, String)> = Vec::new();
     match a.states.as_deref() {
+        Some(s) if s.split(',').any(|x| x.eq_ignore_ascii_case("all")) => {
+            extra.push(("state", "all".into()));
+        }
         Some(s) => {
-            for st in s.split(',').filter(|x| !x.eq_ignore_ascii_case("all")) {
-                JobState::parse(st)?;
+            // Slurm's states gsched never produces match no job.
+            let mut ours = Vec::new();
+            for st in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+                match JobState::parse(st) {
+                    Ok(js) => ours.push(js.as_str()),
+                    Err(_) if super::format::is_other_slurm_state(st) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
-            extra.push(("state", s.to_string()));
+            if ours.is_empty() {
+                if !a.noheader {
+                    println!(
+                        "{}",
+                        render(&pieces, |l| header(l).unwrap_or("").to_string())
+                    );
+                }
+                return Ok(0);
+            }
+            extra.push(("state", ours.join(",")));
         }
         // Like Slurm: jobs still pending or running.
         None => extra.push(("state", "PENDING,RUNNING,REQUEUED".into())),
