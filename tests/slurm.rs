@@ -652,3 +652,94 @@ fn partitions_from_config() {
     assert!(p.starts_with("PartitionName=gpu\n   Default=YES"), "{p}");
     assert!(p.contains("PartitionName=long\n   Default=NO"), "{p}");
 }
+
+#[test]
+fn filters_by_user_name_time_and_partition() {
+    let s = Slurm::start();
+    let g = &s.g;
+    let me = {
+        let id = s.sbatch(&["-J", "first", "--wrap", "true"]);
+        g.wait_state(id, "COMPLETED", T)["user_name"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let a = s.sbatch(&["-J", "alpha", "--wrap", "sleep 30"]);
+    let b = s.sbatch(&["-J", "beta", "--wrap", "sleep 30"]);
+    g.wait_state(b, "RUNNING", T);
+    let ids = |o: String| o.split_whitespace().map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        ids(s.ok("squeue", &["-h", "-o", "%i", "-u", &me])),
+        [a.to_string(), b.to_string()]
+    );
+    assert_eq!(s.ok("squeue", &["-h", "-o", "%i", "-u", "nobody-here"]), "");
+    assert_eq!(
+        ids(s.ok("squeue", &["-h", "-o", "%i", "-p", "gpu", "-n", "beta"])),
+        [b.to_string()]
+    );
+    assert_eq!(s.ok("squeue", &["-h", "-p", "other"]), "");
+    // scancel by name, then everything of mine.
+    s.ok("scancel", &["--name", "alpha"]);
+    g.wait_state(a, "CANCELLED", T);
+    assert_eq!(g.job(b)["job_state"], "RUNNING");
+    s.ok("scancel", &["-u", &me]);
+    g.wait_state(b, "CANCELLED", T);
+    let o = s.run("scancel", &[], None);
+    assert_eq!(o.status.code(), Some(1), "no job named at all");
+    // sacct: --name, -u, -S/-E windows, -M, and %u %x %N %% in file names.
+    assert_eq!(
+        s.ok(
+            "sacct",
+            &["-n", "-X", "-P", "-o", "JobName", "--name", "beta"]
+        ),
+        "beta\n"
+    );
+    let mine = s.ok(
+        "sacct",
+        &["-n", "-X", "-P", "-o", "JobID", "-u", &me, "-M", "gsched"],
+    );
+    assert_eq!(mine.lines().count(), 3, "{mine}");
+    assert_eq!(
+        s.ok(
+            "sacct",
+            &[
+                "-n",
+                "-X",
+                "-S",
+                "now-1hour",
+                "-E",
+                "now",
+                "-o",
+                "JobName%-6",
+                "--name",
+                "first"
+            ]
+        ),
+        "first  \n"
+    );
+    assert_eq!(
+        s.ok(
+            "sacct",
+            &["-n", "-X", "-S", "2000-01-01", "-E", "2000-01-02"]
+        ),
+        ""
+    );
+    let id = s.sbatch(&[
+        "-J",
+        "pat",
+        "-o",
+        "%x-%u-%N-%j%%.out",
+        "--wrap",
+        "echo pattern",
+    ]);
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(s.file(&format!("pat-{me}-node1-{id}%.out")), "pattern\n");
+    // srun accepts the binding and GPU options inside a job.
+    let p = g.script(
+        "opts.sh",
+        "#!/bin/sh\n#SBATCH -o opts.out\nsrun --cpu-bind=none --gpus=1 -c 2 -N 1 sh -c 'echo $SLURM_CPUS_PER_TASK'\n",
+    );
+    let id = s.sbatch(&[&p]);
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(s.file("opts.out"), "2\n");
+}
