@@ -1,0 +1,35 @@
+"""A small CNN training loop (4 conv layers, batch 128 of 3x64x64 random
+images, SGD). Moderate occupancy: room for a neighbour."""
+
+import torch
+import torch.nn as nn
+
+from common import Job, args
+
+a = args(__doc__, iters=3000)
+job = Job("cnn_train", a.mem_gb, working_gb=1.5)
+torch.manual_seed(0)
+model = nn.Sequential(
+    nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Conv2d(128, 256, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+    nn.Flatten(), nn.Linear(256, 10),
+).to(job.dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x = torch.randn(128, 3, 64, 64, device=job.dev)
+y = torch.randint(0, 10, (128,), device=job.dev)
+
+
+def steps(k):
+    for _ in range(k):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return loss
+
+
+for _ in range(max(1, a.iters // 50)):
+    job.gpu(lambda: steps(50))
+job.report()

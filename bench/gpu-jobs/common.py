@@ -1,0 +1,59 @@
+"""Shared by the GPU job suite: argument parsing, the memory ballast that
+sets a job's footprint, and the one-line JSON report each job prints.
+
+Every job is an ordinary PyTorch program: nothing in it knows gsched. Under
+gsched's `case` policy the driver interception library places it."""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+
+def args(description, iters):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--mem-gb", type=float, default=2.0,
+                   help="GPU memory footprint to hold (GB, data plus ballast)")
+    # GPUJOB_SCALE shrinks every job (a quick smoke test of the suite).
+    scale = float(os.environ.get("GPUJOB_SCALE", "1"))
+    p.add_argument("--iters", type=int, default=max(1, int(iters * scale)), help="amount of work")
+    return p.parse_args()
+
+
+class Job:
+    """Holds the ballast, times the GPU phases, reports at the end."""
+
+    def __init__(self, kind, mem_gb, working_gb):
+        self.kind = kind
+        self.t0 = time.time()
+        self.gpu_secs = 0.0
+        self.dev = torch.device("cuda")
+        # The ballast tops the working set up to the stated footprint (the
+        # data a real job of this size would keep resident).
+        extra = max(0.0, mem_gb - working_gb)
+        self.ballast = torch.empty(int(extra * (1 << 30)), dtype=torch.uint8, device=self.dev)
+        if extra > 0:
+            self.ballast.fill_(1)
+
+    def gpu(self, fn):
+        """Runs one GPU phase to completion and counts its time."""
+        torch.cuda.synchronize()
+        t = time.time()
+        out = fn()
+        torch.cuda.synchronize()
+        self.gpu_secs += time.time() - t
+        return out
+
+    def report(self):
+        torch.cuda.synchronize()
+        rec = {
+            "kind": self.kind,
+            "wall_secs": round(time.time() - self.t0, 3),
+            "gpu_secs": round(self.gpu_secs, 3),
+            "peak_mib": round(torch.cuda.max_memory_allocated() / (1 << 20)),
+        }
+        print("GPUJOB " + json.dumps(rec), flush=True)
+        sys.stdout.flush()

@@ -1,0 +1,122 @@
+"""Turns one policy's run of the GPU packing benchmark into its result JSON:
+makespan, throughput, mean turnaround, time-averaged GPU memory use (from
+the nvidia-smi samples), OOM failures, and per-kind slowdown against the
+alone times the driver measured in the same run."""
+
+import argparse
+import json
+import statistics
+
+
+def reports(path):
+    """The GPUJOB report lines a job printed, and whether it ran out of memory."""
+    rec, oom = None, False
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if line.startswith("GPUJOB "):
+                    rec = json.loads(line[7:])
+                low = line.lower()
+                if "out of memory" in low or "outofmemoryerror" in low:
+                    oom = True
+    except OSError:
+        pass
+    return rec, oom
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--policy", required=True)
+    p.add_argument("--batch", required=True)
+    p.add_argument("--jobs", required=True, help="gacct --json output")
+    p.add_argument("--alone", required=True, help="one GPUJOB line per kind, run alone")
+    p.add_argument("--smi", required=True, help="nvidia-smi samples")
+    p.add_argument("--machine", default="")
+    a = p.parse_args()
+    batch = {}
+    with open(a.batch) as f:
+        next(f)
+        for line in f:
+            i, kind, mem, iso, script = line.rstrip("\n").split("\t")
+            batch[f"{kind}-{i}"] = {"kind": kind, "mem_gb": float(mem), "isolated": iso == "1",
+                                    "out": script[:-3] + ".out"}
+    alone = {}
+    with open(a.alone) as f:
+        for line in f:
+            if line.startswith("GPUJOB "):
+                r = json.loads(line[7:])
+                alone[r["kind"]] = r
+    jobs = json.load(open(a.jobs))["jobs"]
+    rows = []
+    for j in jobs:
+        b = batch.get(j["name"])
+        if b is None:
+            continue
+        rec, oom = reports(b["out"])
+        rows.append({
+            "name": j["name"], "kind": b["kind"], "mem_gb": b["mem_gb"], "isolated": b["isolated"],
+            "state": j["job_state"], "exit_code": j["exit_code"],
+            "submit": j["submit_time"], "start": j["start_time"], "end": j["end_time"],
+            "oom": oom, "report": rec,
+        })
+    t0 = min(r["submit"] for r in rows)
+    t1 = max(r["end"] or t0 for r in rows)
+    makespan = max(t1 - t0, 1)
+    done = [r for r in rows if r["state"] == "COMPLETED"]
+    # Memory use over the makespan, from the 1 s samples.
+    used, total = [], 0
+    with open(a.smi) as f:
+        for line in f:
+            parts = [x.strip() for x in line.split(",")]
+            if len(parts) < 4:
+                continue
+            try:
+                used.append(float(parts[1]))
+                total = float(parts[2])
+            except ValueError:
+                continue
+    util = []
+    with open(a.smi) as f:
+        for line in f:
+            parts = [x.strip() for x in line.split(",")]
+            try:
+                util.append(float(parts[3]))
+            except (ValueError, IndexError):
+                pass
+    slow = {}
+    for r in done:
+        al = alone.get(r["kind"])
+        if not al or not r["report"]:
+            continue
+        s = slow.setdefault(r["kind"], {"job": [], "gpu": []})
+        s["job"].append((r["end"] - r["start"]) / max(al["wall_secs"], 1e-9))
+        s["gpu"].append(r["report"]["gpu_secs"] / max(al["gpu_secs"], 1e-9))
+    per_kind = {
+        k: {"alone_wall_secs": alone[k]["wall_secs"], "alone_gpu_secs": alone[k]["gpu_secs"],
+            "mean_job_slowdown": round(statistics.mean(v["job"]), 3),
+            "mean_gpu_phase_slowdown": round(statistics.mean(v["gpu"]), 3)}
+        for k, v in sorted(slow.items())
+    }
+    gpu_slow = [x for v in slow.values() for x in v["gpu"]]
+    result = {
+        "policy": a.policy,
+        "machine": a.machine,
+        "jobs": len(rows),
+        "completed": len(done),
+        "oom_failures": sum(1 for r in rows if r["oom"]),
+        "other_failures": sum(1 for r in rows if r["state"] != "COMPLETED" and not r["oom"]),
+        "makespan_secs": makespan,
+        "throughput_jobs_per_hour": round(len(done) * 3600 / makespan, 2),
+        "mean_turnaround_secs": round(statistics.mean(r["end"] - r["submit"] for r in done), 2) if done else None,
+        "memory_utilization": round(statistics.mean(used) / total, 4) if used and total else None,
+        "mean_gpu_utilization_pct": round(statistics.mean(util), 1) if util else None,
+        "mean_gpu_phase_slowdown": round(statistics.mean(gpu_slow), 3) if gpu_slow else None,
+        "per_kind": per_kind,
+        "memory_mib_samples": used,
+        "rows": rows,
+    }
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+#!/bin/bash
+# GPU packing benchmark (issue 7, docs/benchmarks.md): one policy per call.
+#   bench/gpu-packing.sh POLICY [SEED] [JOBS]   POLICY: exclusive | case | cg:R
+# Runs on a machine with one NVIDIA GPU (MIG disabled: the whole GPU is one
+# instance, with an MPS server of gsched's own), from a tree holding the
+# release binaries and libgprobe.so in dist/ (or BIN=...). Leaves the GPU as
+# found: no MIG or compute-mode change; MPS is told to quit at the end.
+# Writes $OUT/gpu-packing-POLICY.json (POLICY with ':' as '-').
+set -u
+POLICY=${1:?usage: bench/gpu-packing.sh exclusive|case|cg:R [SEED] [JOBS]}
+SEED=${2:-1}
+JOBS=${3:-24}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SUITE=$ROOT/bench/gpu-jobs
+OUT=${OUT:-$ROOT/gpu-out}
+BIN=${BIN:-$ROOT/dist}
+TAG=${POLICY/:/-}
+mkdir -p "$OUT"
+export PATH="$BIN:$PATH"
+st=/tmp/gsched-pack-$TAG
+rm -rf "$st"; mkdir -p "$st/jobs"
+case $POLICY in
+  exclusive) FLAGS=(--launch-policy exclusive) ;;
+  case) FLAGS=() ;;
+  cg:*) FLAGS=(--workers "${POLICY#cg:}") ;;
+  *) echo "unknown policy $POLICY" >&2; exit 2 ;;
+esac
+machine="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+# 1. Alone times: each kind by itself on the idle GPU (before gsched starts).
+for k in dense stencil graph cnn_train inference cpu_burst; do
+  python3 "$SUITE/$k.py" --mem-gb 2 2>"$st/alone-$k.err" | grep '^GPUJOB' >>"$st/alone.txt" ||
+    { echo "alone run of $k failed:" >&2; tail -5 "$st/alone-$k.err" >&2; }
+done
+# 2. gsched with the policy, the whole GPU as one instance with MPS.
+printf '[[gpu]]\nindex = 0\nmps = true\n' >"$st/gpus.toml"
+gsched up --state-dir "$st/state" --listen 127.0.0.1:7819 --node-name gpu1 --kill-wait 5 \
+  --heartbeat-interval 1 --gpu-config "$st/gpus.toml" "${FLAGS[@]}" >"$st/up.log" 2>&1 &
+UP=$!
+trap 'kill $SMI 2>/dev/null; kill -TERM $UP 2>/dev/null; wait $UP 2>/dev/null' EXIT
+export GSCHED_URL=http://127.0.0.1:7819
+for _ in $(seq 150); do ginfo >/dev/null 2>&1 && break; sleep 0.2; done
+sleep 2
+python3 "$SUITE/batch.py" --seed "$SEED" --jobs "$JOBS" --policy "$POLICY" --dir "$st/jobs" \
+  --suite "$SUITE" >"$st/batch.tsv"
+nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits \
+  -lms 1000 >"$st/smi.csv" &
+SMI=$!
+ids=()
+while IFS=$'\t' read -r idx kind mem iso script; do
+  [ "$idx" = index ] && continue
+  ids+=("$(gsub --parsable "$script")")
+done <"$st/batch.tsv"
+list=$(IFS=,; echo "${ids[*]}")
+# 3. Wait for every job to end (at most 9 minutes).
+for _ in $(seq 1080); do
+  left=$(gqueue -h -j "$list" 2>/dev/null | wc -l)
+  [ "$left" -eq 0 ] && break
+  sleep 0.5
+done
+kill $SMI 2>/dev/null
+gacct -j "$list" --json >"$st/jobs.json"
+python3 "$SUITE/summarize.py" --policy "$POLICY" --batch "$st/batch.tsv" --jobs "$st/jobs.json" \
+  --alone "$st/alone.txt" --smi "$st/smi.csv" --machine "$machine" >"$OUT/gpu-packing-$TAG.json"
+gacct -j "$list" >"$OUT/gacct-$TAG.txt" 2>&1
+tail -3 "$st"/jobs/*.out >"$OUT/jobs-$TAG.txt" 2>&1
+kill -TERM $UP; wait $UP; trap - EXIT
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [d.pop(k) for k in ('rows','memory_mib_samples')]; print(json.dumps(d, indent=1))" \
+  "$OUT/gpu-packing-$TAG.json"
+{ ps -eo pid,args | grep '[n]vidia-cuda-mps' && echo "MPS still running"; } || true
