@@ -27,9 +27,15 @@ case $POLICY in
 esac
 machine="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 # 1. Alone times: each kind by itself on the idle GPU (before gsched starts).
+# The whole process is timed (interpreter and CUDA start-up included), as a
+# job's elapsed time in gsched is.
 for k in dense stencil graph cnn_train inference cpu_burst; do
-  python3 "$SUITE/$k.py" --mem-gb 2 2>"$st/alone-$k.err" | grep '^GPUJOB' >>"$st/alone.txt" ||
+  t0=$(date +%s.%N)
+  python3 "$SUITE/$k.py" --mem-gb 2 >"$st/alone-$k.out" 2>"$st/alone-$k.err" ||
     { echo "alone run of $k failed:" >&2; tail -5 "$st/alone-$k.err" >&2; }
+  t1=$(date +%s.%N)
+  grep '^GPUJOB' "$st/alone-$k.out" >>"$st/alone.txt"
+  echo "ALONE $k $(python3 -c "print(round($t1 - $t0, 3))")" >>"$st/alone.txt"
 done
 # 2. gsched with the policy, the whole GPU as one instance with MPS.
 printf '[[gpu]]\nindex = 0\nmps = true\n' >"$st/gpus.toml"
@@ -66,4 +72,4 @@ tail -3 "$st"/jobs/*.out >"$OUT/jobs-$TAG.txt" 2>&1
 kill -TERM $UP; wait $UP; trap - EXIT
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [d.pop(k) for k in ('rows','memory_mib_samples')]; print(json.dumps(d, indent=1))" \
   "$OUT/gpu-packing-$TAG.json"
-{ ps -eo pid,args | grep '[n]vidia-cuda-mps' && echo "MPS still running"; } || true
+{ ps -eo pid,stat,args | grep '[n]vidia-cuda-mps' | grep -v ' Z' && echo "MPS still running"; } || true

@@ -46,7 +46,7 @@ def main():
         if iso:
             lines.append("#GSCHED --isolated")
         elif a.policy == "case":
-            lines.append(f"#GSCHED --gpu-mem {mem + 1}G")
+            lines.append(f"#GSCHED --gpu-mem {int((mem + 1) * 1024)}M")
         elif a.policy.startswith("cg:"):
             cmd = "env -u LD_PRELOAD GSCHED_INTERCEPT=0 " + cmd
         lines.append(f"exec {cmd}")

@@ -6,7 +6,7 @@ import torch.nn as nn
 
 from common import Job, args
 
-a = args(__doc__, iters=3000)
+a = args(__doc__, iters=900)
 job = Job("cnn_train", a.mem_gb, working_gb=1.5)
 torch.manual_seed(0)
 model = nn.Sequential(

@@ -9,7 +9,7 @@ import torch
 
 from common import Job, args
 
-a = args(__doc__, iters=20)
+a = args(__doc__, iters=14)
 job = Job("cpu_burst", a.mem_gb, working_gb=0.5)
 n = 4096
 w = torch.randn(n, n, device=job.dev)

@@ -5,7 +5,7 @@ import torch
 
 from common import Job, args
 
-a = args(__doc__, iters=4000)
+a = args(__doc__, iters=3500)
 job = Job("dense", a.mem_gb, working_gb=0.5)
 n = 8192
 x = torch.randn(n, n, device=job.dev, dtype=torch.bfloat16)

@@ -6,7 +6,7 @@ import torch
 
 from common import Job, args
 
-a = args(__doc__, iters=120)
+a = args(__doc__, iters=200)
 job = Job("graph", a.mem_gb, working_gb=1.0)
 nv, ne = 2_000_000, 32_000_000
 g = torch.Generator(device=job.dev)

@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from common import Job, args
 
-a = args(__doc__, iters=100000)
+a = args(__doc__, iters=35000)
 job = Job("inference", a.mem_gb, working_gb=0.5)
 torch.manual_seed(0)
 model = nn.Sequential(

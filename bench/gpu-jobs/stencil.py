@@ -5,7 +5,7 @@ import torch
 
 from common import Job, args
 
-a = args(__doc__, iters=4000)
+a = args(__doc__, iters=2000)
 job = Job("stencil", a.mem_gb, working_gb=4.0)
 n = 16384
 u = torch.zeros(n, n, device=job.dev)

@@ -40,12 +40,15 @@ def main():
             i, kind, mem, iso, script = line.rstrip("\n").split("\t")
             batch[f"{kind}-{i}"] = {"kind": kind, "mem_gb": float(mem), "isolated": iso == "1",
                                     "out": script[:-3] + ".out"}
-    alone = {}
+    alone, alone_wall = {}, {}
     with open(a.alone) as f:
         for line in f:
             if line.startswith("GPUJOB "):
                 r = json.loads(line[7:])
                 alone[r["kind"]] = r
+            elif line.startswith("ALONE "):
+                _, kind, secs = line.split()
+                alone_wall[kind] = float(secs)
     jobs = json.load(open(a.jobs))["jobs"]
     rows = []
     for j in jobs:
@@ -89,10 +92,11 @@ def main():
         if not al or not r["report"]:
             continue
         s = slow.setdefault(r["kind"], {"job": [], "gpu": []})
-        s["job"].append((r["end"] - r["start"]) / max(al["wall_secs"], 1e-9))
+        wall = alone_wall.get(r["kind"], al["wall_secs"])
+        s["job"].append((r["end"] - r["start"]) / max(wall, 1e-9))
         s["gpu"].append(r["report"]["gpu_secs"] / max(al["gpu_secs"], 1e-9))
     per_kind = {
-        k: {"alone_wall_secs": alone[k]["wall_secs"], "alone_gpu_secs": alone[k]["gpu_secs"],
+        k: {"alone_process_secs": alone_wall.get(k), "alone_gpu_secs": alone[k]["gpu_secs"],
             "mean_job_slowdown": round(statistics.mean(v["job"]), 3),
             "mean_gpu_phase_slowdown": round(statistics.mean(v["gpu"]), 3)}
         for k, v in sorted(slow.items())
