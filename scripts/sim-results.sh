@@ -56,3 +56,14 @@ sweep calibrated-a100.txt --cluster "$A100" --jobs 32 --seed 1 --gpu-share 0.45
     done
 } > "$out/workers-a30.txt"
 echo "$out/workers-a30.txt"
+
+# The jobs measured on the H100 (issue 7) replayed: the simulator against
+# the real GPU (docs/simulator.md, "Checked against a real GPU").
+python3 bench/gpu-jobs/to_trace.py docs/results/gpu-packing/gpu-packing-exclusive.json > "$out/h100-measured-trace.json"
+for p in case cg:4; do
+    "$G" sim --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy "$p" \
+        --baseline exclusive --memory-hold process > "$out/h100-measured-${p/:/}.txt"
+done
+"$G" sim --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy case \
+    --baseline exclusive --memory-hold process --json > "$out/h100-measured-case.json"
+echo "$out/h100-measured-*: $(tail -1 "$out/h100-measured-case.txt")"
