@@ -18,6 +18,7 @@ sweep() { local f=$1; shift; "$G" sim --sweep "$@" > "$out/$f"; echo "$out/$f: $
 sweep sweep-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 1-6
 sweep sweep-a30-0.3-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 0.3-6
 sweep sweep-a100.txt --cluster "$A100" --jobs 32 --seed 1
+sweep sweep-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 --footprints 1-10
 sweep sweep-a30-cg4.txt --cluster "$A30" --jobs 128 --seed 1 --policy cg:4
 sweep sweep-a30-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy mgb-sm
 sweep sweep-a30-case-vs-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy case --baseline mgb-sm
@@ -48,6 +49,7 @@ sweep calibrated-a30-0.3-6.txt --cluster "$A30" --jobs 128 --seed 1 --gpu-share 
 sweep calibrated-a30-cg4.txt --cluster "$A30" --jobs 128 --seed 1 --gpu-share 0.45 --policy cg:4
 sweep calibrated-a30-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --gpu-share 0.45 --policy mgb-sm
 sweep calibrated-a100.txt --cluster "$A100" --jobs 32 --seed 1 --gpu-share 0.45
+sweep calibrated-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 --gpu-share 0.45 --footprints 1-10
 {
     echo "case with N workers per compute slice vs exclusive on $A30, 128 jobs, seed 1, gpu-share 0.45"
     for w in 1 2 3 4 6 8 12; do

@@ -20,8 +20,8 @@ pub struct SimArgs {
     /// Seed of the workload generator.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Non-isolated footprints: 1-6 (GB) or 0.3-6.
-    #[arg(long, default_value = "1-6", value_parser = ["1-6", "0.3-6"])]
+    /// Non-isolated footprints: 1-6 (GB), 0.3-6, or 1-10 (the A100 pool).
+    #[arg(long, default_value = "1-6", value_parser = ["1-6", "0.3-6", "1-10"])]
     footprints: String,
     /// Policy: case, exclusive, or cg:R.
     #[arg(long, default_value = "case")]
@@ -78,10 +78,10 @@ fn parse_mix(s: &str) -> Result<(u32, u32)> {
 }
 
 fn footprints(s: &str) -> Footprints {
-    if s == "0.3-6" {
-        Footprints::ThreeHundredMbToSix
-    } else {
-        Footprints::OneToSix
+    match s {
+        "0.3-6" => Footprints::ThreeHundredMbToSix,
+        "1-10" => Footprints::OneToTen,
+        _ => Footprints::OneToSix,
     }
 }
 

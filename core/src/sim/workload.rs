@@ -74,6 +74,9 @@ pub enum Footprints {
     OneToSix,
     /// 300 MB to 6 GB.
     ThreeHundredMbToSix,
+    /// 1 GB to 10 GB: our pool for the A100 experiment (2x 2g.10gb +
+    /// 3x 1g.5gb), where about half the shared jobs need a 10 GB slice.
+    OneToTen,
 }
 
 impl Footprints {
@@ -81,6 +84,7 @@ impl Footprints {
         match self {
             Footprints::OneToSix => (1.0 * GIB, 5.6 * GIB),
             Footprints::ThreeHundredMbToSix => (0.3 * GIB, 5.6 * GIB),
+            Footprints::OneToTen => (1.0 * GIB, 9.5 * GIB),
         }
     }
 }
