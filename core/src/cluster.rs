@@ -1065,6 +1065,19 @@ impl Cluster {
                 j.state == JobState::Running && j.node.as_deref() == Some(&reg.name)
             });
             if !ours {
+                // A pending job still running here is a requeued job whose
+                // old run outlived a controller restart: it must not start
+                // again before that run's end is reported.
+                let pending = self
+                    .jobs
+                    .get(id)
+                    .is_some_and(|j| j.state == JobState::Pending);
+                if pending {
+                    self.requeued_runs.insert(*id, reg.name.clone());
+                    if let Some(n) = self.nodes.get_mut(&reg.name) {
+                        n.running.insert(*id);
+                    }
+                }
                 effects.push(Effect::Signal {
                     job: *id,
                     node: reg.name.clone(),
@@ -1236,6 +1249,36 @@ mod tests {
             node: "n1".into()
         }));
         assert_eq!(c.job(a).unwrap().state, JobState::Running);
+    }
+
+    #[test]
+    fn a_requeued_run_found_after_a_restart_blocks_the_relaunch() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let (a, _) = c.submit(spec(false, false), 1).unwrap();
+        c.schedule(2);
+        c.requeue(a, 3).unwrap();
+        // The controller restarts: the requeue bookkeeping is gone, the
+        // job is pending, and the node still runs the old process.
+        let jobs: Vec<Job> = c.jobs().cloned().collect();
+        let nodes: Vec<Node> = c.nodes().cloned().collect();
+        let mut c = Cluster::restore(Box::new(CaseLaunch), jobs, nodes);
+        let fx = c.register_node(&reg(vec![a], vec![]), 4);
+        assert!(fx.contains(&Effect::Signal {
+            job: a,
+            node: "n1".into(),
+            signal: SIGKILL,
+            cancel: true
+        }));
+        assert!(!c
+            .schedule(5)
+            .iter()
+            .any(|e| matches!(e, Effect::Launch { .. })));
+        c.job_ended("n1", &ended(a, 137, EndCause::Exited)).unwrap();
+        assert!(c.schedule(6).contains(&Effect::Launch {
+            job: a,
+            node: "n1".into()
+        }));
     }
 
     #[test]
