@@ -394,6 +394,19 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
         "{o}"
     );
     assert!(s.ok("sinfo", &["-N", "-h"]).starts_with("node1 "));
+    // sinfo's own letters (%c CPUs, %G GRES), not squeue's.
+    let cpus = s.ok("sinfo", &["-N", "-h", "-o", "%N|%c|%G"]);
+    assert!(
+        cpus.starts_with("node1|") && cpus.ends_with("|(null)\n"),
+        "{cpus}"
+    );
+    let o = s.run("sinfo", &["-o", "%Z"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("Invalid node format specification '%Z'"),
+        "{}",
+        stderr(&o)
+    );
 
     // scontrol.
     let c = s.ok("scontrol", &["show", "config"]);

@@ -2,7 +2,8 @@
 //! controller's jobs.
 
 use anyhow::{bail, Result};
-use gsched_core::array::JobRef;
+use gsched_core::array::{collapsed, JobRef};
+use gsched_core::job::JobState;
 use gsched_core::wire::JobInfo;
 
 use crate::client::Client;
@@ -43,6 +44,45 @@ pub fn fetch(
     }
     let jobs = client.jobs(&q)?;
     Ok(jobs.into_iter().filter(|j| named(refs, j)).collect())
+}
+
+/// Groups jobs (sorted by id) as Slurm lists them: each job alone, except
+/// that consecutive pending tasks of one array are one group, whose id is
+/// the collapsed `A_[3-9%4]` (`None` for a job alone).
+pub fn group_pending_arrays(jobs: &[JobInfo]) -> Vec<(&JobInfo, Option<String>)> {
+    let pending_task = |j: &JobInfo| {
+        j.array
+            .as_ref()
+            .filter(|_| j.job_state == JobState::Pending)
+            .map(|t| (t.array_job_id, t.task_id))
+    };
+    let mut out: Vec<(&JobInfo, Option<String>)> = Vec::new();
+    let mut k = 0;
+    while k < jobs.len() {
+        let j = &jobs[k];
+        let mut n = k + 1;
+        if let Some((array, first)) = pending_task(j) {
+            let mut idx = vec![first];
+            while let Some(i) = jobs
+                .get(n)
+                .and_then(pending_task)
+                .filter(|(a, _)| *a == array)
+                .map(|(_, i)| i)
+            {
+                idx.push(i);
+                n += 1;
+            }
+            if idx.len() > 1 {
+                let max = j.array.as_ref().and_then(|t| t.max_running);
+                out.push((j, Some(collapsed(array, &idx, max))));
+                k = n;
+                continue;
+            }
+        }
+        out.push((j, None));
+        k += 1;
+    }
+    out
 }
 
 /// Whether `j` is one of the jobs `refs` name (all jobs when empty).

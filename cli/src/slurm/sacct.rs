@@ -6,7 +6,7 @@ use gsched_core::job::{JobState, Step};
 use gsched_core::wire::JobInfo;
 
 use super::format::{elapsed_long, exit_code, pad, sacct_state, timestamp};
-use super::ids::{fetch, parse_refs};
+use super::ids::{fetch, group_pending_arrays, parse_refs};
 use crate::client::Client;
 use crate::identity::current_user;
 
@@ -358,36 +358,16 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     });
     jobs.sort_by_key(|j| j.job_id);
     let mut rows: Vec<Row<'_>> = Vec::new();
-    let mut k = 0;
-    while k < jobs.len() {
-        let j = &jobs[k];
-        // Pending tasks of one array print as one collapsed row.
-        if let (Some(t), JobState::Pending) = (&j.array, j.job_state) {
-            let mut idx = vec![t.task_id];
-            let mut n = k + 1;
-            while n < jobs.len()
-                && jobs[n].job_state == JobState::Pending
-                && jobs[n]
-                    .array
-                    .as_ref()
-                    .is_some_and(|u| u.array_job_id == t.array_job_id)
-            {
-                idx.push(jobs[n].array.as_ref().map(|u| u.task_id).unwrap_or(0));
-                n += 1;
-            }
-            if idx.len() > 1 {
-                let id = gsched_core::array::collapsed(t.array_job_id, &idx, t.max_running);
-                rows.push(Row::Pending(j, id));
-                k = n;
-                continue;
-            }
+    for (j, collapsed) in group_pending_arrays(&jobs) {
+        if let Some(id) = collapsed {
+            rows.push(Row::Pending(j, id));
+            continue;
         }
         rows.push(Row::Job(j));
         if !a.allocations && j.start_time.is_some() {
             rows.push(Row::Batch(j));
             rows.extend(j.steps.iter().map(|s| Row::Step(j, s)));
         }
-        k += 1;
     }
     let parsable = a.parsable || a.parsable2;
     let line = |values: Vec<String>| -> String {

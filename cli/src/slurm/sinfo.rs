@@ -1,10 +1,10 @@
 //! `sinfo`: partitions and nodes in Slurm's formats.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Parser;
 use gsched_core::wire::NodeInfo;
 
-use super::format::pad;
+use super::squeue::{parse_format, render, Piece};
 use crate::client::Client;
 
 #[derive(Parser, Debug)]
@@ -63,17 +63,8 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         .format
         .clone()
         .unwrap_or_else(|| if a.nodes { NODE_DEFAULT } else { DEFAULT }.into());
-    let pieces = super::squeue::parse_format(&fmt.replace("%R", "%P")).or_else(|_| {
-        bail!("Invalid node format specification: {fmt}");
-    });
-    let pieces = pieces?;
-    for p in &pieces {
-        if let super::squeue::Piece::Field { letter, .. } = p {
-            if header(*letter).is_none() {
-                bail!("Invalid node format specification: %{letter}");
-            }
-        }
-    }
+    let pieces = parse_format(&fmt.replace("%R", "%P"), |c| header(c).is_some())
+        .map_err(|e| anyhow::anyhow!("Invalid node format specification '{fmt}': {e}"))?;
     let client = Client::from_env();
     let nodes: Vec<NodeInfo> = client.nodes()?;
     // One partition, the default, holds every node.
@@ -91,23 +82,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         let wanted: Vec<&str> = p.split(',').collect();
         partitions.retain(|x| wanted.contains(&x.as_str()));
     }
-    let render = |f: &dyn Fn(char) -> String| {
-        let mut s = String::new();
-        for p in &pieces {
-            match p {
-                super::squeue::Piece::Text(t) => s.push_str(t),
-                super::squeue::Piece::Field {
-                    letter,
-                    width,
-                    right,
-                } => s.push_str(&pad(&f(*letter), *width, !right)),
-            }
-        }
-        s
-    };
     let mut out = String::new();
     if !a.noheader {
-        out.push_str(&render(&|c| header(c).unwrap_or("").to_string()));
+        out.push_str(&render(&pieces, |c| header(c).unwrap_or("").to_string()));
         out.push('\n');
     }
     let groups: Vec<Vec<&NodeInfo>> = if a.nodes {
@@ -130,7 +107,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             partition.clone()
         };
         for group in &groups {
-            out.push_str(&row(&render, group, &shown));
+            out.push_str(&row(&pieces, group, &shown));
             out.push('\n');
         }
     }
@@ -138,14 +115,11 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     Ok(0)
 }
 
-/// Renders the format with a field function.
-type Render<'a> = dyn Fn(&dyn Fn(char) -> String) -> String + 'a;
-
 /// One line: `group` of nodes in the partition shown as `shown`.
-fn row(render: &Render<'_>, group: &[&NodeInfo], shown: &str) -> String {
+fn row(pieces: &[Piece], group: &[&NodeInfo], shown: &str) -> String {
     let first = group[0];
     let names: Vec<&str> = group.iter().map(|n| n.name.as_str()).collect();
-    render(&|c| match c {
+    render(pieces, |c| match c {
         'P' => shown.to_string(),
         'a' => "up".into(),
         'l' => "infinite".into(),

@@ -6,7 +6,7 @@ use gsched_core::job::JobState;
 use gsched_core::wire::JobInfo;
 
 use super::format::{elapsed_short, pad};
-use super::ids::{fetch, parse_refs};
+use super::ids::{fetch, group_pending_arrays, parse_refs};
 use crate::client::Client;
 use crate::identity::current_user;
 
@@ -59,8 +59,9 @@ pub enum Piece {
     },
 }
 
-/// Parses squeue's `-o`: `%[.][width]letter`, other text kept.
-pub fn parse_format(spec: &str) -> Result<Vec<Piece>> {
+/// Parses a `-o` format of squeue or sinfo: `%[.][width]letter`, other
+/// text kept; `known` says which letters the command has.
+pub fn parse_format(spec: &str, known: impl Fn(char) -> bool) -> Result<Vec<Piece>> {
     let mut out = Vec::new();
     let mut text = String::new();
     let mut chars = spec.chars().peekable();
@@ -86,8 +87,8 @@ pub fn parse_format(spec: &str) -> Result<Vec<Piece>> {
         let Some(letter) = chars.next() else {
             bail!("Invalid format specification: {spec}");
         };
-        if header(letter).is_none() {
-            bail!("Invalid job format specification: {letter}");
+        if !known(letter) {
+            bail!("Invalid format specification: %{letter}");
         }
         if !text.is_empty() {
             out.push(Piece::Text(std::mem::take(&mut text)));
@@ -186,7 +187,8 @@ fn gres(j: &JobInfo) -> String {
     }
 }
 
-fn render(pieces: &[Piece], f: impl Fn(char) -> String) -> String {
+/// One line of a parsed format, each field's value from `f`.
+pub fn render(pieces: &[Piece], f: impl Fn(char) -> String) -> String {
     let mut s = String::new();
     for p in pieces {
         match p {
@@ -208,7 +210,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     } else {
         a.format.clone().unwrap_or_else(|| DEFAULT_FORMAT.into())
     };
-    let pieces = parse_format(&fmt)?;
+    let pieces = parse_format(&fmt, |l| header(l).is_some())?;
     let refs = parse_refs(a.jobs.as_slice())?;
     let mut extra: Vec<(&'static str, String)> = Vec::new();
     match a.states.as_deref() {
@@ -261,31 +263,10 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         out.push_str(&render(&pieces, |l| header(l).unwrap_or("").to_string()));
         out.push('\n');
     }
-    let mut k = 0;
-    while k < jobs.len() {
-        let j = &jobs[k];
-        let mut id = j.display_id();
-        let mut n = k + 1;
-        // Pending tasks of one array print as one row: `A_[3-9%4]`.
-        if let (Some(t), JobState::Pending) = (&j.array, j.job_state) {
-            let mut idx = vec![t.task_id];
-            while n < jobs.len()
-                && jobs[n].job_state == JobState::Pending
-                && jobs[n]
-                    .array
-                    .as_ref()
-                    .is_some_and(|u| u.array_job_id == t.array_job_id)
-            {
-                idx.push(jobs[n].array.as_ref().map(|u| u.task_id).unwrap_or(0));
-                n += 1;
-            }
-            if idx.len() > 1 {
-                id = gsched_core::array::collapsed(t.array_job_id, &idx, t.max_running);
-            }
-        }
+    for (j, collapsed) in group_pending_arrays(&jobs) {
+        let id = collapsed.unwrap_or_else(|| j.display_id());
         out.push_str(&render(&pieces, |l| value(j, &id, l)));
         out.push('\n');
-        k = n;
     }
     print!("{out}");
     Ok(0)
@@ -297,7 +278,7 @@ mod tests {
 
     #[test]
     fn formats_keep_text_and_widths() {
-        let p = parse_format("%.18i|%t %j%%").unwrap();
+        let p = parse_format("%.18i|%t %j%%", |l| header(l).is_some()).unwrap();
         assert_eq!(
             p,
             vec![
@@ -321,13 +302,14 @@ mod tests {
                 Piece::Text("%".into()),
             ]
         );
-        let h = render(&parse_format(DEFAULT_FORMAT).unwrap(), |l| {
-            header(l).unwrap().to_string()
-        });
+        let h = render(
+            &parse_format(DEFAULT_FORMAT, |l| header(l).is_some()).unwrap(),
+            |l| header(l).unwrap().to_string(),
+        );
         assert_eq!(
             h,
             "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
         );
-        assert!(parse_format("%Z").is_err());
+        assert!(parse_format("%Z", |l| header(l).is_some()).is_err());
     }
 }
