@@ -359,7 +359,7 @@ pub fn build_spec(
         None => None,
     };
     if let Some(sig) = &opts.signal {
-        parse_signal_option(sig)?;
+        gsched_core::job::WarnSignal::parse(sig)?;
     }
     let environment = exported_environment(opts.export.as_deref())?;
     let dependency = match &opts.recorded.dependency {
@@ -417,26 +417,6 @@ pub fn build_spec(
             other: opts.recorded.given(),
         },
     })
-}
-
-/// Checks `--signal=[B:]SIG[@SECS]`: returns (batch shell only, signal
-/// number, seconds before the limit; Slurm's default is 60).
-pub fn parse_signal_option(value: &str) -> Result<(bool, i32, u64)> {
-    let bad = || {
-        anyhow::anyhow!(
-            "Invalid --signal specification '{value}': expected [B:]SIG[@SECS], e.g. USR1@90"
-        )
-    };
-    let (batch, rest) = match value.strip_prefix("B:") {
-        Some(r) => (true, r),
-        None => (false, value),
-    };
-    let (sig, secs) = match rest.split_once('@') {
-        Some((s, t)) => (s, t.parse::<u64>().map_err(|_| bad())?),
-        None => (rest, 60),
-    };
-    let num = gsched_core::outcome::parse_signal(sig).map_err(|_| bad())?;
-    Ok((batch, num, secs))
 }
 
 /// The environment a job starts with under `--export`: ALL (default),

@@ -229,6 +229,40 @@ pub struct SlurmOptions {
     pub other: BTreeMap<String, String>,
 }
 
+/// A signal sent ahead of the time limit (`--signal=[B:]SIG[@SECS]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarnSignal {
+    pub signal: i32,
+    pub secs_before: u64,
+    /// `B:`: the batch shell only, not every process of the job.
+    pub batch_only: bool,
+}
+
+/// A malformed `--signal` value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Invalid --signal specification '{0}': expected [B:]SIG[@SECS], e.g. USR1@90")]
+pub struct BadWarnSignal(pub String);
+
+impl WarnSignal {
+    /// Parses `[B:]SIG[@SECS]`; SECS is 60 when left out, as in Slurm.
+    pub fn parse(value: &str) -> Result<WarnSignal, BadWarnSignal> {
+        let bad = || BadWarnSignal(value.to_string());
+        let (batch_only, rest) = match value.strip_prefix("B:") {
+            Some(r) => (true, r),
+            None => (false, value),
+        };
+        let (sig, secs) = match rest.split_once('@') {
+            Some((s, t)) => (s, t.parse().map_err(|_| bad())?),
+            None => (rest, 60),
+        };
+        Ok(WarnSignal {
+            signal: crate::outcome::parse_signal(sig).map_err(|_| bad())?,
+            secs_before: secs,
+            batch_only,
+        })
+    }
+}
+
 impl SlurmOptions {
     pub fn is_empty(&self) -> bool {
         *self == SlurmOptions::default()
@@ -413,6 +447,23 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warn_signals_as_slurm_spells_them() {
+        let w = WarnSignal::parse("B:USR1@90").unwrap();
+        assert_eq!((w.signal, w.secs_before, w.batch_only), (10, 90, true));
+        let w = WarnSignal::parse("SIGUSR2").unwrap();
+        assert_eq!((w.signal, w.secs_before, w.batch_only), (12, 60, false));
+        assert_eq!(WarnSignal::parse("15@5").unwrap().signal, 15);
+        for bad in ["USR1@x", "NOPE@5", "B:", ""] {
+            assert_eq!(
+                WarnSignal::parse(bad).unwrap_err().to_string(),
+                format!(
+                    "Invalid --signal specification '{bad}': expected [B:]SIG[@SECS], e.g. USR1@90"
+                )
+            );
+        }
+    }
     use proptest::prelude::*;
 
     pub(crate) fn spec() -> JobSpec {

@@ -29,7 +29,8 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::shepherd::SHEPHERD_ARG;
-use crate::spool::{pidfd_open, process_starttime, JobSpool, ShepherdSpec, WarnSignal};
+use crate::spool::{pidfd_open, process_starttime, JobSpool, ShepherdSpec};
+use gsched_core::job::WarnSignal;
 
 const CANCELLED: &str = "cancelled";
 const TIMEOUT: &str = "timeout";
@@ -225,7 +226,12 @@ impl Launcher {
             start_time,
             time_limit: job.spec.time_limit,
             append: job.spec.slurm.open_mode.as_deref() == Some("append"),
-            warn_signal: job.spec.slurm.signal.as_deref().and_then(WarnSignal::parse),
+            warn_signal: job
+                .spec
+                .slurm
+                .signal
+                .as_deref()
+                .and_then(|s| WarnSignal::parse(s).ok()),
         };
         spool
             .write_json(&spool.spec_path(), &spec)

@@ -35,34 +35,7 @@ pub struct ShepherdSpec {
     /// `--signal`: send this signal this many seconds before the time
     /// limit, to the batch shell only or to the whole job.
     #[serde(default)]
-    pub warn_signal: Option<WarnSignal>,
-}
-
-/// A signal sent ahead of the time limit (`--signal=[B:]SIG@SECS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WarnSignal {
-    pub signal: i32,
-    pub secs_before: u64,
-    pub batch_only: bool,
-}
-
-impl WarnSignal {
-    /// Parses `[B:]SIG[@SECS]` (60 seconds when SECS is left out, as Slurm).
-    pub fn parse(value: &str) -> Option<WarnSignal> {
-        let (batch_only, rest) = match value.strip_prefix("B:") {
-            Some(r) => (true, r),
-            None => (false, value),
-        };
-        let (sig, secs) = match rest.split_once('@') {
-            Some((s, t)) => (s, t.parse().ok()?),
-            None => (rest, 60),
-        };
-        Some(WarnSignal {
-            signal: gsched_core::outcome::parse_signal(sig).ok()?,
-            secs_before: secs,
-            batch_only,
-        })
-    }
+    pub warn_signal: Option<gsched_core::job::WarnSignal>,
 }
 
 /// What the shepherd records when the script ends (or could not start).
