@@ -79,6 +79,11 @@ pub trait PlacementPolicy: Send + Sync {
     fn memory_blind(&self) -> bool {
         false
     }
+    /// Whether the policy looks at per-SM slots; the book keeps SM tables
+    /// (work on every placement) only for such policies.
+    fn uses_sm_slots(&self) -> bool {
+        false
+    }
 }
 
 /// CASE Algorithm 2 (the multi-GPU paper's Algorithm 3): among instances
@@ -127,6 +132,9 @@ impl PlacementPolicy for MgbSmPlacement {
                 .as_ref()
                 .is_none_or(|t| t.fit(task.kernel_shape()).is_some())
         })
+    }
+    fn uses_sm_slots(&self) -> bool {
+        true
     }
 }
 
@@ -285,8 +293,12 @@ impl TaskBook {
     }
 
     /// Tells the book that instance `uuid` has `sms` SMs, so that their
-    /// resident block and warp slots are tracked (for `mgb-sm`).
+    /// resident block and warp slots are tracked, when the policy uses them
+    /// (`mgb-sm`); other policies skip that work on every placement.
     pub fn with_sms(mut self, uuid: &str, sms: u32) -> TaskBook {
+        if !self.policy.uses_sm_slots() {
+            return self;
+        }
         if let Some(i) = self.instances.iter_mut().find(|i| i.uuid == uuid) {
             i.sms = Some(SmTable::new(sms));
         }
@@ -444,8 +456,8 @@ impl TaskBook {
         let inst = &mut self.instances[i];
         inst.reserved_bytes += req.bytes;
         inst.warps += req.warps;
-        // SM slots are taken where the kernel's wave fits (always, under
-        // policies that treat compute as hard); otherwise none are.
+        // SM slots (tracked only for policies that use them) are taken
+        // where the kernel's wave fits: always, under such policies.
         let shape = req.kernel_shape();
         let sm_blocks = match inst.sms.as_mut() {
             Some(t) => match t.fit(shape) {
