@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{bin, stderr, stdout, Gsched};
@@ -33,34 +33,19 @@ impl Slurm {
     }
 
     fn run(&self, name: &str, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut cmd = Command::new(self.shims.join(name));
+        // The shims first on PATH, as users install them.
         let path = format!(
             "{}:{}",
             self.shims.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        cmd.args(args)
-            .current_dir(self.g.work.path())
-            .env("GSCHED_URL", &self.g.url)
-            .env("PATH", path)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        child.wait_with_output().unwrap()
+        self.g.run_program(
+            &self.shims.join(name),
+            args,
+            self.g.work.path(),
+            stdin,
+            &[("PATH", path)],
+        )
     }
 
     fn ok(&self, name: &str, args: &[&str]) -> String {

@@ -145,8 +145,24 @@ impl Gsched {
     }
 
     pub fn cli_in(&self, name: &str, args: &[&str], dir: &Path, stdin: Option<&str>) -> Output {
-        let mut cmd = Command::new(bin(name));
+        self.run_program(&bin(name), args, dir, stdin, &[])
+    }
+
+    /// Runs `program` against this gsched (GSCHED_URL set, `env` added),
+    /// feeding it `stdin` if given.
+    pub fn run_program(
+        &self,
+        program: &Path,
+        args: &[&str],
+        dir: &Path,
+        stdin: Option<&str>,
+        env: &[(&str, String)],
+    ) -> Output {
+        let mut cmd = Command::new(program);
         cmd.args(args).current_dir(dir).env("GSCHED_URL", &self.url);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
