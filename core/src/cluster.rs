@@ -108,25 +108,26 @@ pub struct Cluster {
     requeued_runs: HashMap<JobId, String>,
 }
 
-/// The states of job `id`, or of every task of the array `id`.
-fn states_of(jobs: &BTreeMap<JobId, Job>, id: JobId) -> Vec<JobState> {
-    let Some(j) = jobs.get(&id) else {
-        return Vec::new();
-    };
-    match &j.spec.array_task {
-        // Tasks are numbered on from the array's id.
-        Some(t) if t.array_job_id == id => jobs
-            .range(id..)
-            .take_while(|(_, x)| {
-                x.spec
+/// Job `id`, or every task of the array `id` (tasks are numbered on from
+/// the array's id, so this is a range, not a scan).
+fn job_or_array(jobs: &BTreeMap<JobId, Job>, id: JobId) -> impl Iterator<Item = &Job> {
+    let array = jobs
+        .get(&id)
+        .and_then(|j| j.spec.array_task.as_ref())
+        .is_some_and(|t| t.array_job_id == id);
+    jobs.range(id..).map(|(_, j)| j).take_while(move |j| {
+        j.id == id
+            || (array
+                && j.spec
                     .array_task
                     .as_ref()
-                    .is_some_and(|u| u.array_job_id == id)
-            })
-            .map(|(_, x)| x.state)
-            .collect(),
-        _ => vec![j.state],
-    }
+                    .is_some_and(|t| t.array_job_id == id))
+    })
+}
+
+/// The states of job `id`, or of every task of the array `id`.
+fn states_of(jobs: &BTreeMap<JobId, Job>, id: JobId) -> Vec<JobState> {
+    job_or_array(jobs, id).map(|j| j.state).collect()
 }
 
 /// What makes two jobs of one user "the same job" for footprint learning.
@@ -265,6 +266,11 @@ impl Cluster {
 
     pub fn jobs(&self) -> impl DoubleEndedIterator<Item = &Job> {
         self.jobs.values()
+    }
+
+    /// Job `id`, or, when `id` is an array's, every task of it.
+    pub fn job_or_array(&self, id: JobId) -> impl Iterator<Item = &Job> {
+        job_or_array(&self.jobs, id)
     }
 
     pub fn node(&self, name: &str) -> Option<&Node> {

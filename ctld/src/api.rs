@@ -150,18 +150,24 @@ async fn list_jobs(State(ctl): Ctl, Query(f): Query<JobFilter>) -> Result<Json<J
         (None, None) => c.jobs().for_each(&mut push),
         (Some(ids), None) => ids.iter().filter_map(|id| c.job(*id)).for_each(&mut push),
         (ids, arrays) => {
-            let ids: HashSet<JobId> = ids.iter().flatten().copied().collect();
-            let arrays: HashSet<JobId> = arrays.iter().flatten().copied().collect();
-            // Tasks of an array are numbered on from its id.
-            c.jobs()
-                .filter(|j| {
-                    ids.contains(&j.id)
-                        || j.spec
-                            .array_task
-                            .as_ref()
-                            .is_some_and(|t| arrays.contains(&t.array_job_id))
-                })
-                .for_each(&mut push)
+            // An id, or every task of an array; each job once, in id order.
+            let mut seen = std::collections::BTreeMap::new();
+            for id in ids.iter().flatten() {
+                if let Some(j) = c.job(*id) {
+                    seen.insert(j.id, j);
+                }
+            }
+            for a in arrays.iter().flatten() {
+                for j in c.job_or_array(*a).filter(|j| {
+                    j.spec
+                        .array_task
+                        .as_ref()
+                        .is_some_and(|t| t.array_job_id == *a)
+                }) {
+                    seen.insert(j.id, j);
+                }
+            }
+            seen.into_values().for_each(&mut push)
         }
     }
     Ok(Json(JobList { jobs: out }))
