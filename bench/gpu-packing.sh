@@ -68,7 +68,7 @@ gacct -j "$list" --json >"$st/jobs.json"
 python3 "$SUITE/summarize.py" --policy "$POLICY" --batch "$st/batch.tsv" --jobs "$st/jobs.json" \
   --alone "$st/alone.txt" --smi "$st/smi.csv" --machine "$machine" >"$OUT/gpu-packing-$TAG.json"
 gacct -j "$list" >"$OUT/gacct-$TAG.txt" 2>&1
-tail -3 "$st"/jobs/*.out >"$OUT/jobs-$TAG.txt" 2>&1
+tail -n 3 "$st"/jobs/*.out >"$OUT/jobs-$TAG.txt" 2>&1
 kill -TERM $UP; wait $UP; trap - EXIT
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [d.pop(k) for k in ('rows','memory_mib_samples')]; print(json.dumps(d, indent=1))" \
   "$OUT/gpu-packing-$TAG.json"

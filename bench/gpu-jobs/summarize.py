@@ -66,26 +66,18 @@ def main():
     t1 = max(r["end"] or t0 for r in rows)
     makespan = max(t1 - t0, 1)
     done = [r for r in rows if r["state"] == "COMPLETED"]
-    # Memory use over the makespan, from the 1 s samples.
-    used, total = [], 0
+    # Memory use and GPU utilization over the makespan, from the 1 s
+    # samples (timestamp, memory.used, memory.total, utilization.gpu).
+    used, util, total = [], [], 0
     with open(a.smi) as f:
         for line in f:
             parts = [x.strip() for x in line.split(",")]
-            if len(parts) < 4:
-                continue
             try:
                 used.append(float(parts[1]))
                 total = float(parts[2])
-            except ValueError:
-                continue
-    util = []
-    with open(a.smi) as f:
-        for line in f:
-            parts = [x.strip() for x in line.split(",")]
-            try:
                 util.append(float(parts[3]))
             except (ValueError, IndexError):
-                pass
+                continue
     slow = {}
     for r in done:
         al = alone.get(r["kind"])
