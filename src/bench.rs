@@ -337,9 +337,27 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let body = serde_json::to_value(spec(&dir))?;
     let post = {
         let (agent, url, body) = (agent.clone(), url.clone(), body.clone());
+        // Only the REST submissions need one; fetched on first use.
+        let token = std::sync::OnceLock::new();
         move || -> Result<()> {
+            let token = match token.get() {
+                Some(t) => t,
+                None => {
+                    let t = match gsched_cli::client::env_token() {
+                        Some(t) => t,
+                        None => {
+                            gsched_cli::client::Client::new(&url)
+                                .issue_token(Some(3600), None)
+                                .context("cannot get a token for the REST submissions")?
+                                .token
+                        }
+                    };
+                    token.get_or_init(|| t)
+                }
+            };
             agent
                 .post(&format!("{url}/api/v1/jobs"))
+                .set("Authorization", &format!("Bearer {token}"))
                 .send_json(body.clone())?;
             Ok(())
         }

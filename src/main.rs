@@ -40,6 +40,19 @@ enum Command {
     Mig(mig::MigArgs),
     /// Simulate a workload under a policy and a baseline (virtual clock).
     Sim(sim::SimArgs),
+    /// Get a token for the REST API (for this user; an administrator may
+    /// name another). Prints `SLURM_JWT=TOKEN`, as `scontrol token` does.
+    Token {
+        /// Seconds the token is valid (default 1800).
+        #[arg(long)]
+        lifetime: Option<u64>,
+        /// The user to issue it for (administrators only).
+        #[arg(long)]
+        user: Option<String>,
+        /// Print only the token.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Install Slurm's command names (sbatch, squeue, ...) into DIR; with DIR
     /// first on PATH, Slurm clients drive gsched (docs/slurm.md).
     SlurmShims {
@@ -122,6 +135,10 @@ struct UpArgs {
     /// Placement policy for shared tasks: `case` or `mgb-sm`.
     #[arg(long, default_value = "case")]
     placement_policy: String,
+    /// Users who may act on every job, comma separated (root and the user
+    /// running gsched always may).
+    #[arg(long, value_delimiter = ',')]
+    admins: Vec<String>,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -155,7 +172,8 @@ async fn up(args: UpArgs) -> Result<()> {
             node_timeout: args.node_timeout,
             launch_policy: args.launch_policy,
             durability: args.durability,
-            cluster_key_file: None,
+            admins: args.admins,
+            ..CtldConfig::default()
         },
         &state_dir,
     )
@@ -183,9 +201,10 @@ async fn up(args: UpArgs) -> Result<()> {
     .await?;
     tracing::info!(
         url = %format!("http://{}", ctld.addr),
+        socket = %ctld.socket.display(),
         node = %node.name,
         state_dir = %state_dir.display(),
-        "gsched is up; point the CLI at it with GSCHED_URL=http://{}",
+        "gsched is up; commands on this host reach it through its socket (GSCHED_URL=http://{} finds it); elsewhere use a token from `gsched token`",
         ctld.addr
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -223,5 +242,20 @@ fn main() -> Result<()> {
         Command::Mig(args) => mig::run(args),
         Command::Sim(args) => sim::run(args),
         Command::SlurmShims { dir } => install_shims(&dir),
+        Command::Token {
+            lifetime,
+            user,
+            quiet,
+        } => {
+            let t = gsched_cli::client::Client::from_env()
+                .issue_token(lifetime, user.as_deref())
+                .context("no token issued")?;
+            if quiet {
+                println!("{}", t.token);
+            } else {
+                println!("SLURM_JWT={}", t.token);
+            }
+            Ok(())
+        }
     }
 }

@@ -274,7 +274,8 @@ fn bad_input_gets_a_clear_error_and_nothing_is_queued() {
     assert_eq!(all["jobs"].as_array().unwrap().len(), 0);
 
     // The API answers malformed requests with JSON errors.
-    let r = ureq::post(&format!("{}/api/v1/jobs", g.url))
+    let r = g
+        .req("POST", "/api/v1/jobs")
         .set("content-type", "application/json")
         .send_string("{");
     match r {
@@ -290,14 +291,14 @@ fn bad_input_gets_a_clear_error_and_nothing_is_queued() {
         }
         other => panic!("expected 400, got {other:?}"),
     }
-    match ureq::get(&format!("{}/api/v1/jobs/77", g.url)).call() {
+    match g.req("GET", "/api/v1/jobs/77").call() {
         Err(ureq::Error::Status(404, resp)) => {
             let body: serde_json::Value = resp.into_json().unwrap();
             assert_eq!(body["error"], "Invalid job id specified: 77");
         }
         other => panic!("expected 404, got {other:?}"),
     }
-    match ureq::get(&format!("{}/api/v1/jobs?state=BOGUS", g.url)).call() {
+    match g.req("GET", "/api/v1/jobs?state=BOGUS").call() {
         Err(ureq::Error::Status(400, _)) => {}
         other => panic!("expected 400, got {other:?}"),
     }

@@ -17,6 +17,7 @@ struct Pair {
     port: u16,
     ctld: Option<Child>,
     noded: Option<Child>,
+    token: std::sync::OnceLock<String>,
 }
 
 impl Pair {
@@ -30,11 +31,18 @@ impl Pair {
             port: common::free_port(),
             ctld: None,
             noded: None,
+            token: std::sync::OnceLock::new(),
         }
     }
 
     fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A request with a token (the signing key survives restarts).
+    fn api(&self, method: &str, path: &str) -> ureq::Request {
+        let t = self.token.get_or_init(|| common::token(&self.url()));
+        common::api(method, &format!("{}{path}", self.url()), t)
     }
 
     fn key(&self) -> PathBuf {
@@ -120,7 +128,7 @@ impl Pair {
     }
 
     fn job(&self, id: u64) -> Value {
-        ureq::get(&format!("{}/api/v1/jobs/{id}", self.url()))
+        self.api("GET", &format!("/api/v1/jobs/{id}"))
             .call()
             .unwrap()
             .into_json()
@@ -140,7 +148,8 @@ impl Pair {
             "name": "d", "script": script, "working_dir": self.dir.path().display().to_string(),
             "user_name": "u", "uid": uid, "gid": gid, "environment": {"PATH": "/usr/bin:/bin"}
         });
-        let r: Value = ureq::post(&format!("{}/api/v1/jobs", self.url()))
+        let r: Value = self
+            .api("POST", "/api/v1/jobs")
             .send_json(body)
             .unwrap()
             .into_json()
@@ -192,7 +201,8 @@ fn a_silent_node_is_marked_down_and_its_jobs_end_node_fail() {
     p.kill_jobs();
     let job = p.wait_state(id, "NODE_FAIL");
     assert_eq!(job["state_reason"], "NodeFail");
-    let nodes: Value = ureq::get(&format!("{}/api/v1/nodes", p.url()))
+    let nodes: Value = p
+        .api("GET", "/api/v1/nodes")
         .call()
         .unwrap()
         .into_json()
@@ -244,7 +254,7 @@ fn controller_restart_keeps_the_node_and_learns_what_ended_meanwhile() {
         p.health().is_some_and(|h| h["nodes_up"] == 1)
     });
     assert_eq!(p.job(runs)["job_state"], "RUNNING");
-    ureq::delete(&format!("{}/api/v1/jobs/{runs}", p.url()))
+    p.api("DELETE", &format!("/api/v1/jobs/{runs}"))
         .call()
         .unwrap();
     p.wait_state(runs, "CANCELLED");

@@ -28,11 +28,12 @@ fn spec(dir: &str, uid: u32, user: &str, script: &str) -> serde_json::Value {
 }
 
 fn submit(url: &str, body: serde_json::Value) -> u64 {
-    let r: serde_json::Value = ureq::post(&format!("{url}/api/v1/jobs"))
-        .send_json(body)
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let r: serde_json::Value =
+        common::api("POST", &format!("{url}/api/v1/jobs"), &common::token(url))
+            .send_json(body)
+            .unwrap()
+            .into_json()
+            .unwrap();
     r["job_id"].as_u64().unwrap()
 }
 
@@ -130,9 +131,10 @@ fn unprivileged_node_refuses_other_users_jobs() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let id = submit(&url, spec("/tmp", 0, "root", "#!/bin/sh\ntrue\n"));
+    let token = common::token(&url);
     let mut job = serde_json::Value::Null;
     while std::time::Instant::now() < deadline {
-        job = ureq::get(&format!("{url}/api/v1/jobs/{id}"))
+        job = common::api("GET", &format!("{url}/api/v1/jobs/{id}"), &token)
             .call()
             .unwrap()
             .into_json()

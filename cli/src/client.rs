@@ -1,8 +1,11 @@
 //! A small blocking client of the controller's REST API.
 
+use std::io::Read;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
+use gsched_core::env::TOKEN_ENV;
 use gsched_core::job::{JobId, JobSpec};
 use gsched_core::wire::{ErrorBody, InstanceInfo, JobInfo, JobList, NodeInfo, Submitted};
 use serde::Deserialize;
@@ -12,7 +15,18 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:6817";
 
 pub struct Client {
     base: String,
-    agent: ureq::Agent,
+    transport: Transport,
+}
+
+/// How requests reach the controller.
+enum Transport {
+    /// TCP, with a token when one is known.
+    Http {
+        agent: ureq::Agent,
+        token: Option<String>,
+    },
+    /// The controller's local socket: no token, the kernel says who we are.
+    Unix(PathBuf),
 }
 
 /// An error the controller answered with.
@@ -23,91 +37,172 @@ pub struct ApiError {
     pub message: String,
 }
 
+/// A token from the environment: GSCHED_TOKEN (set in every job), else
+/// Slurm's SLURM_JWT.
+pub fn env_token() -> Option<String> {
+    [TOKEN_ENV, "SLURM_JWT"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok())
+        .map(|t| t.trim().to_string())
+        .find(|t| !t.is_empty())
+}
+
 impl Client {
-    /// The controller named by `GSCHED_URL`, or the default.
+    /// The controller named by `GSCHED_URL` (`http://HOST:PORT`, or
+    /// `unix:PATH` for its socket), or the default. Over TCP without a
+    /// token, a controller on this host is reached through the socket its
+    /// `/healthz` names, so local commands need no token.
     pub fn from_env() -> Client {
         let base = std::env::var("GSCHED_URL")
             .ok()
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| DEFAULT_URL.into());
-        Client::new(&base)
+        Client::with_token(&base, env_token())
     }
 
     pub fn new(base: &str) -> Client {
+        Client::with_token(base, None)
+    }
+
+    pub fn with_token(base: &str, token: Option<String>) -> Client {
+        if let Some(path) = base.strip_prefix("unix:") {
+            return Client {
+                base: base.to_string(),
+                transport: Transport::Unix(PathBuf::from(path)),
+            };
+        }
+        let base = base.trim_end_matches('/').to_string();
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(30))
+            .build();
+        if token.is_none() && is_loopback(&base) {
+            if let Some(sock) = local_socket(&agent, &base) {
+                return Client {
+                    base,
+                    transport: Transport::Unix(sock),
+                };
+            }
+        }
         Client {
-            base: base.trim_end_matches('/').to_string(),
-            agent: ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(30))
-                .build(),
+            base,
+            transport: Transport::Http { agent, token },
         }
     }
 
-    fn call<T: for<'de> Deserialize<'de>>(
+    /// Whether requests go through the local socket.
+    pub fn via_socket(&self) -> bool {
+        matches!(self.transport, Transport::Unix(_))
+    }
+
+    fn unreachable(&self, why: impl std::fmt::Display) -> anyhow::Error {
+        anyhow!(
+            "cannot reach the gsched controller at {}: {why}; is `gsched up` running, and is GSCHED_URL right?",
+            self.base
+        )
+    }
+
+    /// One request; `path` starts with `/`.
+    fn request<T: for<'de> Deserialize<'de>>(
         &self,
-        req: ureq::Request,
+        method: &str,
+        path: &str,
+        query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
-        let res = match body {
-            Some(b) => req.send_json(b),
-            None => req.call(),
-        };
-        match res {
-            Ok(r) => Ok(r.into_json()?),
-            Err(ureq::Error::Status(status, r)) => {
-                let message = r
-                    .into_json::<ErrorBody>()
-                    .map(|b| b.error)
-                    .unwrap_or_else(|_| format!("controller answered HTTP {status}"));
-                Err(ApiError { status, message }.into())
+        let (status, bytes) = match &self.transport {
+            Transport::Http { agent, token } => {
+                let mut req = agent.request(method, &format!("{}{path}", self.base));
+                for (k, v) in query {
+                    req = req.query(k, v);
+                }
+                if let Some(t) = token {
+                    req = req.set("Authorization", &format!("Bearer {t}"));
+                }
+                let res = match body {
+                    Some(b) => req.send_json(b),
+                    None => req.call(),
+                };
+                let r = match res {
+                    Ok(r) => r,
+                    Err(ureq::Error::Status(_, r)) => r,
+                    Err(ureq::Error::Transport(t)) => return Err(self.unreachable(t)),
+                };
+                let status = r.status();
+                let mut bytes = Vec::new();
+                r.into_reader()
+                    .take(64 << 20)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| self.unreachable(e))?;
+                (status, bytes)
             }
-            Err(ureq::Error::Transport(t)) => Err(anyhow!(
-                "cannot reach the gsched controller at {}: {t}; is `gsched up` running, and is GSCHED_URL right?",
-                self.base
-            )),
+            Transport::Unix(sock) => {
+                let target = format!("{path}{}", encode_query(query));
+                let body = body.map(|b| b.to_string().into_bytes());
+                crate::unix_http::request(sock, method, &target, body.as_deref())
+                    .map_err(|e| self.unreachable(format!("{}: {e}", sock.display())))?
+            }
+        };
+        if (200..300).contains(&status) {
+            return serde_json::from_slice(&bytes)
+                .map_err(|e| anyhow!("the controller answered with bad JSON: {e}"));
         }
+        let message = serde_json::from_slice::<ErrorBody>(&bytes)
+            .map(|b| b.error)
+            .unwrap_or_else(|_| format!("controller answered HTTP {status}"));
+        Err(ApiError { status, message }.into())
+    }
+
+    fn get<T: for<'de> Deserialize<'de>>(&self, path: &str) -> Result<T> {
+        self.request("GET", path, &[], None)
+    }
+
+    fn post(&self, path: &str, body: &serde_json::Value) -> Result<serde_json::Value> {
+        self.request("POST", path, &[], Some(body))
+    }
+
+    /// A token for the caller (or, for an administrator, for `user`).
+    pub fn issue_token(&self, lifetime: Option<u64>, user: Option<&str>) -> Result<Token> {
+        let v = self.post(
+            "/api/v1/tokens",
+            &serde_json::json!({ "lifetime": lifetime, "user": user }),
+        )?;
+        Ok(serde_json::from_value(v)?)
     }
 
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId> {
         let body = serde_json::to_value(spec)?;
-        let s: Submitted = self.call(
-            self.agent.post(&format!("{}/api/v1/jobs", self.base)),
-            Some(&body),
-        )?;
+        let s: Submitted = self.request("POST", "/api/v1/jobs", &[], Some(&body))?;
         Ok(s.job_id)
     }
 
     /// Jobs matching the query parameters (`state`, `user`, `name`, `id`).
     pub fn jobs(&self, query: &[(&str, String)]) -> Result<Vec<JobInfo>> {
-        let mut req = self.agent.get(&format!("{}/api/v1/jobs", self.base));
-        for (k, v) in query {
-            req = req.query(k, v);
-        }
-        Ok(self.call::<JobList>(req, None)?.jobs)
+        Ok(self
+            .request::<JobList>("GET", "/api/v1/jobs", query, None)?
+            .jobs)
     }
 
     /// Cancels a job, or sends it `signal`.
     pub fn cancel(&self, id: &str, signal: Option<&str>) -> Result<()> {
-        let mut req = self
-            .agent
-            .delete(&format!("{}/api/v1/jobs/{id}", self.base));
-        if let Some(s) = signal {
-            req = req.query("signal", s);
-        }
-        self.call::<serde_json::Value>(req, None).map(|_| ())
+        let query: Vec<(&str, String)> = signal
+            .map(|s| ("signal", s.to_string()))
+            .into_iter()
+            .collect();
+        self.request::<serde_json::Value>("DELETE", &format!("/api/v1/jobs/{id}"), &query, None)
+            .map(|_| ())
     }
 
     /// The controller's `/healthz` answer: status, cluster name, default
     /// partition, launch policy.
     pub fn health(&self) -> Result<serde_json::Value> {
-        self.call(self.agent.get(&format!("{}/healthz", self.base)), None)
+        self.get("/healthz")
     }
 
     /// Records the start of a step of running job `id`; returns its number.
     pub fn begin_step(&self, id: JobId, name: &str, ntasks: u32) -> Result<u32> {
-        let v: serde_json::Value = self.call(
-            self.agent
-                .post(&format!("{}/api/v1/jobs/{id}/steps", self.base)),
-            Some(&serde_json::json!({ "name": name, "ntasks": ntasks })),
+        let v = self.post(
+            &format!("/api/v1/jobs/{id}/steps"),
+            &serde_json::json!({ "name": name, "ntasks": ntasks }),
         )?;
         v["step_id"]
             .as_u64()
@@ -123,10 +218,9 @@ impl Client {
         exit_code: i32,
         signal: Option<i32>,
     ) -> Result<()> {
-        self.call::<serde_json::Value>(
-            self.agent
-                .post(&format!("{}/api/v1/jobs/{id}/steps/{step}/end", self.base)),
-            Some(&serde_json::json!({ "exit_code": exit_code, "signal": signal })),
+        self.post(
+            &format!("/api/v1/jobs/{id}/steps/{step}/end"),
+            &serde_json::json!({ "exit_code": exit_code, "signal": signal }),
         )
         .map(|_| ())
     }
@@ -134,20 +228,15 @@ impl Client {
     /// Holds (`true`) or releases a pending job.
     pub fn set_held(&self, id: JobId, held: bool) -> Result<()> {
         let op = if held { "hold" } else { "release" };
-        self.call::<serde_json::Value>(
-            self.agent
-                .post(&format!("{}/api/v1/jobs/{id}/{op}", self.base)),
-            Some(&serde_json::json!({})),
-        )
-        .map(|_| ())
+        self.post(&format!("/api/v1/jobs/{id}/{op}"), &serde_json::json!({}))
+            .map(|_| ())
     }
 
     /// Puts a running job back in the queue under its id.
     pub fn requeue(&self, id: JobId) -> Result<()> {
-        self.call::<serde_json::Value>(
-            self.agent
-                .post(&format!("{}/api/v1/jobs/{id}/requeue", self.base)),
-            Some(&serde_json::json!({})),
+        self.post(
+            &format!("/api/v1/jobs/{id}/requeue"),
+            &serde_json::json!({}),
         )
         .map(|_| ())
     }
@@ -157,9 +246,7 @@ impl Client {
         struct Nodes {
             nodes: Vec<NodeInfo>,
         }
-        Ok(self
-            .call::<Nodes>(self.agent.get(&format!("{}/api/v1/nodes", self.base)), None)?
-            .nodes)
+        Ok(self.get::<Nodes>("/api/v1/nodes")?.nodes)
     }
 
     pub fn instances(&self) -> Result<Vec<InstanceInfo>> {
@@ -167,11 +254,100 @@ impl Client {
         struct Instances {
             instances: Vec<InstanceInfo>,
         }
-        Ok(self
-            .call::<Instances>(
-                self.agent.get(&format!("{}/api/v1/instances", self.base)),
-                None,
-            )?
-            .instances)
+        Ok(self.get::<Instances>("/api/v1/instances")?.instances)
+    }
+}
+
+/// A token the controller issued.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Token {
+    pub token: String,
+    pub user: String,
+    /// Unix seconds.
+    pub expires: i64,
+}
+
+fn is_loopback(base: &str) -> bool {
+    let host = base
+        .split("://")
+        .nth(1)
+        .unwrap_or(base)
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let host = host
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The socket a controller on this host names in `/healthz`, if it exists.
+fn local_socket(agent: &ureq::Agent, base: &str) -> Option<PathBuf> {
+    let h: serde_json::Value = agent
+        .get(&format!("{base}/healthz"))
+        .timeout(Duration::from_secs(5))
+        .call()
+        .ok()?
+        .into_json()
+        .ok()?;
+    let p = PathBuf::from(h["socket"].as_str()?);
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(&p)
+        .ok()
+        .filter(|m| m.file_type().is_socket())
+        .map(|_| p)
+}
+
+/// `?k=v&...`, percent-encoded.
+fn encode_query(query: &[(&str, String)]) -> String {
+    if query.is_empty() {
+        return String::new();
+    }
+    let enc = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    let parts: Vec<String> = query
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+        .collect();
+    format!("?{}", parts.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        assert!(is_loopback("http://127.0.0.1:6817"));
+        assert!(is_loopback("http://localhost:6817"));
+        assert!(is_loopback("http://[::1]:6817"));
+        assert!(!is_loopback("http://ctl.example.org:6817"));
+        assert!(!is_loopback("http://10.0.0.5:6817"));
+    }
+
+    #[test]
+    fn queries_are_encoded() {
+        assert_eq!(encode_query(&[]), "");
+        assert_eq!(
+            encode_query(&[
+                ("state", "PENDING,RUNNING".into()),
+                ("name", "a b&c".into())
+            ]),
+            "?state=PENDING%2CRUNNING&name=a%20b%26c"
+        );
     }
 }

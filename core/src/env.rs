@@ -28,6 +28,10 @@ const SCRUBBED: &[&str] = &[
 ];
 
 /// Builds the job's environment.
+/// The variable holding a token for the TCP API: set in every job, read by
+/// gsched's commands (which also read Slurm's SLURM_JWT).
+pub const TOKEN_ENV: &str = "GSCHED_TOKEN";
+
 pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String> {
     let spec = &job.spec;
     let mut env: BTreeMap<String, String> = spec

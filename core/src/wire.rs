@@ -68,6 +68,10 @@ pub struct LaunchRequest {
     /// (same user and name), for the reservation of a job that states none.
     #[serde(default)]
     pub learned_footprint_mib: Option<u64>,
+    /// A token for the job's user, given to the job as GSCHED_TOKEN so its
+    /// own gsched and Slurm commands authenticate on the TCP API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_token: Option<String>,
 }
 
 /// Signal a job, or cancel it (SIGCONT, SIGTERM, then SIGKILL after the grace).

@@ -3,10 +3,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::serve::IncomingStream;
+use axum::{Extension, Json, Router};
 use gsched_core::cluster::ClusterError;
 use gsched_core::job::{JobId, JobSpec, JobState};
 use gsched_core::outcome::parse_signal;
@@ -18,9 +22,91 @@ use gsched_core::wire::{
 use gsched_daemon::http::{check_cluster_key, ApiError, Body};
 use serde::Deserialize;
 
+use crate::auth::{lookup_user, Caller, Via};
 use crate::controller::{unix_now, Controller, CtlError};
 
 type Ctl = State<Arc<Controller>>;
+type Who = Extension<Caller>;
+
+/// The kernel's word on who connected to the local socket: (uid, gid).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerCred(Option<(u32, u32)>);
+
+impl Connected<IncomingStream<'_, tokio::net::UnixListener>> for PeerCred {
+    fn connect_info(s: IncomingStream<'_, tokio::net::UnixListener>) -> PeerCred {
+        PeerCred(s.io().peer_cred().ok().map(|c| (c.uid(), c.gid())))
+    }
+}
+
+/// The API on TCP: every request but the exempt paths carries a token.
+pub fn tcp_app(ctl: Arc<Controller>) -> Router {
+    router(Arc::clone(&ctl)).layer(middleware::from_fn_with_state(ctl, token_auth))
+}
+
+/// The API on the local socket: the caller is the connecting user.
+pub fn socket_app(ctl: Arc<Controller>) -> Router {
+    router(Arc::clone(&ctl)).layer(middleware::from_fn_with_state(ctl, peer_auth))
+}
+
+/// Paths that never need a token: daemon-to-daemon calls (they carry the
+/// cluster key) and the dashboard's static files (no data in them).
+fn always_open(path: &str) -> bool {
+    path.starts_with("/internal/") || path == "/" || path.starts_with("/ui/")
+}
+
+fn exempt(path: &str, list: &[String]) -> bool {
+    list.iter().any(|e| {
+        if e.ends_with('/') {
+            path.starts_with(e.as_str())
+        } else {
+            path == e
+        }
+    })
+}
+
+async fn token_auth(State(ctl): Ctl, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let caller = match ctl.auth.token_caller(req.headers()) {
+        Ok(c) => c,
+        Err(_) if always_open(path) || exempt(path, &ctl.config.auth_exempt) => Caller::anonymous(),
+        Err(e) => {
+            tracing::info!(path, reason = %e, "request refused: not authenticated");
+            let mut r = ApiError::from(e).into_response();
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"gsched\""),
+            );
+            return r;
+        }
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+async fn peer_auth(
+    State(ctl): Ctl,
+    ConnectInfo(peer): ConnectInfo<PeerCred>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some((uid, gid)) = peer.0 else {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            "cannot read the credentials of the process on the local socket".into(),
+        )
+        .into_response();
+    };
+    req.extensions_mut()
+        .insert(ctl.auth.socket_caller(uid, gid));
+    next.run(req).await
+}
+
+/// 404 for an unknown job, 403 unless the caller owns it or is an admin.
+fn check_owner(ctl: &Controller, caller: &Caller, id: JobId) -> Result<(), ApiError> {
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let j = c.job(id).ok_or_else(|| unknown_job(&id.to_string()))?;
+    caller.check_owner(id, &j.spec.user_name, j.spec.uid)
+}
 
 impl From<CtlError> for ApiError {
     fn from(e: CtlError) -> ApiError {
@@ -43,8 +129,12 @@ impl From<CtlError> for ApiError {
 pub fn router(ctl: Arc<Controller>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/api/v1/tokens", post(issue_token))
+        .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/jobs", post(submit).get(list_jobs))
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
+        .route("/api/v1/jobs/{id}/script", get(job_script))
+        .route("/api/v1/jobs/{id}/events", get(job_events))
         .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
         .route("/api/v1/jobs/{id}/hold", post(hold_job))
         .route("/api/v1/jobs/{id}/steps", post(begin_step))
@@ -56,6 +146,7 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/internal/v1/tasks", post(tasks_reported))
         .route("/internal/v1/nodes/register", post(register))
         .route("/internal/v1/nodes/{name}/heartbeat", post(heartbeat))
+        .route("/internal/v1/nodes/{name}/tasks", get(node_open_tasks))
         .route("/internal/v1/jobs/ended", post(jobs_ended))
         .fallback(|| async {
             ApiError(
@@ -77,13 +168,81 @@ async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
         "cluster_name": ctl.config.cluster_name,
         "partition": ctl.config.partition,
         "partitions": ctl.config.all_partitions(),
+        "auth": "jwt",
+        "socket": ctl.socket.display().to_string(),
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenRequest {
+    /// Seconds; default 1800 as `scontrol token`.
+    #[serde(default)]
+    lifetime: Option<u64>,
+    /// Another user's token: administrators only.
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// Issues a token: to the local socket's caller, or by an administrator
+/// for anyone.
+async fn issue_token(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Body(r): Body<TokenRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let forbid = |m: &str| Err(ApiError(StatusCode::FORBIDDEN, m.into()));
+    if caller.via != Via::Socket && !caller.admin {
+        return forbid("tokens are issued on the controller host's local socket (`gsched token` there), or by an administrator");
+    }
+    let lifetime = r.lifetime.unwrap_or(1800);
+    if lifetime == 0 || lifetime > ctl.auth.max_lifetime {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "token lifetime must be 1 to {} seconds (token_max_lifetime), not {lifetime}",
+                ctl.auth.max_lifetime
+            ),
+        ));
+    }
+    let (user, uid, gid) = match r.user {
+        Some(u) if u != caller.user => {
+            if !caller.admin {
+                return forbid("only an administrator may get a token for another user");
+            }
+            let (uid, gid) = lookup_user(&u).ok_or_else(|| {
+                ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!("user {u} is not known on the controller host"),
+                )
+            })?;
+            (u, Some(uid), Some(gid))
+        }
+        _ => (caller.user.clone(), caller.uid, caller.gid),
+    };
+    let (token, claims) = ctl
+        .auth
+        .issue(&user, uid, gid, lifetime, unix_now())
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    tracing::info!(user, lifetime, by = caller.user, "token issued");
+    Ok(Json(serde_json::json!({
+        "token": token, "user": user, "expires": claims.exp,
+    })))
+}
+
+async fn whoami(Extension(caller): Who) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "user": caller.user, "uid": caller.uid, "admin": caller.admin,
+        "via": match caller.via { Via::Socket => "socket", Via::Token => "token", Via::Anonymous => "none" },
     }))
 }
 
 async fn submit(
     State(ctl): Ctl,
-    Body(spec): Body<JobSpec>,
+    Extension(caller): Who,
+    Body(mut spec): Body<JobSpec>,
 ) -> Result<(StatusCode, Json<Submitted>), ApiError> {
+    caller.stamp_owner(&mut spec)?;
     let job_id = ctl.submit(spec).await?;
     Ok((StatusCode::CREATED, Json(Submitted { job_id })))
 }
@@ -187,6 +346,45 @@ async fn get_job(State(ctl): Ctl, Path(id): Path<String>) -> Result<Json<JobInfo
     Ok(Json(JobInfo::new(j, &ctl.config.partition, unix_now())))
 }
 
+/// The batch script, for its owner and administrators only.
+async fn job_script(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    check_owner(&ctl, &caller, jid)?;
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
+    Ok(Json(serde_json::json!({
+        "job_id": jid, "script": j.spec.script, "argv": j.spec.argv,
+    })))
+}
+
+/// The job's history from the event log (submitted, started, ended, ...).
+async fn job_events(
+    State(ctl): Ctl,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    if ctl
+        .cluster
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .job(jid)
+        .is_none()
+    {
+        return Err(unknown_job(&id));
+    }
+    let events = ctl.store.job_events(jid).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read the event log: {e}"),
+        )
+    })?;
+    Ok(Json(serde_json::json!({ "job_id": jid, "events": events })))
+}
+
 #[derive(Deserialize)]
 pub struct CancelQuery {
     signal: Option<String>,
@@ -194,10 +392,12 @@ pub struct CancelQuery {
 
 async fn cancel_job(
     State(ctl): Ctl,
+    Extension(caller): Who,
     Path(id): Path<String>,
     Query(q): Query<CancelQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    check_owner(&ctl, &caller, jid)?;
     let signal = match &q.signal {
         Some(s) => {
             Some(parse_signal(s).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?)
@@ -214,9 +414,11 @@ async fn cancel_job(
 
 async fn requeue_job(
     State(ctl): Ctl,
+    Extension(caller): Who,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    check_owner(&ctl, &caller, jid)?;
     ctl.requeue(jid).await?;
     Ok(Json(
         serde_json::json!({ "job_id": jid, "job_state": "PENDING" }),
@@ -245,38 +447,46 @@ struct StepEnd {
 
 async fn begin_step(
     State(ctl): Ctl,
+    Extension(caller): Who,
     Path(id): Path<String>,
     Body(b): Body<StepBegin>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    check_owner(&ctl, &caller, jid)?;
     let step = ctl.begin_step(jid, &b.name, b.ntasks).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
 }
 
 async fn end_step(
     State(ctl): Ctl,
+    Extension(caller): Who,
     Path((id, step)): Path<(String, u32)>,
     Body(b): Body<StepEnd>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    check_owner(&ctl, &caller, jid)?;
     ctl.end_step(jid, step, b.exit_code, b.signal).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
 }
 
 async fn hold_job(
     State(ctl): Ctl,
+    Extension(caller): Who,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    check_owner(&ctl, &caller, jid)?;
     ctl.set_held(jid, true).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "held": true })))
 }
 
 async fn release_job(
     State(ctl): Ctl,
+    Extension(caller): Who,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
+    check_owner(&ctl, &caller, jid)?;
     ctl.set_held(jid, false).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "held": false })))
 }
@@ -361,6 +571,31 @@ async fn list_tasks(
     })?;
     let tasks: Vec<serde_json::Value> = rows
         .into_iter()
+        .map(|(node, r)| {
+            let mut v = serde_json::to_value(&r).unwrap_or_default();
+            v["node"] = node.into();
+            v
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "tasks": tasks })))
+}
+
+/// The reservations a node holds open (for the node after its restart).
+async fn node_open_tasks(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    check_cluster_key(&ctl.key, &headers)?;
+    let rows = ctl.store.task_records(None).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read task records: {e}"),
+        )
+    })?;
+    let tasks: Vec<serde_json::Value> = rows
+        .into_iter()
+        .filter(|(node, r)| *node == name && r.end_ms.is_none())
         .map(|(node, r)| {
             let mut v = serde_json::to_value(&r).unwrap_or_default();
             v["node"] = node.into();

@@ -45,6 +45,49 @@ pub struct CtldConfig {
     #[arg(long)]
     #[serde(default)]
     pub cluster_key_file: Option<PathBuf>,
+    /// Users who may act on every job (root and the controller's own user
+    /// always may), comma separated.
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub admins: Vec<String>,
+    /// Paths of the TCP API served without a token, comma separated; an
+    /// entry ending in `/` covers everything under it.
+    #[arg(long, value_delimiter = ',', default_value = "/healthz,/metrics")]
+    #[serde(default = "default_auth_exempt")]
+    pub auth_exempt: Vec<String>,
+    /// Token signing key file (0600). Default: STATE_DIR/jwt.key, created if missing.
+    #[arg(long)]
+    #[serde(default)]
+    pub token_key_file: Option<PathBuf>,
+    /// Longest lifetime, in seconds, a token may be issued for.
+    #[arg(long, default_value_t = 86400)]
+    #[serde(default = "default_token_max_lifetime")]
+    pub token_max_lifetime: u64,
+    /// The local unix socket: the API without tokens, the caller known from
+    /// its credentials. Default: STATE_DIR/ctld.sock.
+    #[arg(long)]
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+}
+
+impl Default for CtldConfig {
+    fn default() -> CtldConfig {
+        CtldConfig {
+            listen: default_listen(),
+            cluster_name: default_cluster(),
+            partition: default_partition(),
+            partitions: Vec::new(),
+            node_timeout: default_node_timeout(),
+            launch_policy: default_policy(),
+            durability: default_durability(),
+            cluster_key_file: None,
+            admins: Vec::new(),
+            auth_exempt: default_auth_exempt(),
+            token_key_file: None,
+            token_max_lifetime: default_token_max_lifetime(),
+            socket: None,
+        }
+    }
 }
 
 impl CtldConfig {
@@ -74,6 +117,12 @@ fn default_node_timeout() -> u64 {
 }
 fn default_policy() -> String {
     "case".into()
+}
+fn default_auth_exempt() -> Vec<String> {
+    vec!["/healthz".into(), "/metrics".into()]
+}
+fn default_token_max_lifetime() -> u64 {
+    86400
 }
 fn default_durability() -> Durability {
     Durability::Normal

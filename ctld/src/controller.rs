@@ -15,6 +15,7 @@ use gsched_core::wire::{
 use tokio::sync::Notify;
 use tracing::{info, warn, Instrument};
 
+use crate::auth::Authority;
 use crate::config::CtldConfig;
 use crate::store::{JobRuntime, Store, StoreError, Write};
 
@@ -40,6 +41,10 @@ pub struct Controller {
     pub key: String,
     /// Base URL clients and jobs use to reach this controller.
     pub url: String,
+    /// Token signing and administrators.
+    pub auth: Authority,
+    /// The local unix socket's path.
+    pub socket: std::path::PathBuf,
     wake: Notify,
     last_seen: Mutex<HashMap<String, Instant>>,
     started: Instant,
@@ -53,6 +58,8 @@ impl Controller {
         config: CtldConfig,
         key: String,
         url: String,
+        auth: Authority,
+        socket: std::path::PathBuf,
     ) -> Arc<Controller> {
         Arc::new(Controller {
             cluster: Mutex::new(cluster),
@@ -60,6 +67,8 @@ impl Controller {
             config,
             key,
             url,
+            auth,
+            socket,
             wake: Notify::new(),
             last_seen: Mutex::new(HashMap::new()),
             started: Instant::now(),
@@ -68,6 +77,29 @@ impl Controller {
                 .build()
                 .expect("http client"),
         })
+    }
+
+    /// A token for the job's own commands (srun steps, scontrol requeue,
+    /// sbatch from inside the job) on nodes without the controller's
+    /// socket: the job's user, valid an hour past its time limit (a week
+    /// when it has none).
+    fn job_token(&self, job: &gsched_core::Job) -> Option<String> {
+        let life = job
+            .spec
+            .time_limit
+            .map(|m| m * 60 + 3600)
+            .unwrap_or(7 * 86400);
+        let s = &job.spec;
+        match self
+            .auth
+            .issue(&s.user_name, Some(s.uid), Some(s.gid), life, unix_now())
+        {
+            Ok((t, _)) => Some(t),
+            Err(e) => {
+                warn!(job = job.id, error = %e, "no token for the job");
+                None
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cluster> {
@@ -321,6 +353,7 @@ impl Controller {
                                 .unwrap_or_else(|| self.config.partition.clone()),
                             controller_url: self.url.clone(),
                             learned_footprint_mib: c.learned_footprint(job),
+                            job_token: self.job_token(j),
                         };
                         rpcs.push(Rpc::Launch {
                             url: n.url.clone(),

@@ -2,6 +2,7 @@
 //! launch policy, serves the REST API, and keeps track of nodes.
 
 pub mod api;
+pub mod auth;
 pub mod config;
 pub mod controller;
 pub mod store;
@@ -17,9 +18,10 @@ use tokio::net::TcpListener;
 pub use config::CtldConfig;
 pub use controller::Controller;
 
-/// A started controller: the address its API is bound to.
+/// A started controller: the address its API is bound to, and its socket.
 pub struct Running {
     pub addr: std::net::SocketAddr,
+    pub socket: std::path::PathBuf,
 }
 
 /// Opens the store under `state_dir`, binds the API, and starts the loops.
@@ -32,6 +34,22 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         .clone()
         .unwrap_or_else(|| state_dir.join("cluster.key"));
     let key = gsched_daemon::key::load_or_create(&key_path)?;
+    let token_key_path = config
+        .token_key_file
+        .clone()
+        .unwrap_or_else(|| state_dir.join("jwt.key"));
+    let token_key = gsched_daemon::key::load_or_create(&token_key_path)?;
+    let authority = auth::Authority::new(
+        token_key.as_bytes(),
+        &config.admins,
+        nix::unistd::geteuid().as_raw(),
+        config.token_max_lifetime,
+    );
+    let socket_path = config
+        .socket
+        .clone()
+        .unwrap_or_else(|| state_dir.join("ctld.sock"));
+    let socket = bind_socket(&socket_path)?;
     let db = state_dir.join("ctld.db");
     let (store, loaded) = store::Store::open(&db, config.durability).await?;
     tracing::info!(db = %db.display(), jobs = loaded.jobs.len(), nodes = loaded.nodes.len(), "store loaded");
@@ -41,15 +59,60 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     let url = format!("http://{addr}");
-    let controller = Controller::new(cluster, store, config, key, url);
+    let controller = Controller::new(
+        cluster,
+        store,
+        config,
+        key,
+        url,
+        authority,
+        socket_path.clone(),
+    );
     tokio::spawn(Arc::clone(&controller).scheduler_loop());
     tokio::spawn(Arc::clone(&controller).liveness_loop());
-    let app = api::router(Arc::clone(&controller));
+    let app = api::tcp_app(Arc::clone(&controller));
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "API server stopped");
         }
     });
-    tracing::info!(%addr, "gctld listening");
-    Ok(Running { addr })
+    let local = api::socket_app(Arc::clone(&controller))
+        .into_make_service_with_connect_info::<api::PeerCred>();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(socket, local).await {
+            tracing::error!(error = %e, "socket API server stopped");
+        }
+    });
+    tracing::info!(%addr, socket = %socket_path.display(), "gctld listening");
+    Ok(Running {
+        addr,
+        socket: socket_path,
+    })
+}
+
+/// Binds the local socket, replacing a stale one a crash left behind;
+/// everyone may connect (the kernel tells who did).
+fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            anyhow::bail!(
+                "{} exists and is not a socket; remove it or give another --socket",
+                path.display()
+            );
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!(
+                "another controller is serving {}; stop it first",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("cannot open {} to local users", path.display()))?;
+    Ok(listener)
 }

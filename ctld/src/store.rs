@@ -221,6 +221,38 @@ impl Store {
     }
 }
 
+/// One line of a job's history, as the event log holds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobEvent {
+    pub time: i64,
+    pub kind: String,
+    pub node: Option<String>,
+    pub detail: Option<String>,
+}
+
+impl Store {
+    /// A job's history, oldest first.
+    pub async fn job_events(&self, job: JobId) -> Result<Vec<JobEvent>, sqlx::Error> {
+        let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
+        let rows = sqlx::query(
+            "SELECT time, kind, node, detail FROM events WHERE job_id = ? ORDER BY seq",
+        )
+        .bind(job as i64)
+        .fetch_all(&mut conn)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(JobEvent {
+                    time: r.try_get("time")?,
+                    kind: r.try_get("kind")?,
+                    node: r.try_get("node")?,
+                    detail: r.try_get("detail")?,
+                })
+            })
+            .collect()
+    }
+}
+
 const MAX_GROUP: usize = 1024;
 
 async fn writer(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Batch>) {

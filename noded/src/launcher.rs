@@ -187,6 +187,9 @@ impl Launcher {
                 controller_url: &req.controller_url,
             },
         );
+        if let Some(token) = &req.job_token {
+            env.insert(gsched_core::env::TOKEN_ENV.into(), token.clone());
+        }
         if let Some(probe) = self.probe.get() {
             let key = probe
                 .register_job(job.id, job.spec.uid, None)

@@ -57,6 +57,7 @@ fn memory_mib() -> u64 {
 /// node starts without them and says so.
 async fn restore_reservations(
     controller: &str,
+    key: &str,
     node: &str,
     probe: &Arc<probe::ProbeServer>,
     running: &[gsched_core::job::JobId],
@@ -64,13 +65,18 @@ async fn restore_reservations(
     if running.is_empty() {
         return;
     }
-    let url = format!("{}/api/v1/tasks", controller.trim_end_matches('/'));
+    let url = format!(
+        "{}/internal/v1/nodes/{node}/tasks",
+        controller.trim_end_matches('/')
+    );
     let fetched = async {
         let v: serde_json::Value = reqwest::Client::new()
             .get(&url)
+            .header(gsched_core::wire::CLUSTER_KEY_HEADER, key)
             .timeout(Duration::from_secs(10))
             .send()
             .await?
+            .error_for_status()?
             .json()
             .await?;
         Ok::<_, reqwest::Error>(v)
@@ -239,6 +245,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let ended = launcher.adopt();
     restore_reservations(
         &config.controller,
+        &key,
         &name,
         &probe_server,
         &launcher.running_ids(),

@@ -59,7 +59,7 @@ gsched bench placement >"$OUT/placement-bench.txt" 2>&1
 
 for f in *.out; do echo "== $f"; cat "$f"; done >"$OUT/jobs.txt" 2>&1
 gacct >"$OUT/gacct.txt" 2>&1
-curl -s "$GSCHED_URL/api/v1/tasks" >"$OUT/tasks.json"
+curl -s -H "Authorization: Bearer $(gsched token --quiet)" "$GSCHED_URL/api/v1/tasks" >"$OUT/tasks.json"
 kill -TERM $UP; wait $UP; trap - EXIT
 { echo "after shutdown:"; ps -eo pid,args | grep '[n]vidia-cuda-mps' || echo "(no MPS process)"; } >>"$OUT/summary.txt"
 cp "$st"/mps/gpu1/*/log/control.log "$OUT/mps-control.log" 2>/dev/null

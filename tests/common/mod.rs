@@ -15,7 +15,32 @@ pub struct Gsched {
     pub listen: String,
     pub state: tempfile::TempDir,
     pub work: tempfile::TempDir,
+    /// A token for the test's user (root in CI: an administrator).
+    pub token: String,
     args: Vec<String>,
+}
+
+/// A token from the controller at `url`, as `gsched token` gets it on this
+/// host (through the socket the controller's /healthz names).
+pub fn token(url: &str) -> String {
+    let out = Command::new(bin("gsched"))
+        .args(["token", "--quiet", "--lifetime", "7200"])
+        .env("GSCHED_URL", url)
+        .env_remove("GSCHED_TOKEN")
+        .env_remove("SLURM_JWT")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "gsched token failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A request to `url` carrying `token`.
+pub fn api(method: &str, url: &str, token: &str) -> ureq::Request {
+    ureq::request(method, url).set("Authorization", &format!("Bearer {token}"))
 }
 
 pub fn free_port() -> u16 {
@@ -49,9 +74,11 @@ impl Gsched {
             listen,
             state: tempfile::tempdir().unwrap(),
             work: tempfile::tempdir().unwrap(),
+            token: String::new(),
             args: extra.iter().map(|s| s.to_string()).collect(),
         };
         g.spawn();
+        g.token = token(&g.url);
         g
     }
 
@@ -131,12 +158,13 @@ impl Gsched {
         std::fs::read_to_string(self.state.path().join("up.log")).unwrap_or_default()
     }
 
+    /// A request to this gsched's API with the test's token.
+    pub fn req(&self, method: &str, path: &str) -> ureq::Request {
+        api(method, &format!("{}{path}", self.url), &self.token)
+    }
+
     pub fn get(&self, path: &str) -> Option<Value> {
-        ureq::get(&format!("{}{path}", self.url))
-            .call()
-            .ok()?
-            .into_json()
-            .ok()
+        self.req("GET", path).call().ok()?.into_json().ok()
     }
 
     /// Runs a CLI binary in the work directory against this instance.

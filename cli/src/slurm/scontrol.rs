@@ -135,6 +135,25 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             Ok(0)
         }
+        ["token", opts @ ..] => {
+            // scontrol token [lifespan=SECONDS] [username=NAME]
+            let mut lifespan = None;
+            let mut user = None;
+            for o in opts {
+                match o.split_once('=') {
+                    Some((k, v)) if k.eq_ignore_ascii_case("lifespan") => {
+                        lifespan = Some(v.parse::<u64>().map_err(|_| {
+                            anyhow::anyhow!("Invalid lifespan: {v} (seconds expected)")
+                        })?)
+                    }
+                    Some((k, v)) if k.eq_ignore_ascii_case("username") => user = Some(v),
+                    _ => bail!("Invalid token option: {o} (lifespan=SECONDS or username=NAME)"),
+                }
+            }
+            let t = client.issue_token(lifespan, user)?;
+            println!("SLURM_JWT={}", t.token);
+            Ok(0)
+        }
         ["requeue", ids @ ..] if !ids.is_empty() => {
             let list: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
             let refs = parse_refs(&list)?;

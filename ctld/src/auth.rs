@@ -1,0 +1,436 @@
+//! Who is calling: signed tokens (JWT, HS256) on the TCP API, the peer's
+//! credentials on the local unix socket, and what each caller may do.
+//!
+//! Tokens carry slurmrestd's `sun` claim (the user name) plus the uid and
+//! gid the controller saw when it issued them, so a job submitted with a
+//! token runs as that user and no other.
+
+use std::collections::HashSet;
+
+use axum::http::{HeaderMap, StatusCode};
+use gsched_core::job::JobSpec;
+use gsched_daemon::http::ApiError;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+/// slurmrestd's header pair.
+pub const USER_TOKEN_HEADER: &str = "x-slurm-user-token";
+pub const USER_NAME_HEADER: &str = "x-slurm-user-name";
+const ISSUER: &str = "gsched";
+
+/// The caller of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub user: String,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub admin: bool,
+    pub via: Via,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The local unix socket: identity from the kernel (SO_PEERCRED).
+    Socket,
+    /// A token on the TCP API.
+    Token,
+    /// A path the configuration exempts from authentication.
+    Anonymous,
+}
+
+impl Caller {
+    pub fn anonymous() -> Caller {
+        Caller {
+            user: String::new(),
+            uid: None,
+            gid: None,
+            admin: false,
+            via: Via::Anonymous,
+        }
+    }
+
+    /// Whether this caller may cancel or change a job of `user` (`uid`).
+    pub fn may_act_on(&self, user: &str, uid: u32) -> bool {
+        self.admin
+            || (self.via != Via::Anonymous
+                && self.user == user
+                && self.uid.is_none_or(|u| u == uid))
+    }
+
+    /// Makes a submitted job this caller's: the spec's user, uid and gid
+    /// become the caller's. A spec naming someone else is refused, except
+    /// from an administrator, who may submit on a user's behalf (as root
+    /// may in Slurm).
+    pub fn stamp_owner(&self, spec: &mut JobSpec) -> Result<(), ApiError> {
+        let deny = |m: String| Err(ApiError(StatusCode::FORBIDDEN, m));
+        if self.via == Via::Anonymous {
+            return deny(
+                "submitting needs an authenticated user (a token, or the local socket)".into(),
+            );
+        }
+        if self.admin && !spec.user_name.is_empty() && spec.user_name != self.user {
+            return Ok(());
+        }
+        if !spec.user_name.is_empty() && spec.user_name != self.user {
+            return deny(format!(
+                "the job names user {} but you are {}; only an administrator may submit for another user",
+                spec.user_name, self.user
+            ));
+        }
+        let Some(uid) = self.uid else {
+            return deny(format!(
+                "user {} has no uid on the controller host; jobs cannot run as them",
+                self.user
+            ));
+        };
+        if spec.uid != uid && !(spec.uid == 0 && spec.user_name.is_empty()) {
+            return deny(format!(
+                "the job names uid {} but you are uid {uid}",
+                spec.uid
+            ));
+        }
+        spec.user_name = self.user.clone();
+        spec.uid = uid;
+        if let Some(g) = self.gid {
+            spec.gid = g;
+        }
+        Ok(())
+    }
+
+    /// 403 unless this caller may act on the job.
+    pub fn check_owner(&self, job: u64, user: &str, uid: u32) -> Result<(), ApiError> {
+        if self.may_act_on(user, uid) {
+            return Ok(());
+        }
+        let who = if self.via == Via::Anonymous {
+            "an unauthenticated caller".to_string()
+        } else {
+            format!("user {}", self.user)
+        };
+        Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Access/permission denied: job {job} belongs to {user}; {who} may not change it (only its owner or an administrator)"
+            ),
+        ))
+    }
+}
+
+/// Claims of a gsched token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The user name (slurmrestd's claim name).
+    pub sun: String,
+    #[serde(default)]
+    pub uid: Option<u32>,
+    #[serde(default)]
+    pub gid: Option<u32>,
+    pub iat: i64,
+    pub exp: i64,
+    #[serde(default)]
+    pub iss: Option<String>,
+}
+
+/// Why a request was not authenticated: the 401's reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("this API needs a token: send `Authorization: Bearer TOKEN` or X-SLURM-USER-TOKEN; get one with `gsched token` (or `scontrol token`) on the controller host")]
+    Missing,
+    #[error("give the token either as X-SLURM-USER-TOKEN or as Authorization: Bearer, not both")]
+    BothForms,
+    #[error("X-SLURM-USER-NAME was given without X-SLURM-USER-TOKEN")]
+    NameWithoutToken,
+    #[error("the Authorization header is not `Bearer TOKEN`")]
+    NotBearer,
+    #[error("the token has expired; get a new one with `gsched token`")]
+    Expired,
+    #[error("the token's signature does not verify (forged, or signed with another key)")]
+    BadSignature,
+    #[error("the token is not a gsched token: {0}")]
+    Malformed(String),
+    #[error("the token is for user {token}, not {header} (X-SLURM-USER-NAME)")]
+    UserMismatch { token: String, header: String },
+    #[error("user {0} is not known on the controller host")]
+    UnknownUser(String),
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> ApiError {
+        ApiError(StatusCode::UNAUTHORIZED, e.to_string())
+    }
+}
+
+/// Token signing and the admin list.
+pub struct Authority {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    admins: HashSet<String>,
+    /// The uid the controller runs as: an administrator of its own cluster.
+    own_uid: u32,
+    pub max_lifetime: u64,
+}
+
+/// A user's uid and primary gid, by name, from the host's user database.
+pub fn lookup_user(name: &str) -> Option<(u32, u32)> {
+    nix::unistd::User::from_name(name)
+        .ok()
+        .flatten()
+        .map(|u| (u.uid.as_raw(), u.gid.as_raw()))
+}
+
+/// A user's name by uid (the uid as text when the host has no entry).
+pub fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| uid.to_string())
+}
+
+impl Authority {
+    pub fn new(secret: &[u8], admins: &[String], own_uid: u32, max_lifetime: u64) -> Authority {
+        Authority {
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+            admins: admins.iter().cloned().collect(),
+            own_uid,
+            max_lifetime,
+        }
+    }
+
+    pub fn is_admin(&self, user: &str, uid: Option<u32>) -> bool {
+        uid.is_some_and(|u| u == 0 || u == self.own_uid) || self.admins.contains(user)
+    }
+
+    /// The caller behind a unix-socket peer.
+    pub fn socket_caller(&self, uid: u32, gid: u32) -> Caller {
+        let user = user_name(uid);
+        Caller {
+            admin: self.is_admin(&user, Some(uid)),
+            user,
+            uid: Some(uid),
+            gid: Some(gid),
+            via: Via::Socket,
+        }
+    }
+
+    /// Signs a token for `user` valid `lifetime` seconds from `now`.
+    pub fn issue(
+        &self,
+        user: &str,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        lifetime: u64,
+        now: i64,
+    ) -> Result<(String, Claims), String> {
+        let claims = Claims {
+            sun: user.to_string(),
+            uid,
+            gid,
+            iat: now,
+            exp: now + lifetime as i64,
+            iss: Some(ISSUER.into()),
+        };
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map(|t| (t, claims))
+            .map_err(|e| format!("cannot sign a token: {e}"))
+    }
+
+    /// Checks a token's signature and lifetime.
+    pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let mut v = Validation::new(Algorithm::HS256);
+        v.leeway = 0;
+        v.set_required_spec_claims(&["exp"]);
+        match jsonwebtoken::decode::<Claims>(token, &self.decoding, &v) {
+            Ok(d) => Ok(d.claims),
+            Err(e) => Err(match e.kind() {
+                ErrorKind::ExpiredSignature => AuthError::Expired,
+                ErrorKind::InvalidSignature => AuthError::BadSignature,
+                ErrorKind::InvalidAlgorithm => {
+                    AuthError::Malformed("it is not signed with HS256".into())
+                }
+                other => AuthError::Malformed(format!("{other:?}")),
+            }),
+        }
+    }
+
+    /// The caller named by a request's token headers.
+    pub fn token_caller(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
+        let text = |name: &str| {
+            headers
+                .get(name)
+                .map(|v| v.to_str().unwrap_or("").trim().to_string())
+        };
+        let slurm = text(USER_TOKEN_HEADER);
+        let name = text(USER_NAME_HEADER).filter(|n| !n.is_empty());
+        let bearer = text("authorization");
+        let token = match (slurm, bearer) {
+            (Some(_), Some(_)) => return Err(AuthError::BothForms),
+            (Some(t), None) => t,
+            (None, Some(b)) => {
+                if name.is_some() {
+                    return Err(AuthError::NameWithoutToken);
+                }
+                match b.split_once(' ') {
+                    Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") => {
+                        t.trim().to_string()
+                    }
+                    _ => return Err(AuthError::NotBearer),
+                }
+            }
+            (None, None) if name.is_some() => return Err(AuthError::NameWithoutToken),
+            (None, None) => return Err(AuthError::Missing),
+        };
+        if token.is_empty() {
+            return Err(AuthError::Missing);
+        }
+        let c = self.verify(&token)?;
+        let admin = self.is_admin(&c.sun, c.uid);
+        match name {
+            Some(n) if n != c.sun => {
+                // An administrator's token may act as the named user, as
+                // slurmrestd lets SlurmUser's tokens do.
+                if !admin {
+                    return Err(AuthError::UserMismatch {
+                        token: c.sun,
+                        header: n,
+                    });
+                }
+                let (uid, gid) = lookup_user(&n).ok_or(AuthError::UnknownUser(n.clone()))?;
+                Ok(Caller {
+                    admin: self.is_admin(&n, Some(uid)),
+                    user: n,
+                    uid: Some(uid),
+                    gid: Some(gid),
+                    via: Via::Token,
+                })
+            }
+            _ => {
+                let (uid, gid) = match c.uid {
+                    Some(u) => (Some(u), c.gid),
+                    None => match lookup_user(&c.sun) {
+                        Some((u, g)) => (Some(u), Some(g)),
+                        None => (None, None),
+                    },
+                };
+                Ok(Caller {
+                    user: c.sun,
+                    uid,
+                    gid,
+                    admin,
+                    via: Via::Token,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn authority() -> Authority {
+        Authority::new(
+            b"0123456789abcdef0123456789abcdef",
+            &["ops".into()],
+            4242,
+            86400,
+        )
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn now() -> i64 {
+        gsched_daemon::unix_now()
+    }
+
+    #[test]
+    fn issued_tokens_verify_in_both_header_forms() {
+        let a = authority();
+        let (t, _) = a.issue("alice", Some(1000), Some(100), 60, now()).unwrap();
+        let bearer = a
+            .token_caller(&headers(&[("authorization", &format!("Bearer {t}"))]))
+            .unwrap();
+        assert_eq!(bearer.user, "alice");
+        assert_eq!(bearer.uid, Some(1000));
+        assert_eq!(bearer.gid, Some(100));
+        assert!(!bearer.admin);
+        let slurm = a
+            .token_caller(&headers(&[
+                (USER_TOKEN_HEADER, &t),
+                (USER_NAME_HEADER, "alice"),
+            ]))
+            .unwrap();
+        assert_eq!(slurm, bearer);
+        assert_eq!(
+            a.token_caller(&headers(&[
+                (USER_TOKEN_HEADER, &t),
+                ("authorization", &format!("Bearer {t}"))
+            ])),
+            Err(AuthError::BothForms)
+        );
+    }
+
+    #[test]
+    fn bad_tokens_say_why() {
+        let a = authority();
+        assert_eq!(a.token_caller(&HeaderMap::new()), Err(AuthError::Missing));
+        let (old, _) = a.issue("alice", Some(1000), None, 10, now() - 100).unwrap();
+        assert_eq!(a.verify(&old), Err(AuthError::Expired));
+        let other = Authority::new(b"another key entirely, 32 bytes!!", &[], 1, 60);
+        let (forged, _) = other.issue("root", Some(0), None, 60, now()).unwrap();
+        assert_eq!(a.verify(&forged), Err(AuthError::BadSignature));
+        assert!(matches!(
+            a.verify("not.a.token"),
+            Err(AuthError::Malformed(_))
+        ));
+        assert_eq!(
+            a.token_caller(&headers(&[("authorization", "Basic abc")])),
+            Err(AuthError::NotBearer)
+        );
+        assert_eq!(
+            a.token_caller(&headers(&[(USER_NAME_HEADER, "alice")])),
+            Err(AuthError::NameWithoutToken)
+        );
+        let (t, _) = a.issue("alice", Some(1000), None, 60, now()).unwrap();
+        assert_eq!(
+            a.token_caller(&headers(&[
+                (USER_TOKEN_HEADER, &t),
+                (USER_NAME_HEADER, "bob")
+            ])),
+            Err(AuthError::UserMismatch {
+                token: "alice".into(),
+                header: "bob".into()
+            })
+        );
+    }
+
+    #[test]
+    fn owners_and_admins_may_act() {
+        let a = authority();
+        let alice = a.socket_caller(1000, 1000);
+        assert!(!alice.admin);
+        let alice = Caller {
+            user: "alice".into(),
+            ..alice
+        };
+        assert!(alice.may_act_on("alice", 1000));
+        assert!(!alice.may_act_on("bob", 1001));
+        assert!(!alice.may_act_on("alice", 1001), "same name, other uid");
+        assert!(a.socket_caller(0, 0).admin);
+        assert!(a.socket_caller(4242, 0).admin, "the controller's own user");
+        assert!(a.is_admin("ops", Some(7)));
+        assert!(!Caller::anonymous().may_act_on("", 0));
+        let err = alice.check_owner(5, "bob", 1001).unwrap_err();
+        assert_eq!(err.0, StatusCode::FORBIDDEN);
+        assert!(err.1.contains("job 5 belongs to bob"), "{}", err.1);
+    }
+}
