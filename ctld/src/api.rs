@@ -102,7 +102,7 @@ async fn peer_auth(
 }
 
 /// 404 for an unknown job, 403 unless the caller owns it or is an admin.
-fn check_owner(ctl: &Controller, caller: &Caller, id: JobId) -> Result<(), ApiError> {
+pub fn check_owner_of(ctl: &Controller, caller: &Caller, id: JobId) -> Result<(), ApiError> {
     let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
     let j = c.job(id).ok_or_else(|| unknown_job(&id.to_string()))?;
     caller.check_owner(id, &j.spec.user_name, j.spec.uid)
@@ -148,6 +148,7 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/internal/v1/nodes/{name}/heartbeat", post(heartbeat))
         .route("/internal/v1/nodes/{name}/tasks", get(node_open_tasks))
         .route("/internal/v1/jobs/ended", post(jobs_ended))
+        .merge(crate::slurmrest::routes())
         .fallback(|| async {
             ApiError(
                 StatusCode::NOT_FOUND,
@@ -353,7 +354,7 @@ async fn job_script(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner(&ctl, &caller, jid)?;
+    check_owner_of(&ctl, &caller, jid)?;
     let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
     let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
     Ok(Json(serde_json::json!({
@@ -397,7 +398,7 @@ async fn cancel_job(
     Query(q): Query<CancelQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner(&ctl, &caller, jid)?;
+    check_owner_of(&ctl, &caller, jid)?;
     let signal = match &q.signal {
         Some(s) => {
             Some(parse_signal(s).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?)
@@ -418,7 +419,7 @@ async fn requeue_job(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner(&ctl, &caller, jid)?;
+    check_owner_of(&ctl, &caller, jid)?;
     ctl.requeue(jid).await?;
     Ok(Json(
         serde_json::json!({ "job_id": jid, "job_state": "PENDING" }),
@@ -452,7 +453,7 @@ async fn begin_step(
     Body(b): Body<StepBegin>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner(&ctl, &caller, jid)?;
+    check_owner_of(&ctl, &caller, jid)?;
     let step = ctl.begin_step(jid, &b.name, b.ntasks).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
 }
@@ -464,7 +465,7 @@ async fn end_step(
     Body(b): Body<StepEnd>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner(&ctl, &caller, jid)?;
+    check_owner_of(&ctl, &caller, jid)?;
     ctl.end_step(jid, step, b.exit_code, b.signal).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
 }
@@ -475,7 +476,7 @@ async fn hold_job(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner(&ctl, &caller, jid)?;
+    check_owner_of(&ctl, &caller, jid)?;
     ctl.set_held(jid, true).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "held": true })))
 }
@@ -486,7 +487,7 @@ async fn release_job(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner(&ctl, &caller, jid)?;
+    check_owner_of(&ctl, &caller, jid)?;
     ctl.set_held(jid, false).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "held": false })))
 }

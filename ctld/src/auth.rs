@@ -188,6 +188,22 @@ pub fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
+/// A group's name by gid (the gid as text when the host has none).
+pub fn group_name(gid: u32) -> String {
+    nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map(|g| g.name)
+        .unwrap_or_else(|| gid.to_string())
+}
+
+/// This host's name.
+pub fn host_name() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 impl Authority {
     pub fn new(secret: &[u8], admins: &[String], own_uid: u32, max_lifetime: u64) -> Authority {
         Authority {

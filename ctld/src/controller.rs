@@ -46,6 +46,11 @@ pub struct Controller {
     /// The local unix socket's path.
     pub socket: std::path::PathBuf,
     wake: Notify,
+    /// When each job last changed since this controller started (for
+    /// slurmrestd's `update_time`); earlier changes are read off the job.
+    changed: Mutex<HashMap<JobId, i64>>,
+    /// When any node last reported or changed.
+    nodes_changed: std::sync::atomic::AtomicI64,
     last_seen: Mutex<HashMap<String, Instant>>,
     started: Instant,
     http: reqwest::Client,
@@ -70,6 +75,8 @@ impl Controller {
             auth,
             socket,
             wake: Notify::new(),
+            changed: Mutex::new(HashMap::new()),
+            nodes_changed: std::sync::atomic::AtomicI64::new(unix_now()),
             last_seen: Mutex::new(HashMap::new()),
             started: Instant::now(),
             http: reqwest::Client::builder()
@@ -100,6 +107,44 @@ impl Controller {
                 None
             }
         }
+    }
+
+    /// When `job` last changed, as far as this controller knows.
+    pub fn changed_at(&self, job: &gsched_core::Job) -> i64 {
+        let seen = self
+            .changed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&job.id)
+            .copied();
+        seen.unwrap_or_else(|| {
+            [
+                job.submit_time,
+                job.start_time.unwrap_or(0),
+                job.end_time.unwrap_or(0),
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+        })
+    }
+
+    /// When any node last reported or changed.
+    pub fn nodes_changed_at(&self) -> i64 {
+        self.nodes_changed
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn touch(&self, ids: impl IntoIterator<Item = JobId>, now: i64) {
+        let mut m = self.changed.lock().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            m.insert(id, now);
+        }
+    }
+
+    fn touch_nodes(&self, now: i64) {
+        self.nodes_changed
+            .store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cluster> {
@@ -142,6 +187,7 @@ impl Controller {
             }
             (id, ids, self.store.write(writes))
         };
+        let ids_for_touch = ids.clone();
         if let Err(e) = pending.await {
             let mut c = self.lock();
             for j in ids {
@@ -149,6 +195,7 @@ impl Controller {
             }
             return Err(e.into());
         }
+        self.touch(ids_for_touch, now);
         self.wake.notify_one();
         Ok(id)
     }
@@ -242,6 +289,7 @@ impl Controller {
             self.wake.notify_one();
         }
         if known {
+            self.touch_nodes(unix_now());
             self.last_seen
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -309,6 +357,7 @@ impl Controller {
             for e in effects {
                 match e {
                     Effect::Job { id, event } => {
+                        self.touch([id], now);
                         if let Some(j) = c.job(id) {
                             writes.push(Write::JobState(Box::new(JobRuntime::of(j))));
                             writes.push(Write::Event {
@@ -321,6 +370,7 @@ impl Controller {
                         }
                     }
                     Effect::Node { name } => {
+                        self.touch_nodes(now);
                         if let Some(n) = c.node(&name) {
                             writes.push(Write::Node(Box::new(n.clone())));
                             writes.push(Write::Event {

@@ -1,10 +1,14 @@
 //! gsched-ctld: the controller. Holds the queues and the job store, runs the
 //! launch policy, serves the REST API, and keeps track of nodes.
 
+// slurmrestd's job record is one large `json!`.
+#![recursion_limit = "256"]
+
 pub mod api;
 pub mod auth;
 pub mod config;
 pub mod controller;
+pub mod slurmrest;
 pub mod store;
 
 use std::path::Path;

@@ -1,0 +1,357 @@
+//! `POST /slurm/{v}/job/submit`: slurmrestd's job description read into a
+//! gsched job, with errors that name the field.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use gsched_core::array::ArrayRequest;
+use gsched_core::dependency::Dependency;
+use gsched_core::job::{GpuRequest, JobSpec, SlurmOptions};
+use serde_json::{json, Value};
+
+use super::{Ctl, Req, SlurmError, Who};
+
+/// Fields of `job` read here; others are accepted with a warning.
+const KNOWN: &[&str] = &[
+    "script",
+    "name",
+    "partition",
+    "current_working_directory",
+    "environment",
+    "time_limit",
+    "standard_output",
+    "standard_error",
+    "standard_input",
+    "account",
+    "qos",
+    "comment",
+    "wckey",
+    "array",
+    "dependency",
+    "hold",
+    "requeue",
+    "tasks",
+    "cpus_per_task",
+    "argv",
+    "tres_per_job",
+    "tres_per_node",
+    "tres_per_task",
+    "user_id",
+    "group_id",
+    "nodes",
+    "minimum_nodes",
+    "maximum_nodes",
+    "open_mode",
+];
+
+/// A number given plainly or as `{"set", "infinite", "number"}`; `Ok(None)`
+/// for unset or infinite.
+fn number(field: &str, v: &Value) -> Result<Option<i64>, String> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => n
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| format!("job.{field} must be a whole number")),
+        Value::Object(o) => {
+            if o.get("infinite").and_then(Value::as_bool) == Some(true)
+                || o.get("set").and_then(Value::as_bool) == Some(false)
+            {
+                return Ok(None);
+            }
+            o.get("number")
+                .and_then(Value::as_i64)
+                .map(Some)
+                .ok_or_else(|| format!("job.{field}.number must be a whole number"))
+        }
+        _ => Err(format!(
+            "job.{field} must be a number or {{\"set\", \"infinite\", \"number\"}}"
+        )),
+    }
+}
+
+fn text(field: &str, v: Option<&Value>) -> Result<Option<String>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(format!("job.{field} must be a string")),
+    }
+}
+
+/// `gres/gpu[:PROFILE][:N]` (or `gpu:...`): a GPU instance of the job's
+/// own, so an isolated job; the profile when one is named.
+fn gpu_request(tres: &str) -> Result<Option<Option<String>>, String> {
+    let mut found = None;
+    for part in tres.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let g = part.strip_prefix("gres/").unwrap_or(part);
+        if ["cpu=", "mem=", "node=", "billing="]
+            .iter()
+            .any(|p| g.starts_with(p))
+        {
+            continue;
+        }
+        let g = g.split_once('=').map(|(a, _)| a).unwrap_or(g);
+        let Some(rest) = g.strip_prefix("gpu") else {
+            return Err(format!(
+                "tres {part}: gsched knows only the gpu resource (gres/gpu[:PROFILE][:N])"
+            ));
+        };
+        let fields: Vec<&str> = rest.trim_start_matches(':').split(':').collect();
+        let profile = fields
+            .iter()
+            .find(|f| !f.is_empty() && f.parse::<u32>().is_err())
+            .map(|p| p.to_string());
+        if let Some(n) = fields.iter().find_map(|f| f.parse::<u32>().ok()) {
+            if n != 1 {
+                return Err(format!(
+                    "tres {part}: a job gets one GPU instance; ask for 1"
+                ));
+            }
+        }
+        found = Some(profile);
+    }
+    Ok(found)
+}
+
+/// The gsched job a slurmrestd submission describes, and its warnings.
+pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
+    let job = match body.get("job") {
+        Some(Value::Object(_)) => &body["job"],
+        Some(_) => return Err("job must be an object".into()),
+        None => match body.get("jobs").and_then(Value::as_array) {
+            Some(list) if list.len() == 1 => &list[0],
+            Some(_) => {
+                return Err("gsched takes one job per submission (no heterogeneous jobs)".into())
+            }
+            None => {
+                return Err("the body needs a job object: {\"script\": ..., \"job\": {...}}".into())
+            }
+        },
+    };
+    let obj = job.as_object().ok_or("job must be an object")?;
+    let mut warnings: Vec<String> = obj
+        .keys()
+        .filter(|k| !KNOWN.contains(&k.as_str()))
+        .map(|k| format!("job.{k} is not supported by gsched and was ignored"))
+        .collect();
+    let script = text("script", body.get("script"))?
+        .or(text("script", obj.get("script"))?)
+        .filter(|s| !s.trim().is_empty())
+        .ok_or("the batch script is missing (script)")?;
+    if !script.starts_with("#!") {
+        return Err("the batch script must start with #! (e.g. #!/bin/bash)".into());
+    }
+    let cwd = text(
+        "current_working_directory",
+        obj.get("current_working_directory"),
+    )?
+    .ok_or("job.current_working_directory is required")?;
+    if !cwd.starts_with('/') {
+        return Err(format!(
+            "job.current_working_directory must be an absolute path, not {cwd}"
+        ));
+    }
+    let mut environment = BTreeMap::new();
+    match obj.get("environment") {
+        None | Some(Value::Null) => {
+            warnings.push("job.environment was not given; the job starts with PATH only".into());
+            environment.insert("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into());
+        }
+        Some(Value::Array(list)) => {
+            for e in list {
+                let s = e
+                    .as_str()
+                    .ok_or("job.environment must be a list of \"NAME=value\" strings")?;
+                let (k, v) = s
+                    .split_once('=')
+                    .ok_or_else(|| format!("job.environment entry {s:?} is not NAME=value"))?;
+                environment.insert(k.to_string(), v.to_string());
+            }
+        }
+        Some(_) => return Err("job.environment must be a list of \"NAME=value\" strings".into()),
+    }
+    let minutes = match obj.get("time_limit") {
+        Some(v) => number("time_limit", v)?,
+        None => None,
+    };
+    if minutes.is_some_and(|m| m <= 0) {
+        return Err("job.time_limit must be at least 1 minute".into());
+    }
+    let small = |field: &str| -> Result<Option<u32>, String> {
+        match obj.get(field) {
+            Some(v) => number(field, v)?
+                .map(|n| u32::try_from(n).map_err(|_| format!("job.{field} is out of range")))
+                .transpose(),
+            None => Ok(None),
+        }
+    };
+    let flag = |field: &str| -> Result<bool, String> {
+        match obj.get(field) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(format!("job.{field} must be true or false")),
+        }
+    };
+    let mut gpu = None;
+    for f in ["tres_per_job", "tres_per_node", "tres_per_task"] {
+        if let Some(t) = text(f, obj.get(f))? {
+            if let Some(g) = gpu_request(&t)? {
+                gpu = Some(g);
+            }
+        }
+    }
+    let argv = match obj.get("argv") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or("job.argv must be a list of strings")
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("job.argv must be a list of strings".into()),
+    };
+    let array = text("array", obj.get("array"))?
+        .map(|a| ArrayRequest::parse(&a).map_err(|e| format!("job.array: {e}")))
+        .transpose()?;
+    let dependency = text("dependency", obj.get("dependency"))?
+        .filter(|d| !d.is_empty())
+        .map(|d| Dependency::parse(&d).map_err(|e| format!("job.dependency: {e}")))
+        .transpose()?;
+    let spec = JobSpec {
+        name: text("name", obj.get("name"))?.unwrap_or_else(|| "sbatch".into()),
+        script,
+        argv,
+        environment,
+        working_dir: cwd,
+        user_name: String::new(),
+        uid: 0,
+        gid: 0,
+        submit_host: "slurmrestd".into(),
+        isolated: gpu.is_some(),
+        gpu: GpuRequest {
+            mig_profile: gpu.flatten(),
+            mem_mib: None,
+        },
+        time_limit: minutes.map(|m| m as u64 * 60),
+        stdout: text("standard_output", obj.get("standard_output"))?,
+        stderr: text("standard_error", obj.get("standard_error"))?,
+        requeue: flag("requeue")?,
+        partition: text("partition", obj.get("partition"))?,
+        array,
+        hold: flag("hold")?,
+        dependency,
+        array_task: None,
+        slurm: SlurmOptions {
+            account: text("account", obj.get("account"))?,
+            qos: text("qos", obj.get("qos"))?,
+            comment: text("comment", obj.get("comment"))?,
+            wckey: text("wckey", obj.get("wckey"))?,
+            ntasks: small("tasks")?,
+            cpus_per_task: small("cpus_per_task")?,
+            open_mode: text("open_mode", obj.get("open_mode"))?,
+            signal: None,
+            other: BTreeMap::new(),
+        },
+    };
+    Ok((spec, warnings))
+}
+
+pub async fn submit(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Path(v): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, SlurmError> {
+    let r = Req::new(&ctl, &v, &caller)?;
+    let bad = |m: String| r.error(StatusCode::BAD_REQUEST, 2020, m);
+    let body: Value =
+        serde_json::from_slice(&body).map_err(|e| bad(format!("invalid JSON body: {e}")))?;
+    let (mut spec, warnings) = job_spec(&body).map_err(bad)?;
+    // The job is the caller's; a numeric user_id naming someone else is
+    // refused the same way.
+    if let Some(uid) = body["job"]["user_id"]
+        .as_str()
+        .and_then(|u| u.parse::<u32>().ok())
+    {
+        spec.uid = uid;
+    }
+    caller.stamp_owner(&mut spec).map_err(|e| r.api_error(e))?;
+    let id = ctl.submit(spec).await.map_err(|e| r.ctl_error(e))?;
+    let mut out = r.ok(json!({
+        "job_id": id,
+        "step_id": "batch",
+        "job_submit_user_msg": "",
+        // v0.0.41's block, kept for its clients.
+        "result": {
+            "job_id": id, "step_id": "batch", "error_code": 0,
+            "error": "No error", "job_submit_user_msg": "",
+        },
+    }));
+    out.0["warnings"] = warnings
+        .into_iter()
+        .map(|w| json!({"description": w, "source": "gsched"}))
+        .collect();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slurmrestd_body_becomes_a_job() {
+        let body = json!({
+            "script": "#!/bin/sh\necho hi\n",
+            "job": {
+                "name": "x", "partition": "gpu", "current_working_directory": "/tmp",
+                "environment": ["PATH=/bin", "A=b=c"],
+                "time_limit": {"set": true, "infinite": false, "number": 5},
+                "tres_per_job": "cpu=2,gres/gpu:1g.5gb:1", "array": "1-3%1",
+                "tasks": 2, "bogus": 1,
+            }
+        });
+        let (s, w) = job_spec(&body).unwrap();
+        assert_eq!(s.name, "x");
+        assert_eq!(s.time_limit, Some(300));
+        assert_eq!(s.environment["A"], "b=c");
+        assert!(s.isolated);
+        assert_eq!(s.gpu.mig_profile.as_deref(), Some("1g.5gb"));
+        assert_eq!(s.slurm.ntasks, Some(2));
+        assert!(s.array.is_some());
+        assert_eq!(
+            w,
+            vec!["job.bogus is not supported by gsched and was ignored"]
+        );
+        let (plain, _) = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
+            "current_working_directory": "/", "environment": [], "time_limit": 2}}))
+        .unwrap();
+        assert_eq!(plain.time_limit, Some(120));
+        assert!(!plain.isolated);
+    }
+
+    #[test]
+    fn bad_bodies_name_the_field() {
+        let err = |b: Value| job_spec(&b).unwrap_err();
+        assert!(err(json!({})).contains("needs a job object"));
+        assert!(
+            err(json!({"job": {"current_working_directory": "/"}})).contains("script is missing")
+        );
+        assert!(
+            err(json!({"script": "echo", "job": {"current_working_directory": "/"}}))
+                .contains("#!")
+        );
+        assert!(err(json!({"script": "#!/bin/sh", "job": {}}))
+            .contains("current_working_directory is required"));
+        assert!(err(json!({"script": "#!/bin/sh", "job": {"current_working_directory": "/", "environment": "A=1"}})).contains("job.environment"));
+        assert!(err(json!({"script": "#!/bin/sh", "job": {"current_working_directory": "/", "time_limit": "5"}})).contains("job.time_limit"));
+        assert!(err(json!({"script": "#!/bin/sh", "job": {"current_working_directory": "/", "tres_per_job": "gres/fpga:1"}})).contains("gpu resource"));
+        assert!(err(
+            json!({"script": "#!/bin/sh", "job": {"current_working_directory": "/", "array": "x"}})
+        )
+        .contains("job.array"));
+    }
+}

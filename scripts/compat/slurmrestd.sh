@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# slurmrestd compatibility with a real client (issue 8): installs the
+# OpenAPI-generated Slurm REST client `slurmrestapi` (Slurm 25.11: data
+# parsers v0.0.41 to v0.0.44) from PyPI into a virtual environment, starts
+# `gsched up` on a loopback port with simulated MIG GPUs, gets a token with
+# `gsched token`, and runs scripts/compat/slurmrestd_check.py: every
+# slurmrestd endpoint gsched serves, in every version, read through the
+# client's own models (field names and types checked by pydantic), plus
+# submit, cancel and the auth failures. Exit 0 only if every check passes.
+# Usage: scripts/compat/slurmrestd.sh [path/to/gsched]  (default: target/debug/gsched)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+gsched=${1:-$root/target/debug/gsched}
+[ -x "$gsched" ] || { echo "slurmrestd.sh: $gsched not built (cargo build --workspace)" >&2; exit 1; }
+venv=$root/target/compat-venv
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check "slurmrestapi==25.11.4.0"
+work=$(mktemp -d)
+trap 'kill "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$gsched" up --state-dir "$work/state" --listen "127.0.0.1:$port" \
+    --sim-gpus '1xA100-40GB:2g.10gb*2,1g.5gb*3' --kill-wait 2 --heartbeat-interval 1 > "$work/up.log" 2>&1 &
+up_pid=$!
+export GSCHED_URL="http://127.0.0.1:$port"
+for _ in $(seq 100); do
+    if curl -sf "$GSCHED_URL/healthz" 2>/dev/null | grep -q '"nodes_up":1'; then break; fi
+    sleep 0.1
+done
+token=$("$gsched" token --quiet --lifetime 3600)
+mkdir -p "$work/jobs"
+if ! timeout 300 "$venv/bin/python" "$root/scripts/compat/slurmrestd_check.py" \
+        "$GSCHED_URL" "$token" "$(id -un)" "$work/jobs"; then
+    echo "--- gsched up log ---" >&2; tail -50 "$work/up.log" >&2
+    exit 1
+fi
