@@ -27,6 +27,28 @@ pub struct InstanceSlot {
     pub active_tasks: u32,
     /// Bytes those tasks reserve.
     pub reserved_bytes: u64,
+    /// Warps those tasks declared.
+    pub warps: u64,
+    /// Bytes reserved per job.
+    pub job_bytes: BTreeMap<JobId, u64>,
+    /// Memory in use as the GPU reports it, where the node can read it.
+    pub used_bytes: Option<u64>,
+}
+
+impl InstanceSlot {
+    /// An instance with nothing on it.
+    pub fn new(instance: Instance) -> InstanceSlot {
+        InstanceSlot {
+            instance,
+            isolated_owner: None,
+            draining_for: None,
+            active_tasks: 0,
+            reserved_bytes: 0,
+            warps: 0,
+            job_bytes: BTreeMap::new(),
+            used_bytes: None,
+        }
+    }
 }
 
 /// A node as the controller knows it.
@@ -293,10 +315,13 @@ impl Cluster {
         };
         let mut freed = false;
         for slot in &mut n.instances {
-            let u = uses.get(&slot.instance.uuid).copied().unwrap_or_default();
+            let u = uses.get(&slot.instance.uuid).cloned().unwrap_or_default();
             freed |= slot.draining_for.is_some() && slot.active_tasks > 0 && u.tasks == 0;
             slot.active_tasks = u.tasks;
             slot.reserved_bytes = u.reserved_bytes;
+            slot.warps = u.warps;
+            slot.job_bytes = u.jobs;
+            slot.used_bytes = u.used_bytes;
         }
         freed
     }
@@ -1031,13 +1056,7 @@ impl Cluster {
             instances: reg
                 .instances
                 .iter()
-                .map(|i| InstanceSlot {
-                    instance: i.clone(),
-                    isolated_owner: None,
-                    draining_for: None,
-                    active_tasks: 0,
-                    reserved_bytes: 0,
-                })
+                .map(|i| InstanceSlot::new(i.clone()))
                 .collect(),
             running: BTreeSet::new(),
         };

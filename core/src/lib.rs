@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod dependency;
 pub mod env;
 pub mod gpu;
+pub mod histogram;
 pub mod job;
 pub mod launch;
 pub mod mig;

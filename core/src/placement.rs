@@ -330,6 +330,17 @@ impl TaskBook {
         self.active.values().filter(|a| a.instance == i).count() as u32
     }
 
+    /// Bytes reserved on instance `uuid`, per job.
+    pub fn reservations_on(&self, uuid: &str) -> BTreeMap<JobId, u64> {
+        let mut m = BTreeMap::new();
+        if let Some(i) = self.index(uuid) {
+            for a in self.active.values().filter(|a| a.instance == i) {
+                *m.entry(a.job).or_insert(0) += a.bytes;
+            }
+        }
+        m
+    }
+
     fn index(&self, uuid: &str) -> Option<usize> {
         self.instances.iter().position(|i| i.uuid == uuid)
     }

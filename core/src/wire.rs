@@ -37,13 +37,29 @@ pub struct Heartbeat {
     /// Shared tasks and their reservations on each instance.
     #[serde(default)]
     pub instances: std::collections::BTreeMap<String, InstanceUse>,
+    /// Probe requests, read to answered, since the node started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_round_trip: Option<crate::histogram::LatencyHistogram>,
+    /// Task placements, asked to placed, since the node started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_wait: Option<crate::histogram::LatencyHistogram>,
 }
 
 /// Shared tasks on one instance, as its node reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceUse {
     pub tasks: u32,
     pub reserved_bytes: u64,
+    /// Warps the active tasks declared.
+    #[serde(default)]
+    pub warps: u64,
+    /// Bytes reserved per job.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub jobs: std::collections::BTreeMap<JobId, u64>,
+    /// Device memory in use as the GPU reports it (total less free), where
+    /// the node can read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
 }
 
 /// The controller's answer to a heartbeat.
@@ -263,6 +279,16 @@ pub struct InstanceInfo {
     pub draining_for: Option<JobId>,
     pub active_tasks: u32,
     pub worker_limit: u32,
+    /// Warps the active shared tasks declared.
+    #[serde(default)]
+    pub warps_in_use: u64,
+    /// Memory each job reserves here: shared tasks' reservations, or the
+    /// whole instance for its isolated owner.
+    #[serde(default)]
+    pub reservations: Vec<Reservation>,
+    /// Memory in use as the GPU reports it, where the node can read it.
+    #[serde(default)]
+    pub memory_used_mib: Option<u64>,
     /// The instance's MPS control daemon, when it has one.
     #[serde(default)]
     pub mps: Option<crate::gpu::Mps>,
@@ -293,10 +319,34 @@ impl NodeInfo {
     }
 }
 
+/// One job's memory on one instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub job_id: JobId,
+    pub memory_mib: u64,
+}
+
 impl InstanceInfo {
     pub fn new(node: &str, s: &crate::cluster::InstanceSlot) -> InstanceInfo {
         let i = &s.instance;
+        let reservations = match s.isolated_owner {
+            Some(owner) => vec![Reservation {
+                job_id: owner,
+                memory_mib: i.memory_mib,
+            }],
+            None => s
+                .job_bytes
+                .iter()
+                .map(|(&job_id, &b)| Reservation {
+                    job_id,
+                    memory_mib: b.div_ceil(1024 * 1024),
+                })
+                .collect(),
+        };
         InstanceInfo {
+            warps_in_use: s.warps,
+            reservations,
+            memory_used_mib: s.used_bytes.map(|b| b.div_ceil(1024 * 1024)),
             uuid: i.uuid.clone(),
             node: node.into(),
             gpu_index: i.gpu_index,

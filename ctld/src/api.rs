@@ -129,6 +129,7 @@ impl From<CtlError> for ApiError {
 pub fn router(ctl: Arc<Controller>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
         .route("/api/v1/tokens", post(issue_token))
         .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/jobs", post(submit).get(list_jobs))
@@ -172,6 +173,17 @@ async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
         "auth": "jwt",
         "socket": ctl.socket.display().to_string(),
     }))
+}
+
+async fn metrics(State(ctl): Ctl) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::metrics::render(&ctl),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]

@@ -45,6 +45,8 @@ pub struct Controller {
     pub auth: Authority,
     /// The local unix socket's path.
     pub socket: std::path::PathBuf,
+    /// Histograms for `/metrics`.
+    pub metrics: crate::metrics::Metrics,
     wake: Notify,
     /// When each job last changed since this controller started (for
     /// slurmrestd's `update_time`); earlier changes are read off the job.
@@ -74,6 +76,7 @@ impl Controller {
             url,
             auth,
             socket,
+            metrics: crate::metrics::Metrics::default(),
             wake: Notify::new(),
             changed: Mutex::new(HashMap::new()),
             nodes_changed: std::sync::atomic::AtomicI64::new(unix_now()),
@@ -289,6 +292,13 @@ impl Controller {
             self.wake.notify_one();
         }
         if known {
+            if let (Some(rtt), Some(wait)) = (&hb.probe_round_trip, &hb.placement_wait) {
+                self.metrics
+                    .node_latency
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(node.to_string(), (rtt.clone(), wait.clone()));
+            }
             self.touch_nodes(unix_now());
             self.last_seen
                 .lock()
@@ -386,6 +396,11 @@ impl Controller {
                         let (Some(j), Some(n)) = (c.job(job), c.node(&node)) else {
                             continue;
                         };
+                        if let Some(start) = j.start_time {
+                            self.metrics
+                                .queue_wait
+                                .observe((start - j.submit_time).max(0) as f64);
+                        }
                         let instance = j.gpu_instance.as_ref().and_then(|u| {
                             n.instances
                                 .iter()
@@ -526,7 +541,11 @@ impl Controller {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
+            let pass = Instant::now();
             let effects = self.lock().schedule(unix_now());
+            self.metrics
+                .scheduler_pass
+                .observe(pass.elapsed().as_secs_f64());
             if let Err(e) = self.execute(effects).await {
                 warn!(error = %e, "could not persist launch decisions");
             }

@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod controller;
+pub mod metrics;
 pub mod slurmrest;
 pub mod store;
 

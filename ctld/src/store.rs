@@ -500,23 +500,17 @@ async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
             .fetch_all(&mut *conn)
             .await?
         {
-            instances.push(InstanceSlot {
-                instance: Instance {
-                    uuid: r.try_get("uuid")?,
-                    gpu_index: r.try_get::<i64, _>("gpu_index")? as u32,
-                    gpu_uuid: r.try_get("gpu_uuid")?,
-                    model: r.try_get("model")?,
-                    profile: r.try_get("profile")?,
-                    memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
-                    sms: r.try_get::<i64, _>("sms")? as u32,
-                    compute_slices: r.try_get::<i64, _>("compute_slices")? as u32,
-                    mps: mps_of(&r)?,
-                },
-                isolated_owner: None,
-                draining_for: None,
-                active_tasks: 0,
-                reserved_bytes: 0,
-            });
+            instances.push(InstanceSlot::new(Instance {
+                uuid: r.try_get("uuid")?,
+                gpu_index: r.try_get::<i64, _>("gpu_index")? as u32,
+                gpu_uuid: r.try_get("gpu_uuid")?,
+                model: r.try_get("model")?,
+                profile: r.try_get("profile")?,
+                memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
+                sms: r.try_get::<i64, _>("sms")? as u32,
+                compute_slices: r.try_get::<i64, _>("compute_slices")? as u32,
+                mps: mps_of(&r)?,
+            }));
         }
         nodes.push(Node {
             name,

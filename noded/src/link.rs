@@ -202,10 +202,13 @@ impl ControllerLink {
             tokio::select! {
                 Some(e) = ended_rx.recv() => pending.push(e),
                 _ = tick.tick() => {
+                    let latency = self.probe.as_ref().map(|p| p.latency());
                     let hb = Heartbeat {
                         running: self.launcher.running_ids(),
                         mps: self.mps_states(),
                         instances: self.probe.as_ref().map(|p| p.usage()).unwrap_or_default(),
+                        probe_round_trip: latency.as_ref().map(|l| l.0.clone()),
+                        placement_wait: latency.map(|l| l.1),
                     };
                     let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
                     match self.post(&path, &hb).await {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use gsched_core::histogram::{LatencyHistogram, PROBE_BOUNDS, WAIT_BOUNDS};
 use gsched_core::job::JobId;
 use gsched_core::placement::{Begin, Placed, PlacementError, TaskBook, TaskId, TaskRequest};
 use gsched_core::probe::{code, encode, frame_len, ProbeReply, ProbeRequest, TaskRecord};
@@ -94,6 +95,13 @@ pub struct ProbeServer {
     mps: BTreeMap<String, String>,
     events: Arc<TaskEvents>,
     changed: Notify,
+    /// Probe round trips and placement waits, for the heartbeat.
+    latency: Mutex<(LatencyHistogram, LatencyHistogram)>,
+}
+
+thread_local! {
+    /// Set by a request that waited for memory on this connection thread.
+    static WAITED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl ProbeServer {
@@ -137,6 +145,10 @@ impl ProbeServer {
             mps,
             events,
             changed: Notify::new(),
+            latency: Mutex::new((
+                LatencyHistogram::new(&PROBE_BOUNDS),
+                LatencyHistogram::new(&WAIT_BOUNDS),
+            )),
         });
         Ok((server, listener))
     }
@@ -350,6 +362,26 @@ impl ProbeServer {
         st.drained_by_controller = now;
     }
 
+    /// Records one request: a round trip unless it waited for memory, and
+    /// a placement wait for a task's begin.
+    fn observe(&self, secs: f64, begin: bool, waited: bool) {
+        let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        if !waited {
+            l.0.observe(secs);
+        }
+        if begin {
+            l.1.observe(secs);
+        }
+    }
+
+    /// Round trips and placement waits so far.
+    pub fn latency(&self) -> (LatencyHistogram, LatencyHistogram) {
+        self.latency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Tasks and reserved bytes per instance.
     pub fn usage(&self) -> BTreeMap<String, InstanceUse> {
         let st = self.lock();
@@ -362,6 +394,13 @@ impl ProbeServer {
                     InstanceUse {
                         tasks: st.book.tasks_on(&i.uuid),
                         reserved_bytes: i.reserved_bytes,
+                        warps: i.warps,
+                        jobs: st.book.reservations_on(&i.uuid),
+                        used_bytes: self
+                            .free_memory
+                            .get()
+                            .and_then(|f| f(&i.uuid))
+                            .map(|free| i.memory_bytes.saturating_sub(free)),
                     },
                 )
             })
@@ -453,15 +492,26 @@ impl ProbeServer {
             if stream.read_exact(&mut body).is_err() {
                 return;
             }
-            let reply = match serde_json::from_slice::<ProbeRequest>(&body) {
-                Ok(req) => self.handle(req, uid, pid),
-                Err(e) => {
-                    ProbeReply::error(code::PROTOCOL, format!("malformed probe request: {e}"))
+            let started = std::time::Instant::now();
+            WAITED.with(|w| w.set(false));
+            let (reply, begin) = match serde_json::from_slice::<ProbeRequest>(&body) {
+                Ok(req) => {
+                    let begin = matches!(req, ProbeRequest::Begin { .. });
+                    (self.handle(req, uid, pid), begin)
                 }
+                Err(e) => (
+                    ProbeReply::error(code::PROTOCOL, format!("malformed probe request: {e}")),
+                    false,
+                ),
             };
             if stream.write_all(&encode(&reply)).is_err() {
                 return;
             }
+            self.observe(
+                started.elapsed().as_secs_f64(),
+                begin,
+                WAITED.with(|w| w.get()),
+            );
         }
     }
 
@@ -598,6 +648,7 @@ impl ProbeServer {
                 }
             }
         };
+        WAITED.with(|w| w.set(true));
         match wait.blocking_recv() {
             Ok(reply) => {
                 if let ProbeReply::Placed {

@@ -405,7 +405,7 @@ impl Sim<'_> {
                     i.uuid.clone(),
                     InstanceUse {
                         tasks: self.book.tasks_on(&i.uuid),
-                        reserved_bytes: 0,
+                        ..InstanceUse::default()
                     },
                 )
             })
