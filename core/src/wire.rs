@@ -329,7 +329,10 @@ pub struct Reservation {
 impl InstanceInfo {
     pub fn new(node: &str, s: &crate::cluster::InstanceSlot) -> InstanceInfo {
         let i = &s.instance;
-        let reservations = match s.isolated_owner {
+        // An isolated owner holds the whole instance once the shared tasks
+        // that were on it have left; until then its job waits and those
+        // tasks' reservations are what is there.
+        let reservations = match s.isolated_owner.filter(|_| s.job_bytes.is_empty()) {
             Some(owner) => vec![Reservation {
                 job_id: owner,
                 memory_mib: i.memory_mib,

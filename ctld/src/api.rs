@@ -143,6 +143,7 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/instances", get(list_instances))
+        .route("/api/v1/utilization", get(utilization))
         .route("/api/v1/tasks", get(list_tasks))
         .route("/internal/v1/tasks", post(tasks_reported))
         .route("/internal/v1/nodes/register", post(register))
@@ -150,6 +151,7 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/internal/v1/nodes/{name}/tasks", get(node_open_tasks))
         .route("/internal/v1/jobs/ended", post(jobs_ended))
         .merge(crate::slurmrest::routes())
+        .merge(crate::dashboard::routes())
         .fallback(|| async {
             ApiError(
                 StatusCode::NOT_FOUND,
@@ -508,6 +510,16 @@ async fn list_nodes(State(ctl): Ctl) -> Json<serde_json::Value> {
     let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
     let nodes: Vec<NodeInfo> = c.nodes().map(NodeInfo::new).collect();
     Json(serde_json::json!({ "nodes": nodes }))
+}
+
+/// Cluster-wide GPU use over the last hour, and now.
+async fn utilization(State(ctl): Ctl) -> Json<serde_json::Value> {
+    let mut samples = ctl.utilization();
+    samples.push(ctl.sample(unix_now()));
+    Json(serde_json::json!({
+        "interval_s": crate::controller::UTIL_INTERVAL,
+        "samples": samples,
+    }))
 }
 
 async fn list_instances(State(ctl): Ctl) -> Json<serde_json::Value> {

@@ -34,6 +34,25 @@ pub enum CtlError {
     Store(#[from] StoreError),
 }
 
+/// Seconds between utilization samples, and how many are kept (an hour).
+pub const UTIL_INTERVAL: u64 = 10;
+pub const UTIL_SAMPLES: usize = 360;
+
+/// The cluster's GPU use at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct UtilSample {
+    pub time: i64,
+    pub memory_total_mib: u64,
+    /// Held by isolated jobs or reserved by shared tasks.
+    pub memory_reserved_mib: u64,
+    /// In use as the GPUs report it (instances whose node can read it).
+    pub memory_used_mib: u64,
+    pub isolated_instances: u32,
+    pub shared_tasks: u32,
+    pub running_jobs: u32,
+    pub pending_jobs: u32,
+}
+
 pub struct Controller {
     pub cluster: Mutex<Cluster>,
     pub store: Store,
@@ -47,6 +66,8 @@ pub struct Controller {
     pub socket: std::path::PathBuf,
     /// Histograms for `/metrics`.
     pub metrics: crate::metrics::Metrics,
+    /// Cluster-wide use over the last hour, oldest first.
+    utilization: Mutex<std::collections::VecDeque<UtilSample>>,
     wake: Notify,
     /// When each job last changed since this controller started (for
     /// slurmrestd's `update_time`); earlier changes are read off the job.
@@ -77,6 +98,7 @@ impl Controller {
             auth,
             socket,
             metrics: crate::metrics::Metrics::default(),
+            utilization: Mutex::new(std::collections::VecDeque::new()),
             wake: Notify::new(),
             changed: Mutex::new(HashMap::new()),
             nodes_changed: std::sync::atomic::AtomicI64::new(unix_now()),
@@ -531,6 +553,59 @@ impl Controller {
                     }
                 }
             }
+        }
+    }
+
+    /// The cluster's GPU use now.
+    pub fn sample(&self, now: i64) -> UtilSample {
+        let c = self.lock();
+        let mut s = UtilSample {
+            time: now,
+            memory_total_mib: 0,
+            memory_reserved_mib: 0,
+            memory_used_mib: 0,
+            isolated_instances: 0,
+            shared_tasks: 0,
+            running_jobs: c.running_count() as u32,
+            pending_jobs: c.pending_count() as u32,
+        };
+        for n in c.nodes().filter(|n| n.up) {
+            for i in &n.instances {
+                s.memory_total_mib += i.instance.memory_mib;
+                if i.isolated_owner.is_some() {
+                    s.isolated_instances += 1;
+                    s.memory_reserved_mib += i.instance.memory_mib;
+                } else {
+                    s.memory_reserved_mib += i.reserved_bytes.div_ceil(1 << 20);
+                }
+                s.memory_used_mib += i.used_bytes.unwrap_or(0).div_ceil(1 << 20);
+                s.shared_tasks += i.active_tasks;
+            }
+        }
+        s
+    }
+
+    /// The samples of the last hour, oldest first.
+    pub fn utilization(&self) -> Vec<UtilSample> {
+        self.utilization
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// Samples the cluster's use every UTIL_INTERVAL seconds.
+    pub async fn utilization_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(UTIL_INTERVAL));
+        loop {
+            tick.tick().await;
+            let s = self.sample(unix_now());
+            let mut u = self.utilization.lock().unwrap_or_else(|p| p.into_inner());
+            if u.len() == UTIL_SAMPLES {
+                u.pop_front();
+            }
+            u.push_back(s);
         }
     }
 

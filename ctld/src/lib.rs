@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod controller;
+pub mod dashboard;
 pub mod metrics;
 pub mod slurmrest;
 pub mod store;
@@ -75,6 +76,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     );
     tokio::spawn(Arc::clone(&controller).scheduler_loop());
     tokio::spawn(Arc::clone(&controller).liveness_loop());
+    tokio::spawn(Arc::clone(&controller).utilization_loop());
     let app = api::tcp_app(Arc::clone(&controller));
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
