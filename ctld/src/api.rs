@@ -51,7 +51,10 @@ pub fn socket_app(ctl: Arc<Controller>) -> Router {
 /// Paths that never need a token: daemon-to-daemon calls (they carry the
 /// cluster key) and the dashboard's static files (no data in them).
 fn always_open(path: &str) -> bool {
-    path.starts_with("/internal/") || path == "/" || path.starts_with("/ui/")
+    path.starts_with("/internal/")
+        || path == "/"
+        || path.starts_with("/ui/")
+        || path == "/openapi.json"
 }
 
 fn exempt(path: &str, list: &[String]) -> bool {
@@ -130,6 +133,7 @@ pub fn router(ctl: Arc<Controller>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
         .route("/api/v1/tokens", post(issue_token))
         .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/jobs", post(submit).get(list_jobs))
@@ -175,6 +179,13 @@ async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
         "auth": "jwt",
         "socket": ctl.socket.display().to_string(),
     }))
+}
+
+/// The OpenAPI document of the public API (`/api/v1` and `/slurm`).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 async fn metrics(State(ctl): Ctl) -> Response {

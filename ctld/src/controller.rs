@@ -572,7 +572,9 @@ impl Controller {
         for n in c.nodes().filter(|n| n.up) {
             for i in &n.instances {
                 s.memory_total_mib += i.instance.memory_mib;
-                if i.isolated_owner.is_some() {
+                // As InstanceInfo shows it: an isolated owner holds the whole
+                // instance once the shared tasks there have left.
+                if i.isolated_owner.is_some() && i.job_bytes.is_empty() {
                     s.isolated_instances += 1;
                     s.memory_reserved_mib += i.instance.memory_mib;
                 } else {

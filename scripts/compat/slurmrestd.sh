@@ -17,7 +17,8 @@ venv=$root/target/compat-venv
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check "slurmrestapi==25.11.4.0"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "slurmrestapi==25.11.4.0" \
+    "openapi-spec-validator>=0.7,<0.9"
 work=$(mktemp -d)
 trap 'kill "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -36,3 +37,6 @@ if ! timeout 300 "$venv/bin/python" "$root/scripts/compat/slurmrestd_check.py" \
     echo "--- gsched up log ---" >&2; tail -50 "$work/up.log" >&2
     exit 1
 fi
+# The OpenAPI document served at /openapi.json is a valid OpenAPI 3 document.
+curl -sf "$GSCHED_URL/openapi.json" > "$work/openapi.json"
+"$venv/bin/python" -m openapi_spec_validator "$work/openapi.json"
