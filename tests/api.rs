@@ -199,6 +199,26 @@ fn users_see_all_jobs_but_change_only_their_own() {
         200
     );
     g.wait_state(id, "CANCELLED", T);
+    // A job of nobody's, cancelled by root: sacct's "CANCELLED by" names root.
+    let spec = json!({"name": "theirs", "script": "#!/bin/sh\nsleep 30\n", "working_dir": "/tmp",
+        "user_name": "", "uid": 0, "gid": 0, "stdout": "/dev/null"});
+    let (s, b, _) = call(api("POST", &url("/api/v1/jobs"), &nobody), Some(spec));
+    assert_eq!(s, 201, "{b}");
+    let theirs = b["job_id"].as_u64().unwrap();
+    assert_eq!(g.job(theirs)["user_name"], "nobody");
+    assert_eq!(g.job(theirs)["user_id"], 65534);
+    assert_eq!(
+        call(g.req("DELETE", &format!("/api/v1/jobs/{theirs}")), None).0,
+        200
+    );
+    let done = g.wait_state(theirs, "CANCELLED", T);
+    assert_eq!(done["cancelled_by"], 0, "{done}");
+    let out = g.cli("gacct", &["-j", &theirs.to_string(), "--json"]);
+    assert!(
+        common::stdout(&out).contains("\"cancelled_by\": 0")
+            || common::stdout(&out).contains("\"cancelled_by\":0"),
+        "{out:?}"
+    );
 }
 
 #[test]

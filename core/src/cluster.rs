@@ -988,8 +988,20 @@ impl Cluster {
 
     /// Cancels a job: a queued one ends at once, a running one is signalled
     /// and ends when its node reports it. A finished job is left as it is.
-    pub fn cancel(&mut self, id: JobId, now: i64) -> Result<Vec<Effect>, ClusterError> {
+    /// Cancels a job; `by` is the uid that asked (shown by sacct).
+    pub fn cancel(
+        &mut self,
+        id: JobId,
+        by: Option<u32>,
+        now: i64,
+    ) -> Result<Vec<Effect>, ClusterError> {
         let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if matches!(
+            job.state,
+            JobState::Pending | JobState::Requeued | JobState::Running
+        ) {
+            job.cancelled_by = by;
+        }
         match job.state {
             JobState::Pending | JobState::Requeued => {
                 job.transition(JobState::Cancelled, now)?;
@@ -1415,14 +1427,15 @@ mod tests {
     fn cancel_pending_and_running() {
         let mut c = Cluster::new(Box::new(CaseLaunch));
         let (a, _) = c.submit(spec(false, false), 0).unwrap();
-        c.cancel(a, 1).unwrap();
+        c.cancel(a, None, 1).unwrap();
         assert_eq!(c.job(a).unwrap().state, JobState::Cancelled);
         assert_eq!(c.pending_count(), 0);
-        assert_eq!(c.cancel(a, 2).unwrap(), vec![]);
+        assert_eq!(c.cancel(a, None, 2).unwrap(), vec![]);
         c.register_node(&reg(vec![], vec![]), 0);
         let (b, _) = c.submit(spec(false, false), 0).unwrap();
         c.schedule(1);
-        let fx = c.cancel(b, 2).unwrap();
+        let fx = c.cancel(b, Some(7), 2).unwrap();
+        assert_eq!(c.job(b).unwrap().cancelled_by, Some(7), "who asked is kept");
         assert_eq!(
             fx,
             vec![Effect::Signal {
@@ -1435,7 +1448,10 @@ mod tests {
         c.job_ended("n1", &ended(b, 0, EndCause::Cancelled))
             .unwrap();
         assert_eq!(c.job(b).unwrap().state, JobState::Cancelled);
-        assert!(matches!(c.cancel(99, 0), Err(ClusterError::UnknownJob(99))));
+        assert!(matches!(
+            c.cancel(99, None, 0),
+            Err(ClusterError::UnknownJob(99))
+        ));
     }
 
     #[test]

@@ -362,6 +362,9 @@ pub struct Job {
     /// Steps started by `srun` inside the current run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<Step>,
+    /// The uid that cancelled the job, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<u32>,
 }
 
 /// A step: one `srun` inside a job (`ID.0`, `ID.1`, ...).
@@ -397,6 +400,7 @@ impl Job {
             restarts: 0,
             held,
             steps: Vec::new(),
+            cancelled_by: None,
         }
     }
 

@@ -196,6 +196,9 @@ pub struct JobInfo {
     /// Steps started by `srun` in the current run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::job::Step>,
+    /// The uid that cancelled the job, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<u32>,
 }
 
 impl JobInfo {
@@ -243,6 +246,7 @@ impl JobInfo {
             array: s.array_task.clone(),
             slurm: s.slurm.clone(),
             steps: job.steps.clone(),
+            cancelled_by: job.cancelled_by,
         }
     }
 }

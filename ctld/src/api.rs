@@ -430,7 +430,7 @@ async fn cancel_job(
         }
         None => None,
     };
-    ctl.cancel(jid, signal).await?;
+    ctl.cancel(jid, signal, caller.uid).await?;
     let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
     let state = c.job(jid).map(|j| j.state.as_str()).unwrap_or("UNKNOWN");
     Ok(Json(

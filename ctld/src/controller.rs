@@ -225,14 +225,20 @@ impl Controller {
         Ok(id)
     }
 
-    /// Cancels a job (or signals it when `signal` is given).
-    pub async fn cancel(self: &Arc<Self>, id: JobId, signal: Option<i32>) -> Result<(), CtlError> {
+    /// Cancels a job (or signals it when `signal` is given); `by` is the
+    /// uid that asked.
+    pub async fn cancel(
+        self: &Arc<Self>,
+        id: JobId,
+        signal: Option<i32>,
+        by: Option<u32>,
+    ) -> Result<(), CtlError> {
         let now = unix_now();
         let effects = {
             let mut c = self.lock();
             match signal {
                 Some(sig) => c.signal(id, sig)?,
-                None => c.cancel(id, now)?,
+                None => c.cancel(id, by, now)?,
             }
         };
         self.execute(effects).await?;

@@ -84,6 +84,7 @@ pub struct JobRuntime {
     pub restarts: u32,
     pub held: bool,
     pub steps: Vec<gsched_core::job::Step>,
+    pub cancelled_by: Option<u32>,
 }
 
 impl JobRuntime {
@@ -102,6 +103,7 @@ impl JobRuntime {
             restarts: job.restarts,
             held: job.held,
             steps: job.steps.clone(),
+            cancelled_by: job.cancelled_by,
         }
     }
 }
@@ -347,7 +349,8 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
         Write::JobState(job) => {
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
-                   end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?
+                   end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
+                   cancelled_by = ?
                  WHERE id = ?",
             )
             .bind(job.state.as_str())
@@ -362,6 +365,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.restarts as i64)
             .bind(job.held)
             .bind(json(&job.steps))
+            .bind(job.cancelled_by.map(i64::from))
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;
@@ -486,6 +490,9 @@ async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
             held: row.try_get("held")?,
             steps: serde_json::from_str(row.try_get("steps")?)
                 .map_err(|e| corrupt(format!("steps: {e}")))?,
+            cancelled_by: row
+                .try_get::<Option<i64>, _>("cancelled_by")?
+                .map(|u| u as u32),
         });
     }
     let mut nodes = Vec::new();

@@ -61,7 +61,7 @@ pub fn timestamp(t: Option<i64>) -> String {
 /// The state as sacct prints it: `CANCELLED by UID` for cancelled jobs.
 pub fn sacct_state(j: &JobInfo) -> String {
     match j.job_state {
-        JobState::Cancelled => format!("CANCELLED by {}", j.user_id),
+        JobState::Cancelled => format!("CANCELLED by {}", j.cancelled_by.unwrap_or(j.user_id)),
         s => s.as_str().to_string(),
     }
 }

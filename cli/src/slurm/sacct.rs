@@ -224,7 +224,7 @@ fn step_value(j: &JobInfo, s: &Step, field: &str) -> String {
         "JobIDRaw" => format!("{}.{}", j.job_id, s.id),
         "JobName" => s.name.clone(),
         "State" => match s.state {
-            JobState::Cancelled => format!("CANCELLED by {}", j.user_id),
+            JobState::Cancelled => format!("CANCELLED by {}", j.cancelled_by.unwrap_or(j.user_id)),
             st => st.as_str().to_string(),
         },
         "ExitCode" => format!(

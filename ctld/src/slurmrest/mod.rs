@@ -298,7 +298,9 @@ async fn cancel(
         ),
         None => None,
     };
-    ctl.cancel(jid, signal).await.map_err(|e| r.ctl_error(e))?;
+    ctl.cancel(jid, signal, caller.uid)
+        .await
+        .map_err(|e| r.ctl_error(e))?;
     // v0.0.42 and later list the jobs whose signalling failed: none here.
     Ok(r.ok(json!({ "status": [] })))
 }
