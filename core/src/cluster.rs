@@ -326,6 +326,31 @@ impl Cluster {
         freed
     }
 
+    /// Notes reservations a node reported as begun (task records arrive
+    /// every 100 ms; heartbeats only every few seconds): an instance the
+    /// controller thought idle is marked busy at once, so an isolated job
+    /// is not sent there to wait for a drain while an idle instance is
+    /// free. The next heartbeat replaces these counts with the node's own.
+    pub fn note_tasks_begun(&mut self, node: &str, records: &[crate::probe::TaskRecord]) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        for r in records.iter().filter(|r| r.end_ms.is_none()) {
+            let Some(slot) = n
+                .instances
+                .iter_mut()
+                .find(|s| s.instance.uuid == r.instance)
+            else {
+                continue;
+            };
+            if let std::collections::btree_map::Entry::Vacant(e) = slot.job_bytes.entry(r.job) {
+                e.insert(r.bytes);
+                slot.reserved_bytes += r.bytes;
+                slot.active_tasks = slot.active_tasks.max(1);
+            }
+        }
+    }
+
     /// The peak GPU memory (MiB) of the latest earlier finished run of the
     /// same job: same user, and the same job name or the same script.
     pub fn learned_footprint(&self, job: JobId) -> Option<u64> {
@@ -1421,6 +1446,38 @@ mod tests {
         let (down, _) = c.submit(spec(false, false), 5).unwrap();
         c.schedule(6);
         assert_eq!(c.job(down).unwrap().reason.as_deref(), Some("NodeDown"));
+    }
+
+    #[test]
+    fn begun_tasks_mark_an_idle_instance_busy_until_the_heartbeat() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let uuid = c.node("n1").unwrap().instances[0].instance.uuid.clone();
+        let rec = |job, end_ms| crate::probe::TaskRecord {
+            job,
+            task: 1,
+            pid: 5,
+            instance: uuid.clone(),
+            bytes: 1 << 30,
+            warps: 0,
+            begin_ms: 0,
+            end_ms,
+        };
+        c.note_tasks_begun("n1", &[rec(3, Some(9))]);
+        assert_eq!(
+            c.node("n1").unwrap().instances[0].active_tasks,
+            0,
+            "ended: no change"
+        );
+        c.note_tasks_begun("n1", &[rec(3, None), rec(3, None)]);
+        let s = &c.node("n1").unwrap().instances[0];
+        assert_eq!((s.active_tasks, s.reserved_bytes), (1, 1 << 30));
+        c.update_instance_use("n1", &std::collections::BTreeMap::new());
+        assert_eq!(
+            c.node("n1").unwrap().instances[0].active_tasks,
+            0,
+            "the heartbeat wins"
+        );
     }
 
     #[test]

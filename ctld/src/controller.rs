@@ -340,6 +340,7 @@ impl Controller {
     pub async fn tasks_reported(self: &Arc<Self>, report: TaskReport) -> Result<(), CtlError> {
         let (writes, effects) = {
             let mut c = self.lock();
+            c.note_tasks_begun(&report.node, &report.records);
             let writes: Vec<Write> = report
                 .records
                 .into_iter()
