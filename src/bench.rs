@@ -259,7 +259,6 @@ fn spec(dir: &str) -> JobSpec {
     JobSpec {
         name: "bench".into(),
         script: "#!/bin/sh\ntrue\n".into(),
-        argv: vec![],
         environment: [("PATH".to_string(), "/usr/bin:/bin".to_string())]
             .into_iter()
             .collect(),
@@ -268,18 +267,8 @@ fn spec(dir: &str) -> JobSpec {
         uid,
         gid,
         submit_host: "bench".into(),
-        isolated: false,
-        gpu: Default::default(),
-        time_limit: None,
         stdout: Some("/dev/null".into()),
-        stderr: None,
-        requeue: false,
-        partition: None,
-        array: None,
-        array_task: None,
-        dependency: None,
-        hold: false,
-        slurm: Default::default(),
+        ..JobSpec::default()
     }
 }
 

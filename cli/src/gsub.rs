@@ -402,7 +402,6 @@ pub fn build_spec(
         requeue: opts.requeue,
         partition: opts.partition.clone(),
         array,
-        array_task: None,
         dependency,
         hold: opts.hold,
         slurm: SlurmOptions {
@@ -416,6 +415,7 @@ pub fn build_spec(
             signal: opts.signal.clone(),
             other: opts.recorded.given(),
         },
+        ..JobSpec::default()
     })
 }
 

@@ -1228,8 +1228,6 @@ mod tests {
         JobSpec {
             name: "j".into(),
             script: "#!/bin/sh\ntrue\n".into(),
-            argv: vec![],
-            environment: Default::default(),
             working_dir: "/tmp".into(),
             user_name: "u".into(),
             uid: 1,
@@ -1244,16 +1242,8 @@ mod tests {
             } else {
                 GpuRequest::default()
             },
-            time_limit: None,
-            stdout: None,
-            stderr: None,
             requeue,
-            partition: None,
-            array: None,
-            array_task: None,
-            dependency: None,
-            hold: false,
-            slurm: Default::default(),
+            ..JobSpec::default()
         }
     }
 

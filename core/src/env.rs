@@ -169,7 +169,6 @@ mod tests {
             JobSpec {
                 name: "x".into(),
                 script: "#!/bin/sh\n".into(),
-                argv: vec![],
                 environment,
                 working_dir: "/w".into(),
                 user_name: "a".into(),
@@ -182,15 +181,7 @@ mod tests {
                     mem_mib: None,
                 },
                 time_limit: Some(90),
-                stdout: None,
-                stderr: None,
-                requeue: false,
-                partition: None,
-                array: None,
-                array_task: None,
-                dependency: None,
-                hold: false,
-                slurm: Default::default(),
+                ..JobSpec::default()
             },
             0,
         )

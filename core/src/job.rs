@@ -147,7 +147,8 @@ pub struct GpuRequest {
 }
 
 /// What a user submits. The controller validates it with [`JobSpec::validate`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `Default` is an empty spec, for building one field by field.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub name: String,
     /// The batch script itself (copied at submit time).
@@ -474,25 +475,12 @@ mod tests {
         JobSpec {
             name: "t".into(),
             script: "#!/bin/sh\ntrue\n".into(),
-            argv: vec![],
-            environment: BTreeMap::new(),
             working_dir: "/tmp".into(),
             user_name: "u".into(),
             uid: 1000,
             gid: 1000,
             submit_host: "h".into(),
-            isolated: false,
-            gpu: GpuRequest::default(),
-            time_limit: None,
-            stdout: None,
-            stderr: None,
-            requeue: false,
-            partition: None,
-            array: None,
-            array_task: None,
-            dependency: None,
-            hold: false,
-            slurm: Default::default(),
+            ..JobSpec::default()
         }
     }
 

@@ -577,14 +577,9 @@ mod tests {
                 },
                 time_limit: Some(60),
                 stdout: Some("o-%j".into()),
-                stderr: None,
                 requeue: true,
                 partition: Some("gpu".into()),
-                array: None,
-                array_task: None,
-                dependency: None,
-                hold: false,
-                slurm: Default::default(),
+                ..JobSpec::default()
             },
             10,
         )

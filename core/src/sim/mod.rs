@@ -189,8 +189,6 @@ fn spec_of(j: &SimJob) -> JobSpec {
     JobSpec {
         name: j.name.clone(),
         script: "#!/bin/sh\n".into(),
-        argv: vec![],
-        environment: Default::default(),
         working_dir: "/".into(),
         user_name: "sim".into(),
         uid: 1,
@@ -201,16 +199,7 @@ fn spec_of(j: &SimJob) -> JobSpec {
             mig_profile: None,
             mem_mib: Some(j.peak_mib().max(1)),
         },
-        time_limit: None,
-        stdout: None,
-        stderr: None,
-        requeue: false,
-        partition: None,
-        array: None,
-        array_task: None,
-        dependency: None,
-        hold: false,
-        slurm: Default::default(),
+        ..JobSpec::default()
     }
 }
 

@@ -227,7 +227,6 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
         argv,
         environment,
         working_dir: cwd,
-        user_name: String::new(),
         uid: 0,
         gid: 0,
         submit_host: "slurmrestd".into(),
@@ -244,7 +243,6 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
         array,
         hold: flag("hold")?,
         dependency,
-        array_task: None,
         slurm: SlurmOptions {
             account: text("account", obj.get("account"))?,
             qos: text("qos", obj.get("qos"))?,
@@ -256,6 +254,7 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
             signal: None,
             other: BTreeMap::new(),
         },
+        ..JobSpec::default()
     };
     Ok((spec, warnings))
 }
