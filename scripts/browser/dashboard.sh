@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-gsched=${1:-$root/target/debug/gsched}
+gsched=$(realpath "${1:-$root/target/debug/gsched}")
 bin=$(dirname "$gsched")
 [ -x "$gsched" ] && [ -x "$bin/gprobe" ] || { echo "dashboard.sh: build first (cargo build --workspace)" >&2; exit 1; }
 if ! command -v chromium > /dev/null; then
