@@ -233,14 +233,20 @@ impl Controller {
         signal: Option<i32>,
         by: Option<u32>,
     ) -> Result<(), CtlError> {
-        let now = unix_now();
-        let effects = {
-            let mut c = self.lock();
-            match signal {
-                Some(sig) => c.signal(id, sig)?,
-                None => c.cancel(id, by, now)?,
-            }
-        };
+        self.operate(|c, now| match signal {
+            Some(sig) => c.signal(id, sig),
+            None => c.cancel(id, by, now),
+        })
+        .await
+    }
+
+    /// Runs one operation on the cluster, persists and carries out its
+    /// effects, and wakes the launch loop.
+    async fn operate(
+        self: &Arc<Self>,
+        op: impl FnOnce(&mut Cluster, i64) -> Result<Vec<Effect>, ClusterError>,
+    ) -> Result<(), CtlError> {
+        let effects = op(&mut self.lock(), unix_now())?;
         self.execute(effects).await?;
         self.wake.notify_one();
         Ok(())
@@ -266,27 +272,18 @@ impl Controller {
         exit_code: i32,
         signal: Option<i32>,
     ) -> Result<(), CtlError> {
-        let effects = self
-            .lock()
-            .end_step(id, step, exit_code, signal, unix_now())?;
-        self.execute(effects).await?;
-        Ok(())
+        self.operate(|c, now| c.end_step(id, step, exit_code, signal, now))
+            .await
     }
 
     /// `scontrol hold` / `scontrol release`.
     pub async fn set_held(self: &Arc<Self>, id: JobId, held: bool) -> Result<(), CtlError> {
-        let effects = self.lock().set_held(id, held)?;
-        self.execute(effects).await?;
-        self.wake.notify_one();
-        Ok(())
+        self.operate(|c, _| c.set_held(id, held)).await
     }
 
     /// `scontrol requeue`: the job is PENDING again when this returns.
     pub async fn requeue(self: &Arc<Self>, id: JobId) -> Result<(), CtlError> {
-        let effects = self.lock().requeue(id, unix_now())?;
-        self.execute(effects).await?;
-        self.wake.notify_one();
-        Ok(())
+        self.operate(|c, now| c.requeue(id, now)).await
     }
 
     pub async fn register(self: &Arc<Self>, reg: NodeRegistration) -> Result<(), CtlError> {
