@@ -234,10 +234,18 @@ async function select(id) {
   }
 }
 
+// Only the jobs the state filter shows are fetched: on a busy cluster the
+// finished ones are most of them.
+function jobsQuery() {
+  const s = filters().state;
+  if (s === "active") return "/api/v1/jobs";
+  return "/api/v1/jobs?state=" + encodeURIComponent(s === "all" ? "all" : s + ",PENDING,RUNNING");
+}
+
 async function refresh() {
   try {
     const [health, who, jobs, nodes, inst, util] = await Promise.all([
-      api("/healthz"), api("/api/v1/whoami"), api("/api/v1/jobs?state=all"),
+      api("/healthz"), api("/api/v1/whoami"), api(jobsQuery()),
       api("/api/v1/nodes"), api("/api/v1/instances"), api("/api/v1/utilization")]);
     state.jobs = jobs.jobs.sort((a, b) => b.job_id - a.job_id);
     state.nodes = nodes.nodes;
@@ -264,9 +272,10 @@ document.getElementById("login-form").addEventListener("submit", (ev) => {
   sessionStorage.setItem("gsched-token", state.token);
   refresh();
 });
-for (const id of ["f-state", "f-queue", "f-user", "f-name"]) {
+for (const id of ["f-queue", "f-user", "f-name"]) {
   document.getElementById(id).addEventListener("input", renderQueue);
 }
+document.getElementById("f-state").addEventListener("input", refresh);
 const opened = readHash();
 state.token = opened.token;
 refresh().then(() => { if (opened.job !== null) select(opened.job); });
