@@ -228,12 +228,16 @@ fn jobs_carry_a_token_of_their_user() {
         "tok.sh",
         "#!/bin/sh\nprintf %s \"$GSCHED_TOKEN\" > token.txt\n",
     );
-    let id = g.submit(&["-o", "/dev/null", &script]);
+    let id = g.submit(&["-o", "/dev/null", "-t", "2", &script]);
     g.wait_state(id, "COMPLETED", T);
     let t = std::fs::read_to_string(g.work.path().join("token.txt")).unwrap();
     let who = call(api("GET", &format!("{}/api/v1/whoami", g.url), &t), None).1;
     assert_eq!(who["user"], g.job(id)["user_name"]);
     assert_eq!(who["via"], "token");
+    // Valid an hour past the 2-minute limit, counted from the start.
+    let start = g.job(id)["start_time"].as_i64().unwrap();
+    let life = who["expires"].as_i64().unwrap() - start;
+    assert!((3720..3725).contains(&life), "token lifetime {life} s");
 }
 
 #[test]

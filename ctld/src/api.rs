@@ -259,6 +259,7 @@ async fn issue_token(
 async fn whoami(Extension(caller): Who) -> Json<serde_json::Value> {
     Json(serde_json::json!({
         "user": caller.user, "uid": caller.uid, "admin": caller.admin,
+        "expires": caller.expires,
         "via": match caller.via { Via::Socket => "socket", Via::Token => "token", Via::Anonymous => "none" },
     }))
 }

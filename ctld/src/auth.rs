@@ -27,6 +27,8 @@ pub struct Caller {
     pub gid: Option<u32>,
     pub admin: bool,
     pub via: Via,
+    /// When the caller's token expires (unix seconds), for token callers.
+    pub expires: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +49,7 @@ impl Caller {
             gid: None,
             admin: false,
             via: Via::Anonymous,
+            expires: None,
         }
     }
 
@@ -211,7 +214,7 @@ impl Authority {
             decoding: DecodingKey::from_secret(secret),
             admins: admins.iter().cloned().collect(),
             own_uid,
-            max_lifetime,
+            max_lifetime: max_lifetime.min(crate::controller::MAX_TOKEN_LIFETIME),
         }
     }
 
@@ -228,6 +231,7 @@ impl Authority {
             uid: Some(uid),
             gid: Some(gid),
             via: Via::Socket,
+            expires: None,
         }
     }
 
@@ -320,6 +324,7 @@ impl Authority {
                     uid: Some(uid),
                     gid: Some(gid),
                     via: Via::Token,
+                    expires: Some(c.exp),
                 })
             }
             _ => {
@@ -336,6 +341,7 @@ impl Authority {
                     gid,
                     admin,
                     via: Via::Token,
+                    expires: Some(c.exp),
                 })
             }
         }

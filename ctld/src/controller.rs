@@ -34,6 +34,9 @@ pub enum CtlError {
     Store(#[from] StoreError),
 }
 
+/// No token outlives this (ten years), whatever the settings say.
+pub const MAX_TOKEN_LIFETIME: u64 = 10 * 365 * 86400;
+
 /// Seconds between utilization samples, and how many are kept (an hour).
 pub const UTIL_INTERVAL: u64 = 10;
 pub const UTIL_SAMPLES: usize = 360;
@@ -116,11 +119,13 @@ impl Controller {
     /// socket: the job's user, valid an hour past its time limit (a week
     /// when it has none).
     fn job_token(&self, job: &gsched_core::Job) -> Option<String> {
+        // `time_limit` is in seconds.
         let life = job
             .spec
             .time_limit
-            .map(|m| m * 60 + 3600)
-            .unwrap_or(7 * 86400);
+            .map(|secs| secs.saturating_add(3600))
+            .unwrap_or(7 * 86400)
+            .min(MAX_TOKEN_LIFETIME);
         let s = &job.spec;
         match self
             .auth
