@@ -144,6 +144,13 @@ function renderUtil(u) {
     t.textContent = `${f * 100}%`;
     svg.append(t);
   }
+  for (const [min, label] of [[-60, "-60 min"], [-30, "-30 min"], [0, "now"]]) {
+    const t = document.createElementNS(svg.namespaceURI, "text");
+    t.setAttribute("x", x(now + min * 60)); t.setAttribute("y", H - 2); t.setAttribute("font-size", "10");
+    t.setAttribute("fill", "#687385"); t.setAttribute("text-anchor", min === 0 ? "end" : min === -60 ? "start" : "middle");
+    t.textContent = label;
+    svg.append(t);
+  }
   const frac = (a, q) => (q.memory_total_mib ? a / q.memory_total_mib : 0);
   line((q) => frac(q.memory_reserved_mib, q), "#2f6fde");
   line((q) => frac(q.memory_used_mib, q), "#d62d20");
