@@ -1,115 +1,32 @@
-//! The REST API: `/api/v1/...` for clients, `/internal/v1/...` for gnoded.
+//! The REST API: `/api/v1/...` for clients (authenticated in `access`),
+//! `/internal/v1/...` for gnoded (`internal`), and the routes of the
+//! slurmrestd endpoints, the dashboard, metrics and the OpenAPI document.
+
+mod access;
+mod internal;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::extract::connect_info::Connected;
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::IncomingStream;
 use axum::{Extension, Json, Router};
 use gsched_core::cluster::ClusterError;
 use gsched_core::job::{JobId, JobSpec, JobState};
 use gsched_core::outcome::parse_signal;
-use gsched_core::probe::TaskReport;
-use gsched_core::wire::{
-    Heartbeat, HeartbeatReply, InstanceInfo, JobEndReport, JobInfo, JobList, NodeInfo,
-    NodeRegistration, Submitted,
-};
-use gsched_daemon::http::{check_cluster_key, ApiError, Body};
+use gsched_core::wire::{InstanceInfo, JobInfo, JobList, NodeInfo, Submitted};
+use gsched_daemon::http::{ApiError, Body};
 use serde::Deserialize;
 
-use crate::auth::{lookup_user, Caller, Via};
+use crate::auth::Caller;
 use crate::controller::{unix_now, Controller, CtlError};
 
-type Ctl = State<Arc<Controller>>;
-type Who = Extension<Caller>;
+pub use access::{check_owner_of, socket_app, tcp_app, PeerCred};
 
-/// The kernel's word on who connected to the local socket: (uid, gid).
-#[derive(Debug, Clone, Copy)]
-pub struct PeerCred(Option<(u32, u32)>);
-
-impl Connected<IncomingStream<'_, tokio::net::UnixListener>> for PeerCred {
-    fn connect_info(s: IncomingStream<'_, tokio::net::UnixListener>) -> PeerCred {
-        PeerCred(s.io().peer_cred().ok().map(|c| (c.uid(), c.gid())))
-    }
-}
-
-/// The API on TCP: every request but the exempt paths carries a token.
-pub fn tcp_app(ctl: Arc<Controller>) -> Router {
-    router(Arc::clone(&ctl)).layer(middleware::from_fn_with_state(ctl, token_auth))
-}
-
-/// The API on the local socket: the caller is the connecting user.
-pub fn socket_app(ctl: Arc<Controller>) -> Router {
-    router(Arc::clone(&ctl)).layer(middleware::from_fn_with_state(ctl, peer_auth))
-}
-
-/// Paths that never need a token: daemon-to-daemon calls (they carry the
-/// cluster key) and the dashboard's static files (no data in them).
-fn always_open(path: &str) -> bool {
-    path.starts_with("/internal/")
-        || path == "/"
-        || path.starts_with("/ui/")
-        || path == "/openapi.json"
-}
-
-fn exempt(path: &str, list: &[String]) -> bool {
-    list.iter().any(|e| {
-        if e.ends_with('/') {
-            path.starts_with(e.as_str())
-        } else {
-            path == e
-        }
-    })
-}
-
-async fn token_auth(State(ctl): Ctl, mut req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    let caller = match ctl.auth.token_caller(req.headers()) {
-        Ok(c) => c,
-        Err(_) if always_open(path) || exempt(path, &ctl.config.auth_exempt) => Caller::anonymous(),
-        Err(e) => {
-            tracing::info!(path, reason = %e, "request refused: not authenticated");
-            let mut r = ApiError::from(e).into_response();
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"gsched\""),
-            );
-            return r;
-        }
-    };
-    req.extensions_mut().insert(caller);
-    next.run(req).await
-}
-
-async fn peer_auth(
-    State(ctl): Ctl,
-    ConnectInfo(peer): ConnectInfo<PeerCred>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let Some((uid, gid)) = peer.0 else {
-        return ApiError(
-            StatusCode::UNAUTHORIZED,
-            "cannot read the credentials of the process on the local socket".into(),
-        )
-        .into_response();
-    };
-    req.extensions_mut()
-        .insert(ctl.auth.socket_caller(uid, gid));
-    next.run(req).await
-}
-
-/// 404 for an unknown job, 403 unless the caller owns it or is an admin.
-pub fn check_owner_of(ctl: &Controller, caller: &Caller, id: JobId) -> Result<(), ApiError> {
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
-    let j = c.job(id).ok_or_else(|| unknown_job(&id.to_string()))?;
-    caller.check_owner(id, &j.spec.user_name, j.spec.uid)
-}
+pub(crate) type Ctl = State<Arc<Controller>>;
+pub(crate) type Who = Extension<Caller>;
 
 impl From<CtlError> for ApiError {
     fn from(e: CtlError) -> ApiError {
@@ -129,13 +46,13 @@ impl From<CtlError> for ApiError {
     }
 }
 
-pub fn router(ctl: Arc<Controller>) -> Router {
+pub(crate) fn router(ctl: Arc<Controller>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
-        .route("/api/v1/tokens", post(issue_token))
-        .route("/api/v1/whoami", get(whoami))
+        .route("/api/v1/tokens", post(access::issue_token))
+        .route("/api/v1/whoami", get(access::whoami))
         .route("/api/v1/jobs", post(submit).get(list_jobs))
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/api/v1/jobs/{id}/script", get(job_script))
@@ -149,11 +66,17 @@ pub fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/instances", get(list_instances))
         .route("/api/v1/utilization", get(utilization))
         .route("/api/v1/tasks", get(list_tasks))
-        .route("/internal/v1/tasks", post(tasks_reported))
-        .route("/internal/v1/nodes/register", post(register))
-        .route("/internal/v1/nodes/{name}/heartbeat", post(heartbeat))
-        .route("/internal/v1/nodes/{name}/tasks", get(node_open_tasks))
-        .route("/internal/v1/jobs/ended", post(jobs_ended))
+        .route("/internal/v1/tasks", post(internal::tasks_reported))
+        .route("/internal/v1/nodes/register", post(internal::register))
+        .route(
+            "/internal/v1/nodes/{name}/heartbeat",
+            post(internal::heartbeat),
+        )
+        .route(
+            "/internal/v1/nodes/{name}/tasks",
+            get(internal::node_open_tasks),
+        )
+        .route("/internal/v1/jobs/ended", post(internal::jobs_ended))
         .merge(crate::slurmrest::routes())
         .merge(crate::dashboard::routes())
         .fallback(|| async {
@@ -182,7 +105,7 @@ async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
 }
 
 /// The OpenAPI document of the public API (`/api/v1` and `/slurm`).
-pub const OPENAPI: &str = include_str!("openapi.json");
+pub const OPENAPI: &str = include_str!("../openapi.json");
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
@@ -197,71 +120,6 @@ async fn metrics(State(ctl): Ctl) -> Response {
         crate::metrics::render(&ctl),
     )
         .into_response()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TokenRequest {
-    /// Seconds; default 1800 as `scontrol token`.
-    #[serde(default)]
-    lifetime: Option<u64>,
-    /// Another user's token: administrators only.
-    #[serde(default)]
-    user: Option<String>,
-}
-
-/// Issues a token: to the local socket's caller, or by an administrator
-/// for anyone.
-async fn issue_token(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Body(r): Body<TokenRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let forbid = |m: &str| Err(ApiError(StatusCode::FORBIDDEN, m.into()));
-    if caller.via != Via::Socket && !caller.admin {
-        return forbid("tokens are issued on the controller host's local socket (`gsched token` there), or by an administrator");
-    }
-    let lifetime = r.lifetime.unwrap_or(1800);
-    if lifetime == 0 || lifetime > ctl.auth.max_lifetime {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "token lifetime must be 1 to {} seconds (token_max_lifetime), not {lifetime}",
-                ctl.auth.max_lifetime
-            ),
-        ));
-    }
-    let (user, uid, gid) = match r.user {
-        Some(u) if u != caller.user => {
-            if !caller.admin {
-                return forbid("only an administrator may get a token for another user");
-            }
-            let (uid, gid) = lookup_user(&u).ok_or_else(|| {
-                ApiError(
-                    StatusCode::BAD_REQUEST,
-                    format!("user {u} is not known on the controller host"),
-                )
-            })?;
-            (u, Some(uid), Some(gid))
-        }
-        _ => (caller.user.clone(), caller.uid, caller.gid),
-    };
-    let (token, claims) = ctl
-        .auth
-        .issue(&user, uid, gid, lifetime, unix_now())
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    tracing::info!(user, lifetime, by = caller.user, "token issued");
-    Ok(Json(serde_json::json!({
-        "token": token, "user": user, "expires": claims.exp,
-    })))
-}
-
-async fn whoami(Extension(caller): Who) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
-        "user": caller.user, "uid": caller.uid, "admin": caller.admin,
-        "expires": caller.expires,
-        "via": match caller.via { Via::Socket => "socket", Via::Token => "token", Via::Anonymous => "none" },
-    }))
 }
 
 async fn submit(
@@ -359,7 +217,7 @@ async fn list_jobs(State(ctl): Ctl, Query(f): Query<JobFilter>) -> Result<Json<J
     Ok(Json(JobList { jobs: out }))
 }
 
-fn unknown_job(id: &str) -> ApiError {
+pub(crate) fn unknown_job(id: &str) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
         format!("Invalid job id specified: {id}"),
@@ -547,49 +405,6 @@ async fn list_instances(State(ctl): Ctl) -> Json<serde_json::Value> {
     Json(serde_json::json!({ "instances": inst }))
 }
 
-async fn register(
-    State(ctl): Ctl,
-    headers: HeaderMap,
-    Body(reg): Body<NodeRegistration>,
-) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
-    if reg.name.is_empty()
-        || reg.name.len() > 255
-        || reg
-            .name
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("invalid node name '{}'", reg.name),
-        ));
-    }
-    ctl.register(reg).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-async fn heartbeat(
-    State(ctl): Ctl,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    Body(hb): Body<Heartbeat>,
-) -> Result<Json<HeartbeatReply>, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
-    let (known, drain) = ctl.heartbeat(&name, &hb);
-    Ok(Json(HeartbeatReply { known, drain }))
-}
-
-async fn tasks_reported(
-    State(ctl): Ctl,
-    headers: HeaderMap,
-    Body(report): Body<TaskReport>,
-) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
-    ctl.tasks_reported(report).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TaskQuery {
@@ -615,39 +430,4 @@ async fn list_tasks(
         })
         .collect();
     Ok(Json(serde_json::json!({ "tasks": tasks })))
-}
-
-/// The reservations a node holds open (for the node after its restart).
-async fn node_open_tasks(
-    State(ctl): Ctl,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
-    let rows = ctl.store.task_records(None).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot read task records: {e}"),
-        )
-    })?;
-    let tasks: Vec<serde_json::Value> = rows
-        .into_iter()
-        .filter(|(node, r)| *node == name && r.end_ms.is_none())
-        .map(|(node, r)| {
-            let mut v = serde_json::to_value(&r).unwrap_or_default();
-            v["node"] = node.into();
-            v
-        })
-        .collect();
-    Ok(Json(serde_json::json!({ "tasks": tasks })))
-}
-
-async fn jobs_ended(
-    State(ctl): Ctl,
-    headers: HeaderMap,
-    Body(report): Body<JobEndReport>,
-) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
-    ctl.jobs_ended(report).await?;
-    Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,168 @@
+//! Who is calling, on each transport: the token middleware of the TCP
+//! API, the peer-credential middleware of the local socket, job ownership
+//! checks, and the token and whoami endpoints.
+
+use std::sync::Arc;
+
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::serve::IncomingStream;
+use axum::{Extension, Json, Router};
+use gsched_core::job::JobId;
+use gsched_daemon::http::{ApiError, Body};
+use serde::Deserialize;
+
+use super::{router, unknown_job, Ctl, Who};
+use crate::auth::{lookup_user, Caller, Via};
+use crate::controller::{unix_now, Controller};
+
+/// The kernel's word on who connected to the local socket: (uid, gid).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerCred(Option<(u32, u32)>);
+
+impl Connected<IncomingStream<'_, tokio::net::UnixListener>> for PeerCred {
+    fn connect_info(s: IncomingStream<'_, tokio::net::UnixListener>) -> PeerCred {
+        PeerCred(s.io().peer_cred().ok().map(|c| (c.uid(), c.gid())))
+    }
+}
+
+/// The API on TCP: every request but the exempt paths carries a token.
+pub fn tcp_app(ctl: Arc<Controller>) -> Router {
+    router(Arc::clone(&ctl)).layer(middleware::from_fn_with_state(ctl, token_auth))
+}
+
+/// The API on the local socket: the caller is the connecting user.
+pub fn socket_app(ctl: Arc<Controller>) -> Router {
+    router(Arc::clone(&ctl)).layer(middleware::from_fn_with_state(ctl, peer_auth))
+}
+
+/// Paths that never need a token: daemon-to-daemon calls (they carry the
+/// cluster key) and the dashboard's static files (no data in them).
+fn always_open(path: &str) -> bool {
+    path.starts_with("/internal/")
+        || path == "/"
+        || path.starts_with("/ui/")
+        || path == "/openapi.json"
+}
+
+fn exempt(path: &str, list: &[String]) -> bool {
+    list.iter().any(|e| {
+        if e.ends_with('/') {
+            path.starts_with(e.as_str())
+        } else {
+            path == e
+        }
+    })
+}
+
+async fn token_auth(State(ctl): Ctl, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let caller = match ctl.auth.token_caller(req.headers()) {
+        Ok(c) => c,
+        Err(_) if always_open(path) || exempt(path, &ctl.config.auth_exempt) => Caller::anonymous(),
+        Err(e) => {
+            tracing::info!(path, reason = %e, "request refused: not authenticated");
+            let mut r = ApiError::from(e).into_response();
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"gsched\""),
+            );
+            return r;
+        }
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+async fn peer_auth(
+    State(ctl): Ctl,
+    ConnectInfo(peer): ConnectInfo<PeerCred>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some((uid, gid)) = peer.0 else {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            "cannot read the credentials of the process on the local socket".into(),
+        )
+        .into_response();
+    };
+    req.extensions_mut()
+        .insert(ctl.auth.socket_caller(uid, gid));
+    next.run(req).await
+}
+
+/// 404 for an unknown job, 403 unless the caller owns it or is an admin.
+pub fn check_owner_of(ctl: &Controller, caller: &Caller, id: JobId) -> Result<(), ApiError> {
+    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let j = c.job(id).ok_or_else(|| unknown_job(&id.to_string()))?;
+    caller.check_owner(id, &j.spec.user_name, j.spec.uid)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TokenRequest {
+    /// Seconds; default 1800 as `scontrol token`.
+    #[serde(default)]
+    lifetime: Option<u64>,
+    /// Another user's token: administrators only.
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// Issues a token: to the local socket's caller, or by an administrator
+/// for anyone.
+pub(super) async fn issue_token(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Body(r): Body<TokenRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let forbid = |m: &str| Err(ApiError(StatusCode::FORBIDDEN, m.into()));
+    if caller.via != Via::Socket && !caller.admin {
+        return forbid("tokens are issued on the controller host's local socket (`gsched token` there), or by an administrator");
+    }
+    let lifetime = r.lifetime.unwrap_or(1800);
+    if lifetime == 0 || lifetime > ctl.auth.max_lifetime {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "token lifetime must be 1 to {} seconds (token_max_lifetime), not {lifetime}",
+                ctl.auth.max_lifetime
+            ),
+        ));
+    }
+    let (user, uid, gid) = match r.user {
+        Some(u) if u != caller.user => {
+            if !caller.admin {
+                return forbid("only an administrator may get a token for another user");
+            }
+            let (uid, gid) = lookup_user(&u).ok_or_else(|| {
+                ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!("user {u} is not known on the controller host"),
+                )
+            })?;
+            (u, Some(uid), Some(gid))
+        }
+        _ => (caller.user.clone(), caller.uid, caller.gid),
+    };
+    let (token, claims) = ctl
+        .auth
+        .issue(&user, uid, gid, lifetime, unix_now())
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    tracing::info!(user, lifetime, by = caller.user, "token issued");
+    Ok(Json(serde_json::json!({
+        "token": token, "user": user, "expires": claims.exp,
+    })))
+}
+
+pub(super) async fn whoami(Extension(caller): Who) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "user": caller.user, "uid": caller.uid, "admin": caller.admin,
+        "expires": caller.expires,
+        "via": match caller.via { Via::Socket => "socket", Via::Token => "token", Via::Anonymous => "none" },
+    }))
+}

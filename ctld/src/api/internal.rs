@@ -1,0 +1,90 @@
+//! The daemon-to-daemon endpoints (`/internal/v1/...`): node registration,
+//! heartbeats, task reports and job endings, each checked against the
+//! cluster key.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use gsched_core::probe::TaskReport;
+use gsched_core::wire::{Heartbeat, HeartbeatReply, JobEndReport, NodeRegistration};
+use gsched_daemon::http::{check_cluster_key, ApiError, Body};
+
+use super::Ctl;
+
+pub(super) async fn register(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Body(reg): Body<NodeRegistration>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&ctl.key, &headers)?;
+    if reg.name.is_empty()
+        || reg.name.len() > 255
+        || reg
+            .name
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("invalid node name '{}'", reg.name),
+        ));
+    }
+    ctl.register(reg).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn heartbeat(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Body(hb): Body<Heartbeat>,
+) -> Result<Json<HeartbeatReply>, ApiError> {
+    check_cluster_key(&ctl.key, &headers)?;
+    let (known, drain) = ctl.heartbeat(&name, &hb);
+    Ok(Json(HeartbeatReply { known, drain }))
+}
+
+pub(super) async fn tasks_reported(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Body(report): Body<TaskReport>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&ctl.key, &headers)?;
+    ctl.tasks_reported(report).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The reservations a node holds open (for the node after its restart).
+pub(super) async fn node_open_tasks(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    check_cluster_key(&ctl.key, &headers)?;
+    let rows = ctl.store.task_records(None).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read task records: {e}"),
+        )
+    })?;
+    let tasks: Vec<serde_json::Value> = rows
+        .into_iter()
+        .filter(|(node, r)| *node == name && r.end_ms.is_none())
+        .map(|(node, r)| {
+            let mut v = serde_json::to_value(&r).unwrap_or_default();
+            v["node"] = node.into();
+            v
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "tasks": tasks })))
+}
+
+pub(super) async fn jobs_ended(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Body(report): Body<JobEndReport>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&ctl.key, &headers)?;
+    ctl.jobs_ended(report).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
