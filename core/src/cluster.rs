@@ -36,6 +36,24 @@ pub struct InstanceSlot {
 }
 
 impl InstanceSlot {
+    /// The isolated job holding the whole instance: its owner, once the
+    /// shared tasks that were on it have left (until then the owner waits
+    /// and those tasks' reservations are what is there).
+    pub fn holder(&self) -> Option<JobId> {
+        self.isolated_owner.filter(|_| self.job_bytes.is_empty())
+    }
+
+    /// Memory held on the instance: all of it for its [`holder`], else
+    /// the shared tasks' reservations.
+    ///
+    /// [`holder`]: InstanceSlot::holder
+    pub fn held_bytes(&self) -> u64 {
+        match self.holder() {
+            Some(_) => self.instance.memory_mib * 1024 * 1024,
+            None => self.reserved_bytes,
+        }
+    }
+
     /// An instance with nothing on it.
     pub fn new(instance: Instance) -> InstanceSlot {
         InstanceSlot {
@@ -62,6 +80,23 @@ pub struct Node {
     pub up: bool,
     pub instances: Vec<InstanceSlot>,
     pub running: BTreeSet<JobId>,
+}
+
+impl Node {
+    /// The node's state in Slurm's words: DOWN, IDLE, MIXED or ALLOCATED
+    /// (every job slot used).
+    pub fn state_name(&self) -> &'static str {
+        let used = self.running.len() as u32;
+        if !self.up {
+            "DOWN"
+        } else if used == 0 {
+            "IDLE"
+        } else if used >= self.worker_limit {
+            "ALLOCATED"
+        } else {
+            "MIXED"
+        }
+    }
 }
 
 /// Something the caller must do after an operation.
@@ -1468,6 +1503,27 @@ mod tests {
             0,
             "the heartbeat wins"
         );
+    }
+
+    #[test]
+    fn an_isolated_owner_holds_the_instance_once_shared_tasks_left() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let n = c.nodes.get_mut("n1").unwrap();
+        assert_eq!(n.state_name(), "IDLE");
+        let s = &mut n.instances[0];
+        let whole = s.instance.memory_mib * 1024 * 1024;
+        s.isolated_owner = Some(4);
+        s.job_bytes.insert(9, 1 << 30);
+        s.reserved_bytes = 1 << 30;
+        assert_eq!((s.holder(), s.held_bytes()), (None, 1 << 30), "owner waits");
+        s.job_bytes.clear();
+        s.reserved_bytes = 0;
+        assert_eq!((s.holder(), s.held_bytes()), (Some(4), whole));
+        n.running.insert(4);
+        assert_eq!(n.state_name(), "MIXED");
+        n.up = false;
+        assert_eq!(n.state_name(), "DOWN");
     }
 
     #[test]

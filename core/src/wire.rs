@@ -301,18 +301,9 @@ pub struct InstanceInfo {
 impl NodeInfo {
     pub fn new(n: &crate::cluster::Node) -> NodeInfo {
         let used = n.running.len() as u32;
-        let state = if !n.up {
-            "DOWN"
-        } else if used == 0 {
-            "IDLE"
-        } else if used >= n.worker_limit {
-            "ALLOCATED"
-        } else {
-            "MIXED"
-        };
         NodeInfo {
             name: n.name.clone(),
-            state: state.into(),
+            state: n.state_name().into(),
             cpus: n.cpus,
             memory_mib: n.memory_mib,
             worker_limit: n.worker_limit,
@@ -333,10 +324,7 @@ pub struct Reservation {
 impl InstanceInfo {
     pub fn new(node: &str, s: &crate::cluster::InstanceSlot) -> InstanceInfo {
         let i = &s.instance;
-        // An isolated owner holds the whole instance once the shared tasks
-        // that were on it have left; until then its job waits and those
-        // tasks' reservations are what is there.
-        let reservations = match s.isolated_owner.filter(|_| s.job_bytes.is_empty()) {
+        let reservations = match s.holder() {
             Some(owner) => vec![Reservation {
                 job_id: owner,
                 memory_mib: i.memory_mib,
@@ -361,11 +349,7 @@ impl InstanceInfo {
             model: i.model.clone(),
             profile: i.profile.clone(),
             memory_mib: i.memory_mib,
-            memory_reserved_mib: if s.isolated_owner.is_some() {
-                i.memory_mib
-            } else {
-                s.reserved_bytes.div_ceil(1024 * 1024)
-            },
+            memory_reserved_mib: s.held_bytes().div_ceil(1024 * 1024),
             sms: i.sms,
             isolated_owner: s.isolated_owner,
             draining_for: s.draining_for,

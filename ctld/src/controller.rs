@@ -581,14 +581,10 @@ impl Controller {
         for n in c.nodes().filter(|n| n.up) {
             for i in &n.instances {
                 s.memory_total_mib += i.instance.memory_mib;
-                // As InstanceInfo shows it: an isolated owner holds the whole
-                // instance once the shared tasks there have left.
-                if i.isolated_owner.is_some() && i.job_bytes.is_empty() {
+                if i.holder().is_some() {
                     s.isolated_instances += 1;
-                    s.memory_reserved_mib += i.instance.memory_mib;
-                } else {
-                    s.memory_reserved_mib += i.reserved_bytes.div_ceil(1 << 20);
                 }
+                s.memory_reserved_mib += i.held_bytes().div_ceil(1 << 20);
                 s.memory_used_mib += i.used_bytes.unwrap_or(0).div_ceil(1 << 20);
                 s.shared_tasks += i.active_tasks;
             }

@@ -120,11 +120,7 @@ impl Collector for ClusterCollector {
                             ),
                         ];
                         let total = (i.memory_mib * 1024 * 1024) as i64;
-                        let reserved = if s.isolated_owner.is_some() {
-                            total
-                        } else {
-                            s.reserved_bytes as i64
-                        };
+                        let reserved = s.held_bytes() as i64;
                         let used = s.used_bytes.map(|b| b as i64).unwrap_or(-1);
                         (
                             labels,

@@ -206,15 +206,7 @@ pub fn gres(n: &Node, keep: impl Fn(&InstanceSlot) -> bool) -> String {
 /// One node as slurmrestd's `node`.
 pub fn node(n: &Node, partitions: &[String], cluster: &str) -> Value {
     let used = n.running.len() as u32;
-    let state = if !n.up {
-        "DOWN"
-    } else if used == 0 {
-        "IDLE"
-    } else if used >= n.worker_limit {
-        "ALLOCATED"
-    } else {
-        "MIXED"
-    };
+    let state = n.state_name();
     let host = n
         .url
         .split("://")
