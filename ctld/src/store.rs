@@ -190,17 +190,22 @@ impl Store {
 }
 
 impl Store {
-    /// Recorded task reservations, oldest first; of one job if given.
+    /// Recorded task reservations, oldest first, with their nodes: of one
+    /// job if given, only those still held on `open_on` if given.
     pub async fn task_records(
         &self,
         job: Option<JobId>,
+        open_on: Option<&str>,
     ) -> Result<Vec<(String, TaskRecord)>, sqlx::Error> {
         let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
         let rows = sqlx::query(
             "SELECT job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid
-               FROM task_reservations WHERE (?1 IS NULL OR job_id = ?1) ORDER BY begin_time, id",
+               FROM task_reservations
+              WHERE (?1 IS NULL OR job_id = ?1) AND (?2 IS NULL OR (node = ?2 AND end_time IS NULL))
+              ORDER BY begin_time, id",
         )
         .bind(job.map(|j| j as i64))
+        .bind(open_on)
         .fetch_all(&mut conn)
         .await?;
         rows.iter()

@@ -61,22 +61,7 @@ pub(super) async fn node_open_tasks(
     Path(name): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
-    let rows = ctl.store.task_records(None).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot read task records: {e}"),
-        )
-    })?;
-    let tasks: Vec<serde_json::Value> = rows
-        .into_iter()
-        .filter(|(node, r)| *node == name && r.end_ms.is_none())
-        .map(|(node, r)| {
-            let mut v = serde_json::to_value(&r).unwrap_or_default();
-            v["node"] = node.into();
-            v
-        })
-        .collect();
-    Ok(Json(serde_json::json!({ "tasks": tasks })))
+    super::task_list(&ctl, None, Some(&name)).await
 }
 
 pub(super) async fn jobs_ended(

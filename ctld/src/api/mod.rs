@@ -217,6 +217,13 @@ async fn list_jobs(State(ctl): Ctl, Query(f): Query<JobFilter>) -> Result<Json<J
     Ok(Json(JobList { jobs: out }))
 }
 
+/// The job `id` names, if it exists and the caller may change it.
+fn owned_job(ctl: &Controller, caller: &Caller, id: &str) -> Result<JobId, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(id))?;
+    check_owner_of(ctl, caller, jid)?;
+    Ok(jid)
+}
+
 pub(crate) fn unknown_job(id: &str) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
@@ -237,8 +244,7 @@ async fn job_script(
     Extension(caller): Who,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner_of(&ctl, &caller, jid)?;
+    let jid = owned_job(&ctl, &caller, &id)?;
     let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
     let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
     Ok(Json(serde_json::json!({
@@ -281,8 +287,7 @@ async fn cancel_job(
     Path(id): Path<String>,
     Query(q): Query<CancelQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner_of(&ctl, &caller, jid)?;
+    let jid = owned_job(&ctl, &caller, &id)?;
     let signal = match &q.signal {
         Some(s) => {
             Some(parse_signal(s).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?)
@@ -302,8 +307,7 @@ async fn requeue_job(
     Extension(caller): Who,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner_of(&ctl, &caller, jid)?;
+    let jid = owned_job(&ctl, &caller, &id)?;
     ctl.requeue(jid).await?;
     Ok(Json(
         serde_json::json!({ "job_id": jid, "job_state": "PENDING" }),
@@ -336,8 +340,7 @@ async fn begin_step(
     Path(id): Path<String>,
     Body(b): Body<StepBegin>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner_of(&ctl, &caller, jid)?;
+    let jid = owned_job(&ctl, &caller, &id)?;
     let step = ctl.begin_step(jid, &b.name, b.ntasks).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
 }
@@ -348,8 +351,7 @@ async fn end_step(
     Path((id, step)): Path<(String, u32)>,
     Body(b): Body<StepEnd>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner_of(&ctl, &caller, jid)?;
+    let jid = owned_job(&ctl, &caller, &id)?;
     ctl.end_step(jid, step, b.exit_code, b.signal).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
 }
@@ -359,10 +361,7 @@ async fn hold_job(
     Extension(caller): Who,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner_of(&ctl, &caller, jid)?;
-    ctl.set_held(jid, true).await?;
-    Ok(Json(serde_json::json!({ "job_id": jid, "held": true })))
+    set_held(&ctl, &caller, &id, true).await
 }
 
 async fn release_job(
@@ -370,10 +369,18 @@ async fn release_job(
     Extension(caller): Who,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    check_owner_of(&ctl, &caller, jid)?;
-    ctl.set_held(jid, false).await?;
-    Ok(Json(serde_json::json!({ "job_id": jid, "held": false })))
+    set_held(&ctl, &caller, &id, false).await
+}
+
+async fn set_held(
+    ctl: &Arc<Controller>,
+    caller: &Caller,
+    id: &str,
+    held: bool,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid = owned_job(ctl, caller, id)?;
+    ctl.set_held(jid, held).await?;
+    Ok(Json(serde_json::json!({ "job_id": jid, "held": held })))
 }
 
 async fn list_nodes(State(ctl): Ctl) -> Json<serde_json::Value> {
@@ -415,7 +422,16 @@ async fn list_tasks(
     State(ctl): Ctl,
     Query(q): Query<TaskQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let rows = ctl.store.task_records(q.job).await.map_err(|e| {
+    task_list(&ctl, q.job, None).await
+}
+
+/// `{"tasks": [record + "node", ...]}` for `Store::task_records`.
+async fn task_list(
+    ctl: &Controller,
+    job: Option<JobId>,
+    open_on: Option<&str>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let rows = ctl.store.task_records(job, open_on).await.map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot read task records: {e}"),
