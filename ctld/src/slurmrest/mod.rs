@@ -6,6 +6,7 @@
 mod shape;
 mod submit;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
@@ -172,33 +173,37 @@ struct Since {
     flags: Option<String>,
 }
 
-fn job_infos(ctl: &Controller, since: Option<i64>, only: Option<u64>) -> Vec<(JobInfo, String)> {
+/// The `jobs` answer: every job (or `only`) changed at or after `since`.
+fn jobs_answer(ctl: &Controller, r: &Req, since: Option<i64>, only: Option<u64>) -> Json<Value> {
     let now = unix_now();
     let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
-    let profile_of = |uuid: &str| {
-        c.nodes()
-            .flat_map(|n| n.instances.iter())
-            .find(|s| s.instance.uuid == uuid)
-            .map(shape::gres_type)
-    };
-    let pick = |j: &gsched_core::Job| {
-        since.is_none_or(|t| ctl.changed_at(j) >= t) && only.is_none_or(|id| id == j.id)
-    };
+    // Built once per answer: instance uuid -> gres type.
+    let types: HashMap<&str, String> = c
+        .nodes()
+        .flat_map(|n| n.instances.iter())
+        .map(|s| (s.instance.uuid.as_str(), shape::gres_type(s)))
+        .collect();
     let jobs: Box<dyn Iterator<Item = &gsched_core::Job>> = match only {
         Some(id) => Box::new(c.job(id).into_iter()),
         None => Box::new(c.jobs()),
     };
-    jobs.filter(|j| pick(j))
+    let list: Vec<Value> = jobs
+        .filter(|j| since.is_none_or(|t| ctl.changed_at(j) >= t))
         .map(|j| {
             let info = JobInfo::new(j, &ctl.config.partition, now);
             let profile = info
                 .gpu_instance
                 .as_deref()
-                .and_then(profile_of)
-                .unwrap_or_default();
-            (info, profile)
+                .and_then(|u| types.get(u))
+                .map(String::as_str);
+            shape::job(&info, &r.cluster, profile)
         })
-        .collect()
+        .collect();
+    r.ok(json!({
+        "jobs": list,
+        "last_backfill": no_val(Some(now)),
+        "last_update": no_val(Some(now)),
+    }))
 }
 
 async fn jobs(
@@ -208,32 +213,19 @@ async fn jobs(
     Query(q): Query<Since>,
 ) -> Result<Json<Value>, SlurmError> {
     let r = Req::new(&ctl, &v, &caller)?;
-    let now = unix_now();
-    let list: Vec<Value> = job_infos(&ctl, q.update_time, None)
-        .iter()
-        .map(|(j, p)| {
-            let p = p.clone();
-            shape::job(j, &r.cluster, move |_| {
-                Some(p.clone()).filter(|p| !p.is_empty())
-            })
-        })
-        .collect();
-    Ok(r.ok(json!({
-        "jobs": list,
-        "last_backfill": no_val(Some(now)),
-        "last_update": no_val(Some(now)),
-    })))
+    Ok(jobs_answer(&ctl, &r, q.update_time, None))
+}
+
+fn unknown_job(r: &Req, id: &str) -> SlurmError {
+    r.error(
+        StatusCode::NOT_FOUND,
+        2017,
+        format!("Invalid job id specified: {id}"),
+    )
 }
 
 fn parse_id(r: &Req, id: &str) -> Result<u64, SlurmError> {
-    // `A_i` names an array task; the job id of the task is what we show.
-    id.parse::<u64>().map_err(|_| {
-        r.error(
-            StatusCode::NOT_FOUND,
-            2017,
-            format!("Invalid job id specified: {id}"),
-        )
-    })
+    id.parse::<u64>().map_err(|_| unknown_job(r, id))
 }
 
 async fn job(
@@ -251,27 +243,9 @@ async fn job(
         .job(jid)
         .is_none()
     {
-        return Err(r.error(
-            StatusCode::NOT_FOUND,
-            2017,
-            format!("Invalid job id specified: {id}"),
-        ));
+        return Err(unknown_job(&r, &id));
     }
-    let now = unix_now();
-    let list: Vec<Value> = job_infos(&ctl, q.update_time, Some(jid))
-        .iter()
-        .map(|(j, p)| {
-            let p = p.clone();
-            shape::job(j, &r.cluster, move |_| {
-                Some(p.clone()).filter(|p| !p.is_empty())
-            })
-        })
-        .collect();
-    Ok(r.ok(json!({
-        "jobs": list,
-        "last_backfill": no_val(Some(now)),
-        "last_update": no_val(Some(now)),
-    })))
+    Ok(jobs_answer(&ctl, &r, q.update_time, Some(jid)))
 }
 
 #[derive(Deserialize, Default)]

@@ -70,7 +70,8 @@ fn gpu_tres(j: &JobInfo) -> String {
 }
 
 /// One job as slurmrestd's `job_info`.
-pub fn job(j: &JobInfo, cluster: &str, profile_of: impl Fn(&str) -> Option<String>) -> Value {
+/// `profile` is the gres type of the instance the job holds, if known.
+pub fn job(j: &JobInfo, cluster: &str, profile: Option<&str>) -> Value {
     let (array_job_id, array_task_id, array_max) = match &j.array {
         Some(a) => (
             Some(a.array_job_id as i64),
@@ -83,10 +84,7 @@ pub fn job(j: &JobInfo, cluster: &str, profile_of: impl Fn(&str) -> Option<Strin
         .gpu_instance
         .as_deref()
         .filter(|_| j.job_state == JobState::Running)
-        .map(|u| {
-            let p = profile_of(u).unwrap_or_else(|| "gpu".into());
-            vec![format!("gpu:{p}:1")]
-        })
+        .map(|_| vec![format!("gpu:{}:1", profile.unwrap_or("gpu"))])
         .unwrap_or_default();
     let tres = gpu_tres(j);
     let tres_req = if tres.is_empty() {
