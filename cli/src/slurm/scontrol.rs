@@ -108,6 +108,17 @@ pub fn show_config(health: &serde_json::Value) -> String {
     out
 }
 
+/// The jobs the given ids (`N`, `A`, `A_i`) name, in any state; an error
+/// as Slurm words it when none exists.
+fn named_jobs(client: &Client, ids: &[&str]) -> Result<Vec<JobInfo>> {
+    let list: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    let jobs = fetch(client, &parse_refs(&list)?, &[("state", "all".into())])?;
+    if jobs.is_empty() {
+        bail!("Invalid job id specified");
+    }
+    Ok(jobs)
+}
+
 pub fn main_with(args: Vec<String>) -> Result<i32> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     let client = Client::from_env();
@@ -125,11 +136,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             Ok(0)
         }
         ["show", "job", id] | ["show", "jobs", id] => {
-            let refs = parse_refs(&[id.to_string()])?;
-            let jobs = fetch(&client, &refs, &[("state", "all".into())])?;
-            if jobs.is_empty() {
-                bail!("Invalid job id specified");
-            }
+            let jobs = named_jobs(&client, &[id])?;
             for j in &jobs {
                 print!("{}", show_job(j));
             }
@@ -155,12 +162,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             Ok(0)
         }
         ["requeue", ids @ ..] if !ids.is_empty() => {
-            let list: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-            let refs = parse_refs(&list)?;
-            let jobs = fetch(&client, &refs, &[("state", "all".into())])?;
-            if jobs.is_empty() {
-                bail!("Invalid job id specified");
-            }
+            let jobs = named_jobs(&client, ids)?;
             for j in &jobs {
                 client.requeue(j.job_id).map_err(|e| match e.downcast_ref::<ApiError>() {
                     Some(a) if a.status == 409 => anyhow::anyhow!(
@@ -174,12 +176,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             Ok(0)
         }
         [op @ ("hold" | "release" | "uhold"), ids @ ..] if !ids.is_empty() => {
-            let list: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-            let refs = parse_refs(&list)?;
-            let jobs = fetch(&client, &refs, &[("state", "all".into())])?;
-            if jobs.is_empty() {
-                bail!("Invalid job id specified");
-            }
+            let jobs = named_jobs(&client, ids)?;
             for j in &jobs {
                 client
                     .set_held(j.job_id, *op != "release")
