@@ -20,17 +20,8 @@ if ! command -v chromium > /dev/null; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium > /dev/null
 fi
-work=$(mktemp -d)
-trap 'kill "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$gsched" up --state-dir "$work/state" --listen "127.0.0.1:$port" --node-name gpu-node-1 \
-    --sim-gpus '2xA100-40GB:2g.10gb*2,1g.5gb*3' --kill-wait 1 --heartbeat-interval 1 > "$work/up.log" 2>&1 &
-up_pid=$!
-export GSCHED_URL="http://127.0.0.1:$port"
-for _ in $(seq 100); do
-    if curl -sf "$GSCHED_URL/healthz" 2>/dev/null | grep -q '"nodes_up":1'; then break; fi
-    sleep 0.1
-done
+. "$root/scripts/lib/gsched-up.sh"
+gsched_up "$gsched" --node-name gpu-node-1 --sim-gpus '2xA100-40GB:2g.10gb*2,1g.5gb*3' --kill-wait 1
 cd "$work"
 job() { # NAME OPTIONS... -- SCRIPT-BODY
     local name=$1; shift

@@ -13,23 +13,9 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 gsched=${1:-$root/target/debug/gsched}
 [ -x "$gsched" ] || { echo "slurmrestd.sh: $gsched not built (cargo build --workspace)" >&2; exit 1; }
-venv=$root/target/compat-venv
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
-fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check "slurmrestapi==25.11.4.0" \
-    "openapi-spec-validator>=0.7,<0.9"
-work=$(mktemp -d)
-trap 'kill "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$gsched" up --state-dir "$work/state" --listen "127.0.0.1:$port" \
-    --sim-gpus '1xA100-40GB:2g.10gb*2,1g.5gb*3' --kill-wait 2 --heartbeat-interval 1 > "$work/up.log" 2>&1 &
-up_pid=$!
-export GSCHED_URL="http://127.0.0.1:$port"
-for _ in $(seq 100); do
-    if curl -sf "$GSCHED_URL/healthz" 2>/dev/null | grep -q '"nodes_up":1'; then break; fi
-    sleep 0.1
-done
+. "$root/scripts/lib/gsched-up.sh"
+compat_venv "slurmrestapi==25.11.4.0" "openapi-spec-validator>=0.7,<0.9"
+gsched_up "$gsched" --sim-gpus '1xA100-40GB:2g.10gb*2,1g.5gb*3' --kill-wait 2
 token=$("$gsched" token --quiet --lifetime 3600)
 mkdir -p "$work/jobs"
 if ! timeout 300 "$venv/bin/python" "$root/scripts/compat/slurmrestd_check.py" \
