@@ -31,9 +31,16 @@ pub fn request(
         ));
     }
     head.push_str("\r\n");
-    s.write_all(head.as_bytes())?;
-    if let Some(b) = body {
-        s.write_all(b)?;
+    // One write: the server may answer as soon as it has the head (a
+    // handler that ignores the body) and close; a body written separately
+    // would then hit a closed socket.
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body.unwrap_or_default());
+    match s.write_all(&request) {
+        Ok(()) => {}
+        // It answered before reading everything: the answer is still there.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => return Err(e),
     }
     let mut raw = Vec::new();
     s.take(MAX_ANSWER).read_to_end(&mut raw)?;
@@ -101,6 +108,31 @@ fn dechunk(mut rest: &[u8]) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_given_before_the_body_is_read_is_not_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("s");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            // Read only the head, answer, and close, as a handler that
+            // ignores the body may.
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                c.read_exact(&mut byte).unwrap();
+                head.push(byte[0]);
+            }
+            c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                .unwrap();
+        });
+        // Larger than the socket's buffer, so the server closes mid-body.
+        let body = vec![b' '; 8 << 20];
+        let (status, answer) = request(&sock, "POST", "/x", Some(&body)).unwrap();
+        server.join().unwrap();
+        assert_eq!((status, answer.as_slice()), (200, b"{}".as_slice()));
+    }
 
     #[test]
     fn bodies_by_length_and_by_chunks() {
