@@ -62,6 +62,11 @@ pub struct Launcher {
     is_root: bool,
     my_uid: u32,
     running: Mutex<HashMap<JobId, RunningJob>>,
+    /// Held while a job's spool is prepared until the job is in `running`,
+    /// and while an acknowledged job's spool is removed: a requeued job can
+    /// be launched again before the node hears that its last run's end was
+    /// recorded, and that late removal must not take the new run's spool.
+    spool_setup: Mutex<()>,
     ended: mpsc::UnboundedSender<JobEnded>,
     /// The probe server: jobs get its socket and a key; isolated jobs hold
     /// their instance in it.
@@ -99,6 +104,7 @@ impl Launcher {
             is_root: uid == 0,
             my_uid: uid,
             running: Mutex::new(HashMap::new()),
+            spool_setup: Mutex::new(()),
             ended,
             probe: std::sync::OnceLock::new(),
             interception: std::sync::OnceLock::new(),
@@ -141,6 +147,7 @@ impl Launcher {
             instance = req.instance.as_ref().map(|i| i.uuid.as_str())
         );
         let _g = span.enter();
+        let _setup = self.spool_setup.lock().unwrap_or_else(|p| p.into_inner());
         if self.jobs().contains_key(&job.id) {
             return Err(LaunchError::AlreadyRunning(job.id));
         }
@@ -495,6 +502,7 @@ impl Launcher {
 
     /// Removes the spool of a job whose end the controller acknowledged.
     pub fn forget(&self, job: JobId) {
+        let _setup = self.spool_setup.lock().unwrap_or_else(|p| p.into_inner());
         if !self.jobs().contains_key(&job) {
             self.spool(job).remove();
         }
