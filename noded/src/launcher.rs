@@ -500,11 +500,20 @@ impl Launcher {
         ended
     }
 
-    /// Removes the spool of a job whose end the controller acknowledged.
-    pub fn forget(&self, job: JobId) {
+    /// Removes the spool of a job whose end the controller acknowledged,
+    /// unless the spool now belongs to a later run of the job (requeued and
+    /// launched again, running or ended with another end time).
+    pub fn forget(&self, ended: &JobEnded) {
         let _setup = self.spool_setup.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.jobs().contains_key(&job) {
-            self.spool(job).remove();
+        if self.jobs().contains_key(&ended.job_id) {
+            return;
+        }
+        let spool = self.spool(ended.job_id);
+        let later_run = spool
+            .read_status()
+            .is_some_and(|s| s.end_time != ended.end_time);
+        if !later_run {
+            spool.remove();
         }
     }
 }
@@ -543,4 +552,63 @@ fn children_of(pid: i32) -> Vec<i32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended_at(job: JobId, end_time: i64) -> JobEnded {
+        JobEnded {
+            job_id: job,
+            outcome: ProcessOutcome {
+                exit_code: Some(0),
+                signal: None,
+                cause: EndCause::Exited,
+            },
+            end_time,
+        }
+    }
+
+    fn run_ended(launcher: &Launcher, job: JobId, end_time: i64) -> JobSpool {
+        let spool = launcher.spool(job);
+        std::fs::create_dir_all(&spool.dir).unwrap();
+        let status = crate::spool::ShepherdStatus {
+            exit_code: Some(0),
+            signal: None,
+            error: None,
+            end_time,
+        };
+        spool.write_json(&spool.status_path(), &status).unwrap();
+        spool
+    }
+
+    #[test]
+    fn an_acknowledged_end_removes_only_its_own_run() {
+        let root = tempfile::tempdir().unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let l = Launcher::new(
+            "n".into(),
+            root.path().join("spool"),
+            "/bin/false".into(),
+            Duration::from_secs(1),
+            tx,
+        )
+        .unwrap();
+        // The acknowledged run's spool goes.
+        let spool = run_ended(&l, 7, 100);
+        l.forget(&ended_at(7, 100));
+        assert!(!spool.dir.exists());
+        // A requeued job ran again and ended later: the first run's late
+        // acknowledgement leaves the second run's spool alone.
+        let spool = run_ended(&l, 8, 200);
+        l.forget(&ended_at(8, 100));
+        assert!(spool.dir.exists());
+        // A run being set up or running (no status yet) is in `running`.
+        let spool = l.spool(9);
+        std::fs::create_dir_all(&spool.dir).unwrap();
+        l.jobs().insert(9, RunningJob { pgid: Some(1) });
+        l.forget(&ended_at(9, 100));
+        assert!(spool.dir.exists());
+    }
 }

@@ -149,7 +149,7 @@ impl ControllerLink {
 
     fn acknowledged(&self, ended: &mut Vec<JobEnded>, n: usize) {
         for e in ended.drain(..n) {
-            self.launcher.forget(e.job_id);
+            self.launcher.forget(&e);
         }
     }
 
