@@ -46,6 +46,16 @@ pub struct SimArgs {
     /// task until it ends, as one process under the driver interception).
     #[arg(long, default_value = "task", value_parser = ["task", "process"])]
     memory_hold: String,
+    /// MIG re-partitioning under the policy: `none` (the layout stays, as
+    /// in the papers) or `demand[:N]` (split for isolated jobs, merge for
+    /// shared work up to N compute slices, default 2; docs/simulator.md).
+    /// Baselines keep the layout.
+    #[arg(long, default_value = "none", value_name = "POLICY")]
+    repartition: String,
+    /// Seconds from destroying MIG instances to their replacements being
+    /// usable (an assumption: not measured, see docs/simulator.md).
+    #[arg(long, default_value_t = 5.0, value_name = "S")]
+    reconfig_secs: f64,
     /// Run every isolated:non-isolated ratio and print the papers' table.
     #[arg(long)]
     sweep: bool,
@@ -100,6 +110,7 @@ fn run_pair(
         jobs,
         SimOptions {
             workers_per_slice: None,
+            repartition: None,
             ..options
         },
     )?;
@@ -108,7 +119,7 @@ fn run_pair(
 
 fn line(r: &SimResult) -> String {
     format!(
-        "{:<10} makespan {:>8.1} s  throughput {:>7.1} jobs/h  mean turnaround {:>7.1} s  memory utilization {:>5.1}%  OOM crashes {:>3}  packing efficiency {:.2}  ANTT {:.2}  STP {:.1}",
+        "{:<10} makespan {:>8.1} s  throughput {:>7.1} jobs/h  mean turnaround {:>7.1} s  memory utilization {:>5.1}%  OOM crashes {:>3}  packing efficiency {:.2}  ANTT {:.2}  STP {:.1}  MIG reshapes {}",
         r.policy,
         r.makespan,
         r.throughput_per_hour,
@@ -117,7 +128,8 @@ fn line(r: &SimResult) -> String {
         r.oom_crashes,
         r.packing_efficiency,
         r.antt,
-        r.stp
+        r.stp,
+        r.reshapes
     )
 }
 
@@ -185,9 +197,15 @@ pub fn run(a: SimArgs) -> Result<()> {
     if a.workers_per_slice == Some(0) {
         bail!("--workers-per-slice 0: at least one worker is needed");
     }
+    if !(a.reconfig_secs >= 0.0 && a.reconfig_secs.is_finite()) {
+        bail!("--reconfig-secs {}: must be a number of seconds, 0 or more", a.reconfig_secs);
+    }
     let options = SimOptions {
         workers_per_slice: a.workers_per_slice,
         hold_per_process: a.memory_hold == "process",
+        repartition: gsched_core::repartition::repartition_policy(&a.repartition)
+            .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?,
+        reconfig_secs: a.reconfig_secs,
     };
     let policy: Policy = a.policy.parse()?;
     let baseline: Policy = a.baseline.parse()?;
@@ -233,22 +251,23 @@ pub fn run(a: SimArgs) -> Result<()> {
             );
         } else {
             println!(
-                "{} vs {} on {}, {} jobs, footprints {} GB, seed {}",
-                policy, baseline, a.cluster, a.jobs, a.footprints, a.seed
+                "{} vs {} on {}, {} jobs, footprints {} GB, seed {}, re-partitioning {}",
+                policy, baseline, a.cluster, a.jobs, a.footprints, a.seed, a.repartition
             );
             println!(
-                "mix    throughput  turnaround  memory-util  OOM(policy/baseline)  packing-eff"
+                "mix    throughput  turnaround  memory-util  OOM(policy/baseline)  packing-eff  reshapes"
             );
             for ((i, s), c) in &rows {
                 println!(
-                    "{:<6} {:>9.2}x {:>10.2}x {:>11.2}x {:>10}/{:<10} {:>10.2}",
+                    "{:<6} {:>9.2}x {:>10.2}x {:>11.2}x {:>10}/{:<10} {:>10.2} {:>9}",
                     format!("{i}:{s}"),
                     c.throughput_ratio,
                     c.turnaround_speedup,
                     c.memory_utilization_ratio,
                     c.oom_crashes,
                     c.baseline_oom_crashes,
-                    c.packing_efficiency
+                    c.packing_efficiency,
+                    c.policy.reshapes
                 );
             }
             println!(

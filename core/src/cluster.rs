@@ -33,6 +33,8 @@ pub struct InstanceSlot {
     pub job_bytes: BTreeMap<JobId, u64>,
     /// Memory in use as the GPU reports it, where the node can read it.
     pub used_bytes: Option<u64>,
+    /// Being re-partitioned: no isolated job is given it.
+    pub retiring: bool,
 }
 
 impl InstanceSlot {
@@ -65,6 +67,7 @@ impl InstanceSlot {
             warps: 0,
             job_bytes: BTreeMap::new(),
             used_bytes: None,
+            retiring: false,
         }
     }
 }
@@ -136,6 +139,8 @@ pub enum ClusterError {
     NoSuchStep(JobId, u32),
     #[error("job {job} does not run on node {node}")]
     WrongNode { job: JobId, node: String },
+    #[error("instance {0} is unknown or held by an isolated job")]
+    InstanceBusy(String),
     #[error(transparent)]
     Transition(#[from] IllegalTransition),
 }
@@ -425,6 +430,48 @@ impl Cluster {
         }]
     }
 
+    /// Marks a node's instance as being re-partitioned (no isolated job is
+    /// given it) or back in use. Returns whether the instance exists.
+    pub fn set_retiring(&mut self, node: &str, uuid: &str, retiring: bool) -> bool {
+        let slot = self
+            .nodes
+            .get_mut(node)
+            .and_then(|n| n.instances.iter_mut().find(|s| s.instance.uuid == uuid));
+        match slot {
+            Some(s) => {
+                s.retiring = retiring;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Replaces instances of a node after a re-partition: `remove` go (each
+    /// must be free of isolated jobs), `add` come. Refused, changing
+    /// nothing, if the node is unknown or an instance to remove is unknown
+    /// or held.
+    pub fn reshape_node(
+        &mut self,
+        node: &str,
+        remove: &[String],
+        add: Vec<Instance>,
+    ) -> Result<(), ClusterError> {
+        let n = self
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
+        for uuid in remove {
+            let slot = n.instances.iter().find(|s| &s.instance.uuid == uuid);
+            match slot {
+                Some(s) if s.isolated_owner.is_none() && s.draining_for.is_none() => {}
+                _ => return Err(ClusterError::InstanceBusy(uuid.clone())),
+            }
+        }
+        n.instances.retain(|s| !remove.contains(&s.instance.uuid));
+        n.instances.extend(add.into_iter().map(InstanceSlot::new));
+        Ok(())
+    }
+
     /// Instances of a node being drained for isolated jobs.
     pub fn draining(&self, node: &str) -> Vec<String> {
         self.nodes
@@ -666,6 +713,7 @@ impl Cluster {
                             isolated_owner: s.isolated_owner,
                             draining_for: s.draining_for,
                             active_tasks: s.active_tasks,
+                            retiring: s.retiring,
                         })
                         .collect(),
                 })

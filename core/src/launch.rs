@@ -30,6 +30,8 @@ pub struct InstanceView<'a> {
     pub draining_for: Option<JobId>,
     /// Non-isolated tasks with reservations on it.
     pub active_tasks: u32,
+    /// Being re-partitioned: not to be given to an isolated job.
+    pub retiring: bool,
 }
 
 /// A node as the launch policy sees it.
@@ -287,6 +289,7 @@ fn best_instance(
         for (ii, v) in node.instances.iter().enumerate() {
             let mine = v.draining_for == Some(job.id);
             if v.isolated_owner.is_some()
+                || v.retiring
                 || (v.draining_for.is_some() && !mine)
                 || claimed.contains(&(ni, ii))
                 || !v.instance.satisfies(job.gpu)
@@ -330,6 +333,7 @@ mod tests {
                 isolated_owner: None,
                 draining_for: None,
                 active_tasks: 0,
+                retiring: false,
             })
             .collect()
     }
@@ -537,7 +541,7 @@ mod tests {
                     workers_used: s.running.len() as u32,
                     instances: s.inst.iter().enumerate().map(|(i, inst)| InstanceView {
                         instance: inst, isolated_owner: s.owner[i],
-                        draining_for: s.draining[i], active_tasks: s.tasks[i],
+                        draining_for: s.draining[i], active_tasks: s.tasks[i], retiring: false,
                     }).collect(),
                 }];
                 let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &sh, nodes: &nodes });

@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod pattern;
 pub mod placement;
 pub mod probe;
+pub mod repartition;
 pub mod sim;
 pub mod sm;
 pub mod units;

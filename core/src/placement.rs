@@ -30,6 +30,9 @@ pub struct InstanceLoad {
     pub owner: Option<JobId>,
     /// Processes bound here by their first placement.
     pub processes: u32,
+    /// Being re-partitioned: no new process is bound here; those bound
+    /// here go on until they exit.
+    pub retiring: bool,
 }
 
 impl InstanceLoad {
@@ -283,6 +286,7 @@ impl TaskBook {
                     closed: false,
                     owner: None,
                     processes: 0,
+                    retiring: false,
                 })
                 .collect(),
             active: BTreeMap::new(),
@@ -422,9 +426,11 @@ impl TaskBook {
 
     fn allowed(&self, req: &TaskRequest, i: usize) -> bool {
         let inst = &self.instances[i];
+        let pin = self.pins.get(&(req.job, req.pid));
         !inst.closed
             && inst.owner.is_none_or(|o| o == req.job)
-            && self.pins.get(&(req.job, req.pid)).is_none_or(|&p| p == i)
+            && pin.is_none_or(|&p| p == i)
+            && (!inst.retiring || pin == Some(&i))
     }
 
     fn choice(&self, req: &TaskRequest) -> Option<usize> {
@@ -699,6 +705,73 @@ impl TaskBook {
             return Vec::new();
         };
         self.instances[i].owner = owner;
+        self.retry()
+    }
+
+    /// Marks an instance as being re-partitioned (no new processes bound
+    /// to it) or back in use. Returns the waiting tasks this placed.
+    pub fn set_retiring(&mut self, uuid: &str, retiring: bool) -> Vec<Placed> {
+        let Some(i) = self.index(uuid) else {
+            return Vec::new();
+        };
+        self.instances[i].retiring = retiring;
+        if retiring {
+            Vec::new()
+        } else {
+            self.retry()
+        }
+    }
+
+    /// Whether nothing runs on the instance and no process is bound to it
+    /// (so it may be destroyed). Unknown instances are not idle.
+    pub fn is_idle(&self, uuid: &str) -> bool {
+        self.index(uuid).is_some_and(|i| {
+            let inst = &self.instances[i];
+            inst.processes == 0
+                && inst.reserved_bytes == 0
+                && !self.active.values().any(|a| a.instance == i)
+        })
+    }
+
+    /// Drops an idle instance (destroyed by a re-partition). Refused, and
+    /// nothing changes, when it is unknown or not idle.
+    pub fn remove_instance(&mut self, uuid: &str) -> bool {
+        if !self.is_idle(uuid) {
+            return false;
+        }
+        let Some(i) = self.index(uuid) else {
+            return false;
+        };
+        self.instances.remove(i);
+        for a in self.active.values_mut() {
+            if a.instance > i {
+                a.instance -= 1;
+            }
+        }
+        for p in self.pins.values_mut() {
+            if *p > i {
+                *p -= 1;
+            }
+        }
+        true
+    }
+
+    /// Adds an instance (created by a re-partition; `sms` where known).
+    /// Returns the waiting tasks it took.
+    pub fn add_instance(&mut self, uuid: &str, memory_bytes: u64, sms: Option<u32>) -> Vec<Placed> {
+        self.instances.push(InstanceLoad {
+            uuid: uuid.into(),
+            memory_bytes,
+            reserved_bytes: 0,
+            warps: 0,
+            sms: sms
+                .filter(|_| self.policy.uses_sm_slots())
+                .map(SmTable::new),
+            closed: false,
+            owner: None,
+            processes: 0,
+            retiring: false,
+        });
         self.retry()
     }
 
@@ -986,6 +1059,40 @@ mod tests {
         assert_eq!(gone, vec![t.task]);
         assert_eq!(b.instances()[0].reserved_bytes, 0);
         assert_eq!(b.instances()[0].warps, 0);
+    }
+
+    #[test]
+    fn retiring_instances_keep_their_processes_and_go_when_idle() {
+        let mut b = book(&[4 * G, 4 * G]);
+        let t = placed(b.begin(req(1, 1, G, 10)));
+        assert_eq!(t.instance, "I0");
+        b.set_retiring("I0", true);
+        // A new process goes elsewhere, even to more warps.
+        assert_eq!(placed(b.begin(req(2, 1, G, 100))).instance, "I1");
+        assert_eq!(placed(b.begin(req(3, 1, G, 100))).instance, "I1");
+        // The bound process's next task still goes to its instance.
+        b.end(t.task).unwrap();
+        assert!(!b.is_idle("I0"), "the process is still bound there");
+        assert!(!b.remove_instance("I0"));
+        let t2 = placed(b.begin(req(1, 1, 2 * G, 10)));
+        assert_eq!(t2.instance, "I0");
+        b.release_job(1);
+        assert!(b.is_idle("I0"));
+        // Removing it keeps the other instance's tasks and pins in place.
+        assert!(b.remove_instance("I0"));
+        assert!(!b.is_idle("I1"));
+        assert_eq!(b.pinned(2, 1), Some("I1"));
+        assert_eq!(b.instances()[0].reserved_bytes, 2 * G);
+        // A task bigger than what is left waits; a new instance takes it.
+        assert!(matches!(
+            b.begin(req(4, 1, 3 * G, 0)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        let now = b.add_instance("I2", 8 * G, None);
+        assert_eq!((now.len(), now[0].instance.as_str()), (1, "I2"));
+        let (gone, _) = b.release_job(2);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(b.instances()[0].reserved_bytes, G);
     }
 
     #[derive(Debug, Clone)]

@@ -17,14 +17,16 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::cluster::{Cluster, Effect};
-use crate::gpu::{parse_sim_spec, sim_instances, Instance};
+use crate::gpu::{parse_sim_spec, sim_gpu_uuid, sim_instances, sim_mig_uuid, Instance, SimGpu};
 use crate::job::{GpuRequest, JobId, JobSpec};
 use crate::launch::{CaseLaunch, ExclusiveLaunch, LaunchPolicy};
 use crate::outcome::{EndCause, ProcessOutcome};
+use crate::mig::MigPlacement;
 use crate::placement::{
     Begin, BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement, Placed,
     PlacementError, TaskBook, TaskId, TaskRequest,
 };
+use crate::repartition::{self, DemandRepartition, RepartitionPolicy, Reshape};
 use crate::sm::KernelShape;
 use crate::wire::{InstanceUse, JobEnded, NodeRegistration};
 
@@ -102,6 +104,8 @@ pub struct SimResult {
     pub packing_efficiency: f64,
     pub antt: f64,
     pub stp: f64,
+    /// MIG re-partitions carried out (instances destroyed and created).
+    pub reshapes: usize,
     /// (time, memory utilization) at every change, for plots.
     #[serde(skip)]
     pub utilization: Vec<(f64, f64)>,
@@ -163,10 +167,28 @@ struct JobState {
     held: Option<(usize, u64)>,
 }
 
+/// A re-partition waiting for its instances to empty.
+struct Retiring {
+    gpu: usize,
+    retire: Vec<String>,
+    create: Vec<MigPlacement>,
+}
+
 struct Sim<'a> {
     policy: Policy,
     jobs: &'a [SimJob],
+    /// Every instance that ever existed (indices stay valid); `alive` says
+    /// which exist now, `layout` where each sits (MIG instances only).
     inst: Vec<Instance>,
+    alive: Vec<bool>,
+    layout: Vec<Option<(usize, MigPlacement)>>,
+    gpus: Vec<SimGpu>,
+    repartition: Option<DemandRepartition>,
+    reconfig_secs: f64,
+    retiring: Vec<Retiring>,
+    /// Instances being created: (ready at, GPU, placements).
+    creating: Vec<(f64, usize, Vec<MigPlacement>)>,
+    reshapes: usize,
     cluster: Cluster,
     book: TaskBook,
     state: Vec<JobState>,
@@ -266,8 +288,172 @@ impl Sim<'_> {
     fn uuid_index(&self, uuid: &str) -> usize {
         self.inst
             .iter()
-            .position(|i| i.uuid == uuid)
+            .zip(&self.alive)
+            .position(|(i, &alive)| alive && i.uuid == uuid)
             .expect("known instance")
+    }
+
+    /// Finishes re-partitions whose instances are idle, then asks the
+    /// policy for new ones.
+    fn repartition(&mut self) {
+        let Some(policy) = self.repartition else {
+            return;
+        };
+        self.finish_reshapes();
+        let retiring: Vec<&String> = self.retiring.iter().flat_map(|r| &r.retire).collect();
+        let slots = self.cluster.node(NODE).map(|n| &n.instances);
+        let mut gpus: Vec<repartition::GpuUse> = self
+            .gpus
+            .iter()
+            .map(|g| repartition::GpuUse {
+                model: g.model,
+                instances: Vec::new(),
+            })
+            .collect();
+        for (k, inst) in self.inst.iter().enumerate() {
+            let (true, Some((gi, placement))) = (self.alive[k], self.layout[k]) else {
+                continue;
+            };
+            let isolated = slots
+                .and_then(|v| v.iter().find(|s| s.instance.uuid == inst.uuid))
+                .is_some_and(|s| s.isolated_owner.is_some() || s.draining_for.is_some());
+            let state = if retiring.contains(&&inst.uuid) {
+                repartition::Use::Retiring
+            } else if isolated {
+                repartition::Use::Isolated
+            } else if self.book.is_idle(&inst.uuid) {
+                repartition::Use::Idle
+            } else {
+                repartition::Use::Shared
+            };
+            gpus[gi].instances.push(repartition::InstanceUse { placement, state });
+        }
+        // Instances being created count as retiring: their GPU is busy.
+        for (_, gi, create) in &self.creating {
+            for &placement in create {
+                gpus[*gi].instances.push(repartition::InstanceUse {
+                    placement,
+                    state: repartition::Use::Retiring,
+                });
+            }
+        }
+        let pending = self
+            .cluster
+            .jobs()
+            .filter(|j| j.state == crate::JobState::Pending);
+        let mut demand = repartition::Demand::default();
+        for j in pending {
+            if j.spec.isolated {
+                demand.isolated_mib.push(j.spec.gpu.mem_mib.unwrap_or(0));
+            } else {
+                demand.shared_backlog = true;
+            }
+        }
+        demand.shared_backlog |= self.book.waiting_len() > 0;
+        let gpu_of = |k: usize| self.layout[k].map(|(g, _)| g);
+        let plans: Vec<Reshape> = policy.plan(&gpus, &demand);
+        for r in plans {
+            // `retire` indexes the GPU's live instances, in `inst` order.
+            let live: Vec<usize> = (0..self.inst.len())
+                .filter(|&k| self.alive[k] && gpu_of(k) == Some(r.gpu))
+                .collect();
+            let retire: Vec<String> = r
+                .retire
+                .iter()
+                .map(|&i| self.inst[live[i]].uuid.clone())
+                .collect();
+            for uuid in &retire {
+                self.book.set_retiring(uuid, true);
+                self.cluster.set_retiring(NODE, uuid, true);
+            }
+            self.retiring.push(Retiring {
+                gpu: r.gpu,
+                retire,
+                create: r.create,
+            });
+        }
+        self.finish_reshapes();
+    }
+
+    /// Destroys the instances of re-partitions that are now idle; their
+    /// replacements appear `reconfig_secs` later.
+    fn finish_reshapes(&mut self) {
+        let mut k = 0;
+        while k < self.retiring.len() {
+            if !self.retiring[k].retire.iter().all(|u| self.book.is_idle(u)) {
+                k += 1;
+                continue;
+            }
+            let r = self.retiring.swap_remove(k);
+            for uuid in &r.retire {
+                self.book.remove_instance(uuid);
+                let i = self.uuid_index(uuid);
+                self.alive[i] = false;
+            }
+            let _ = self.cluster.reshape_node(NODE, &r.retire, Vec::new());
+            let names = |v: &[MigPlacement]| {
+                v.iter()
+                    .map(|p| format!("{}@{}", p.profile.name, p.start))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let gone: Vec<MigPlacement> = r
+                .retire
+                .iter()
+                .filter_map(|u| {
+                    let i = self.inst.iter().rposition(|x| &x.uuid == u)?;
+                    self.layout[i].map(|(_, p)| p)
+                })
+                .collect();
+            self.decisions.push(format!(
+                "reshape gpu{} {} -> {}",
+                r.gpu,
+                names(&gone),
+                names(&r.create)
+            ));
+            self.reshapes += 1;
+            self.creating
+                .push((self.now + self.reconfig_secs, r.gpu, r.create));
+        }
+    }
+
+    /// Creates the instances of re-partitions that are due.
+    fn create_due(&mut self) {
+        let now = self.now;
+        let due: Vec<(f64, usize, Vec<MigPlacement>)> = {
+            let (due, later) = std::mem::take(&mut self.creating)
+                .into_iter()
+                .partition(|(at, _, _)| *at <= now);
+            self.creating = later;
+            due
+        };
+        for (_, gi, create) in due {
+            let model = self.gpus[gi].model;
+            let mut fresh = Vec::new();
+            for p in create {
+                let inst = Instance::mig(
+                    sim_mig_uuid(NODE, gi, &p),
+                    gi as u32,
+                    sim_gpu_uuid(NODE, gi),
+                    model.name,
+                    p.profile,
+                );
+                self.inst.push(inst.clone());
+                self.alive.push(true);
+                self.layout.push(Some((gi, p)));
+                fresh.push(inst);
+            }
+            let _ = self.cluster.reshape_node(NODE, &[], fresh.clone());
+            for inst in fresh {
+                let sms = Some(inst.sms);
+                for p in self
+                    .book
+                    .add_instance(&inst.uuid, inst.memory_mib * MIB, sms)
+                {
+                    self.placed(p);
+                }
+            }
+        }
     }
 
     /// Starts the job's current phase (or ends the job).
@@ -386,10 +572,13 @@ impl Sim<'_> {
 
     /// Tells the controller state what the node sees, then launches.
     fn schedule(&mut self) {
+        self.repartition();
         let uses: BTreeMap<String, InstanceUse> = self
             .inst
             .iter()
-            .map(|i| {
+            .zip(&self.alive)
+            .filter(|(_, &alive)| alive)
+            .map(|(i, _)| {
                 (
                     i.uuid.clone(),
                     InstanceUse {
@@ -462,6 +651,12 @@ pub struct SimOptions {
     /// (one process that allocates once, as the driver interception
     /// reserves), instead of reserving for each GPU task.
     pub hold_per_process: bool,
+    /// Re-partitions MIG GPUs by demand (under `case` and `mgb-sm`; the
+    /// other policies keep the layout, as Slurm does).
+    pub repartition: Option<DemandRepartition>,
+    /// Seconds from destroying instances to their replacements being
+    /// usable (MIG create, compute instance, MPS daemon).
+    pub reconfig_secs: f64,
 }
 
 /// Runs `jobs` on the cluster `spec` (a `--sim-gpus` spec) under `policy`.
@@ -478,6 +673,16 @@ pub fn simulate_with(
 ) -> Result<SimResult, SimError> {
     let gpus = parse_sim_spec(spec)?;
     let inst = sim_instances(NODE, &gpus);
+    // Where each instance sits, in `sim_instances` order.
+    let layout: Vec<Option<(usize, MigPlacement)>> = gpus
+        .iter()
+        .enumerate()
+        .flat_map(|(gi, g)| match &g.layout {
+            None => vec![None],
+            Some(l) => l.iter().map(|p| Some((gi, *p))).collect(),
+        })
+        .collect();
+    debug_assert_eq!(layout.len(), inst.len());
     let biggest = inst.iter().map(|i| i.memory_mib).max().unwrap_or(0);
     if let Some(j) = jobs.iter().find(|j| j.peak_mib() > biggest) {
         return Err(SimError::TooBig(j.name.clone(), j.peak_mib()));
@@ -527,9 +732,21 @@ pub fn simulate_with(
         .map(|i| i.sms as f64 / i.compute_slices.max(1) as f64)
         .fold(f64::INFINITY, f64::min);
     let total_mem = inst.iter().map(|i| i.memory_mib).sum::<u64>().max(1) as f64;
+    let initial = inst.clone();
+    let repartition = options
+        .repartition
+        .filter(|_| matches!(policy, Policy::Case | Policy::MgbSm));
     let mut sim = Sim {
         policy,
         jobs,
+        alive: vec![true; inst.len()],
+        layout,
+        gpus,
+        repartition,
+        reconfig_secs: options.reconfig_secs.max(0.0),
+        retiring: Vec::new(),
+        creating: Vec::new(),
+        reshapes: 0,
         sms_per_slice,
         hold_per_process: options.hold_per_process,
         inst,
@@ -583,7 +800,12 @@ pub fn simulate_with(
             .get(next_sub)
             .map(|&j| jobs[j].submit)
             .unwrap_or(f64::INFINITY);
-        let t = gpu_next.min(timer_next).min(sub_next);
+        let create_next = sim
+            .creating
+            .iter()
+            .map(|(at, _, _)| *at)
+            .fold(f64::INFINITY, f64::min);
+        let t = gpu_next.min(timer_next).min(sub_next).min(create_next);
         if !t.is_finite() {
             break;
         }
@@ -630,6 +852,7 @@ pub fn simulate_with(
             sim.state[j].phase += 1;
             sim.advance(j);
         }
+        sim.create_due();
         sim.schedule();
     }
     let unfinished = sim.state.iter().filter(|s| s.end.is_none()).count();
@@ -667,7 +890,7 @@ pub fn simulate_with(
     // The bound of the jobs that completed (crashed jobs did not need
     // their remaining work done).
     let done_jobs: Vec<SimJob> = completed.iter().map(|(j, _)| jobs[*j].clone()).collect();
-    let lb = lower_bound(&done_jobs, &sim.inst);
+    let lb = lower_bound(&done_jobs, &initial);
     Ok(SimResult {
         policy: policy.to_string(),
         jobs: jobs.len(),
@@ -681,6 +904,7 @@ pub fn simulate_with(
         packing_efficiency: lb / makespan,
         antt,
         stp,
+        reshapes: sim.reshapes,
         utilization: sim.series,
         decisions: sim.decisions,
     })
@@ -784,8 +1008,8 @@ mod tests {
     fn memory_held_per_process_counts_for_longer_and_never_overflows() {
         let jobs = mix(0, 1, 32);
         let per = |hold_per_process| SimOptions {
-            workers_per_slice: None,
             hold_per_process,
+            ..SimOptions::default()
         };
         let task = simulate_with(A30, Policy::Exclusive, &jobs, per(false)).unwrap();
         let held = simulate_with(A30, Policy::Exclusive, &jobs, per(true)).unwrap();
@@ -803,7 +1027,7 @@ mod tests {
         let jobs = mix(0, 1, 64);
         let with = |w| SimOptions {
             workers_per_slice: Some(w),
-            hold_per_process: false,
+            ..SimOptions::default()
         };
         let one = simulate_with(A30, Policy::Case, &jobs, with(1)).unwrap();
         let exclusive = simulate(A30, Policy::Exclusive, &jobs).unwrap();
