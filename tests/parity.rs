@@ -12,9 +12,11 @@ use gsched_core::sim::{simulate, Phase, Policy, SimJob};
 /// (name, GiB, seconds). Two 1g.5gb instances (4864 MiB): j1 and j2 take
 /// one each, j3 must wait for j2, and j4, although 1 GiB would fit next to
 /// j1, waits behind j3 (a newcomer may not take an instance a waiting task
-/// could use); when j2 ends, j3 and j4 are placed in order.
+/// could use); when j2 ends, j3 and j4 are placed in order. j1 runs long
+/// enough that a slow machine (late launches) still finds it there when j3
+/// comes: only j1 ending first would change the decisions.
 const JOBS: &[(&str, u64, f64)] = &[
-    ("j1", 3, 4.0),
+    ("j1", 3, 12.0),
     ("j2", 3, 1.5),
     ("j3", 3, 1.0),
     ("j4", 1, 1.0),
