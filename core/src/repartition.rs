@@ -14,9 +14,14 @@
 //! ideally the smallest that holds them; shared work packs better into
 //! fewer, larger instances (one pool of memory instead of several that each
 //! strand a remainder). So while isolated jobs wait and no instance of the
-//! size they need is open, one larger instance is split; while only shared
-//! work waits, neighbouring instances are merged, up to a profile of
-//! `max_pool_slices` compute slices.
+//! size they need is open, an idle larger instance is split; while only
+//! shared work waits, idle neighbouring instances are merged, up to a
+//! profile of `max_pool_slices` compute slices. It touches idle instances
+//! only: draining busy ones to reshape them was tried in the simulator and
+//! lost more (instances held empty while their neighbours drained) than
+//! the better packing gained (docs/simulator.md). The retiring state still
+//! matters to a node, which must keep new processes off an instance between
+//! deciding to destroy it and destroying it.
 
 use crate::gpu::{GpuModel, MigProfile};
 use crate::mig::{check_create, MigPlacement};
@@ -32,6 +37,9 @@ pub enum Use {
     Isolated,
     /// Part of a reshape in progress: it goes when idle.
     Retiring,
+    /// Made by a reshape, not ready yet: it will be open, so it counts as
+    /// room for a waiting isolated job, but is not reshaped again.
+    Creating,
 }
 
 /// One instance of a GPU.
@@ -125,34 +133,19 @@ fn fill(
 }
 
 impl DemandRepartition {
-    /// Splits one instance larger than the first waiting isolated job needs,
-    /// unless an open instance of the size it needs exists.
+    /// Splits the idle instance, larger than an isolated job of `mib`
+    /// needs, that gives up the least memory; the job's instance comes
+    /// first in `create`.
     fn split(&self, gpus: &[GpuUse], mib: u64) -> Option<Reshape> {
-        let open = |s: Use| matches!(s, Use::Idle | Use::Shared);
-        // An open instance the job fits in and that is no bigger than
-        // needed: the launch policy takes it (draining it if need be).
-        let right_sized = gpus.iter().any(|g| {
-            smallest_holding(g.model, mib).is_some_and(|want| {
-                g.instances.iter().any(|i| {
-                    open(i.state)
-                        && i.placement.profile.memory_mib >= mib
-                        && i.placement.profile.memory_mib <= want.memory_mib
-                })
-            })
-        });
-        if right_sized {
-            return None;
-        }
-        // Otherwise the open instance to split: idle first, then the one
-        // with the least memory (the least shared capacity lost).
-        let mut best: Option<((bool, u64, usize, usize), Reshape)> = None;
+        // The one with the least memory (the least shared capacity lost).
+        let mut best: Option<((u64, usize, usize), Reshape)> = None;
         for (gi, g) in gpus.iter().enumerate() {
             let Some(want) = smallest_holding(g.model, mib) else {
                 continue;
             };
             for (ii, inst) in g.instances.iter().enumerate() {
                 let p = inst.placement;
-                if !open(inst.state) || p.profile.memory_mib <= want.memory_mib {
+                if inst.state != Use::Idle || p.profile.memory_mib <= want.memory_mib {
                     continue;
                 }
                 let mut kept: Vec<MigPlacement> = g
@@ -190,8 +183,8 @@ impl DemandRepartition {
                     p.start + p.size() - after,
                     u32::MAX,
                 ));
-                create.sort_by_key(|c| c.start);
-                let key = (inst.state != Use::Idle, p.profile.memory_mib, gi, ii);
+                create[1..].sort_by_key(|c| c.start);
+                let key = (p.profile.memory_mib, gi, ii);
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((
                         key,
@@ -207,11 +200,10 @@ impl DemandRepartition {
         best.map(|(_, r)| r)
     }
 
-    /// Merges neighbouring open instances of one GPU into one larger
-    /// instance: the merge with the fewest busy instances, then the smallest
-    /// result, then the lowest position.
+    /// Merges idle neighbouring instances of one GPU into one larger
+    /// instance: the smallest result, then the lowest position.
     fn merge(&self, gi: usize, g: &GpuUse) -> Option<Reshape> {
-        let mut best: Option<((usize, u32, u32), Reshape)> = None;
+        let mut best: Option<((u32, u32), Reshape)> = None;
         for p in plain_profiles(g.model).filter(|p| p.compute_slices <= self.max_pool_slices) {
             for &start in p.starts {
                 let region = MigPlacement { profile: p, start };
@@ -219,16 +211,22 @@ impl DemandRepartition {
                 let inside: Vec<usize> = (0..g.instances.len())
                     .filter(|&k| g.instances[k].placement.mask() & mask != 0)
                     .collect();
-                // Every instance touching the region lies inside it, is open,
-                // and is smaller than the result; at least two go.
+                // Every instance touching the region lies inside it, is idle,
+                // and is smaller than the result; at least two go; the result
+                // has at least their compute slices.
                 let ok = inside.len() >= 2
                     && inside.iter().all(|&k| {
                         let i = &g.instances[k];
                         i.placement.mask() & !mask == 0
-                            && matches!(i.state, Use::Idle | Use::Shared)
+                            && i.state == Use::Idle
                             && i.placement.profile.memory_mib < p.memory_mib
                     });
-                if !ok {
+                // No compute is given up to gain memory.
+                let slices: u32 = inside
+                    .iter()
+                    .map(|&k| g.instances[k].placement.profile.compute_slices)
+                    .sum();
+                if !ok || p.compute_slices < slices {
                     continue;
                 }
                 let kept: Vec<MigPlacement> = (0..g.instances.len())
@@ -238,11 +236,7 @@ impl DemandRepartition {
                 if check_create(g.model, &kept, p, start).is_err() {
                     continue;
                 }
-                let busy = inside
-                    .iter()
-                    .filter(|&&k| g.instances[k].state == Use::Shared)
-                    .count();
-                let key = (busy, p.compute_slices, start);
+                let key = (p.compute_slices, start);
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((
                         key,
@@ -259,30 +253,113 @@ impl DemandRepartition {
     }
 }
 
+/// The GPUs as they will be once the reshapes planned so far in a pass are
+/// done, with the index each instance has in the caller's view.
+struct Working {
+    gpus: Vec<GpuUse>,
+    /// `orig[g][k]`: index in the caller's GPU `g` of working instance `k`
+    /// (`None` for instances the pass creates).
+    orig: Vec<Vec<Option<usize>>>,
+}
+
+impl Working {
+    fn new(gpus: &[GpuUse]) -> Working {
+        Working {
+            gpus: gpus.to_vec(),
+            orig: gpus
+                .iter()
+                .map(|g| (0..g.instances.len()).map(Some).collect())
+                .collect(),
+        }
+    }
+
+    /// Applies a reshape planned on the working view; returns it in the
+    /// caller's indices. `claim_first`: the first created instance is
+    /// taken (by the isolated job it was split for).
+    fn apply(&mut self, r: Reshape, claim_first: bool) -> Reshape {
+        let g = r.gpu;
+        let mut retire: Vec<usize> = r
+            .retire
+            .iter()
+            // Only idle instances are reshaped, and only the caller's are idle.
+            .filter_map(|&k| self.orig[g][k])
+            .collect();
+        retire.sort_unstable();
+        let mut gone = r.retire.clone();
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for k in gone {
+            self.gpus[g].instances.remove(k);
+            self.orig[g].remove(k);
+        }
+        for (n, &placement) in r.create.iter().enumerate() {
+            let state = if claim_first && n == 0 {
+                Use::Isolated
+            } else {
+                Use::Creating
+            };
+            self.gpus[g].instances.push(InstanceUse { placement, state });
+            self.orig[g].push(None);
+        }
+        Reshape {
+            gpu: g,
+            retire,
+            create: r.create,
+        }
+    }
+
+    /// Takes an open (or coming) instance that holds `mib` and is no bigger
+    /// than the smallest profile that does: the launch policy gives it to
+    /// the job (draining it if need be). Whether there was one.
+    fn claim_right_sized(&mut self, mib: u64) -> bool {
+        for g in &mut self.gpus {
+            let Some(want) = smallest_holding(g.model, mib) else {
+                continue;
+            };
+            let found = g.instances.iter_mut().find(|i| {
+                matches!(i.state, Use::Idle | Use::Shared | Use::Creating)
+                    && i.placement.profile.memory_mib >= mib
+                    && i.placement.profile.memory_mib <= want.memory_mib
+            });
+            if let Some(i) = found {
+                i.state = Use::Isolated;
+                return true;
+            }
+        }
+        false
+    }
+}
+
 impl RepartitionPolicy for DemandRepartition {
     fn name(&self) -> &'static str {
         "demand"
     }
 
     fn plan(&self, gpus: &[GpuUse], demand: &Demand) -> Vec<Reshape> {
-        // One reshape at a time per GPU.
-        let busy = |g: &GpuUse| g.instances.iter().any(|i| i.state == Use::Retiring);
-        if let Some(&mib) = demand.isolated_mib.first() {
-            // Isolated jobs first (as in the launch policy); no merges while
-            // they wait.
-            if gpus.iter().any(busy) {
-                return Vec::new();
+        let mut work = Working::new(gpus);
+        let mut out = Vec::new();
+        if !demand.isolated_mib.is_empty() {
+            // Isolated jobs first (as in the launch policy), in queue order;
+            // no merges while they wait.
+            for &mib in &demand.isolated_mib {
+                if work.claim_right_sized(mib) {
+                    continue;
+                }
+                let Some(r) = self.split(&work.gpus, mib) else {
+                    break;
+                };
+                out.push(work.apply(r, true));
             }
-            return self.split(gpus, mib).into_iter().collect();
+            return out;
         }
         if !demand.shared_backlog {
-            return Vec::new();
+            return out;
         }
-        gpus.iter()
-            .enumerate()
-            .filter(|(_, g)| !busy(g))
-            .filter_map(|(gi, g)| self.merge(gi, g))
-            .collect()
+        for gi in 0..work.gpus.len() {
+            while let Some(r) = self.merge(gi, &work.gpus[gi]) {
+                out.push(work.apply(r, false));
+            }
+        }
+        out
     }
 }
 
@@ -337,7 +414,7 @@ mod tests {
     const DEMAND2: DemandRepartition = DemandRepartition { max_pool_slices: 2 };
 
     #[test]
-    fn shared_backlog_merges_neighbours_idle_first() {
+    fn shared_backlog_merges_idle_neighbours() {
         use Use::*;
         let g = gpu("A30", "1g.6gb*4", &[Shared, Shared, Idle, Idle]);
         let d = Demand {
@@ -368,9 +445,16 @@ mod tests {
         assert!(DEMAND2.plan(&[g.clone()], &d).is_empty());
         let whole = DemandRepartition { max_pool_slices: 4 };
         assert_eq!(names(&whole.plan(&[g], &d)[0].create), ["4g.24gb@0"]);
-        // One reshape at a time per GPU.
+        // Instances in a reshape already are left alone.
         let g = gpu("A30", "1g.6gb*4", &[Retiring, Retiring, Idle, Idle]);
-        assert!(DEMAND2.plan(&[g], &d).is_empty());
+        let r = DEMAND2.plan(&[g], &d);
+        assert_eq!((r.len(), names(&r[0].create)), (1, vec!["2g.12gb@2".into()]));
+        // All idle: every pair merges in one pass.
+        let g = gpu("H100-80GB", "1g.10gb*7", &[Idle; 7]);
+        let r = DEMAND2.plan(&[g], &d);
+        let made: Vec<String> = r.iter().flat_map(|r| names(&r.create)).collect();
+        assert_eq!(made, ["2g.20gb@0", "2g.20gb@2", "2g.20gb@4"]);
+        assert_eq!(r[2].retire, vec![4, 5], "indices of the caller's view");
     }
 
     #[test]
@@ -403,11 +487,14 @@ mod tests {
     #[test]
     fn isolated_jobs_split_a_larger_instance_when_none_fits_them_snugly() {
         use Use::*;
-        let g = gpu("A30", "2g.12gb*2", &[Shared, Idle]);
         let d = Demand {
             isolated_mib: vec![2048],
             shared_backlog: true,
         };
+        // Busy instances are not split.
+        let g = gpu("A30", "2g.12gb*2", &[Shared, Shared]);
+        assert!(DEMAND2.plan(&[g], &d).is_empty());
+        let g = gpu("A30", "2g.12gb*2", &[Shared, Idle]);
         let r = DEMAND2.plan(&[g], &d);
         assert_eq!(r.len(), 1);
         // The idle one goes, into two 1g instances.
@@ -419,6 +506,26 @@ mod tests {
         // No merges while isolated jobs wait.
         let g = gpu("A30", "1g.6gb*4", &[Isolated, Isolated, Isolated, Isolated]);
         assert!(DEMAND2.plan(&[g], &d).is_empty());
+        // One split per waiting job: three jobs, two idle 2g instances make
+        // four 1g; an instance being created counts as room.
+        let d3 = Demand {
+            isolated_mib: vec![2048; 3],
+            shared_backlog: false,
+        };
+        let g = gpu("A30", "2g.12gb*2", &[Idle, Idle]);
+        let r = DEMAND2.plan(&[g], &d3);
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].retire.clone(), r[1].retire.clone()), (vec![0], vec![1]));
+        let mut g = gpu("A30", "2g.12gb", &[Idle]);
+        g.instances.push(InstanceUse {
+            placement: MigPlacement {
+                profile: g.model.profile("1g.6gb").unwrap(),
+                start: 2,
+            },
+            state: Creating,
+        });
+        let r = DEMAND2.plan(&[g], &d3);
+        assert_eq!(r.len(), 1, "the job after the first gets the split");
     }
 
     #[test]

@@ -188,6 +188,8 @@ struct Sim<'a> {
     retiring: Vec<Retiring>,
     /// Instances being created: (ready at, GPU, placements).
     creating: Vec<(f64, usize, Vec<MigPlacement>)>,
+    /// Jobs whose GPU task fits no instance until those exist.
+    deferred: Vec<usize>,
     reshapes: usize,
     cluster: Cluster,
     book: TaskBook,
@@ -328,12 +330,12 @@ impl Sim<'_> {
             };
             gpus[gi].instances.push(repartition::InstanceUse { placement, state });
         }
-        // Instances being created count as retiring: their GPU is busy.
+        // Instances being created come after the live ones.
         for (_, gi, create) in &self.creating {
             for &placement in create {
                 gpus[*gi].instances.push(repartition::InstanceUse {
                     placement,
-                    state: repartition::Use::Retiring,
+                    state: repartition::Use::Creating,
                 });
             }
         }
@@ -454,6 +456,9 @@ impl Sim<'_> {
                 }
             }
         }
+        for j in std::mem::take(&mut self.deferred) {
+            self.advance(j);
+        }
     }
 
     /// Starts the job's current phase (or ends the job).
@@ -500,6 +505,10 @@ impl Sim<'_> {
                         self.decisions
                             .push(format!("oom {} on {instance}", self.jobs[j].name));
                         self.finish(j, true);
+                    }
+                    Err(PlacementError::NeverFits { .. }) if !self.creating.is_empty() => {
+                        // Instances are being re-made: ask again when they exist.
+                        self.deferred.push(j);
                     }
                     Err(_) => self.finish(j, true),
                 }
@@ -746,6 +755,7 @@ pub fn simulate_with(
         reconfig_secs: options.reconfig_secs.max(0.0),
         retiring: Vec::new(),
         creating: Vec::new(),
+        deferred: Vec::new(),
         reshapes: 0,
         sms_per_slice,
         hold_per_process: options.hold_per_process,
@@ -944,6 +954,7 @@ pub fn compare(policy: SimResult, baseline: SimResult) -> Comparison {
 #[cfg(test)]
 mod tests {
     use super::workload::{generate, Footprints, Mix};
+    use crate::repartition::DemandRepartition;
     use super::*;
 
     const A30: &str = "4xA30:1g.6gb*4";
@@ -1036,6 +1047,63 @@ mod tests {
         assert!(one.makespan >= exclusive.makespan * 0.99);
         let four = simulate_with(A30, Policy::Case, &jobs, with(4)).unwrap();
         assert!(four.makespan < one.makespan);
+    }
+
+    #[test]
+    fn repartitioning_merges_idle_slices_for_shared_work_and_keeps_layouts_legal() {
+        let demand = |secs| SimOptions {
+            repartition: Some(DemandRepartition { max_pool_slices: 2 }),
+            reconfig_secs: secs,
+            ..SimOptions::default()
+        };
+        let jobs = mix(0, 1, 64);
+        let fixed = simulate(A30, Policy::Case, &jobs).unwrap();
+        let merged = simulate_with(A30, Policy::Case, &jobs, demand(5.0)).unwrap();
+        assert_eq!((merged.completed, merged.oom_crashes), (64, 0));
+        // All idle at the start with only shared work queued: every GPU's
+        // four 1g.6gb become two 2g.12gb.
+        let reshapes: Vec<&String> = merged
+            .decisions
+            .iter()
+            .filter(|d| d.starts_with("reshape"))
+            .collect();
+        assert_eq!(merged.reshapes, 8, "{reshapes:?}");
+        assert!(reshapes
+            .iter()
+            .all(|d| d.ends_with("-> 2g.12gb@0") || d.ends_with("-> 2g.12gb@2")));
+        // Nothing is placed before the new instances exist.
+        let first = merged
+            .decisions
+            .iter()
+            .position(|d| d.starts_with("place"))
+            .unwrap();
+        assert!(first > reshapes.len());
+        assert!(merged.makespan < fixed.makespan);
+        // Baselines keep their layout.
+        let exclusive = simulate_with(A30, Policy::Exclusive, &jobs, demand(5.0)).unwrap();
+        assert_eq!(exclusive.reshapes, 0);
+        // With isolated jobs queued the layout is left for them.
+        let iso = mix(1, 0, 32);
+        let r = simulate_with(A30, Policy::Case, &iso, demand(5.0)).unwrap();
+        assert_eq!((r.completed, r.reshapes), (32, 0));
+    }
+
+    #[test]
+    fn repartitioning_splits_idle_instances_for_isolated_jobs() {
+        let jobs = mix(1, 0, 16);
+        let opts = SimOptions {
+            repartition: Some(DemandRepartition { max_pool_slices: 2 }),
+            reconfig_secs: 1.0,
+            ..SimOptions::default()
+        };
+        // Two 2g.12gb per A30: each isolated job (~2 GB) would hold a whole
+        // 2g instance; split, twice as many run at once.
+        let spec = "4xA30:2g.12gb*2";
+        let fixed = simulate(spec, Policy::Case, &jobs).unwrap();
+        let split = simulate_with(spec, Policy::Case, &jobs, opts).unwrap();
+        assert_eq!(split.completed, 16);
+        assert_eq!(split.reshapes, 8);
+        assert!(split.makespan < fixed.makespan * 0.7);
     }
 
     #[test]
