@@ -69,3 +69,30 @@ done
 "$G" sim --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy case \
     --baseline exclusive --memory-hold process --json > "$out/h100-measured-case.json"
 echo "$out/h100-measured-*: $(tail -1 "$out/h100-measured-case.txt")"
+
+# Demand-driven MIG re-partitioning (docs/simulator.md, "Re-partitioning"):
+# case with --repartition demand against the same exclusive baseline (which
+# keeps the layout), as drawn and at the calibrated share; then the
+# assumed reconfiguration time and the pool size.
+sweep repartition-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --repartition demand
+sweep repartition-a30-0.3-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 0.3-6 --repartition demand
+sweep repartition-a100.txt --cluster "$A100" --jobs 32 --seed 1 --repartition demand
+sweep repartition-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 --footprints 1-10 --repartition demand
+sweep repartition-calibrated-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --gpu-share 0.45 --repartition demand
+sweep repartition-calibrated-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 --gpu-share 0.45 --footprints 1-10 --repartition demand
+{
+    echo "case --repartition P vs exclusive, seed 1: mean over the mixed ratios, and the all-shared (0:1) row"
+    for setup in "$A30|128|1-6" "$A100|32|1-10"; do
+        IFS='|' read -r cluster jobs fp <<< "$setup"
+        for p in none demand demand:4 demand:7; do
+            for secs in 0 5 30; do
+                out_=$("$G" sim --sweep --cluster "$cluster" --jobs "$jobs" --seed 1 --footprints "$fp" \
+                    --repartition "$p" --reconfig-secs "$secs")
+                printf '%-34s %-9s %3ss  %s | 0:1 %s\n' "$cluster" "$p" "$secs" \
+                    "$(echo "$out_" | tail -1 | sed 's/.*1:4): //')" \
+                    "$(echo "$out_" | grep '^0:1' | awk '{print $2, $3}')"
+            done
+        done
+    done
+} > "$out/repartition-knobs.txt"
+echo "$out/repartition-knobs.txt"

@@ -198,7 +198,10 @@ pub fn run(a: SimArgs) -> Result<()> {
         bail!("--workers-per-slice 0: at least one worker is needed");
     }
     if !(a.reconfig_secs >= 0.0 && a.reconfig_secs.is_finite()) {
-        bail!("--reconfig-secs {}: must be a number of seconds, 0 or more", a.reconfig_secs);
+        bail!(
+            "--reconfig-secs {}: must be a number of seconds, 0 or more",
+            a.reconfig_secs
+        );
     }
     let options = SimOptions {
         workers_per_slice: a.workers_per_slice,

@@ -63,6 +63,9 @@ pub struct Demand {
     pub isolated_mib: Vec<u64>,
     /// Shared jobs wait to start, or shared tasks wait for memory.
     pub shared_backlog: bool,
+    /// The largest footprint (MiB) of a shared job that waits or runs: a
+    /// split never leaves the cluster without an instance that holds it.
+    pub largest_shared_mib: u64,
 }
 
 /// A change to one GPU: retire `retire` (indices into its instances), then
@@ -121,7 +124,10 @@ fn fill(
             .max_by_key(|p| (p.memory_slices, p.compute_slices));
         match best {
             Some(p) => {
-                let placed = MigPlacement { profile: p, start: at };
+                let placed = MigPlacement {
+                    profile: p,
+                    start: at,
+                };
                 kept.push(placed);
                 out.push(placed);
                 at += p.memory_slices;
@@ -136,7 +142,15 @@ impl DemandRepartition {
     /// Splits the idle instance, larger than an isolated job of `mib`
     /// needs, that gives up the least memory; the job's instance comes
     /// first in `create`.
-    fn split(&self, gpus: &[GpuUse], mib: u64) -> Option<Reshape> {
+    fn split(&self, gpus: &[GpuUse], mib: u64, keep_mib: u64) -> Option<Reshape> {
+        let holding = |gi: usize, ii: usize| {
+            gpus.iter().enumerate().any(|(g, gpu)| {
+                gpu.instances
+                    .iter()
+                    .enumerate()
+                    .any(|(k, i)| (g, k) != (gi, ii) && i.placement.profile.memory_mib >= keep_mib)
+            })
+        };
         // The one with the least memory (the least shared capacity lost).
         let mut best: Option<((u64, usize, usize), Reshape)> = None;
         for (gi, g) in gpus.iter().enumerate() {
@@ -184,6 +198,11 @@ impl DemandRepartition {
                     u32::MAX,
                 ));
                 create[1..].sort_by_key(|c| c.start);
+                let made_holding = create.iter().any(|c| c.profile.memory_mib >= keep_mib);
+                if !made_holding && !holding(gi, ii) {
+                    // The last instance the largest shared job fits in.
+                    continue;
+                }
                 let key = (p.profile.memory_mib, gi, ii);
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((
@@ -297,7 +316,9 @@ impl Working {
             } else {
                 Use::Creating
             };
-            self.gpus[g].instances.push(InstanceUse { placement, state });
+            self.gpus[g]
+                .instances
+                .push(InstanceUse { placement, state });
             self.orig[g].push(None);
         }
         Reshape {
@@ -344,7 +365,7 @@ impl RepartitionPolicy for DemandRepartition {
                 if work.claim_right_sized(mib) {
                     continue;
                 }
-                let Some(r) = self.split(&work.gpus, mib) else {
+                let Some(r) = self.split(&work.gpus, mib, demand.largest_shared_mib) else {
                     break;
                 };
                 out.push(work.apply(r, true));
@@ -420,6 +441,7 @@ mod tests {
         let d = Demand {
             isolated_mib: vec![],
             shared_backlog: true,
+            largest_shared_mib: 0,
         };
         let r = DEMAND2.plan(&[g], &d);
         assert_eq!(r.len(), 1);
@@ -436,19 +458,23 @@ mod tests {
         let d = Demand {
             isolated_mib: vec![],
             shared_backlog: true,
+            largest_shared_mib: 0,
         };
         // The only legal pairs hold an isolated instance.
         let g = gpu("A30", "1g.6gb*4", &[Isolated, Idle, Idle, Isolated]);
         assert!(DEMAND2.plan(&[g], &d).is_empty());
         // Already at the pool limit.
         let g = gpu("A30", "2g.12gb*2", &[Idle, Idle]);
-        assert!(DEMAND2.plan(&[g.clone()], &d).is_empty());
+        assert!(DEMAND2.plan(std::slice::from_ref(&g), &d).is_empty());
         let whole = DemandRepartition { max_pool_slices: 4 };
         assert_eq!(names(&whole.plan(&[g], &d)[0].create), ["4g.24gb@0"]);
         // Instances in a reshape already are left alone.
         let g = gpu("A30", "1g.6gb*4", &[Retiring, Retiring, Idle, Idle]);
         let r = DEMAND2.plan(&[g], &d);
-        assert_eq!((r.len(), names(&r[0].create)), (1, vec!["2g.12gb@2".into()]));
+        assert_eq!(
+            (r.len(), names(&r[0].create)),
+            (1, vec!["2g.12gb@2".into()])
+        );
         // All idle: every pair merges in one pass.
         let g = gpu("H100-80GB", "1g.10gb*7", &[Idle; 7]);
         let r = DEMAND2.plan(&[g], &d);
@@ -469,8 +495,9 @@ mod tests {
         let d = Demand {
             isolated_mib: vec![],
             shared_backlog: true,
+            largest_shared_mib: 0,
         };
-        let r = DEMAND2.plan(&[g.clone()], &d);
+        let r = DEMAND2.plan(std::slice::from_ref(&g), &d);
         assert_eq!(r.len(), 1);
         let retired: Vec<String> = r[0]
             .retire
@@ -490,6 +517,7 @@ mod tests {
         let d = Demand {
             isolated_mib: vec![2048],
             shared_backlog: true,
+            largest_shared_mib: 0,
         };
         // Busy instances are not split.
         let g = gpu("A30", "2g.12gb*2", &[Shared, Shared]);
@@ -511,11 +539,15 @@ mod tests {
         let d3 = Demand {
             isolated_mib: vec![2048; 3],
             shared_backlog: false,
+            largest_shared_mib: 0,
         };
         let g = gpu("A30", "2g.12gb*2", &[Idle, Idle]);
         let r = DEMAND2.plan(&[g], &d3);
         assert_eq!(r.len(), 2);
-        assert_eq!((r[0].retire.clone(), r[1].retire.clone()), (vec![0], vec![1]));
+        assert_eq!(
+            (r[0].retire.clone(), r[1].retire.clone()),
+            (vec![0], vec![1])
+        );
         let mut g = gpu("A30", "2g.12gb", &[Idle]);
         g.instances.push(InstanceUse {
             placement: MigPlacement {
@@ -526,6 +558,20 @@ mod tests {
         });
         let r = DEMAND2.plan(&[g], &d3);
         assert_eq!(r.len(), 1, "the job after the first gets the split");
+    }
+
+    #[test]
+    fn a_split_keeps_an_instance_for_the_largest_shared_job() {
+        use Use::*;
+        let g = gpu("A30", "2g.12gb,1g.6gb*2", &[Idle, Isolated, Isolated]);
+        let mut d = Demand {
+            isolated_mib: vec![2048],
+            shared_backlog: true,
+            largest_shared_mib: 8000,
+        };
+        assert!(DEMAND2.plan(std::slice::from_ref(&g), &d).is_empty());
+        d.largest_shared_mib = 5000;
+        assert_eq!(DEMAND2.plan(&[g], &d).len(), 1);
     }
 
     #[test]
@@ -546,6 +592,7 @@ mod tests {
                     let d = Demand {
                         isolated_mib: iso.clone(),
                         shared_backlog: true,
+                        largest_shared_mib: 0,
                     };
                     let p = DemandRepartition {
                         max_pool_slices: pool,
@@ -573,7 +620,10 @@ mod tests {
     fn names_parse() {
         assert!(repartition_policy("none").unwrap().is_none());
         assert_eq!(
-            repartition_policy("demand").unwrap().unwrap().max_pool_slices,
+            repartition_policy("demand")
+                .unwrap()
+                .unwrap()
+                .max_pool_slices,
             2
         );
         assert_eq!(

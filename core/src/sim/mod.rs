@@ -20,8 +20,8 @@ use crate::cluster::{Cluster, Effect};
 use crate::gpu::{parse_sim_spec, sim_gpu_uuid, sim_instances, sim_mig_uuid, Instance, SimGpu};
 use crate::job::{GpuRequest, JobId, JobSpec};
 use crate::launch::{CaseLaunch, ExclusiveLaunch, LaunchPolicy};
-use crate::outcome::{EndCause, ProcessOutcome};
 use crate::mig::MigPlacement;
+use crate::outcome::{EndCause, ProcessOutcome};
 use crate::placement::{
     Begin, BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement, Placed,
     PlacementError, TaskBook, TaskId, TaskRequest,
@@ -328,7 +328,9 @@ impl Sim<'_> {
             } else {
                 repartition::Use::Shared
             };
-            gpus[gi].instances.push(repartition::InstanceUse { placement, state });
+            gpus[gi]
+                .instances
+                .push(repartition::InstanceUse { placement, state });
         }
         // Instances being created come after the live ones.
         for (_, gi, create) in &self.creating {
@@ -339,16 +341,17 @@ impl Sim<'_> {
                 });
             }
         }
-        let pending = self
-            .cluster
-            .jobs()
-            .filter(|j| j.state == crate::JobState::Pending);
         let mut demand = repartition::Demand::default();
-        for j in pending {
+        for j in self.cluster.jobs() {
+            let pending = j.state == crate::JobState::Pending;
+            let mib = j.spec.gpu.mem_mib.unwrap_or(0);
             if j.spec.isolated {
-                demand.isolated_mib.push(j.spec.gpu.mem_mib.unwrap_or(0));
-            } else {
-                demand.shared_backlog = true;
+                if pending {
+                    demand.isolated_mib.push(mib);
+                }
+            } else if pending || j.state == crate::JobState::Running {
+                demand.shared_backlog |= pending;
+                demand.largest_shared_mib = demand.largest_shared_mib.max(mib);
             }
         }
         demand.shared_backlog |= self.book.waiting_len() > 0;
@@ -954,8 +957,8 @@ pub fn compare(policy: SimResult, baseline: SimResult) -> Comparison {
 #[cfg(test)]
 mod tests {
     use super::workload::{generate, Footprints, Mix};
-    use crate::repartition::DemandRepartition;
     use super::*;
+    use crate::repartition::DemandRepartition;
 
     const A30: &str = "4xA30:1g.6gb*4";
 
