@@ -436,6 +436,14 @@ impl Sim<'_> {
             let model = self.gpus[gi].model;
             let mut fresh = Vec::new();
             for p in create {
+                // The policy only makes layouts MIG allows.
+                debug_assert!({
+                    let live: Vec<MigPlacement> = (0..self.inst.len())
+                        .filter(|&k| self.alive[k])
+                        .filter_map(|k| self.layout[k].filter(|(g, _)| *g == gi).map(|(_, p)| p))
+                        .collect();
+                    crate::mig::check_create(model, &live, p.profile, p.start).is_ok()
+                });
                 let inst = Instance::mig(
                     sim_mig_uuid(NODE, gi, &p),
                     gi as u32,
@@ -1089,6 +1097,36 @@ mod tests {
         let iso = mix(1, 0, 32);
         let r = simulate_with(A30, Policy::Case, &iso, demand(5.0)).unwrap();
         assert_eq!((r.completed, r.reshapes), (32, 0));
+    }
+
+    #[test]
+    fn repartitioning_finishes_every_job_without_crashes() {
+        let opts = |pool| SimOptions {
+            repartition: Some(DemandRepartition {
+                max_pool_slices: pool,
+            }),
+            reconfig_secs: 5.0,
+            ..SimOptions::default()
+        };
+        let a100 = "1xA100-40GB:2g.10gb*2,1g.5gb*3";
+        for seed in 1..4 {
+            for (i, s) in [(4, 1), (1, 1), (1, 4), (0, 1), (1, 0)] {
+                for footprints in [Footprints::OneToSix, Footprints::OneToTen] {
+                    let jobs = generate(&Mix {
+                        isolated: i,
+                        shared: s,
+                        jobs: 24,
+                        footprints,
+                        seed,
+                        gpu_share: None,
+                    });
+                    for pool in [2, 7] {
+                        let r = simulate_with(a100, Policy::Case, &jobs, opts(pool)).unwrap();
+                        assert_eq!((r.completed, r.oom_crashes), (24, 0), "{seed} {i}:{s}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
