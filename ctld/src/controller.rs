@@ -57,7 +57,7 @@ pub struct UtilSample {
 }
 
 pub struct Controller {
-    pub cluster: Mutex<Cluster>,
+    cluster: Mutex<Cluster>,
     pub store: Store,
     pub config: CtldConfig,
     pub key: String,
@@ -177,8 +177,14 @@ impl Controller {
             .store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Cluster> {
+    /// The cluster state (a panicked holder's state is still used).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Cluster> {
         self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the controller knows job `id`.
+    pub fn has_job(&self, id: JobId) -> bool {
+        self.lock().job(id).is_some()
     }
 
     /// Accepts a job; returns once it is on disk.

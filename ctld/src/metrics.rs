@@ -82,7 +82,7 @@ impl Collector for ClusterCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let ctl = &self.0;
         let (jobs, instances, oom) = {
-            let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+            let c = ctl.lock();
             let mut by: HashMap<(JobState, bool), i64> = HashMap::new();
             let mut oom = 0u64;
             for j in c.jobs() {

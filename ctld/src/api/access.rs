@@ -97,7 +97,7 @@ async fn peer_auth(
 
 /// 404 for an unknown job, 403 unless the caller owns it or is an admin.
 pub fn check_owner_of(ctl: &Controller, caller: &Caller, id: JobId) -> Result<(), ApiError> {
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let j = c.job(id).ok_or_else(|| unknown_job(&id.to_string()))?;
     caller.check_owner(id, &j.spec.user_name, j.spec.uid)
 }

@@ -89,7 +89,7 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
 }
 
 async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     Json(serde_json::json!({
         "status": "ok",
         "pending": c.pending_count(),
@@ -180,7 +180,7 @@ async fn list_jobs(State(ctl): Ctl, Query(f): Query<JobFilter>) -> Result<Json<J
     let ids = parse_list(&f.id, "job id", |p| p.parse::<JobId>().ok())?;
     let arrays = parse_list(&f.array, "array id", |p| p.parse::<JobId>().ok())?;
     let now = unix_now();
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let mut out = Vec::new();
     let mut push = |j: &gsched_core::Job| {
         let keep = states.as_ref().is_none_or(|s| s.contains(&j.state))
@@ -233,7 +233,7 @@ pub(crate) fn unknown_job(id: &str) -> ApiError {
 
 async fn get_job(State(ctl): Ctl, Path(id): Path<String>) -> Result<Json<JobInfo>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
     Ok(Json(JobInfo::new(j, &ctl.config.partition, unix_now())))
 }
@@ -245,7 +245,7 @@ async fn job_script(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid = owned_job(&ctl, &caller, &id)?;
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
     Ok(Json(serde_json::json!({
         "job_id": jid, "script": j.spec.script, "argv": j.spec.argv,
@@ -258,13 +258,7 @@ async fn job_events(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    if ctl
-        .cluster
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .job(jid)
-        .is_none()
-    {
+    if !ctl.has_job(jid) {
         return Err(unknown_job(&id));
     }
     let events = ctl.store.job_events(jid).await.map_err(|e| {
@@ -295,7 +289,7 @@ async fn cancel_job(
         None => None,
     };
     ctl.cancel(jid, signal, caller.uid).await?;
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let state = c.job(jid).map(|j| j.state.as_str()).unwrap_or("UNKNOWN");
     Ok(Json(
         serde_json::json!({ "job_id": jid, "job_state": state }),
@@ -384,7 +378,7 @@ async fn set_held(
 }
 
 async fn list_nodes(State(ctl): Ctl) -> Json<serde_json::Value> {
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let nodes: Vec<NodeInfo> = c.nodes().map(NodeInfo::new).collect();
     Json(serde_json::json!({ "nodes": nodes }))
 }
@@ -400,7 +394,7 @@ async fn utilization(State(ctl): Ctl) -> Json<serde_json::Value> {
 }
 
 async fn list_instances(State(ctl): Ctl) -> Json<serde_json::Value> {
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let inst: Vec<InstanceInfo> = c
         .nodes()
         .flat_map(|n| {

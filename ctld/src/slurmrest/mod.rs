@@ -176,7 +176,7 @@ struct Since {
 /// The `jobs` answer: every job (or `only`) changed at or after `since`.
 fn jobs_answer(ctl: &Controller, r: &Req, since: Option<i64>, only: Option<u64>) -> Json<Value> {
     let now = unix_now();
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     // Built once per answer: instance uuid -> gres type.
     let types: HashMap<&str, String> = c
         .nodes()
@@ -236,13 +236,7 @@ async fn job(
 ) -> Result<Json<Value>, SlurmError> {
     let r = Req::new(&ctl, &v, &caller)?;
     let jid = parse_id(&r, &id)?;
-    if ctl
-        .cluster
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .job(jid)
-        .is_none()
-    {
+    if !ctl.has_job(jid) {
         return Err(unknown_job(&r, &id));
     }
     Ok(jobs_answer(&ctl, &r, q.update_time, Some(jid)))
@@ -291,7 +285,7 @@ async fn nodes(
 
 fn nodes_json(ctl: &Controller, r: &Req, only: Option<&str>, since: Option<i64>) -> Value {
     let parts = ctl.config.all_partitions();
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let fresh = since.is_none_or(|t| ctl.nodes_changed_at() >= t);
     let list: Vec<Value> = c
         .nodes()
@@ -324,7 +318,7 @@ async fn partitions(
     Path(v): Path<String>,
 ) -> Result<Json<Value>, SlurmError> {
     let r = Req::new(&ctl, &v, &caller)?;
-    let c = ctl.cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let c = ctl.lock();
     let nodes: Vec<&gsched_core::cluster::Node> = c.nodes().collect();
     let list: Vec<Value> = ctl
         .config
