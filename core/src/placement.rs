@@ -36,6 +36,21 @@ pub struct InstanceLoad {
 }
 
 impl InstanceLoad {
+    /// An instance with nothing on it.
+    fn empty(uuid: String, memory_bytes: u64) -> InstanceLoad {
+        InstanceLoad {
+            uuid,
+            memory_bytes,
+            reserved_bytes: 0,
+            warps: 0,
+            sms: None,
+            closed: false,
+            owner: None,
+            processes: 0,
+            retiring: false,
+        }
+    }
+
     pub fn free_bytes(&self) -> u64 {
         self.memory_bytes.saturating_sub(self.reserved_bytes)
     }
@@ -277,17 +292,7 @@ impl TaskBook {
             policy,
             instances: instances
                 .into_iter()
-                .map(|(uuid, memory_bytes)| InstanceLoad {
-                    uuid,
-                    memory_bytes,
-                    reserved_bytes: 0,
-                    warps: 0,
-                    sms: None,
-                    closed: false,
-                    owner: None,
-                    processes: 0,
-                    retiring: false,
-                })
+                .map(|(uuid, memory_bytes)| InstanceLoad::empty(uuid, memory_bytes))
                 .collect(),
             active: BTreeMap::new(),
             waiting: VecDeque::new(),
@@ -711,11 +716,22 @@ impl TaskBook {
     /// Marks an instance as being re-partitioned (no new processes bound
     /// to it) or back in use. Returns the waiting tasks this placed.
     pub fn set_retiring(&mut self, uuid: &str, retiring: bool) -> Vec<Placed> {
+        self.restrict(uuid, retiring, |i| &mut i.retiring)
+    }
+
+    /// Sets one of an instance's restrictions; lifting it may place
+    /// waiting tasks, which are returned.
+    fn restrict(
+        &mut self,
+        uuid: &str,
+        on: bool,
+        flag: impl FnOnce(&mut InstanceLoad) -> &mut bool,
+    ) -> Vec<Placed> {
         let Some(i) = self.index(uuid) else {
             return Vec::new();
         };
-        self.instances[i].retiring = retiring;
-        if retiring {
+        *flag(&mut self.instances[i]) = on;
+        if on {
             Vec::new()
         } else {
             self.retry()
@@ -759,34 +775,18 @@ impl TaskBook {
     /// Adds an instance (created by a re-partition; `sms` where known).
     /// Returns the waiting tasks it took.
     pub fn add_instance(&mut self, uuid: &str, memory_bytes: u64, sms: Option<u32>) -> Vec<Placed> {
-        self.instances.push(InstanceLoad {
-            uuid: uuid.into(),
-            memory_bytes,
-            reserved_bytes: 0,
-            warps: 0,
-            sms: sms
-                .filter(|_| self.policy.uses_sm_slots())
-                .map(SmTable::new),
-            closed: false,
-            owner: None,
-            processes: 0,
-            retiring: false,
-        });
+        let mut load = InstanceLoad::empty(uuid.into(), memory_bytes);
+        load.sms = sms
+            .filter(|_| self.policy.uses_sm_slots())
+            .map(SmTable::new);
+        self.instances.push(load);
         self.retry()
     }
 
     /// Opens or closes an instance to shared tasks (closed while held or
     /// drained for an isolated job). Opening may place waiting tasks.
     pub fn set_closed(&mut self, uuid: &str, closed: bool) -> Vec<Placed> {
-        let Some(i) = self.index(uuid) else {
-            return Vec::new();
-        };
-        self.instances[i].closed = closed;
-        if closed {
-            Vec::new()
-        } else {
-            self.retry()
-        }
+        self.restrict(uuid, closed, |i| &mut i.closed)
     }
 }
 
