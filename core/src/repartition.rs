@@ -25,6 +25,7 @@
 
 use crate::gpu::{GpuModel, MigProfile};
 use crate::mig::{check_create, MigPlacement};
+use crate::{Job, JobState};
 
 /// What an instance is doing, as far as re-partitioning cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,32 @@ pub struct Demand {
     /// The largest footprint (MiB) of a shared job that waits or runs: a
     /// split never leaves the cluster without an instance that holds it.
     pub largest_shared_mib: u64,
+}
+
+impl Demand {
+    /// The demand of a queue: pending isolated jobs' footprints in queue
+    /// order (`jobs` in id order), whether shared jobs are pending or
+    /// `tasks_waiting` (shared tasks wait for memory on a node), and the
+    /// largest footprint of a pending or running shared job.
+    pub fn of<'a>(jobs: impl Iterator<Item = &'a Job>, tasks_waiting: bool) -> Demand {
+        let mut demand = Demand {
+            shared_backlog: tasks_waiting,
+            ..Demand::default()
+        };
+        for j in jobs {
+            let pending = j.state == JobState::Pending;
+            let mib = j.spec.gpu.mem_mib.unwrap_or(0);
+            if j.spec.isolated {
+                if pending {
+                    demand.isolated_mib.push(mib);
+                }
+            } else if pending || j.state == JobState::Running {
+                demand.shared_backlog |= pending;
+                demand.largest_shared_mib = demand.largest_shared_mib.max(mib);
+            }
+        }
+        demand
+    }
 }
 
 /// A change to one GPU: retire `retire` (indices into its instances), then
@@ -614,6 +641,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn demand_of_a_queue() {
+        let job = |id, isolated, mib, state| {
+            let mut j = Job::new(
+                id,
+                crate::JobSpec {
+                    isolated,
+                    gpu: crate::job::GpuRequest {
+                        mig_profile: None,
+                        mem_mib: Some(mib),
+                    },
+                    ..crate::JobSpec::default()
+                },
+                0,
+            );
+            j.state = state;
+            j
+        };
+        let jobs = [
+            job(1, true, 2000, JobState::Running),
+            job(2, true, 3000, JobState::Pending),
+            job(3, false, 9000, JobState::Running),
+            job(4, true, 1000, JobState::Pending),
+            job(5, false, 12000, JobState::Completed),
+        ];
+        let d = Demand::of(jobs.iter(), false);
+        assert_eq!(d.isolated_mib, vec![3000, 1000]);
+        assert!(!d.shared_backlog, "no shared job pending, no task waiting");
+        assert_eq!(d.largest_shared_mib, 9000, "ended jobs do not count");
+        assert!(Demand::of(jobs.iter(), true).shared_backlog);
+        let more = [job(6, false, 500, JobState::Pending)];
+        assert!(Demand::of(more.iter(), false).shared_backlog);
     }
 
     #[test]

@@ -55,20 +55,7 @@ impl Sim<'_> {
                 });
             }
         }
-        let mut demand = repartition::Demand::default();
-        for j in self.cluster.jobs() {
-            let pending = j.state == crate::JobState::Pending;
-            let mib = j.spec.gpu.mem_mib.unwrap_or(0);
-            if j.spec.isolated {
-                if pending {
-                    demand.isolated_mib.push(mib);
-                }
-            } else if pending || j.state == crate::JobState::Running {
-                demand.shared_backlog |= pending;
-                demand.largest_shared_mib = demand.largest_shared_mib.max(mib);
-            }
-        }
-        demand.shared_backlog |= self.book.waiting_len() > 0;
+        let demand = repartition::Demand::of(self.cluster.jobs(), self.book.waiting_len() > 0);
         let gpu_of = |k: usize| self.layout[k].map(|(g, _)| g);
         let plans: Vec<Reshape> = policy.plan(&gpus, &demand);
         for r in plans {
@@ -104,10 +91,12 @@ impl Sim<'_> {
                 continue;
             }
             let r = self.retiring.swap_remove(k);
+            let mut gone = Vec::new();
             for uuid in &r.retire {
                 self.book.remove_instance(uuid);
                 let i = self.uuid_index(uuid);
                 self.alive[i] = false;
+                gone.extend(self.layout[i].map(|(_, p)| p));
             }
             let _ = self.cluster.reshape_node(NODE, &r.retire, Vec::new());
             let names = |v: &[MigPlacement]| {
@@ -116,14 +105,6 @@ impl Sim<'_> {
                     .collect::<Vec<_>>()
                     .join(",")
             };
-            let gone: Vec<MigPlacement> = r
-                .retire
-                .iter()
-                .filter_map(|u| {
-                    let i = self.inst.iter().rposition(|x| &x.uuid == u)?;
-                    self.layout[i].map(|(_, p)| p)
-                })
-                .collect();
             self.decisions.push(format!(
                 "reshape gpu{} {} -> {}",
                 r.gpu,
