@@ -6,7 +6,7 @@
 //! after a restart, which are not its children), and signals the job by
 //! signalling that process group.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -62,11 +62,12 @@ pub struct Launcher {
     is_root: bool,
     my_uid: u32,
     running: Mutex<HashMap<JobId, RunningJob>>,
-    /// Held while a job's spool is prepared until the job is in `running`,
-    /// and while an acknowledged job's spool is removed: a requeued job can
-    /// be launched again before the node hears that its last run's end was
-    /// recorded, and that late removal must not take the new run's spool.
-    spool_setup: Mutex<()>,
+    /// Jobs whose spool is being prepared (until they are in `running`).
+    /// A requeued job can be launched again before the node hears that its
+    /// last run's end was recorded; that late removal must not take the new
+    /// run's spool. Launches only mark themselves here (no I/O under the
+    /// lock); a removal holds it while it removes.
+    setting_up: Mutex<HashSet<JobId>>,
     ended: mpsc::UnboundedSender<JobEnded>,
     /// The probe server: jobs get its socket and a key; isolated jobs hold
     /// their instance in it.
@@ -104,7 +105,7 @@ impl Launcher {
             is_root: uid == 0,
             my_uid: uid,
             running: Mutex::new(HashMap::new()),
-            spool_setup: Mutex::new(()),
+            setting_up: Mutex::new(HashSet::new()),
             ended,
             probe: std::sync::OnceLock::new(),
             interception: std::sync::OnceLock::new(),
@@ -128,6 +129,10 @@ impl Launcher {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn setting_up(&self) -> std::sync::MutexGuard<'_, HashSet<JobId>> {
+        self.setting_up.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn running_ids(&self) -> Vec<JobId> {
         let mut v: Vec<JobId> = self.jobs().keys().copied().collect();
         v.sort_unstable();
@@ -147,10 +152,7 @@ impl Launcher {
             instance = req.instance.as_ref().map(|i| i.uuid.as_str())
         );
         let _g = span.enter();
-        let _setup = self.spool_setup.lock().unwrap_or_else(|p| p.into_inner());
-        if self.jobs().contains_key(&job.id) {
-            return Err(LaunchError::AlreadyRunning(job.id));
-        }
+        let _setup = SettingUp::mark(self, job.id)?;
         if !self.is_root && job.spec.uid != self.my_uid {
             return Err(LaunchError::Refused(format!(
                 "gnoded runs as uid {} and cannot run jobs of user {} (uid {}); run gnoded as root to serve several users",
@@ -504,8 +506,8 @@ impl Launcher {
     /// unless the spool now belongs to a later run of the job (requeued and
     /// launched again, running or ended with another end time).
     pub fn forget(&self, ended: &JobEnded) {
-        let _setup = self.spool_setup.lock().unwrap_or_else(|p| p.into_inner());
-        if self.jobs().contains_key(&ended.job_id) {
+        let setting_up = self.setting_up();
+        if setting_up.contains(&ended.job_id) || self.jobs().contains_key(&ended.job_id) {
             return;
         }
         let spool = self.spool(ended.job_id);
@@ -515,6 +517,29 @@ impl Launcher {
         if !later_run {
             spool.remove();
         }
+    }
+}
+
+/// A launch's mark in [`Launcher::setting_up`], cleared when the launch
+/// returns (by then the job is in `running`, or the launch failed).
+struct SettingUp<'a> {
+    launcher: &'a Launcher,
+    job: JobId,
+}
+
+impl<'a> SettingUp<'a> {
+    fn mark(launcher: &'a Launcher, job: JobId) -> Result<SettingUp<'a>, LaunchError> {
+        let mut set = launcher.setting_up();
+        if launcher.jobs().contains_key(&job) || !set.insert(job) {
+            return Err(LaunchError::AlreadyRunning(job));
+        }
+        Ok(SettingUp { launcher, job })
+    }
+}
+
+impl Drop for SettingUp<'_> {
+    fn drop(&mut self) {
+        self.launcher.setting_up().remove(&self.job);
     }
 }
 
@@ -610,5 +635,19 @@ mod tests {
         l.jobs().insert(9, RunningJob { pgid: Some(1) });
         l.forget(&ended_at(9, 100));
         assert!(spool.dir.exists());
+        // A launch setting the spool up is left alone too, and a second
+        // launch of the same job is refused meanwhile.
+        let spool = l.spool(10);
+        std::fs::create_dir_all(&spool.dir).unwrap();
+        let mark = SettingUp::mark(&l, 10).unwrap();
+        assert!(matches!(
+            SettingUp::mark(&l, 10),
+            Err(LaunchError::AlreadyRunning(10))
+        ));
+        l.forget(&ended_at(10, 100));
+        assert!(spool.dir.exists());
+        drop(mark);
+        l.forget(&ended_at(10, 100));
+        assert!(!spool.dir.exists());
     }
 }
