@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::shepherd::SHEPHERD_ARG;
-use crate::spool::{pidfd_open, process_starttime, JobSpool, ShepherdSpec};
+use crate::spool::{is_shepherd_of, pidfd_open, process_starttime, JobSpool, ShepherdSpec};
 use gsched_core::job::WarnSignal;
 
 const CANCELLED: &str = "cancelled";
@@ -163,29 +163,16 @@ impl Launcher {
         let io = |what: &str, e: std::io::Error| {
             LaunchError::Io(format!("{what} in {}: {e}", spool.dir.display()))
         };
-        if spool.dir.exists() {
+        if std::fs::symlink_metadata(&spool.dir).is_ok() {
             // Left from an earlier run of this job id that has been dealt with.
             spool.remove();
         }
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&spool.dir)
-            .map_err(|e| io("cannot create spool", e))?;
-        std::fs::write(spool.script_path(), &job.spec.script)
-            .map_err(|e| io("cannot write script", e))?;
-        std::fs::set_permissions(spool.script_path(), std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| io("cannot set script mode", e))?;
         let drop_privileges = self.is_root && job.spec.uid != 0;
-        if drop_privileges {
-            let (u, g) = (
-                Some(nix::unistd::Uid::from_raw(job.spec.uid)),
-                Some(nix::unistd::Gid::from_raw(job.spec.gid)),
-            );
-            for p in [spool.dir.as_path(), spool.script_path().as_path()] {
-                nix::unistd::chown(p, u, g)
-                    .map_err(|e| io("cannot hand the spool to the job's user", e.into()))?;
-            }
-        }
+        // gnoded's own directory: the user reaches only the script the
+        // shepherd writes there (see crate::spool).
+        spool
+            .create(drop_privileges)
+            .map_err(|e| io("cannot create spool", e))?;
         let mut env = job_environment(
             job,
             &Placement {
@@ -226,6 +213,7 @@ impl Launcher {
         let spec = ShepherdSpec {
             job_id: job.id,
             script: spool.script_path(),
+            script_body: job.spec.script.clone(),
             argv: job.spec.argv.clone(),
             env,
             cwd: job.spec.working_dir.clone(),
@@ -244,6 +232,7 @@ impl Launcher {
                 .signal
                 .as_deref()
                 .and_then(|s| WarnSignal::parse(s).ok()),
+            umask: job.spec.umask.unwrap_or(gsched_core::job::DEFAULT_UMASK),
         };
         spool
             .write_json(&spool.spec_path(), &spec)
@@ -288,7 +277,8 @@ impl Launcher {
         let io = |what: &str, e: std::io::Error| {
             LaunchError::Io(format!("{what} in {}: {e}", spool.dir.display()))
         };
-        let log = std::fs::File::create(spool.log_path())
+        let log = spool
+            .create_log()
             .map_err(|e| io("cannot create shepherd log", e))?;
         let log2 = log
             .try_clone()
@@ -465,17 +455,21 @@ impl Launcher {
                 continue;
             };
             let spool = self.spool(job);
-            let pid = spool
-                .read_pid()
-                .filter(|(pid, start)| process_starttime(*pid) == Some(*start))
-                .map(|(pid, _)| pid)
-                .or_else(|| {
-                    by_cmdline
-                        .iter()
-                        .find(|(_, d)| *d == spool.dir)
-                        .map(|(pid, _)| *pid)
-                });
-            match pid.and_then(|pid| pidfd_open(pid).ok().map(|fd| (pid, fd))) {
+            // Only a process proven to be this spool's shepherd is adopted
+            // and, later, signalled (see spool::is_shepherd_of).
+            let candidates = spool.read_pid().into_iter().chain(
+                by_cmdline
+                    .iter()
+                    .filter(|(_, d)| *d == spool.dir)
+                    .filter_map(|(pid, _)| Some((*pid, process_starttime(*pid)?))),
+            );
+            let found = candidates
+                .filter_map(|(pid, start)| {
+                    let fd = pidfd_open(pid).ok()?;
+                    is_shepherd_of(pid, start, &spool.dir, self.my_uid).then_some((pid, fd))
+                })
+                .next();
+            match found {
                 Some((pid, fd)) => {
                     if let Some(start) = process_starttime(pid) {
                         let _ = spool.write_pid(pid, start);

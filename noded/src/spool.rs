@@ -1,5 +1,12 @@
 //! A job's spool directory: what the shepherd needs to run it, and what it
 //! leaves behind for gnoded (pid, exit status, cancel/timeout markers).
+//!
+//! The directory and every file in it but the script belong to gnoded's
+//! user (root on a multi-user node) and only it may write there: a job's
+//! user can neither change what the shepherd reads (uid, script, flags)
+//! nor plant links where root writes. The directory is 0711 when the job
+//! runs as another user (who must reach the script to execute it), 0700
+//! otherwise; the script is the user's, 0700.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -13,7 +20,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShepherdSpec {
     pub job_id: JobId,
+    /// Where the shepherd writes the script and what it executes.
     pub script: PathBuf,
+    /// The script's text.
+    pub script_body: String,
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub cwd: String,
@@ -36,6 +46,13 @@ pub struct ShepherdSpec {
     /// limit, to the batch shell only or to the whole job.
     #[serde(default)]
     pub warn_signal: Option<gsched_core::job::WarnSignal>,
+    /// The submitter's umask, for the files the job creates (`SLURM_UMASK`).
+    #[serde(default = "default_umask")]
+    pub umask: u32,
+}
+
+fn default_umask() -> u32 {
+    gsched_core::job::DEFAULT_UMASK
 }
 
 /// What the shepherd records when the script ends (or could not start).
@@ -94,13 +111,21 @@ impl JobSpool {
         serde_json::from_str(&text).map_err(std::io::Error::other)
     }
 
+    /// Checks that only this process's user can have written the directory
+    /// and its launch spec (the shepherd's check before it trusts them).
+    pub fn check_private(&self) -> std::io::Result<()> {
+        crate::shepherd::check_owned_by_me(&self.dir)?;
+        crate::shepherd::check_owned_by_me(&self.spec_path())
+    }
+
     /// Writes `value` as JSON atomically (temporary file, then rename). Not
     /// fsynced: these files must survive a crash of gnoded, not of the
     /// machine (a rebooted machine has no running jobs to adopt).
     pub fn write_json<T: Serialize>(&self, path: &Path, value: &T) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = create_private(&tmp)?;
         f.write_all(&serde_json::to_vec(value).map_err(std::io::Error::other)?)?;
+        drop(f);
         std::fs::rename(&tmp, path)
     }
 
@@ -111,7 +136,7 @@ impl JobSpool {
 
     /// Records the shepherd's pid and its start time (to recognise it later).
     pub fn write_pid(&self, pid: i32, starttime: u64) -> std::io::Result<()> {
-        std::fs::write(self.pid_path(), format!("{pid} {starttime}\n"))
+        create_private(&self.pid_path())?.write_all(format!("{pid} {starttime}\n").as_bytes())
     }
 
     pub fn read_pid(&self) -> Option<(i32, u64)> {
@@ -122,16 +147,43 @@ impl JobSpool {
 
     /// Marks why gnoded is stopping the job, so the reason survives a restart.
     pub fn mark(&self, what: &str) {
-        let _ = std::fs::write(self.marker(what), b"");
+        let _ = create_private(&self.marker(what));
     }
 
     pub fn is_marked(&self, what: &str) -> bool {
-        self.marker(what).exists()
+        std::fs::symlink_metadata(self.marker(what)).is_ok()
+    }
+
+    /// Creates the spool directory afresh, owned by this process's user:
+    /// 0711 when the job's user must reach its script, else 0700.
+    pub fn create(&self, others_reach_script: bool) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let mode = if others_reach_script { 0o711 } else { 0o700 };
+        std::fs::DirBuilder::new().mode(mode).create(&self.dir)?;
+        // Whatever the umask took away.
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(mode))
+    }
+
+    /// Opens the shepherd's log (stdout and stderr of the shepherd itself).
+    pub fn create_log(&self) -> std::io::Result<std::fs::File> {
+        create_private(&self.log_path())
     }
 
     pub fn remove(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Creates (or truncates) a 0600 file, never through a symbolic link.
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// Checks that users other than the owner can pass through every directory
@@ -186,9 +238,6 @@ pub fn shepherds_under(root: &Path) -> Vec<(i32, PathBuf)> {
     found
 }
 
-/// Start time of a process in clock ticks since boot (field 22 of
-/// `/proc/PID/stat`), which tells a process apart from a later one that
-/// reuses its pid.
 /// A pidfd for `pid`: readable once the process has exited.
 pub fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
@@ -201,11 +250,57 @@ pub fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
-pub fn process_starttime(pid: i32) -> Option<u64> {
+/// Fields of `/proc/PID/stat` after the command name (field 3 onwards).
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces: skip past its ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of
+/// `/proc/PID/stat`), which tells a process apart from a later one that
+/// reuses its pid.
+pub fn process_starttime(pid: i32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// A process's process group (field 5 of `/proc/PID/stat`).
+fn process_group(pid: i32) -> Option<i32> {
+    stat_fields(pid)?.get(2)?.parse().ok()
+}
+
+/// A process's real, effective, saved and filesystem uids.
+fn process_uids(pid: i32) -> Option<[u32; 4]> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let v: Vec<u32> = line
+        .split_whitespace()
+        .filter_map(|u| u.parse().ok())
+        .collect();
+    v.try_into().ok()
+}
+
+/// Whether `pid` is the shepherd of the job in `spool_dir`, before gnoded
+/// adopts it and sends signals to its process group: it started at
+/// `starttime`, runs with gnoded's uid (`uid`) in every slot (a job's
+/// processes never do on a root node), leads its own process group, and
+/// was started as a shepherd of that directory. Nothing a job's user can
+/// write takes part in the answer.
+pub fn is_shepherd_of(pid: i32, starttime: u64, spool_dir: &Path, uid: u32) -> bool {
+    if pid <= 1 || process_starttime(pid) != Some(starttime) {
+        return false;
+    }
+    if process_uids(pid) != Some([uid; 4]) || process_group(pid) != Some(pid) {
+        return false;
+    }
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    args.len() >= 3
+        && args[1] == crate::shepherd::SHEPHERD_ARG.as_bytes()
+        && args[2] == spool_dir.as_os_str().as_bytes()
 }
 
 #[cfg(test)]
