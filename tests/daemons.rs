@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::os::unix::fs::DirBuilderExt;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,7 +26,11 @@ impl Pair {
     fn new() -> Pair {
         let dir = tempfile::tempdir().unwrap();
         for d in ["ctl", "node"] {
-            std::fs::create_dir(dir.path().join(d)).unwrap();
+            // The mode the daemons require of an existing state directory.
+            std::fs::DirBuilder::new()
+                .mode(0o711)
+                .create(dir.path().join(d))
+                .unwrap();
         }
         Pair {
             dir,

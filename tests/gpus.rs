@@ -186,7 +186,7 @@ fn the_gpu_config_layout_is_made_and_impossible_ones_are_refused() {
         "allow_mig_reconfigure = true\n[[gpu]]\nindex = 0\nmig = [\"3g.20gb\", \"3g.20gb\", \"1g.5gb\"]\n",
     )
     .unwrap();
-    let state = tempfile::tempdir().unwrap();
+    let state = common::state_dir();
     let mut child = Command::new(bin("gsched"))
         .args([
             "up",

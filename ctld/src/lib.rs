@@ -32,8 +32,7 @@ pub struct Running {
 
 /// Opens the store under `state_dir`, binds the API, and starts the loops.
 pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
-    std::fs::create_dir_all(state_dir)
-        .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
+    gsched_daemon::state::prepare_dir(state_dir)?;
     let policy = launch_policy(&config.launch_policy)?;
     let key_path = config
         .cluster_key_file
@@ -57,6 +56,12 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         .unwrap_or_else(|| state_dir.join("ctld.sock"));
     let socket = bind_socket(&socket_path)?;
     let db = state_dir.join("ctld.db");
+    // Created 0600 before SQLite opens it: its WAL and shared-memory files
+    // take the database's mode. Looser existing files are refused.
+    gsched_daemon::state::private_file(&db)?;
+    for side in ["ctld.db-wal", "ctld.db-shm"] {
+        gsched_daemon::state::check_private_if_present(&state_dir.join(side))?;
+    }
     let (store, loaded) = store::Store::open(&db, config.durability).await?;
     tracing::info!(db = %db.display(), jobs = loaded.jobs.len(), nodes = loaded.nodes.len(), "store loaded");
     let cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);

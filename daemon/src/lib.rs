@@ -4,6 +4,8 @@
 
 pub mod http;
 pub mod key;
+pub mod limits;
+pub mod state;
 
 /// Unix seconds now: the clock the daemons pass into gsched-core.
 pub fn unix_now() -> i64 {

@@ -106,6 +106,7 @@ async fn restore_reservations(
 /// Starts the node daemon. `shepherd_exe` is a binary that runs
 /// [`shepherd::main`] when called with [`shepherd::SHEPHERD_ARG`].
 pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) -> Result<Running> {
+    gsched_daemon::state::prepare_dir(state_dir)?;
     let name = match &config.name {
         Some(n) => n.clone(),
         None => nix::unistd::gethostname()

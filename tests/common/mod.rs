@@ -43,6 +43,15 @@ pub fn api(method: &str, url: &str, token: &str) -> ureq::Request {
     ureq::request(method, url).set("Authorization", &format!("Bearer {token}"))
 }
 
+/// A temporary state directory with the mode the daemons require of an
+/// existing one (0711: only its owner lists it; job users pass through).
+pub fn state_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    d
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -72,7 +81,7 @@ impl Gsched {
             child: None,
             url: format!("http://{listen}"),
             listen,
-            state: tempfile::tempdir().unwrap(),
+            state: state_dir(),
             work: tempfile::tempdir().unwrap(),
             token: String::new(),
             args: extra.iter().map(|s| s.to_string()).collect(),

@@ -1,0 +1,102 @@
+//! Caps on connections: per client (a uid, an address) and overall, so one
+//! user cannot take every thread or file descriptor of a daemon.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+/// Why a connection was turned away.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("too many connections from {who} (at most {limit}); close some and retry")]
+    PerClient { who: String, limit: usize },
+    #[error("the daemon is at its connection limit ({limit}); retry later")]
+    Total { limit: usize },
+}
+
+/// Counts open connections by client.
+pub struct ConnectionLimits<K: Hash + Eq + Clone + std::fmt::Display> {
+    per_client: usize,
+    total: usize,
+    open: Mutex<(HashMap<K, usize>, usize)>,
+}
+
+/// One admitted connection; dropping it gives its place back.
+pub struct Admitted<K: Hash + Eq + Clone + std::fmt::Display> {
+    limits: Arc<ConnectionLimits<K>>,
+    client: K,
+}
+
+impl<K: Hash + Eq + Clone + std::fmt::Display> ConnectionLimits<K> {
+    pub fn new(per_client: usize, total: usize) -> Arc<Self> {
+        Arc::new(ConnectionLimits {
+            per_client,
+            total,
+            open: Mutex::new((HashMap::new(), 0)),
+        })
+    }
+
+    /// Admits a connection of `client`, or says which limit it hit.
+    pub fn admit(self: &Arc<Self>, client: K) -> Result<Admitted<K>, LimitError> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if open.1 >= self.total {
+            return Err(LimitError::Total { limit: self.total });
+        }
+        let n = open.0.entry(client.clone()).or_insert(0);
+        if *n >= self.per_client {
+            return Err(LimitError::PerClient {
+                who: client.to_string(),
+                limit: self.per_client,
+            });
+        }
+        *n += 1;
+        open.1 += 1;
+        Ok(Admitted {
+            limits: Arc::clone(self),
+            client,
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).1
+    }
+}
+
+impl<K: Hash + Eq + Clone + std::fmt::Display> Drop for Admitted<K> {
+    fn drop(&mut self) {
+        let mut open = self.limits.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.0.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                open.0.remove(&self.client);
+            }
+        }
+        open.1 = open.1.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_client_and_total_caps_hold_and_free_on_drop() {
+        let l = ConnectionLimits::<u32>::new(2, 3);
+        let a1 = l.admit(1).unwrap();
+        let _a2 = l.admit(1).unwrap();
+        assert_eq!(
+            l.admit(1).err(),
+            Some(LimitError::PerClient {
+                who: "1".into(),
+                limit: 2
+            })
+        );
+        let _b1 = l.admit(2).unwrap();
+        assert_eq!(l.admit(3).err(), Some(LimitError::Total { limit: 3 }));
+        drop(a1);
+        assert_eq!(l.open(), 2);
+        let _a3 = l.admit(1).unwrap();
+        assert_eq!(l.open(), 3);
+    }
+}
