@@ -13,6 +13,19 @@ use serde::Deserialize;
 /// Default controller URL when `GSCHED_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:6817";
 
+/// The controller could not be reached, or the connection broke before
+/// its answer was read: the request may or may not have been carried out.
+#[derive(Debug)]
+pub struct Unreachable(pub String);
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unreachable {}
+
 pub struct Client {
     base: String,
     transport: Transport,
@@ -95,10 +108,11 @@ impl Client {
     }
 
     fn unreachable(&self, why: impl std::fmt::Display) -> anyhow::Error {
-        anyhow!(
+        Unreachable(format!(
             "cannot reach the gsched controller at {}: {why}; is `gsched up` running, and is GSCHED_URL right?",
             self.base
-        )
+        ))
+        .into()
     }
 
     /// One request; `path` starts with `/`.
@@ -169,10 +183,25 @@ impl Client {
         Ok(serde_json::from_value(v)?)
     }
 
+    /// Submits a job. A spec with an idempotency key is sent again when
+    /// the controller could not be reached or the answer was lost (twice,
+    /// after 0.5 s and 1 s): the controller answers a retry with the job
+    /// the first attempt made, so nothing runs twice.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId> {
         let body = serde_json::to_value(spec)?;
-        let s: Submitted = self.request("POST", "/api/v1/jobs", &[], Some(&body))?;
-        Ok(s.job_id)
+        let mut wait = std::time::Duration::from_millis(500);
+        for attempt in 0.. {
+            match self.request::<Submitted>("POST", "/api/v1/jobs", &[], Some(&body)) {
+                Err(e)
+                    if attempt < 2 && spec.idempotency_key.is_some() && e.is::<Unreachable>() =>
+                {
+                    std::thread::sleep(wait);
+                    wait *= 2;
+                }
+                r => return r.map(|s| s.job_id),
+            }
+        }
+        unreachable!("the loop returns")
     }
 
     /// Jobs matching the query parameters (`state`, `user`, `name`, `id`).

@@ -404,6 +404,8 @@ pub fn build_spec(
         array,
         dependency,
         hold: opts.hold,
+        umask: Some(current_umask()),
+        idempotency_key: Some(submission_key()),
         slurm: SlurmOptions {
             account: opts.account.clone(),
             qos: opts.qos.clone(),
@@ -417,6 +419,40 @@ pub fn build_spec(
         },
         ..JobSpec::default()
     })
+}
+
+/// A fresh random key for one submission, so that retrying it after a
+/// lost answer cannot make a second job.
+pub fn submission_key() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        // No randomness: pid and time still tell this submission apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        return format!("{}-{t}", std::process::id());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// This process's umask, which the job's files are created with (as
+/// sbatch passes `SLURM_UMASK`): read from /proc, where reading it does not
+/// change it.
+pub fn current_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+            u32::from_str_radix(line.trim(), 8).ok()
+        })
+        .unwrap_or_else(|| {
+            // SAFETY: umask cannot fail; the old mask is put back at once
+            // (the commands are single-threaded).
+            let old = unsafe { libc::umask(0o022) };
+            unsafe { libc::umask(old) };
+            old as u32
+        })
 }
 
 /// The environment a job starts with under `--export`: ALL (default),

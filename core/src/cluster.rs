@@ -168,6 +168,9 @@ pub struct Cluster {
     /// The node keeps the job's worker and instance until the end report,
     /// and the job does not start again before it.
     requeued_runs: HashMap<JobId, String>,
+    /// Submissions that carried an idempotency key: (uid, key) → job (the
+    /// array's id for an array), while the job is known here.
+    submissions: HashMap<(u32, String), JobId>,
 }
 
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
@@ -222,6 +225,7 @@ impl Cluster {
             peaks: HashMap::new(),
             array_limits: BTreeMap::new(),
             requeued_runs: HashMap::new(),
+            submissions: HashMap::new(),
         }
     }
 
@@ -274,6 +278,14 @@ impl Cluster {
                 }
             }
             c.index(&job);
+            if let Some(k) = &job.spec.idempotency_key {
+                let first = job
+                    .spec
+                    .array_task
+                    .as_ref()
+                    .map_or(job.id, |t| t.array_job_id);
+                c.submissions.insert((job.spec.uid, k.clone()), first);
+            }
             let peak = job.gpu_mem_peak.is_some();
             let id = job.id;
             c.jobs.insert(job.id, job);
@@ -525,10 +537,21 @@ impl Cluster {
         now: i64,
     ) -> Result<(JobId, Vec<Effect>), ClusterError> {
         spec.validate()?;
+        if let Some(&id) = spec
+            .idempotency_key
+            .as_ref()
+            .and_then(|k| self.submissions.get(&(spec.uid, k.clone())))
+        {
+            // A retry of a submission already accepted: the same job.
+            return Ok((id, Vec::new()));
+        }
         if let Some(d) = &spec.dependency {
             if let Some(id) = d.job_ids().find(|id| !self.jobs.contains_key(id)) {
                 return Err(ClusterError::DependencyOnUnknownJob(id));
             }
+        }
+        if let Some(k) = &spec.idempotency_key {
+            self.submissions.insert((spec.uid, k.clone()), self.next_id);
         }
         let Some(array) = spec.array.clone() else {
             let id = self.add_job(spec, now);
@@ -587,7 +610,11 @@ impl Cluster {
         {
             self.isolated_queue.remove(&id);
             self.shared_queue.remove(&id);
-            self.jobs.remove(&id);
+            if let Some(j) = self.jobs.remove(&id) {
+                if let Some(k) = j.spec.idempotency_key {
+                    self.submissions.remove(&(j.spec.uid, k));
+                }
+            }
         }
     }
 
@@ -1414,6 +1441,32 @@ mod tests {
             job: a,
             node: "n1".into()
         }));
+    }
+
+    #[test]
+    fn a_retried_submission_is_the_same_job_across_a_restart() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        let keyed = |uid: u32, key: &str| JobSpec {
+            uid,
+            idempotency_key: Some(key.into()),
+            ..spec(false, false)
+        };
+        let (a, fx) = c.submit(keyed(1, "k1"), 1).unwrap();
+        assert_eq!(fx.len(), 1);
+        // The retry: same user, same key, no new job and nothing to store.
+        assert_eq!(c.submit(keyed(1, "k1"), 2).unwrap(), (a, vec![]));
+        // Another user's key, or another key, is another job.
+        assert_ne!(c.submit(keyed(2, "k1"), 3).unwrap().0, a);
+        assert_ne!(c.submit(keyed(1, "k2"), 3).unwrap().0, a);
+        let jobs: Vec<Job> = c.jobs().cloned().collect();
+        let mut c = Cluster::restore(Box::new(CaseLaunch), jobs, vec![]);
+        assert_eq!(c.submit(keyed(1, "k1"), 4).unwrap(), (a, vec![]));
+        // A submission withdrawn because it could not be stored frees its key.
+        let (b, _) = c.submit(keyed(1, "k3"), 5).unwrap();
+        c.withdraw(b);
+        let (b2, fx) = c.submit(keyed(1, "k3"), 6).unwrap();
+        assert_eq!((b2 > b, fx.len()), (true, 1));
+        assert!(c.submit(keyed(1, ""), 7).is_err());
     }
 
     #[test]

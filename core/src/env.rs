@@ -84,6 +84,8 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     set("SLURM_CLUSTER_NAME", at.cluster);
     set("SLURM_JOB_PARTITION", at.partition);
     set("SLURM_RESTART_COUNT", &job.restarts.to_string());
+    let umask = spec.umask.unwrap_or(crate::job::DEFAULT_UMASK);
+    set("SLURM_UMASK", &format!("{umask:04o}"));
     if let Some(limit) = spec.time_limit {
         set("SLURM_JOB_TIME_LIMIT", &limit.div_ceil(60).to_string());
     }

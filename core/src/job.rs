@@ -12,6 +12,17 @@ pub type JobId = u64;
 /// Longest job name accepted (Slurm truncates at 1024 as well).
 pub const MAX_NAME_LEN: usize = 1024;
 
+/// Longest time limit accepted, in seconds (ten years; UNLIMITED is `None`).
+/// Every later sum of a start time and a limit stays far from overflowing.
+pub const MAX_TIME_LIMIT_SECS: u64 = 10 * 365 * 86400;
+
+/// Largest GPU memory request accepted, MiB (16 TiB: far above any GPU, far
+/// below where MiB-to-bytes arithmetic could overflow).
+pub const MAX_GPU_MEM_MIB: u64 = 16 << 20;
+
+/// The umask a job gets when its submission carried none.
+pub const DEFAULT_UMASK: u32 = 0o022;
+
 /// The states a job goes through. Names and compact codes are Slurm's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -199,7 +210,19 @@ pub struct JobSpec {
     /// Slurm options recorded and shown (some acted on; docs/slurm.md).
     #[serde(default, skip_serializing_if = "SlurmOptions::is_empty")]
     pub slurm: SlurmOptions,
+    /// The submitter's umask (`SLURM_UMASK`): the job's files are created
+    /// with it. `None`: [`DEFAULT_UMASK`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
+    /// A key the client chose for this submission (`Idempotency-Key`): a
+    /// second submission by the same user with the same key is the same
+    /// job, so a client may retry after a lost answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
+
+/// Longest idempotency key accepted.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
 /// Slurm options a job carries beyond gsched's own: recorded at submit,
 /// shown by `sacct`/`squeue`/`scontrol`, and acted on where docs/slurm.md
@@ -295,6 +318,20 @@ pub enum SpecError {
     ZeroTimeLimit,
     #[error("script contains a NUL byte")]
     NulInScript,
+    #[error("time limit of {0} seconds is longer than the longest accepted ({MAX_TIME_LIMIT_SECS} s, ten years); give UNLIMITED for no limit")]
+    TimeLimitTooLong(u64),
+    #[error(
+        "GPU memory request of {0} MiB is larger than any GPU (at most {MAX_GPU_MEM_MIB} MiB)"
+    )]
+    GpuMemTooLarge(u64),
+    #[error("the job's {0} contains a NUL byte")]
+    Nul(&'static str),
+    #[error("environment variable name '{0}' is empty or contains '='")]
+    BadEnvName(String),
+    #[error("umask {0:o} is not a permission mask (at most 0777)")]
+    BadUmask(u32),
+    #[error("the idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} printable characters")]
+    BadIdempotencyKey,
 }
 
 impl JobSpec {
@@ -331,6 +368,57 @@ impl JobSpec {
         }
         if self.time_limit == Some(0) {
             return Err(SpecError::ZeroTimeLimit);
+        }
+        if let Some(t) = self.time_limit.filter(|t| *t > MAX_TIME_LIMIT_SECS) {
+            return Err(SpecError::TimeLimitTooLong(t));
+        }
+        if let Some(m) = self.gpu.mem_mib.filter(|m| *m > MAX_GPU_MEM_MIB) {
+            return Err(SpecError::GpuMemTooLarge(m));
+        }
+        if let Some(u) = self.umask.filter(|u| *u > 0o777) {
+            return Err(SpecError::BadUmask(u));
+        }
+        if let Some(k) = &self.idempotency_key {
+            if k.is_empty()
+                || k.len() > MAX_IDEMPOTENCY_KEY_LEN
+                || k.chars().any(|c| c.is_control())
+            {
+                return Err(SpecError::BadIdempotencyKey);
+            }
+        }
+        self.check_nul_bytes()
+    }
+
+    /// Refuses NUL bytes anywhere the job's process gets a C string (the
+    /// launch would fail later, after the job was accepted).
+    fn check_nul_bytes(&self) -> Result<(), SpecError> {
+        let nul = |s: &str| s.contains('\0');
+        if nul(&self.name) {
+            return Err(SpecError::Nul("name"));
+        }
+        if self.argv.iter().any(|a| nul(a)) {
+            return Err(SpecError::Nul("arguments"));
+        }
+        if nul(&self.working_dir) {
+            return Err(SpecError::Nul("working directory"));
+        }
+        if nul(&self.user_name) {
+            return Err(SpecError::Nul("user name"));
+        }
+        if [&self.stdout, &self.stderr]
+            .into_iter()
+            .flatten()
+            .any(|p| nul(p))
+        {
+            return Err(SpecError::Nul("output file name"));
+        }
+        for (k, v) in &self.environment {
+            if nul(k) || nul(v) {
+                return Err(SpecError::Nul("environment"));
+            }
+            if k.is_empty() || k.contains('=') {
+                return Err(SpecError::BadEnvName(k.clone()));
+            }
         }
         Ok(())
     }
@@ -544,6 +632,54 @@ mod tests {
             s.validate(),
             Err(SpecError::ProfileWithoutIsolated(_))
         ));
+    }
+
+    #[test]
+    fn out_of_range_numbers_and_nul_bytes_are_refused() {
+        let refused = |f: &dyn Fn(&mut JobSpec)| {
+            let mut s = spec();
+            f(&mut s);
+            s.validate().unwrap_err()
+        };
+        assert_eq!(
+            refused(&|s| s.time_limit = Some(u64::MAX)),
+            SpecError::TimeLimitTooLong(u64::MAX)
+        );
+        let mut s = spec();
+        s.time_limit = Some(MAX_TIME_LIMIT_SECS);
+        assert!(s.validate().is_ok());
+        assert_eq!(
+            refused(&|s| s.gpu.mem_mib = Some(u64::MAX)),
+            SpecError::GpuMemTooLarge(u64::MAX)
+        );
+        assert_eq!(
+            refused(&|s| s.umask = Some(0o1777)),
+            SpecError::BadUmask(0o1777)
+        );
+        assert_eq!(
+            refused(&|s| {
+                s.environment.insert("A".into(), "x\0y".into());
+            }),
+            SpecError::Nul("environment")
+        );
+        assert_eq!(
+            refused(&|s| {
+                s.environment.insert("A=B".into(), "x".into());
+            }),
+            SpecError::BadEnvName("A=B".into())
+        );
+        assert_eq!(
+            refused(&|s| s.argv.push("a\0b".into())),
+            SpecError::Nul("arguments")
+        );
+        assert_eq!(
+            refused(&|s| s.working_dir = "/tmp/\0".into()),
+            SpecError::Nul("working directory")
+        );
+        assert_eq!(
+            refused(&|s| s.stdout = Some("o\0".into())),
+            SpecError::Nul("output file name")
+        );
     }
 
     #[test]

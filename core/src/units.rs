@@ -7,6 +7,8 @@ pub enum UnitError {
     Memory(String),
     #[error("invalid time limit '{0}': expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED")]
     Time(String),
+    #[error("time limit '{0}' is longer than ten years; give UNLIMITED for no limit")]
+    TimeTooLong(String),
 }
 
 /// Parses a memory size into MiB, the way Slurm does: a plain number is MB
@@ -58,16 +60,25 @@ pub fn parse_time_limit(s: &str) -> Result<Option<u64>, UnitError> {
         None => (None, t),
     };
     let parts: Vec<&str> = rest.split(':').collect();
+    // Checked: an overflowing limit is refused, never wrapped.
+    let sum = |terms: &[(u64, u64)]| -> Option<u64> {
+        terms.iter().try_fold(0u64, |acc, (n, unit)| {
+            acc.checked_add(n.checked_mul(*unit)?)
+        })
+    };
     let secs = match (days, parts.as_slice()) {
-        (None, [m]) => num(m)? * 60,
-        (None, [m, s]) => num(m)? * 60 + num(s)?,
-        (None, [h, m, s]) => num(h)? * 3600 + num(m)? * 60 + num(s)?,
-        (Some(d), [h]) => d * 86400 + num(h)? * 3600,
-        (Some(d), [h, m]) => d * 86400 + num(h)? * 3600 + num(m)? * 60,
-        (Some(d), [h, m, s]) => d * 86400 + num(h)? * 3600 + num(m)? * 60 + num(s)?,
+        (None, [m]) => sum(&[(num(m)?, 60)]),
+        (None, [m, s]) => sum(&[(num(m)?, 60), (num(s)?, 1)]),
+        (None, [h, m, s]) => sum(&[(num(h)?, 3600), (num(m)?, 60), (num(s)?, 1)]),
+        (Some(d), [h]) => sum(&[(d, 86400), (num(h)?, 3600)]),
+        (Some(d), [h, m]) => sum(&[(d, 86400), (num(h)?, 3600), (num(m)?, 60)]),
+        (Some(d), [h, m, s]) => sum(&[(d, 86400), (num(h)?, 3600), (num(m)?, 60), (num(s)?, 1)]),
         _ => return Err(err()),
     };
-    Ok(Some(secs))
+    match secs {
+        Some(s) if s <= crate::job::MAX_TIME_LIMIT_SECS => Ok(Some(s)),
+        _ => Err(UnitError::TimeTooLong(s.to_string())),
+    }
 }
 
 /// squeue's `%M` style: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`.
@@ -126,6 +137,20 @@ mod tests {
         assert_eq!(parse_time_limit("1-0:0:1"), Ok(Some(86401)));
         assert_eq!(parse_time_limit("UNLIMITED"), Ok(None));
         assert_eq!(parse_time_limit("infinite"), Ok(None));
+        // Overflowing or absurd limits are refused, never wrapped.
+        for huge in [
+            "307445734561825861",
+            "18446744073709551615:59",
+            "99999999-0",
+            "5256001",
+        ] {
+            assert_eq!(
+                parse_time_limit(huge),
+                Err(UnitError::TimeTooLong(huge.into())),
+                "{huge}"
+            );
+        }
+        assert_eq!(parse_time_limit("5256000"), Ok(Some(5_256_000 * 60)));
         for bad in ["", "1:2:3:4", "a", "1-", "-1", "1-2-3", "1:", "1h"] {
             assert!(parse_time_limit(bad).is_err(), "{bad} accepted");
         }

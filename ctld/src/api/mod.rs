@@ -122,12 +122,31 @@ async fn metrics(State(ctl): Ctl) -> Response {
         .into_response()
 }
 
+/// The header a client may send to make a submission safe to retry.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
 async fn submit(
     State(ctl): Ctl,
     Extension(caller): Who,
+    headers: axum::http::HeaderMap,
     Body(mut spec): Body<JobSpec>,
 ) -> Result<(StatusCode, Json<Submitted>), ApiError> {
     caller.stamp_owner(&mut spec)?;
+    if let Some(h) = headers.get(IDEMPOTENCY_HEADER) {
+        let key = h.to_str().map_err(|_| {
+            ApiError(
+                StatusCode::BAD_REQUEST,
+                "the Idempotency-Key header is not text".into(),
+            )
+        })?;
+        if spec.idempotency_key.as_deref().is_some_and(|k| k != key) {
+            return Err(ApiError(
+                StatusCode::BAD_REQUEST,
+                "the Idempotency-Key header and the job's idempotency_key differ".into(),
+            ));
+        }
+        spec.idempotency_key = Some(key.to_string());
+    }
     let job_id = ctl.submit(spec).await?;
     Ok((StatusCode::CREATED, Json(Submitted { job_id })))
 }
