@@ -226,11 +226,12 @@ fn jobs_carry_a_token_of_their_user() {
     let g = Gsched::start(&[]);
     let script = g.script(
         "tok.sh",
-        "#!/bin/sh\nprintf %s \"$GSCHED_TOKEN\" > token.txt\n",
+        "#!/bin/sh\nprintf %s \"$GSCHED_TOKEN\" > token.tmp\nmv token.tmp token.txt\nsleep 60\n",
     );
     let id = g.submit(&["-o", "/dev/null", "-t", "2", &script]);
-    g.wait_state(id, "COMPLETED", T);
-    let t = std::fs::read_to_string(g.work.path().join("token.txt")).unwrap();
+    let path = g.work.path().join("token.txt");
+    g.wait_until("the job writes its token", T, || path.exists());
+    let t = std::fs::read_to_string(&path).unwrap();
     let who = call(api("GET", &format!("{}/api/v1/whoami", g.url), &t), None).1;
     assert_eq!(who["user"], g.job(id)["user_name"]);
     assert_eq!(who["via"], "token");
@@ -238,6 +239,11 @@ fn jobs_carry_a_token_of_their_user() {
     let start = g.job(id)["start_time"].as_i64().unwrap();
     let life = who["expires"].as_i64().unwrap() - start;
     assert!((3720..3725).contains(&life), "token lifetime {life} s");
+    // Good only while the job runs (tests/security.rs tries it after).
+    g.cli("gcancel", &[&id.to_string()]);
+    g.wait_state(id, "CANCELLED", T);
+    let (status, _, _) = call(api("GET", &format!("{}/api/v1/whoami", g.url), &t), None);
+    assert_eq!(status, 401);
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use axum::http::{HeaderMap, StatusCode};
-use gsched_core::job::JobSpec;
+use gsched_core::job::{JobId, JobSpec};
 use gsched_daemon::http::ApiError;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -29,6 +29,9 @@ pub struct Caller {
     pub via: Via,
     /// When the caller's token expires (unix seconds), for token callers.
     pub expires: Option<i64>,
+    /// The job (and run) a job token was issued to: it is good only until
+    /// that job ends.
+    pub job: Option<(JobId, u32)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +53,7 @@ impl Caller {
             admin: false,
             via: Via::Anonymous,
             expires: None,
+            job: None,
         }
     }
 
@@ -133,6 +137,11 @@ pub struct Claims {
     pub exp: i64,
     #[serde(default)]
     pub iss: Option<String>,
+    /// A job token's job and run (its restart count when issued).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
 }
 
 /// Why a request was not authenticated: the 401's reason.
@@ -156,6 +165,8 @@ pub enum AuthError {
     UserMismatch { token: String, header: String },
     #[error("user {0} is not known on the controller host")]
     UnknownUser(String),
+    #[error("this token belonged to job {0}, which has ended; job tokens are good only until their job ends")]
+    JobEnded(JobId),
 }
 
 impl From<AuthError> for ApiError {
@@ -232,6 +243,7 @@ impl Authority {
             gid: Some(gid),
             via: Via::Socket,
             expires: None,
+            job: None,
         }
     }
 
@@ -249,9 +261,40 @@ impl Authority {
             uid,
             gid,
             iat: now,
-            exp: now + lifetime as i64,
+            exp: now.saturating_add(lifetime.min(self.max_lifetime) as i64),
             iss: Some(ISSUER.into()),
+            job: None,
+            run: None,
         };
+        self.sign(claims)
+    }
+
+    /// Signs a token for a job's own commands: its user's, and good only
+    /// until the job ends (checked on every request), at most
+    /// `lifetime` (capped by the maximum token lifetime).
+    pub fn issue_for_job(
+        &self,
+        spec: &JobSpec,
+        job: JobId,
+        run: u32,
+        lifetime: u64,
+        now: i64,
+    ) -> Result<(String, Claims), String> {
+        let (_, base) = self.issue(
+            &spec.user_name,
+            Some(spec.uid),
+            Some(spec.gid),
+            lifetime,
+            now,
+        )?;
+        self.sign(Claims {
+            job: Some(job),
+            run: Some(run),
+            ..base
+        })
+    }
+
+    fn sign(&self, claims: Claims) -> Result<(String, Claims), String> {
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map(|t| (t, claims))
             .map_err(|e| format!("cannot sign a token: {e}"))
@@ -307,11 +350,13 @@ impl Authority {
         }
         let c = self.verify(&token)?;
         let admin = self.is_admin(&c.sun, c.uid);
+        let job = c.job.map(|j| (j, c.run.unwrap_or(0)));
         match name {
             Some(n) if n != c.sun => {
                 // An administrator's token may act as the named user, as
                 // slurmrestd lets SlurmUser's tokens do.
-                if !admin {
+                // A job token never acts as anyone else.
+                if !admin || job.is_some() {
                     return Err(AuthError::UserMismatch {
                         token: c.sun,
                         header: n,
@@ -325,6 +370,7 @@ impl Authority {
                     gid: Some(gid),
                     via: Via::Token,
                     expires: Some(c.exp),
+                    job: None,
                 })
             }
             _ => {
@@ -342,6 +388,7 @@ impl Authority {
                     admin,
                     via: Via::Token,
                     expires: Some(c.exp),
+                    job,
                 })
             }
         }
@@ -399,6 +446,34 @@ mod tests {
             ])),
             Err(AuthError::BothForms)
         );
+    }
+
+    #[test]
+    fn job_tokens_name_their_run_and_never_act_as_another_user() {
+        let a = authority();
+        let spec = JobSpec {
+            user_name: "alice".into(),
+            uid: 1000,
+            gid: 100,
+            ..JobSpec::default()
+        };
+        // A ten-year job still gets a token no longer than the maximum.
+        let (t, claims) = a.issue_for_job(&spec, 7, 2, u64::MAX, now()).unwrap();
+        assert_eq!(claims.exp - claims.iat, a.max_lifetime as i64);
+        let c = a
+            .token_caller(&headers(&[("authorization", &format!("Bearer {t}"))]))
+            .unwrap();
+        assert_eq!(
+            (c.user.as_str(), c.uid, c.job),
+            ("alice", Some(1000), Some((7, 2)))
+        );
+        assert!(matches!(
+            a.token_caller(&headers(&[
+                (USER_TOKEN_HEADER, &t),
+                (USER_NAME_HEADER, "bob")
+            ])),
+            Err(AuthError::UserMismatch { .. })
+        ));
     }
 
     #[test]

@@ -116,26 +116,36 @@ impl Controller {
 
     /// A token for the job's own commands (srun steps, scontrol requeue,
     /// sbatch from inside the job) on nodes without the controller's
-    /// socket: the job's user, valid an hour past its time limit (a week
-    /// when it has none).
+    /// socket: the job's user, bound to the job (refused once it ends, see [`Controller::check_job_token`]), valid at most an hour
+    /// past its time limit (a week when it has none) and never longer than
+    /// the maximum token lifetime.
     fn job_token(&self, job: &gsched_core::Job) -> Option<String> {
         // `time_limit` is in seconds.
         let life = job
             .spec
             .time_limit
             .map(|secs| secs.saturating_add(3600))
-            .unwrap_or(7 * 86400)
-            .min(MAX_TOKEN_LIFETIME);
-        let s = &job.spec;
+            .unwrap_or(7 * 86400);
         match self
             .auth
-            .issue(&s.user_name, Some(s.uid), Some(s.gid), life, unix_now())
+            .issue_for_job(&job.spec, job.id, job.restarts, life, unix_now())
         {
             Ok((t, _)) => Some(t),
             Err(e) => {
                 warn!(job = job.id, error = %e, "no token for the job");
                 None
             }
+        }
+    }
+
+    /// Refuses a job token once its job has ended (or is no longer known).
+    /// A requeued job's token stays good: the old run may still be ending,
+    /// and it acts for the same user on the same job.
+    pub fn check_job_token(&self, job: JobId) -> Result<(), crate::auth::AuthError> {
+        let c = self.lock();
+        match c.job(job) {
+            Some(j) if !j.state.is_final() => Ok(()),
+            _ => Err(crate::auth::AuthError::JobEnded(job)),
         }
     }
 
@@ -200,6 +210,11 @@ impl Controller {
         let (id, ids, pending) = {
             let mut c = self.lock();
             let (id, effects) = c.submit(spec, now)?;
+            if effects.is_empty() {
+                // A retry of an accepted submission (same idempotency key).
+                tracing::info!(job = id, "submission retried; answering with the same job");
+                return Ok(id);
+            }
             // One job, or every task of an array.
             let ids: Vec<JobId> = effects
                 .iter()

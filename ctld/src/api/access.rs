@@ -60,7 +60,13 @@ fn exempt(path: &str, list: &[String]) -> bool {
 
 async fn token_auth(State(ctl): Ctl, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let caller = match ctl.auth.token_caller(req.headers()) {
+    let caller = match ctl
+        .auth
+        .token_caller(req.headers())
+        .and_then(|c| match c.job {
+            Some((job, _run)) => ctl.check_job_token(job).map(|()| c),
+            None => Ok(c),
+        }) {
         Ok(c) => c,
         Err(_) if always_open(path) || exempt(path, &ctl.config.auth_exempt) => Caller::anonymous(),
         Err(e) => {
