@@ -457,3 +457,99 @@ fn a_retried_submission_returns_the_first_job() {
     let jobs = g.get("/api/v1/jobs?state=all").unwrap();
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1, "{jobs}");
 }
+
+/// Threads and open descriptors of a process.
+fn threads_and_fds(pid: u32) -> (usize, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    (threads, fds)
+}
+
+fn raise_fd_limit(to: u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain getrlimit/setrlimit on this process.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r.rlim_cur = to.min(r.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+    }
+}
+
+#[test]
+fn connection_floods_leave_the_daemons_bounded_and_answering() {
+    needs_root!();
+    raise_fd_limit(8192);
+    let g = Gsched::start(&[]);
+    let u = TestUser::new();
+    let (threads0, fds0) = threads_and_fds(g.pid());
+    // 1,100 idle TCP connections to the API (loopback only).
+    let addr: std::net::SocketAddr = g.listen.parse().unwrap();
+    let tcp: Vec<_> = (0..1100)
+        .filter_map(|_| std::net::TcpStream::connect(addr).ok())
+        .collect();
+    // 3,000 idle probe connections as the test user, from one process.
+    let sock = g.state.path().join("run/node1.probe.sock");
+    let mut prober = u
+        .sh_cmd(&format!(
+            "exec python3 -c 'import socket,time\n\
+             s=[]\nfor i in range(3000):\n  c=socket.socket(socket.AF_UNIX)\n  \
+             c.connect(\"{}\")\n  s.append(c)\nprint(len(s), flush=True)\ntime.sleep(30)'",
+            sock.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(prober.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (threads, fds) = threads_and_fds(g.pid());
+    eprintln!(
+        "flood: {} TCP and {} probe connections attempted; gsched up had {threads0} threads / {fds0} fds before, {threads} / {fds} during",
+        1100,
+        line.trim()
+    );
+    // At most 256 probe threads for one uid, and far fewer descriptors
+    // than connections attempted.
+    assert!(
+        threads <= threads0 + 256 + 8,
+        "{threads} threads (from {threads0})"
+    );
+    assert!(
+        fds <= fds0 + 256 + 256 + 64,
+        "{fds} descriptors (from {fds0})"
+    );
+    // The controller still answers its socket.
+    let mut c = std::os::unix::net::UnixStream::connect(g.state.path().join("ctld.sock")).unwrap();
+    std::io::Write::write_all(
+        &mut c,
+        b"GET /api/v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut c, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let _ = prober.kill();
+    let _ = prober.wait();
+    drop(tcp);
+    // And TCP once the flood is gone.
+    g.wait_until("the API answers again", T, || g.get("/healthz").is_some());
+    g.wait_until("probe threads end", T, || {
+        threads_and_fds(g.pid()).0 <= threads0 + 8
+    });
+}

@@ -108,6 +108,9 @@ impl Controller {
             last_seen: Mutex::new(HashMap::new()),
             started: Instant::now(),
             http: reqwest::Client::builder()
+                // Below the servers' idle timeout, so a pooled connection is
+                // never reused just as the other side closes it.
+                .pool_idle_timeout(Duration::from_secs(30))
                 .timeout(Duration::from_secs(10))
                 .build()
                 .expect("http client"),

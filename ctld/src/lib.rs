@@ -19,10 +19,18 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use gsched_core::cluster::Cluster;
 use gsched_core::launch::launch_policy;
+use gsched_daemon::listener::Bounded;
 use tokio::net::TcpListener;
 
 pub use config::CtldConfig;
 pub use controller::Controller;
+
+/// Open API connections one address (TCP) or uid (socket) may hold, all
+/// clients together on each, and how long one may idle (docs/security.md).
+pub const API_CONNECTIONS_PER_ADDRESS: usize = 256;
+pub const API_CONNECTIONS_PER_UID: usize = 64;
+pub const API_CONNECTIONS_TOTAL: usize = 1024;
+pub const API_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A started controller: the address its API is bound to, and its socket.
 pub struct Running {
@@ -83,6 +91,12 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     tokio::spawn(Arc::clone(&controller).liveness_loop());
     tokio::spawn(Arc::clone(&controller).utilization_loop());
     let app = api::tcp_app(Arc::clone(&controller));
+    let listener = Bounded::tcp(
+        listener,
+        API_CONNECTIONS_PER_ADDRESS,
+        API_CONNECTIONS_TOTAL,
+        API_IDLE,
+    );
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "API server stopped");
@@ -90,6 +104,12 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     });
     let local = api::socket_app(Arc::clone(&controller))
         .into_make_service_with_connect_info::<api::PeerCred>();
+    let socket = Bounded::unix(
+        socket,
+        API_CONNECTIONS_PER_UID,
+        API_CONNECTIONS_TOTAL,
+        API_IDLE,
+    );
     tokio::spawn(async move {
         if let Err(e) = axum::serve(socket, local).await {
             tracing::error!(error = %e, "socket API server stopped");

@@ -5,6 +5,7 @@
 pub mod http;
 pub mod key;
 pub mod limits;
+pub mod listener;
 pub mod state;
 
 /// Unix seconds now: the clock the daemons pass into gsched-core.

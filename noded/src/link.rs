@@ -46,6 +46,9 @@ impl ControllerLink {
             mps: None,
             probe: None,
             http: reqwest::Client::builder()
+                // Below the servers' idle timeout, so a pooled connection is
+                // never reused just as the other side closes it.
+                .pool_idle_timeout(Duration::from_secs(30))
                 .timeout(Duration::from_secs(10))
                 .build()
                 .expect("http client"),

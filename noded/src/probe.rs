@@ -97,7 +97,16 @@ pub struct ProbeServer {
     changed: Notify,
     /// Probe round trips and placement waits, for the heartbeat.
     latency: Mutex<(LatencyHistogram, LatencyHistogram)>,
+    /// Open connections by uid: each holds a thread.
+    limits: Arc<gsched_daemon::limits::ConnectionLimits<u32>>,
 }
+
+/// Probe connections one uid may hold open at once (each is a thread; a
+/// job's CUDA processes hold one each), and all users together.
+pub const PROBE_CONNECTIONS_PER_UID: usize = 256;
+pub const PROBE_CONNECTIONS_TOTAL: usize = 2048;
+/// How long a new connection may take to send its first request.
+const FIRST_REQUEST_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 thread_local! {
     /// Set by a request that waited for memory on this connection thread.
@@ -149,6 +158,10 @@ impl ProbeServer {
                 LatencyHistogram::new(&PROBE_BOUNDS),
                 LatencyHistogram::new(&WAIT_BOUNDS),
             )),
+            limits: gsched_daemon::limits::ConnectionLimits::new(
+                PROBE_CONNECTIONS_PER_UID,
+                PROBE_CONNECTIONS_TOTAL,
+            ),
         });
         Ok((server, listener))
     }
@@ -219,10 +232,16 @@ impl ProbeServer {
                             continue;
                         }
                     };
+                    let Some(admitted) = self.admit(&stream) else {
+                        continue;
+                    };
                     let spawned = std::thread::Builder::new()
                         .name("probe-conn".into())
                         .stack_size(256 * 1024)
-                        .spawn(move || this.connection(stream));
+                        .spawn(move || {
+                            let _admitted = admitted;
+                            this.connection(stream)
+                        });
                     if let Err(e) = spawned {
                         warn!(error = %e, "cannot start a probe connection thread");
                     }
@@ -233,6 +252,31 @@ impl ProbeServer {
                 }
             }
         }
+    }
+
+    /// Counts a new connection against its uid's and the total limit; one
+    /// over a limit is answered with the reason and closed.
+    fn admit(
+        &self,
+        stream: &std::os::unix::net::UnixStream,
+    ) -> Option<gsched_daemon::limits::Admitted<u32>> {
+        use std::io::Write;
+        let uid = peer_cred(stream).ok()?.0;
+        match self.limits.admit(uid) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                warn!(uid, error = %e, "probe connection refused");
+                let _ = stream.set_write_timeout(Some(std::time::Duration::from_millis(100)));
+                let _ = (&*stream)
+                    .write_all(&encode(&ProbeReply::error(code::PROTOCOL, e.to_string())));
+                None
+            }
+        }
+    }
+
+    /// Open probe connections (for tests and metrics).
+    pub fn open_connections(&self) -> usize {
+        self.limits.open()
     }
 
     /// Puts back the reservations gctld recorded as held by this node's
@@ -476,10 +520,17 @@ impl ProbeServer {
             }
         };
         let mut body = Vec::new();
+        // A connection that sends nothing is closed; one that sent a request
+        // may stay idle (a process keeps its connection between tasks).
+        let _ = stream.set_read_timeout(Some(FIRST_REQUEST_WITHIN));
+        let mut first = true;
         loop {
             let mut header = [0u8; 4];
             if stream.read_exact(&mut header).is_err() {
-                return; // closed
+                return; // closed, or no first request in time
+            }
+            if std::mem::take(&mut first) {
+                let _ = stream.set_read_timeout(None);
             }
             let n = match frame_len(header) {
                 Ok(n) => n,

@@ -123,6 +123,11 @@ impl Gsched {
         });
     }
 
+    /// The `gsched up` process's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("gsched is running").id()
+    }
+
     /// SIGKILL the whole `gsched up` process, as a crash would.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

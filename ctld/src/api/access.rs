@@ -23,9 +23,17 @@ use crate::controller::{unix_now, Controller};
 #[derive(Debug, Clone, Copy)]
 pub struct PeerCred(Option<(u32, u32)>);
 
-impl Connected<IncomingStream<'_, tokio::net::UnixListener>> for PeerCred {
-    fn connect_info(s: IncomingStream<'_, tokio::net::UnixListener>) -> PeerCred {
-        PeerCred(s.io().peer_cred().ok().map(|c| (c.uid(), c.gid())))
+type SocketListener = gsched_daemon::listener::Bounded<tokio::net::UnixListener>;
+
+impl Connected<IncomingStream<'_, SocketListener>> for PeerCred {
+    fn connect_info(s: IncomingStream<'_, SocketListener>) -> PeerCred {
+        PeerCred(
+            s.io()
+                .get_ref()
+                .peer_cred()
+                .ok()
+                .map(|c| (c.uid(), c.gid())),
+        )
     }
 }
 
