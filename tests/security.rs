@@ -122,6 +122,20 @@ fn submit(g: &Gsched, spec: serde_json::Value) -> u64 {
     r["job_id"].as_u64().unwrap()
 }
 
+/// Waits until a job reached any final state; returns it.
+fn wait_final(g: &Gsched, id: u64) -> serde_json::Value {
+    let deadline = Instant::now() + T;
+    loop {
+        let j = g.job(id);
+        let s = j["job_state"].as_str().unwrap_or("");
+        if ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"].contains(&s) {
+            return j;
+        }
+        assert!(Instant::now() < deadline, "job {id} did not end: {j}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn spool_of(g: &Gsched, id: u64) -> PathBuf {
     g.state.path().join(format!("spool/node1/job-{id}"))
 }
@@ -205,15 +219,21 @@ fn swapping_launch_specs_while_jobs_launch_never_runs_anything_as_root() {
     })
     .to_string();
     std::fs::write(work.path().join("forged.json"), &forged).unwrap();
-    // The attacker: for 20 s, try to put the forged spec into every job's
-    // spool it can guess (job ids are sequential).
+    // The attacker: for 20 s, in a tight loop, put the forged spec into
+    // every job spool it can guess (job ids are sequential).
     let spool = g.state.path().join("spool/node1");
     let mut attacker = u
         .sh_cmd(&format!(
-            "end=$(( $(date +%s) + 20 )); while [ $(date +%s) -lt $end ]; do \
-             for i in $(seq 1 40); do d={spool}/job-$i; \
-             cp {w}/forged.json $d/f.tmp 2>/dev/null && mv -f $d/f.tmp $d/launch.json 2>/dev/null; \
-             cp {w}/forged.json $d/launch.json 2>/dev/null; done; done",
+            "exec python3 -c 'import os,time\n\
+             forged=open(\"{w}/forged.json\").read()\n\
+             end=time.time()+20\n\
+             while time.time()<end:\n  \
+               for i in range(1,41):\n    \
+                 d=\"{spool}/job-%d\" % i\n    \
+                 try:\n      \
+                   f=open(d+\"/f.tmp\",\"w\"); f.write(forged); f.close()\n      \
+                   os.rename(d+\"/f.tmp\", d+\"/launch.json\")\n    \
+                 except OSError: pass'",
             spool = spool.display(),
             w = work.path().display()
         ))
@@ -221,18 +241,14 @@ fn swapping_launch_specs_while_jobs_launch_never_runs_anything_as_root() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let ids: Vec<u64> = (0..20)
-        .map(|_| submit(&g, u.spec(work.path(), "#!/bin/sh\nid -u\n")))
-        .collect();
-    for &id in &ids {
-        let j = g.wait_state(id, "COMPLETED", T);
-        assert_eq!(j["job_state"], "COMPLETED");
-        let out = std::fs::read_to_string(work.path().join(format!("slurm-{id}.out"))).unwrap();
-        assert_eq!(
-            out.trim(),
-            u.uid.to_string(),
-            "job {id} ran as someone else"
-        );
+    std::thread::sleep(Duration::from_millis(300));
+    // One job at a time, so each launch meets the attacker's loop.
+    let mut outs = Vec::new();
+    for _ in 0..20 {
+        let id = submit(&g, u.spec(work.path(), "#!/bin/sh\nid -u\n"));
+        let j = wait_final(&g, id);
+        let out = std::fs::read_to_string(work.path().join(format!("slurm-{id}.out")));
+        outs.push((id, j["job_state"].clone(), out.ok()));
     }
     let _ = attacker.kill();
     let _ = attacker.wait();
@@ -240,8 +256,17 @@ fn swapping_launch_specs_while_jobs_launch_never_runs_anything_as_root() {
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("pwned"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
         .collect();
-    assert!(pwned.is_empty(), "a forged spec ran: {pwned:?}");
+    assert!(pwned.is_empty(), "a forged spec ran, as uids {pwned:?}");
+    for (id, state, out) in outs {
+        assert_eq!(state, "COMPLETED", "job {id}");
+        assert_eq!(
+            out.as_deref().map(str::trim),
+            Some(u.uid.to_string().as_str()),
+            "job {id} ran as someone else"
+        );
+    }
 }
 
 #[test]
@@ -259,7 +284,7 @@ fn a_forged_pid_file_cannot_make_gnoded_kill_another_users_job() {
     // time are public in /proc).
     let bob_pid = std::fs::read_to_string(spool_of(&g, b).join("shepherd.pid")).unwrap();
     let forge = alice.sh(&format!(
-        "echo '{}' > {}/shepherd.pid",
+        "rm -f {1}/shepherd.pid; echo '{0}' > {1}/shepherd.pid",
         bob_pid.trim(),
         spool_of(&g, a).display()
     ));
