@@ -313,10 +313,8 @@ fn the_database_and_keys_are_private_and_loose_state_dirs_are_refused() {
     needs_root!();
     let g = Gsched::start(&[]);
     let u = TestUser::new();
-    let id = submit(
-        &g,
-        u.spec(&std::env::temp_dir(), "#!/bin/sh\necho secret-$((6*7))\n"),
-    );
+    let work = user_dir(&u);
+    let id = submit(&g, u.spec(work.path(), "#!/bin/sh\necho secret-$((6*7))\n"));
     g.wait_state(id, "COMPLETED", T);
     for f in [
         "ctld.db",
