@@ -35,10 +35,65 @@ pub enum StateError {
 /// it; others may pass through to the local sockets and their jobs' spool.
 pub const STATE_DIR_MODE: u32 = 0o711;
 
+/// What a checked path is for, which says which mode bits are too loose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A state directory: others may pass through, not list or write.
+    StateDir,
+    /// A private file (database, key): no one else may read or write.
+    Private,
+    /// Something only its owner may have written (a job's spool and launch
+    /// spec): others may read, not write.
+    OwnerWritten,
+}
+
+impl Kind {
+    /// (mode bits that are too loose, what others could do, the chmod fix)
+    fn rule(self) -> (u32, &'static str, &'static str) {
+        match self {
+            Kind::StateDir => (0o066, "list or change it", "711"),
+            Kind::Private => (0o077, "read it", "600"),
+            Kind::OwnerWritten => (0o022, "change it", "go-w"),
+        }
+    }
+}
+
+/// Checks that `path` is not a symbolic link, belongs to this process's
+/// user, and has none of the mode bits `kind` calls loose. The one rule
+/// for every path a root daemon trusts.
+pub fn check_owned(path: &Path, kind: Kind) -> Result<(), StateError> {
+    let shown = path.display().to_string();
+    let meta = std::fs::symlink_metadata(path).map_err(|source| StateError::Inspect {
+        path: shown.clone(),
+        source,
+    })?;
+    if meta.file_type().is_symlink() {
+        return Err(StateError::Symlink { path: shown });
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(StateError::Owner {
+            path: shown,
+            owner: meta.uid(),
+            me,
+        });
+    }
+    let (loose, what, fix) = kind.rule();
+    let mode = meta.mode() & 0o7777;
+    if mode & loose != 0 {
+        return Err(StateError::Mode {
+            path: shown,
+            mode,
+            what,
+            fix,
+        });
+    }
+    Ok(())
+}
+
 /// Creates the state directory (0711) or checks an existing one: owned by
 /// this process's user, not a link, listable and writable by no one else.
 pub fn prepare_dir(dir: &Path) -> Result<(), StateError> {
-    let path = dir.display().to_string();
     if std::fs::symlink_metadata(dir).is_err() {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -48,40 +103,11 @@ pub fn prepare_dir(dir: &Path) -> Result<(), StateError> {
                 std::fs::set_permissions(dir, std::fs::Permissions::from_mode(STATE_DIR_MODE))
             })
             .map_err(|source| StateError::Create {
-                path: path.clone(),
+                path: dir.display().to_string(),
                 source,
             })?;
     }
-    let meta = std::fs::symlink_metadata(dir).map_err(|source| StateError::Inspect {
-        path: path.clone(),
-        source,
-    })?;
-    if meta.file_type().is_symlink() {
-        return Err(StateError::Symlink { path });
-    }
-    check_owner(&path, &meta)?;
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o066 != 0 {
-        return Err(StateError::Mode {
-            path,
-            mode,
-            what: "list or change it",
-            fix: "711",
-        });
-    }
-    Ok(())
-}
-
-fn check_owner(path: &str, meta: &std::fs::Metadata) -> Result<(), StateError> {
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(StateError::Owner {
-            path: path.to_string(),
-            owner: meta.uid(),
-            me,
-        });
-    }
-    Ok(())
+    check_owned(dir, Kind::StateDir)
 }
 
 /// Makes sure `file` exists as a private (0600) regular file of this
@@ -90,47 +116,27 @@ fn check_owner(path: &str, meta: &std::fs::Metadata) -> Result<(), StateError> {
 /// memory files the database file's mode, so a database created through
 /// this stays private whatever the umask.
 pub fn private_file(file: &Path) -> Result<(), StateError> {
-    let path = file.display().to_string();
-    match std::fs::symlink_metadata(file) {
-        Err(_) => {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(file)
-                .map_err(|source| StateError::Create { path, source })?;
-            Ok(())
-        }
-        Ok(meta) => check_private(&path, &meta),
+    if std::fs::symlink_metadata(file).is_err() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(file)
+            .map_err(|source| StateError::Create {
+                path: file.display().to_string(),
+                source,
+            })?;
     }
+    check_owned(file, Kind::Private)
 }
 
 /// Checks an existing file is private (when it exists at all).
 pub fn check_private_if_present(file: &Path) -> Result<(), StateError> {
-    match std::fs::symlink_metadata(file) {
-        Err(_) => Ok(()),
-        Ok(meta) => check_private(&file.display().to_string(), &meta),
+    if std::fs::symlink_metadata(file).is_err() {
+        return Ok(());
     }
-}
-
-fn check_private(path: &str, meta: &std::fs::Metadata) -> Result<(), StateError> {
-    if meta.file_type().is_symlink() {
-        return Err(StateError::Symlink {
-            path: path.to_string(),
-        });
-    }
-    check_owner(path, meta)?;
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o077 != 0 {
-        return Err(StateError::Mode {
-            path: path.to_string(),
-            mode,
-            what: "read it",
-            fix: "600",
-        });
-    }
-    Ok(())
+    check_owned(file, Kind::Private)
 }
 
 #[cfg(test)]
@@ -178,5 +184,16 @@ mod tests {
             check_private_if_present(&link),
             Err(StateError::Symlink { .. })
         ));
+        // A spool-like path: readable by others is fine, writable is not.
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+        check_owned(&db, Kind::OwnerWritten).unwrap();
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let e = check_owned(&db, Kind::OwnerWritten)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("could change it") && e.contains("chmod go-w"),
+            "{e}"
+        );
     }
 }

@@ -24,7 +24,7 @@ use std::ffi::CString;
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
@@ -320,20 +320,4 @@ fn parent(child: Pid, err_read: OwnedFd) -> ShepherdStatus {
             Err(e) => return failed(format!("lost track of the batch script: {e}")),
         }
     }
-}
-
-/// Whether a spool directory and its launch spec can only have been written
-/// by this process's user: owned by it, not writable by anyone else.
-pub fn check_owned_by_me(path: &Path) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.file_type().is_symlink() || meta.uid() != me || meta.mode() & 0o022 != 0 {
-        return Err(std::io::Error::other(format!(
-            "{} is not owned by uid {me} alone (owner {}, mode {:o}); refusing to trust it",
-            path.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        )));
-    }
-    Ok(())
 }
