@@ -114,8 +114,10 @@ impl JobSpool {
     /// Checks that only this process's user can have written the directory
     /// and its launch spec (the shepherd's check before it trusts them).
     pub fn check_private(&self) -> std::io::Result<()> {
-        crate::shepherd::check_owned_by_me(&self.dir)?;
-        crate::shepherd::check_owned_by_me(&self.spec_path())
+        use gsched_daemon::state::{check_owned, Kind};
+        check_owned(&self.dir, Kind::OwnerWritten)
+            .and_then(|()| check_owned(&self.spec_path(), Kind::OwnerWritten))
+            .map_err(std::io::Error::other)
     }
 
     /// Writes `value` as JSON atomically (temporary file, then rename). Not
@@ -224,18 +226,22 @@ pub fn shepherds_under(root: &Path) -> Vec<(i32, PathBuf)> {
         else {
             continue;
         };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        if args.len() >= 3 && args[1] == crate::shepherd::SHEPHERD_ARG.as_bytes() {
-            let dir = PathBuf::from(std::ffi::OsStr::from_bytes(args[2]));
-            if dir.starts_with(root) {
-                found.push((pid, dir));
-            }
+        if let Some(dir) = shepherd_dir_of(pid).filter(|d| d.starts_with(root)) {
+            found.push((pid, dir));
         }
     }
     found
+}
+
+/// The spool directory a process was started as the shepherd of, from its
+/// command line (`PROGRAM __gsched_shepherd DIR`).
+fn shepherd_dir_of(pid: i32) -> Option<PathBuf> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline.split(|b| *b == 0).skip(1);
+    if args.next()? != crate::shepherd::SHEPHERD_ARG.as_bytes() {
+        return None;
+    }
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(args.next()?)))
 }
 
 /// A pidfd for `pid`: readable once the process has exited.
@@ -294,18 +300,68 @@ pub fn is_shepherd_of(pid: i32, starttime: u64, spool_dir: &Path, uid: u32) -> b
     if process_uids(pid) != Some([uid; 4]) || process_group(pid) != Some(pid) {
         return false;
     }
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
-    };
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    args.len() >= 3
-        && args[1] == crate::shepherd::SHEPHERD_ARG.as_bytes()
-        && args[2] == spool_dir.as_os_str().as_bytes()
+    shepherd_dir_of(pid).is_some_and(|d| d == spool_dir)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_spools_own_shepherd_is_recognised() {
+        use std::os::unix::process::CommandExt;
+        // A stand-in shepherd: `sh __gsched_shepherd DIR` runs the file
+        // named __gsched_shepherd, so its command line has a shepherd's shape.
+        let work = tempfile::tempdir().unwrap();
+        std::fs::write(
+            work.path().join(crate::shepherd::SHEPHERD_ARG),
+            "sleep 30\n",
+        )
+        .unwrap();
+        let spool = work.path().join("job-1");
+        let spawn = |group: bool| {
+            let mut c = std::process::Command::new("/bin/sh");
+            c.arg(crate::shepherd::SHEPHERD_ARG)
+                .arg(&spool)
+                .current_dir(work.path());
+            if group {
+                c.process_group(0);
+            }
+            c.spawn().unwrap()
+        };
+        let me = nix::unistd::geteuid().as_raw();
+        let mut leader = spawn(true);
+        let pid = leader.id() as i32;
+        let start = (0..100)
+            .find_map(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                process_starttime(pid).filter(|_| shepherd_dir_of(pid).is_some())
+            })
+            .unwrap();
+        assert!(is_shepherd_of(pid, start, &spool, me));
+        // Another start time (a reused pid), another spool, another uid.
+        assert!(!is_shepherd_of(pid, start + 1, &spool, me));
+        assert!(!is_shepherd_of(pid, start, &work.path().join("job-2"), me));
+        assert!(!is_shepherd_of(pid, start, &spool, me + 1));
+        // Not leading its own process group.
+        let mut member = spawn(false);
+        let mpid = member.id() as i32;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mstart = process_starttime(mpid).unwrap();
+        assert!(!is_shepherd_of(mpid, mstart, &spool, me));
+        // This test process is not a shepherd at all.
+        let own = std::process::id() as i32;
+        assert!(!is_shepherd_of(
+            own,
+            process_starttime(own).unwrap(),
+            &spool,
+            me
+        ));
+        for c in [&mut leader, &mut member] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
 
     #[test]
     fn own_starttime_is_readable_and_stable() {
