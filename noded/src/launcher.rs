@@ -238,6 +238,7 @@ impl Launcher {
             .write_json(&spool.spec_path(), &spec)
             .map_err(|e| io("cannot write launch.json", e))?;
         let limit = job.spec.time_limit.map(Duration::from_secs);
+        let warn = spec.warn_signal;
         if let (Some(probe), Some(inst)) = (self.probe.get(), req.instance.as_ref()) {
             // The instance is closed to shared tasks from now on.
             if probe.hold(&inst.uuid, job.id) {
@@ -253,7 +254,7 @@ impl Launcher {
                 tokio::spawn(async move {
                     probe.drained(&uuid).await;
                     if this.jobs().get(&id).is_some_and(|r| r.pgid.is_none()) {
-                        if let Err(e) = this.start_shepherd(id, limit) {
+                        if let Err(e) = this.start_shepherd(id, limit, warn) {
                             warn!(job = id, error = %e, "cannot start the job");
                             this.jobs().remove(&id);
                             probe.job_ended(id);
@@ -264,7 +265,7 @@ impl Launcher {
                 return Ok(());
             }
         }
-        self.start_shepherd(job.id, limit)
+        self.start_shepherd(job.id, limit, warn)
     }
 
     /// Starts the shepherd of a job whose spool is ready.
@@ -272,6 +273,7 @@ impl Launcher {
         self: &Arc<Self>,
         job_id: JobId,
         limit: Option<Duration>,
+        warn: Option<WarnSignal>,
     ) -> Result<(), LaunchError> {
         let spool = self.spool(job_id);
         let io = |what: &str, e: std::io::Error| {
@@ -311,15 +313,22 @@ impl Launcher {
         info!(job = job_id, pid, "job started");
         // A fresh job gets its whole limit from now (the recorded start
         // time has whole-second precision).
-        self.track(job_id, pid, fd, limit);
+        self.track(job_id, pid, fd, limit, warn);
         Ok(())
     }
 
-    /// Watches a shepherd and enforces the time limit (`left`: time to run).
-    fn track(self: &Arc<Self>, job: JobId, pid: i32, fd: OwnedFd, left: Option<Duration>) {
+    /// Watches a shepherd and enforces the time limit (`left`: time to
+    /// run) and its `--signal` warning.
+    fn track(
+        self: &Arc<Self>,
+        job: JobId,
+        pid: i32,
+        fd: OwnedFd,
+        left: Option<Duration>,
+        warn: Option<WarnSignal>,
+    ) {
         let this = Arc::clone(self);
         tokio::spawn(async move { this.watch(job, pid, fd).await });
-        let warn = self.spool(job).read_spec().ok().and_then(|s| s.warn_signal);
         if let (Some(left), Some(w)) = (left, warn) {
             let this = Arc::clone(self);
             tokio::spawn(async move {
@@ -474,21 +483,21 @@ impl Launcher {
                     if let Some(start) = process_starttime(pid) {
                         let _ = spool.write_pid(pid, start);
                     }
-                    let left = spool.read_spec().ok().and_then(|s| {
-                        s.time_limit.map(|l| {
-                                Duration::from_secs(
-                                    (s.start_time + l as i64 - unix_now()).max(0) as u64
-                                )
-                            })
+                    let spec = spool.read_spec().ok();
+                    let left = spec.as_ref().and_then(|s| {
+                        let limit = i64::try_from(s.time_limit?).unwrap_or(i64::MAX);
+                        let end = s.start_time.saturating_add(limit);
+                        Some(Duration::from_secs((end - unix_now()).max(0) as u64))
                     });
                     self.jobs().insert(job, RunningJob { pgid: Some(pid) });
-                    if let (Some(probe), Ok(spec)) = (self.probe.get(), spool.read_spec()) {
+                    if let (Some(probe), Some(spec)) = (self.probe.get(), &spec) {
                         // The job keeps its key across gnoded restarts.
                         let key = spec.env.get(JOB_KEY_ENV).cloned();
                         let _ = probe.register_job(job, spec.uid, key);
                     }
                     info!(job, pid, "adopted running job");
-                    self.track(job, pid, fd, left);
+                    let warn = spec.and_then(|s| s.warn_signal);
+                    self.track(job, pid, fd, left, warn);
                 }
                 None => ended.push(ended_from_spool(job, &spool)),
             }
