@@ -232,7 +232,14 @@ impl ProbeServer {
                             continue;
                         }
                     };
-                    let Some(admitted) = self.admit(&stream) else {
+                    let peer = match peer_cred(&stream) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            warn!(error = %e, "probe peer credentials unreadable");
+                            continue;
+                        }
+                    };
+                    let Some(admitted) = self.admit(&stream, peer.0) else {
                         continue;
                     };
                     let spawned = std::thread::Builder::new()
@@ -240,7 +247,7 @@ impl ProbeServer {
                         .stack_size(256 * 1024)
                         .spawn(move || {
                             let _admitted = admitted;
-                            this.connection(stream)
+                            this.connection(stream, peer)
                         });
                     if let Err(e) = spawned {
                         warn!(error = %e, "cannot start a probe connection thread");
@@ -259,9 +266,9 @@ impl ProbeServer {
     fn admit(
         &self,
         stream: &std::os::unix::net::UnixStream,
+        uid: u32,
     ) -> Option<gsched_daemon::limits::Admitted<u32>> {
         use std::io::Write;
-        let uid = peer_cred(stream).ok()?.0;
         match self.limits.admit(uid) {
             Ok(a) => Some(a),
             Err(e) => {
@@ -272,11 +279,6 @@ impl ProbeServer {
                 None
             }
         }
-    }
-
-    /// Open probe connections (for tests and metrics).
-    pub fn open_connections(&self) -> usize {
-        self.limits.open()
     }
 
     /// Puts back the reservations gctld recorded as held by this node's
@@ -510,15 +512,10 @@ impl ProbeServer {
         }
     }
 
-    fn connection(self: Arc<Self>, mut stream: std::os::unix::net::UnixStream) {
+    /// Serves one connection of the process `(uid, pid)` (from the kernel).
+    fn connection(self: Arc<Self>, mut stream: std::os::unix::net::UnixStream, peer: (u32, u32)) {
         use std::io::{Read, Write};
-        let (uid, pid) = match peer_cred(&stream) {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(error = %e, "probe peer credentials unreadable");
-                return;
-            }
-        };
+        let (uid, pid) = peer;
         let mut body = Vec::new();
         // A connection that sends nothing is closed; one that sent a request
         // may stay idle (a process keeps its connection between tasks).
