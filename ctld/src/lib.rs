@@ -91,7 +91,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     tokio::spawn(Arc::clone(&controller).liveness_loop());
     tokio::spawn(Arc::clone(&controller).utilization_loop());
     let app = api::tcp_app(Arc::clone(&controller));
-    let listener = Bounded::tcp(
+    let listener = Bounded::new(
         listener,
         API_CONNECTIONS_PER_ADDRESS,
         API_CONNECTIONS_TOTAL,
@@ -104,7 +104,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     });
     let local = api::socket_app(Arc::clone(&controller))
         .into_make_service_with_connect_info::<api::PeerCred>();
-    let socket = Bounded::unix(
+    let socket = Bounded::new(
         socket,
         API_CONNECTIONS_PER_UID,
         API_CONNECTIONS_TOTAL,

@@ -58,7 +58,8 @@ impl<K: Hash + Eq + Clone + std::fmt::Display> ConnectionLimits<K> {
     }
 
     /// Connections open now.
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    fn open(&self) -> usize {
         self.open.lock().unwrap_or_else(|p| p.into_inner()).1
     }
 }

@@ -16,79 +16,54 @@ use tokio::time::{Instant, Sleep};
 
 use crate::limits::{Admitted, ConnectionLimits};
 
-/// Who a connection counts against: an address, a uid.
-type ClientOf<L> = fn(&<L as Listener>::Io, &<L as Listener>::Addr) -> String;
+/// A listener whose connections can be told apart by client: an address
+/// for TCP, a uid for a unix socket.
+pub trait ClientOf: Listener {
+    /// Who `io` (accepted from `addr`) counts against.
+    fn client(io: &Self::Io, addr: &Self::Addr) -> String;
+}
+
+impl ClientOf for tokio::net::TcpListener {
+    fn client(_: &Self::Io, addr: &Self::Addr) -> String {
+        addr.ip().to_string()
+    }
+}
+
+impl ClientOf for tokio::net::UnixListener {
+    fn client(io: &Self::Io, _: &Self::Addr) -> String {
+        io.peer_cred()
+            .map(|c| format!("uid {}", c.uid()))
+            .unwrap_or_default()
+    }
+}
 
 /// A listener that admits connections within [`ConnectionLimits`].
-pub struct Bounded<L: Listener> {
+pub struct Bounded<L: ClientOf> {
     inner: L,
     limits: Arc<ConnectionLimits<String>>,
-    client: ClientOf<L>,
     idle: Duration,
 }
 
-impl<L: Listener> Bounded<L> {
-    pub fn new(
-        inner: L,
-        limits: Arc<ConnectionLimits<String>>,
-        client: ClientOf<L>,
-        idle: Duration,
-    ) -> Self {
+impl<L: ClientOf> Bounded<L> {
+    /// At most `per_client` open connections per client and `total` in
+    /// all; a connection idle for `idle` is closed.
+    pub fn new(inner: L, per_client: usize, total: usize, idle: Duration) -> Self {
         Bounded {
             inner,
-            limits,
-            client,
+            limits: ConnectionLimits::new(per_client, total),
             idle,
         }
     }
 }
 
-impl Bounded<tokio::net::TcpListener> {
-    /// A TCP listener whose clients are told apart by address.
-    pub fn tcp(
-        inner: tokio::net::TcpListener,
-        per_client: usize,
-        total: usize,
-        idle: Duration,
-    ) -> Self {
-        Bounded::new(
-            inner,
-            ConnectionLimits::new(per_client, total),
-            |_, addr| addr.ip().to_string(),
-            idle,
-        )
-    }
-}
-
-impl Bounded<tokio::net::UnixListener> {
-    /// A unix-socket listener whose clients are told apart by uid.
-    pub fn unix(
-        inner: tokio::net::UnixListener,
-        per_client: usize,
-        total: usize,
-        idle: Duration,
-    ) -> Self {
-        Bounded::new(
-            inner,
-            ConnectionLimits::new(per_client, total),
-            |io, _| {
-                io.peer_cred()
-                    .map(|c| format!("uid {}", c.uid()))
-                    .unwrap_or_default()
-            },
-            idle,
-        )
-    }
-}
-
-impl<L: Listener> Listener for Bounded<L> {
+impl<L: ClientOf> Listener for Bounded<L> {
     type Io = Guarded<L::Io>;
     type Addr = L::Addr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
             let (io, addr) = self.inner.accept().await;
-            let client = (self.client)(&io, &addr);
+            let client = L::client(&io, &addr);
             match self.limits.admit(client) {
                 Ok(admitted) => return (Guarded::new(io, admitted, self.idle), addr),
                 // Closed at once: the client sees the connection reset.
@@ -193,7 +168,7 @@ mod tests {
     async fn connections_beyond_the_cap_are_closed_and_idle_ones_time_out() {
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
-        let mut l = Bounded::tcp(tcp, 2, 10, Duration::from_millis(300));
+        let mut l = Bounded::new(tcp, 2, 10, Duration::from_millis(300));
         let mut c1 = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (mut s1, _) = l.accept().await;
         let _c2 = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -262,7 +262,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     }));
     // Only the controller calls a node: a few connections are plenty.
     let listener =
-        gsched_daemon::listener::Bounded::tcp(listener, 64, 256, Duration::from_secs(60));
+        gsched_daemon::listener::Bounded::new(listener, 64, 256, Duration::from_secs(60));
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "node API stopped");
