@@ -29,9 +29,9 @@ pub struct Caller {
     pub via: Via,
     /// When the caller's token expires (unix seconds), for token callers.
     pub expires: Option<i64>,
-    /// The job (and run) a job token was issued to: it is good only until
-    /// that job ends.
-    pub job: Option<(JobId, u32)>,
+    /// The job a job token was issued to: it is good only until that job
+    /// ends.
+    pub job: Option<JobId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,11 +137,9 @@ pub struct Claims {
     pub exp: i64,
     #[serde(default)]
     pub iss: Option<String>,
-    /// A job token's job and run (its restart count when issued).
+    /// A job token's job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<JobId>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<u32>,
 }
 
 /// Why a request was not authenticated: the 401's reason.
@@ -264,7 +262,6 @@ impl Authority {
             exp: now.saturating_add(lifetime.min(self.max_lifetime) as i64),
             iss: Some(ISSUER.into()),
             job: None,
-            run: None,
         };
         self.sign(claims)
     }
@@ -276,7 +273,6 @@ impl Authority {
         &self,
         spec: &JobSpec,
         job: JobId,
-        run: u32,
         lifetime: u64,
         now: i64,
     ) -> Result<(String, Claims), String> {
@@ -289,7 +285,6 @@ impl Authority {
         )?;
         self.sign(Claims {
             job: Some(job),
-            run: Some(run),
             ..base
         })
     }
@@ -350,7 +345,7 @@ impl Authority {
         }
         let c = self.verify(&token)?;
         let admin = self.is_admin(&c.sun, c.uid);
-        let job = c.job.map(|j| (j, c.run.unwrap_or(0)));
+        let job = c.job;
         match name {
             Some(n) if n != c.sun => {
                 // An administrator's token may act as the named user, as
@@ -449,7 +444,7 @@ mod tests {
     }
 
     #[test]
-    fn job_tokens_name_their_run_and_never_act_as_another_user() {
+    fn job_tokens_name_their_job_and_never_act_as_another_user() {
         let a = authority();
         let spec = JobSpec {
             user_name: "alice".into(),
@@ -458,14 +453,14 @@ mod tests {
             ..JobSpec::default()
         };
         // A ten-year job still gets a token no longer than the maximum.
-        let (t, claims) = a.issue_for_job(&spec, 7, 2, u64::MAX, now()).unwrap();
+        let (t, claims) = a.issue_for_job(&spec, 7, u64::MAX, now()).unwrap();
         assert_eq!(claims.exp - claims.iat, a.max_lifetime as i64);
         let c = a
             .token_caller(&headers(&[("authorization", &format!("Bearer {t}"))]))
             .unwrap();
         assert_eq!(
             (c.user.as_str(), c.uid, c.job),
-            ("alice", Some(1000), Some((7, 2)))
+            ("alice", Some(1000), Some(7))
         );
         assert!(matches!(
             a.token_caller(&headers(&[

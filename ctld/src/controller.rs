@@ -119,9 +119,10 @@ impl Controller {
 
     /// A token for the job's own commands (srun steps, scontrol requeue,
     /// sbatch from inside the job) on nodes without the controller's
-    /// socket: the job's user, bound to the job (refused once it ends, see [`Controller::check_job_token`]), valid at most an hour
-    /// past its time limit (a week when it has none) and never longer than
-    /// the maximum token lifetime.
+    /// socket: the job's user, bound to the job (refused once it ends, see
+    /// [`Controller::check_job_token`]), valid at most an hour past its time
+    /// limit (a week when it has none) and never longer than the maximum
+    /// token lifetime.
     fn job_token(&self, job: &gsched_core::Job) -> Option<String> {
         // `time_limit` is in seconds.
         let life = job
@@ -129,10 +130,7 @@ impl Controller {
             .time_limit
             .map(|secs| secs.saturating_add(3600))
             .unwrap_or(7 * 86400);
-        match self
-            .auth
-            .issue_for_job(&job.spec, job.id, job.restarts, life, unix_now())
-        {
+        match self.auth.issue_for_job(&job.spec, job.id, life, unix_now()) {
             Ok((t, _)) => Some(t),
             Err(e) => {
                 warn!(job = job.id, error = %e, "no token for the job");

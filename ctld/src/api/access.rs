@@ -72,7 +72,7 @@ async fn token_auth(State(ctl): Ctl, mut req: Request, next: Next) -> Response {
         .auth
         .token_caller(req.headers())
         .and_then(|c| match c.job {
-            Some((job, _run)) => ctl.check_job_token(job).map(|()| c),
+            Some(job) => ctl.check_job_token(job).map(|()| c),
             None => Ok(c),
         }) {
         Ok(c) => c,
