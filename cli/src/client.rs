@@ -189,19 +189,19 @@ impl Client {
     /// the first attempt made, so nothing runs twice.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId> {
         let body = serde_json::to_value(spec)?;
-        let mut wait = std::time::Duration::from_millis(500);
-        for attempt in 0.. {
+        let retry = spec.idempotency_key.is_some();
+        let mut waits = [500, 1000]
+            .into_iter()
+            .map(std::time::Duration::from_millis);
+        loop {
             match self.request::<Submitted>("POST", "/api/v1/jobs", &[], Some(&body)) {
-                Err(e)
-                    if attempt < 2 && spec.idempotency_key.is_some() && e.is::<Unreachable>() =>
-                {
-                    std::thread::sleep(wait);
-                    wait *= 2;
-                }
+                Err(e) if retry && e.is::<Unreachable>() => match waits.next() {
+                    Some(wait) => std::thread::sleep(wait),
+                    None => return Err(e),
+                },
                 r => return r.map(|s| s.job_id),
             }
         }
-        unreachable!("the loop returns")
     }
 
     /// Jobs matching the query parameters (`state`, `user`, `name`, `id`).

@@ -550,18 +550,26 @@ impl Cluster {
                 return Err(ClusterError::DependencyOnUnknownJob(id));
             }
         }
-        if let Some(k) = &spec.idempotency_key {
-            self.submissions.insert((spec.uid, k.clone()), self.next_id);
+        let key = spec.idempotency_key.clone().map(|k| (spec.uid, k));
+        let (id, effects) = self.add_submission(spec, now);
+        if let Some(key) = key {
+            self.submissions.insert(key, id);
         }
+        Ok((id, effects))
+    }
+
+    /// Adds a checked submission: one job, or every task of an array (the
+    /// id returned is the array's).
+    fn add_submission(&mut self, spec: JobSpec, now: i64) -> (JobId, Vec<Effect>) {
         let Some(array) = spec.array.clone() else {
             let id = self.add_job(spec, now);
-            return Ok((
+            return (
                 id,
                 vec![Effect::Job {
                     id,
                     event: "submitted".into(),
                 }],
-            ));
+            );
         };
         // An array: one job per index, numbered on from the first, whose
         // id is the array's (as Slurm does).
@@ -588,7 +596,7 @@ impl Cluster {
                 event: "submitted".into(),
             });
         }
-        Ok((first, effects))
+        (first, effects)
     }
 
     fn add_job(&mut self, spec: JobSpec, now: i64) -> JobId {
