@@ -139,6 +139,10 @@ struct UpArgs {
     /// running gsched always may).
     #[arg(long, value_delimiter = ',')]
     admins: Vec<String>,
+    /// Seconds a finished job stays in memory (squeue, scontrol) before
+    /// only accounting (sacct, gacct) shows it; 0 keeps them all (MinJobAge).
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MIN_JOB_AGE)]
+    min_job_age: u64,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -173,6 +177,7 @@ async fn up(args: UpArgs) -> Result<()> {
             launch_policy: args.launch_policy,
             durability: args.durability,
             admins: args.admins,
+            min_job_age: args.min_job_age,
             ..CtldConfig::default()
         },
         &state_dir,

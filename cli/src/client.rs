@@ -205,10 +205,19 @@ impl Client {
     }
 
     /// Jobs matching the query parameters (`state`, `user`, `name`, `id`).
+    /// Every page of the answer, in id order.
     pub fn jobs(&self, query: &[(&str, String)]) -> Result<Vec<JobInfo>> {
-        Ok(self
-            .request::<JobList>("GET", "/api/v1/jobs", query, None)?
-            .jobs)
+        let mut all = Vec::new();
+        let mut q: Vec<(&str, String)> = query.to_vec();
+        loop {
+            let page = self.request::<JobList>("GET", "/api/v1/jobs", &q, None)?;
+            all.extend(page.jobs);
+            let Some(after) = page.next_after else {
+                return Ok(all);
+            };
+            q.retain(|(k, _)| *k != "after");
+            q.push(("after", after.to_string()));
+        }
     }
 
     /// Cancels a job, or sends it `signal`.

@@ -81,7 +81,10 @@ pub fn main_with(args: Vec<String>) -> Result<()> {
         Some(a.jobs.join(","))
     };
     let states = Some(a.state.unwrap_or_else(|| "all".into()));
-    let jobs = Client::from_env().jobs(&query(states, a.user, false, ids, None))?;
+    let mut q = query(states, a.user, false, ids, None);
+    // Accounting: finished jobs that left the controller's memory too.
+    q.push(("history", "true".into()));
+    let jobs = Client::from_env().jobs(&q)?;
     if a.json {
         println!(
             "{}",

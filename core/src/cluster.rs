@@ -17,6 +17,13 @@ use crate::launch::{
 use crate::outcome::EndCause;
 use crate::wire::{JobEnded, NodeRegistration};
 
+mod footprints;
+mod retention;
+
+use footprints::Footprints;
+pub use footprints::{PastPeak, PEAK_HISTORY};
+pub use retention::DEFAULT_MIN_JOB_AGE;
+
 /// An instance on a node and what holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceSlot {
@@ -158,10 +165,8 @@ pub struct Cluster {
     policy: Box<dyn LaunchPolicy>,
     /// Jobs queued since the last launch pass (they have no reason yet).
     unexamined: Vec<JobId>,
-    /// Jobs with a recorded GPU peak, by (user, job name) and by (user,
-    /// script hash), newest last: where footprints are learned from without
-    /// walking the job history.
-    peaks: HashMap<(String, FootprintKey), Vec<JobId>>,
+    /// GPU peaks of earlier runs, where footprints are learned from.
+    footprints: Footprints,
     /// Arrays with a `%max` limit on tasks running at once: array id → max.
     array_limits: BTreeMap<JobId, u32>,
     /// Requeued jobs whose previous run is still ending: job → its node.
@@ -171,6 +176,8 @@ pub struct Cluster {
     /// Submissions that carried an idempotency key: (uid, key) → job (the
     /// array's id for an array), while the job is known here.
     submissions: HashMap<(u32, String), JobId>,
+    /// Jobs that left memory since this controller started, by final state.
+    purged: HashMap<JobState, u64>,
 }
 
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
@@ -195,23 +202,6 @@ fn states_of(jobs: &BTreeMap<JobId, Job>, id: JobId) -> Vec<JobState> {
     job_or_array(jobs, id).map(|j| j.state).collect()
 }
 
-/// What makes two jobs of one user "the same job" for footprint learning.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum FootprintKey {
-    Name(String),
-    Script(u64),
-}
-
-/// Earlier runs remembered per key.
-const PEAK_HISTORY: usize = 8;
-
-fn script_hash(script: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    script.hash(&mut h);
-    h.finish()
-}
-
 impl Cluster {
     pub fn new(policy: Box<dyn LaunchPolicy>) -> Cluster {
         Cluster {
@@ -222,38 +212,11 @@ impl Cluster {
             next_id: 1,
             policy,
             unexamined: Vec::new(),
-            peaks: HashMap::new(),
+            footprints: Footprints::default(),
             array_limits: BTreeMap::new(),
             requeued_runs: HashMap::new(),
             submissions: HashMap::new(),
-        }
-    }
-
-    fn footprint_keys(spec: &JobSpec) -> [(String, FootprintKey); 2] {
-        [
-            (
-                spec.user_name.clone(),
-                FootprintKey::Name(spec.name.clone()),
-            ),
-            (
-                spec.user_name.clone(),
-                FootprintKey::Script(script_hash(&spec.script)),
-            ),
-        ]
-    }
-
-    /// Remembers that `job` has a GPU peak.
-    fn note_peak(&mut self, job: JobId) {
-        let Some(j) = self.jobs.get(&job) else { return };
-        for key in Self::footprint_keys(&j.spec) {
-            let ids = self.peaks.entry(key).or_default();
-            if !ids.contains(&job) {
-                ids.push(job);
-                ids.sort_unstable();
-                if ids.len() > PEAK_HISTORY {
-                    ids.remove(0);
-                }
-            }
+            purged: HashMap::new(),
         }
     }
 
@@ -286,12 +249,10 @@ impl Cluster {
                     .map_or(job.id, |t| t.array_job_id);
                 c.submissions.insert((job.spec.uid, k.clone()), first);
             }
-            let peak = job.gpu_mem_peak.is_some();
-            let id = job.id;
-            c.jobs.insert(job.id, job);
-            if peak {
-                c.note_peak(id);
+            if job.gpu_mem_peak.is_some() {
+                c.footprints.note(&job);
             }
+            c.jobs.insert(job.id, job);
         }
         c
     }
@@ -340,6 +301,11 @@ impl Cluster {
 
     pub fn jobs(&self) -> impl DoubleEndedIterator<Item = &Job> {
         self.jobs.values()
+    }
+
+    /// The jobs with ids above `id`, by id.
+    pub fn jobs_after(&self, id: JobId) -> impl Iterator<Item = &Job> {
+        self.jobs.range(id.saturating_add(1)..).map(|(_, j)| j)
     }
 
     /// Job `id`, or, when `id` is an array's, every task of it.
@@ -406,22 +372,7 @@ impl Cluster {
     /// The peak GPU memory (MiB) of the latest earlier finished run of the
     /// same job: same user, and the same job name or the same script.
     pub fn learned_footprint(&self, job: JobId) -> Option<u64> {
-        let j = self.jobs.get(&job)?;
-        Self::footprint_keys(&j.spec)
-            .iter()
-            .filter_map(|k| self.peaks.get(k))
-            .flatten()
-            .copied()
-            .filter(|&id| id < job)
-            .filter_map(|id| self.jobs.get(&id))
-            // The script key is a hash: confirm the match.
-            .filter(|o| {
-                o.state.is_final()
-                    && o.spec.user_name == j.spec.user_name
-                    && (o.spec.name == j.spec.name || o.spec.script == j.spec.script)
-            })
-            .max_by_key(|o| o.id)
-            .and_then(|o| o.gpu_mem_peak)
+        self.footprints.learned(self.jobs.get(&job)?, &self.jobs)
     }
 
     /// A process of `job` reported its peak GPU memory; the job keeps the
@@ -435,7 +386,7 @@ impl Cluster {
             return Vec::new();
         }
         j.gpu_mem_peak = Some(mib);
-        self.note_peak(job);
+        self.footprints.note(j);
         vec![Effect::Job {
             id: job,
             event: "gpu_peak".into(),

@@ -364,6 +364,9 @@ impl InstanceInfo {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobList {
     pub jobs: Vec<JobInfo>,
+    /// Set when there may be more: ask again with `after` set to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<JobId>,
 }
 
 /// `POST /api/v1/jobs` answer.

@@ -68,6 +68,13 @@ pub struct CtldConfig {
     #[arg(long)]
     #[serde(default)]
     pub socket: Option<PathBuf>,
+    /// Seconds a finished job stays in the controller's memory (squeue,
+    /// scontrol show job) before only accounting (sacct, gacct) shows it,
+    /// from the database; Slurm's MinJobAge. 0 keeps every finished job in
+    /// memory.
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MIN_JOB_AGE)]
+    #[serde(default = "default_min_job_age")]
+    pub min_job_age: u64,
 }
 
 impl Default for CtldConfig {
@@ -86,6 +93,7 @@ impl Default for CtldConfig {
             token_key_file: None,
             token_max_lifetime: default_token_max_lifetime(),
             socket: None,
+            min_job_age: default_min_job_age(),
         }
     }
 }
@@ -123,6 +131,9 @@ fn default_auth_exempt() -> Vec<String> {
 }
 fn default_token_max_lifetime() -> u64 {
     86400
+}
+fn default_min_job_age() -> u64 {
+    gsched_core::cluster::DEFAULT_MIN_JOB_AGE
 }
 fn default_durability() -> Durability {
     Durability::Normal

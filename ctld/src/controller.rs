@@ -638,6 +638,28 @@ impl Controller {
         }
     }
 
+    /// Lets finished jobs older than `min_job_age` leave memory (they stay in
+    /// the database, where accounting reads them). Off when it is 0.
+    pub async fn retention_loop(self: Arc<Self>) {
+        let age = self.config.min_job_age;
+        if age == 0 {
+            return;
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs((age / 2).clamp(1, 30)));
+        loop {
+            tick.tick().await;
+            let gone = self.lock().purge_finished(unix_now(), age);
+            if gone.is_empty() {
+                continue;
+            }
+            let mut changed = self.changed.lock().unwrap_or_else(|p| p.into_inner());
+            for id in &gone {
+                changed.remove(id);
+            }
+            tracing::debug!(jobs = gone.len(), "finished jobs left memory");
+        }
+    }
+
     /// The launch loop: a pass whenever something changed, and at least once a second.
     pub async fn scheduler_loop(self: Arc<Self>) {
         loop {

@@ -70,9 +70,20 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     for side in ["ctld.db-wal", "ctld.db-shm"] {
         gsched_daemon::state::check_private_if_present(&state_dir.join(side))?;
     }
-    let (store, loaded) = store::Store::open(&db, config.durability).await?;
-    tracing::info!(db = %db.display(), jobs = loaded.jobs.len(), nodes = loaded.nodes.len(), "store loaded");
-    let cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
+    let keep_finished_since = (config.min_job_age > 0).then(|| {
+        controller::unix_now().saturating_sub(i64::try_from(config.min_job_age).unwrap_or(i64::MAX))
+    });
+    let (store, loaded) = store::Store::open(&db, config.durability, keep_finished_since).await?;
+    tracing::info!(
+        db = %db.display(),
+        jobs = loaded.jobs.len(),
+        max_job_id = loaded.max_job_id,
+        past_peaks = loaded.past_peaks.len(),
+        nodes = loaded.nodes.len(),
+        "store loaded"
+    );
+    let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
+    cluster.restore_history(loaded.max_job_id, loaded.past_peaks);
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -90,6 +101,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     tokio::spawn(Arc::clone(&controller).scheduler_loop());
     tokio::spawn(Arc::clone(&controller).liveness_loop());
     tokio::spawn(Arc::clone(&controller).utilization_loop());
+    tokio::spawn(Arc::clone(&controller).retention_loop());
     let app = api::tcp_app(Arc::clone(&controller));
     let listener = Bounded::new(
         listener,

@@ -84,7 +84,8 @@ impl Collector for ClusterCollector {
         let (jobs, instances, oom) = {
             let c = ctl.lock();
             let mut by: HashMap<(JobState, bool), i64> = HashMap::new();
-            let mut oom = 0u64;
+            // Those that left memory count too: a counter never goes down.
+            let mut oom = c.purged_count(JobState::OutOfMemory);
             for j in c.jobs() {
                 *by.entry((j.state, j.spec.isolated)).or_default() += 1;
                 if j.state == JobState::OutOfMemory {

@@ -8,13 +8,18 @@
 use std::path::Path;
 use std::str::FromStr;
 
+use gsched_core::cluster::PastPeak;
 use gsched_core::cluster::{InstanceSlot, Node};
 use gsched_core::gpu::{Instance, Mps, MpsState};
-use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState};
+use gsched_core::job::{Job, JobId, JobState};
 use gsched_core::probe::TaskRecord;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
+
+mod history;
+
+pub use history::JobQuery;
 
 /// How hard commits push to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -123,16 +128,27 @@ pub struct Store {
 
 /// What was stored when the controller starts.
 pub struct Loaded {
+    /// The jobs held in memory: those not finished, and the finished ones
+    /// younger than the minimum age.
     pub jobs: Vec<Job>,
     pub nodes: Vec<Node>,
+    /// The highest job id ever given.
+    pub max_job_id: JobId,
+    /// Footprints learned from finished jobs.
+    pub past_peaks: Vec<PastPeak>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 impl Store {
     /// Opens (creating if needed) the database, applies migrations, loads
-    /// everything, and starts the writer.
-    pub async fn open(path: &Path, durability: Durability) -> Result<(Store, Loaded), StoreError> {
+    /// what the controller holds (finished jobs only if they ended at or
+    /// after `keep_finished_since`, all when `None`), and starts the writer.
+    pub async fn open(
+        path: &Path,
+        durability: Durability,
+        keep_finished_since: Option<i64>,
+    ) -> Result<(Store, Loaded), StoreError> {
         let shown = path.display().to_string();
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{shown}"))
             .map_err(|e| StoreError::Open {
@@ -161,7 +177,7 @@ impl Store {
                 path: shown.clone(),
                 source: e,
             })?;
-        let loaded = load(&mut conn).await?;
+        let loaded = load(&mut conn, keep_finished_since).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(writer(conn, rx));
         let read_opts = opts.read_only(true);
@@ -238,6 +254,18 @@ pub struct JobEvent {
 }
 
 impl Store {
+    /// Finished jobs matching `query` with ids above `after`, by id, at
+    /// most `limit` (what accounting reads once jobs have left memory).
+    pub async fn finished_jobs(
+        &self,
+        query: &JobQuery,
+        after: JobId,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
+        history::finished_jobs(&mut conn, query, after, limit).await
+    }
+
     /// A job's history, oldest first.
     pub async fn job_events(&self, job: JobId) -> Result<Vec<JobEvent>, sqlx::Error> {
         let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
@@ -458,48 +486,13 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
     Ok(())
 }
 
-async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
-    let mut jobs = Vec::new();
-    for row in sqlx::query("SELECT * FROM jobs ORDER BY id")
-        .fetch_all(&mut *conn)
-        .await?
-    {
-        let id: i64 = row.try_get("id")?;
-        let corrupt = |why: String| StoreError::Corrupt { id, why };
-        let mut spec: JobSpec = serde_json::from_str(row.try_get("spec")?)
-            .map_err(|e| corrupt(format!("spec: {e}")))?;
-        spec.script = row.try_get("script")?;
-        spec.environment = serde_json::from_str(row.try_get("environment")?)
-            .map_err(|e| corrupt(format!("environment: {e}")))?;
-        let gpu: GpuRequest = serde_json::from_str(row.try_get("gpu_request")?)
-            .map_err(|e| corrupt(format!("gpu_request: {e}")))?;
-        spec.gpu = gpu;
-        let state: String = row.try_get("state")?;
-        let state = JobState::parse(&state).map_err(|e| corrupt(e.to_string()))?;
-        jobs.push(Job {
-            id: id as JobId,
-            spec,
-            state,
-            reason: row.try_get("reason")?,
-            exit_code: row.try_get("exit_code")?,
-            exit_signal: row.try_get("exit_signal")?,
-            submit_time: row.try_get("submit_time")?,
-            start_time: row.try_get("start_time")?,
-            end_time: row.try_get("end_time")?,
-            node: row.try_get("node")?,
-            gpu_instance: row.try_get("gpu_instance")?,
-            gpu_mem_peak: row
-                .try_get::<Option<i64>, _>("gpu_mem_peak")?
-                .map(|m| m as u64),
-            restarts: row.try_get::<i64, _>("restarts")? as u32,
-            held: row.try_get("held")?,
-            steps: serde_json::from_str(row.try_get("steps")?)
-                .map_err(|e| corrupt(format!("steps: {e}")))?,
-            cancelled_by: row
-                .try_get::<Option<i64>, _>("cancelled_by")?
-                .map(|u| u as u32),
-        });
-    }
+async fn load(
+    conn: &mut SqliteConnection,
+    keep_finished_since: Option<i64>,
+) -> Result<Loaded, StoreError> {
+    let jobs = history::held_jobs(conn, keep_finished_since).await?;
+    let max_job_id = history::max_job_id(conn).await?;
+    let past_peaks = history::past_peaks(conn).await?;
     let mut nodes = Vec::new();
     for row in sqlx::query("SELECT * FROM nodes ORDER BY name")
         .fetch_all(&mut *conn)
@@ -535,7 +528,12 @@ async fn load(conn: &mut SqliteConnection) -> Result<Loaded, StoreError> {
             running: Default::default(),
         });
     }
-    Ok(Loaded { jobs, nodes })
+    Ok(Loaded {
+        jobs,
+        nodes,
+        max_job_id,
+        past_peaks,
+    })
 }
 
 /// The MPS columns of a `gpu_instances` row.
@@ -559,6 +557,7 @@ fn mps_of(r: &sqlx::sqlite::SqliteRow) -> Result<Option<Mps>, sqlx::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gsched_core::job::{GpuRequest, JobSpec};
 
     fn job(id: JobId) -> Job {
         let mut environment = std::collections::BTreeMap::new();
@@ -595,7 +594,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         {
-            let (store, loaded) = Store::open(&path, Durability::Normal).await.unwrap();
+            let (store, loaded) = Store::open(&path, Durability::Normal, None).await.unwrap();
             assert!(loaded.jobs.is_empty());
             let mut j = job(7);
             store
@@ -618,7 +617,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let (_store, loaded) = Store::open(&path, Durability::Full).await.unwrap();
+        let (_store, loaded) = Store::open(&path, Durability::Full, None).await.unwrap();
         let mut expect = job(7);
         expect.transition(JobState::Running, 11).unwrap();
         expect.node = Some("n1".into());
@@ -633,10 +632,88 @@ mod tests {
         assert!(err.to_string().contains("append-only"), "{err}");
     }
 
+    /// A job `id` that ended (COMPLETED) at `end`, with a GPU peak.
+    fn finished(id: JobId, end: i64, user: &str) -> Job {
+        let mut j = job(id);
+        j.spec.user_name = user.into();
+        j.transition(JobState::Running, end - 1).unwrap();
+        j.transition(JobState::Completed, end).unwrap();
+        j.gpu_mem_peak = Some(100 * id);
+        j
+    }
+
+    #[tokio::test]
+    async fn memory_holds_recent_jobs_and_the_store_answers_for_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            let (store, _) = Store::open(&path, Durability::Normal, None).await.unwrap();
+            let jobs = vec![
+                finished(1, 100, "u"),
+                finished(2, 200, "v"),
+                finished(3, 900, "u"),
+                job(4),
+            ];
+            let writes = jobs
+                .into_iter()
+                .map(|j| Write::NewJob(Box::new(j)))
+                .collect();
+            store.write(writes).await.unwrap();
+        }
+        let (store, loaded) = Store::open(&path, Durability::Normal, Some(500))
+            .await
+            .unwrap();
+        let held: Vec<JobId> = loaded.jobs.iter().map(|j| j.id).collect();
+        assert_eq!(
+            held,
+            vec![3, 4],
+            "the recent finished job and the pending one"
+        );
+        assert_eq!(loaded.max_job_id, 4);
+        let peaks: Vec<(JobId, u64)> = loaded
+            .past_peaks
+            .iter()
+            .map(|p| (p.id, p.gpu_mem_peak))
+            .collect();
+        assert_eq!(peaks, vec![(1, 100), (2, 200), (3, 300)]);
+
+        let all = JobQuery::default();
+        let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(store.finished_jobs(&all, 0, 10).await.unwrap()),
+            [1, 2, 3]
+        );
+        assert_eq!(ids(store.finished_jobs(&all, 1, 1).await.unwrap()), [2]);
+        let mine = JobQuery {
+            users: Some(vec!["u".into()]),
+            ..JobQuery::default()
+        };
+        assert_eq!(
+            ids(store.finished_jobs(&mine, 0, 10).await.unwrap()),
+            [1, 3]
+        );
+        let window = JobQuery {
+            active_since: Some(150),
+            active_until: Some(500),
+            ..JobQuery::default()
+        };
+        assert_eq!(ids(store.finished_jobs(&window, 0, 10).await.unwrap()), [2]);
+        let named = JobQuery {
+            ids: Some(vec![3]),
+            states: Some([JobState::Failed].into_iter().collect()),
+            ..JobQuery::default()
+        };
+        assert!(store.finished_jobs(&named, 0, 10).await.unwrap().is_empty());
+        // The same filter decides for jobs in memory.
+        for j in &loaded.jobs {
+            assert_eq!(mine.matches(j), j.spec.user_name == "u");
+        }
+    }
+
     #[tokio::test]
     async fn failed_batch_reports_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(&dir.path().join("s.db"), Durability::Normal)
+        let (store, _) = Store::open(&dir.path().join("s.db"), Durability::Normal, None)
             .await
             .unwrap();
         store

@@ -319,7 +319,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let cols = parse_format(a.format.as_deref().unwrap_or(DEFAULT_FORMAT))?;
     let refs = parse_refs(&a.jobs)?;
     let now = super::format::unix_now();
-    let mut extra: Vec<(&'static str, String)> = vec![("state", "all".into())];
+    // Accounting: finished jobs that left the controller's memory too.
+    let mut extra: Vec<(&'static str, String)> =
+        vec![("state", "all".into()), ("history", "true".into())];
     if let Some(n) = &a.name {
         extra.push(("name", n.clone()));
     }
@@ -327,18 +329,6 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         extra.push(("user", u.clone()));
     } else if !a.allusers && refs.is_empty() {
         extra.push(("user", current_user().0));
-    }
-    let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
-    if let Some(states) = &a.state {
-        let mut wanted: Vec<JobState> = Vec::new();
-        for s in states.split(',') {
-            match JobState::parse(s) {
-                Ok(st) => wanted.push(st),
-                Err(_) if super::format::is_other_slurm_state(s) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        jobs.retain(|j| wanted.contains(&j.job_state));
     }
     // Without -j, jobs since midnight (or -S); -E bounds the other end.
     let start = match &a.starttime {
@@ -351,6 +341,20 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         .as_deref()
         .map(|s| parse_when(s, now))
         .transpose()?;
+    extra.extend(start.map(|s| ("since", s.to_string())));
+    extra.extend(end.map(|e| ("until", e.to_string())));
+    let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
+    if let Some(states) = &a.state {
+        let mut wanted: Vec<JobState> = Vec::new();
+        for s in states.split(',') {
+            match JobState::parse(s) {
+                Ok(st) => wanted.push(st),
+                Err(_) if super::format::is_other_slurm_state(s) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        jobs.retain(|j| wanted.contains(&j.job_state));
+    }
     jobs.retain(|j| {
         let ran_until = j.end_time.unwrap_or(now);
         let from = j.start_time.unwrap_or(j.submit_time);

@@ -4,8 +4,8 @@
 
 mod access;
 mod internal;
+mod listing;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
@@ -14,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use gsched_core::cluster::ClusterError;
-use gsched_core::job::{JobId, JobSpec, JobState};
+use gsched_core::job::{JobId, JobSpec};
 use gsched_core::outcome::parse_signal;
-use gsched_core::wire::{InstanceInfo, JobInfo, JobList, NodeInfo, Submitted};
+use gsched_core::wire::{InstanceInfo, JobInfo, NodeInfo, Submitted};
 use gsched_daemon::http::{ApiError, Body};
 use serde::Deserialize;
 
@@ -53,7 +53,7 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/openapi.json", get(openapi))
         .route("/api/v1/tokens", post(access::issue_token))
         .route("/api/v1/whoami", get(access::whoami))
-        .route("/api/v1/jobs", post(submit).get(list_jobs))
+        .route("/api/v1/jobs", post(submit).get(listing::list_jobs))
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/api/v1/jobs/{id}/script", get(job_script))
         .route("/api/v1/jobs/{id}/events", get(job_events))
@@ -151,91 +151,6 @@ async fn submit(
     Ok((StatusCode::CREATED, Json(Submitted { job_id })))
 }
 
-#[derive(Deserialize)]
-pub struct JobFilter {
-    state: Option<String>,
-    user: Option<String>,
-    name: Option<String>,
-    id: Option<String>,
-    /// Array ids: every task of these arrays (with `id`: either matches).
-    array: Option<String>,
-}
-
-fn parse_list<T>(
-    s: &Option<String>,
-    what: &str,
-    f: impl Fn(&str) -> Option<T>,
-) -> Result<Option<Vec<T>>, ApiError> {
-    let Some(s) = s else { return Ok(None) };
-    s.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| {
-            f(p.trim())
-                .ok_or_else(|| ApiError(StatusCode::BAD_REQUEST, format!("invalid {what} '{p}'")))
-        })
-        .collect::<Result<Vec<T>, _>>()
-        .map(Some)
-}
-
-async fn list_jobs(State(ctl): Ctl, Query(f): Query<JobFilter>) -> Result<Json<JobList>, ApiError> {
-    // Default like squeue: jobs not yet finished. `all` shows every job.
-    let states: Option<HashSet<JobState>> = match f.state.as_deref() {
-        Some(s) if s.eq_ignore_ascii_case("all") => None,
-        Some(_) => Some(
-            parse_list(&f.state, "job state", |p| JobState::parse(p).ok())?
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
-        ),
-        None => Some(
-            JobState::ALL
-                .into_iter()
-                .filter(|s| !s.is_final())
-                .collect(),
-        ),
-    };
-    let users = parse_list(&f.user, "user", |p| Some(p.to_string()))?;
-    let names = parse_list(&f.name, "name", |p| Some(p.to_string()))?;
-    let ids = parse_list(&f.id, "job id", |p| p.parse::<JobId>().ok())?;
-    let arrays = parse_list(&f.array, "array id", |p| p.parse::<JobId>().ok())?;
-    let now = unix_now();
-    let c = ctl.lock();
-    let mut out = Vec::new();
-    let mut push = |j: &gsched_core::Job| {
-        let keep = states.as_ref().is_none_or(|s| s.contains(&j.state))
-            && users.as_ref().is_none_or(|u| u.contains(&j.spec.user_name))
-            && names.as_ref().is_none_or(|n| n.contains(&j.spec.name));
-        if keep {
-            out.push(JobInfo::new(j, &ctl.config.partition, now));
-        }
-    };
-    match (&ids, &arrays) {
-        (None, None) => c.jobs().for_each(&mut push),
-        (Some(ids), None) => ids.iter().filter_map(|id| c.job(*id)).for_each(&mut push),
-        (ids, arrays) => {
-            // An id, or every task of an array; each job once, in id order.
-            let mut seen = std::collections::BTreeMap::new();
-            for id in ids.iter().flatten() {
-                if let Some(j) = c.job(*id) {
-                    seen.insert(j.id, j);
-                }
-            }
-            for a in arrays.iter().flatten() {
-                for j in c.job_or_array(*a).filter(|j| {
-                    j.spec
-                        .array_task
-                        .as_ref()
-                        .is_some_and(|t| t.array_job_id == *a)
-                }) {
-                    seen.insert(j.id, j);
-                }
-            }
-            seen.into_values().for_each(&mut push)
-        }
-    }
-    Ok(Json(JobList { jobs: out }))
-}
-
 /// The job `id` names, if it exists and the caller may change it.
 fn owned_job(ctl: &Controller, caller: &Caller, id: &str) -> Result<JobId, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(id))?;
@@ -277,15 +192,16 @@ async fn job_events(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    if !ctl.has_job(jid) {
-        return Err(unknown_job(&id));
-    }
     let events = ctl.store.job_events(jid).await.map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot read the event log: {e}"),
         )
     })?;
+    // A job that left memory still has its log.
+    if events.is_empty() && !ctl.has_job(jid) {
+        return Err(unknown_job(&id));
+    }
     Ok(Json(serde_json::json!({ "job_id": jid, "events": events })))
 }
 

@@ -1,0 +1,157 @@
+//! Footprint learning: the GPU memory peaks of earlier runs of "the same
+//! job" (same user, and the same job name or the same script), kept per key
+//! so a new job's footprint is found without walking the job history, and
+//! kept for jobs that have left the controller's memory.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::job::{Job, JobId, JobSpec};
+
+/// What makes two jobs of one user "the same job" for footprint learning.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Name(String),
+    Script(u64),
+}
+
+type UserKey = (String, Key);
+
+/// Earlier runs remembered per key.
+pub const PEAK_HISTORY: usize = 8;
+
+/// A finished job's peak, as the store keeps it for jobs no longer held in
+/// memory (read back when the controller starts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastPeak {
+    pub id: JobId,
+    pub user_name: String,
+    pub name: String,
+    pub script: String,
+    /// MiB.
+    pub gpu_mem_peak: u64,
+}
+
+/// The peak of a job that left memory, and the keys it is listed under.
+#[derive(Debug, Clone)]
+struct Retired {
+    mib: u64,
+    keys: [UserKey; 2],
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Footprints {
+    /// Jobs with a recorded peak, per key, oldest first (at most
+    /// [`PEAK_HISTORY`]).
+    by_key: HashMap<UserKey, Vec<JobId>>,
+    /// Peaks of listed jobs that are no longer in memory.
+    retired: HashMap<JobId, Retired>,
+}
+
+fn script_hash(script: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    script.hash(&mut h);
+    h.finish()
+}
+
+fn keys(user_name: &str, name: &str, script: &str) -> [UserKey; 2] {
+    [
+        (user_name.to_string(), Key::Name(name.to_string())),
+        (user_name.to_string(), Key::Script(script_hash(script))),
+    ]
+}
+
+fn spec_keys(spec: &JobSpec) -> [UserKey; 2] {
+    keys(&spec.user_name, &spec.name, &spec.script)
+}
+
+impl Footprints {
+    /// Lists `job` (which has a peak) under its keys.
+    pub(super) fn note(&mut self, job: &Job) {
+        self.list(job.id, spec_keys(&job.spec));
+    }
+
+    fn list(&mut self, id: JobId, keys: [UserKey; 2]) {
+        for key in keys {
+            let ids = self.by_key.entry(key).or_default();
+            if ids.contains(&id) {
+                continue;
+            }
+            ids.push(id);
+            ids.sort_unstable();
+            if ids.len() > PEAK_HISTORY {
+                let evicted = ids.remove(0);
+                self.forget_if_unlisted(evicted);
+            }
+        }
+    }
+
+    /// Drops a retired peak no key lists any more.
+    fn forget_if_unlisted(&mut self, id: JobId) {
+        let Some(r) = self.retired.get(&id) else {
+            return;
+        };
+        let listed = r
+            .keys
+            .iter()
+            .any(|k| self.by_key.get(k).is_some_and(|ids| ids.contains(&id)));
+        if !listed {
+            self.retired.remove(&id);
+        }
+    }
+
+    /// `job` leaves memory: its peak stays while a key lists it.
+    pub(super) fn retire(&mut self, job: &Job) {
+        let Some(mib) = job.gpu_mem_peak else { return };
+        let keys = spec_keys(&job.spec);
+        let listed = keys
+            .iter()
+            .any(|k| self.by_key.get(k).is_some_and(|ids| ids.contains(&job.id)));
+        if listed {
+            self.retired.insert(job.id, Retired { mib, keys });
+        }
+    }
+
+    /// A finished job's peak read back from the store.
+    pub(super) fn remember(&mut self, past: PastPeak) {
+        let keys = keys(&past.user_name, &past.name, &past.script);
+        self.retired.insert(
+            past.id,
+            Retired {
+                mib: past.gpu_mem_peak,
+                keys: keys.clone(),
+            },
+        );
+        self.list(past.id, keys);
+        self.forget_if_unlisted(past.id);
+    }
+
+    /// The peak (MiB) of the latest earlier finished run of the same job.
+    pub(super) fn learned(&self, job: &Job, jobs: &BTreeMap<JobId, Job>) -> Option<u64> {
+        spec_keys(&job.spec)
+            .iter()
+            .filter_map(|k| self.by_key.get(k))
+            .flatten()
+            .copied()
+            .filter(|&id| id < job.id)
+            .filter_map(|id| match jobs.get(&id) {
+                // The script key is a hash: confirm the match where the
+                // script is at hand.
+                Some(o) => (o.state.is_final()
+                    && o.spec.user_name == job.spec.user_name
+                    && (o.spec.name == job.spec.name || o.spec.script == job.spec.script))
+                    .then_some(o.gpu_mem_peak)
+                    .flatten()
+                    .map(|mib| (id, mib)),
+                None => self.retired.get(&id).map(|r| (id, r.mib)),
+            })
+            .max_by_key(|&(id, _)| id)
+            .map(|(_, mib)| mib)
+    }
+
+    /// How many peaks of jobs no longer in memory are kept (bounded by the
+    /// keys' history).
+    pub(super) fn retired_count(&self) -> usize {
+        self.retired.len()
+    }
+}

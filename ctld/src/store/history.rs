@@ -1,0 +1,248 @@
+//! Reading jobs back: the ones the controller holds in memory at start, the
+//! footprints of those it does not, and pages of finished jobs for
+//! accounting (`sacct`, `gacct`) once they have left memory.
+
+use std::collections::HashSet;
+
+use gsched_core::cluster::PastPeak;
+use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+
+use super::StoreError;
+
+/// Which jobs a listing wants. Unset fields match every job.
+#[derive(Debug, Clone, Default)]
+pub struct JobQuery {
+    pub states: Option<HashSet<JobState>>,
+    pub users: Option<Vec<String>>,
+    pub names: Option<Vec<String>>,
+    /// With `arrays`: a job matches if either does.
+    pub ids: Option<Vec<JobId>>,
+    /// Every task of these arrays.
+    pub arrays: Option<Vec<JobId>>,
+    /// Only jobs not ended before this (unix seconds).
+    pub active_since: Option<i64>,
+    /// Only jobs started (or, not started, submitted) at or before this.
+    pub active_until: Option<i64>,
+}
+
+impl JobQuery {
+    /// Whether `job` is wanted (the same test as the SQL of
+    /// [`finished_jobs`], for jobs in memory).
+    pub fn matches(&self, j: &Job) -> bool {
+        let by_id = match (&self.ids, &self.arrays) {
+            (None, None) => true,
+            (ids, arrays) => {
+                ids.as_ref().is_some_and(|i| i.contains(&j.id))
+                    || arrays.as_ref().is_some_and(|a| {
+                        j.spec
+                            .array_task
+                            .as_ref()
+                            .is_some_and(|t| a.contains(&t.array_job_id))
+                    })
+            }
+        };
+        by_id
+            && self.states.as_ref().is_none_or(|s| s.contains(&j.state))
+            && self
+                .users
+                .as_ref()
+                .is_none_or(|u| u.contains(&j.spec.user_name))
+            && self.names.as_ref().is_none_or(|n| n.contains(&j.spec.name))
+            && self
+                .active_since
+                .is_none_or(|t| j.end_time.is_none_or(|e| e >= t))
+            && self
+                .active_until
+                .is_none_or(|t| j.start_time.unwrap_or(j.submit_time) <= t)
+    }
+}
+
+/// The final states, as stored.
+fn final_states() -> impl Iterator<Item = &'static str> {
+    JobState::ALL
+        .into_iter()
+        .filter(|s| s.is_final())
+        .map(JobState::as_str)
+}
+
+fn push_list<'a, T: 'a>(
+    q: &mut QueryBuilder<'a, Sqlite>,
+    items: impl IntoIterator<Item = T>,
+    bind: impl Fn(&mut QueryBuilder<'a, Sqlite>, T),
+) {
+    q.push("(");
+    let mut first = true;
+    for item in items {
+        if !first {
+            q.push(", ");
+        }
+        first = false;
+        bind(q, item);
+    }
+    if first {
+        // An empty list matches nothing.
+        q.push("NULL");
+    }
+    q.push(")");
+}
+
+/// The jobs the controller holds at start: every job not finished, and the
+/// finished ones that ended at or after `keep_finished_since` (all of them
+/// when `None`), by id.
+pub(super) async fn held_jobs(
+    conn: &mut SqliteConnection,
+    keep_finished_since: Option<i64>,
+) -> Result<Vec<Job>, StoreError> {
+    let mut q = QueryBuilder::<Sqlite>::new("SELECT * FROM jobs");
+    if let Some(since) = keep_finished_since {
+        q.push(" WHERE state NOT IN ");
+        push_list(&mut q, final_states(), |q, s| {
+            q.push_bind(s);
+        });
+        q.push(" OR end_time >= ").push_bind(since);
+    }
+    q.push(" ORDER BY id");
+    let rows = q.build().fetch_all(&mut *conn).await?;
+    rows.iter().map(job_of).collect()
+}
+
+/// The highest job id ever given (0 when none).
+pub(super) async fn max_job_id(conn: &mut SqliteConnection) -> Result<JobId, StoreError> {
+    let max: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM jobs")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(max.unwrap_or(0).max(0) as JobId)
+}
+
+/// The peaks footprint learning needs: of finished jobs, the latest
+/// [`PEAK_HISTORY`](gsched_core::cluster::PEAK_HISTORY) per user and job
+/// name and per user and script.
+pub(super) async fn past_peaks(conn: &mut SqliteConnection) -> Result<Vec<PastPeak>, StoreError> {
+    let mut q = QueryBuilder::<Sqlite>::new(
+        "SELECT id, user_name, name, script, gpu_mem_peak FROM (
+           SELECT id, user_name, name, script, gpu_mem_peak,
+             row_number() OVER (PARTITION BY user_name, name ORDER BY id DESC) AS by_name,
+             row_number() OVER (PARTITION BY user_name, script ORDER BY id DESC) AS by_script
+           FROM jobs WHERE gpu_mem_peak IS NOT NULL AND state IN ",
+    );
+    push_list(&mut q, final_states(), |q, s| {
+        q.push_bind(s);
+    });
+    q.push(") WHERE by_name <= ")
+        .push_bind(gsched_core::cluster::PEAK_HISTORY as i64)
+        .push(" OR by_script <= ")
+        .push_bind(gsched_core::cluster::PEAK_HISTORY as i64)
+        .push(" ORDER BY id");
+    let rows = q.build().fetch_all(&mut *conn).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(PastPeak {
+                id: r.try_get::<i64, _>("id")? as JobId,
+                user_name: r.try_get("user_name")?,
+                name: r.try_get("name")?,
+                script: r.try_get("script")?,
+                gpu_mem_peak: r.try_get::<i64, _>("gpu_mem_peak")?.max(0) as u64,
+            })
+        })
+        .collect()
+}
+
+/// Finished jobs matching `query` with ids above `after`, by id, at most
+/// `limit`.
+pub(super) async fn finished_jobs(
+    conn: &mut SqliteConnection,
+    query: &JobQuery,
+    after: JobId,
+    limit: u32,
+) -> Result<Vec<Job>, StoreError> {
+    let mut q = QueryBuilder::<Sqlite>::new("SELECT * FROM jobs WHERE id > ");
+    q.push_bind(after as i64).push(" AND state IN ");
+    let finals: Vec<&str> = match &query.states {
+        Some(s) => final_states()
+            .filter(|f| s.iter().any(|w| w.as_str() == *f))
+            .collect(),
+        None => final_states().collect(),
+    };
+    push_list(&mut q, finals, |q, s| {
+        q.push_bind(s);
+    });
+    match (&query.ids, &query.arrays) {
+        (None, None) => {}
+        (ids, arrays) => {
+            q.push(" AND (id IN ");
+            push_list(&mut q, ids.iter().flatten(), |q, id| {
+                q.push_bind(*id as i64);
+            });
+            q.push(" OR json_extract(spec, '$.array_task.array_job_id') IN ");
+            push_list(&mut q, arrays.iter().flatten(), |q, id| {
+                q.push_bind(*id as i64);
+            });
+            q.push(")");
+        }
+    }
+    if let Some(users) = &query.users {
+        q.push(" AND user_name IN ");
+        push_list(&mut q, users, |q, u| {
+            q.push_bind(u.as_str());
+        });
+    }
+    if let Some(names) = &query.names {
+        q.push(" AND name IN ");
+        push_list(&mut q, names, |q, n| {
+            q.push_bind(n.as_str());
+        });
+    }
+    if let Some(t) = query.active_since {
+        q.push(" AND (end_time IS NULL OR end_time >= ")
+            .push_bind(t)
+            .push(")");
+    }
+    if let Some(t) = query.active_until {
+        q.push(" AND coalesce(start_time, submit_time) <= ")
+            .push_bind(t);
+    }
+    q.push(" ORDER BY id LIMIT ").push_bind(i64::from(limit));
+    let rows = q.build().fetch_all(&mut *conn).await?;
+    rows.iter().map(job_of).collect()
+}
+
+/// A `jobs` row as a job.
+fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
+    let id: i64 = row.try_get("id")?;
+    let corrupt = |why: String| StoreError::Corrupt { id, why };
+    let mut spec: JobSpec =
+        serde_json::from_str(row.try_get("spec")?).map_err(|e| corrupt(format!("spec: {e}")))?;
+    spec.script = row.try_get("script")?;
+    spec.environment = serde_json::from_str(row.try_get("environment")?)
+        .map_err(|e| corrupt(format!("environment: {e}")))?;
+    let gpu: GpuRequest = serde_json::from_str(row.try_get("gpu_request")?)
+        .map_err(|e| corrupt(format!("gpu_request: {e}")))?;
+    spec.gpu = gpu;
+    let state: String = row.try_get("state")?;
+    let state = JobState::parse(&state).map_err(|e| corrupt(e.to_string()))?;
+    Ok(Job {
+        id: id as JobId,
+        spec,
+        state,
+        reason: row.try_get("reason")?,
+        exit_code: row.try_get("exit_code")?,
+        exit_signal: row.try_get("exit_signal")?,
+        submit_time: row.try_get("submit_time")?,
+        start_time: row.try_get("start_time")?,
+        end_time: row.try_get("end_time")?,
+        node: row.try_get("node")?,
+        gpu_instance: row.try_get("gpu_instance")?,
+        gpu_mem_peak: row
+            .try_get::<Option<i64>, _>("gpu_mem_peak")?
+            .map(|m| m as u64),
+        restarts: row.try_get::<i64, _>("restarts")? as u32,
+        held: row.try_get("held")?,
+        steps: serde_json::from_str(row.try_get("steps")?)
+            .map_err(|e| corrupt(format!("steps: {e}")))?,
+        cancelled_by: row
+            .try_get::<Option<i64>, _>("cancelled_by")?
+            .map(|u| u as u32),
+    })
+}
