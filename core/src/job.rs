@@ -456,6 +456,14 @@ pub struct Job {
     pub cancelled_by: Option<u32>,
 }
 
+impl Job {
+    /// Whether the controller keeps the job's environment in memory: only
+    /// while it may still start (a finished job's stays in the store).
+    pub fn keeps_environment(state: JobState) -> bool {
+        !state.is_final()
+    }
+}
+
 /// A step: one `srun` inside a job (`ID.0`, `ID.1`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {

@@ -87,13 +87,16 @@ pub fn show_job(j: &JobInfo) -> String {
 pub fn show_config(health: &serde_json::Value) -> String {
     let cluster = health["cluster_name"].as_str().unwrap_or("gsched");
     let policy = health["launch_policy"].as_str().unwrap_or("case");
+    let min_job_age = health["min_job_age"]
+        .as_u64()
+        .unwrap_or(gsched_core::cluster::DEFAULT_MIN_JOB_AGE);
     let rows = [
         ("ClusterName", cluster.to_string()),
         (
             "MaxArraySize",
             gsched_core::array::MAX_ARRAY_SIZE.to_string(),
         ),
-        ("MinJobAge", "300 sec".into()),
+        ("MinJobAge", format!("{min_job_age} sec")),
         ("SchedulerType", format!("gsched/{policy}")),
         ("SLURM_VERSION", "23.11.0 (gsched)".into()),
         ("KillWait", "30 sec".into()),

@@ -44,7 +44,23 @@ impl Cluster {
         for id in &gone {
             self.forget(*id);
         }
+        self.shed_environments();
         gone
+    }
+
+    /// A finished job's environment is needed no more (it never starts
+    /// again, and the store keeps it): its memory is given back while the
+    /// job waits out its minimum age.
+    fn shed_environments(&mut self) {
+        for j in self
+            .jobs
+            .values_mut()
+            .filter(|j| !Job::keeps_environment(j.state))
+        {
+            if !j.spec.environment.is_empty() {
+                j.spec.environment = Default::default();
+            }
+        }
     }
 
     /// Jobs named in the dependencies of jobs not yet finished (with every
@@ -86,6 +102,7 @@ impl Cluster {
     /// runs' footprints.
     pub fn restore_history(&mut self, max_id: JobId, peaks: Vec<PastPeak>) {
         self.next_id = self.next_id.max(max_id.saturating_add(1));
+        self.shed_environments();
         for p in peaks {
             if !self.jobs.contains_key(&p.id) {
                 self.footprints.remember(p);

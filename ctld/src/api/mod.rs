@@ -101,6 +101,7 @@ async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
         "partitions": ctl.config.all_partitions(),
         "auth": "jwt",
         "socket": ctl.socket.display().to_string(),
+        "min_job_age": ctl.config.min_job_age,
     }))
 }
 

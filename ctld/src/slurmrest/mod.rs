@@ -3,10 +3,10 @@
 //! job submit and cancel, nodes, node, partitions. Authentication is the
 //! API's (tokens as `X-SLURM-USER-TOKEN`/`X-SLURM-USER-NAME` or Bearer).
 
+mod joblist;
 mod shape;
 mod submit;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
@@ -14,7 +14,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use gsched_core::wire::JobInfo;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -173,47 +172,14 @@ struct Since {
     flags: Option<String>,
 }
 
-/// The `jobs` answer: every job (or `only`) changed at or after `since`.
-fn jobs_answer(ctl: &Controller, r: &Req, since: Option<i64>, only: Option<u64>) -> Json<Value> {
-    let now = unix_now();
-    let c = ctl.lock();
-    // Built once per answer: instance uuid -> gres type.
-    let types: HashMap<&str, String> = c
-        .nodes()
-        .flat_map(|n| n.instances.iter())
-        .map(|s| (s.instance.uuid.as_str(), shape::gres_type(s)))
-        .collect();
-    let jobs: Box<dyn Iterator<Item = &gsched_core::Job>> = match only {
-        Some(id) => Box::new(c.job(id).into_iter()),
-        None => Box::new(c.jobs()),
-    };
-    let list: Vec<Value> = jobs
-        .filter(|j| since.is_none_or(|t| ctl.changed_at(j) >= t))
-        .map(|j| {
-            let info = JobInfo::new(j, &ctl.config.partition, now);
-            let profile = info
-                .gpu_instance
-                .as_deref()
-                .and_then(|u| types.get(u))
-                .map(String::as_str);
-            shape::job(&info, &r.cluster, profile)
-        })
-        .collect();
-    r.ok(json!({
-        "jobs": list,
-        "last_backfill": no_val(Some(now)),
-        "last_update": no_val(Some(now)),
-    }))
-}
-
 async fn jobs(
     State(ctl): Ctl,
     Extension(caller): Who,
     Path(v): Path<String>,
     Query(q): Query<Since>,
-) -> Result<Json<Value>, SlurmError> {
+) -> Result<Response, SlurmError> {
     let r = Req::new(&ctl, &v, &caller)?;
-    Ok(jobs_answer(&ctl, &r, q.update_time, None))
+    Ok(joblist::answer(ctl, &r, q.update_time, None))
 }
 
 fn unknown_job(r: &Req, id: &str) -> SlurmError {
@@ -233,13 +199,13 @@ async fn job(
     Extension(caller): Who,
     Path((v, id)): Path<(String, String)>,
     Query(q): Query<Since>,
-) -> Result<Json<Value>, SlurmError> {
+) -> Result<Response, SlurmError> {
     let r = Req::new(&ctl, &v, &caller)?;
     let jid = parse_id(&r, &id)?;
     if !ctl.has_job(jid) {
         return Err(unknown_job(&r, &id));
     }
-    Ok(jobs_answer(&ctl, &r, q.update_time, Some(jid)))
+    Ok(joblist::answer(ctl, &r, q.update_time, Some(jid)))
 }
 
 #[derive(Deserialize, Default)]

@@ -104,8 +104,13 @@ pub(super) async fn held_jobs(
         q.push(" OR end_time >= ").push_bind(since);
     }
     q.push(" ORDER BY id");
-    let rows = q.build().fetch_all(&mut *conn).await?;
-    rows.iter().map(job_of).collect()
+    // Row by row: the rows of every job are never all held at once.
+    let mut rows = q.build().fetch(&mut *conn);
+    let mut jobs = Vec::new();
+    while let Some(row) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+        jobs.push(job_of(&row)?);
+    }
+    Ok(jobs)
 }
 
 /// The highest job id ever given (0 when none).
@@ -215,13 +220,15 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
     let mut spec: JobSpec =
         serde_json::from_str(row.try_get("spec")?).map_err(|e| corrupt(format!("spec: {e}")))?;
     spec.script = row.try_get("script")?;
-    spec.environment = serde_json::from_str(row.try_get("environment")?)
-        .map_err(|e| corrupt(format!("environment: {e}")))?;
     let gpu: GpuRequest = serde_json::from_str(row.try_get("gpu_request")?)
         .map_err(|e| corrupt(format!("gpu_request: {e}")))?;
     spec.gpu = gpu;
     let state: String = row.try_get("state")?;
     let state = JobState::parse(&state).map_err(|e| corrupt(e.to_string()))?;
+    if Job::keeps_environment(state) {
+        spec.environment = serde_json::from_str(row.try_get("environment")?)
+            .map_err(|e| corrupt(format!("environment: {e}")))?;
+    }
     Ok(Job {
         id: id as JobId,
         spec,

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 
 fn spec(name: &str) -> JobSpec {
     JobSpec {
+        environment: [("PATH".to_string(), "/bin".to_string())].into(),
         name: name.into(),
         script: format!("#!/bin/sh\n# {name}\ntrue\n"),
         working_dir: "/tmp".into(),
@@ -75,6 +76,10 @@ fn finished_jobs_leave_after_the_minimum_age_and_their_footprint_stays() {
     c.record_peak(a, 3 << 30);
     end(&mut c, a, 0, 50);
     assert!(c.purge_finished(349, 300).is_empty(), "too young");
+    assert!(
+        c.job(a).unwrap().spec.environment.is_empty(),
+        "a finished job's environment is shed"
+    );
     assert_eq!(c.purge_finished(350, 300), vec![a]);
     assert!(c.job(a).is_none());
     assert_eq!(c.retired_peak_count(), 1);
