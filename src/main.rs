@@ -143,6 +143,19 @@ struct UpArgs {
     /// only accounting (sacct, gacct) shows it; 0 keeps them all (MinJobAge).
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MIN_JOB_AGE)]
     min_job_age: u64,
+    /// Serve the API over TLS with this certificate chain (PEM); with --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM; no one else may read it).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signed --tls-cert, for this machine's node and
+    /// commands (default: the certificate itself, for a self-signed one).
+    #[arg(long, requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
+    /// Serve plain HTTP on a --listen address other hosts can reach.
+    #[arg(long)]
+    allow_plain_http: bool,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -178,6 +191,9 @@ async fn up(args: UpArgs) -> Result<()> {
             durability: args.durability,
             admins: args.admins,
             min_job_age: args.min_job_age,
+            tls_cert: args.tls_cert.clone(),
+            tls_key: args.tls_key,
+            allow_plain_http: args.allow_plain_http,
             ..CtldConfig::default()
         },
         &state_dir,
@@ -187,7 +203,7 @@ async fn up(args: UpArgs) -> Result<()> {
     let node = gsched_noded::start(
         NodeConfig {
             name: args.node_name,
-            controller: format!("http://{}", ctld.addr),
+            controller: ctld.url.clone(),
             listen: "127.0.0.1:0".parse().expect("valid"),
             sim_gpus: args.sim_gpus,
             gpu_config: args.gpu_config,
@@ -199,18 +215,22 @@ async fn up(args: UpArgs) -> Result<()> {
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,
             cluster_key_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: args.tls_ca.or(args.tls_cert),
+            allow_plain_http: false,
         },
         &state_dir,
         exe,
     )
     .await?;
     tracing::info!(
-        url = %format!("http://{}", ctld.addr),
+        url = %ctld.url,
         socket = %ctld.socket.display(),
         node = %node.name,
         state_dir = %state_dir.display(),
-        "gsched is up; commands on this host reach it through its socket (GSCHED_URL=http://{} finds it); elsewhere use a token from `gsched token`",
-        ctld.addr
+        "gsched is up; commands on this host reach it through its socket (GSCHED_URL={} finds it); elsewhere use a token from `gsched token`",
+        ctld.url
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

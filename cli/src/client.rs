@@ -4,8 +4,8 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
-use gsched_core::env::TOKEN_ENV;
+use anyhow::{anyhow, bail, Result};
+use gsched_core::env::{TLS_CA_ENV, TOKEN_ENV};
 use gsched_core::job::{JobId, JobSpec};
 use gsched_core::wire::{ErrorBody, InstanceInfo, JobInfo, JobList, NodeInfo, Submitted};
 use serde::Deserialize;
@@ -40,6 +40,8 @@ enum Transport {
     },
     /// The controller's local socket: no token, the kernel says who we are.
     Unix(PathBuf),
+    /// No request can be made: why (a CA file that cannot be used).
+    Unusable(String),
 }
 
 /// An error the controller answered with.
@@ -85,9 +87,19 @@ impl Client {
             };
         }
         let base = base.trim_end_matches('/').to_string();
-        let agent = ureq::AgentBuilder::new()
-            .timeout(Duration::from_secs(30))
-            .build();
+        let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30));
+        if let Some(ca) = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty()) {
+            match crate::tls::client_config(std::path::Path::new(&ca)) {
+                Ok(config) => agent = agent.tls_config(config),
+                Err(e) => {
+                    return Client {
+                        base,
+                        transport: Transport::Unusable(format!("{TLS_CA_ENV}: {e}")),
+                    }
+                }
+            }
+        }
+        let agent = agent.build();
         if token.is_none() && is_loopback(&base) {
             if let Some(sock) = local_socket(&agent, &base) {
                 return Client {
@@ -149,6 +161,7 @@ impl Client {
                     .map_err(|e| self.unreachable(e))?;
                 (status, bytes)
             }
+            Transport::Unusable(why) => bail!("{why}"),
             Transport::Unix(sock) => {
                 let target = format!("{path}{}", encode_query(query));
                 let body = body.map(|b| b.to_string().into_bytes());

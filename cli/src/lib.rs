@@ -11,6 +11,7 @@ pub mod gsub;
 pub mod identity;
 pub mod slurm;
 pub mod table;
+pub mod tls;
 pub mod unix_http;
 
 /// Prints `prog: error: msg` on stderr and exits with status 1.

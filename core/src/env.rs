@@ -31,6 +31,8 @@ const SCRUBBED: &[&str] = &[
 /// The variable holding a token for the TCP API: set in every job, read by
 /// gsched's commands (which also read Slurm's SLURM_JWT).
 pub const TOKEN_ENV: &str = "GSCHED_TOKEN";
+/// CA certificates (PEM) clients check an `https://` controller against.
+pub const TLS_CA_ENV: &str = "GSCHED_TLS_CA";
 
 pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String> {
     let spec = &job.spec;

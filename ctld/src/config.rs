@@ -75,6 +75,26 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MIN_JOB_AGE)]
     #[serde(default = "default_min_job_age")]
     pub min_job_age: u64,
+    /// Serve the TCP API over TLS with this certificate chain (PEM, leaf
+    /// first); with --tls-key.
+    #[arg(long, requires = "tls_key")]
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM; no one else may read it).
+    #[arg(long, requires = "tls_cert")]
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) that nodes' certificates are checked against,
+    /// for nodes that serve https.
+    #[arg(long)]
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// Serve plain HTTP on an address other hosts can reach (only for a
+    /// network that only trusted hosts can reach; tokens and the cluster
+    /// key cross it in clear).
+    #[arg(long)]
+    #[serde(default)]
+    pub allow_plain_http: bool,
 }
 
 impl Default for CtldConfig {
@@ -94,6 +114,10 @@ impl Default for CtldConfig {
             token_max_lifetime: default_token_max_lifetime(),
             socket: None,
             min_job_age: default_min_job_age(),
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            allow_plain_http: false,
         }
     }
 }

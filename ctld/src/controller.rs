@@ -82,7 +82,17 @@ pub struct Controller {
     http: reqwest::Client,
 }
 
+/// How the controller's client to nodes is set up (TLS is added to it).
+pub fn http_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        // Below the servers' idle timeout, so a pooled connection is never
+        // reused just as the other side closes it.
+        .pool_idle_timeout(Duration::from_secs(30))
+        .timeout(Duration::from_secs(10))
+}
+
 impl Controller {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cluster: Cluster,
         store: Store,
@@ -91,6 +101,7 @@ impl Controller {
         url: String,
         auth: Authority,
         socket: std::path::PathBuf,
+        http: reqwest::Client,
     ) -> Arc<Controller> {
         Arc::new(Controller {
             cluster: Mutex::new(cluster),
@@ -107,13 +118,7 @@ impl Controller {
             nodes_changed: std::sync::atomic::AtomicI64::new(unix_now()),
             last_seen: Mutex::new(HashMap::new()),
             started: Instant::now(),
-            http: reqwest::Client::builder()
-                // Below the servers' idle timeout, so a pooled connection is
-                // never reused just as the other side closes it.
-                .pool_idle_timeout(Duration::from_secs(30))
-                .timeout(Duration::from_secs(10))
-                .build()
-                .expect("http client"),
+            http,
         })
     }
 

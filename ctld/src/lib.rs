@@ -20,6 +20,7 @@ use anyhow::{Context, Result};
 use gsched_core::cluster::Cluster;
 use gsched_core::launch::launch_policy;
 use gsched_daemon::listener::Bounded;
+use gsched_daemon::tls::{self, ServerFiles, TlsListener};
 use tokio::net::TcpListener;
 
 pub use config::CtldConfig;
@@ -35,6 +36,8 @@ pub const API_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 /// A started controller: the address its API is bound to, and its socket.
 pub struct Running {
     pub addr: std::net::SocketAddr,
+    /// `http://ADDR`, or `https://ADDR` with TLS.
+    pub url: String,
     pub socket: std::path::PathBuf,
 }
 
@@ -84,11 +87,26 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     );
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
     cluster.restore_history(loaded.max_job_id, loaded.past_peaks);
+    let tls = ServerFiles::from_flags(config.tls_cert.as_deref(), config.tls_key.as_deref())?;
+    let server_tls = tls.as_ref().map(tls::server_config).transpose()?;
+    tls::check_plain_allowed(
+        "--listen",
+        config.listen,
+        server_tls.is_some(),
+        config.allow_plain_http,
+    )?;
+    let http = tls::http_client(config.tls_ca.as_deref(), controller::http_builder())?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let url = format!("http://{addr}");
+    let scheme = if server_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let url = format!("{scheme}://{addr}");
+    let public_url = url.clone();
     let controller = Controller::new(
         cluster,
         store,
@@ -97,6 +115,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         url,
         authority,
         socket_path.clone(),
+        http,
     );
     tokio::spawn(Arc::clone(&controller).scheduler_loop());
     tokio::spawn(Arc::clone(&controller).liveness_loop());
@@ -109,11 +128,10 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         API_CONNECTIONS_TOTAL,
         API_IDLE,
     );
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "API server stopped");
-        }
-    });
+    match server_tls {
+        Some(config) => serve("API (TLS)", TlsListener::new(listener, config), app),
+        None => serve("API", listener, app),
+    }
     let local = api::socket_app(Arc::clone(&controller))
         .into_make_service_with_connect_info::<api::PeerCred>();
     let socket = Bounded::new(
@@ -130,8 +148,22 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     tracing::info!(%addr, socket = %socket_path.display(), "gctld listening");
     Ok(Running {
         addr,
+        url: public_url,
         socket: socket_path,
     })
+}
+
+/// Serves `app` on `listener` in a task of its own.
+fn serve<L>(what: &'static str, listener: L, app: axum::Router)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "{what} server stopped");
+        }
+    });
 }
 
 /// Binds the local socket, replacing a stale one a crash left behind;

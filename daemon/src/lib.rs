@@ -7,6 +7,7 @@ pub mod key;
 pub mod limits;
 pub mod listener;
 pub mod state;
+pub mod tls;
 
 /// Unix seconds now: the clock the daemons pass into gsched-core.
 pub fn unix_now() -> i64 {

@@ -67,6 +67,26 @@ pub struct NodeConfig {
     #[arg(long)]
     #[serde(default)]
     pub cluster_key_file: Option<PathBuf>,
+    /// Serve the node API over TLS with this certificate chain (PEM, leaf
+    /// first); with --tls-key.
+    #[arg(long, requires = "tls_key")]
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM; no one else may read it).
+    #[arg(long, requires = "tls_cert")]
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) the controller's certificate is checked
+    /// against (for an https --controller); jobs get it as GSCHED_TLS_CA,
+    /// so it must be readable by job users.
+    #[arg(long)]
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// Serve plain HTTP on an address other hosts can reach (only for a
+    /// network that only trusted hosts can reach).
+    #[arg(long)]
+    #[serde(default)]
+    pub allow_plain_http: bool,
 }
 
 fn default_controller() -> String {

@@ -75,6 +75,8 @@ pub struct Launcher {
     /// `libgprobe.so` to preload into non-isolated jobs, and the reservation
     /// for a job with no footprint of its own (bytes).
     interception: std::sync::OnceLock<(PathBuf, u64, u64)>,
+    /// The CA file jobs' tools check an https controller against.
+    tls_ca: std::sync::OnceLock<PathBuf>,
 }
 
 fn signal_group(pgid: i32, sig: Signal) {
@@ -109,6 +111,7 @@ impl Launcher {
             ended,
             probe: std::sync::OnceLock::new(),
             interception: std::sync::OnceLock::new(),
+            tls_ca: std::sync::OnceLock::new(),
         }))
     }
 
@@ -118,6 +121,12 @@ impl Launcher {
     /// its CUDA context.
     pub fn set_interception(&self, lib: PathBuf, default_bytes: u64, context_bytes: u64) {
         let _ = self.interception.set((lib, default_bytes, context_bytes));
+    }
+
+    /// Tells jobs' tools which CA to check an https controller against
+    /// (`GSCHED_TLS_CA`).
+    pub fn set_tls_ca(&self, ca: PathBuf) {
+        let _ = self.tls_ca.set(ca);
     }
 
     /// Connects the probe server (once, at start).
@@ -185,6 +194,12 @@ impl Launcher {
         );
         if let Some(token) = &req.job_token {
             env.insert(gsched_core::env::TOKEN_ENV.into(), token.clone());
+        }
+        if let Some(ca) = self.tls_ca.get() {
+            env.insert(
+                gsched_core::env::TLS_CA_ENV.into(),
+                ca.display().to_string(),
+            );
         }
         if let Some(probe) = self.probe.get() {
             let key = probe

@@ -56,6 +56,7 @@ fn memory_mib() -> u64 {
 /// back those of processes still running. Without a controller (yet), the
 /// node starts without them and says so.
 async fn restore_reservations(
+    http: &reqwest::Client,
     controller: &str,
     key: &str,
     node: &str,
@@ -70,7 +71,7 @@ async fn restore_reservations(
         controller.trim_end_matches('/')
     );
     let fetched = async {
-        let v: serde_json::Value = reqwest::Client::new()
+        let v: serde_json::Value = http
             .get(&url)
             .header(gsched_core::wire::CLUSTER_KEY_HEADER, key)
             .timeout(Duration::from_secs(10))
@@ -101,6 +102,19 @@ async fn restore_reservations(
     if !records.is_empty() {
         probe.restore(records, running);
     }
+}
+
+/// Serves the node API on `listener` in a task of its own.
+fn serve<L>(listener: L, app: axum::Router)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "node API stopped");
+        }
+    });
 }
 
 /// Starts the node daemon. `shepherd_exe` is a binary that runs
@@ -244,7 +258,26 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     }
     tokio::spawn(Arc::clone(&probe_server).serve(probe_listener));
     let ended = launcher.adopt();
+    let tls_files = gsched_daemon::tls::ServerFiles::from_flags(
+        config.tls_cert.as_deref(),
+        config.tls_key.as_deref(),
+    )?;
+    let server_tls = tls_files
+        .as_ref()
+        .map(gsched_daemon::tls::server_config)
+        .transpose()?;
+    gsched_daemon::tls::check_plain_allowed(
+        "--listen",
+        config.listen,
+        server_tls.is_some(),
+        config.allow_plain_http,
+    )?;
+    let http = gsched_daemon::tls::http_client(config.tls_ca.as_deref(), link::http_builder())?;
+    if let Some(ca) = &config.tls_ca {
+        launcher.set_tls_ca(ca.clone());
+    }
     restore_reservations(
+        &http,
         &config.controller,
         &key,
         &name,
@@ -263,14 +296,18 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     // Only the controller calls a node: a few connections are plenty.
     let listener =
         gsched_daemon::listener::Bounded::new(listener, 64, 256, Duration::from_secs(60));
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "node API stopped");
-        }
-    });
+    let scheme = if server_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    match server_tls {
+        Some(tls) => serve(gsched_daemon::tls::TlsListener::new(listener, tls), app),
+        None => serve(listener, app),
+    }
     let identity = gsched_core::wire::NodeRegistration {
         name: name.clone(),
-        url: format!("http://{addr}"),
+        url: format!("{scheme}://{addr}"),
         cpus: std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1),
@@ -286,6 +323,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         key,
         Duration::from_secs(config.heartbeat_interval.max(1)),
         Arc::clone(&launcher),
+        http,
     );
     if let Some(m) = &mps {
         link = link.with_mps(Arc::clone(m));

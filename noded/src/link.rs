@@ -29,6 +29,15 @@ pub struct ControllerLink {
     http: reqwest::Client,
 }
 
+/// How the node's client to the controller is set up (TLS is added to it).
+pub fn http_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        // Below the servers' idle timeout, so a pooled connection is never
+        // reused just as the other side closes it.
+        .pool_idle_timeout(Duration::from_secs(30))
+        .timeout(Duration::from_secs(10))
+}
+
 impl ControllerLink {
     pub fn new(
         identity: NodeRegistration,
@@ -36,6 +45,7 @@ impl ControllerLink {
         key: String,
         heartbeat: Duration,
         launcher: Arc<Launcher>,
+        http: reqwest::Client,
     ) -> Self {
         ControllerLink {
             identity,
@@ -45,13 +55,7 @@ impl ControllerLink {
             launcher,
             mps: None,
             probe: None,
-            http: reqwest::Client::builder()
-                // Below the servers' idle timeout, so a pooled connection is
-                // never reused just as the other side closes it.
-                .pool_idle_timeout(Duration::from_secs(30))
-                .timeout(Duration::from_secs(10))
-                .build()
-                .expect("http client"),
+            http,
         }
     }
 
