@@ -87,6 +87,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
                 instances: sim_instances(&name, &layout),
                 worker_limit: None,
                 running: vec![],
+                runs: Default::default(),
                 ended: vec![],
             },
             0,
@@ -130,6 +131,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
             &node,
             &JobEnded {
                 job_id: id,
+                run: 0,
                 outcome: ProcessOutcome {
                     exit_code: Some(0),
                     signal: None,

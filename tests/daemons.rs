@@ -64,15 +64,15 @@ impl Pair {
     }
 
     fn start_ctld(&mut self) {
+        self.start_ctld_with(&["--node-timeout", "2"]);
+    }
+
+    fn start_ctld_with(&mut self, extra: &[&str]) {
         let child = Command::new(common::bin("gctld"))
             .arg("--state-dir")
             .arg(self.dir.path().join("ctl"))
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{}", self.port),
-                "--node-timeout",
-                "2",
-            ])
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(extra)
             .stdin(Stdio::null())
             .stderr(self.log("ctld.log"))
             .spawn()
@@ -222,6 +222,105 @@ fn a_silent_node_is_marked_down_and_its_jobs_end_node_fail() {
     // The node comes back and runs it.
     p.start_noded(&key);
     p.wait_state(next, "COMPLETED");
+}
+
+fn node_state(p: &Pair) -> Value {
+    let nodes: Value = p
+        .api("GET", "/api/v1/nodes")
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    nodes["nodes"][0]["state"].clone()
+}
+
+/// Issue 15, item 1: a launch that finds gnoded restarting puts that job
+/// back in the queue; the node and its other jobs are untouched until its
+/// lease (heartbeats) runs out.
+#[test]
+fn a_launch_refused_during_a_node_restart_requeues_only_that_job() {
+    let mut p = Pair::new();
+    p.start_ctld_with(&["--node-timeout", "20"]);
+    let key = p.key();
+    p.start_noded(&key);
+    p.wait("the node is up", || {
+        p.health().is_some_and(|h| h["nodes_up"] == 1)
+    });
+    let started = p.dir.path().join("started");
+    let long = p.submit(&format!(
+        "#!/bin/sh\ntouch {}\nsleep 300\n",
+        started.display()
+    ));
+    p.wait("the long job started", || started.exists());
+    // gnoded dies (its jobs live on) and a launch hits the closed port.
+    Pair::kill(&mut p.noded);
+    let next = p.submit("#!/bin/sh\ntrue\n");
+    p.wait(
+        "the launch failed and the job went back to the queue",
+        || {
+            let events: Value = p
+                .api("GET", &format!("/api/v1/jobs/{next}/events"))
+                .call()
+                .unwrap()
+                .into_json()
+                .unwrap();
+            events.to_string().contains("failed; requeued") && p.job(next)["job_state"] == "PENDING"
+        },
+    );
+    assert_ne!(
+        node_state(&p),
+        "DOWN",
+        "one refused connection is not a dead node"
+    );
+    assert_eq!(p.job(long)["job_state"], "RUNNING");
+    // gnoded is back: it adopts the long job, and the requeued one runs.
+    p.start_noded(&key);
+    p.wait_state(next, "COMPLETED");
+    assert_eq!(p.job(long)["job_state"], "RUNNING");
+    assert_eq!(p.job(long)["restart_cnt"], 0);
+}
+
+/// Issue 15, item 3: a job that completed while its node was out of reach
+/// is recorded COMPLETED, with its real end time, once the node reports it.
+#[test]
+fn a_job_that_completed_during_an_outage_is_recorded_completed() {
+    let mut p = Pair::new();
+    p.start_ctld();
+    let key = p.key();
+    p.start_noded(&key);
+    p.wait("the node is up", || {
+        p.health().is_some_and(|h| h["nodes_up"] == 1)
+    });
+    let started = p.dir.path().join("started");
+    let id = p.submit(&format!(
+        "#!/bin/sh\ntouch {}\nsleep 4\nexit 0\n",
+        started.display()
+    ));
+    p.wait("the job started", || started.exists());
+    // gnoded freezes (no heartbeats); the job runs on and ends meanwhile.
+    let pid = p.noded.as_ref().unwrap().id() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    p.wait_state(id, "NODE_FAIL");
+    std::thread::sleep(Duration::from_secs(5));
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let job = p.wait_state(id, "COMPLETED");
+    assert_eq!(job["exit_code"], 0);
+    let (start, end) = (
+        job["start_time"].as_i64().unwrap(),
+        job["end_time"].as_i64().unwrap(),
+    );
+    assert!(
+        (4..=6).contains(&(end - start)),
+        "ran {}s: {job}",
+        end - start
+    );
+    let events: Value = p
+        .api("GET", &format!("/api/v1/jobs/{id}/events"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert!(events.to_string().contains("out of reach"), "{events}");
 }
 
 #[test]

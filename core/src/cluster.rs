@@ -19,6 +19,7 @@ use crate::wire::{JobEnded, NodeRegistration};
 
 mod footprints;
 mod retention;
+mod runs;
 
 use footprints::Footprints;
 pub use footprints::{PastPeak, PEAK_HISTORY};
@@ -90,9 +91,18 @@ pub struct Node {
     pub up: bool,
     pub instances: Vec<InstanceSlot>,
     pub running: BTreeSet<JobId>,
+    /// A launch could not reach the node: no launches go there until it is
+    /// heard from again (a heartbeat or registration). Not a down node:
+    /// only its lease says that.
+    pub unconfirmed: bool,
 }
 
 impl Node {
+    /// Whether jobs may be launched onto the node now.
+    pub fn accepts_launches(&self) -> bool {
+        self.up && !self.unconfirmed
+    }
+
     /// The node's state in Slurm's words: DOWN, IDLE, MIXED or ALLOCATED
     /// (every job slot used).
     pub fn state_name(&self) -> &'static str {
@@ -118,6 +128,13 @@ pub enum Effect {
     Node { name: String },
     /// Ask the node to start the job.
     Launch { job: JobId, node: String },
+    /// Ask the node to kill a run of the job the controller does not own
+    /// (any run when `run` is unknown).
+    StopRun {
+        job: JobId,
+        node: String,
+        run: Option<u32>,
+    },
     /// Ask the node to signal (or cancel) the job.
     Signal {
         job: JobId,
@@ -178,6 +195,8 @@ pub struct Cluster {
     submissions: HashMap<(u32, String), JobId>,
     /// Jobs that left memory since this controller started, by final state.
     purged: HashMap<JobState, u64>,
+    /// Runs given up with their node, whose real end may still be reported.
+    lost_runs: HashMap<JobId, runs::LostRun>,
 }
 
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
@@ -217,6 +236,7 @@ impl Cluster {
             requeued_runs: HashMap::new(),
             submissions: HashMap::new(),
             purged: HashMap::new(),
+            lost_runs: HashMap::new(),
         }
     }
 
@@ -590,7 +610,7 @@ impl Cluster {
         if !self
             .nodes
             .values()
-            .any(|n| n.up && (n.running.len() as u32) < n.worker_limit)
+            .any(|n| n.accepts_launches() && (n.running.len() as u32) < n.worker_limit)
         {
             let reason = if self.nodes.values().any(|n| n.up) {
                 PendingReason::Resources
@@ -669,7 +689,7 @@ impl Cluster {
             let free_workers: usize = self
                 .nodes
                 .values()
-                .filter(|n| n.up)
+                .filter(|n| n.accepts_launches())
                 .map(|n| n.worker_limit.saturating_sub(n.running.len() as u32) as usize)
                 .sum();
             truncated = self.shared_queue.len() > free_workers;
@@ -688,7 +708,7 @@ impl Cluster {
                 .values()
                 .map(|n| NodeView {
                     name: &n.name,
-                    up: n.up,
+                    up: n.accepts_launches(),
                     worker_limit: n.worker_limit,
                     workers_used: n.running.len() as u32,
                     instances: n
@@ -865,6 +885,9 @@ impl Cluster {
         let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
         job.transition(JobState::Running, now)?;
         job.node = Some(node.to_string());
+        // A new run: an earlier run lost with its node is settled no more.
+        self.lost_runs.remove(&id);
+        let job = self.jobs.get_mut(&id).expect("just updated");
         job.gpu_instance = instance.clone();
         let isolated = job.spec.isolated;
         self.queue_for(isolated).remove(&id);
@@ -903,6 +926,16 @@ impl Cluster {
     /// A job's processes ended on `node`.
     pub fn job_ended(&mut self, node: &str, ended: &JobEnded) -> Result<Vec<Effect>, ClusterError> {
         let id = ended.job_id;
+        if self.is_stale(ended) {
+            // An earlier run's end: logged, and nothing changes.
+            return Ok(vec![Effect::Job {
+                id,
+                event: format!(
+                    "end of run {} on {node} ignored: run {} is current",
+                    ended.run, self.jobs[&id].run
+                ),
+            }]);
+        }
         if self.requeued_runs.get(&id).is_some_and(|n| n == node) {
             // The run a requeue stopped: free its worker and instance; the
             // job itself is already pending again.
@@ -915,7 +948,9 @@ impl Cluster {
         }
         let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
         if job.state != JobState::Running {
-            return Err(ClusterError::NotRunning(id));
+            return self
+                .late_end(node, ended)
+                .ok_or(ClusterError::NotRunning(id));
         }
         if job.node.as_deref() != Some(node) {
             return Err(ClusterError::WrongNode {
@@ -1056,6 +1091,7 @@ impl Cluster {
             // Already pending again: only its old run was lost.
             return vec![];
         }
+        self.note_lost_run(id);
         let job = self.jobs.get_mut(&id).expect("caller checked");
         if job.spec.requeue {
             job.transition(JobState::Requeued, now)
@@ -1165,6 +1201,7 @@ impl Cluster {
                 .map(|i| InstanceSlot::new(i.clone()))
                 .collect(),
             running: BTreeSet::new(),
+            unconfirmed: false,
         };
         // Keep the books of jobs we believe run there.
         let believed: Vec<JobId> = old
@@ -1191,33 +1228,16 @@ impl Cluster {
                 effects.extend(self.lose(id, now));
             }
         }
-        for id in &reg.running {
-            let ours = self.jobs.get(id).is_some_and(|j| {
-                j.state == JobState::Running && j.node.as_deref() == Some(&reg.name)
-            });
-            if !ours {
-                // A pending job still running here is a requeued job whose
-                // old run outlived a controller restart: it must not start
-                // again before that run's end is reported.
-                let pending = self
-                    .jobs
-                    .get(id)
-                    .is_some_and(|j| j.state == JobState::Pending);
-                if pending {
-                    self.requeued_runs.insert(*id, reg.name.clone());
-                    if let Some(n) = self.nodes.get_mut(&reg.name) {
-                        n.running.insert(*id);
-                    }
-                }
-                effects.push(Effect::Signal {
-                    job: *id,
-                    node: reg.name.clone(),
-                    signal: SIGKILL,
-                    cancel: true,
-                });
-            }
-        }
+        effects.extend(self.reconcile_runs(&reg.name, &reg.running, &reg.runs));
         effects
+    }
+
+    /// The node was heard from (a heartbeat): launches may go there again.
+    /// Returns whether that changed anything.
+    pub fn node_heard(&mut self, name: &str) -> bool {
+        self.nodes
+            .get_mut(name)
+            .is_some_and(|n| std::mem::replace(&mut n.unconfirmed, false))
     }
 
     /// A node stopped answering (or never came back after a controller
@@ -1276,12 +1296,16 @@ impl Cluster {
         job.reason = Some("LaunchFailedRequeued".into());
         let isolated = job.spec.isolated;
         self.enqueue(id, isolated);
-        let mut effects = vec![Effect::Job {
+        // The node is not declared down for it: only its lease (heartbeats)
+        // says whether it is alive. Until it is heard from, nothing more is
+        // launched there.
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.unconfirmed = true;
+        }
+        vec![Effect::Job {
             id,
             event: format!("launch on {node} failed; requeued"),
-        }];
-        effects.extend(self.node_down(&node, now));
-        effects
+        }]
     }
 }
 
@@ -1325,6 +1349,7 @@ mod tests {
             instances: sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
             worker_limit: Some(3),
             running,
+            runs: Default::default(),
             ended,
         }
     }
@@ -1332,6 +1357,7 @@ mod tests {
     fn ended(id: JobId, code: i32, cause: EndCause) -> JobEnded {
         JobEnded {
             job_id: id,
+            run: 0,
             outcome: ProcessOutcome {
                 exit_code: Some(code),
                 signal: None,
@@ -1385,11 +1411,10 @@ mod tests {
         let nodes: Vec<Node> = c.nodes().cloned().collect();
         let mut c = Cluster::restore(Box::new(CaseLaunch), jobs, nodes);
         let fx = c.register_node(&reg(vec![a], vec![]), 4);
-        assert!(fx.contains(&Effect::Signal {
+        assert!(fx.contains(&Effect::StopRun {
             job: a,
             node: "n1".into(),
-            signal: SIGKILL,
-            cancel: true
+            run: None,
         }));
         assert!(!c
             .schedule(5)
@@ -1668,11 +1693,10 @@ mod tests {
         assert_eq!(c.job(2).unwrap().state, JobState::Running);
         assert_eq!(c.job(3).unwrap().state, JobState::NodeFail);
         assert_eq!(c.job(iso).unwrap().state, JobState::Pending);
-        assert!(fx.contains(&Effect::Signal {
+        assert!(fx.contains(&Effect::StopRun {
             job: 77,
             node: "n1".into(),
-            signal: SIGKILL,
-            cancel: true
+            run: None,
         }));
         assert_eq!(
             c.node("n1")
@@ -1700,8 +1724,11 @@ mod tests {
         c.launch_unreachable(a, 2);
         let j = c.job(a).unwrap();
         assert_eq!((j.state, j.restarts), (JobState::Pending, 0));
-        assert!(!c.node("n1").unwrap().up);
-        c.register_node(&reg(vec![], vec![]), 3);
+        assert!(
+            c.node("n1").unwrap().up,
+            "only the node's lease says it is down"
+        );
+        c.node_heard("n1");
         c.schedule(4);
         let fx = c.launch_refused(a, "user 1 is not the daemon's user".into(), 5);
         assert_eq!(fx.len(), 1);

@@ -454,6 +454,11 @@ pub struct Job {
     /// The uid that cancelled the job, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<u32>,
+    /// The run generation: 0 before the first launch, one more at each
+    /// launch. Launches, the node's books, signals and end reports carry
+    /// it, so a report from an earlier run never changes a later one.
+    #[serde(default)]
+    pub run: u32,
 }
 
 impl Job {
@@ -498,6 +503,7 @@ impl Job {
             held,
             steps: Vec::new(),
             cancelled_by: None,
+            run: 0,
         }
     }
 
@@ -510,6 +516,7 @@ impl Job {
                 self.start_time = Some(now);
                 self.end_time = None;
                 self.reason = None;
+                self.run += 1;
             }
             JobState::Pending => {
                 // Back in the queue after a requeue: forget the last run's placement.
@@ -533,6 +540,19 @@ impl Job {
             }
         }
         Ok(())
+    }
+
+    /// The end a run lost with its node really had, reported once the node
+    /// was back: it replaces NODE_FAIL, or the requeue that followed the
+    /// loss when the job has not started again (`requeued`). The only way a
+    /// final state changes: NODE_FAIL said "we do not know how it ended".
+    pub fn settle_lost_run(&mut self, to: JobState, start: Option<i64>, end: i64, requeued: bool) {
+        self.state = to;
+        self.start_time = start;
+        self.end_time = Some(end);
+        if requeued {
+            self.restarts = self.restarts.saturating_sub(1);
+        }
     }
 
     /// Seconds the job has run (up to `now` while running).

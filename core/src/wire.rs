@@ -23,6 +23,10 @@ pub struct NodeRegistration {
     pub worker_limit: Option<u32>,
     /// Jobs whose processes are alive on the node.
     pub running: Vec<JobId>,
+    /// The run generation of each of `running` (absent from nodes that
+    /// predate generations: then the current run is assumed).
+    #[serde(default)]
+    pub runs: std::collections::BTreeMap<JobId, u32>,
     /// Jobs that ended while nobody was listening.
     pub ended: Vec<JobEnded>,
 }
@@ -31,6 +35,9 @@ pub struct NodeRegistration {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Heartbeat {
     pub running: Vec<JobId>,
+    /// The run generation of each of `running`.
+    #[serde(default)]
+    pub runs: std::collections::BTreeMap<JobId, u32>,
     /// State of each instance's MPS control daemon, where it has one.
     #[serde(default)]
     pub mps: std::collections::BTreeMap<String, crate::gpu::MpsState>,
@@ -95,12 +102,19 @@ pub struct LaunchRequest {
 pub struct SignalRequest {
     pub signal: i32,
     pub cancel: bool,
+    /// Only this run of the job (a run the controller no longer owns);
+    /// `None`: whichever run the node has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
 }
 
 /// A job's processes ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobEnded {
     pub job_id: JobId,
+    /// The run that ended (0 from nodes that predate run generations).
+    #[serde(default)]
+    pub run: u32,
     pub outcome: ProcessOutcome,
     /// Unix seconds when it ended.
     pub end_time: i64,

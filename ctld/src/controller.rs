@@ -332,18 +332,24 @@ impl Controller {
     }
 
     /// Returns whether the node is known (and up).
-    pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> (bool, Vec<String>) {
-        let (known, drain, freed) = {
+    /// A node's heartbeat: renews its lease, takes its instances' use, and
+    /// stops the runs it has that the controller does not own (returned as
+    /// effects for the caller to carry out).
+    pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> (bool, Vec<String>, Vec<Effect>) {
+        let (known, drain, freed, effects) = {
             let mut c = self.lock();
             let known = c.node(node).is_some_and(|n| n.up);
             let mut freed = false;
+            let mut effects = Vec::new();
             if known {
                 if !hb.mps.is_empty() {
                     c.update_mps(node, &hb.mps);
                 }
                 freed = c.update_instance_use(node, &hb.instances);
+                freed |= c.node_heard(node);
+                effects = c.reconcile_runs(node, &hb.running, &hb.runs);
             }
-            (known, c.draining(node), freed)
+            (known, c.draining(node), freed, effects)
         };
         if freed {
             self.wake.notify_one();
@@ -362,7 +368,7 @@ impl Controller {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(node.into(), Instant::now());
         }
-        (known, drain)
+        (known, drain, effects)
     }
 
     /// Stores the task reservations and peaks a node reported.
@@ -413,7 +419,7 @@ impl Controller {
     /// Persists the effects and then performs their RPCs. Rows are read fresh
     /// under the lock and enqueued before it is released, so the store always
     /// ends with the latest state of every job.
-    async fn execute(self: &Arc<Self>, effects: Vec<Effect>) -> Result<(), StoreError> {
+    pub async fn execute(self: &Arc<Self>, effects: Vec<Effect>) -> Result<(), StoreError> {
         if effects.is_empty() {
             return Ok(());
         }
@@ -493,7 +499,34 @@ impl Controller {
                             rpcs.push(Rpc::Signal {
                                 url: n.url.clone(),
                                 job,
-                                req: SignalRequest { signal, cancel },
+                                req: SignalRequest {
+                                    signal,
+                                    cancel,
+                                    run: None,
+                                },
+                            });
+                        }
+                    }
+                    Effect::StopRun { job, node, run } => {
+                        if let Some(n) = c.node(&node) {
+                            writes.push(Write::Event {
+                                time: now,
+                                job_id: Some(job),
+                                node: Some(node.clone()),
+                                kind: "STOP_RUN".into(),
+                                detail: Some(match run {
+                                    Some(r) => format!("run {r} is not the controller's; killed"),
+                                    None => "a run that is not the controller's; killed".into(),
+                                }),
+                            });
+                            rpcs.push(Rpc::Signal {
+                                url: n.url.clone(),
+                                job,
+                                req: SignalRequest {
+                                    signal: nix::sys::signal::Signal::SIGKILL as i32,
+                                    cancel: true,
+                                    run,
+                                },
                             });
                         }
                     }

@@ -90,6 +90,7 @@ pub struct JobRuntime {
     pub held: bool,
     pub steps: Vec<gsched_core::job::Step>,
     pub cancelled_by: Option<u32>,
+    pub run: u32,
 }
 
 impl JobRuntime {
@@ -109,6 +110,7 @@ impl JobRuntime {
             held: job.held,
             steps: job.steps.clone(),
             cancelled_by: job.cancelled_by,
+            run: job.run,
         }
     }
 }
@@ -383,7 +385,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
                    end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
-                   cancelled_by = ?
+                   cancelled_by = ?, run = ?
                  WHERE id = ?",
             )
             .bind(job.state.as_str())
@@ -399,6 +401,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.held)
             .bind(json(&job.steps))
             .bind(job.cancelled_by.map(i64::from))
+            .bind(i64::from(job.run))
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;
@@ -526,6 +529,7 @@ async fn load(
             up: row.try_get("up")?,
             instances,
             running: Default::default(),
+            unconfirmed: false,
         });
     }
     Ok(Loaded {

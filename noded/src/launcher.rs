@@ -52,6 +52,8 @@ struct RunningJob {
     /// The shepherd's pid, which is also the job's process group id; `None`
     /// while an isolated job waits for shared tasks to leave its instance.
     pgid: Option<i32>,
+    /// Which run of the job this is.
+    run: u32,
 }
 
 pub struct Launcher {
@@ -148,6 +150,11 @@ impl Launcher {
         v
     }
 
+    /// The run of each job the node runs.
+    pub fn running_runs(&self) -> std::collections::BTreeMap<JobId, u32> {
+        self.jobs().iter().map(|(id, r)| (*id, r.run)).collect()
+    }
+
     pub fn spool(&self, job: JobId) -> JobSpool {
         JobSpool::new(&self.spool_root, job)
     }
@@ -227,6 +234,7 @@ impl Launcher {
         let start_time = job.start_time.unwrap_or_else(unix_now);
         let spec = ShepherdSpec {
             job_id: job.id,
+            run: job.run,
             script: spool.script_path(),
             script_body: job.spec.script.clone(),
             argv: job.spec.argv.clone(),
@@ -258,7 +266,13 @@ impl Launcher {
             // The instance is closed to shared tasks from now on.
             if probe.hold(&inst.uuid, job.id) {
                 // Shared tasks are still on it: start when they have left.
-                self.jobs().insert(job.id, RunningJob { pgid: None });
+                self.jobs().insert(
+                    job.id,
+                    RunningJob {
+                        pgid: None,
+                        run: job.run,
+                    },
+                );
                 info!("waiting for shared tasks to leave the instance");
                 let (this, probe, uuid, id) = (
                     Arc::clone(self),
@@ -269,7 +283,8 @@ impl Launcher {
                 tokio::spawn(async move {
                     probe.drained(&uuid).await;
                     if this.jobs().get(&id).is_some_and(|r| r.pgid.is_none()) {
-                        if let Err(e) = this.start_shepherd(id, limit, warn) {
+                        let run = this.jobs().get(&id).map_or(0, |r| r.run);
+                        if let Err(e) = this.start_shepherd(id, run, limit, warn) {
                             warn!(job = id, error = %e, "cannot start the job");
                             this.jobs().remove(&id);
                             probe.job_ended(id);
@@ -280,13 +295,14 @@ impl Launcher {
                 return Ok(());
             }
         }
-        self.start_shepherd(job.id, limit, warn)
+        self.start_shepherd(job.id, job.run, limit, warn)
     }
 
     /// Starts the shepherd of a job whose spool is ready.
     fn start_shepherd(
         self: &Arc<Self>,
         job_id: JobId,
+        run: u32,
         limit: Option<Duration>,
         warn: Option<WarnSignal>,
     ) -> Result<(), LaunchError> {
@@ -324,7 +340,13 @@ impl Launcher {
         let _ = spool.write_pid(pid, starttime);
         let fd = pidfd_open(pid)
             .map_err(|e| LaunchError::Io(format!("cannot watch the shepherd (pidfd_open): {e}")))?;
-        self.jobs().insert(job_id, RunningJob { pgid: Some(pid) });
+        self.jobs().insert(
+            job_id,
+            RunningJob {
+                pgid: Some(pid),
+                run,
+            },
+        );
         info!(job = job_id, pid, "job started");
         // A fresh job gets its whole limit from now (the recorded start
         // time has whole-second precision).
@@ -432,6 +454,14 @@ impl Launcher {
 
     /// Sends a signal to a running job, or cancels it.
     pub fn signal(self: &Arc<Self>, job: JobId, req: &SignalRequest) -> Result<(), LaunchError> {
+        let other_run = req
+            .run
+            .is_some_and(|r| self.jobs().get(&job).is_some_and(|j| j.run != r));
+        if other_run {
+            // Meant for another run of the job than the one here.
+            info!(job, run = ?req.run, "signal for another run ignored");
+            return Ok(());
+        }
         let waiting = self.jobs().get(&job).is_some_and(|r| r.pgid.is_none());
         if waiting {
             // Not started yet (its instance is draining): cancel means never start.
@@ -504,7 +534,14 @@ impl Launcher {
                         let end = s.start_time.saturating_add(limit);
                         Some(Duration::from_secs((end - unix_now()).max(0) as u64))
                     });
-                    self.jobs().insert(job, RunningJob { pgid: Some(pid) });
+                    let run = spec.as_ref().map_or(0, |s| s.run);
+                    self.jobs().insert(
+                        job,
+                        RunningJob {
+                            pgid: Some(pid),
+                            run,
+                        },
+                    );
                     if let (Some(probe), Some(spec)) = (self.probe.get(), &spec) {
                         // The job keeps its key across gnoded restarts.
                         let key = spec.env.get(JOB_KEY_ENV).cloned();
@@ -579,6 +616,7 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     };
     JobEnded {
         job_id: job,
+        run: spool.read_spec().map_or(0, |s| s.run),
         outcome: ProcessOutcome {
             exit_code: status.as_ref().and_then(|s| s.exit_code),
             signal: status.as_ref().and_then(|s| s.signal),
@@ -604,6 +642,7 @@ mod tests {
     fn ended_at(job: JobId, end_time: i64) -> JobEnded {
         JobEnded {
             job_id: job,
+            run: 0,
             outcome: ProcessOutcome {
                 exit_code: Some(0),
                 signal: None,
@@ -650,7 +689,13 @@ mod tests {
         // A run being set up or running (no status yet) is in `running`.
         let spool = l.spool(9);
         std::fs::create_dir_all(&spool.dir).unwrap();
-        l.jobs().insert(9, RunningJob { pgid: Some(1) });
+        l.jobs().insert(
+            9,
+            RunningJob {
+                pgid: Some(1),
+                run: 1,
+            },
+        );
         l.forget(&ended_at(9, 100));
         assert!(spool.dir.exists());
         // A launch setting the spool up is left alone too, and a second

@@ -315,6 +315,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         instances,
         worker_limit: config.workers,
         running: Vec::new(),
+        runs: Default::default(),
         ended: Vec::new(),
     };
     let mut link = link::ControllerLink::new(

@@ -136,8 +136,10 @@ impl ControllerLink {
     }
 
     async fn register(&self, ended: &[JobEnded]) -> Result<(), String> {
+        let runs = self.launcher.running_runs();
         let mut reg = NodeRegistration {
-            running: self.launcher.running_ids(),
+            running: runs.keys().copied().collect(),
+            runs,
             ended: ended.to_vec(),
             ..self.identity.clone()
         };
@@ -210,8 +212,11 @@ impl ControllerLink {
                 Some(e) = ended_rx.recv() => pending.push(e),
                 _ = tick.tick() => {
                     let latency = self.probe.as_ref().map(|p| p.latency());
+                    // One snapshot: each job with its run.
+                    let runs = self.launcher.running_runs();
                     let hb = Heartbeat {
-                        running: self.launcher.running_ids(),
+                        running: runs.keys().copied().collect(),
+                        runs,
                         mps: self.mps_states(),
                         instances: self.probe.as_ref().map(|p| p.usage()).unwrap_or_default(),
                         probe_round_trip: latency.as_ref().map(|l| l.0.clone()),

@@ -20,6 +20,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShepherdSpec {
     pub job_id: JobId,
+    /// The run generation this launch is (reported back with its end).
+    #[serde(default)]
+    pub run: u32,
     /// Where the shepherd writes the script and what it executes.
     pub script: PathBuf,
     /// The script's text.

@@ -83,6 +83,7 @@ impl Cluster {
             return;
         };
         self.footprints.retire(&job);
+        self.lost_runs.remove(&id);
         *self.purged.entry(job.state).or_default() += 1;
         if let Some(k) = job.spec.idempotency_key {
             let first = job.spec.array_task.as_ref().map_or(id, |t| t.array_job_id);

@@ -400,10 +400,12 @@ impl Sim<'_> {
         for p in placed {
             self.placed(p);
         }
+        let run = self.cluster.job(cid).map_or(0, |j| j.run);
         let _ = self.cluster.job_ended(
             NODE,
             &JobEnded {
                 job_id: cid,
+                run,
                 outcome: ProcessOutcome {
                     exit_code: Some(if oom { 1 } else { 0 }),
                     signal: None,
@@ -552,6 +554,7 @@ pub fn simulate_with(
             instances: inst.clone(),
             worker_limit,
             running: vec![],
+            runs: Default::default(),
             ended: vec![],
         },
         0,

@@ -40,7 +40,15 @@ pub(super) async fn heartbeat(
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
-    let (known, drain) = ctl.heartbeat(&name, &hb);
+    let (known, drain, effects) = ctl.heartbeat(&name, &hb);
+    if !effects.is_empty() {
+        let ctl = std::sync::Arc::clone(&ctl);
+        tokio::spawn(async move {
+            if let Err(e) = ctl.execute(effects).await {
+                tracing::warn!(error = %e, "could not stop runs the controller does not own");
+            }
+        });
+    }
     Ok(Json(HeartbeatReply { known, drain }))
 }
 

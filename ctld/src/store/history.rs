@@ -251,5 +251,6 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
         cancelled_by: row
             .try_get::<Option<i64>, _>("cancelled_by")?
             .map(|u| u as u32),
+        run: row.try_get::<i64, _>("run")?.clamp(0, u32::MAX.into()) as u32,
     })
 }

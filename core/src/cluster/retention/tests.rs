@@ -34,6 +34,7 @@ fn cluster() -> Cluster {
             instances: sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
             worker_limit: Some(64),
             running: vec![],
+            runs: Default::default(),
             ended: vec![],
         },
         0,
@@ -57,6 +58,7 @@ fn end(c: &mut Cluster, id: JobId, code: i32, at: i64) {
         "n1",
         &JobEnded {
             job_id: id,
+            run: 0,
             outcome: ProcessOutcome {
                 exit_code: Some(code),
                 signal: None,
