@@ -219,6 +219,7 @@ async fn up(args: UpArgs) -> Result<()> {
             tls_key: None,
             tls_ca: args.tls_ca.or(args.tls_cert),
             allow_plain_http: false,
+            advertise_url: None,
         },
         &state_dir,
         exe,

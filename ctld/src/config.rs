@@ -95,6 +95,12 @@ pub struct CtldConfig {
     #[arg(long)]
     #[serde(default)]
     pub allow_plain_http: bool,
+    /// The URL jobs and nodes are told to reach the controller at
+    /// (GSCHED_URL in jobs). Default: the --listen address; for 0.0.0.0
+    /// or ::, this host's name.
+    #[arg(long)]
+    #[serde(default)]
+    pub advertise_url: Option<String>,
 }
 
 impl Default for CtldConfig {
@@ -118,6 +124,7 @@ impl Default for CtldConfig {
             tls_key: None,
             tls_ca: None,
             allow_plain_http: false,
+            advertise_url: None,
         }
     }
 }

@@ -105,7 +105,13 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     } else {
         "http"
     };
-    let url = format!("{scheme}://{addr}");
+    let url = gsched_daemon::advertise::choose(
+        config.advertise_url.as_deref(),
+        scheme,
+        addr,
+        None,
+        gsched_daemon::advertise::host_name().as_deref(),
+    )?;
     let public_url = url.clone();
     let controller = Controller::new(
         cluster,

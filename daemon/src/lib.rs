@@ -2,6 +2,7 @@
 //! log setup, the wall clock, the cluster key file, and JSON HTTP errors.
 //! Decisions stay in gsched-core.
 
+pub mod advertise;
 pub mod http;
 pub mod key;
 pub mod limits;

@@ -87,6 +87,12 @@ pub struct NodeConfig {
     #[arg(long)]
     #[serde(default)]
     pub allow_plain_http: bool,
+    /// The URL the controller reaches this node at. Default: the --listen
+    /// address; for 0.0.0.0 or ::, this host's address toward the
+    /// controller.
+    #[arg(long)]
+    #[serde(default)]
+    pub advertise_url: Option<String>,
 }
 
 fn default_controller() -> String {

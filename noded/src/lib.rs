@@ -301,13 +301,25 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     } else {
         "http"
     };
+    let routed = addr
+        .ip()
+        .is_unspecified()
+        .then(|| gsched_daemon::advertise::routed_toward(&config.controller))
+        .flatten();
+    let url = gsched_daemon::advertise::choose(
+        config.advertise_url.as_deref(),
+        scheme,
+        addr,
+        routed,
+        gsched_daemon::advertise::host_name().as_deref(),
+    )?;
     match server_tls {
         Some(tls) => serve(gsched_daemon::tls::TlsListener::new(listener, tls), app),
         None => serve(listener, app),
     }
     let identity = gsched_core::wire::NodeRegistration {
         name: name.clone(),
-        url: format!("{scheme}://{addr}"),
+        url: url.clone(),
         cpus: std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1),
@@ -332,6 +344,6 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let link = Arc::new(link.with_probe(probe_server));
     tokio::spawn(Arc::clone(&link).report_tasks(events));
     tokio::spawn(link.run(ended_rx, ended));
-    tracing::info!(%addr, node = %name, "gnoded listening");
+    tracing::info!(%addr, %url, node = %name, "gnoded listening");
     Ok(Running { addr, name, mps })
 }
