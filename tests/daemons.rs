@@ -445,3 +445,35 @@ fn gctld_reads_its_settings_from_a_config_file_and_refuses_mixed_or_unknown_ones
         "{err}"
     );
 }
+
+/// Issue 15, item 7: a command started while the controller is down waits
+/// for it (saying so once) instead of failing at once.
+#[test]
+fn commands_wait_out_a_restarting_controller() {
+    let mut g = common::Gsched::start(&[]);
+    g.kill9();
+    let out_path = g.work.path().join("gqueue.out");
+    let err_path = g.work.path().join("gqueue.err");
+    let mut gqueue = Command::new(common::bin("gqueue"))
+        .env("GSCHED_URL", &g.url)
+        .env_remove("GSCHED_TOKEN")
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    g.restart();
+    let status = gqueue.wait().unwrap();
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert!(status.success(), "{err}");
+    assert_eq!(err.matches("not answering").count(), 1, "{err}");
+    // With no window, it fails at once, naming the controller.
+    g.kill9();
+    let out = Command::new(common::bin("gqueue"))
+        .env("GSCHED_URL", &g.url)
+        .env("GSCHED_RETRY_SECS", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(common::stderr(&out).contains("cannot reach the gsched controller"));
+}

@@ -18,6 +18,38 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:6817";
 #[derive(Debug)]
 pub struct Unreachable(pub String);
 
+/// Nothing was sent: the controller could not be connected to.
+#[derive(Debug)]
+struct NotConnected(String);
+
+impl std::fmt::Display for NotConnected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotConnected {}
+
+/// Whether the connection was refused (nothing listens: the controller
+/// is not there, e.g. restarting), as opposed to a failure after it was
+/// reached (TLS, a reset, a timeout).
+fn connection_refused(t: &ureq::Transport) -> bool {
+    let mut source = std::error::Error::source(t);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// Where one request goes.
+enum Route<'a> {
+    Http(&'a ureq::Agent, &'a Option<String>),
+    Unix(&'a std::path::Path),
+}
+
 impl std::fmt::Display for Unreachable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -29,14 +61,19 @@ impl std::error::Error for Unreachable {}
 pub struct Client {
     base: String,
     transport: Transport,
+    /// The local socket found for a loopback controller (see `Transport`).
+    socket: std::sync::OnceLock<PathBuf>,
 }
 
 /// How requests reach the controller.
 enum Transport {
-    /// TCP, with a token when one is known.
+    /// TCP, with a token when one is known. Without one, to a controller
+    /// on this host, requests go through the socket its `/healthz` names
+    /// (found at the first request that reaches it).
     Http {
         agent: ureq::Agent,
         token: Option<String>,
+        local: bool,
     },
     /// The controller's local socket: no token, the kernel says who we are.
     Unix(PathBuf),
@@ -84,6 +121,7 @@ impl Client {
             return Client {
                 base: base.to_string(),
                 transport: Transport::Unix(PathBuf::from(path)),
+                socket: std::sync::OnceLock::new(),
             };
         }
         let base = base.trim_end_matches('/').to_string();
@@ -95,28 +133,45 @@ impl Client {
                     return Client {
                         base,
                         transport: Transport::Unusable(format!("{TLS_CA_ENV}: {e}")),
+                        socket: std::sync::OnceLock::new(),
                     }
                 }
             }
         }
         let agent = agent.build();
-        if token.is_none() && is_loopback(&base) {
-            if let Some(sock) = local_socket(&agent, &base) {
-                return Client {
-                    base,
-                    transport: Transport::Unix(sock),
-                };
-            }
-        }
+        let local = token.is_none() && is_loopback(&base);
         Client {
             base,
-            transport: Transport::Http { agent, token },
+            transport: Transport::Http {
+                agent,
+                token,
+                local,
+            },
+            socket: std::sync::OnceLock::new(),
         }
     }
 
     /// Whether requests go through the local socket.
     pub fn via_socket(&self) -> bool {
-        matches!(self.transport, Transport::Unix(_))
+        self.socket_path().is_some()
+    }
+
+    /// The socket requests go through, if they do.
+    fn socket_path(&self) -> Option<&std::path::Path> {
+        match &self.transport {
+            Transport::Unix(p) => Some(p),
+            Transport::Http {
+                agent, local: true, ..
+            } => {
+                if self.socket.get().is_none() {
+                    if let Some(sock) = local_socket(agent, &self.base) {
+                        let _ = self.socket.set(sock);
+                    }
+                }
+                self.socket.get().map(PathBuf::as_path)
+            }
+            _ => None,
+        }
     }
 
     fn unreachable(&self, why: impl std::fmt::Display) -> anyhow::Error {
@@ -127,7 +182,10 @@ impl Client {
         .into()
     }
 
-    /// One request; `path` starts with `/`.
+    /// One request; `path` starts with `/`. While the controller cannot be
+    /// connected to at all (restarting), it is tried again with backoff for
+    /// the retry window (`GSCHED_RETRY_SECS`, default 60; Slurm's clients
+    /// wait out a restarting slurmctld the same way), saying so once.
     fn request<T: for<'de> Deserialize<'de>>(
         &self,
         method: &str,
@@ -135,8 +193,36 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
-        let (status, bytes) = match &self.transport {
-            Transport::Http { agent, token } => {
+        let mut retry = crate::retry::Retry::from_env();
+        loop {
+            match self.request_once(method, path, query, body) {
+                Err(e) if e.is::<NotConnected>() && retry.wait(&self.base) => {}
+                Err(e) => {
+                    return Err(match e.downcast::<NotConnected>() {
+                        Ok(NotConnected(why)) => self.unreachable(why),
+                        Err(e) => e,
+                    })
+                }
+                Ok(v) => return Ok(v),
+            }
+        }
+    }
+
+    fn request_once<T: for<'de> Deserialize<'de>>(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<T> {
+        let route = match (self.socket_path(), &self.transport) {
+            (Some(sock), _) => Route::Unix(sock),
+            (None, Transport::Http { agent, token, .. }) => Route::Http(agent, token),
+            (None, Transport::Unusable(why)) => bail!("{why}"),
+            (None, Transport::Unix(_)) => unreachable!("a unix transport has its socket"),
+        };
+        let (status, bytes) = match route {
+            Route::Http(agent, token) => {
                 let mut req = agent.request(method, &format!("{}{path}", self.base));
                 for (k, v) in query {
                     req = req.query(k, v);
@@ -151,6 +237,9 @@ impl Client {
                 let r = match res {
                     Ok(r) => r,
                     Err(ureq::Error::Status(_, r)) => r,
+                    Err(ureq::Error::Transport(t)) if connection_refused(&t) => {
+                        return Err(NotConnected(t.to_string()).into())
+                    }
                     Err(ureq::Error::Transport(t)) => return Err(self.unreachable(t)),
                 };
                 let status = r.status();
@@ -161,12 +250,20 @@ impl Client {
                     .map_err(|e| self.unreachable(e))?;
                 (status, bytes)
             }
-            Transport::Unusable(why) => bail!("{why}"),
-            Transport::Unix(sock) => {
+            Route::Unix(sock) => {
                 let target = format!("{path}{}", encode_query(query));
                 let body = body.map(|b| b.to_string().into_bytes());
-                crate::unix_http::request(sock, method, &target, body.as_deref())
-                    .map_err(|e| self.unreachable(format!("{}: {e}", sock.display())))?
+                crate::unix_http::request(sock, method, &target, body.as_deref()).map_err(
+                    |e| -> anyhow::Error {
+                        let why = format!("{}: {e}", sock.display());
+                        match e.kind() {
+                            // Nothing was sent: the controller is not there.
+                            std::io::ErrorKind::ConnectionRefused
+                            | std::io::ErrorKind::NotFound => NotConnected(why).into(),
+                            _ => self.unreachable(why),
+                        }
+                    },
+                )?
             }
         };
         if (200..300).contains(&status) {
