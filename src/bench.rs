@@ -81,6 +81,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
         c.register_node(
             &NodeRegistration {
                 name: name.clone(),
+                instance_id: String::new(),
                 url: String::new(),
                 cpus: 64,
                 memory_mib: 1 << 20,

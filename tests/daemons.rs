@@ -477,3 +477,58 @@ fn commands_wait_out_a_restarting_controller() {
     assert!(!out.status.success());
     assert!(common::stderr(&out).contains("cannot reach the gsched controller"));
 }
+
+/// Issue 15, item 5: a second gnoded that claims a live node's name is
+/// refused, on both sides, and the first keeps the node.
+#[test]
+fn a_duplicate_node_name_does_not_take_over_the_node() {
+    let mut p = Pair::new();
+    p.start_ctld_with(&["--node-timeout", "20"]);
+    let key = p.key();
+    p.start_noded(&key);
+    p.wait("the node is up", || {
+        p.health().is_some_and(|h| h["nodes_up"] == 1)
+    });
+    let nodes = |p: &Pair| -> Value {
+        p.api("GET", "/api/v1/nodes")
+            .call()
+            .unwrap()
+            .into_json::<Value>()
+            .unwrap()["nodes"][0]
+            .clone()
+    };
+    let url = nodes(&p)["url"].clone();
+    std::fs::DirBuilder::new()
+        .mode(0o711)
+        .create(p.dir.path().join("node2"))
+        .unwrap();
+    let log2 = p.dir.path().join("noded2.log");
+    let mut impostor = Command::new(common::bin("gnoded"))
+        .arg("--state-dir")
+        .arg(p.dir.path().join("node2"))
+        .arg("--cluster-key-file")
+        .arg(&key)
+        .args([
+            "--controller",
+            &p.url(),
+            "--listen",
+            "127.0.0.1:0",
+            "--name",
+            "n1",
+        ])
+        .args(["--heartbeat-interval", "1", "--sim-gpus", "1xA30"])
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&log2).unwrap())
+        .spawn()
+        .unwrap();
+    p.wait("the impostor is told why it is refused", || {
+        std::fs::read_to_string(&log2).is_ok_and(|l| l.contains("held by another gnoded"))
+    });
+    let _ = impostor.kill();
+    let _ = impostor.wait();
+    let ctld_log = std::fs::read_to_string(p.dir.path().join("ctld.log")).unwrap();
+    assert!(ctld_log.contains("registration refused"), "{ctld_log}");
+    assert_eq!(nodes(&p)["url"], url, "the first gnoded keeps the node");
+    let id = p.submit("#!/bin/sh\ntrue\n");
+    p.wait_state(id, "COMPLETED");
+}

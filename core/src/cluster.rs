@@ -18,6 +18,7 @@ use crate::outcome::EndCause;
 use crate::wire::{JobEnded, NodeRegistration};
 
 mod footprints;
+mod leases;
 mod retention;
 mod runs;
 
@@ -95,6 +96,9 @@ pub struct Node {
     /// heard from again (a heartbeat or registration). Not a down node:
     /// only its lease says that.
     pub unconfirmed: bool,
+    /// The registered daemon's instance id (not stored: a restarted
+    /// controller takes the next registration's).
+    pub instance_id: String,
 }
 
 impl Node {
@@ -151,6 +155,11 @@ pub enum ClusterError {
     Spec(#[from] SpecError),
     #[error("Invalid job id specified: {0}")]
     UnknownJob(JobId),
+    #[error(
+        "node name {name} is held by another gnoded (instance {holder}) whose lease is live; \
+         give this one another --name, or stop the other"
+    )]
+    NameTaken { name: String, holder: String },
     #[error("Job dependency problem: job {0} does not exist")]
     DependencyOnUnknownJob(JobId),
     #[error("unknown node '{0}'")]
@@ -1202,6 +1211,7 @@ impl Cluster {
                 .collect(),
             running: BTreeSet::new(),
             unconfirmed: false,
+            instance_id: reg.instance_id.clone(),
         };
         // Keep the books of jobs we believe run there.
         let believed: Vec<JobId> = old
@@ -1230,14 +1240,6 @@ impl Cluster {
         }
         effects.extend(self.reconcile_runs(&reg.name, &reg.running, &reg.runs));
         effects
-    }
-
-    /// The node was heard from (a heartbeat): launches may go there again.
-    /// Returns whether that changed anything.
-    pub fn node_heard(&mut self, name: &str) -> bool {
-        self.nodes
-            .get_mut(name)
-            .is_some_and(|n| std::mem::replace(&mut n.unconfirmed, false))
     }
 
     /// A node stopped answering (or never came back after a controller
@@ -1342,6 +1344,7 @@ mod tests {
 
     fn reg(running: Vec<JobId>, ended: Vec<JobEnded>) -> NodeRegistration {
         NodeRegistration {
+            instance_id: String::new(),
             name: "n1".into(),
             url: "http://n1".into(),
             cpus: 2,

@@ -13,6 +13,11 @@ pub const CLUSTER_KEY_HEADER: &str = "x-gsched-cluster-key";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeRegistration {
     pub name: String,
+    /// Random, kept in the node's state directory: the same across
+    /// restarts of one gnoded, different for another daemon that claims the
+    /// same name (empty from nodes that predate it).
+    #[serde(default)]
+    pub instance_id: String,
     /// Base URL of the node's API, e.g. `http://127.0.0.1:6818`.
     pub url: String,
     pub cpus: u32,
@@ -34,6 +39,9 @@ pub struct NodeRegistration {
 /// Periodic liveness report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Heartbeat {
+    /// The sender's [`NodeRegistration::instance_id`].
+    #[serde(default)]
+    pub instance_id: String,
     pub running: Vec<JobId>,
     /// The run generation of each of `running`.
     #[serde(default)]

@@ -319,13 +319,20 @@ impl Controller {
     }
 
     pub async fn register(self: &Arc<Self>, reg: NodeRegistration) -> Result<(), CtlError> {
-        info!(node = %reg.name, instances = reg.instances.len(), running = reg.running.len(),
-              ended = reg.ended.len(), "node registered");
-        self.last_seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(reg.name.clone(), Instant::now());
-        let effects = self.lock().register_node(&reg, unix_now());
+        let timeout = Duration::from_secs(self.config.node_timeout.max(1));
+        let effects = {
+            let mut seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());
+            let alive = seen.get(&reg.name).is_some_and(|t| t.elapsed() < timeout);
+            let mut c = self.lock();
+            if let Err(e) = c.check_registration(&reg, alive) {
+                warn!(node = %reg.name, instance = %reg.instance_id, error = %e, "registration refused");
+                return Err(e.into());
+            }
+            info!(node = %reg.name, instance = %reg.instance_id, instances = reg.instances.len(),
+                  running = reg.running.len(), ended = reg.ended.len(), "node registered");
+            seen.insert(reg.name.clone(), Instant::now());
+            c.register_node(&reg, unix_now())
+        };
         self.execute(effects).await?;
         self.wake.notify_one();
         Ok(())
@@ -338,7 +345,7 @@ impl Controller {
     pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> (bool, Vec<String>, Vec<Effect>) {
         let (known, drain, freed, effects) = {
             let mut c = self.lock();
-            let known = c.node(node).is_some_and(|n| n.up);
+            let known = c.is_registered_instance(node, &hb.instance_id);
             let mut freed = false;
             let mut effects = Vec::new();
             if known {

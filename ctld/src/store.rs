@@ -530,6 +530,7 @@ async fn load(
             instances,
             running: Default::default(),
             unconfirmed: false,
+            instance_id: String::new(),
         });
     }
     Ok(Loaded {

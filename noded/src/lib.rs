@@ -104,6 +104,34 @@ async fn restore_reservations(
     }
 }
 
+/// This node daemon's instance id: random, kept in `STATE_DIR/node.id`
+/// (0600) so a restarted gnoded is the same instance, while another daemon
+/// (another state directory, another host) claiming the same name is not.
+fn instance_id(state_dir: &Path) -> Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = state_dir.join("node.id");
+    let valid = |s: &str| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        if valid(s.trim()) {
+            return Ok(s.trim().to_string());
+        }
+    }
+    let mut b = [0u8; 8];
+    getrandom::getrandom(&mut b).context("no randomness for the node's instance id")?;
+    let id: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    writeln!(f, "{id}").with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(id)
+}
+
 /// Serves the node API on `listener` in a task of its own.
 fn serve<L>(listener: L, app: axum::Router)
 where
@@ -319,6 +347,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     }
     let identity = gsched_core::wire::NodeRegistration {
         name: name.clone(),
+        instance_id: instance_id(state_dir)?,
         url: url.clone(),
         cpus: std::thread::available_parallelism()
             .map(|n| n.get() as u32)

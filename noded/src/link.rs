@@ -215,6 +215,7 @@ impl ControllerLink {
                     // One snapshot: each job with its run.
                     let runs = self.launcher.running_runs();
                     let hb = Heartbeat {
+                        instance_id: self.identity.instance_id.clone(),
                         running: runs.keys().copied().collect(),
                         runs,
                         mps: self.mps_states(),

@@ -547,6 +547,7 @@ pub fn simulate_with(
     let mut cluster = Cluster::new(launch);
     cluster.register_node(
         &NodeRegistration {
+            instance_id: String::new(),
             name: NODE.into(),
             url: "sim://".into(),
             cpus: 1024,

@@ -27,6 +27,7 @@ fn cluster() -> Cluster {
     let mut c = Cluster::new(Box::new(CaseLaunch));
     c.register_node(
         &NodeRegistration {
+            instance_id: String::new(),
             name: "n1".into(),
             url: "http://n1".into(),
             cpus: 2,

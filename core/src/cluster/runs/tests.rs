@@ -30,6 +30,7 @@ fn reg(name: &str, running: &[(JobId, u32)], ended: Vec<JobEnded>) -> NodeRegist
         instances: sim_instances(name, &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
         worker_limit: Some(8),
         running: running.iter().map(|(j, _)| *j).collect(),
+        instance_id: String::new(),
         runs: running.iter().copied().collect(),
         ended,
     }
