@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::os::unix::fs::DirBuilderExt;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,11 +24,7 @@ impl Pair {
     fn new() -> Pair {
         let dir = tempfile::tempdir().unwrap();
         for d in ["ctl", "node"] {
-            // The mode the daemons require of an existing state directory.
-            std::fs::DirBuilder::new()
-                .mode(0o711)
-                .create(dir.path().join(d))
-                .unwrap();
+            common::daemon_dir(&dir.path().join(d));
         }
         Pair {
             dir,
@@ -110,6 +104,41 @@ impl Pair {
         self.noded = Some(child);
     }
 
+    /// gctld (with `ctld_args`) and one gnoded, the node up.
+    fn up(ctld_args: &[&str]) -> Pair {
+        let mut p = Pair::new();
+        p.start_ctld_with(ctld_args);
+        p.start_noded(&p.key());
+        p.wait("the node is up", || {
+            p.health().is_some_and(|h| h["nodes_up"] == 1)
+        });
+        p
+    }
+
+    /// GET `path` with a token, as JSON.
+    fn get(&self, path: &str) -> Value {
+        self.api("GET", path).call().unwrap().into_json().unwrap()
+    }
+
+    /// The first (only) node, as `/api/v1/nodes` lists it.
+    fn node(&self) -> Value {
+        self.get("/api/v1/nodes")["nodes"][0].clone()
+    }
+
+    /// Job `id`'s event log, as text.
+    fn events(&self, id: u64) -> String {
+        self.get(&format!("/api/v1/jobs/{id}/events")).to_string()
+    }
+
+    /// Submits a script that first touches a marker, then runs `rest`;
+    /// returns once the node has really started it.
+    fn submit_started(&self, marker: &str, rest: &str) -> u64 {
+        let started = self.dir.path().join(marker);
+        let id = self.submit(&format!("#!/bin/sh\ntouch {}\n{rest}", started.display()));
+        self.wait(&format!("job {id} started"), || started.exists());
+        id
+    }
+
     fn health(&self) -> Option<Value> {
         ureq::get(&format!("{}/healthz", self.url()))
             .call()
@@ -187,33 +216,16 @@ impl Drop for Pair {
 
 #[test]
 fn a_silent_node_is_marked_down_and_its_jobs_end_node_fail() {
-    let mut p = Pair::new();
-    p.start_ctld();
+    let mut p = Pair::up(&["--node-timeout", "2"]);
     let key = p.key();
-    p.start_noded(&key);
-    p.wait("the node is up", || {
-        p.health().is_some_and(|h| h["nodes_up"] == 1)
-    });
-    let started = p.dir.path().join("started");
-    let id = p.submit(&format!(
-        "#!/bin/sh\ntouch {}\nsleep 300\n",
-        started.display()
-    ));
-    p.wait_state(id, "RUNNING");
-    // RUNNING means allocated; wait until the node has really started it.
-    p.wait("the job started", || started.exists());
+    // RUNNING means allocated; this waits until the node has really started it.
+    let id = p.submit_started("started", "sleep 300\n");
     // The node dies with its jobs.
     Pair::kill(&mut p.noded);
     p.kill_jobs();
     let job = p.wait_state(id, "NODE_FAIL");
     assert_eq!(job["state_reason"], "NodeFail");
-    let nodes: Value = p
-        .api("GET", "/api/v1/nodes")
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
-    assert_eq!(nodes["nodes"][0]["state"], "DOWN");
+    assert_eq!(p.node()["state"], "DOWN");
     // New work waits for a node.
     let next = p.submit("#!/bin/sh\ntrue\n");
     p.wait(&format!("job {next} waits for a node"), || {
@@ -224,51 +236,23 @@ fn a_silent_node_is_marked_down_and_its_jobs_end_node_fail() {
     p.wait_state(next, "COMPLETED");
 }
 
-fn node_state(p: &Pair) -> Value {
-    let nodes: Value = p
-        .api("GET", "/api/v1/nodes")
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
-    nodes["nodes"][0]["state"].clone()
-}
-
 /// Issue 15, item 1: a launch that finds gnoded restarting puts that job
 /// back in the queue; the node and its other jobs are untouched until its
 /// lease (heartbeats) runs out.
 #[test]
 fn a_launch_refused_during_a_node_restart_requeues_only_that_job() {
-    let mut p = Pair::new();
-    p.start_ctld_with(&["--node-timeout", "20"]);
+    let mut p = Pair::up(&["--node-timeout", "20"]);
     let key = p.key();
-    p.start_noded(&key);
-    p.wait("the node is up", || {
-        p.health().is_some_and(|h| h["nodes_up"] == 1)
-    });
-    let started = p.dir.path().join("started");
-    let long = p.submit(&format!(
-        "#!/bin/sh\ntouch {}\nsleep 300\n",
-        started.display()
-    ));
-    p.wait("the long job started", || started.exists());
+    let long = p.submit_started("started", "sleep 300\n");
     // gnoded dies (its jobs live on) and a launch hits the closed port.
     Pair::kill(&mut p.noded);
     let next = p.submit("#!/bin/sh\ntrue\n");
     p.wait(
         "the launch failed and the job went back to the queue",
-        || {
-            let events: Value = p
-                .api("GET", &format!("/api/v1/jobs/{next}/events"))
-                .call()
-                .unwrap()
-                .into_json()
-                .unwrap();
-            events.to_string().contains("failed; requeued") && p.job(next)["job_state"] == "PENDING"
-        },
+        || p.events(next).contains("failed; requeued") && p.job(next)["job_state"] == "PENDING",
     );
     assert_ne!(
-        node_state(&p),
+        p.node()["state"],
         "DOWN",
         "one refused connection is not a dead node"
     );
@@ -284,19 +268,8 @@ fn a_launch_refused_during_a_node_restart_requeues_only_that_job() {
 /// is recorded COMPLETED, with its real end time, once the node reports it.
 #[test]
 fn a_job_that_completed_during_an_outage_is_recorded_completed() {
-    let mut p = Pair::new();
-    p.start_ctld();
-    let key = p.key();
-    p.start_noded(&key);
-    p.wait("the node is up", || {
-        p.health().is_some_and(|h| h["nodes_up"] == 1)
-    });
-    let started = p.dir.path().join("started");
-    let id = p.submit(&format!(
-        "#!/bin/sh\ntouch {}\nsleep 4\nexit 0\n",
-        started.display()
-    ));
-    p.wait("the job started", || started.exists());
+    let p = Pair::up(&["--node-timeout", "2"]);
+    let id = p.submit_started("started", "sleep 4\nexit 0\n");
     // gnoded freezes (no heartbeats); the job runs on and ends meanwhile.
     let pid = p.noded.as_ref().unwrap().id() as i32;
     unsafe { libc::kill(pid, libc::SIGSTOP) };
@@ -314,24 +287,13 @@ fn a_job_that_completed_during_an_outage_is_recorded_completed() {
         "ran {}s: {job}",
         end - start
     );
-    let events: Value = p
-        .api("GET", &format!("/api/v1/jobs/{id}/events"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
-    assert!(events.to_string().contains("out of reach"), "{events}");
+    let events = p.events(id);
+    assert!(events.contains("out of reach"), "{events}");
 }
 
 #[test]
 fn controller_restart_keeps_the_node_and_learns_what_ended_meanwhile() {
-    let mut p = Pair::new();
-    p.start_ctld();
-    let key = p.key();
-    p.start_noded(&key);
-    p.wait("the node is up", || {
-        p.health().is_some_and(|h| h["nodes_up"] == 1)
-    });
+    let mut p = Pair::up(&["--node-timeout", "2"]);
     let flag = p.dir.path().join("go");
     let ends = p.submit(&format!(
         "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.1; done\nexit 5\n",
@@ -482,26 +444,10 @@ fn commands_wait_out_a_restarting_controller() {
 /// refused, on both sides, and the first keeps the node.
 #[test]
 fn a_duplicate_node_name_does_not_take_over_the_node() {
-    let mut p = Pair::new();
-    p.start_ctld_with(&["--node-timeout", "20"]);
+    let p = Pair::up(&["--node-timeout", "20"]);
     let key = p.key();
-    p.start_noded(&key);
-    p.wait("the node is up", || {
-        p.health().is_some_and(|h| h["nodes_up"] == 1)
-    });
-    let nodes = |p: &Pair| -> Value {
-        p.api("GET", "/api/v1/nodes")
-            .call()
-            .unwrap()
-            .into_json::<Value>()
-            .unwrap()["nodes"][0]
-            .clone()
-    };
-    let url = nodes(&p)["url"].clone();
-    std::fs::DirBuilder::new()
-        .mode(0o711)
-        .create(p.dir.path().join("node2"))
-        .unwrap();
+    let url = p.node()["url"].clone();
+    common::daemon_dir(&p.dir.path().join("node2"));
     let log2 = p.dir.path().join("noded2.log");
     let mut impostor = Command::new(common::bin("gnoded"))
         .arg("--state-dir")
@@ -528,7 +474,7 @@ fn a_duplicate_node_name_does_not_take_over_the_node() {
     let _ = impostor.wait();
     let ctld_log = std::fs::read_to_string(p.dir.path().join("ctld.log")).unwrap();
     assert!(ctld_log.contains("registration refused"), "{ctld_log}");
-    assert_eq!(nodes(&p)["url"], url, "the first gnoded keeps the node");
+    assert_eq!(p.node()["url"], url, "the first gnoded keeps the node");
     let id = p.submit("#!/bin/sh\ntrue\n");
     p.wait_state(id, "COMPLETED");
 }

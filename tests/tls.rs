@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -88,10 +88,7 @@ impl Cluster {
     fn start() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         for d in ["ctl", "node"] {
-            std::fs::DirBuilder::new()
-                .mode(0o711)
-                .create(dir.path().join(d))
-                .unwrap();
+            common::daemon_dir(&dir.path().join(d));
         }
         let pki = make_pki(dir.path(), "site");
         // Job users read the CA (GSCHED_TLS_CA) and pass through to it.
@@ -278,10 +275,7 @@ fn controller_node_and_commands_talk_tls() {
 #[test]
 fn plain_http_off_loopback_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::DirBuilder::new()
-        .mode(0o711)
-        .create(dir.path().join("ctl"))
-        .unwrap();
+    common::daemon_dir(&dir.path().join("ctl"));
     let out = Command::new(common::bin("gctld"))
         .arg("--state-dir")
         .arg(dir.path().join("ctl"))
@@ -318,10 +312,7 @@ fn plain_http_off_loopback_is_refused() {
 #[test]
 fn gsched_up_serves_tls_with_a_self_signed_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::DirBuilder::new()
-        .mode(0o711)
-        .create(dir.path().join("state"))
-        .unwrap();
+    common::daemon_dir(&dir.path().join("state"));
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
         .unwrap()

@@ -153,24 +153,30 @@ impl Client {
 
     /// Whether requests go through the local socket.
     pub fn via_socket(&self) -> bool {
-        self.socket_path().is_some()
+        matches!(self.route(), Ok(Route::Unix(_)))
     }
 
-    /// The socket requests go through, if they do.
-    fn socket_path(&self) -> Option<&std::path::Path> {
+    /// Where the next request goes: to a loopback controller without a
+    /// token, through the socket its `/healthz` names, once one answered.
+    fn route(&self) -> Result<Route<'_>> {
         match &self.transport {
-            Transport::Unix(p) => Some(p),
+            Transport::Unusable(why) => bail!("{why}"),
+            Transport::Unix(sock) => Ok(Route::Unix(sock)),
             Transport::Http {
-                agent, local: true, ..
+                agent,
+                token,
+                local,
             } => {
-                if self.socket.get().is_none() {
+                if *local && self.socket.get().is_none() {
                     if let Some(sock) = local_socket(agent, &self.base) {
                         let _ = self.socket.set(sock);
                     }
                 }
-                self.socket.get().map(PathBuf::as_path)
+                Ok(match self.socket.get() {
+                    Some(sock) => Route::Unix(sock),
+                    None => Route::Http(agent, token),
+                })
             }
-            _ => None,
         }
     }
 
@@ -215,13 +221,7 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
-        let route = match (self.socket_path(), &self.transport) {
-            (Some(sock), _) => Route::Unix(sock),
-            (None, Transport::Http { agent, token, .. }) => Route::Http(agent, token),
-            (None, Transport::Unusable(why)) => bail!("{why}"),
-            (None, Transport::Unix(_)) => unreachable!("a unix transport has its socket"),
-        };
-        let (status, bytes) = match route {
+        let (status, bytes) = match self.route()? {
             Route::Http(agent, token) => {
                 let mut req = agent.request(method, &format!("{}{path}", self.base));
                 for (k, v) in query {

@@ -21,12 +21,18 @@ impl Retry {
         }
     }
 
-    /// The window from `GSCHED_RETRY_SECS` (0: no retries).
+    /// The window from `GSCHED_RETRY_SECS` (0: no retries); a value that
+    /// is not a number of seconds is said and the default used.
     pub fn from_env() -> Retry {
-        let secs = std::env::var("GSCHED_RETRY_SECS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_WINDOW_SECS);
+        let secs = match std::env::var("GSCHED_RETRY_SECS") {
+            Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+                eprintln!(
+                    "gsched: GSCHED_RETRY_SECS={v:?} is not a number of seconds; using {DEFAULT_WINDOW_SECS}"
+                );
+                DEFAULT_WINDOW_SECS
+            }),
+            Err(_) => DEFAULT_WINDOW_SECS,
+        };
         Retry::new(Duration::from_secs(secs))
     }
 

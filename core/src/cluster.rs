@@ -21,10 +21,12 @@ mod footprints;
 mod leases;
 mod retention;
 mod runs;
+#[cfg(test)]
+mod testkit;
 
 use footprints::Footprints;
 pub use footprints::{PastPeak, PEAK_HISTORY};
-pub use retention::DEFAULT_MIN_JOB_AGE;
+pub use retention::{kept_finished_since, DEFAULT_MIN_JOB_AGE};
 
 /// An instance on a node and what holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,12 +273,8 @@ impl Cluster {
             }
             c.index(&job);
             if let Some(k) = &job.spec.idempotency_key {
-                let first = job
-                    .spec
-                    .array_task
-                    .as_ref()
-                    .map_or(job.id, |t| t.array_job_id);
-                c.submissions.insert((job.spec.uid, k.clone()), first);
+                c.submissions
+                    .insert((job.spec.uid, k.clone()), job.submitted_as());
             }
             if job.gpu_mem_peak.is_some() {
                 c.footprints.note(&job);
@@ -894,12 +892,11 @@ impl Cluster {
         let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
         job.transition(JobState::Running, now)?;
         job.node = Some(node.to_string());
-        // A new run: an earlier run lost with its node is settled no more.
-        self.lost_runs.remove(&id);
-        let job = self.jobs.get_mut(&id).expect("just updated");
         job.gpu_instance = instance.clone();
         let isolated = job.spec.isolated;
         self.queue_for(isolated).remove(&id);
+        // A new run: an earlier run lost with its node is settled no more.
+        self.lost_runs.remove(&id);
         let n = self
             .nodes
             .get_mut(node)

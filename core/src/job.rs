@@ -462,6 +462,15 @@ pub struct Job {
 }
 
 impl Job {
+    /// The id its submission was answered with: the array's for a task of
+    /// an array, else its own.
+    pub fn submitted_as(&self) -> JobId {
+        self.spec
+            .array_task
+            .as_ref()
+            .map_or(self.id, |t| t.array_job_id)
+    }
+
     /// Whether the controller keeps the job's environment in memory: only
     /// while it may still start (a finished job's stays in the store).
     pub fn keeps_environment(state: JobState) -> bool {

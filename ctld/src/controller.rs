@@ -82,15 +82,6 @@ pub struct Controller {
     http: reqwest::Client,
 }
 
-/// How the controller's client to nodes is set up (TLS is added to it).
-pub fn http_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        // Below the servers' idle timeout, so a pooled connection is never
-        // reused just as the other side closes it.
-        .pool_idle_timeout(Duration::from_secs(30))
-        .timeout(Duration::from_secs(10))
-}
-
 impl Controller {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -338,7 +329,6 @@ impl Controller {
         Ok(())
     }
 
-    /// Returns whether the node is known (and up).
     /// A node's heartbeat: renews its lease, takes its instances' use, and
     /// stops the runs it has that the controller does not own (returned as
     /// effects for the caller to carry out).

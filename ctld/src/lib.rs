@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use gsched_core::cluster::Cluster;
 use gsched_core::launch::launch_policy;
 use gsched_daemon::listener::Bounded;
-use gsched_daemon::tls::{self, ServerFiles, TlsListener};
+use gsched_daemon::tls::{self, Endpoint};
 use tokio::net::TcpListener;
 
 pub use config::CtldConfig;
@@ -73,9 +73,8 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     for side in ["ctld.db-wal", "ctld.db-shm"] {
         gsched_daemon::state::check_private_if_present(&state_dir.join(side))?;
     }
-    let keep_finished_since = (config.min_job_age > 0).then(|| {
-        controller::unix_now().saturating_sub(i64::try_from(config.min_job_age).unwrap_or(i64::MAX))
-    });
+    let keep_finished_since =
+        gsched_core::cluster::kept_finished_since(controller::unix_now(), config.min_job_age);
     let (store, loaded) = store::Store::open(&db, config.durability, keep_finished_since).await?;
     tracing::info!(
         db = %db.display(),
@@ -87,27 +86,20 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     );
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
     cluster.restore_history(loaded.max_job_id, loaded.past_peaks);
-    let tls = ServerFiles::from_flags(config.tls_cert.as_deref(), config.tls_key.as_deref())?;
-    let server_tls = tls.as_ref().map(tls::server_config).transpose()?;
-    tls::check_plain_allowed(
-        "--listen",
+    let endpoint = Endpoint::from_flags(
+        config.tls_cert.as_deref(),
+        config.tls_key.as_deref(),
         config.listen,
-        server_tls.is_some(),
         config.allow_plain_http,
     )?;
-    let http = tls::http_client(config.tls_ca.as_deref(), controller::http_builder())?;
+    let http = tls::http_client(config.tls_ca.as_deref())?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let scheme = if server_tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
     let url = gsched_daemon::advertise::choose(
         config.advertise_url.as_deref(),
-        scheme,
+        endpoint.scheme(),
         addr,
         None,
         gsched_daemon::advertise::host_name().as_deref(),
@@ -134,10 +126,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         API_CONNECTIONS_TOTAL,
         API_IDLE,
     );
-    match server_tls {
-        Some(config) => serve("API (TLS)", TlsListener::new(listener, config), app),
-        None => serve("API", listener, app),
-    }
+    endpoint.serve("API", listener, app);
     let local = api::socket_app(Arc::clone(&controller))
         .into_make_service_with_connect_info::<api::PeerCred>();
     let socket = Bounded::new(
@@ -157,19 +146,6 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         url: public_url,
         socket: socket_path,
     })
-}
-
-/// Serves `app` on `listener` in a task of its own.
-fn serve<L>(what: &'static str, listener: L, app: axum::Router)
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "{what} server stopped");
-        }
-    });
 }
 
 /// Binds the local socket, replacing a stale one a crash left behind;

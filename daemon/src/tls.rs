@@ -172,12 +172,14 @@ pub fn client_config(ca: &Path) -> Result<ClientConfig, TlsError> {
         .with_no_client_auth())
 }
 
-/// An HTTP client for daemon-to-daemon calls: trusting `ca` when given
-/// (for `https://` peers), plain otherwise.
-pub fn http_client(
-    ca: Option<&Path>,
-    builder: reqwest::ClientBuilder,
-) -> Result<reqwest::Client, TlsError> {
+/// The HTTP client for daemon-to-daemon calls (gctld to gnoded and back):
+/// trusting `ca` when given (for `https://` peers), plain otherwise.
+pub fn http_client(ca: Option<&Path>) -> Result<reqwest::Client, TlsError> {
+    let builder = reqwest::Client::builder()
+        // Below the servers' idle timeout, so a pooled connection is never
+        // reused just as the other side closes it.
+        .pool_idle_timeout(Duration::from_secs(30))
+        .timeout(Duration::from_secs(10));
     let builder = match ca {
         Some(ca) => builder.use_preconfigured_tls(client_config(ca)?),
         None => builder,
@@ -186,6 +188,63 @@ pub fn http_client(
         path: ca.map(|p| p.display().to_string()).unwrap_or_default(),
         why: e.to_string(),
     })
+}
+
+/// A daemon's TCP API as its flags ask: TLS or plain, refusing plain HTTP
+/// off loopback unless allowed.
+pub struct Endpoint {
+    tls: Option<Arc<ServerConfig>>,
+}
+
+impl Endpoint {
+    /// From `--tls-cert`, `--tls-key`, `--listen` and `--allow-plain-http`.
+    pub fn from_flags(
+        cert: Option<&Path>,
+        key: Option<&Path>,
+        listen: SocketAddr,
+        allow_plain: bool,
+    ) -> Result<Endpoint, TlsError> {
+        let tls = ServerFiles::from_flags(cert, key)?
+            .as_ref()
+            .map(server_config)
+            .transpose()?;
+        check_plain_allowed("--listen", listen, tls.is_some(), allow_plain)?;
+        Ok(Endpoint { tls })
+    }
+
+    /// `https` or `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// Serves `app` on `listener` (over TLS when configured) in a task of
+    /// its own; `what` names it in the log if it stops.
+    pub fn serve<L>(&self, what: &'static str, listener: L, app: axum::Router)
+    where
+        L: Listener,
+        L::Addr: Clone + Sync + std::fmt::Debug,
+    {
+        match &self.tls {
+            Some(config) => spawn_serve(what, TlsListener::new(listener, Arc::clone(config)), app),
+            None => spawn_serve(what, listener, app),
+        }
+    }
+}
+
+fn spawn_serve<L>(what: &'static str, listener: L, app: axum::Router)
+where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "{what} server stopped");
+        }
+    });
 }
 
 /// How long a client has to finish its TLS handshake.

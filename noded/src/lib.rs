@@ -117,9 +117,7 @@ fn instance_id(state_dir: &Path) -> Result<String> {
             return Ok(s.trim().to_string());
         }
     }
-    let mut b = [0u8; 8];
-    getrandom::getrandom(&mut b).context("no randomness for the node's instance id")?;
-    let id: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let id = gsched_daemon::key::random_hex(8)?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -130,19 +128,6 @@ fn instance_id(state_dir: &Path) -> Result<String> {
         .with_context(|| format!("cannot create {}", path.display()))?;
     writeln!(f, "{id}").with_context(|| format!("cannot write {}", path.display()))?;
     Ok(id)
-}
-
-/// Serves the node API on `listener` in a task of its own.
-fn serve<L>(listener: L, app: axum::Router)
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "node API stopped");
-        }
-    });
 }
 
 /// Starts the node daemon. `shepherd_exe` is a binary that runs
@@ -286,21 +271,13 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     }
     tokio::spawn(Arc::clone(&probe_server).serve(probe_listener));
     let ended = launcher.adopt();
-    let tls_files = gsched_daemon::tls::ServerFiles::from_flags(
+    let endpoint = gsched_daemon::tls::Endpoint::from_flags(
         config.tls_cert.as_deref(),
         config.tls_key.as_deref(),
-    )?;
-    let server_tls = tls_files
-        .as_ref()
-        .map(gsched_daemon::tls::server_config)
-        .transpose()?;
-    gsched_daemon::tls::check_plain_allowed(
-        "--listen",
         config.listen,
-        server_tls.is_some(),
         config.allow_plain_http,
     )?;
-    let http = gsched_daemon::tls::http_client(config.tls_ca.as_deref(), link::http_builder())?;
+    let http = gsched_daemon::tls::http_client(config.tls_ca.as_deref())?;
     if let Some(ca) = &config.tls_ca {
         launcher.set_tls_ca(ca.clone());
     }
@@ -324,11 +301,6 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     // Only the controller calls a node: a few connections are plenty.
     let listener =
         gsched_daemon::listener::Bounded::new(listener, 64, 256, Duration::from_secs(60));
-    let scheme = if server_tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
     let routed = addr
         .ip()
         .is_unspecified()
@@ -336,15 +308,12 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         .flatten();
     let url = gsched_daemon::advertise::choose(
         config.advertise_url.as_deref(),
-        scheme,
+        endpoint.scheme(),
         addr,
         routed,
         gsched_daemon::advertise::host_name().as_deref(),
     )?;
-    match server_tls {
-        Some(tls) => serve(gsched_daemon::tls::TlsListener::new(listener, tls), app),
-        None => serve(listener, app),
-    }
+    endpoint.serve("node API", listener, app);
     let identity = gsched_core::wire::NodeRegistration {
         name: name.clone(),
         instance_id: instance_id(state_dir)?,

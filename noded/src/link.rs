@@ -29,15 +29,6 @@ pub struct ControllerLink {
     http: reqwest::Client,
 }
 
-/// How the node's client to the controller is set up (TLS is added to it).
-pub fn http_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        // Below the servers' idle timeout, so a pooled connection is never
-        // reused just as the other side closes it.
-        .pool_idle_timeout(Duration::from_secs(30))
-        .timeout(Duration::from_secs(10))
-}
-
 impl ControllerLink {
     pub fn new(
         identity: NodeRegistration,

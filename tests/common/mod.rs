@@ -43,6 +43,13 @@ pub fn api(method: &str, url: &str, token: &str) -> ureq::Request {
     ureq::request(method, url).set("Authorization", &format!("Bearer {token}"))
 }
 
+/// Creates `dir` with the mode the daemons require of an existing state
+/// directory (0711).
+pub fn daemon_dir(dir: &Path) {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o711).create(dir).unwrap();
+}
+
 /// A temporary state directory with the mode the daemons require of an
 /// existing one (0711: only its owner lists it; job users pass through).
 pub fn state_dir() -> tempfile::TempDir {

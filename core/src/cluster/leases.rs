@@ -54,27 +54,19 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{parse_sim_spec, sim_instances};
-    use crate::launch::CaseLaunch;
+    use crate::cluster::testkit::registration;
 
     fn reg(instance: &str) -> NodeRegistration {
         NodeRegistration {
-            name: "n1".into(),
             instance_id: instance.into(),
             url: format!("http://{instance}"),
-            cpus: 2,
-            memory_mib: 1024,
-            instances: sim_instances("n1", &parse_sim_spec("1xA30").unwrap()),
-            worker_limit: None,
-            running: vec![],
-            runs: Default::default(),
-            ended: vec![],
+            ..registration("n1", &[], vec![])
         }
     }
 
     #[test]
     fn a_live_nodes_name_is_not_taken_by_another_daemon() {
-        let mut c = Cluster::new(Box::new(CaseLaunch));
+        let mut c = Cluster::new(Box::new(crate::launch::CaseLaunch));
         c.check_registration(&reg("a"), false).unwrap();
         c.register_node(&reg("a"), 0);
         // The same daemon again (it restarted its link): fine.

@@ -11,6 +11,13 @@ use crate::job::{Job, JobId, JobState};
 /// Slurm's default `MinJobAge`, seconds.
 pub const DEFAULT_MIN_JOB_AGE: u64 = 300;
 
+/// The end time from which finished jobs are held in memory at `now`
+/// (`None`: all of them, when `min_age` is 0), for loading at start what
+/// [`Cluster::purge_finished`] would keep.
+pub fn kept_finished_since(now: i64, min_age: u64) -> Option<i64> {
+    (min_age > 0).then(|| now.saturating_sub(i64::try_from(min_age).unwrap_or(i64::MAX)))
+}
+
 impl Cluster {
     /// Removes the finished jobs that ended at least `min_age` seconds
     /// before `now`, and returns their ids. A finished job stays while a
@@ -85,10 +92,9 @@ impl Cluster {
         self.footprints.retire(&job);
         self.lost_runs.remove(&id);
         *self.purged.entry(job.state).or_default() += 1;
-        if let Some(k) = job.spec.idempotency_key {
-            let first = job.spec.array_task.as_ref().map_or(id, |t| t.array_job_id);
-            let key = (job.spec.uid, k);
-            if self.submissions.get(&key) == Some(&first) {
+        if let Some(k) = &job.spec.idempotency_key {
+            let key = (job.spec.uid, k.clone());
+            if self.submissions.get(&key) == Some(&job.submitted_as()) {
                 self.submissions.remove(&key);
             }
         }

@@ -42,10 +42,10 @@ async fn a_client_trusting_the_ca_is_served_and_others_are_not() {
     let (other_ca, _) = make_pki(dir.path(), "other");
     let addr = serve(&files).await;
     let url = format!("https://{addr}/");
-    let good = http_client(Some(&ca), reqwest::Client::builder()).unwrap();
+    let good = http_client(Some(&ca)).unwrap();
     let body = good.get(&url).send().await.unwrap().text().await.unwrap();
     assert_eq!(body, "ok");
-    let wrong = http_client(Some(&other_ca), reqwest::Client::builder()).unwrap();
+    let wrong = http_client(Some(&other_ca)).unwrap();
     assert!(wrong.get(&url).send().await.is_err(), "another CA's client");
     // Plain HTTP to the TLS port gets no answer.
     let plain = reqwest::Client::new();

@@ -1,74 +1,19 @@
 use super::*;
 use crate::array::ArrayRequest;
-use crate::cluster::Effect;
+use crate::cluster::testkit::{self, cluster, launch};
 use crate::dependency::Dependency;
-use crate::gpu::{parse_sim_spec, sim_instances};
 use crate::job::{JobSpec, JobState};
 use crate::launch::CaseLaunch;
-use crate::outcome::{EndCause, ProcessOutcome};
-use crate::wire::{JobEnded, NodeRegistration};
 use proptest::prelude::*;
 
 fn spec(name: &str) -> JobSpec {
-    JobSpec {
-        environment: [("PATH".to_string(), "/bin".to_string())].into(),
-        name: name.into(),
-        script: format!("#!/bin/sh\n# {name}\ntrue\n"),
-        working_dir: "/tmp".into(),
-        user_name: "u".into(),
-        uid: 1,
-        gid: 1,
-        submit_host: "h".into(),
-        ..JobSpec::default()
-    }
-}
-
-fn cluster() -> Cluster {
-    let mut c = Cluster::new(Box::new(CaseLaunch));
-    c.register_node(
-        &NodeRegistration {
-            instance_id: String::new(),
-            name: "n1".into(),
-            url: "http://n1".into(),
-            cpus: 2,
-            memory_mib: 1024,
-            instances: sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
-            worker_limit: Some(64),
-            running: vec![],
-            runs: Default::default(),
-            ended: vec![],
-        },
-        0,
-    );
-    c
-}
-
-/// Starts what can start at `now`; returns the launched ids.
-fn launch(c: &mut Cluster, now: i64) -> Vec<JobId> {
-    c.schedule(now)
-        .into_iter()
-        .filter_map(|e| match e {
-            Effect::Launch { job, .. } => Some(job),
-            _ => None,
-        })
-        .collect()
+    testkit::spec(name, false)
 }
 
 fn end(c: &mut Cluster, id: JobId, code: i32, at: i64) {
-    c.job_ended(
-        "n1",
-        &JobEnded {
-            job_id: id,
-            run: 0,
-            outcome: ProcessOutcome {
-                exit_code: Some(code),
-                signal: None,
-                cause: EndCause::Exited,
-            },
-            end_time: at,
-        },
-    )
-    .unwrap();
+    let run = c.job(id).unwrap().run;
+    c.job_ended("n1", &testkit::ended(id, run, code, at))
+        .unwrap();
 }
 
 #[test]
@@ -265,4 +210,21 @@ proptest! {
             prop_assert!(c.job(id).is_none());
         }
     }
+}
+
+#[test]
+fn a_restart_loads_what_purging_would_keep() {
+    assert_eq!(kept_finished_since(1000, 300), Some(700));
+    assert_eq!(kept_finished_since(1000, 0), None, "0 keeps every job");
+    assert_eq!(
+        kept_finished_since(0, u64::MAX),
+        Some(-i64::MAX),
+        "no overflow"
+    );
+    // A job that ended at the bound is loaded, and the next pass purges it.
+    let mut c = cluster();
+    let (a, _) = c.submit(spec("b"), 1).unwrap();
+    launch(&mut c, 2);
+    end(&mut c, a, 0, 700);
+    assert_eq!(c.purge_finished(1000, 300), vec![a]);
 }

@@ -1,58 +1,15 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::gpu::{parse_sim_spec, sim_instances};
-use crate::job::JobSpec;
-use crate::launch::CaseLaunch;
-use crate::outcome::ProcessOutcome;
-use crate::wire::NodeRegistration;
+use crate::cluster::testkit::{self, ended, registration as reg};
 
-fn spec(requeue: bool) -> JobSpec {
-    JobSpec {
-        name: "j".into(),
-        script: "#!/bin/sh\ntrue\n".into(),
-        working_dir: "/tmp".into(),
-        user_name: "u".into(),
-        uid: 1,
-        gid: 1,
-        submit_host: "h".into(),
-        requeue,
-        ..JobSpec::default()
-    }
-}
-
-fn reg(name: &str, running: &[(JobId, u32)], ended: Vec<JobEnded>) -> NodeRegistration {
-    NodeRegistration {
-        name: name.into(),
-        url: format!("http://{name}"),
-        cpus: 2,
-        memory_mib: 1024,
-        instances: sim_instances(name, &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
-        worker_limit: Some(8),
-        running: running.iter().map(|(j, _)| *j).collect(),
-        instance_id: String::new(),
-        runs: running.iter().copied().collect(),
-        ended,
-    }
-}
-
-fn ended(id: JobId, run: u32, code: i32, at: i64) -> JobEnded {
-    JobEnded {
-        job_id: id,
-        run,
-        outcome: ProcessOutcome {
-            exit_code: Some(code),
-            signal: None,
-            cause: EndCause::Exited,
-        },
-        end_time: at,
-    }
+fn spec(requeue: bool) -> crate::job::JobSpec {
+    testkit::spec("j", requeue)
 }
 
 /// A cluster with node n1 up and `job` running on it.
 fn running_on_n1(requeue: bool) -> (Cluster, JobId) {
-    let mut c = Cluster::new(Box::new(CaseLaunch));
-    c.register_node(&reg("n1", &[], vec![]), 0);
+    let mut c = testkit::cluster();
     let (id, _) = c.submit(spec(requeue), 1).unwrap();
     c.schedule(2);
     assert_eq!(c.job(id).unwrap().state, JobState::Running);

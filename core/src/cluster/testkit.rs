@@ -1,0 +1,76 @@
+//! Builders shared by the cluster's unit tests.
+
+use super::{Cluster, Effect};
+use crate::gpu::{parse_sim_spec, sim_instances};
+use crate::job::{JobId, JobSpec};
+use crate::outcome::{EndCause, ProcessOutcome};
+use crate::wire::{JobEnded, NodeRegistration};
+
+/// A shared job of user `u` named `name` (its script names it too).
+pub fn spec(name: &str, requeue: bool) -> JobSpec {
+    JobSpec {
+        name: name.into(),
+        script: format!("#!/bin/sh\n# {name}\ntrue\n"),
+        environment: [("PATH".to_string(), "/bin".to_string())].into(),
+        working_dir: "/tmp".into(),
+        user_name: "u".into(),
+        uid: 1,
+        gid: 1,
+        submit_host: "h".into(),
+        requeue,
+        ..JobSpec::default()
+    }
+}
+
+/// Node `name` (two 1g.5gb instances, 64 workers) running `running`
+/// (job, run), reporting `ended`.
+pub fn registration(
+    name: &str,
+    running: &[(JobId, u32)],
+    ended: Vec<JobEnded>,
+) -> NodeRegistration {
+    NodeRegistration {
+        name: name.into(),
+        instance_id: String::new(),
+        url: format!("http://{name}"),
+        cpus: 2,
+        memory_mib: 1024,
+        instances: sim_instances(name, &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
+        worker_limit: Some(64),
+        running: running.iter().map(|(j, _)| *j).collect(),
+        runs: running.iter().copied().collect(),
+        ended,
+    }
+}
+
+/// Run `run` of job `id` exited with `code` at `at`.
+pub fn ended(id: JobId, run: u32, code: i32, at: i64) -> JobEnded {
+    JobEnded {
+        job_id: id,
+        run,
+        outcome: ProcessOutcome {
+            exit_code: Some(code),
+            signal: None,
+            cause: EndCause::Exited,
+        },
+        end_time: at,
+    }
+}
+
+/// A cluster with node n1 up.
+pub fn cluster() -> Cluster {
+    let mut c = Cluster::new(Box::new(crate::launch::CaseLaunch));
+    c.register_node(&registration("n1", &[], vec![]), 0);
+    c
+}
+
+/// Starts what can start at `now`; returns the launched ids.
+pub fn launch(c: &mut Cluster, now: i64) -> Vec<JobId> {
+    c.schedule(now)
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Launch { job, .. } => Some(job),
+            _ => None,
+        })
+        .collect()
+}
