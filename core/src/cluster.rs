@@ -14,10 +14,10 @@ use crate::job::{IllegalTransition, Job, JobId, JobSpec, JobState, SpecError, St
 use crate::launch::{
     Decision, InstanceView, LaunchInput, LaunchPolicy, NodeView, PendingReason, QueuedJob,
 };
-use crate::outcome::EndCause;
 use crate::wire::{JobEnded, NodeRegistration};
 
 mod footprints;
+mod launching;
 mod leases;
 mod retention;
 mod runs;
@@ -964,7 +964,7 @@ impl Cluster {
                 node: node.into(),
             });
         }
-        if ended.outcome.cause == EndCause::Lost {
+        if ended.outcome.cause.is_node_failure() {
             return Ok(self.lose(id, ended.end_time));
         }
         let (state, reason) = ended.outcome.final_state();
@@ -1232,7 +1232,7 @@ impl Cluster {
         for id in believed {
             let still = self.jobs[&id].state == JobState::Running;
             if still && !reg.running.contains(&id) {
-                effects.extend(self.lose(id, now));
+                effects.extend(self.lose_or_unlaunch(id, now));
             }
         }
         effects.extend(self.reconcile_runs(&reg.name, &reg.running, &reg.runs));
@@ -1252,59 +1252,9 @@ impl Cluster {
         let running: Vec<JobId> = n.running.iter().copied().collect();
         let mut effects = vec![Effect::Node { name: name.into() }];
         for id in running {
-            effects.extend(self.lose(id, now));
+            effects.extend(self.lose_or_unlaunch(id, now));
         }
         effects
-    }
-
-    /// The node refused to start a job (a reason the user can act on).
-    pub fn launch_refused(&mut self, id: JobId, why: String, now: i64) -> Vec<Effect> {
-        if self
-            .jobs
-            .get(&id)
-            .is_none_or(|j| j.state != JobState::Running)
-        {
-            return vec![];
-        }
-        self.release(id);
-        let job = self.jobs.get_mut(&id).expect("checked");
-        job.transition(JobState::Failed, now).expect("running job");
-        job.reason = Some(why.clone());
-        vec![Effect::Job {
-            id,
-            event: format!("launch failed: {why}"),
-        }]
-    }
-
-    /// The node could not be reached to start a job: it never ran, so it
-    /// goes back to the queue and the node is marked down.
-    pub fn launch_unreachable(&mut self, id: JobId, now: i64) -> Vec<Effect> {
-        let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else {
-            return vec![];
-        };
-        if self.jobs[&id].state != JobState::Running {
-            return vec![];
-        }
-        self.release(id);
-        let job = self.jobs.get_mut(&id).expect("checked");
-        job.transition(JobState::Requeued, now)
-            .expect("running job");
-        job.transition(JobState::Pending, now)
-            .expect("requeued job");
-        job.restarts -= 1;
-        job.reason = Some("LaunchFailedRequeued".into());
-        let isolated = job.spec.isolated;
-        self.enqueue(id, isolated);
-        // The node is not declared down for it: only its lease (heartbeats)
-        // says whether it is alive. Until it is heard from, nothing more is
-        // launched there.
-        if let Some(n) = self.nodes.get_mut(&node) {
-            n.unconfirmed = true;
-        }
-        vec![Effect::Job {
-            id,
-            event: format!("launch on {node} failed; requeued"),
-        }]
     }
 }
 
@@ -1314,7 +1264,7 @@ mod tests {
     use crate::gpu::{parse_sim_spec, sim_instances};
     use crate::job::GpuRequest;
     use crate::launch::CaseLaunch;
-    use crate::outcome::ProcessOutcome;
+    use crate::outcome::{EndCause, ProcessOutcome};
 
     fn spec(isolated: bool, requeue: bool) -> JobSpec {
         JobSpec {
@@ -1648,7 +1598,7 @@ mod tests {
         c.register_node(&reg(vec![], vec![]), 0);
         let (a, _) = c.submit(spec(false, false), 0).unwrap();
         let (b, _) = c.submit(spec(true, true), 0).unwrap();
-        c.schedule(1);
+        testkit::launch(&mut c, 1);
         c.node_down("n1", 5);
         assert_eq!(c.job(a).unwrap().state, JobState::NodeFail);
         let jb = c.job(b).unwrap();
@@ -1677,7 +1627,7 @@ mod tests {
             c.submit(spec(false, false), 0).unwrap();
         }
         let (iso, _) = c.submit(spec(true, true), 0).unwrap();
-        c.schedule(1);
+        testkit::launch(&mut c, 1);
         // Controller restarts: rebuild from the "store".
         let jobs: Vec<Job> = c.jobs().cloned().collect();
         let nodes: Vec<Node> = c.nodes().cloned().collect();

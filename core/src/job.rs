@@ -459,6 +459,11 @@ pub struct Job {
     /// it, so a report from an earlier run never changes a later one.
     #[serde(default)]
     pub run: u32,
+    /// Running, but the node has not yet confirmed the launch (Slurm's
+    /// CONFIGURING): persisted before the launch is sent, so a controller
+    /// that restarts knows the run may never have begun.
+    #[serde(default)]
+    pub launching: bool,
 }
 
 impl Job {
@@ -513,6 +518,7 @@ impl Job {
             steps: Vec::new(),
             cancelled_by: None,
             run: 0,
+            launching: false,
         }
     }
 
@@ -520,6 +526,8 @@ impl Job {
     /// times and placement consistent with the new state.
     pub fn transition(&mut self, to: JobState, now: i64) -> Result<(), IllegalTransition> {
         self.state = self.state.transition(to)?;
+        // Every start is a launch to be confirmed; leaving RUNNING ends it.
+        self.launching = to == JobState::Running;
         match to {
             JobState::Running => {
                 self.start_time = Some(now);
@@ -549,6 +557,28 @@ impl Job {
             }
         }
         Ok(())
+    }
+
+    /// Puts a launching job back in the queue: its launch was never
+    /// confirmed, so as far as anyone knows it never started, and no restart
+    /// is counted. The run number stays, so a late report of that run is
+    /// recognised.
+    pub fn return_unstarted(&mut self, now: i64) -> Result<(), IllegalTransition> {
+        let restarts = self.restarts;
+        self.transition(JobState::Requeued, now)?;
+        self.transition(JobState::Pending, now)?;
+        self.restarts = restarts;
+        Ok(())
+    }
+
+    /// The state in Slurm's words: CONFIGURING for a job whose launch the
+    /// node has not confirmed, else the state's own name.
+    pub fn state_name(&self) -> &'static str {
+        if self.launching && self.state == JobState::Running {
+            "CONFIGURING"
+        } else {
+            self.state.as_str()
+        }
     }
 
     /// The end a run lost with its node really had, reported once the node

@@ -8,6 +8,7 @@ pub mod array;
 pub mod cluster;
 pub mod dependency;
 pub mod env;
+pub mod fence;
 pub mod gpu;
 pub mod histogram;
 pub mod job;

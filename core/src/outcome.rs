@@ -18,6 +18,17 @@ pub enum EndCause {
     LaunchFailed(String),
     /// Its processes are gone and nothing recorded how they ended.
     Lost,
+    /// The node killed it because its lease ran out: it had not reached the
+    /// controller for its fence timeout (see `crate::fence`).
+    Fenced,
+}
+
+impl EndCause {
+    /// The run did not end on its own: the node lost it or stopped it for
+    /// want of the controller. The controller treats it as a node failure.
+    pub fn is_node_failure(&self) -> bool {
+        matches!(self, EndCause::Lost | EndCause::Fenced)
+    }
 }
 
 /// How a job ended, as the node reports it.
@@ -36,6 +47,10 @@ impl ProcessOutcome {
             EndCause::TimeLimit => (JobState::Timeout, Some("TimeLimit".into())),
             EndCause::LaunchFailed(why) => (JobState::Failed, Some(why.clone())),
             EndCause::Lost => (JobState::NodeFail, Some("job processes lost".into())),
+            EndCause::Fenced => (
+                JobState::NodeFail,
+                Some("node fenced itself: it lost contact with the controller".into()),
+            ),
             EndCause::Exited => match (self.exit_code, self.signal) {
                 (Some(0), None) => (JobState::Completed, None),
                 (_, Some(sig)) => (JobState::Failed, Some(format!("killed by signal {sig}"))),

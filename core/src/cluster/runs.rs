@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use super::{Cluster, Effect};
 use crate::job::{JobId, JobState};
-use crate::outcome::EndCause;
 use crate::wire::JobEnded;
 
 /// A run the controller gave up on when its node was declared down.
@@ -56,7 +55,7 @@ impl Cluster {
         let job = self.jobs.get(&id)?;
         let same_run = lost.node == node && lost.run == job.run;
         let reported = ended.run == 0 || ended.run == lost.run;
-        if !same_run || !reported || ended.outcome.cause == EndCause::Lost {
+        if !same_run || !reported || ended.outcome.cause.is_node_failure() {
             return None;
         }
         let requeued = job.state == JobState::Pending;
@@ -113,8 +112,11 @@ impl Cluster {
                 && ((here && (job.state == JobState::Running || job.state.is_final()))
                     || self.requeued_runs.get(&id).is_some_and(|n| n == node));
             if owned {
-                // Running, ending after a requeue, or being stopped by the
-                // usual path (cancel, time limit): not this function's.
+                // Running (its launch confirmed by this report), ending
+                // after a requeue, or being stopped by the usual path
+                // (cancel, time limit): not this function's to stop.
+                let run = run.unwrap_or(job.run);
+                effects.extend(self.launch_confirmed(id, run));
                 continue;
             }
             if current && job.state == JobState::Pending {

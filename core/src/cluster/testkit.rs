@@ -64,8 +64,19 @@ pub fn cluster() -> Cluster {
     c
 }
 
-/// Starts what can start at `now`; returns the launched ids.
+/// Starts what can start at `now`, as a node that has them (launches
+/// confirmed); returns the launched ids.
 pub fn launch(c: &mut Cluster, now: i64) -> Vec<JobId> {
+    let ids = launch_unconfirmed(c, now);
+    for &id in &ids {
+        let run = c.job(id).expect("launched").run;
+        c.launch_confirmed(id, run);
+    }
+    ids
+}
+
+/// Starts what can start at `now`; the launches are not yet confirmed.
+pub fn launch_unconfirmed(c: &mut Cluster, now: i64) -> Vec<JobId> {
     c.schedule(now)
         .into_iter()
         .filter_map(|e| match e {

@@ -439,6 +439,9 @@ impl Sim<'_> {
         let mut launched = Vec::new();
         for e in effects {
             if let Effect::Launch { job, .. } = e {
+                // The simulated node has every launch at once.
+                let run = self.cluster.job(job).map_or(0, |j| j.run);
+                self.cluster.launch_confirmed(job, run);
                 launched.push(job);
             }
         }

@@ -11,7 +11,7 @@ fn spec(requeue: bool) -> crate::job::JobSpec {
 fn running_on_n1(requeue: bool) -> (Cluster, JobId) {
     let mut c = testkit::cluster();
     let (id, _) = c.submit(spec(requeue), 1).unwrap();
-    c.schedule(2);
+    assert_eq!(testkit::launch(&mut c, 2), vec![id]);
     assert_eq!(c.job(id).unwrap().state, JobState::Running);
     assert_eq!(c.job(id).unwrap().run, 1);
     (c, id)
