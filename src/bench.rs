@@ -90,6 +90,8 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
                 running: vec![],
                 runs: Default::default(),
                 ended: vec![],
+                fence_timeout_ms: None,
+                heartbeat_ms: 0,
             },
             0,
         );

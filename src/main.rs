@@ -214,6 +214,9 @@ async fn up(args: UpArgs) -> Result<()> {
             workers: args.workers,
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,
+            // One process: no partition can part the node from its
+            // controller, so there is nothing to fence against.
+            fence_timeout: Some(0),
             cluster_key_file: None,
             tls_cert: None,
             tls_key: None,

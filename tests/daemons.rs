@@ -58,7 +58,9 @@ impl Pair {
     }
 
     fn start_ctld(&mut self) {
-        self.start_ctld_with(&["--node-timeout", "2"]);
+        // Long enough that gnoded does not fence itself (two thirds of
+        // it) while a test restarts the controller.
+        self.start_ctld_with(&["--node-timeout", "10"]);
     }
 
     fn start_ctld_with(&mut self, extra: &[&str]) {
@@ -216,7 +218,7 @@ impl Drop for Pair {
 
 #[test]
 fn a_silent_node_is_marked_down_and_its_jobs_end_node_fail() {
-    let mut p = Pair::up(&["--node-timeout", "2"]);
+    let mut p = Pair::up(&["--node-timeout", "3"]);
     let key = p.key();
     // RUNNING means allocated; this waits until the node has really started it.
     let id = p.submit_started("started", "sleep 300\n");
@@ -249,7 +251,10 @@ fn a_launch_refused_during_a_node_restart_requeues_only_that_job() {
     let next = p.submit("#!/bin/sh\ntrue\n");
     p.wait(
         "the launch failed and the job went back to the queue",
-        || p.events(next).contains("failed; requeued") && p.job(next)["job_state"] == "PENDING",
+        || {
+            p.events(next).contains("failed; back in the queue")
+                && p.job(next)["job_state"] == "PENDING"
+        },
     );
     assert_ne!(
         p.node()["state"],
@@ -268,7 +273,7 @@ fn a_launch_refused_during_a_node_restart_requeues_only_that_job() {
 /// is recorded COMPLETED, with its real end time, once the node reports it.
 #[test]
 fn a_job_that_completed_during_an_outage_is_recorded_completed() {
-    let p = Pair::up(&["--node-timeout", "2"]);
+    let p = Pair::up(&["--node-timeout", "3"]);
     let id = p.submit_started("started", "sleep 4\nexit 0\n");
     // gnoded freezes (no heartbeats); the job runs on and ends meanwhile.
     let pid = p.noded.as_ref().unwrap().id() as i32;
@@ -293,7 +298,7 @@ fn a_job_that_completed_during_an_outage_is_recorded_completed() {
 
 #[test]
 fn controller_restart_keeps_the_node_and_learns_what_ended_meanwhile() {
-    let mut p = Pair::up(&["--node-timeout", "2"]);
+    let mut p = Pair::up(&["--node-timeout", "10"]);
     let flag = p.dir.path().join("go");
     let ends = p.submit(&format!(
         "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.1; done\nexit 5\n",

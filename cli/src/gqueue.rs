@@ -101,7 +101,7 @@ pub fn format(jobs: &[JobInfo], header: bool) -> String {
             cell(&j.partition, 9),
             cell(&j.name, 8),
             cell(&j.user_name, 8),
-            cell(j.job_state.compact(), 2),
+            cell(j.state_compact(), 2),
             cell(&format_duration_short(j.elapsed), 10),
             cell("1", 6),
             cell(&nodelist_reason(j), -16),

@@ -1261,7 +1261,6 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{parse_sim_spec, sim_instances};
     use crate::job::GpuRequest;
     use crate::launch::CaseLaunch;
     use crate::outcome::{EndCause, ProcessOutcome};
@@ -1291,16 +1290,9 @@ mod tests {
 
     fn reg(running: Vec<JobId>, ended: Vec<JobEnded>) -> NodeRegistration {
         NodeRegistration {
-            instance_id: String::new(),
-            name: "n1".into(),
-            url: "http://n1".into(),
-            cpus: 2,
-            memory_mib: 1024,
-            instances: sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
             worker_limit: Some(3),
             running,
-            runs: Default::default(),
-            ended,
+            ..testkit::registration("n1", &[], ended)
         }
     }
 

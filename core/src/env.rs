@@ -92,6 +92,8 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
         set("SLURM_JOB_TIME_LIMIT", &limit.div_ceil(60).to_string());
     }
     set("GSCHED_JOB_ID", &id);
+    // Which run (launch) of the job this is: 1 for the first.
+    set("GSCHED_JOB_RUN", &job.run.to_string());
     set("GSCHED_URL", at.controller_url);
     set("GSCHED_ISOLATED", if spec.isolated { "1" } else { "0" });
     if let Some(inst) = at.instance {

@@ -48,7 +48,10 @@ pub enum FenceError {
          each): one late heartbeat would make the node kill its jobs; raise --fence-timeout \
          or shorten --heartbeat-interval"
     )]
-    TooShort { fence: Duration, heartbeat: Duration },
+    TooShort {
+        fence: Duration,
+        heartbeat: Duration,
+    },
 }
 
 /// Checks a node's fence timeout against the controller's node timeout and

@@ -34,6 +34,23 @@ pub struct NodeRegistration {
     pub runs: std::collections::BTreeMap<JobId, u32>,
     /// Jobs that ended while nobody was listening.
     pub ended: Vec<JobEnded>,
+    /// How long the node goes without the controller before it kills its
+    /// jobs, in ms (`crate::fence`): `None` asks for the controller's
+    /// default, `Some(0)` says the node never fences itself.
+    #[serde(default)]
+    pub fence_timeout_ms: Option<u64>,
+    /// The node's heartbeat interval, ms (0: not said).
+    #[serde(default)]
+    pub heartbeat_ms: u64,
+}
+
+/// The controller's answer to a registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistrationReply {
+    /// After this long without a heartbeat the node is declared down.
+    pub node_timeout_ms: u64,
+    /// The fence timeout the node must keep (`None`: it does not fence).
+    pub fence_timeout_ms: Option<u64>,
 }
 
 /// Periodic liveness report.
@@ -221,9 +238,31 @@ pub struct JobInfo {
     /// The uid that cancelled the job, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<u32>,
+    /// RUNNING, but the node has not confirmed the launch yet (Slurm's
+    /// CONFIGURING).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub launching: bool,
 }
 
 impl JobInfo {
+    /// The state in Slurm's words (CONFIGURING while launching).
+    pub fn state_name(&self) -> &'static str {
+        if self.launching && self.job_state == crate::job::JobState::Running {
+            "CONFIGURING"
+        } else {
+            self.job_state.as_str()
+        }
+    }
+
+    /// The state's short form, as squeue's `%t` (CF while launching).
+    pub fn state_compact(&self) -> &'static str {
+        if self.launching && self.job_state == crate::job::JobState::Running {
+            "CF"
+        } else {
+            self.job_state.compact()
+        }
+    }
+
     /// The id as Slurm prints it: `A_i` for an array task, else `N`.
     pub fn display_id(&self) -> String {
         match &self.array {
@@ -269,6 +308,7 @@ impl JobInfo {
             slurm: s.slurm.clone(),
             steps: job.steps.clone(),
             cancelled_by: job.cancelled_by,
+            launching: job.launching,
         }
     }
 }

@@ -10,7 +10,8 @@ use gsched_core::cluster::{Cluster, ClusterError, Effect};
 use gsched_core::job::{JobId, JobSpec};
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
-    Heartbeat, JobEndReport, LaunchRequest, NodeRegistration, SignalRequest, CLUSTER_KEY_HEADER,
+    Heartbeat, JobEndReport, LaunchRequest, NodeRegistration, RegistrationReply, SignalRequest,
+    CLUSTER_KEY_HEADER,
 };
 use tokio::sync::Notify;
 use tracing::{info, warn, Instrument};
@@ -32,6 +33,8 @@ pub enum CtlError {
     UnknownPartition(String, String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Fence(#[from] gsched_core::fence::FenceError),
 }
 
 /// No token outlives this (ten years), whatever the settings say.
@@ -309,8 +312,26 @@ impl Controller {
         self.operate(|c, now| c.requeue(id, now)).await
     }
 
-    pub async fn register(self: &Arc<Self>, reg: NodeRegistration) -> Result<(), CtlError> {
+    /// A node registers: its fence timeout is checked against the node
+    /// timeout (see `gsched_core::fence`) and the agreed one is returned.
+    pub async fn register(
+        self: &Arc<Self>,
+        reg: NodeRegistration,
+    ) -> Result<RegistrationReply, CtlError> {
         let timeout = Duration::from_secs(self.config.node_timeout.max(1));
+        let fence = gsched_core::fence::agreed_fence_timeout(
+            reg.fence_timeout_ms.map(Duration::from_millis),
+            timeout,
+            Duration::from_millis(reg.heartbeat_ms),
+        )
+        .inspect_err(|e| warn!(node = %reg.name, error = %e, "registration refused"))?;
+        if fence.is_none() {
+            warn!(node = %reg.name, "node does not fence itself: if it is cut off, its jobs may run on after they are requeued");
+        }
+        let reply = RegistrationReply {
+            node_timeout_ms: timeout.as_millis() as u64,
+            fence_timeout_ms: fence.map(|d| d.as_millis() as u64),
+        };
         let effects = {
             let mut seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());
             let alive = seen.get(&reg.name).is_some_and(|t| t.elapsed() < timeout);
@@ -326,7 +347,7 @@ impl Controller {
         };
         self.execute(effects).await?;
         self.wake.notify_one();
-        Ok(())
+        Ok(reply)
     }
 
     /// A node's heartbeat: renews its lease, takes its instances' use, and
@@ -550,43 +571,7 @@ impl Controller {
 
     async fn send_now(self: Arc<Self>, rpc: Rpc) {
         match rpc {
-            Rpc::Launch { url, req } => {
-                let id = req.job.id;
-                let span = tracing::info_span!(
-                    "launch",
-                    job = id,
-                    instance = req.instance.as_ref().map(|i| i.uuid.as_str())
-                );
-                let res = self
-                    .http
-                    .post(format!("{url}/v1/jobs"))
-                    .header(CLUSTER_KEY_HEADER, &self.key)
-                    .json(&req)
-                    .send()
-                    .instrument(span.clone())
-                    .await;
-                let effects = match res {
-                    Ok(r) if r.status().is_success() => return,
-                    Ok(r) => {
-                        let why = r
-                            .json::<gsched_core::wire::ErrorBody>()
-                            .await
-                            .map(|b| b.error)
-                            .unwrap_or_else(|e| format!("node answered badly: {e}"));
-                        span.in_scope(|| warn!(%why, "node refused the job"));
-                        self.lock().launch_refused(id, why, unix_now())
-                    }
-                    Err(e) => {
-                        let error = error_chain(&e);
-                        span.in_scope(|| warn!(%error, "node unreachable; job requeued"));
-                        self.lock().launch_unreachable(id, unix_now())
-                    }
-                };
-                if let Err(e) = self.execute(effects).await {
-                    warn!(job = id, error = %e, "could not record launch failure");
-                }
-                self.wake.notify_one();
-            }
+            Rpc::Launch { url, req } => self.send_launch(url, req).await,
             Rpc::Signal { url, job, req } => {
                 // A signal can overtake the launch it follows: the node then does
                 // not know the job yet (404), so try again for a little while.
@@ -620,6 +605,73 @@ impl Controller {
                 }
             }
         }
+    }
+
+    /// Delivers a launch. A launch is idempotent for its run (the node
+    /// answers a repeated one with success), so one whose delivery is in
+    /// doubt (timed out, cut off) is sent again while the job still waits
+    /// for it; one never delivered (connection refused) or not taken (the
+    /// node holds no lease, or still has another run of the job) puts the
+    /// job back in the queue; a refusal the user can act on fails it.
+    async fn send_launch(self: Arc<Self>, url: String, req: Box<LaunchRequest>) {
+        let (id, run) = (req.job.id, req.job.run);
+        let span = tracing::info_span!(
+            "launch",
+            job = id,
+            run,
+            instance = req.instance.as_ref().map(|i| i.uuid.as_str())
+        );
+        let mut backoff = Duration::from_millis(500);
+        let effects = loop {
+            let res = self
+                .http
+                .post(format!("{url}/v1/jobs"))
+                .header(CLUSTER_KEY_HEADER, &self.key)
+                .json(&req)
+                .send()
+                .instrument(span.clone())
+                .await;
+            match res {
+                Ok(r) if r.status().is_success() => break self.lock().launch_confirmed(id, run),
+                Ok(r) => {
+                    let status = r.status();
+                    let why = r
+                        .json::<gsched_core::wire::ErrorBody>()
+                        .await
+                        .map(|b| b.error)
+                        .unwrap_or_else(|e| format!("node answered badly: {e}"));
+                    let not_now = status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+                        || status == reqwest::StatusCode::CONFLICT;
+                    if not_now {
+                        span.in_scope(|| warn!(%why, "node did not take the job now; requeued"));
+                        break self.lock().launch_unreachable(id, unix_now());
+                    }
+                    span.in_scope(|| warn!(%why, "node refused the job"));
+                    break self.lock().launch_refused(id, why, unix_now());
+                }
+                Err(e) if e.is_connect() => {
+                    let error = error_chain(&e);
+                    span.in_scope(|| warn!(%error, "node unreachable; job requeued"));
+                    break self.lock().launch_unreachable(id, unix_now());
+                }
+                Err(e) => {
+                    // The node may have it: ask again until it answers, or
+                    // until its lease runs out (then the job is requeued as
+                    // never started, and the node has fenced itself).
+                    let error = error_chain(&e);
+                    span.in_scope(|| warn!(%error, retry_in = ?backoff, "launch in doubt; will send it again"));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    if !self.lock().awaits_launch(id, run) {
+                        return;
+                    }
+                }
+            }
+        };
+        if let Err(e) = self.execute(effects).await {
+            warn!(job = id, error = %e, "could not record the launch's outcome");
+        }
+        self.wake.notify_one();
     }
 
     /// The cluster's GPU use now.

@@ -91,6 +91,7 @@ pub struct JobRuntime {
     pub steps: Vec<gsched_core::job::Step>,
     pub cancelled_by: Option<u32>,
     pub run: u32,
+    pub launching: bool,
 }
 
 impl JobRuntime {
@@ -111,6 +112,7 @@ impl JobRuntime {
             steps: job.steps.clone(),
             cancelled_by: job.cancelled_by,
             run: job.run,
+            launching: job.launching,
         }
     }
 }
@@ -385,7 +387,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
                    end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
-                   cancelled_by = ?, run = ?
+                   cancelled_by = ?, run = ?, launching = ?
                  WHERE id = ?",
             )
             .bind(job.state.as_str())
@@ -402,6 +404,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(json(&job.steps))
             .bind(job.cancelled_by.map(i64::from))
             .bind(i64::from(job.run))
+            .bind(job.launching)
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;

@@ -14,6 +14,7 @@ use crate::launcher::{LaunchError, Launcher};
 
 pub struct NodeApi {
     pub launcher: Arc<Launcher>,
+    pub lease: Arc<crate::fence::NodeLease>,
     pub key: String,
 }
 
@@ -25,6 +26,7 @@ impl From<LaunchError> for ApiError {
             LaunchError::Refused(_) => StatusCode::FORBIDDEN,
             LaunchError::AlreadyRunning(_) => StatusCode::CONFLICT,
             LaunchError::NotRunning(_) => StatusCode::NOT_FOUND,
+            LaunchError::NoLease(_) => StatusCode::SERVICE_UNAVAILABLE,
             LaunchError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.to_string())
@@ -44,6 +46,16 @@ async fn launch(
     Body(req): Body<LaunchRequest>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&api.key, &h)?;
+    if !api.lease.accepts_launches() {
+        // Fenced (or not yet registered): the controller may have given
+        // this node up, so nothing new starts until it answers again.
+        return Err(LaunchError::NoLease(
+            "this node holds no lease: it has not reached the controller within its fence \
+             timeout, or has not registered yet"
+                .into(),
+        )
+        .into());
+    }
     api.launcher.launch(&req)?;
     Ok(StatusCode::CREATED)
 }

@@ -63,6 +63,15 @@ pub struct NodeConfig {
     #[arg(long, default_value_t = 5)]
     #[serde(default = "default_heartbeat")]
     pub heartbeat_interval: u64,
+    /// Seconds without an answer from the controller after which the node
+    /// kills its jobs (self-fencing), so they never run on after the
+    /// controller has requeued them elsewhere. Must be below gctld's
+    /// --node-timeout by a margin (a tenth of it, at least 1 s); default two
+    /// thirds of it. 0: never fence (jobs of a partitioned node may then
+    /// run twice).
+    #[arg(long)]
+    #[serde(default)]
+    pub fence_timeout: Option<u64>,
     /// Cluster key file (0600); default STATE_DIR/cluster.key.
     #[arg(long)]
     #[serde(default)]

@@ -34,14 +34,21 @@ use gsched_core::job::WarnSignal;
 
 const CANCELLED: &str = "cancelled";
 const TIMEOUT: &str = "timeout";
+const FENCED: &str = "fenced";
+
+/// How many ended runs the node remembers after their spools are gone, so
+/// a launch repeated after a lost answer is not run a second time.
+const REMEMBERED_RUNS: usize = 4096;
 
 /// Why a launch or signal was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error("{0}")]
     Refused(String),
-    #[error("job {0} is already running on this node")]
+    #[error("job {0} is already running on this node (another run of it)")]
     AlreadyRunning(JobId),
+    #[error("{0}")]
+    NoLease(String),
     #[error("job {0} is not running on this node")]
     NotRunning(JobId),
     #[error("{0}")]
@@ -79,6 +86,8 @@ pub struct Launcher {
     interception: std::sync::OnceLock<(PathBuf, u64, u64)>,
     /// The CA file jobs' tools check an https controller against.
     tls_ca: std::sync::OnceLock<PathBuf>,
+    /// Runs that ended and whose spools were removed, newest last.
+    finished_runs: Mutex<std::collections::VecDeque<(JobId, u32)>>,
 }
 
 fn signal_group(pgid: i32, sig: Signal) {
@@ -114,6 +123,7 @@ impl Launcher {
             probe: std::sync::OnceLock::new(),
             interception: std::sync::OnceLock::new(),
             tls_ca: std::sync::OnceLock::new(),
+            finished_runs: Mutex::new(std::collections::VecDeque::new()),
         }))
     }
 
@@ -168,6 +178,11 @@ impl Launcher {
             instance = req.instance.as_ref().map(|i| i.uuid.as_str())
         );
         let _g = span.enter();
+        if self.has_run(job.id, job.run) {
+            // The same launch again (its answer was lost): already done.
+            info!(run = job.run, "launch repeated; this run is already here");
+            return Ok(());
+        }
         let _setup = SettingUp::mark(self, job.id)?;
         if !self.is_root && job.spec.uid != self.my_uid {
             return Err(LaunchError::Refused(format!(
@@ -296,6 +311,48 @@ impl Launcher {
             }
         }
         self.start_shepherd(job.id, job.run, limit, warn)
+    }
+
+    /// Whether run `run` of `job` runs here or already ran here.
+    fn has_run(&self, job: JobId, run: u32) -> bool {
+        if self.jobs().get(&job).is_some_and(|r| r.run == run) {
+            return true;
+        }
+        let spool = self.spool(job);
+        let ended_here = spool.read_status().is_some()
+            && spool.read_spec().is_ok_and(|s| s.run == run && run != 0);
+        ended_here
+            || self
+                .finished_runs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&(job, run))
+    }
+
+    /// Kills every job: the node's lease ran out (see `crate::fence`). Each
+    /// ends as fenced, which the controller takes for a node failure.
+    /// Returns how many jobs were killed.
+    pub fn fence_all(self: &Arc<Self>) -> usize {
+        let jobs: Vec<(JobId, Option<i32>)> =
+            self.jobs().iter().map(|(id, r)| (*id, r.pgid)).collect();
+        for &(job, pgid) in &jobs {
+            let spool = self.spool(job);
+            if spool.read_status().is_none() {
+                spool.mark(FENCED);
+            }
+            match pgid {
+                Some(pgid) => signal_group(pgid, Signal::SIGKILL),
+                None => {
+                    // Waiting for its instance: it never starts.
+                    self.jobs().remove(&job);
+                    if let Some(probe) = self.probe.get() {
+                        probe.job_ended(job);
+                    }
+                    let _ = self.ended.send(ended_from_spool(job, &spool));
+                }
+            }
+        }
+        jobs.len()
     }
 
     /// Starts the shepherd of a job whose spool is ready.
@@ -571,6 +628,11 @@ impl Launcher {
             .is_some_and(|s| s.end_time != ended.end_time);
         if !later_run {
             spool.remove();
+            let mut runs = self.finished_runs.lock().unwrap_or_else(|p| p.into_inner());
+            if runs.len() == REMEMBERED_RUNS {
+                runs.pop_front();
+            }
+            runs.push_back((ended.job_id, ended.run));
         }
     }
 }
@@ -603,6 +665,8 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     let status = spool.read_status();
     let cause = if spool.is_marked(CANCELLED) {
         EndCause::Cancelled
+    } else if spool.is_marked(FENCED) {
+        EndCause::Fenced
     } else if spool.is_marked(TIMEOUT) {
         EndCause::TimeLimit
     } else {

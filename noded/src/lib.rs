@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod config;
+pub mod fence;
 pub mod gpu;
 pub mod launcher;
 pub mod link;
@@ -294,8 +295,11 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    let lease = Arc::new(fence::NodeLease::open(state_dir));
+    tokio::spawn(Arc::clone(&lease).watch(Arc::clone(&launcher)));
     let app = api::router(Arc::new(api::NodeApi {
         launcher: Arc::clone(&launcher),
+        lease: Arc::clone(&lease),
         key: key.clone(),
     }));
     // Only the controller calls a node: a few connections are plenty.
@@ -327,6 +331,8 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         running: Vec::new(),
         runs: Default::default(),
         ended: Vec::new(),
+        fence_timeout_ms: config.fence_timeout.map(|s| s.saturating_mul(1000)),
+        heartbeat_ms: config.heartbeat_interval.max(1).saturating_mul(1000),
     };
     let mut link = link::ControllerLink::new(
         identity,
@@ -334,6 +340,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         key,
         Duration::from_secs(config.heartbeat_interval.max(1)),
         Arc::clone(&launcher),
+        lease,
         http,
     );
     if let Some(m) = &mps {

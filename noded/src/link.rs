@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gsched_core::wire::{
-    Heartbeat, HeartbeatReply, JobEndReport, JobEnded, NodeRegistration, CLUSTER_KEY_HEADER,
+    Heartbeat, HeartbeatReply, JobEndReport, JobEnded, NodeRegistration, RegistrationReply,
+    CLUSTER_KEY_HEADER,
 };
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::fence::NodeLease;
 use crate::launcher::Launcher;
 use crate::mps::MpsSupervisor;
 
@@ -21,6 +23,8 @@ pub struct ControllerLink {
     pub key: String,
     pub heartbeat: Duration,
     pub launcher: Arc<Launcher>,
+    /// Renewed by every registration and heartbeat the controller answers.
+    pub lease: Arc<NodeLease>,
     /// The node's MPS daemons, whose state goes with every message.
     pub mps: Option<Arc<MpsSupervisor>>,
     /// The probe server, whose per-instance use goes with heartbeats and
@@ -36,6 +40,7 @@ impl ControllerLink {
         key: String,
         heartbeat: Duration,
         launcher: Arc<Launcher>,
+        lease: Arc<NodeLease>,
         http: reqwest::Client,
     ) -> Self {
         ControllerLink {
@@ -44,6 +49,7 @@ impl ControllerLink {
             key,
             heartbeat,
             launcher,
+            lease,
             mps: None,
             probe: None,
             http,
@@ -142,9 +148,16 @@ impl ControllerLink {
                 }
             }
         }
-        self.post("/internal/v1/nodes/register", &reg)
+        let sent = crate::fence::now();
+        let r = self.post("/internal/v1/nodes/register", &reg).await?;
+        let reply: RegistrationReply = r
+            .json()
             .await
-            .map(|_| ())
+            .map_err(|e| format!("the controller's registration answer is unreadable: {e}"))?;
+        self.lease
+            .set_fence_after(reply.fence_timeout_ms.map(Duration::from_millis));
+        self.lease.renewed(sent);
+        Ok(())
     }
 
     fn acknowledged(&self, ended: &mut Vec<JobEnded>, n: usize) {
@@ -215,9 +228,11 @@ impl ControllerLink {
                         placement_wait: latency.map(|l| l.1),
                     };
                     let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
+                    let sent = crate::fence::now();
                     match self.post(&path, &hb).await {
                         Ok(r) => match r.json::<HeartbeatReply>().await {
                             Ok(HeartbeatReply { known: true, drain }) => {
+                                self.lease.renewed(sent);
                                 if let Some(p) = &self.probe {
                                     p.set_drained(&drain);
                                 }

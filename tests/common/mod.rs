@@ -265,7 +265,10 @@ impl Gsched {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             last = self.job(id);
-            if last["job_state"] == state {
+            // RUNNING means started: a launch the node has not confirmed
+            // yet (CONFIGURING) is not there yet.
+            let launching = last["launching"] == true;
+            if last["job_state"] == state && !(state == "RUNNING" && launching) {
                 return last;
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -31,7 +31,7 @@ pub fn show_job(j: &JobInfo) -> String {
     };
     lines.push(format!(
         "   JobState={} Reason={reason} Dependency=(null)",
-        j.job_state.as_str()
+        j.state_name()
     ));
     lines.push(format!(
         "   Requeue={} Restarts={} ExitCode={}:{}",

@@ -136,8 +136,8 @@ fn value(j: &JobInfo, id: &str, letter: char) -> String {
     match letter {
         'i' => id.to_string(),
         'A' => j.job_id.to_string(),
-        't' => j.job_state.compact().into(),
-        'T' => j.job_state.as_str().into(),
+        't' => j.state_compact().into(),
+        'T' => j.state_name().into(),
         'j' => j.name.clone(),
         'u' => j.user_name.clone(),
         'M' => elapsed_short(j.elapsed),

@@ -166,7 +166,9 @@ mod tests {
     #[test]
     fn a_controller_restarted_mid_launch_requeues_what_the_node_never_got() {
         let mut c = cluster();
-        let ids: Vec<JobId> = (0..3).map(|_| c.submit(spec("a", true), 0).unwrap().0).collect();
+        let ids: Vec<JobId> = (0..3)
+            .map(|_| c.submit(spec("a", true), 0).unwrap().0)
+            .collect();
         assert_eq!(launch_unconfirmed(&mut c, 1), ids);
         // gctld dies after persisting the launches; one reached the node.
         let jobs: Vec<_> = c.jobs().cloned().collect();

@@ -40,6 +40,8 @@ pub fn registration(
         running: running.iter().map(|(j, _)| *j).collect(),
         runs: running.iter().copied().collect(),
         ended,
+        fence_timeout_ms: None,
+        heartbeat_ms: 0,
     }
 }
 

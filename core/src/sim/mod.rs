@@ -560,6 +560,8 @@ pub fn simulate_with(
             running: vec![],
             runs: Default::default(),
             ended: vec![],
+            fence_timeout_ms: None,
+            heartbeat_ms: 0,
         },
         0,
     );

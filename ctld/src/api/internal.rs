@@ -6,7 +6,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use gsched_core::probe::TaskReport;
-use gsched_core::wire::{Heartbeat, HeartbeatReply, JobEndReport, NodeRegistration};
+use gsched_core::wire::{
+    Heartbeat, HeartbeatReply, JobEndReport, NodeRegistration, RegistrationReply,
+};
 use gsched_daemon::http::{check_cluster_key, ApiError, Body};
 
 use super::Ctl;
@@ -15,7 +17,7 @@ pub(super) async fn register(
     State(ctl): Ctl,
     headers: HeaderMap,
     Body(reg): Body<NodeRegistration>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Json<RegistrationReply>, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
     if reg.name.is_empty()
         || reg.name.len() > 255
@@ -29,8 +31,7 @@ pub(super) async fn register(
             format!("invalid node name '{}'", reg.name),
         ));
     }
-    ctl.register(reg).await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(Json(ctl.register(reg).await?))
 }
 
 pub(super) async fn heartbeat(

@@ -38,6 +38,7 @@ impl From<CtlError> for ApiError {
             CtlError::Cluster(ClusterError::NoSuchStep(..)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
             CtlError::UnknownPartition(..) => StatusCode::BAD_REQUEST,
+            CtlError::Fence(_) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(_) => StatusCode::CONFLICT,
             CtlError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,

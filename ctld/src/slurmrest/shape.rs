@@ -114,7 +114,12 @@ pub fn job(j: &JobInfo, cluster: &str, profile: Option<&str>) -> Value {
         "group_name": crate::auth::group_name(j.group_id),
         "hold": j.state_reason.as_deref() == Some("JobHeldUser"),
         "job_id": j.job_id,
-        "job_state": [j.job_state.as_str()],
+        // Slurm lists the state and its flags: CONFIGURING is a flag of RUNNING.
+        "job_state": if j.state_name() == "CONFIGURING" {
+            vec!["RUNNING", "CONFIGURING"]
+        } else {
+            vec![j.job_state.as_str()]
+        },
         "name": j.name,
         "node_count": no_val(Some(1)),
         "nodes": j.nodes,

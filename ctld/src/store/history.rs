@@ -252,5 +252,6 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
             .try_get::<Option<i64>, _>("cancelled_by")?
             .map(|u| u as u32),
         run: row.try_get::<i64, _>("run")?.clamp(0, u32::MAX.into()) as u32,
+        launching: row.try_get("launching")?,
     })
 }
