@@ -325,6 +325,9 @@ pub struct NodeInfo {
     pub workers_used: u32,
     pub running_jobs: Vec<JobId>,
     pub gpu_instances: usize,
+    /// Where the controller reaches the node's gnoded (Slurm's NodeAddr).
+    #[serde(default)]
+    pub url: String,
 }
 
 /// A GPU instance as the REST API and `ginfo --json` show it.
@@ -372,6 +375,7 @@ impl NodeInfo {
             workers_used: used,
             running_jobs: n.running.iter().copied().collect(),
             gpu_instances: n.instances.len(),
+            url: n.url.clone(),
         }
     }
 }

@@ -622,6 +622,10 @@ impl Controller {
             instance = req.instance.as_ref().map(|i| i.uuid.as_str())
         );
         let mut backoff = Duration::from_millis(500);
+        // Once a send may have been delivered, a later refusal proves
+        // nothing (gnoded may have started the run and then died): the
+        // node's registration or its lease decides instead.
+        let mut in_doubt = false;
         let effects = loop {
             let res = self
                 .http
@@ -633,6 +637,11 @@ impl Controller {
                 .await;
             match res {
                 Ok(r) if r.status().is_success() => break self.lock().launch_confirmed(id, run),
+                Ok(r) if in_doubt && r.status() != reqwest::StatusCode::FORBIDDEN => {
+                    let status = r.status();
+                    span.in_scope(|| warn!(%status, "launch in doubt; the node's registration or lease decides"));
+                    return;
+                }
                 Ok(r) => {
                     let status = r.status();
                     let why = r
@@ -649,6 +658,11 @@ impl Controller {
                     span.in_scope(|| warn!(%why, "node refused the job"));
                     break self.lock().launch_refused(id, why, unix_now());
                 }
+                Err(e) if e.is_connect() && in_doubt => {
+                    let error = error_chain(&e);
+                    span.in_scope(|| warn!(%error, "launch in doubt and the node is away; its registration or lease decides"));
+                    return;
+                }
                 Err(e) if e.is_connect() => {
                     let error = error_chain(&e);
                     span.in_scope(|| warn!(%error, "node unreachable; job requeued"));
@@ -658,6 +672,7 @@ impl Controller {
                     // The node may have it: ask again until it answers, or
                     // until its lease runs out (then the job is requeued as
                     // never started, and the node has fenced itself).
+                    in_doubt = true;
                     let error = error_chain(&e);
                     span.in_scope(|| warn!(%error, retry_in = ?backoff, "launch in doubt; will send it again"));
                     tokio::time::sleep(backoff).await;
@@ -783,6 +798,12 @@ impl Controller {
                     .map(|n| n.name.clone())
                     .collect()
             };
+            let expired = self
+                .lock()
+                .expire_launches(unix_now(), timeout.as_secs() as i64);
+            if let Err(e) = self.execute(expired).await {
+                warn!(error = %e, "could not persist expired launches");
+            }
             for name in stale {
                 warn!(node = %name, "node missed its heartbeats; marking it down");
                 let effects = self.lock().node_down(&name, unix_now());

@@ -23,6 +23,10 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 pub struct NodeLease {
     lease: Mutex<Lease>,
     file: PathBuf,
+    /// The controller has answered this gnoded (not only an earlier one on
+    /// this state directory): until then no launch is taken, so the
+    /// registration's list of runs is the whole truth about this node.
+    answered: std::sync::atomic::AtomicBool,
 }
 
 /// `CLOCK_BOOTTIME` now.
@@ -44,6 +48,7 @@ impl NodeLease {
         NodeLease {
             lease: Mutex::new(lease),
             file,
+            answered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -72,15 +77,19 @@ impl NodeLease {
     pub fn renewed(&self, sent_at: Duration) {
         let was = self.lock().state(now());
         self.lock().renewed(sent_at);
+        self.answered
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         if matches!(was, LeaseCheck::Fenced | LeaseCheck::FenceNow) {
             info!("the controller answers again: lease renewed, launches accepted");
         }
         self.save();
     }
 
-    /// Whether a launch may be accepted now.
+    /// Whether a launch may be accepted now: the lease is held, and this
+    /// gnoded has registered.
     pub fn accepts_launches(&self) -> bool {
-        self.lock().accepts_launches(now())
+        self.answered.load(std::sync::atomic::Ordering::SeqCst)
+            && self.lock().accepts_launches(now())
     }
 
     fn save(&self) {
@@ -160,6 +169,10 @@ mod tests {
         assert!(l.accepts_launches());
         let again = NodeLease::open(dir.path());
         assert_eq!(again.lock().renewed_at(), Some(t));
+        assert!(
+            !again.accepts_launches(),
+            "a restarted gnoded takes launches only once it has registered"
+        );
         assert_eq!(again.lock().fence_after(), Some(Duration::from_secs(20)));
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join("lease"))

@@ -63,7 +63,7 @@ impl Net {
     pub fn new(hosts: usize) -> Net {
         static N: AtomicU32 = AtomicU32::new(0);
         assert!(
-            nix::unistd::geteuid().is_root(),
+            unsafe { libc::geteuid() } == 0,
             "the network fault tests build network namespaces and must run as root (CI does)"
         );
         remove_stale();
@@ -109,11 +109,25 @@ impl Net {
 
     /// Cuts `host` off the network (its switch port goes down).
     pub fn cut(&self, host: usize) {
-        ip(&["-n", &self.switch(), "link", "set", &format!("p{host}"), "down"]);
+        ip(&[
+            "-n",
+            &self.switch(),
+            "link",
+            "set",
+            &format!("p{host}"),
+            "down",
+        ]);
     }
 
     pub fn heal(&self, host: usize) {
-        ip(&["-n", &self.switch(), "link", "set", &format!("p{host}"), "up"]);
+        ip(&[
+            "-n",
+            &self.switch(),
+            "link",
+            "set",
+            &format!("p{host}"),
+            "up",
+        ]);
     }
 
     /// `program` to be run on `host`.
@@ -127,8 +141,8 @@ impl Net {
     /// the test's own requests then go where the host's would).
     pub fn enter(&self, host: usize) {
         let f = std::fs::File::open(format!("/run/netns/{}", self.ns(host))).unwrap();
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(f.as_raw_fd()) };
-        nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -161,6 +175,11 @@ impl Cluster {
     /// A controller with `--node-timeout node_timeout` and `nodes` nodes,
     /// all up.
     pub fn up(nodes: usize, node_timeout: u64) -> Cluster {
+        Cluster::up_with(nodes, nodes, node_timeout)
+    }
+
+    /// Hosts for `nodes` nodes, of which the first `started` run gnoded.
+    pub fn up_with(nodes: usize, started: usize, node_timeout: u64) -> Cluster {
         let net = Net::new(nodes + 1);
         // The test's requests go from the controller's host.
         net.enter(0);
@@ -180,13 +199,33 @@ impl Cluster {
             token: std::sync::OnceLock::new(),
         };
         c.start_ctld();
-        for i in 1..=nodes {
+        for i in 1..=started {
             c.start_node(i);
         }
-        c.wait("every node is up", Duration::from_secs(30), || {
-            c.health().is_some_and(|h| h["nodes_up"] == nodes)
-        });
+        c.wait_nodes_up(started);
         c
+    }
+
+    pub fn wait_nodes_up(&self, n: usize) {
+        self.wait(
+            &format!("{n} nodes are up"),
+            Duration::from_secs(30),
+            || self.health().is_some_and(|h| h["nodes_up"] == n),
+        );
+    }
+
+    /// Waits until `n` runs have marked their start.
+    pub fn wait_started(&self, n: usize) {
+        self.wait(
+            &format!("{n} runs started"),
+            Duration::from_secs(30),
+            || Markers::read(&self.markers()).runs.len() >= n,
+        );
+    }
+
+    /// The text gnoded of host `i` has logged.
+    pub fn node_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("node{i}.log"))).unwrap_or_default()
     }
 
     pub fn url(&self) -> String {
@@ -238,7 +277,14 @@ impl Cluster {
             .arg(self.dir.path().join(format!("node{i}")))
             .arg("--cluster-key-file")
             .arg(self.dir.path().join("ctl/cluster.key"))
-            .args(["--controller", &self.url(), "--listen", listen, "--name", name])
+            .args([
+                "--controller",
+                &self.url(),
+                "--listen",
+                listen,
+                "--name",
+                name,
+            ])
             .args(["--allow-plain-http", "--heartbeat-interval", "1"])
             .args(["--kill-wait", "1", "--workers", "4"])
             .stdin(Stdio::null())
@@ -273,7 +319,9 @@ impl Cluster {
     }
 
     fn api(&self, method: &str, path: &str) -> ureq::Request {
-        let t = self.token.get_or_init(|| common::token(&self.url()));
+        // Through the controller's socket (a file: no network between).
+        let sock = format!("unix:{}", self.dir.path().join("ctl/ctld.sock").display());
+        let t = self.token.get_or_init(|| common::token(&sock));
         common::api(method, &format!("{}{path}", self.url()), t).timeout(Duration::from_secs(10))
     }
 
@@ -283,19 +331,31 @@ impl Cluster {
 
     /// Every job the controller has, by id.
     pub fn jobs(&self) -> BTreeMap<u64, Value> {
-        let v = self.get("/api/v1/jobs?limit=10000");
-        v["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|j| (j["job_id"].as_u64().unwrap(), j.clone()))
-            .collect()
+        let mut all = BTreeMap::new();
+        let mut after = 0;
+        loop {
+            let v = self.get(&format!(
+                "/api/v1/jobs?state=all&history=true&limit=10000&after={after}"
+            ));
+            for j in v["jobs"].as_array().unwrap() {
+                all.insert(j["job_id"].as_u64().unwrap(), j.clone());
+            }
+            match v["next_after"].as_u64() {
+                Some(n) => after = n,
+                None => return all,
+            }
+        }
     }
 
     /// Submits a marker job (see [`Markers::script`]) running `ticks`
     /// fifth-seconds, or an array of `tasks` of them; returns the id it was
     /// acknowledged with.
     pub fn submit(&self, ticks: u32, requeue: bool, tasks: Option<u32>) -> u64 {
+        self.try_submit(ticks, requeue, tasks).unwrap()
+    }
+
+    /// [`Cluster::submit`], or why it was not acknowledged.
+    pub fn try_submit(&self, ticks: u32, requeue: bool, tasks: Option<u32>) -> Result<u64, String> {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let mut body = serde_json::json!({
             "name": format!("m{ticks}"),
@@ -312,10 +372,12 @@ impl Cluster {
         let r: Value = self
             .api("POST", "/api/v1/jobs")
             .send_json(body)
-            .unwrap()
+            .map_err(|e| e.to_string())?
             .into_json()
-            .unwrap();
-        r["job_id"].as_u64().unwrap()
+            .map_err(|e| e.to_string())?;
+        r["job_id"]
+            .as_u64()
+            .ok_or_else(|| format!("no job id in {r}"))
     }
 
     pub fn markers(&self) -> PathBuf {
@@ -506,10 +568,30 @@ impl Verdict {
 
     /// Panics, with the evidence, unless nothing went wrong.
     pub fn assert_clean(&self, cluster: &Cluster) {
-        assert!(
-            self.ran_twice.is_empty() && self.lost.is_empty() && self.misrecorded.is_empty(),
-            "{self:?}\n{}",
-            cluster.logs()
-        );
+        if self.ran_twice.is_empty() && self.lost.is_empty() && self.misrecorded.is_empty() {
+            return;
+        }
+        let markers = Markers::read(&cluster.markers());
+        let bad: Vec<u64> = self
+            .ran_twice
+            .iter()
+            .chain(&self.lost)
+            .chain(self.misrecorded.iter().map(|(id, _)| id))
+            .copied()
+            .collect();
+        let mut evidence = String::new();
+        for id in bad {
+            let events = cluster
+                .api("GET", &format!("/api/v1/jobs/{id}/events"))
+                .call()
+                .ok()
+                .and_then(|r| r.into_string().ok())
+                .unwrap_or_default();
+            evidence.push_str(&format!(
+                "job {id}: runs {:?}\n  events {events}\n",
+                markers.of(id)
+            ));
+        }
+        panic!("{self:?}\n{evidence}{}", cluster.logs());
     }
 }

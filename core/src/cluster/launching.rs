@@ -37,6 +37,36 @@ impl Cluster {
             .is_some_and(|j| j.launching && j.run == run && j.state == JobState::Running)
     }
 
+    /// Launches not confirmed within `timeout` seconds of the decision,
+    /// on nodes that are up: the node has answered heartbeats all along
+    /// without listing the run, so the launch never arrived (its sender
+    /// gave up in doubt). The jobs go back to the queue as never started.
+    pub fn expire_launches(&mut self, now: i64, timeout: i64) -> Vec<Effect> {
+        let expired: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.launching && j.state == JobState::Running)
+            .filter(|j| j.start_time.is_some_and(|t| now - t > timeout))
+            .filter(|j| {
+                j.node
+                    .as_ref()
+                    .and_then(|n| self.nodes.get(n))
+                    .is_some_and(|n| n.up)
+            })
+            .map(|j| j.id)
+            .collect();
+        let mut effects = Vec::new();
+        for id in expired {
+            let node = self.jobs[&id].node.clone().unwrap_or_default();
+            effects.extend(self.unlaunch(
+                id,
+                now,
+                format!("launch on {node} not confirmed within {timeout}s"),
+            ));
+        }
+        effects
+    }
+
     /// The node refused to start a job (a reason the user can act on).
     pub fn launch_refused(&mut self, id: JobId, why: String, now: i64) -> Vec<Effect> {
         if self
@@ -213,6 +243,20 @@ mod tests {
         assert_eq!(c.job(confirmed).unwrap().state, JobState::NodeFail);
         let j = c.job(unconfirmed).unwrap();
         assert_eq!((j.state, j.restarts), (JobState::Pending, 0));
+    }
+
+    #[test]
+    fn a_launch_never_confirmed_by_a_live_node_expires() {
+        let (mut c, id, run) = started();
+        assert!(c.expire_launches(20, 30).is_empty(), "not yet");
+        assert_eq!(c.expire_launches(40, 30).len(), 1);
+        let j = c.job(id).unwrap();
+        assert_eq!((j.state, j.restarts), (JobState::Pending, 0));
+        assert!(!c.awaits_launch(id, run), "its sender stops");
+        // A confirmed launch never expires.
+        let (mut c, id, run) = started();
+        c.launch_confirmed(id, run);
+        assert!(c.expire_launches(1000, 30).is_empty());
     }
 
     #[test]
