@@ -400,7 +400,7 @@ impl Cluster {
         let mut jobs = BTreeMap::new();
         self.wait("every job reached a final state", within, || {
             jobs = self.jobs();
-            jobs.values().all(|j| is_final(j))
+            jobs.values().all(is_final)
         });
         jobs
     }
