@@ -16,6 +16,7 @@ use crate::launch::{
 };
 use crate::wire::{JobEnded, NodeRegistration};
 
+mod drains;
 mod footprints;
 mod launching;
 mod leases;
@@ -101,6 +102,10 @@ pub struct Node {
     /// The registered daemon's instance id (not stored: a restarted
     /// controller takes the next registration's).
     pub instance_id: String,
+    /// The drain set last pushed to the node (`None`: none since it
+    /// registered) and its number (see `drains.rs`). Not stored.
+    pub drain_sent: Option<BTreeSet<String>>,
+    pub drain_seq: u64,
 }
 
 impl Node {
@@ -140,6 +145,14 @@ pub enum Effect {
         job: JobId,
         node: String,
         run: Option<u32>,
+    },
+    /// Tell the node which of its instances are being drained for
+    /// isolated jobs (the whole set; no new shared tasks there). `seq`
+    /// grows with each set sent to the node.
+    Drain {
+        node: String,
+        instances: Vec<String>,
+        seq: u64,
     },
     /// Ask the node to signal (or cancel) the job.
     Signal {
@@ -279,7 +292,13 @@ impl Cluster {
             if job.gpu_mem_peak.is_some() {
                 c.footprints.note(&job);
             }
-            c.jobs.insert(job.id, job);
+            let lost = job.state == JobState::NodeFail;
+            let id = job.id;
+            c.jobs.insert(id, job);
+            if lost {
+                // Its node may still report how the run really ended.
+                c.note_lost_run(id);
+            }
         }
         c
     }
@@ -460,20 +479,6 @@ impl Cluster {
         n.instances.retain(|s| !remove.contains(&s.instance.uuid));
         n.instances.extend(add.into_iter().map(InstanceSlot::new));
         Ok(())
-    }
-
-    /// Instances of a node being drained for isolated jobs.
-    pub fn draining(&self, node: &str) -> Vec<String> {
-        self.nodes
-            .get(node)
-            .map(|n| {
-                n.instances
-                    .iter()
-                    .filter(|s| s.draining_for.is_some())
-                    .map(|s| s.instance.uuid.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 
     /// Records the MPS daemon states a node reported. Returns whether any
@@ -802,6 +807,7 @@ impl Cluster {
             };
             self.set_reason(id, reason);
         }
+        effects.extend(self.drain_changes());
         effects
     }
 
@@ -1209,6 +1215,8 @@ impl Cluster {
             running: BTreeSet::new(),
             unconfirmed: false,
             instance_id: reg.instance_id.clone(),
+            drain_sent: None,
+            drain_seq: old.as_ref().map_or(0, |o| o.drain_seq),
         };
         // Keep the books of jobs we believe run there.
         let believed: Vec<JobId> = old
@@ -1236,6 +1244,7 @@ impl Cluster {
             }
         }
         effects.extend(self.reconcile_runs(&reg.name, &reg.running, &reg.runs));
+        effects.extend(self.drain_changes());
         effects
     }
 

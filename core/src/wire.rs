@@ -99,9 +99,15 @@ pub struct InstanceUse {
 pub struct HeartbeatReply {
     /// `false`: the controller does not know this node; register again.
     pub known: bool,
-    /// Instances being drained for isolated jobs: no new shared tasks there.
-    #[serde(default)]
-    pub drain: Vec<String>,
+}
+
+/// The instances of a node being drained for isolated jobs (the whole
+/// set): no new shared tasks there. A node keeps the highest `seq` it has
+/// seen, so an older set that arrives late changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainRequest {
+    pub instances: Vec<String>,
+    pub seq: u64,
 }
 
 /// Start a job on the node.

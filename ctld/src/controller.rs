@@ -10,8 +10,8 @@ use gsched_core::cluster::{Cluster, ClusterError, Effect};
 use gsched_core::job::{JobId, JobSpec};
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
-    Heartbeat, JobEndReport, LaunchRequest, NodeRegistration, RegistrationReply, SignalRequest,
-    CLUSTER_KEY_HEADER,
+    DrainRequest, Heartbeat, JobEndReport, LaunchRequest, NodeRegistration, RegistrationReply,
+    SignalRequest, CLUSTER_KEY_HEADER,
 };
 use tokio::sync::Notify;
 use tracing::{info, warn, Instrument};
@@ -353,8 +353,8 @@ impl Controller {
     /// A node's heartbeat: renews its lease, takes its instances' use, and
     /// stops the runs it has that the controller does not own (returned as
     /// effects for the caller to carry out).
-    pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> (bool, Vec<String>, Vec<Effect>) {
-        let (known, drain, freed, effects) = {
+    pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> (bool, Vec<Effect>) {
+        let (known, freed, effects) = {
             let mut c = self.lock();
             let known = c.is_registered_instance(node, &hb.instance_id);
             let mut freed = false;
@@ -367,7 +367,7 @@ impl Controller {
                 freed |= c.node_heard(node);
                 effects = c.reconcile_runs(node, &hb.running, &hb.runs);
             }
-            (known, c.draining(node), freed, effects)
+            (known, freed, effects)
         };
         if freed {
             self.wake.notify_one();
@@ -386,7 +386,7 @@ impl Controller {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(node.into(), Instant::now());
         }
-        (known, drain, effects)
+        (known, effects)
     }
 
     /// Stores the task reservations and peaks a node reported.
@@ -525,6 +525,19 @@ impl Controller {
                             });
                         }
                     }
+                    Effect::Drain {
+                        node,
+                        instances,
+                        seq,
+                    } => {
+                        if let Some(n) = c.node(&node) {
+                            rpcs.push(Rpc::Drain {
+                                url: n.url.clone(),
+                                node,
+                                req: gsched_core::wire::DrainRequest { instances, seq },
+                            });
+                        }
+                    }
                     Effect::StopRun { job, node, run } => {
                         if let Some(n) = c.node(&node) {
                             writes.push(Write::Event {
@@ -572,6 +585,7 @@ impl Controller {
     async fn send_now(self: Arc<Self>, rpc: Rpc) {
         match rpc {
             Rpc::Launch { url, req } => self.send_launch(url, req).await,
+            Rpc::Drain { url, node, req } => self.send_drain(url, node, req).await,
             Rpc::Signal { url, job, req } => {
                 // A signal can overtake the launch it follows: the node then does
                 // not know the job yet (404), so try again for a little while.
@@ -687,6 +701,33 @@ impl Controller {
             warn!(job = id, error = %e, "could not record the launch's outcome");
         }
         self.wake.notify_one();
+    }
+
+    /// Pushes a node's drain set, retrying while it is still the newest
+    /// for that node (a newer one, or the node going down, ends it; a node
+    /// that registers again is sent its set afresh).
+    async fn send_drain(self: Arc<Self>, url: String, node: String, req: DrainRequest) {
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            let res = self
+                .http
+                .post(format!("{url}/v1/drain"))
+                .header(CLUSTER_KEY_HEADER, &self.key)
+                .json(&req)
+                .send()
+                .await;
+            let error = match res {
+                Ok(r) if r.status().is_success() => return,
+                Ok(r) => format!("node answered {}", r.status()),
+                Err(e) => error_chain(&e),
+            };
+            warn!(node = %node, seq = req.seq, %error, "could not push the drain set; will retry");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+            if !self.lock().drain_is_current(&node, req.seq) {
+                return;
+            }
+        }
     }
 
     /// The cluster's GPU use now.
@@ -832,6 +873,11 @@ enum Rpc {
     Launch {
         url: String,
         req: Box<LaunchRequest>,
+    },
+    Drain {
+        url: String,
+        node: String,
+        req: DrainRequest,
     },
     Signal {
         url: String,

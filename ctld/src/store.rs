@@ -534,6 +534,8 @@ async fn load(
             running: Default::default(),
             unconfirmed: false,
             instance_id: String::new(),
+            drain_sent: None,
+            drain_seq: 0,
         });
     }
     Ok(Loaded {

@@ -7,13 +7,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use gsched_core::job::JobId;
-use gsched_core::wire::{LaunchRequest, SignalRequest};
+use gsched_core::wire::{DrainRequest, LaunchRequest, SignalRequest};
 use gsched_daemon::http::{check_cluster_key, ApiError, Body};
 
 use crate::launcher::{LaunchError, Launcher};
 
 pub struct NodeApi {
     pub launcher: Arc<Launcher>,
+    /// Where drain sets go (none without a probe server).
+    pub probe: Option<Arc<crate::probe::ProbeServer>>,
     pub lease: Arc<crate::fence::NodeLease>,
     pub key: String,
 }
@@ -37,6 +39,7 @@ pub fn router(api: Arc<NodeApi>) -> Router {
     Router::new()
         .route("/v1/jobs", post(launch).get(list))
         .route("/v1/jobs/{id}/signal", post(signal))
+        .route("/v1/drain", post(drain))
         .with_state(api)
 }
 
@@ -76,4 +79,19 @@ async fn list(State(api): St, h: HeaderMap) -> Result<Json<serde_json::Value>, A
     Ok(Json(
         serde_json::json!({ "running": api.launcher.running_ids() }),
     ))
+}
+
+/// The controller's drain set: no new shared tasks on these instances.
+async fn drain(
+    State(api): St,
+    h: HeaderMap,
+    Body(req): Body<DrainRequest>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&api.key, &h)?;
+    if let Some(p) = &api.probe {
+        if !p.set_drained(&req.instances, req.seq) {
+            tracing::debug!(seq = req.seq, "an older drain set arrived late; ignored");
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -299,6 +299,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     tokio::spawn(Arc::clone(&lease).watch(Arc::clone(&launcher)));
     let app = api::router(Arc::new(api::NodeApi {
         launcher: Arc::clone(&launcher),
+        probe: Some(Arc::clone(&probe_server)),
         lease: Arc::clone(&lease),
         key: key.clone(),
     }));

@@ -27,8 +27,7 @@ pub struct ControllerLink {
     pub lease: Arc<NodeLease>,
     /// The node's MPS daemons, whose state goes with every message.
     pub mps: Option<Arc<MpsSupervisor>>,
-    /// The probe server, whose per-instance use goes with heartbeats and
-    /// which the controller's drain list is handed to.
+    /// The probe server, whose per-instance use goes with heartbeats.
     pub probe: Option<Arc<crate::probe::ProbeServer>>,
     http: reqwest::Client,
 }
@@ -149,6 +148,10 @@ impl ControllerLink {
             }
         }
         let sent = crate::fence::now();
+        if let Some(p) = &self.probe {
+            // The controller pushes its drain sets afresh after this.
+            p.reset_drain_seq();
+        }
         let r = self.post("/internal/v1/nodes/register", &reg).await?;
         let reply: RegistrationReply = r
             .json()
@@ -231,11 +234,8 @@ impl ControllerLink {
                     let sent = crate::fence::now();
                     match self.post(&path, &hb).await {
                         Ok(r) => match r.json::<HeartbeatReply>().await {
-                            Ok(HeartbeatReply { known: true, drain }) => {
+                            Ok(HeartbeatReply { known: true }) => {
                                 self.lease.renewed(sent);
-                                if let Some(p) = &self.probe {
-                                    p.set_drained(&drain);
-                                }
                             }
                             _ => {
                                 info!("controller does not know this node; registering again");

@@ -71,6 +71,8 @@ struct State {
     watched: HashSet<(JobId, u32)>,
     /// Instances gctld is draining for isolated jobs.
     drained_by_controller: HashSet<String>,
+    /// The newest drain set applied since the node last registered.
+    drain_seq: u64,
     /// Instances held by isolated jobs running here.
     held: HashMap<String, JobId>,
     /// Instances where a process that died (or whose job ended) held
@@ -148,6 +150,7 @@ impl ProbeServer {
                 begun: HashMap::new(),
                 watched: HashSet::new(),
                 drained_by_controller: HashSet::new(),
+                drain_seq: 0,
                 held: HashMap::new(),
                 settling: HashMap::new(),
             }),
@@ -391,9 +394,16 @@ impl ProbeServer {
         self.lock().book.tasks_on(uuid) > 0
     }
 
-    /// The instances gctld drains for isolated jobs (the full set).
-    pub fn set_drained(&self, uuids: &[String]) {
+    /// The instances gctld drains for isolated jobs (the full set), as
+    /// drain set number `seq`: a set older than the newest applied since
+    /// the node last registered changes nothing. Returns whether it was
+    /// applied.
+    pub fn set_drained(&self, uuids: &[String], seq: u64) -> bool {
         let mut st = self.lock();
+        if seq <= st.drain_seq {
+            return false;
+        }
+        st.drain_seq = seq;
         let now: HashSet<String> = uuids.iter().cloned().collect();
         let before = std::mem::take(&mut st.drained_by_controller);
         for u in now.difference(&before) {
@@ -406,6 +416,13 @@ impl ProbeServer {
             }
         }
         st.drained_by_controller = now;
+        true
+    }
+
+    /// The node registered: the controller numbers drain sets afresh
+    /// (a restarted controller starts again from 1).
+    pub fn reset_drain_seq(&self) {
+        self.lock().drain_seq = 0;
     }
 
     /// Records one request: a round trip unless it waited for memory, and

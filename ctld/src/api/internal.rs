@@ -41,7 +41,7 @@ pub(super) async fn heartbeat(
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
-    let (known, drain, effects) = ctl.heartbeat(&name, &hb);
+    let (known, effects) = ctl.heartbeat(&name, &hb);
     if !effects.is_empty() {
         let ctl = std::sync::Arc::clone(&ctl);
         tokio::spawn(async move {
@@ -50,7 +50,7 @@ pub(super) async fn heartbeat(
             }
         });
     }
-    Ok(Json(HeartbeatReply { known, drain }))
+    Ok(Json(HeartbeatReply { known }))
 }
 
 pub(super) async fn tasks_reported(

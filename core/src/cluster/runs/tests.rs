@@ -141,3 +141,16 @@ fn a_cancelled_job_still_stopping_is_left_to_its_grace_period() {
     let runs: BTreeMap<JobId, u32> = [(id, 1)].into();
     assert!(c.reconcile_runs("n1", &[id], &runs).is_empty());
 }
+
+#[test]
+fn a_restarted_controller_still_records_how_a_lost_run_ended() {
+    let (mut c, id) = running_on_n1(false);
+    c.node_down("n1", 30);
+    // gctld restarts while the node is away.
+    let jobs: Vec<_> = c.jobs().cloned().collect();
+    let nodes: Vec<_> = c.nodes().cloned().collect();
+    let mut c = Cluster::restore(Box::new(crate::launch::CaseLaunch), jobs, nodes);
+    c.register_node(&reg("n1", &[], vec![ended(id, 1, 0, 22)]), 40);
+    let j = c.job(id).unwrap();
+    assert_eq!((j.state, j.end_time), (JobState::Completed, Some(22)));
+}

@@ -1,0 +1,112 @@
+//! Drains reach a node as effects: whenever the set of a node's instances
+//! being drained for isolated jobs changes, the whole set is pushed to the
+//! node (`Effect::Drain`), numbered so the node keeps only the newest when
+//! two cross on the way. A node that registers (restarted, or back from an
+//! outage) is sent its set afresh.
+
+use super::{Cluster, Effect};
+
+impl Cluster {
+    /// `Effect::Drain` for every node whose drain set differs from the last
+    /// one sent to it.
+    pub(super) fn drain_changes(&mut self) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for n in self.nodes.values_mut().filter(|n| n.up) {
+            let now: std::collections::BTreeSet<String> = n
+                .instances
+                .iter()
+                .filter(|s| s.draining_for.is_some())
+                .map(|s| s.instance.uuid.clone())
+                .collect();
+            if n.drain_sent.as_ref() == Some(&now) {
+                continue;
+            }
+            n.drain_seq += 1;
+            effects.push(Effect::Drain {
+                node: n.name.clone(),
+                instances: now.iter().cloned().collect(),
+                seq: n.drain_seq,
+            });
+            n.drain_sent = Some(now);
+        }
+        effects
+    }
+
+    /// Whether drain `seq` is still the newest for `node` (an older one in
+    /// flight is not sent again).
+    pub fn drain_is_current(&self, node: &str, seq: u64) -> bool {
+        self.nodes
+            .get(node)
+            .is_some_and(|n| n.up && n.drain_seq == seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cluster::testkit::{cluster, registration};
+    use crate::cluster::Effect;
+    use crate::job::{GpuRequest, JobSpec};
+
+    fn drains(fx: &[Effect]) -> Vec<(String, Vec<String>, u64)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Drain {
+                    node,
+                    instances,
+                    seq,
+                } => Some((node.clone(), instances.clone(), *seq)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_drain_is_pushed_when_it_begins_and_when_it_ends() {
+        let mut c = cluster();
+        // Both instances busy with shared tasks.
+        let uses: std::collections::BTreeMap<String, crate::wire::InstanceUse> = c
+            .node("n1")
+            .unwrap()
+            .instances
+            .iter()
+            .map(|s| {
+                (
+                    s.instance.uuid.clone(),
+                    crate::wire::InstanceUse {
+                        tasks: 1,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        c.update_instance_use("n1", &uses);
+        let iso = JobSpec {
+            isolated: true,
+            gpu: GpuRequest::default(),
+            ..crate::cluster::testkit::spec("iso", false)
+        };
+        let (id, _) = c.submit(iso, 0).unwrap();
+        let fx = c.schedule(1);
+        let d = drains(&fx);
+        assert_eq!(d.len(), 1, "{fx:?}");
+        assert_eq!(d[0].1.len(), 1, "one instance drained");
+        assert!(c.drain_is_current("n1", d[0].2));
+        // Nothing changed: nothing sent.
+        assert!(drains(&c.schedule(2)).is_empty());
+        // The tasks leave: the job starts, and the drain ends.
+        c.update_instance_use("n1", &Default::default());
+        let fx = c.schedule(3);
+        assert!(fx.contains(&Effect::Launch {
+            job: id,
+            node: "n1".into()
+        }));
+        let d2 = drains(&fx);
+        assert_eq!(d2.len(), 1);
+        assert!(d2[0].1.is_empty());
+        assert!(d2[0].2 > d[0].2);
+        assert!(!c.drain_is_current("n1", d[0].2), "the older one is stale");
+        // A node that registers again is sent its set afresh.
+        let fx = c.register_node(&registration("n1", &[(id, 1)], vec![]), 4);
+        assert_eq!(drains(&fx).len(), 1);
+    }
+}
