@@ -195,16 +195,11 @@ impl Pair {
     }
 
     fn kill(child: &mut Option<Child>) {
-        if let Some(mut c) = child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        common::kill_child(child);
     }
 
     fn kill_jobs(&self) {
-        for (pgid, _) in gsched_noded::spool::shepherds_under(self.dir.path()) {
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        }
+        common::kill_jobs_under(self.dir.path());
     }
 }
 

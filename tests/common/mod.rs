@@ -315,12 +315,7 @@ impl Gsched {
     /// Kills every job process group this instance started (shepherds are
     /// found by their command line, as gnoded finds them).
     pub fn kill_jobs(&self) {
-        for (pgid, _) in gsched_noded::spool::shepherds_under(self.state.path()) {
-            // SAFETY: plain kill(2) on a process group this test started.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
+        kill_jobs_under(self.state.path());
     }
 }
 
@@ -337,4 +332,20 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// kill -9 of a daemon the test started, and its reaping.
+pub fn kill_child(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Kills every job left under `dir` (each shepherd's process group).
+pub fn kill_jobs_under(dir: &Path) {
+    for (pgid, _) in gsched_noded::spool::shepherds_under(dir) {
+        // SAFETY: plain kill(2) on a process group a test started.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
 }

@@ -109,25 +109,16 @@ impl Net {
 
     /// Cuts `host` off the network (its switch port goes down).
     pub fn cut(&self, host: usize) {
-        ip(&[
-            "-n",
-            &self.switch(),
-            "link",
-            "set",
-            &format!("p{host}"),
-            "down",
-        ]);
+        self.set_port(host, "down");
     }
 
     pub fn heal(&self, host: usize) {
-        ip(&[
-            "-n",
-            &self.switch(),
-            "link",
-            "set",
-            &format!("p{host}"),
-            "up",
-        ]);
+        self.set_port(host, "up");
+    }
+
+    fn set_port(&self, host: usize, state: &str) {
+        let port = format!("p{host}");
+        ip(&["-n", &self.switch(), "link", "set", &port, state]);
     }
 
     /// `program` to be run on `host`.
@@ -293,10 +284,7 @@ impl Cluster {
     }
 
     fn kill(child: &mut Option<Child>) {
-        if let Some(mut c) = child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        common::kill_child(child);
     }
 
     /// kill -9 of gctld.
@@ -418,13 +406,6 @@ impl Cluster {
             })
             .collect()
     }
-
-    /// Kills every job process left (spools of every node).
-    fn kill_jobs(&self) {
-        for (pgid, _) in gsched_noded::spool::shepherds_under(self.dir.path()) {
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        }
-    }
 }
 
 impl Drop for Cluster {
@@ -433,7 +414,7 @@ impl Drop for Cluster {
         for n in &mut self.nodes {
             Cluster::kill(n);
         }
-        self.kill_jobs();
+        common::kill_jobs_under(self.dir.path());
     }
 }
 
