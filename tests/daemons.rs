@@ -50,11 +50,7 @@ impl Pair {
     }
 
     fn log(&self, name: &str) -> std::fs::File {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(name))
-            .unwrap()
+        common::append_log(&self.dir.path().join(name))
     }
 
     fn start_ctld(&mut self) {

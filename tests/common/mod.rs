@@ -349,3 +349,12 @@ pub fn kill_jobs_under(dir: &Path) {
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
     }
 }
+
+/// A daemon's log file, appended to across its restarts.
+pub fn append_log(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap()
+}

@@ -224,11 +224,7 @@ impl Cluster {
     }
 
     fn log(&self, name: &str) -> std::fs::File {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(name))
-            .unwrap()
+        common::append_log(&self.dir.path().join(name))
     }
 
     pub fn start_ctld(&mut self) {
