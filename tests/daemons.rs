@@ -6,7 +6,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -145,13 +145,9 @@ impl Pair {
             .ok()
     }
 
-    fn wait(&self, what: &str, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + T;
-        while Instant::now() < deadline {
-            if f() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    fn wait(&self, what: &str, f: impl FnMut() -> bool) {
+        if common::poll(T, Duration::from_millis(50), f) {
+            return;
         }
         let logs: String = ["ctld.log", "noded.log"]
             .iter()

@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::Gsched;
@@ -18,15 +17,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn cc(args: &[&str]) {
-    let out = Command::new("cc")
-        .args(args)
-        .output()
-        .expect("a C compiler (cc)");
-    assert!(
-        out.status.success(),
-        "cc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_checked("cc", args, "a C compiler (cc)");
 }
 
 /// Builds the fake driver and the program; returns the program's path.

@@ -19,6 +19,7 @@ use crate::wire::{JobEnded, NodeRegistration};
 mod drains;
 mod footprints;
 mod launching;
+pub use launching::{LaunchAnswer, LaunchNext};
 mod leases;
 mod retention;
 mod runs;

@@ -105,6 +105,10 @@ pub struct Lease {
     fence_after: Option<Duration>,
     /// The node has fenced itself since the lease was last renewed.
     fenced: bool,
+    /// Renewed since this gnoded started (not only read back from an
+    /// earlier one): until then no launch is taken, so the registration's
+    /// list of runs is the whole truth about the node.
+    renewed_since_start: bool,
 }
 
 /// What a node must do about its lease now.
@@ -128,6 +132,7 @@ impl Lease {
             renewed_at,
             fence_after: None,
             fenced: false,
+            renewed_since_start: false,
         }
     }
 
@@ -147,6 +152,7 @@ impl Lease {
             self.renewed_at = Some(sent_at);
         }
         self.fenced = false;
+        self.renewed_since_start = true;
     }
 
     pub fn renewed_at(&self) -> Option<Duration> {
@@ -181,9 +187,15 @@ impl Lease {
     }
 
     /// Whether a launch may be accepted at `now`: only under a live lease
-    /// (a node that does not fence: once it has registered).
+    /// renewed since this gnoded started (a node that does not fence: once
+    /// it has registered).
     pub fn accepts_launches(&self, now: Duration) -> bool {
-        self.state(now) == LeaseCheck::Held
+        self.renewed_since_start && self.state(now) == LeaseCheck::Held
+    }
+
+    /// Whether the lease had run out (the node fenced or must fence).
+    pub fn ran_out(&self, now: Duration) -> bool {
+        matches!(self.state(now), LeaseCheck::FenceNow | LeaseCheck::Fenced)
     }
 }
 
@@ -233,9 +245,25 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_read_back_at_start_is_counted_but_takes_no_launch() {
+        let mut l = Lease::new(Some(s(100)));
+        l.set_fence_after(Some(s(20)));
+        assert_eq!(l.state(s(110)), LeaseCheck::Held, "counted for fencing");
+        assert!(
+            !l.accepts_launches(s(110)),
+            "not before this gnoded registers"
+        );
+        assert_eq!(l.check(s(120)), LeaseCheck::FenceNow);
+        l.renewed(s(125));
+        assert!(l.accepts_launches(s(126)));
+    }
+
+    #[test]
     fn a_node_that_does_not_fence_holds_its_lease_once_registered() {
         let mut l = Lease::new(Some(s(5)));
         l.set_fence_after(None);
         assert_eq!(l.check(s(10_000)), LeaseCheck::Held);
+        l.renewed(s(6));
+        assert!(l.accepts_launches(s(10_000)));
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gsched_core::cluster::{Cluster, ClusterError, Effect};
+use gsched_core::cluster::{Cluster, ClusterError, Effect, LaunchAnswer, LaunchNext};
 use gsched_core::job::{JobId, JobSpec};
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
@@ -621,12 +621,9 @@ impl Controller {
         }
     }
 
-    /// Delivers a launch. A launch is idempotent for its run (the node
-    /// answers a repeated one with success), so one whose delivery is in
-    /// doubt (timed out, cut off) is sent again while the job still waits
-    /// for it; one never delivered (connection refused) or not taken (the
-    /// node holds no lease, or still has another run of the job) puts the
-    /// job back in the queue; a refusal the user can act on fails it.
+    /// Delivers a launch, sending it again while its delivery is in doubt
+    /// (a launch is idempotent for its run); what each answer means is
+    /// `Cluster::launch_answered`'s.
     async fn send_launch(self: Arc<Self>, url: String, req: Box<LaunchRequest>) {
         let (id, run) = (req.job.id, req.job.run);
         let span = tracing::info_span!(
@@ -636,64 +633,35 @@ impl Controller {
             instance = req.instance.as_ref().map(|i| i.uuid.as_str())
         );
         let mut backoff = Duration::from_millis(500);
-        // Once a send may have been delivered, a later refusal proves
-        // nothing (gnoded may have started the run and then died): the
-        // node's registration or its lease decides instead.
         let mut in_doubt = false;
         let effects = loop {
-            let res = self
-                .http
-                .post(format!("{url}/v1/jobs"))
-                .header(CLUSTER_KEY_HEADER, &self.key)
-                .json(&req)
-                .send()
-                .instrument(span.clone())
-                .await;
-            match res {
-                Ok(r) if r.status().is_success() => break self.lock().launch_confirmed(id, run),
-                Ok(r) if in_doubt && r.status() != reqwest::StatusCode::FORBIDDEN => {
-                    let status = r.status();
-                    span.in_scope(|| warn!(%status, "launch in doubt; the node's registration or lease decides"));
+            if in_doubt && !self.lock().awaits_launch(id, run) {
+                // Settled meanwhile (confirmed, requeued or expired).
+                return;
+            }
+            let answer = self.launch_once(&url, &req).instrument(span.clone()).await;
+            span.in_scope(|| match &answer {
+                LaunchAnswer::Taken => {}
+                LaunchAnswer::InDoubt => {
+                    warn!(retry_in = ?backoff, "launch in doubt; will send it again")
+                }
+                other => warn!(answer = ?other, in_doubt, "launch not taken"),
+            });
+            let next = self
+                .lock()
+                .launch_answered(id, run, answer, in_doubt, unix_now());
+            match next {
+                LaunchNext::Done(effects) => break effects,
+                LaunchNext::LeaveToNode => {
+                    span.in_scope(|| {
+                        warn!("the node's registration, heartbeats or lease decide this launch")
+                    });
                     return;
                 }
-                Ok(r) => {
-                    let status = r.status();
-                    let why = r
-                        .json::<gsched_core::wire::ErrorBody>()
-                        .await
-                        .map(|b| b.error)
-                        .unwrap_or_else(|e| format!("node answered badly: {e}"));
-                    let not_now = status == reqwest::StatusCode::SERVICE_UNAVAILABLE
-                        || status == reqwest::StatusCode::CONFLICT;
-                    if not_now {
-                        span.in_scope(|| warn!(%why, "node did not take the job now; requeued"));
-                        break self.lock().launch_unreachable(id, unix_now());
-                    }
-                    span.in_scope(|| warn!(%why, "node refused the job"));
-                    break self.lock().launch_refused(id, why, unix_now());
-                }
-                Err(e) if e.is_connect() && in_doubt => {
-                    let error = error_chain(&e);
-                    span.in_scope(|| warn!(%error, "launch in doubt and the node is away; its registration or lease decides"));
-                    return;
-                }
-                Err(e) if e.is_connect() => {
-                    let error = error_chain(&e);
-                    span.in_scope(|| warn!(%error, "node unreachable; job requeued"));
-                    break self.lock().launch_unreachable(id, unix_now());
-                }
-                Err(e) => {
-                    // The node may have it: ask again until it answers, or
-                    // until its lease runs out (then the job is requeued as
-                    // never started, and the node has fenced itself).
+                LaunchNext::Retry => {
                     in_doubt = true;
-                    let error = error_chain(&e);
-                    span.in_scope(|| warn!(%error, retry_in = ?backoff, "launch in doubt; will send it again"));
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
-                    if !self.lock().awaits_launch(id, run) {
-                        return;
-                    }
                 }
             }
         };
@@ -701,6 +669,42 @@ impl Controller {
             warn!(job = id, error = %e, "could not record the launch's outcome");
         }
         self.wake.notify_one();
+    }
+
+    /// One send of a launch, and what its answer says.
+    async fn launch_once(&self, url: &str, req: &LaunchRequest) -> LaunchAnswer {
+        let res = self
+            .http
+            .post(format!("{url}/v1/jobs"))
+            .header(CLUSTER_KEY_HEADER, &self.key)
+            .json(req)
+            .send()
+            .await;
+        let r = match res {
+            Ok(r) if r.status().is_success() => return LaunchAnswer::Taken,
+            Ok(r) => r,
+            Err(e) if e.is_connect() => {
+                warn!(error = %error_chain(&e), "node unreachable");
+                return LaunchAnswer::NotDelivered;
+            }
+            Err(e) => {
+                warn!(error = %error_chain(&e), "no answer to the launch");
+                return LaunchAnswer::InDoubt;
+            }
+        };
+        let status = r.status();
+        let why = r
+            .json::<gsched_core::wire::ErrorBody>()
+            .await
+            .map(|b| b.error)
+            .unwrap_or_else(|e| format!("node answered badly: {e}"));
+        match status {
+            reqwest::StatusCode::SERVICE_UNAVAILABLE | reqwest::StatusCode::CONFLICT => {
+                LaunchAnswer::NotNow(why)
+            }
+            reqwest::StatusCode::FORBIDDEN => LaunchAnswer::Refused(why),
+            _ => LaunchAnswer::Failed(why),
+        }
     }
 
     /// Pushes a node's drain set, retrying while it is still the newest

@@ -23,10 +23,6 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 pub struct NodeLease {
     lease: Mutex<Lease>,
     file: PathBuf,
-    /// The controller has answered this gnoded (not only an earlier one on
-    /// this state directory): until then no launch is taken, so the
-    /// registration's list of runs is the whole truth about this node.
-    answered: std::sync::atomic::AtomicBool,
 }
 
 /// `CLOCK_BOOTTIME` now.
@@ -48,7 +44,6 @@ impl NodeLease {
         NodeLease {
             lease: Mutex::new(lease),
             file,
-            answered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -75,21 +70,21 @@ impl NodeLease {
 
     /// The controller answered a request sent at `sent_at`.
     pub fn renewed(&self, sent_at: Duration) {
-        let was = self.lock().state(now());
-        self.lock().renewed(sent_at);
-        self.answered
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        if matches!(was, LeaseCheck::Fenced | LeaseCheck::FenceNow) {
+        let had_run_out = {
+            let mut l = self.lock();
+            let out = l.ran_out(now());
+            l.renewed(sent_at);
+            out
+        };
+        if had_run_out {
             info!("the controller answers again: lease renewed, launches accepted");
         }
         self.save();
     }
 
-    /// Whether a launch may be accepted now: the lease is held, and this
-    /// gnoded has registered.
+    /// Whether a launch may be accepted now (`Lease::accepts_launches`).
     pub fn accepts_launches(&self) -> bool {
-        self.answered.load(std::sync::atomic::Ordering::SeqCst)
-            && self.lock().accepts_launches(now())
+        self.lock().accepts_launches(now())
     }
 
     fn save(&self) {

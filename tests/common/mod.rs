@@ -279,15 +279,10 @@ impl Gsched {
         );
     }
 
-    pub fn wait_until(&self, what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if f() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    pub fn wait_until(&self, what: &str, within: Duration, f: impl FnMut() -> bool) {
+        if !poll(within, Duration::from_millis(50), f) {
+            panic!("timed out waiting until {what}\nlog:\n{}", self.log());
         }
-        panic!("timed out waiting until {what}\nlog:\n{}", self.log());
     }
 
     /// The recorded task reservations (`query`: e.g. `?job=3`, or "").
@@ -357,4 +352,32 @@ pub fn append_log(path: &Path) -> std::fs::File {
         .append(true)
         .open(path)
         .unwrap()
+}
+
+/// Runs `program` with `args`, panicking with its stderr unless it succeeds
+/// (`needed` says what to install when it is missing).
+pub fn run_checked(program: &str, args: &[&str], needed: &str) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}; {needed} is needed"));
+    assert!(
+        out.status.success(),
+        "{program} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Calls `f` every `every` until it says yes (true) or `within` has passed
+/// (false).
+pub fn poll(within: Duration, every: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(every);
+    }
+    false
 }

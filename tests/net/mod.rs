@@ -15,7 +15,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -24,16 +24,7 @@ use crate::common;
 const PREFIX: &str = "gst";
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("the `ip` command (iproute2) is needed to build test networks");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_checked("ip", args, "the `ip` command (iproute2)");
 }
 
 /// Removes namespaces left by test processes that no longer exist.
@@ -368,15 +359,10 @@ impl Cluster {
         self.dir.path().join("markers")
     }
 
-    pub fn wait(&self, what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if f() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+    pub fn wait(&self, what: &str, within: Duration, f: impl FnMut() -> bool) {
+        if !common::poll(within, Duration::from_millis(100), f) {
+            panic!("timed out waiting until {what}\n{}", self.logs());
         }
-        panic!("timed out waiting until {what}\n{}", self.logs());
     }
 
     /// Waits until every job is final; returns them.

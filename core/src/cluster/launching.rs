@@ -11,7 +11,67 @@
 use super::{Cluster, Effect};
 use crate::job::{JobId, JobState};
 
+/// What came of sending a launch to its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchAnswer {
+    /// The node has the run (started now, or it had it already).
+    Taken,
+    /// Not taken now: the node holds no lease, or still has another run of
+    /// the job.
+    NotNow(String),
+    /// Refused for a reason the user can act on (the run is not there).
+    Refused(String),
+    /// The node failed to start it (an error of its own).
+    Failed(String),
+    /// Never delivered: the connection was refused.
+    NotDelivered,
+    /// Maybe delivered: timed out or cut off after sending.
+    InDoubt,
+}
+
+/// What the sender of a launch does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchNext {
+    /// Settled: carry out these effects.
+    Done(Vec<Effect>),
+    /// Send the same launch again (it is idempotent for its run).
+    Retry,
+    /// Stop sending and leave the job CONFIGURING: the node's registration,
+    /// heartbeats, lease or the launch's expiry settle it.
+    LeaveToNode,
+}
+
 impl Cluster {
+    /// Settles a launch by its node's answer. `in_doubt`: an earlier send of
+    /// the same launch may have been delivered, so a later refusal proves
+    /// nothing (gnoded may have started the run and died, the run living on
+    /// under its shepherd); only a refusal the user can act on still fails
+    /// the job.
+    pub fn launch_answered(
+        &mut self,
+        id: JobId,
+        run: u32,
+        answer: LaunchAnswer,
+        in_doubt: bool,
+        now: i64,
+    ) -> LaunchNext {
+        match answer {
+            LaunchAnswer::Taken => LaunchNext::Done(self.launch_confirmed(id, run)),
+            LaunchAnswer::InDoubt if self.awaits_launch(id, run) => LaunchNext::Retry,
+            LaunchAnswer::InDoubt => LaunchNext::Done(vec![]),
+            LaunchAnswer::Refused(why) => LaunchNext::Done(self.launch_refused(id, why, now)),
+            LaunchAnswer::NotNow(_) | LaunchAnswer::NotDelivered | LaunchAnswer::Failed(_)
+                if in_doubt =>
+            {
+                LaunchNext::LeaveToNode
+            }
+            LaunchAnswer::NotNow(_) | LaunchAnswer::NotDelivered => {
+                LaunchNext::Done(self.launch_unreachable(id, now))
+            }
+            LaunchAnswer::Failed(why) => LaunchNext::Done(self.launch_refused(id, why, now)),
+        }
+    }
+
     /// The node confirmed run `run` of job `id`: its launch answered, or it
     /// reported the run. Changes nothing for another run or a job no longer
     /// launching.
@@ -257,6 +317,52 @@ mod tests {
         let (mut c, id, run) = started();
         c.launch_confirmed(id, run);
         assert!(c.expire_launches(1000, 30).is_empty());
+    }
+
+    #[test]
+    fn a_refused_connection_after_a_launch_in_doubt_settles_nothing() {
+        use super::{LaunchAnswer as A, LaunchNext as N};
+        let (mut c, id, run) = started();
+        assert_eq!(c.launch_answered(id, run, A::InDoubt, false, 2), N::Retry);
+        // gnoded died after starting the run: its port is closed now.
+        assert_eq!(
+            c.launch_answered(id, run, A::NotDelivered, true, 3),
+            N::LeaveToNode
+        );
+        assert_eq!(
+            c.launch_answered(id, run, A::NotNow("busy".into()), true, 3),
+            N::LeaveToNode
+        );
+        assert_eq!(
+            c.launch_answered(id, run, A::Failed("io".into()), true, 3),
+            N::LeaveToNode
+        );
+        assert!(c.awaits_launch(id, run), "still CONFIGURING");
+        // Without doubt, a refused connection means never delivered.
+        let N::Done(fx) = c.launch_answered(id, run, A::NotDelivered, false, 4) else {
+            panic!("settled")
+        };
+        assert_eq!(fx.len(), 1);
+        assert_eq!(c.job(id).unwrap().state, JobState::Pending);
+        // No longer awaited: a send in doubt stops.
+        assert_eq!(
+            c.launch_answered(id, run, A::InDoubt, true, 5),
+            N::Done(vec![])
+        );
+    }
+
+    #[test]
+    fn a_taken_or_refused_launch_is_settled_either_way() {
+        use super::{LaunchAnswer as A, LaunchNext as N};
+        let (mut c, id, run) = started();
+        assert!(matches!(
+            c.launch_answered(id, run, A::Taken, true, 2),
+            N::Done(_)
+        ));
+        assert!(!c.job(id).unwrap().launching);
+        let (mut c, id, run) = started();
+        c.launch_answered(id, run, A::Refused("no such user".into()), true, 2);
+        assert_eq!(c.job(id).unwrap().state, JobState::Failed);
     }
 
     #[test]
