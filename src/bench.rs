@@ -83,7 +83,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
                 name: name.clone(),
                 instance_id: String::new(),
                 url: String::new(),
-                cpus: 64,
+                cpus: 4096,
                 memory_mib: 1 << 20,
                 instances: sim_instances(&name, &layout),
                 worker_limit: None,

@@ -14,6 +14,7 @@ use crate::job::{IllegalTransition, Job, JobId, JobSpec, JobState, SpecError, St
 use crate::launch::{
     Decision, InstanceView, LaunchInput, LaunchPolicy, NodeView, PendingReason, QueuedJob,
 };
+use crate::resources::{JobResources, MemoryRequest, NodeResources};
 use crate::wire::{JobEnded, NodeRegistration};
 
 mod drains;
@@ -109,10 +110,27 @@ pub struct Node {
     pub drain_seq: u64,
 }
 
+/// The CPUs and memory a job takes on its node. A job stored before its
+/// request was checked and found wanting takes one CPU and no memory.
+pub fn resources_of(job: &Job) -> JobResources {
+    JobResources::of(&job.spec).unwrap_or(JobResources {
+        cpus: 1,
+        memory: MemoryRequest::Unspecified,
+    })
+}
+
 impl Node {
     /// Whether jobs may be launched onto the node now.
     pub fn accepts_launches(&self) -> bool {
         self.up && !self.unconfirmed
+    }
+
+    /// The node's CPUs and memory.
+    pub fn total(&self) -> NodeResources {
+        NodeResources {
+            cpus: self.cpus,
+            memory_mib: self.memory_mib,
+        }
     }
 
     /// The node's state in Slurm's words: DOWN, IDLE, MIXED or ALLOCATED
@@ -610,6 +628,16 @@ impl Cluster {
         }
     }
 
+    /// What a node's running jobs leave free of its CPUs and memory.
+    pub fn free_on(&self, node: &Node) -> NodeResources {
+        let total = node.total();
+        let mut free = total;
+        for job in node.running.iter().filter_map(|id| self.jobs.get(id)) {
+            free.take(&resources_of(job), &total);
+        }
+        free
+    }
+
     /// One launch pass of the policy; applies its decisions.
     pub fn schedule(&mut self, now: i64) -> Vec<Effect> {
         let mut effects = Vec::new();
@@ -695,6 +723,7 @@ impl Cluster {
                 .map(|id| QueuedJob {
                     id: *id,
                     gpu: &self.jobs[id].spec.gpu,
+                    resources: resources_of(&self.jobs[id]),
                 })
                 .collect();
             // Each launch takes a worker: jobs past the free workers cannot
@@ -714,6 +743,7 @@ impl Cluster {
                 .map(|id| QueuedJob {
                     id: *id,
                     gpu: &self.jobs[id].spec.gpu,
+                    resources: resources_of(&self.jobs[id]),
                 })
                 .collect();
             let nodes: Vec<NodeView<'_>> = self
@@ -724,6 +754,8 @@ impl Cluster {
                     up: n.accepts_launches(),
                     worker_limit: n.worker_limit,
                     workers_used: n.running.len() as u32,
+                    total: n.total(),
+                    free: self.free_on(n),
                     instances: n
                         .instances
                         .iter()

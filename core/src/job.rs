@@ -330,6 +330,8 @@ pub enum SpecError {
     BadEnvName(String),
     #[error("umask {0:o} is not a permission mask (at most 0777)")]
     BadUmask(u32),
+    #[error(transparent)]
+    Resources(#[from] crate::resources::ResourceError),
     #[error("the idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} printable characters")]
     BadIdempotencyKey,
 }
@@ -386,6 +388,7 @@ impl JobSpec {
                 return Err(SpecError::BadIdempotencyKey);
             }
         }
+        crate::resources::JobResources::of(self)?;
         self.check_nul_bytes()
     }
 

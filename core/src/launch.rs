@@ -12,12 +12,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::Instance;
 use crate::job::{GpuRequest, JobId};
+use crate::resources::{JobResources, NodeResources};
 
 /// A queued job as the launch policy sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct QueuedJob<'a> {
     pub id: JobId,
     pub gpu: &'a GpuRequest,
+    /// The CPUs and memory it takes on its node.
+    pub resources: JobResources,
 }
 
 /// An instance and what currently holds it.
@@ -41,7 +44,27 @@ pub struct NodeView<'a> {
     pub up: bool,
     pub worker_limit: u32,
     pub workers_used: u32,
+    /// The node's CPUs and memory, and what running jobs leave free.
+    pub total: NodeResources,
+    pub free: NodeResources,
     pub instances: Vec<InstanceView<'a>>,
+}
+
+impl NodeView<'_> {
+    /// Whether a job could ever run here (the node is big enough).
+    fn could_run(&self, job: &QueuedJob<'_>) -> bool {
+        job.resources.could_fit(&self.total)
+    }
+}
+
+/// Why a job that fits in no node's free resources now waits: for
+/// resources, or for a node that does not exist.
+fn unfit_reason(nodes: &[NodeView<'_>], job: &QueuedJob<'_>) -> PendingReason {
+    if nodes.iter().any(|n| n.up && n.could_run(job)) {
+        PendingReason::Resources
+    } else {
+        PendingReason::ReqNodeNotAvail
+    }
 }
 
 /// The state a launch pass decides on. Queues are in priority order.
@@ -146,9 +169,13 @@ impl LaunchPolicy for ExclusiveLaunch {
             input.isolated.iter().chain(input.shared.iter()).collect();
         jobs.sort_by_key(|j| j.id);
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
+        let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
         for job in jobs {
             let mut best: Option<(u64, usize, usize)> = None;
             for (ni, n) in input.nodes.iter().enumerate().filter(|(_, n)| n.up) {
+                if !job.resources.fits(&room[ni], &n.total) {
+                    continue;
+                }
                 for (ii, v) in n.instances.iter().enumerate() {
                     let free = v.isolated_owner.is_none()
                         && v.draining_for.is_none()
@@ -164,13 +191,14 @@ impl LaunchPolicy for ExclusiveLaunch {
             match best {
                 Some((_, ni, ii)) => {
                     claimed.insert((ni, ii));
+                    room[ni].take(&job.resources, &input.nodes[ni].total);
                     plan.decisions.push(Decision::Launch {
                         job: job.id,
                         node: input.nodes[ni].name.into(),
                         instance: Some(input.nodes[ni].instances[ii].instance.uuid.clone()),
                     });
                 }
-                None => plan.waiting.push((job.id, PendingReason::Resources)),
+                None => plan.waiting.push((job.id, unfit_reason(input.nodes, job))),
             }
         }
         plan
@@ -205,13 +233,14 @@ impl LaunchPolicy for CaseLaunch {
         }
         // Instances claimed (launched on or drained) during this pass.
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
+        let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
 
         for job in input.isolated {
             if free.iter().all(|&f| f == 0) {
                 plan.rest = Some(PendingReason::Resources);
                 return plan;
             }
-            match best_instance(input.nodes, &free, &claimed, job) {
+            match best_instance(input.nodes, &free, &room, &claimed, job) {
                 Some((ni, ii)) => {
                     claimed.insert((ni, ii));
                     let node = &input.nodes[ni];
@@ -225,6 +254,7 @@ impl LaunchPolicy for CaseLaunch {
                         plan.waiting.push((job.id, PendingReason::Draining));
                     } else {
                         free[ni] -= 1;
+                        room[ni].take(&job.resources, &node.total);
                         plan.decisions.push(Decision::Launch {
                             job: job.id,
                             node: node.name.into(),
@@ -233,11 +263,10 @@ impl LaunchPolicy for CaseLaunch {
                     }
                 }
                 None => {
-                    let possible = input
-                        .nodes
-                        .iter()
-                        .filter(|n| n.up)
-                        .any(|n| n.instances.iter().any(|v| v.instance.satisfies(job.gpu)));
+                    let possible = input.nodes.iter().filter(|n| n.up).any(|n| {
+                        n.could_run(job)
+                            && n.instances.iter().any(|v| v.instance.satisfies(job.gpu))
+                    });
                     let reason = if possible {
                         PendingReason::Resources
                     } else {
@@ -249,16 +278,21 @@ impl LaunchPolicy for CaseLaunch {
         }
 
         for job in input.shared {
+            if free.iter().all(|&f| f == 0) {
+                plan.rest = Some(PendingReason::Resources);
+                return plan;
+            }
             let Some((ni, _)) = free
                 .iter()
                 .enumerate()
-                .filter(|(_, &f)| f > 0)
+                .filter(|(i, &f)| f > 0 && job.resources.fits(&room[*i], &input.nodes[*i].total))
                 .max_by_key(|(i, &f)| (f, std::cmp::Reverse(*i)))
             else {
-                plan.rest = Some(PendingReason::Resources);
-                return plan;
+                plan.waiting.push((job.id, unfit_reason(input.nodes, job)));
+                continue;
             };
             free[ni] -= 1;
+            room[ni].take(&job.resources, &input.nodes[ni].total);
             plan.decisions.push(Decision::Launch {
                 job: job.id,
                 node: input.nodes[ni].name.into(),
@@ -275,6 +309,7 @@ impl LaunchPolicy for CaseLaunch {
 fn best_instance(
     nodes: &[NodeView<'_>],
     free: &[u32],
+    room: &[NodeResources],
     claimed: &HashSet<(usize, usize)>,
     job: &QueuedJob<'_>,
 ) -> Option<(usize, usize)> {
@@ -283,7 +318,7 @@ fn best_instance(
     type Key = (bool, u64, bool, u32, usize, usize);
     let mut best: Option<(Key, (usize, usize))> = None;
     for (ni, node) in nodes.iter().enumerate() {
-        if !node.up || free[ni] == 0 {
+        if !node.up || free[ni] == 0 || !job.resources.fits(&room[ni], &node.total) {
             continue;
         }
         for (ii, v) in node.instances.iter().enumerate() {
@@ -319,6 +354,15 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
+    const ONE_CPU: JobResources = JobResources {
+        cpus: 1,
+        memory: crate::resources::MemoryRequest::Unspecified,
+    };
+    const BIG: NodeResources = NodeResources {
+        cpus: 1024,
+        memory_mib: 1 << 20,
+    };
+
     fn req(profile: Option<&str>, mem: Option<u64>) -> GpuRequest {
         GpuRequest {
             mig_profile: profile.map(String::from),
@@ -339,6 +383,70 @@ mod tests {
     }
 
     #[test]
+    fn cpus_and_memory_are_consumed() {
+        use crate::resources::MemoryRequest::{Mib, Unspecified};
+        let inst = sim_instances("n1", &parse_sim_spec("1xA100-40GB").unwrap());
+        let total = NodeResources {
+            cpus: 4,
+            memory_mib: 1000,
+        };
+        let nodes = vec![NodeView {
+            name: "n1",
+            up: true,
+            worker_limit: 16,
+            workers_used: 0,
+            total,
+            free: total,
+            instances: views(&inst),
+        }];
+        let none = GpuRequest::default();
+        let job = |id, cpus, memory| QueuedJob {
+            id,
+            gpu: &none,
+            resources: JobResources { cpus, memory },
+        };
+        // Two jobs that each take every CPU never run together; a job
+        // larger than any node can never run.
+        let shared = [
+            job(1, 4, Unspecified),
+            job(2, 4, Unspecified),
+            job(3, 8, Unspecified),
+            job(4, 1, Mib(600)),
+        ];
+        for policy in [&CaseLaunch as &dyn LaunchPolicy, &ExclusiveLaunch] {
+            let plan = policy.plan(&LaunchInput {
+                isolated: &[],
+                shared: &shared,
+                nodes: &nodes,
+            });
+            let launched: Vec<JobId> = plan
+                .decisions
+                .iter()
+                .filter_map(|d| match d {
+                    Decision::Launch { job, .. } => Some(*job),
+                    Decision::Drain { .. } => None,
+                })
+                .collect();
+            assert_eq!(launched, [1], "{}", policy.name());
+            assert!(plan.waiting.contains(&(2, PendingReason::Resources)));
+            assert!(plan.waiting.contains(&(3, PendingReason::ReqNodeNotAvail)));
+        }
+        // Memory: the second 600 MiB job waits for the first.
+        let shared = [
+            job(5, 1, Mib(600)),
+            job(6, 1, Mib(600)),
+            job(7, 1, Unspecified),
+        ];
+        let plan = CaseLaunch.plan(&LaunchInput {
+            isolated: &[],
+            shared: &shared,
+            nodes: &nodes,
+        });
+        assert_eq!(plan.decisions.len(), 2);
+        assert_eq!(plan.waiting, vec![(6, PendingReason::Resources)]);
+    }
+
+    #[test]
     fn isolated_first_best_fit_then_shared() {
         let inst = sim_instances(
             "n1",
@@ -349,18 +457,36 @@ mod tests {
             up: true,
             worker_limit: 3,
             workers_used: 0,
+            total: BIG,
+            free: BIG,
             instances: views(&inst),
         }];
         let small = req(None, Some(4000));
         let prof = req(Some("2g.10gb"), None);
         let none = GpuRequest::default();
         let iso = [
-            QueuedJob { id: 1, gpu: &small },
-            QueuedJob { id: 2, gpu: &prof },
+            QueuedJob {
+                id: 1,
+                gpu: &small,
+                resources: ONE_CPU,
+            },
+            QueuedJob {
+                id: 2,
+                gpu: &prof,
+                resources: ONE_CPU,
+            },
         ];
         let shared = [
-            QueuedJob { id: 3, gpu: &none },
-            QueuedJob { id: 4, gpu: &none },
+            QueuedJob {
+                id: 3,
+                gpu: &none,
+                resources: ONE_CPU,
+            },
+            QueuedJob {
+                id: 4,
+                gpu: &none,
+                resources: ONE_CPU,
+            },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
             isolated: &iso,
@@ -400,10 +526,23 @@ mod tests {
             up: true,
             worker_limit: 4,
             workers_used: 1,
+            total: BIG,
+            free: BIG,
             instances: v,
         }];
         let r = req(Some("1g.5gb"), None);
-        let iso = [QueuedJob { id: 7, gpu: &r }, QueuedJob { id: 8, gpu: &r }];
+        let iso = [
+            QueuedJob {
+                id: 7,
+                gpu: &r,
+                resources: ONE_CPU,
+            },
+            QueuedJob {
+                id: 8,
+                gpu: &r,
+                resources: ONE_CPU,
+            },
+        ];
         let plan = CaseLaunch.plan(&LaunchInput {
             isolated: &iso,
             shared: &[],
@@ -430,9 +569,22 @@ mod tests {
             up: true,
             worker_limit: 4,
             workers_used: 0,
+            total: BIG,
+            free: BIG,
             instances: v,
         }];
-        let iso = [QueuedJob { id: 8, gpu: &r }, QueuedJob { id: 7, gpu: &r }];
+        let iso = [
+            QueuedJob {
+                id: 8,
+                gpu: &r,
+                resources: ONE_CPU,
+            },
+            QueuedJob {
+                id: 7,
+                gpu: &r,
+                resources: ONE_CPU,
+            },
+        ];
         let plan = CaseLaunch.plan(&LaunchInput {
             isolated: &iso,
             shared: &[],
@@ -456,10 +608,16 @@ mod tests {
             up: true,
             worker_limit: 16,
             workers_used: 0,
+            total: BIG,
+            free: BIG,
             instances: views(&inst),
         }];
         let r = req(None, Some(20_000));
-        let iso = [QueuedJob { id: 1, gpu: &r }];
+        let iso = [QueuedJob {
+            id: 1,
+            gpu: &r,
+            resources: ONE_CPU,
+        }];
         let plan = CaseLaunch.plan(&LaunchInput {
             isolated: &iso,
             shared: &[],
@@ -533,12 +691,14 @@ mod tests {
                 step += 1;
                 prop_assert!(step < 2000, "no progress");
                 let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j] }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], resources: ONE_CPU }).collect();
                 let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j] }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], resources: ONE_CPU }).collect();
                 let nodes = vec![NodeView {
                     name: "n", up: true, worker_limit: limit,
                     workers_used: s.running.len() as u32,
+            total: BIG,
+            free: BIG,
                     instances: s.inst.iter().enumerate().map(|(i, inst)| InstanceView {
                         instance: inst, isolated_owner: s.owner[i],
                         draining_for: s.draining[i], active_tasks: s.tasks[i], retiring: false,

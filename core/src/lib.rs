@@ -7,6 +7,7 @@
 pub mod array;
 pub mod cluster;
 pub mod dependency;
+pub mod devices;
 pub mod env;
 pub mod fence;
 pub mod gpu;
@@ -19,6 +20,7 @@ pub mod pattern;
 pub mod placement;
 pub mod probe;
 pub mod repartition;
+pub mod resources;
 pub mod sim;
 pub mod sm;
 pub mod units;

@@ -33,7 +33,7 @@ pub fn registration(
         name: name.into(),
         instance_id: String::new(),
         url: format!("http://{name}"),
-        cpus: 2,
+        cpus: 64,
         memory_mib: 1024,
         instances: sim_instances(name, &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
         worker_limit: Some(64),
