@@ -3,6 +3,7 @@
 //! how jobs ended.
 
 pub mod api;
+pub mod cgroup;
 pub mod config;
 pub mod fence;
 pub mod gpu;

@@ -1,0 +1,133 @@
+//! The node's cgroup settings (`--cgroup-config`, TOML), gsched's
+//! `cgroup.conf`. Every limit is enforced unless turned off here.
+
+use std::path::Path;
+
+use gsched_core::resources::MemoryPolicy;
+use serde::Deserialize;
+
+/// Which cgroup backend to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Plugin {
+    /// v2 where its controllers are available, else v1, else none.
+    #[default]
+    Auto,
+    V1,
+    V2,
+    /// No cgroups: jobs are not confined (a loud warning at start).
+    None,
+}
+
+/// The settings, with Slurm's `cgroup.conf` names where Slurm has one.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CgroupConfig {
+    pub plugin: Plugin,
+    /// The directory under each hierarchy's root that holds gsched's cgroups.
+    pub base: String,
+    /// Limit each job to its memory request (ConstrainRAMSpace).
+    pub constrain_ram_space: bool,
+    /// Count swap against the limit (ConstrainSwapSpace).
+    pub constrain_swap_space: bool,
+    /// Run each job on its allocated cores only (ConstrainCores).
+    pub constrain_cores: bool,
+    /// Let each job open only the GPU devices it was given (ConstrainDevices).
+    pub constrain_devices: bool,
+    /// Percent of its memory request a job may use (AllowedRAMSpace).
+    pub allowed_ram_space: f64,
+    /// Percent of its memory request a job may use in swap beyond its RAM
+    /// limit (AllowedSwapSpace).
+    pub allowed_swap_space: f64,
+    /// Seconds between samples of a running job's memory and processes
+    /// (for AveRSS, MaxVMSize and sstat; JobAcctGatherFrequency).
+    pub acct_gather_frequency: u64,
+}
+
+impl Default for CgroupConfig {
+    fn default() -> Self {
+        CgroupConfig {
+            plugin: Plugin::Auto,
+            base: "gsched".into(),
+            constrain_ram_space: true,
+            constrain_swap_space: true,
+            constrain_cores: true,
+            constrain_devices: true,
+            allowed_ram_space: 100.0,
+            allowed_swap_space: 0.0,
+            acct_gather_frequency: 10,
+        }
+    }
+}
+
+/// A cgroup config that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read cgroup config {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cgroup config {path}: {source}")]
+    Parse {
+        path: String,
+        source: toml::de::Error,
+    },
+    #[error("cgroup config {path}: {0}", path = .1)]
+    Invalid(String, String),
+}
+
+impl CgroupConfig {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<CgroupConfig, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let c: CgroupConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: p.clone(),
+            source,
+        })?;
+        c.check().map_err(|why| ConfigError::Invalid(why, p))?;
+        Ok(c)
+    }
+
+    /// Refuses settings that cannot mean anything.
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.allowed_ram_space > 0.0 && self.allowed_ram_space <= 1000.0) {
+            return Err(format!(
+                "allowed_ram_space = {} must be a percentage above 0 (at most 1000)",
+                self.allowed_ram_space
+            ));
+        }
+        if !(self.allowed_swap_space >= 0.0 && self.allowed_swap_space <= 1000.0) {
+            return Err(format!(
+                "allowed_swap_space = {} must be a percentage from 0 to 1000",
+                self.allowed_swap_space
+            ));
+        }
+        let base_ok = !self.base.is_empty()
+            && self.base.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+            && !self.base.starts_with('/');
+        if !base_ok {
+            return Err(format!(
+                "base = {:?} must be a relative path without . or .. (such as \"gsched\")",
+                self.base
+            ));
+        }
+        if self.acct_gather_frequency == 0 {
+            return Err("acct_gather_frequency must be at least 1 second".into());
+        }
+        Ok(())
+    }
+
+    /// The memory policy core's limit arithmetic takes.
+    pub fn memory_policy(&self) -> MemoryPolicy {
+        MemoryPolicy {
+            allowed_ram_percent: self.allowed_ram_space,
+            allowed_swap_percent: self.allowed_swap_space,
+            constrain_swap: self.constrain_swap_space,
+        }
+    }
+}

@@ -1,0 +1,190 @@
+use super::*;
+use gsched_core::devices::{DeviceKind, DeviceRule};
+use gsched_core::resources::{MemoryLimits, MemoryPolicy, MemoryRequest};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+const MOUNTINFO: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/my\\040unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate
+";
+
+#[test]
+fn mounts_are_read_from_mountinfo() {
+    let m = Mounts::parse(MOUNTINFO);
+    assert_eq!(m.v2, Some(PathBuf::from("/sys/fs/cgroup/my unified")));
+    assert_eq!(
+        m.v1_of("cpuacct"),
+        Some(Path::new("/sys/fs/cgroup/cpu,cpuacct"))
+    );
+    assert_eq!(m.v1_of("memory"), Some(Path::new("/sys/fs/cgroup/memory")));
+    assert_eq!(m.v1_of("devices"), None);
+    assert_eq!(m.v1_of("name=systemd"), None);
+}
+
+#[test]
+fn auto_prefers_v2_with_controllers_then_v1() {
+    let set = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let both = Mounts::parse(MOUNTINFO);
+    assert_eq!(
+        choose(Plugin::Auto, &both, &set(&["cpu", "memory", "pids"])),
+        Plugin::V2
+    );
+    // This project's machines: v1 controllers, a v2 mount with none.
+    assert_eq!(choose(Plugin::Auto, &both, &set(&[])), Plugin::V1);
+    let only_v2 = Mounts {
+        v2: Some("/sys/fs/cgroup".into()),
+        v1: vec![],
+    };
+    assert_eq!(choose(Plugin::Auto, &only_v2, &set(&[])), Plugin::V2);
+    assert_eq!(choose(Plugin::Auto, &Mounts::default(), &set(&[])), Plugin::None);
+    assert_eq!(choose(Plugin::V1, &only_v2, &set(&[])), Plugin::V1);
+}
+
+#[test]
+fn config_is_checked() {
+    let c: CgroupConfig = toml::from_str("allowed_ram_space = 90\nconstrain_cores = false").unwrap();
+    assert!(!c.constrain_cores && c.constrain_devices);
+    assert!(c.check().is_ok());
+    let bad = CgroupConfig {
+        base: "../x".into(),
+        ..CgroupConfig::default()
+    };
+    assert!(bad.check().unwrap_err().contains("base"));
+    let bad = CgroupConfig {
+        allowed_ram_space: 0.0,
+        ..CgroupConfig::default()
+    };
+    assert!(bad.check().unwrap_err().contains("allowed_ram_space"));
+    assert!(toml::from_str::<CgroupConfig>("constrain_ram = true").is_err());
+}
+
+fn is_root() -> bool {
+    nix::unistd::getuid().is_root()
+}
+
+/// Starts `script` with its processes in the job's batch step.
+fn start_in(procs: &[PathBuf], script: &str) -> std::process::Child {
+    let procs = procs.to_vec();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", script]).stdout(Stdio::piped()).stderr(Stdio::null());
+    // SAFETY: only writes to files between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            for p in &procs {
+                std::fs::write(p, "0")?;
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("start a process in the job's cgroup")
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Both backends, through the trait: limits applied, devices filtered,
+/// every process tracked (a setsid one too), killed at once, removed.
+fn exercise(cg: &dyn Cgroups, job: JobId) {
+    let memory = MemoryLimits::for_job(MemoryRequest::Mib(64), 1024, &MemoryPolicy::default());
+    let null = DeviceRule {
+        kind: DeviceKind::Char,
+        major: Some(1),
+        minor: Some(3),
+    };
+    let limits = JobLimits {
+        memory: Some(memory),
+        cpus: Some(vec![0]),
+        devices: Some(vec![null]),
+    };
+    let procs = cg.create(job, &limits).expect("create the job's cgroup");
+    assert!(!procs.is_empty());
+    // /dev/null (1:3) is allowed, /dev/zero (1:5) is not.
+    let check = start_in(
+        &procs,
+        "echo ok >/dev/null && (head -c1 /dev/zero >/dev/null 2>&1 && echo zero-opened || echo zero-denied)",
+    );
+    let out = String::from_utf8(check.wait_with_output().unwrap().stdout).unwrap();
+    if cg.enforced().devices {
+        assert_eq!(out.trim(), "zero-denied", "{} device rules", cg.version());
+    }
+    let mut child = start_in(&procs, "setsid sleep 300 & sleep 300 & wait");
+    wait_for("three processes in the cgroup", || cg.pids(job).len() >= 3);
+    cg.kill(job);
+    let _ = child.wait();
+    wait_for("an empty cgroup", || cg.pids(job).is_empty());
+    let c = cg.counters(job);
+    assert_eq!(c.oom_kills, 0);
+    assert!(cg.remove(job), "{} cgroup removed", cg.version());
+}
+
+#[test]
+fn v1_confines_tracks_and_kills() {
+    let mounts = Mounts::read();
+    if !is_root() || mounts.v1_of("memory").is_none() {
+        eprintln!("skipped: needs root and a v1 memory hierarchy");
+        return;
+    }
+    let node = format!("test-v1-{}", std::process::id());
+    let cg = v1::CgroupV1::new(&mounts, &CgroupConfig::default(), &node).unwrap();
+    assert!(cg.enforced().memory && cg.enforced().tracking);
+    let job = 41;
+    // The limits as the files show them, before anything runs.
+    let memory = MemoryLimits::for_job(MemoryRequest::Mib(64), 1024, &MemoryPolicy::default());
+    let limits = JobLimits {
+        memory: Some(memory),
+        cpus: Some(vec![0]),
+        devices: Some(vec![DeviceRule {
+            kind: DeviceKind::Char,
+            major: Some(1),
+            minor: Some(3),
+        }]),
+    };
+    cg.create(job, &limits).unwrap();
+    let root = |c: &str| mounts.v1_of(c).unwrap().join("gsched").join(&node).join("job_41");
+    let read = |c: &str, f: &str| std::fs::read_to_string(root(c).join(f)).unwrap();
+    assert_eq!(read("memory", "memory.limit_in_bytes").trim(), "67108864");
+    assert_eq!(read("cpuset", "cpuset.cpus").trim(), "0");
+    assert_eq!(read("devices", "devices.list").trim(), "c 1:3 rwm");
+    assert_eq!(
+        read("devices", "step_batch/devices.list").trim(),
+        "c 1:3 rwm"
+    );
+    assert!(cg.remove(job));
+    exercise(&cg, job + 1);
+    cg.remove_node_dir();
+    assert!(!root("memory").parent().unwrap().exists());
+}
+
+#[test]
+fn v2_tracks_kills_and_filters_devices() {
+    let mounts = Mounts::read();
+    let Some(root) = mounts.v2.clone() else {
+        eprintln!("skipped: no cgroup v2 hierarchy");
+        return;
+    };
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let node = format!("test-v2-{}", std::process::id());
+    let cg = v2::CgroupV2::new(&root, &CgroupConfig::default(), &node).unwrap();
+    assert!(cg.enforced().tracking);
+    eprintln!("v2 enforces {:?}", cg.enforced());
+    // Device filters need no controller: they are checked on every kernel
+    // that can load them.
+    exercise(&cg, 43);
+    cg.remove_node_dir();
+    assert!(!root.join("gsched").join(&node).exists());
+}

@@ -1,0 +1,279 @@
+//! cgroup v1: one hierarchy per controller (or a few together). A job's
+//! cgroup exists in each hierarchy gnoded uses; its processes join all.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gsched_core::job::JobId;
+
+use super::{
+    keyed, kill_pids, make_dir, pids_below, read_u64, remove_tree, write_file, CgroupConfig,
+    Cgroups, Counters, Enforced, JobLimits, Result, BATCH_STEP,
+};
+
+/// The controllers gnoded uses, in the order their hierarchies are joined.
+const CONTROLLERS: [&str; 6] = ["freezer", "memory", "cpuset", "devices", "cpuacct", "pids"];
+
+pub struct CgroupV1 {
+    /// Each used hierarchy's node directory (`<mount>/<base>/<node>`), by
+    /// controller; one hierarchy may carry several controllers.
+    dirs: Vec<(&'static str, PathBuf)>,
+    enforced: Enforced,
+}
+
+impl CgroupV1 {
+    pub fn new(
+        mounts: &super::Mounts,
+        config: &CgroupConfig,
+        node_dir: &str,
+    ) -> Result<CgroupV1> {
+        let mut dirs = Vec::new();
+        for ctrl in CONTROLLERS {
+            let Some(mount) = mounts.v1_of(ctrl) else {
+                continue;
+            };
+            let base = mount.join(&config.base);
+            let dir = base.join(node_dir);
+            make_dir(&base)?;
+            make_dir(&dir)?;
+            if ctrl == "cpuset" {
+                // A new cpuset has no CPUs or memory nodes: give gsched's
+                // directories their parents'.
+                inherit_cpuset(mount, &base)?;
+                inherit_cpuset(&base, &dir)?;
+            }
+            dirs.push((ctrl, dir));
+        }
+        let has = |c: &str| dirs.iter().any(|(x, _)| *x == c);
+        let memsw = dirs
+            .iter()
+            .find(|(c, _)| *c == "memory")
+            .is_some_and(|(_, d)| d.join("memory.memsw.limit_in_bytes").exists());
+        let enforced = Enforced {
+            memory: has("memory") && config.constrain_ram_space,
+            swap: has("memory") && memsw && config.constrain_swap_space,
+            cores: has("cpuset") && config.constrain_cores,
+            devices: has("devices") && config.constrain_devices,
+            tracking: has("freezer"),
+        };
+        if dirs.is_empty() {
+            return Err(super::CgroupError {
+                what: "no v1 hierarchy of",
+                path: PathBuf::from(CONTROLLERS.join(",")),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        }
+        Ok(CgroupV1 { dirs, enforced })
+    }
+
+    fn dir_of(&self, ctrl: &str) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .find(|(c, _)| *c == ctrl)
+            .map(|(_, d)| d.as_path())
+    }
+
+    fn job_dir(&self, node_dir: &Path, job: JobId) -> PathBuf {
+        node_dir.join(format!("job_{job}"))
+    }
+
+    /// The hierarchies, each once (co-mounted controllers share one).
+    fn hierarchies(&self) -> Vec<&Path> {
+        let mut out: Vec<&Path> = Vec::new();
+        for (_, d) in &self.dirs {
+            if !out.contains(&d.as_path()) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    fn set_limits(&self, ctrl: &str, job_dir: &Path, limits: &JobLimits) -> Result<()> {
+        match ctrl {
+            "memory" => {
+                if let (true, Some(m)) = (self.enforced.memory, &limits.memory) {
+                    write_file(
+                        &job_dir.join("memory.limit_in_bytes"),
+                        &m.ram_bytes.to_string(),
+                    )?;
+                    if let (true, Some(both)) = (self.enforced.swap, m.ram_and_swap_bytes) {
+                        write_file(
+                            &job_dir.join("memory.memsw.limit_in_bytes"),
+                            &both.to_string(),
+                        )?;
+                    }
+                }
+            }
+            "cpuset" => {
+                let parent = job_dir.parent().unwrap_or(job_dir);
+                inherit_cpuset(parent, job_dir)?;
+                if let (true, Some(cpus)) = (self.enforced.cores, &limits.cpus) {
+                    write_file(
+                        &job_dir.join("cpuset.cpus"),
+                        &gsched_core::resources::format_cpu_list(cpus),
+                    )?;
+                }
+            }
+            "devices" => {
+                if let (true, Some(rules)) = (self.enforced.devices, &limits.devices) {
+                    write_file(&job_dir.join("devices.deny"), "a")?;
+                    for r in rules {
+                        write_file(&job_dir.join("devices.allow"), &r.to_string())?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn try_create(&self, job: JobId, limits: &JobLimits) -> Result<Vec<PathBuf>> {
+        let mut procs = Vec::new();
+        for (ctrl, node_dir) in &self.dirs {
+            let job_dir = self.job_dir(node_dir, job);
+            make_dir(&job_dir)?;
+            self.set_limits(ctrl, &job_dir, limits)?;
+            let step = job_dir.join(BATCH_STEP);
+            // Made after the limits: a v1 child copies its parent's device
+            // rules when it is created.
+            make_dir(&step)?;
+            if *ctrl == "cpuset" {
+                inherit_cpuset(&job_dir, &step)?;
+            }
+            let file = step.join("cgroup.procs");
+            if !procs.contains(&file) {
+                procs.push(file);
+            }
+        }
+        Ok(procs)
+    }
+
+    fn freeze(&self, job_dir: &Path, state: &str) -> bool {
+        if write_file(&job_dir.join("freezer.state"), state).is_err() {
+            return false;
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            let now = std::fs::read_to_string(job_dir.join("freezer.state")).unwrap_or_default();
+            if now.trim() == state {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+/// Gives `dir` its parent's CPUs and memory nodes where it has none.
+fn inherit_cpuset(parent: &Path, dir: &Path) -> Result<()> {
+    for f in ["cpuset.cpus", "cpuset.mems"] {
+        let mine = std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        if mine.trim().is_empty() {
+            let theirs = std::fs::read_to_string(parent.join(f)).unwrap_or_default();
+            write_file(&dir.join(f), theirs.trim())?;
+        }
+    }
+    Ok(())
+}
+
+impl Cgroups for CgroupV1 {
+    fn version(&self) -> &'static str {
+        "v1"
+    }
+
+    fn enforced(&self) -> Enforced {
+        self.enforced
+    }
+
+    fn create(&self, job: JobId, limits: &JobLimits) -> Result<Vec<PathBuf>> {
+        let made = self.try_create(job, limits);
+        if made.is_err() {
+            self.remove(job);
+        }
+        made
+    }
+
+    fn pids(&self, job: JobId) -> Vec<i32> {
+        let mut all: Vec<i32> = self
+            .hierarchies()
+            .into_iter()
+            .flat_map(|d| pids_below(&self.job_dir(d, job)))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    fn kill(&self, job: JobId) {
+        match self.dir_of("freezer") {
+            Some(fz) => {
+                let dir = self.job_dir(fz, job);
+                // Frozen processes cannot fork; the kill lands on every one.
+                let frozen = self.freeze(&dir, "FROZEN");
+                kill_pids(&self.pids(job));
+                self.freeze(&dir, "THAWED");
+                if !frozen {
+                    kill_pids(&self.pids(job));
+                }
+            }
+            None => {
+                for _ in 0..3 {
+                    kill_pids(&self.pids(job));
+                }
+            }
+        }
+    }
+
+    fn counters(&self, job: JobId) -> Counters {
+        let mut c = Counters::default();
+        if let Some(mem) = self.dir_of("memory") {
+            let dir = self.job_dir(mem, job);
+            c.peak_bytes = read_u64(&dir.join("memory.max_usage_in_bytes"));
+            c.current_bytes = read_u64(&dir.join("memory.usage_in_bytes")).unwrap_or(0);
+            // v1 counts an OOM kill in the cgroup of the process killed.
+            c.oom_kills = oom_kills_below(&dir);
+        }
+        if let Some(acct) = self.dir_of("cpuacct") {
+            let dir = self.job_dir(acct, job);
+            match (
+                read_u64(&dir.join("cpuacct.usage_user")),
+                read_u64(&dir.join("cpuacct.usage_sys")),
+            ) {
+                (Some(u), Some(s)) => {
+                    c.user_usec = u / 1000;
+                    c.system_usec = s / 1000;
+                }
+                _ => {
+                    // SAFETY: sysconf has no preconditions.
+                    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+                    let stat = dir.join("cpuacct.stat");
+                    c.user_usec = keyed(&stat, "user").unwrap_or(0) * 1_000_000 / hz;
+                    c.system_usec = keyed(&stat, "system").unwrap_or(0) * 1_000_000 / hz;
+                }
+            }
+        }
+        c
+    }
+
+    fn remove(&self, job: JobId) -> bool {
+        let mut ok = true;
+        for (_, d) in &self.dirs {
+            ok &= remove_tree(&self.job_dir(d, job));
+        }
+        ok
+    }
+
+    fn remove_node_dir(&self) {
+        for (_, d) in &self.dirs {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+fn oom_kills_below(dir: &Path) -> u64 {
+    keyed(&dir.join("memory.oom_control"), "oom_kill").unwrap_or(0)
+        + super::child_dirs(dir)
+            .iter()
+            .map(|d| oom_kills_below(d))
+            .sum::<u64>()
+}
