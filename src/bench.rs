@@ -141,6 +141,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
                     cause: EndCause::Exited,
                 },
                 end_time: 2,
+                usage: None,
             },
         );
         let t = Instant::now();

@@ -108,6 +108,18 @@ struct UpArgs {
     /// Jobs the node runs at once (default: 4 per compute slice of each instance).
     #[arg(long)]
     workers: Option<u32>,
+    /// CPUs jobs may be given on this node (default: the cores gsched may
+    /// run on).
+    #[arg(long)]
+    cpus: Option<u32>,
+    /// Memory jobs may be given on this node, like Slurm's RealMemory
+    /// (e.g. `16G`; default: the host's memory).
+    #[arg(long)]
+    real_memory: Option<String>,
+    /// Cgroup settings (TOML; gsched's cgroup.conf): which limits are
+    /// enforced. Default: all of them.
+    #[arg(long)]
+    cgroup_config: Option<PathBuf>,
     /// Name of this node (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
@@ -212,6 +224,9 @@ async fn up(args: UpArgs) -> Result<()> {
             context_mem: None,
             placement_policy: args.placement_policy,
             workers: args.workers,
+            cpus: args.cpus,
+            real_memory: args.real_memory,
+            cgroup_config: args.cgroup_config,
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,
             // One process: no partition can part the node from its

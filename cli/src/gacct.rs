@@ -49,6 +49,8 @@ pub fn format(jobs: &[JobInfo], header: bool) -> String {
             cell("Elapsed", 10),
             cell("NodeList", -10),
             cell("GPUMemPeak", 10),
+            cell("MaxRSS", 10),
+            cell("TotalCPU", 10),
             cell("Reason", -20),
             "GPUInstance".into(),
         ]) + "\n");
@@ -63,6 +65,18 @@ pub fn format(jobs: &[JobInfo], header: bool) -> String {
             cell(&j.nodes, -10),
             cell(
                 &j.gpu_mem_peak.map(|m| format!("{m}M")).unwrap_or_default(),
+                10,
+            ),
+            cell(
+                &j.usage
+                    .map(|u| gsched_core::units::format_kib(u.max_rss))
+                    .unwrap_or_default(),
+                10,
+            ),
+            cell(
+                &j.usage
+                    .map(|u| gsched_core::units::format_cpu_time(u.total_cpu_usec()))
+                    .unwrap_or_default(),
                 10,
             ),
             cell(j.state_reason.as_deref().unwrap_or(""), -20),

@@ -1011,12 +1011,28 @@ impl Cluster {
         let job = self.jobs.get_mut(&id).expect("checked above");
         job.transition(state, ended.end_time)?;
         job.reason = reason;
-        job.exit_code = ended.outcome.exit_code;
-        job.exit_signal = ended.outcome.signal;
+        (job.exit_code, job.exit_signal) = ended.outcome.recorded_exit();
+        if ended.usage.is_some() {
+            job.usage = ended.usage;
+        }
         Ok(vec![Effect::Job {
             id,
             event: format!("ended {state}"),
         }])
+    }
+
+    /// Takes what a node's running jobs have used so far (sstat). Only for
+    /// jobs running there; never persisted before the job ends.
+    pub fn note_usage(&mut self, node: &str, usage: &BTreeMap<JobId, crate::job::ResourceUsage>) {
+        for (id, u) in usage {
+            if let Some(job) = self
+                .jobs
+                .get_mut(id)
+                .filter(|j| j.state == JobState::Running && j.node.as_deref() == Some(node))
+            {
+                job.usage = Some(*u);
+            }
+        }
     }
 
     /// A step (`srun`) begins inside running job `id`: returns its number.
@@ -1348,6 +1364,7 @@ mod tests {
                 cause,
             },
             end_time: 50,
+            usage: None,
         }
     }
 

@@ -467,6 +467,31 @@ pub struct Job {
     /// that restarts knows the run may never have begun.
     #[serde(default)]
     pub launching: bool,
+    /// CPU time and memory the job's processes used, from its cgroup: so
+    /// far while it runs, in total once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ResourceUsage>,
+}
+
+/// What a job's processes used, as its node's cgroup counted it (sacct's
+/// MaxRSS, AveRSS, MaxVMSize, UserCPU, SystemCPU; TotalCPU is their sum).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceUsage {
+    /// The most memory in use at once (bytes): the cgroup's peak, which is
+    /// what `--mem` limits.
+    pub max_rss: u64,
+    /// Memory in use on average over the samples (bytes).
+    pub ave_rss: u64,
+    /// The largest sum of the processes' virtual sizes seen (bytes).
+    pub max_vmsize: u64,
+    pub user_cpu_usec: u64,
+    pub system_cpu_usec: u64,
+}
+
+impl ResourceUsage {
+    pub fn total_cpu_usec(&self) -> u64 {
+        self.user_cpu_usec.saturating_add(self.system_cpu_usec)
+    }
 }
 
 impl Job {
@@ -516,6 +541,7 @@ impl Job {
             node: None,
             gpu_instance: None,
             gpu_mem_peak: None,
+            usage: None,
             restarts: 0,
             held,
             steps: Vec::new(),

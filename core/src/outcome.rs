@@ -18,6 +18,9 @@ pub enum EndCause {
     LaunchFailed(String),
     /// Its processes are gone and nothing recorded how they ended.
     Lost,
+    /// The kernel's OOM killer ended a process of the job at its cgroup's
+    /// memory limit; the text names the limit.
+    OutOfMemory(String),
     /// The node killed it because its lease ran out: it had not reached the
     /// controller for its fence timeout (see `crate::fence`).
     Fenced,
@@ -47,6 +50,7 @@ impl ProcessOutcome {
             EndCause::TimeLimit => (JobState::Timeout, Some("TimeLimit".into())),
             EndCause::LaunchFailed(why) => (JobState::Failed, Some(why.clone())),
             EndCause::Lost => (JobState::NodeFail, Some("job processes lost".into())),
+            EndCause::OutOfMemory(why) => (JobState::OutOfMemory, Some(why.clone())),
             EndCause::Fenced => (
                 JobState::NodeFail,
                 Some("node fenced itself: it lost contact with the controller".into()),
@@ -56,6 +60,21 @@ impl ProcessOutcome {
                 (_, Some(sig)) => (JobState::Failed, Some(format!("killed by signal {sig}"))),
                 _ => (JobState::Failed, Some("NonZeroExitCode".into())),
             },
+        }
+    }
+}
+
+/// The signal Slurm records for a job its memory limit ended (its
+/// `SIG_OOM`, 253, shown as `0:125`).
+pub const OOM_SIGNAL: i32 = 125;
+
+impl ProcessOutcome {
+    /// The exit code and signal recorded for the job (sacct's ExitCode):
+    /// what the script returned, except `0:125` for OUT_OF_MEMORY as Slurm.
+    pub fn recorded_exit(&self) -> (Option<i32>, Option<i32>) {
+        match self.cause {
+            EndCause::OutOfMemory(_) => (Some(0), Some(OOM_SIGNAL)),
+            _ => (self.exit_code, self.signal),
         }
     }
 }
@@ -150,6 +169,9 @@ mod tests {
             out(None, None, EndCause::Lost).final_state().0,
             JobState::NodeFail
         );
+        let oom = out(Some(0), None, EndCause::OutOfMemory("limit 100M".into()));
+        assert_eq!(oom.final_state().0, JobState::OutOfMemory);
+        assert_eq!(oom.recorded_exit(), (Some(0), Some(OOM_SIGNAL)));
         let (st, why) = out(None, None, EndCause::LaunchFailed("no such dir".into())).final_state();
         assert_eq!(
             (st, why.as_deref()),

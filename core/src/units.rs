@@ -105,6 +105,30 @@ pub fn format_duration_long(secs: i64) -> String {
     }
 }
 
+/// A byte count the way sacct prints memory by default: KiB with `K`
+/// (`307200K`), `0` for none.
+pub fn format_kib(bytes: u64) -> String {
+    if bytes == 0 {
+        "0".into()
+    } else {
+        format!("{}K", bytes.div_ceil(1024))
+    }
+}
+
+/// A CPU time the way sacct prints TotalCPU: `MM:SS.mmm` under an hour,
+/// `HH:MM:SS` under a day, else `D-HH:MM:SS`.
+pub fn format_cpu_time(usec: u64) -> String {
+    let secs = usec / 1_000_000;
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if secs < 3600 {
+        format!("{m:02}:{s:02}.{:03}", usec / 1000 % 1000)
+    } else if d == 0 {
+        format!("{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +187,15 @@ mod tests {
         assert_eq!(format_duration_short(90061), "1-01:01:01");
         assert_eq!(format_duration_long(5), "00:00:05");
         assert_eq!(format_duration_long(90061), "1-01:01:01");
+    }
+
+    #[test]
+    fn usage_formats() {
+        assert_eq!(format_kib(0), "0");
+        assert_eq!(format_kib(300 << 20), "307200K");
+        assert_eq!(format_kib(1), "1K");
+        assert_eq!(format_cpu_time(1_234_567), "00:01.234");
+        assert_eq!(format_cpu_time(3_725_000_000), "01:02:05");
+        assert_eq!(format_cpu_time(90_000_000_000), "1-01:00:00");
     }
 }

@@ -75,6 +75,9 @@ pub struct Heartbeat {
     /// Task placements, asked to placed, since the node started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_wait: Option<crate::histogram::LatencyHistogram>,
+    /// What each running job has used so far (its cgroup's counters).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub usage: std::collections::BTreeMap<JobId, crate::job::ResourceUsage>,
 }
 
 /// Shared tasks on one instance, as its node reports them.
@@ -149,6 +152,10 @@ pub struct JobEnded {
     pub outcome: ProcessOutcome,
     /// Unix seconds when it ended.
     pub end_time: i64,
+    /// What its processes used, from its cgroup (none where jobs are not
+    /// confined).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::job::ResourceUsage>,
 }
 
 /// A batch of job endings from a node.
@@ -248,6 +255,10 @@ pub struct JobInfo {
     /// CONFIGURING).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub launching: bool,
+    /// What the job's processes used (its cgroup's counters): so far while
+    /// it runs, in total once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::job::ResourceUsage>,
 }
 
 impl JobInfo {
@@ -315,6 +326,7 @@ impl JobInfo {
             steps: job.steps.clone(),
             cancelled_by: job.cancelled_by,
             launching: job.launching,
+            usage: job.usage,
         }
     }
 }

@@ -92,6 +92,7 @@ pub struct JobRuntime {
     pub cancelled_by: Option<u32>,
     pub run: u32,
     pub launching: bool,
+    pub usage: Option<gsched_core::job::ResourceUsage>,
 }
 
 impl JobRuntime {
@@ -113,6 +114,7 @@ impl JobRuntime {
             cancelled_by: job.cancelled_by,
             run: job.run,
             launching: job.launching,
+            usage: job.usage,
         }
     }
 }
@@ -387,7 +389,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
                    end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
-                   cancelled_by = ?, run = ?, launching = ?
+                   cancelled_by = ?, run = ?, launching = ?, usage = ?
                  WHERE id = ?",
             )
             .bind(job.state.as_str())
@@ -405,6 +407,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.cancelled_by.map(i64::from))
             .bind(i64::from(job.run))
             .bind(job.launching)
+            .bind(job.usage.as_ref().map(json))
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;

@@ -51,6 +51,21 @@ pub struct NodeConfig {
     #[arg(long, default_value = "case")]
     #[serde(default = "default_placement_policy")]
     pub placement_policy: String,
+    /// CPUs jobs may be given (default: the cores this daemon may run on).
+    /// With core confinement on, at most that many.
+    #[arg(long)]
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    /// Memory jobs may be given, like Slurm's RealMemory (e.g. `120G`;
+    /// default: the host's memory).
+    #[arg(long)]
+    #[serde(default)]
+    pub real_memory: Option<String>,
+    /// Cgroup settings file (TOML; gsched's cgroup.conf): which limits are
+    /// enforced; see docs/user-guide.md. Default: enforce everything.
+    #[arg(long)]
+    #[serde(default)]
+    pub cgroup_config: Option<PathBuf>,
     /// Jobs run at once (default: 4 per compute slice of each instance, or the CPU count).
     #[arg(long)]
     #[serde(default)]

@@ -28,6 +28,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::confine::{oom_reason, Confinement, Finished};
 use crate::shepherd::SHEPHERD_ARG;
 use crate::spool::{is_shepherd_of, pidfd_open, process_starttime, JobSpool, ShepherdSpec};
 use gsched_core::job::WarnSignal;
@@ -88,6 +89,8 @@ pub struct Launcher {
     tls_ca: std::sync::OnceLock<PathBuf>,
     /// Runs that ended and whose spools were removed, newest last.
     finished_runs: Mutex<std::collections::VecDeque<(JobId, u32)>>,
+    /// Jobs' cgroups (unconfined until set).
+    confine: std::sync::OnceLock<Arc<Confinement>>,
 }
 
 fn signal_group(pgid: i32, sig: Signal) {
@@ -124,6 +127,7 @@ impl Launcher {
             interception: std::sync::OnceLock::new(),
             tls_ca: std::sync::OnceLock::new(),
             finished_runs: Mutex::new(std::collections::VecDeque::new()),
+            confine: std::sync::OnceLock::new(),
         }))
     }
 
@@ -139,6 +143,16 @@ impl Launcher {
     /// (`GSCHED_TLS_CA`).
     pub fn set_tls_ca(&self, ca: PathBuf) {
         let _ = self.tls_ca.set(ca);
+    }
+
+    /// Confines jobs with cgroups (once, at start).
+    pub fn set_confinement(&self, confine: Arc<Confinement>) {
+        let _ = self.confine.set(confine);
+    }
+
+    pub fn confinement(&self) -> &Arc<Confinement> {
+        self.confine
+            .get_or_init(|| Arc::new(Confinement::unconfined()))
     }
 
     /// Connects the probe server (once, at start).
@@ -245,6 +259,31 @@ impl Launcher {
                 &with,
             );
         }
+        let prepared = self
+            .confinement()
+            .prepare(job, req.instance.as_ref())
+            .map_err(LaunchError::Refused)?;
+        let started = self.begin(req, &spool, env, prepared);
+        if started.is_err() {
+            self.confinement().abandon(job.id);
+        }
+        started
+    }
+
+    /// Writes the launch spec and starts the shepherd (or waits for the
+    /// job's instance to drain first).
+    fn begin(
+        self: &Arc<Self>,
+        req: &LaunchRequest,
+        spool: &JobSpool,
+        env: std::collections::BTreeMap<String, String>,
+        prepared: crate::confine::Prepared,
+    ) -> Result<(), LaunchError> {
+        let job = &req.job;
+        let io = |what: &str, e: std::io::Error| {
+            LaunchError::Io(format!("{what} in {}: {e}", spool.dir.display()))
+        };
+        let drop_privileges = self.is_root && job.spec.uid != 0;
         let (stdout, stderr) = job_output_paths(job, &self.node);
         let start_time = job.start_time.unwrap_or_else(unix_now);
         let spec = ShepherdSpec {
@@ -271,6 +310,9 @@ impl Launcher {
                 .as_deref()
                 .and_then(|s| WarnSignal::parse(s).ok()),
             umask: job.spec.umask.unwrap_or(gsched_core::job::DEFAULT_UMASK),
+            cgroup_procs: prepared.procs,
+            cpus: prepared.cpus,
+            memory_limit: prepared.memory_limit,
         };
         spool
             .write_json(&spool.spec_path(), &spec)
@@ -301,9 +343,7 @@ impl Launcher {
                         let run = this.jobs().get(&id).map_or(0, |r| r.run);
                         if let Err(e) = this.start_shepherd(id, run, limit, warn) {
                             warn!(job = id, error = %e, "cannot start the job");
-                            this.jobs().remove(&id);
-                            probe.job_ended(id);
-                            let _ = this.ended.send(ended_from_spool(id, &this.spool(id)));
+                            this.end_unstarted(id);
                         }
                     }
                 });
@@ -341,18 +381,65 @@ impl Launcher {
                 spool.mark(FENCED);
             }
             match pgid {
-                Some(pgid) => signal_group(pgid, Signal::SIGKILL),
-                None => {
-                    // Waiting for its instance: it never starts.
-                    self.jobs().remove(&job);
-                    if let Some(probe) = self.probe.get() {
-                        probe.job_ended(job);
-                    }
-                    let _ = self.ended.send(ended_from_spool(job, &spool));
-                }
+                Some(pgid) => self.kill_job(job, pgid),
+                // Waiting for its instance: it never starts.
+                None => self.end_unstarted(job),
             }
         }
         jobs.len()
+    }
+
+    /// Ends a job that never started (its instance was still draining):
+    /// nothing of it runs, its cgroup and cores go.
+    fn end_unstarted(&self, job: JobId) {
+        self.jobs().remove(&job);
+        if let Some(probe) = self.probe.get() {
+            probe.job_ended(job);
+        }
+        self.confinement().abandon(job);
+        let _ = self.ended.send(ended_from_spool(job, &self.spool(job)));
+    }
+
+    /// Sends `sig` to every process of a job: those in its cgroup where
+    /// the node has one (so `setsid` children get it too), else its
+    /// process group.
+    fn signal_job(&self, job: JobId, pgid: i32, sig: Signal) {
+        if self.confinement().tracks() {
+            self.confinement().signal(job, sig);
+        } else {
+            signal_group(pgid, sig);
+        }
+    }
+
+    /// SIGKILLs every process of a job, its whole cgroup at once.
+    fn kill_job(&self, job: JobId, pgid: i32) {
+        signal_group(pgid, Signal::SIGKILL);
+        self.confinement().kill(job);
+    }
+
+    /// Samples the memory and processes of every started job.
+    pub fn sample_usage(&self) {
+        for id in self.started_ids() {
+            self.confinement().sample(id);
+        }
+    }
+
+    /// What each running job had used at its last sample.
+    pub fn usage_so_far(
+        &self,
+    ) -> std::collections::BTreeMap<JobId, gsched_core::job::ResourceUsage> {
+        self.started_ids()
+            .into_iter()
+            .filter_map(|id| Some((id, self.confinement().last_sample(id)?)))
+            .collect()
+    }
+
+    fn started_ids(&self) -> Vec<JobId> {
+        self.jobs()
+            .iter()
+            .filter(|(_, r)| r.pgid.is_some())
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Starts the shepherd of a job whose spool is ready.
@@ -442,7 +529,7 @@ impl Launcher {
                             let _ = nix::sys::signal::kill(Pid::from_raw(child), sig);
                         }
                     } else {
-                        signal_group(pid, sig);
+                        this.signal_job(job, pid, sig);
                     }
                 }
             });
@@ -466,14 +553,14 @@ impl Launcher {
 
     /// SIGCONT and SIGTERM to the job, then SIGKILL after the grace period.
     fn terminate(self: &Arc<Self>, job: JobId, pgid: i32) {
-        signal_group(pgid, Signal::SIGCONT);
-        signal_group(pgid, Signal::SIGTERM);
+        self.signal_job(job, pgid, Signal::SIGCONT);
+        self.signal_job(job, pgid, Signal::SIGTERM);
         let this = Arc::clone(self);
         tokio::spawn(async move {
             tokio::time::sleep(this.kill_wait).await;
             if this.pgid_of(job) == Some(pgid) {
                 warn!(job, "job outlived its grace period; killing it");
-                signal_group(pgid, Signal::SIGKILL);
+                this.kill_job(job, pgid);
             }
         });
     }
@@ -497,9 +584,16 @@ impl Launcher {
             Pid::from_raw(pid),
             Some(nix::sys::wait::WaitPidFlag::WNOHANG),
         );
-        // Whatever the script left behind in its process group goes with it.
+        // Whatever the script left behind goes with it: its process group,
+        // and everything in its cgroup (setsid and double-forked ones too).
+        // The job ends when its cgroup is empty.
         signal_group(pid, Signal::SIGKILL);
+        let confine = Arc::clone(self.confinement());
+        let finished = tokio::task::spawn_blocking(move || confine.finish(job))
+            .await
+            .unwrap_or_default();
         let spool = self.spool(job);
+        record_finished(&spool, &finished);
         let ended = ended_from_spool(job, &spool);
         self.jobs().remove(&job);
         if let Some(probe) = self.probe.get() {
@@ -525,11 +619,7 @@ impl Launcher {
             if req.cancel {
                 info!(job, "cancelling job before it started");
                 self.spool(job).mark(CANCELLED);
-                self.jobs().remove(&job);
-                if let Some(probe) = self.probe.get() {
-                    probe.job_ended(job);
-                }
-                let _ = self.ended.send(ended_from_spool(job, &self.spool(job)));
+                self.end_unstarted(job);
             }
             return Ok(());
         }
@@ -538,7 +628,7 @@ impl Launcher {
             info!(job, "cancelling job");
             self.spool(job).mark(CANCELLED);
             if req.signal == libc::SIGKILL {
-                signal_group(pgid, Signal::SIGKILL);
+                self.kill_job(job, pgid);
             } else {
                 self.terminate(job, pgid);
             }
@@ -546,7 +636,7 @@ impl Launcher {
             let sig = Signal::try_from(req.signal).map_err(|_| {
                 LaunchError::Refused(format!("invalid signal number {}", req.signal))
             })?;
-            signal_group(pgid, sig);
+            self.signal_job(job, pgid, sig);
         }
         Ok(())
     }
@@ -592,6 +682,9 @@ impl Launcher {
                         Some(Duration::from_secs((end - unix_now()).max(0) as u64))
                     });
                     let run = spec.as_ref().map_or(0, |s| s.run);
+                    if let Some(s) = &spec {
+                        self.confinement().adopt(job, &s.cpus);
+                    }
                     self.jobs().insert(
                         job,
                         RunningJob {
@@ -608,7 +701,14 @@ impl Launcher {
                     let warn = spec.and_then(|s| s.warn_signal);
                     self.track(job, pid, fd, left, warn);
                 }
-                None => ended.push(ended_from_spool(job, &spool)),
+                None => {
+                    // It ended while gnoded was away: what is left of it in
+                    // its cgroup goes now.
+                    if !spool.cgroup_path().exists() {
+                        record_finished(&spool, &self.confinement().finish(job));
+                    }
+                    ended.push(ended_from_spool(job, &spool))
+                }
             }
         }
         ended
@@ -660,9 +760,24 @@ impl Drop for SettingUp<'_> {
     }
 }
 
+/// Keeps what the job's cgroup counted in its spool, so a restarted gnoded
+/// still reports it.
+fn record_finished(spool: &JobSpool, finished: &Finished) {
+    if finished.usage.is_some() || finished.oom_kills > 0 {
+        if let Err(e) = spool.write_json(&spool.cgroup_path(), finished) {
+            warn!(error = %e, "cannot record the job's cgroup counters");
+        }
+    }
+}
+
 /// How a job ended, from what its spool holds.
 fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     let status = spool.read_status();
+    let finished: Finished = std::fs::read_to_string(spool.cgroup_path())
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let spec = spool.read_spec().ok();
     let cause = if spool.is_marked(CANCELLED) {
         EndCause::Cancelled
     } else if spool.is_marked(FENCED) {
@@ -673,6 +788,9 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
         match &status {
             Some(s) => match &s.error {
                 Some(e) => EndCause::LaunchFailed(e.clone()),
+                None if finished.oom_kills > 0 => EndCause::OutOfMemory(oom_reason(
+                    spec.as_ref().and_then(|s| s.memory_limit.as_deref()),
+                )),
                 None => EndCause::Exited,
             },
             None => EndCause::Lost,
@@ -680,13 +798,14 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     };
     JobEnded {
         job_id: job,
-        run: spool.read_spec().map_or(0, |s| s.run),
+        run: spec.map_or(0, |s| s.run),
         outcome: ProcessOutcome {
             exit_code: status.as_ref().and_then(|s| s.exit_code),
             signal: status.as_ref().and_then(|s| s.signal),
             cause,
         },
         end_time: status.map(|s| s.end_time).unwrap_or_else(unix_now),
+        usage: finished.usage,
     }
 }
 
@@ -713,6 +832,7 @@ mod tests {
                 cause: EndCause::Exited,
             },
             end_time,
+            usage: None,
         }
     }
 

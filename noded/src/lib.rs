@@ -5,6 +5,7 @@
 pub mod api;
 pub mod cgroup;
 pub mod config;
+pub mod confine;
 pub mod fence;
 pub mod gpu;
 pub mod launcher;
@@ -29,6 +30,7 @@ pub struct Running {
     pub name: String,
     /// MPS control daemons this node supervises.
     pub mps: Option<Arc<mps::MpsSupervisor>>,
+    confine: Arc<confine::Confinement>,
 }
 
 impl Running {
@@ -38,6 +40,8 @@ impl Running {
         if let Some(m) = self.mps.clone() {
             let _ = tokio::task::spawn_blocking(move || m.quit_all()).await;
         }
+        // Only if no job's cgroup is left in it (running jobs keep theirs).
+        self.confine.cgroups().remove_node_dir();
     }
 }
 
@@ -52,6 +56,25 @@ fn memory_mib() -> u64 {
         })
         .map(|kb| kb / 1024)
         .unwrap_or(0)
+}
+
+/// The GPU and MIG instance ids of each MIG instance (for its device
+/// rules); simulated instances have none.
+fn mig_ids(
+    backend: &dyn gpu::GpuBackend,
+    instances: &[gsched_core::gpu::Instance],
+) -> std::collections::HashMap<String, (u32, u32, u32)> {
+    let gpus: std::collections::BTreeSet<u32> = instances.iter().map(|i| i.gpu_index).collect();
+    let mut out = std::collections::HashMap::new();
+    if backend.is_simulated() {
+        return out;
+    }
+    for g in gpus {
+        for d in backend.mig_devices(g).unwrap_or_default() {
+            out.insert(d.uuid, (g, d.gi_id, d.ci_id));
+        }
+    }
+    out
 }
 
 /// Asks gctld for the reservations this node held when it stopped and puts
@@ -213,6 +236,26 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         ended_tx,
     )
     .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
+    let node_id = instance_id(state_dir)?;
+    let (confine, cpus, memory_mib) = confine::start(
+        &config,
+        &confine::dir_name(&name, &node_id),
+        memory_mib(),
+        mig_ids(&*backend, &instances),
+    )?;
+    launcher.set_confinement(Arc::clone(&confine));
+    {
+        let (l, every) = (Arc::clone(&launcher), confine.sample_interval());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let l = Arc::clone(&l);
+                let _ = tokio::task::spawn_blocking(move || l.sample_usage()).await;
+            }
+        });
+    }
     let events = Arc::new(probe::TaskEvents::default());
     let placement = gsched_core::placement::placement_policy(&config.placement_policy)
         .with_context(|| {
@@ -322,12 +365,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     endpoint.serve("node API", listener, app);
     let identity = gsched_core::wire::NodeRegistration {
         name: name.clone(),
-        instance_id: instance_id(state_dir)?,
+        instance_id: node_id,
         url: url.clone(),
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1),
-        memory_mib: memory_mib(),
+        cpus,
+        memory_mib,
         instances,
         worker_limit: config.workers,
         running: Vec::new(),
@@ -352,5 +393,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     tokio::spawn(Arc::clone(&link).report_tasks(events));
     tokio::spawn(link.run(ended_rx, ended));
     tracing::info!(%addr, %url, node = %name, "gnoded listening");
-    Ok(Running { addr, name, mps })
+    Ok(Running {
+        addr,
+        name,
+        mps,
+        confine,
+    })
 }

@@ -229,6 +229,7 @@ impl ControllerLink {
                         instances: self.probe.as_ref().map(|p| p.usage()).unwrap_or_default(),
                         probe_round_trip: latency.as_ref().map(|l| l.0.clone()),
                         placement_wait: latency.map(|l| l.1),
+                        usage: self.launcher.usage_so_far(),
                     };
                     let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
                     let sent = crate::fence::now();

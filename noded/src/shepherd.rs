@@ -11,7 +11,7 @@
 //! 2. it writes the script into the spool itself, so no other process can
 //!    hold the file open for writing when it is executed (no "Text file
 //!    busy"), and hands the file to the job's user;
-//! 3. it forks; the child drops to the job's uid, gid and groups, takes the
+//! 3. it forks; the child joins the job's cgroup (gnoded made it), drops to the job's uid, gid and groups, takes the
 //!    submitter's umask, changes to the working directory and opens the
 //!    output files *as the user* (root never opens a path a user chose),
 //!    then executes the script;
@@ -223,6 +223,13 @@ impl Exec {
 /// In the forked child: become the user, open the output files as the
 /// user, execute the script. Returns why it could not (only on failure).
 fn child(spec: &ShepherdSpec, who: Option<&Identity>, exec: &Exec) -> String {
+    // Into the job's cgroup first, while still root: everything the script
+    // starts is in it from its first instruction.
+    for procs in &spec.cgroup_procs {
+        if let Err(e) = std::fs::write(procs, "0") {
+            return format!("cannot enter the job's cgroup ({}): {e}", procs.display());
+        }
+    }
     if let Some(w) = who {
         if let Err(e) = nix::unistd::setgroups(&w.groups) {
             return format!("cannot set the groups of {}: {e}", spec.user_name);

@@ -52,6 +52,17 @@ pub struct ShepherdSpec {
     /// The submitter's umask, for the files the job creates (`SLURM_UMASK`).
     #[serde(default = "default_umask")]
     pub umask: u32,
+    /// The `cgroup.procs` files the script's process joins before it
+    /// drops privileges (empty where jobs are not confined).
+    #[serde(default)]
+    pub cgroup_procs: Vec<PathBuf>,
+    /// The cores the job holds on this node.
+    #[serde(default)]
+    pub cpus: Vec<u32>,
+    /// The job's memory limit as its user gave it (`--mem=100M`), for the
+    /// reason of an OUT_OF_MEMORY end.
+    #[serde(default)]
+    pub memory_limit: Option<String>,
 }
 
 fn default_umask() -> u32 {
@@ -104,6 +115,10 @@ impl JobSpool {
     }
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("shepherd.log")
+    }
+    /// What the job's cgroup counted when it ended (see `crate::confine`).
+    pub fn cgroup_path(&self) -> PathBuf {
+        self.dir.join("cgroup.json")
     }
     fn marker(&self, what: &str) -> PathBuf {
         self.dir.join(what)

@@ -11,10 +11,12 @@ pub mod scontrol;
 pub mod sinfo;
 pub mod squeue;
 pub mod srun;
+pub mod sstat;
 
 /// The command names a shim directory holds.
 pub const COMMANDS: &[&str] = &[
-    "sbatch", "squeue", "scancel", "sacct", "sinfo", "srun", "scontrol", "sacctmgr", "sshare",
+    "sbatch", "squeue", "scancel", "sacct", "sstat", "sinfo", "srun", "scontrol", "sacctmgr",
+    "sshare",
 ];
 
 /// Runs Slurm command `name` with `args`; returns its exit status.
@@ -25,6 +27,7 @@ pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
         "squeue" => squeue::main_with(args),
         "scancel" => scancel::main_with(args),
         "sacct" => sacct::main_with(args),
+        "sstat" => sstat::main_with(args),
         "sinfo" => sinfo::main_with(args),
         "srun" => srun::main_with(args),
         "scontrol" => scontrol::main_with(args),

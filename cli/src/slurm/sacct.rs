@@ -2,7 +2,9 @@
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use gsched_core::job::{JobState, Step};
+use gsched_core::job::{JobState, ResourceUsage, Step};
+use gsched_core::resources::{JobResources, MemoryRequest};
+use gsched_core::units::{format_cpu_time, format_kib};
 use gsched_core::wire::JobInfo;
 
 use super::format::{elapsed_long, exit_code, pad, sacct_state, timestamp};
@@ -74,6 +76,10 @@ const FIELDS: &[(&str, i32)] = &[
     ("NNodes", 8),
     ("NCPUS", 10),
     ("MaxRSS", 10),
+    ("AveRSS", 10),
+    ("MaxVMSize", 10),
+    ("UserCPU", 10),
+    ("SystemCPU", 10),
     ("ReqMem", 10),
     ("Start", 19),
     ("End", 19),
@@ -155,7 +161,10 @@ fn value(row: &Row<'_>, field: &str) -> String {
     };
     let batch = matches!(row, Row::Batch(_));
     let started = j.start_time.is_some();
-    let cpus = j.slurm.ntasks.unwrap_or(1) * j.slurm.cpus_per_task.unwrap_or(1);
+    let cpus = resources(j).map_or(1, |r| r.cpus);
+    if let Some(v) = usage_value(j.usage.as_ref(), field, batch) {
+        return v;
+    }
     match field {
         "JobID" => id,
         "JobIDRaw" => {
@@ -194,10 +203,12 @@ fn value(row: &Row<'_>, field: &str) -> String {
         "Reason" => j.state_reason.clone().unwrap_or_else(|| "None".into()),
         "Comment" => j.slurm.comment.clone().unwrap_or_default(),
         "Elapsed" => elapsed_long(j.elapsed),
-        "TotalCPU" => "00:00:00".into(),
         "NNodes" => if started { "1" } else { "0" }.into(),
-        "MaxRSS" => String::new(),
-        "ReqMem" => j.slurm.other.get("mem").cloned().unwrap_or_default(),
+        "ReqMem" => match resources(j).map(|r| r.memory) {
+            Some(MemoryRequest::Mib(m)) => format!("{m}M"),
+            Some(MemoryRequest::WholeNode) => "0".into(),
+            _ => String::new(),
+        },
         "Start" => timestamp(j.start_time),
         "End" => timestamp(j.end_time),
         "Submit" => timestamp(Some(j.submit_time)),
@@ -241,9 +252,34 @@ fn step_value(j: &JobInfo, s: &Step, field: &str) -> String {
         "NodeList" => j.nodes.clone(),
         "Account" => j.slurm.account.clone().unwrap_or_default(),
         "Cluster" => "gsched".into(),
-        "TotalCPU" => "00:00:00".into(),
         _ => String::new(),
     }
+}
+
+/// The CPUs and memory the job asked for.
+fn resources(j: &JobInfo) -> Option<JobResources> {
+    let spec = gsched_core::job::JobSpec {
+        slurm: j.slurm.clone(),
+        ..Default::default()
+    };
+    JobResources::of(&spec).ok()
+}
+
+/// The usage fields from the job's cgroup counters: CPU times on the job
+/// and batch rows, memory on the batch row (as Slurm, where memory is
+/// per step). `None` for other fields.
+pub fn usage_value(u: Option<&ResourceUsage>, field: &str, step_row: bool) -> Option<String> {
+    let v = |f: &dyn Fn(&ResourceUsage) -> String| u.map(f).unwrap_or_default();
+    Some(match field {
+        "TotalCPU" => v(&|u| format_cpu_time(u.total_cpu_usec())),
+        "UserCPU" => v(&|u| format_cpu_time(u.user_cpu_usec)),
+        "SystemCPU" => v(&|u| format_cpu_time(u.system_cpu_usec)),
+        "MaxRSS" | "AveRSS" | "MaxVMSize" if !step_row => String::new(),
+        "MaxRSS" => v(&|u| format_kib(u.max_rss)),
+        "AveRSS" => v(&|u| format_kib(u.ave_rss)),
+        "MaxVMSize" => v(&|u| format_kib(u.max_vmsize)),
+        _ => return None,
+    })
 }
 
 /// Parses sacct's time options: `now`, `now-N[units]`, or a date.

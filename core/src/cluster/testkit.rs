@@ -56,6 +56,7 @@ pub fn ended(id: JobId, run: u32, code: i32, at: i64) -> JobEnded {
             cause: EndCause::Exited,
         },
         end_time: at,
+        usage: None,
     }
 }
 

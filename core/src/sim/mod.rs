@@ -412,6 +412,7 @@ impl Sim<'_> {
                     cause: EndCause::Exited,
                 },
                 end_time: self.now as i64,
+                usage: None,
             },
         );
     }

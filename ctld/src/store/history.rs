@@ -253,5 +253,9 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
             .map(|u| u as u32),
         run: row.try_get::<i64, _>("run")?.clamp(0, u32::MAX.into()) as u32,
         launching: row.try_get("launching")?,
+        usage: match row.try_get::<Option<String>, _>("usage")? {
+            Some(u) => Some(serde_json::from_str(&u).map_err(|e| corrupt(format!("usage: {e}")))?),
+            None => None,
+        },
     })
 }

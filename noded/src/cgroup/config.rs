@@ -55,7 +55,7 @@ impl Default for CgroupConfig {
             constrain_devices: true,
             allowed_ram_space: 100.0,
             allowed_swap_space: 0.0,
-            acct_gather_frequency: 10,
+            acct_gather_frequency: 5,
         }
     }
 }
@@ -108,7 +108,10 @@ impl CgroupConfig {
             ));
         }
         let base_ok = !self.base.is_empty()
-            && self.base.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+            && self
+                .base
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != "..")
             && !self.base.starts_with('/');
         if !base_ok {
             return Err(format!(

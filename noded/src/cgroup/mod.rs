@@ -69,7 +69,10 @@ impl Enforced {
     pub fn missing(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
         for (on, what) in [
-            (self.tracking, "process tracking (double-forked processes outlive their job)"),
+            (
+                self.tracking,
+                "process tracking (double-forked processes outlive their job)",
+            ),
             (self.memory, "memory limits (--mem is not enforced)"),
             (self.swap, "swap limits (jobs may exceed --mem in swap)"),
             (self.cores, "core confinement (-c is not enforced)"),
@@ -114,7 +117,8 @@ pub trait Cgroups: Send + Sync {
     /// Removes the job's cgroups; false if some could not be (processes
     /// are left).
     fn remove(&self, job: JobId) -> bool;
-    /// Removes this node's (empty) directory, at shutdown.
+    /// Removes this node's directory and gsched's base directory where
+    /// they are empty, at shutdown.
     fn remove_node_dir(&self);
 }
 
@@ -284,7 +288,10 @@ pub fn select(config: &CgroupConfig, node_dir: &str) -> std::sync::Arc<dyn Cgrou
     }
 }
 
-fn error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {
+fn error<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {
     move |source| CgroupError {
         what,
         path: path.to_path_buf(),
@@ -382,7 +389,8 @@ pub(crate) fn remove_tree(dir: &Path) -> bool {
 pub(crate) fn kill_pids(pids: &[i32]) {
     for &p in pids {
         if p > 1 {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
         }
     }
 }

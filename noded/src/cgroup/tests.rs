@@ -41,13 +41,17 @@ fn auto_prefers_v2_with_controllers_then_v1() {
         v1: vec![],
     };
     assert_eq!(choose(Plugin::Auto, &only_v2, &set(&[])), Plugin::V2);
-    assert_eq!(choose(Plugin::Auto, &Mounts::default(), &set(&[])), Plugin::None);
+    assert_eq!(
+        choose(Plugin::Auto, &Mounts::default(), &set(&[])),
+        Plugin::None
+    );
     assert_eq!(choose(Plugin::V1, &only_v2, &set(&[])), Plugin::V1);
 }
 
 #[test]
 fn config_is_checked() {
-    let c: CgroupConfig = toml::from_str("allowed_ram_space = 90\nconstrain_cores = false").unwrap();
+    let c: CgroupConfig =
+        toml::from_str("allowed_ram_space = 90\nconstrain_cores = false").unwrap();
     assert!(!c.constrain_cores && c.constrain_devices);
     assert!(c.check().is_ok());
     let bad = CgroupConfig {
@@ -71,7 +75,9 @@ fn is_root() -> bool {
 fn start_in(procs: &[PathBuf], script: &str) -> std::process::Child {
     let procs = procs.to_vec();
     let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", script]).stdout(Stdio::piped()).stderr(Stdio::null());
+    cmd.args(["-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
     // SAFETY: only writes to files between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -152,7 +158,14 @@ fn v1_confines_tracks_and_kills() {
         }]),
     };
     cg.create(job, &limits).unwrap();
-    let root = |c: &str| mounts.v1_of(c).unwrap().join("gsched").join(&node).join("job_41");
+    let root = |c: &str| {
+        mounts
+            .v1_of(c)
+            .unwrap()
+            .join("gsched")
+            .join(&node)
+            .join("job_41")
+    };
     let read = |c: &str, f: &str| std::fs::read_to_string(root(c).join(f)).unwrap();
     assert_eq!(read("memory", "memory.limit_in_bytes").trim(), "67108864");
     assert_eq!(read("cpuset", "cpuset.cpus").trim(), "0");

@@ -22,11 +22,7 @@ pub struct CgroupV1 {
 }
 
 impl CgroupV1 {
-    pub fn new(
-        mounts: &super::Mounts,
-        config: &CgroupConfig,
-        node_dir: &str,
-    ) -> Result<CgroupV1> {
+    pub fn new(mounts: &super::Mounts, config: &CgroupConfig, node_dir: &str) -> Result<CgroupV1> {
         let mut dirs = Vec::new();
         for ctrl in CONTROLLERS {
             let Some(mount) = mounts.v1_of(ctrl) else {
@@ -266,6 +262,10 @@ impl Cgroups for CgroupV1 {
     fn remove_node_dir(&self) {
         for (_, d) in &self.dirs {
             let _ = std::fs::remove_dir(d);
+            // gsched's base too, when no other node uses it.
+            if let Some(base) = d.parent() {
+                let _ = std::fs::remove_dir(base);
+            }
         }
     }
 }

@@ -154,5 +154,9 @@ impl Cgroups for CgroupV2 {
 
     fn remove_node_dir(&self) {
         let _ = std::fs::remove_dir(&self.node_dir);
+        // gsched's base too, when no other node uses it.
+        if let Some(base) = self.node_dir.parent() {
+            let _ = std::fs::remove_dir(base);
+        }
     }
 }

@@ -1,0 +1,402 @@
+//! What gnoded does with a job's cgroup: decides its limits (with core's
+//! rules), holds its cores, samples its use, and at its end kills what is
+//! left, reads its counters and removes it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use gsched_core::devices::{allowed_devices, parse_mig_minors, DeviceMajors, GivenGpus};
+use gsched_core::gpu::Instance;
+use gsched_core::job::{Job, JobId, ResourceUsage};
+use gsched_core::resources::{pick_cpus, JobResources, MemoryLimits, MemoryRequest};
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use crate::cgroup::{CgroupConfig, Cgroups, JobLimits};
+
+/// Where the driver lists MIG capability minors.
+const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
+
+/// What a job's cgroup is given at launch.
+pub struct Prepared {
+    /// The files the script's process joins (see `ShepherdSpec`).
+    pub procs: Vec<PathBuf>,
+    pub cpus: Vec<u32>,
+    /// The memory limit as the user gave it, if they did.
+    pub memory_limit: Option<String>,
+}
+
+/// What a job's cgroup counted when it ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    pub usage: Option<ResourceUsage>,
+    pub oom_kills: u64,
+}
+
+/// Samples of a running job, for AveRSS and MaxVMSize.
+#[derive(Debug, Clone, Copy, Default)]
+struct Samples {
+    rss_sum: u128,
+    count: u64,
+    max_rss: u64,
+    max_vmsize: u64,
+    /// The use so far as of the last sample.
+    last: ResourceUsage,
+}
+
+pub struct Confinement {
+    cgroups: Arc<dyn Cgroups>,
+    config: CgroupConfig,
+    /// The memory the node offers jobs (RealMemory), MiB.
+    memory_mib: u64,
+    /// The cores jobs may be given.
+    online: BTreeSet<u32>,
+    taken: Mutex<BTreeMap<JobId, Vec<u32>>>,
+    /// MIG instances by UUID: (GPU, GPU instance id, compute instance id).
+    mig_ids: RwLock<HashMap<String, (u32, u32, u32)>>,
+    samples: Mutex<HashMap<JobId, Samples>>,
+}
+
+impl Confinement {
+    pub fn new(
+        cgroups: Arc<dyn Cgroups>,
+        config: CgroupConfig,
+        memory_mib: u64,
+        online: BTreeSet<u32>,
+    ) -> Confinement {
+        Confinement {
+            cgroups,
+            config,
+            memory_mib,
+            online,
+            taken: Mutex::new(BTreeMap::new()),
+            mig_ids: RwLock::new(HashMap::new()),
+            samples: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A node whose jobs are not confined (tests of the launcher).
+    pub fn unconfined() -> Confinement {
+        Confinement::new(
+            Arc::new(crate::cgroup::Unconfined),
+            CgroupConfig::default(),
+            0,
+            BTreeSet::new(),
+        )
+    }
+
+    pub fn cgroups(&self) -> &dyn Cgroups {
+        self.cgroups.as_ref()
+    }
+
+    pub fn sample_interval(&self) -> Duration {
+        Duration::from_secs(self.config.acct_gather_frequency.max(1))
+    }
+
+    /// Tells which GPU and MIG instance ids each MIG UUID has.
+    pub fn set_mig_ids(&self, ids: HashMap<String, (u32, u32, u32)>) {
+        *self.mig_ids.write().unwrap_or_else(|p| p.into_inner()) = ids;
+    }
+
+    fn taken(&self) -> std::sync::MutexGuard<'_, BTreeMap<JobId, Vec<u32>>> {
+        self.taken.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Picks the job's cores and creates its cgroup with its limits.
+    pub fn prepare(&self, job: &Job, instance: Option<&Instance>) -> Result<Prepared, String> {
+        let need = JobResources::of(&job.spec).map_err(|e| e.to_string())?;
+        let enforced = self.cgroups.enforced();
+        let cpus = if enforced.cores {
+            let mut taken = self.taken();
+            let busy: BTreeSet<u32> = taken.values().flatten().copied().collect();
+            let cpus = pick_cpus(&self.online, &busy, need.cpus).ok_or_else(|| {
+                format!(
+                    "the job needs {} CPUs and this node has {} of {} free",
+                    need.cpus,
+                    self.online.len().saturating_sub(busy.len()),
+                    self.online.len()
+                )
+            })?;
+            taken.insert(job.id, cpus.clone());
+            cpus
+        } else {
+            Vec::new()
+        };
+        let limits = JobLimits {
+            memory: enforced.memory.then(|| {
+                MemoryLimits::for_job(need.memory, self.memory_mib, &self.config.memory_policy())
+            }),
+            cpus: enforced.cores.then(|| cpus.clone()),
+            devices: if enforced.devices {
+                Some(self.device_rules(instance)?)
+            } else {
+                None
+            },
+        };
+        match self.cgroups.create(job.id, &limits) {
+            Ok(procs) => Ok(Prepared {
+                procs,
+                cpus,
+                memory_limit: memory_request(job, need.memory),
+            }),
+            Err(e) => {
+                self.taken().remove(&job.id);
+                Err(format!("cannot confine the job: {e}"))
+            }
+        }
+    }
+
+    fn device_rules(
+        &self,
+        instance: Option<&Instance>,
+    ) -> Result<Vec<gsched_core::devices::DeviceRule>, String> {
+        let majors =
+            DeviceMajors::parse(&std::fs::read_to_string("/proc/devices").unwrap_or_default());
+        let mut given = GivenGpus::default();
+        let mut minors = BTreeMap::new();
+        if let Some(i) = instance {
+            let mig = self
+                .mig_ids
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&i.uuid)
+                .copied();
+            match (i.profile.is_some(), mig) {
+                (false, _) => given.gpus.push(i.gpu_index),
+                (true, Some(ids)) => {
+                    given.mig.push(ids);
+                    minors =
+                        parse_mig_minors(&std::fs::read_to_string(MIG_MINORS).unwrap_or_default());
+                }
+                // A simulated MIG instance: no device of its own; the GPU
+                // it stands for, if the host has one.
+                (true, None) => given.gpus.push(i.gpu_index),
+            }
+        }
+        allowed_devices(&majors, &minors, &given).map_err(|e| e.to_string())
+    }
+
+    /// Takes back the cores of a job adopted after a restart.
+    pub fn adopt(&self, job: JobId, cpus: &[u32]) {
+        if !cpus.is_empty() {
+            self.taken().insert(job, cpus.to_vec());
+        }
+    }
+
+    /// Removes the cgroup of a job that never started, and frees its cores.
+    pub fn abandon(&self, job: JobId) {
+        self.cgroups.kill(job);
+        self.cgroups.remove(job);
+        self.taken().remove(&job);
+        self.samples_mut().remove(&job);
+    }
+
+    /// Whether the cgroup holds the job's processes (so signals and kills
+    /// reach every one, not only its process group).
+    pub fn tracks(&self) -> bool {
+        self.cgroups.enforced().tracking
+    }
+
+    /// Sends `sig` to every process in the job's cgroup.
+    pub fn signal(&self, job: JobId, sig: nix::sys::signal::Signal) {
+        for pid in self.cgroups.pids(job) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
+    }
+
+    /// Kills every process in the job's cgroup.
+    pub fn kill(&self, job: JobId) {
+        self.cgroups.kill(job);
+    }
+
+    fn samples_mut(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Samples>> {
+        self.samples.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Samples a running job's memory and virtual size; returns its use so far.
+    pub fn sample(&self, job: JobId) -> Option<ResourceUsage> {
+        if !self.tracks() {
+            return None;
+        }
+        let c = self.cgroups.counters(job);
+        let vmsize: u64 = self.cgroups.pids(job).into_iter().map(vm_size).sum();
+        let mut all = self.samples_mut();
+        let s = all.entry(job).or_default();
+        s.rss_sum += u128::from(c.current_bytes);
+        s.count += 1;
+        s.max_rss = s.max_rss.max(c.current_bytes);
+        s.max_vmsize = s.max_vmsize.max(vmsize);
+        s.last = usage_of(&c, s);
+        Some(s.last)
+    }
+
+    /// A running job's use as of its last sample.
+    pub fn last_sample(&self, job: JobId) -> Option<ResourceUsage> {
+        self.samples_mut().get(&job).map(|s| s.last)
+    }
+
+    /// At the job's end: kills what is left in its cgroup, waits until the
+    /// cgroup is empty, reads its counters and removes it. Blocks (call it
+    /// off the async threads).
+    pub fn finish(&self, job: JobId) -> Finished {
+        if !self.tracks() {
+            self.taken().remove(&job);
+            return Finished::default();
+        }
+        let mut waited = Duration::ZERO;
+        let mut step = Duration::from_millis(5);
+        let mut next_warning = Duration::from_secs(30);
+        loop {
+            self.cgroups.kill(job);
+            if self.cgroups.pids(job).is_empty() {
+                break;
+            }
+            std::thread::sleep(step);
+            waited += step;
+            step = (step * 2).min(Duration::from_secs(1));
+            if waited >= next_warning {
+                next_warning += Duration::from_secs(30);
+                warn!(
+                    job,
+                    waited_s = waited.as_secs(),
+                    pids = ?self.cgroups.pids(job),
+                    "processes of an ended job do not die (uninterruptible?); the job ends when they do"
+                );
+            }
+        }
+        let c = self.cgroups.counters(job);
+        let s = self.samples_mut().remove(&job).unwrap_or_default();
+        if !self.cgroups.remove(job) {
+            warn!(job, "cannot remove the job's cgroup");
+        }
+        self.taken().remove(&job);
+        Finished {
+            usage: Some(usage_of(&c, &s)),
+            oom_kills: c.oom_kills,
+        }
+    }
+}
+
+/// The usage from the cgroup's counters and the samples taken.
+fn usage_of(c: &crate::cgroup::Counters, s: &Samples) -> ResourceUsage {
+    let max_rss = c.peak_bytes.unwrap_or(0).max(s.max_rss);
+    ResourceUsage {
+        max_rss,
+        ave_rss: if s.count > 0 {
+            (s.rss_sum / u128::from(s.count)) as u64
+        } else {
+            max_rss
+        },
+        max_vmsize: s.max_vmsize,
+        user_cpu_usec: c.user_usec,
+        system_cpu_usec: c.system_usec,
+    }
+}
+
+/// A process's virtual size in bytes (`/proc/PID/statm`), 0 if it is gone.
+fn vm_size(pid: i32) -> u64 {
+    let pages: u64 = std::fs::read_to_string(format!("/proc/{pid}/statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    pages * page
+}
+
+/// The memory option the job gave (`--mem=100M`), for messages.
+fn memory_request(job: &Job, request: MemoryRequest) -> Option<String> {
+    if request == MemoryRequest::Unspecified {
+        return None;
+    }
+    ["mem", "mem-per-cpu", "mem-per-gpu"]
+        .iter()
+        .find_map(|o| job.spec.slurm.other.get(*o).map(|v| format!("--{o}={v}")))
+}
+
+/// The reason of an OUT_OF_MEMORY end.
+pub fn oom_reason(memory_limit: Option<&str>) -> String {
+    match memory_limit {
+        Some(l) => format!("the job used all the memory it asked for ({l}) and the kernel's OOM killer ended a process of it"),
+        None => "the job used all the node's memory and the kernel's OOM killer ended a process of it".into(),
+    }
+}
+
+/// Reads this host's cores gnoded may hand out (its own CPU affinity).
+pub fn online_cpus() -> BTreeSet<u32> {
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..nix::sched::CpuSet::count() as u32)
+            .filter(|c| set.is_set(*c as usize).unwrap_or(false))
+            .collect(),
+        Err(_) => (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect(),
+    }
+}
+
+/// Sets up job confinement at start: reads the cgroup config, picks the
+/// backend, and decides the CPUs and memory the node offers. Returns the
+/// confinement and the node's (CPUs, memory MiB).
+pub fn start(
+    config: &crate::NodeConfig,
+    node_dir: &str,
+    host_memory_mib: u64,
+    mig_ids: HashMap<String, (u32, u32, u32)>,
+) -> anyhow::Result<(Arc<Confinement>, u32, u64)> {
+    use anyhow::Context;
+    let cg_config = match &config.cgroup_config {
+        Some(p) => CgroupConfig::load(p)?,
+        None => CgroupConfig::default(),
+    };
+    let cgroups: Arc<dyn Cgroups> = if nix::unistd::getuid().is_root() {
+        crate::cgroup::select(&cg_config, node_dir)
+    } else {
+        tracing::warn!(
+            "JOBS ARE NOT CONFINED: gnoded does not run as root, so it cannot create cgroups (no memory, core or device limits; double-forked processes outlive their job)"
+        );
+        Arc::new(crate::cgroup::Unconfined)
+    };
+    let online = online_cpus();
+    let cpus = config.cpus.unwrap_or(online.len() as u32).max(1);
+    if cgroups.enforced().cores && cpus as usize > online.len() {
+        anyhow::bail!(
+            "--cpus {cpus} is more than the {} cores gnoded may use; with core confinement each CPU given out is a real core (set constrain_cores = false in the cgroup config to oversubscribe)",
+            online.len()
+        );
+    }
+    let memory_mib = match &config.real_memory {
+        Some(m) => gsched_core::units::parse_mem_mib(m)
+            .with_context(|| format!("invalid --real-memory '{m}'"))?,
+        None => host_memory_mib,
+    };
+    if memory_mib > host_memory_mib && cgroups.enforced().memory {
+        tracing::warn!(
+            real_memory_mib = memory_mib,
+            host_memory_mib,
+            "--real-memory is more than this host has: jobs may be given memory that is not there"
+        );
+    }
+    let confine = Confinement::new(
+        cgroups,
+        cg_config,
+        memory_mib,
+        online.into_iter().take(cpus as usize).collect(),
+    );
+    confine.set_mig_ids(mig_ids);
+    Ok((Arc::new(confine), cpus, memory_mib))
+}
+
+/// A node name as a cgroup directory name (only `[A-Za-z0-9._-]`).
+pub fn dir_name(node: &str, node_id: &str) -> String {
+    let clean: String = node
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{clean}.{node_id}")
+}
