@@ -540,7 +540,10 @@ impl Launcher {
                 tokio::time::sleep(left).await;
                 if this.pgid_of(job) == Some(pid) {
                     info!(job, "time limit reached");
-                    this.spool(job).mark(TIMEOUT);
+                    let spool = this.spool(job);
+                    if spool.read_status().is_none() {
+                        spool.mark(TIMEOUT);
+                    }
                     this.terminate(job, pid);
                 }
             });
@@ -626,7 +629,12 @@ impl Launcher {
         let pgid = self.pgid_of(job).ok_or(LaunchError::NotRunning(job))?;
         if req.cancel {
             info!(job, "cancelling job");
-            self.spool(job).mark(CANCELLED);
+            let spool = self.spool(job);
+            // A script that already ended (its end not reported yet) ended
+            // on its own: the cancel only clears what it left behind.
+            if spool.read_status().is_none() {
+                spool.mark(CANCELLED);
+            }
             if req.signal == libc::SIGKILL {
                 self.kill_job(job, pgid);
             } else {

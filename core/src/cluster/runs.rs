@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use super::{Cluster, Effect};
 use crate::job::{JobId, JobState};
+use crate::outcome::EndCause;
 use crate::wire::JobEnded;
 
 /// A run the controller gave up on when its node was declared down.
@@ -56,6 +57,12 @@ impl Cluster {
         let same_run = lost.node == node && lost.run == job.run;
         let reported = ended.run == 0 || ended.run == lost.run;
         if !same_run || !reported || ended.outcome.cause.is_node_failure() {
+            return None;
+        }
+        if ended.outcome.cause == EndCause::Cancelled {
+            // Killed by the stop the controller sent when the node came
+            // back (see `reconcile_runs`): not the job's own end.
+            self.lost_runs.remove(&id);
             return None;
         }
         let requeued = job.state == JobState::Pending;
@@ -127,11 +134,12 @@ impl Cluster {
                 if let Some(n) = self.nodes.get_mut(node) {
                     n.running.insert(id);
                 }
-            } else if current {
-                // NODE_FAIL: the run's end, caused by this stop, is not the
-                // job's.
-                self.lost_runs.remove(&id);
             }
+            // NODE_FAIL: the run stays remembered as lost. If this stop
+            // kills it, its end comes back Cancelled and is not the job's;
+            // if it had already ended on its own (the node's report of it
+            // was still on its way), it comes back as it ended and is
+            // recorded (`late_end`).
             effects.push(Effect::StopRun {
                 job: id,
                 node: node.into(),

@@ -109,8 +109,27 @@ fn a_node_fail_job_whose_run_is_stopped_stays_node_fail() {
     let fx = c.register_node(&reg("n1", &[(id, 1)], vec![]), 40);
     assert_eq!(stops(&fx), vec![(id, Some(1))]);
     // The end of the run the controller killed is not the job's end.
-    let _ = c.job_ended("n1", &ended(id, 1, 137, 41));
+    let mut killed = ended(id, 1, 137, 41);
+    killed.outcome.cause = crate::outcome::EndCause::Cancelled;
+    let _ = c.job_ended("n1", &killed);
     assert_eq!(c.job(id).unwrap().state, JobState::NodeFail);
+    // Nor is anything reported about it later.
+    let _ = c.job_ended("n1", &ended(id, 1, 0, 42));
+    assert_eq!(c.job(id).unwrap().state, JobState::NodeFail);
+}
+
+#[test]
+fn a_run_that_ended_before_its_stop_arrived_is_recorded_as_it_ended() {
+    let (mut c, id) = running_on_n1(false);
+    c.node_down("n1", 30);
+    // The node comes back still listing the run (its end not reported
+    // yet): it is stopped, but the end it had already had is the job's.
+    let fx = c.register_node(&reg("n1", &[(id, 1)], vec![]), 40);
+    assert_eq!(stops(&fx), vec![(id, Some(1))]);
+    c.job_ended("n1", &ended(id, 1, 0, 35)).unwrap();
+    let job = c.job(id).unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.end_time, Some(35));
 }
 
 #[test]
