@@ -67,7 +67,11 @@ fn live_daemons_and_simulator_decide_alike() {
         .collect();
     assert_eq!(want, expected, "the scenario described above");
 
-    let g = Gsched::start(&["--sim-gpus", SPEC]);
+    // The simulator's node has CPUs to spare: so must this one.
+    let mut args = vec!["--sim-gpus".to_string(), SPEC.to_string()];
+    args.extend(common::spare_cpus());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let g = Gsched::start(&args);
     let uuids: Vec<String> = g.get("/api/v1/instances").unwrap()["instances"]
         .as_array()
         .unwrap()

@@ -37,7 +37,11 @@ fn peak_reserved(tasks: &[Value]) -> BTreeMap<String, u64> {
 
 #[test]
 fn twenty_probed_jobs_are_packed_without_over_reserving() {
-    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb*7"]);
+    // Twenty jobs at once: CPUs to spare.
+    let mut args = vec!["--sim-gpus".to_string(), "1xA100-40GB:1g.5gb*7".to_string()];
+    args.extend(common::spare_cpus());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let g = Gsched::start(&args);
     let script = g.script(
         "probe.sh",
         &format!(

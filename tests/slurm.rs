@@ -21,7 +21,12 @@ struct Slurm {
 
 impl Slurm {
     fn start() -> Slurm {
-        let g = Gsched::start(&["--sim-gpus", "1xA100-40GB"]);
+        // CPUs to spare: these jobs ask for more cores than this machine
+        // has (tests/confinement.rs tests CPUs as a resource).
+        let mut args = vec!["--sim-gpus".to_string(), "1xA100-40GB".to_string()];
+        args.extend(common::spare_cpus());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let g = Gsched::start(&args);
         let shims = g.work.path().join("shims");
         let out = Command::new(bin("gsched"))
             .arg("slurm-shims")
@@ -120,11 +125,12 @@ fn sbatch_scripts_options_and_output() {
     let o = s.ok("sbatch", &[&p]);
     o.trim().parse::<u64>().expect(&o);
 
-    // Options gsched records without acting on them are accepted.
+    // Many options at once are accepted (-n, -c, --mem among them are
+    // enforced: tests/confinement.rs).
     let p = g.script(
         "many.sh",
         "#!/bin/bash\n#SBATCH -J many -A acct --qos=high --comment 'a comment' # trailing comment\n\
-         #SBATCH --mem=4G --mem-per-cpu 1G -N 1 -n 2 -c 3 --ntasks-per-node=2 -C a100 -x n9 -w node1\n\
+         #SBATCH --mem=4G -N 1 -n 2 -c 3 --ntasks-per-node=2 -C a100 -x n9 -w node1\n\
          #SBATCH --exclusive --reservation=r1 --mail-type=END --mail-user=u@x --wckey=w --gpus-per-node=1\n\
          #SBATCH --open-mode=append --export=ALL --requeue --signal=B:USR1@60 -t 1-00:00:00\n\
          echo $SLURM_NTASKS $SLURM_CPUS_PER_TASK\n",
@@ -184,6 +190,11 @@ fn arrays_ids_throttle_and_environment() {
     );
     let a = s.sbatch(&["--array=0-6:2%1", &p]);
     // Pending tasks collapse to A_[i-j%max]; the throttle is the reason.
+    // (Once the node has confirmed the first task's launch: CF before.)
+    g.wait_until("the first task runs", Duration::from_secs(20), || {
+        s.ok("squeue", &["-h", "-o", "%i %t"])
+            .starts_with(&format!("{a}_0 R"))
+    });
     let q = s.ok("squeue", &["-h", "-o", "%i %t %r"]);
     let lines: Vec<&str> = q.lines().collect();
     assert_eq!(lines[0], format!("{a}_0 R None"), "{q}");

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use gsched_core::devices::{allowed_devices, parse_mig_minors, DeviceMajors, GivenGpus};
+use gsched_core::devices::{
+    allowed_devices, parse_mig_minors, DeviceMajors, DeviceRule, GivenGpus,
+};
 use gsched_core::gpu::Instance;
 use gsched_core::job::{Job, JobId, ResourceUsage};
 use gsched_core::resources::{pick_cpus, JobResources, MemoryLimits, MemoryRequest};
@@ -18,6 +20,15 @@ use crate::cgroup::{CgroupConfig, Cgroups, JobLimits};
 
 /// Where the driver lists MIG capability minors.
 const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
+
+/// The GPUs a job may open.
+pub enum GpuAccess<'a> {
+    /// An isolated job: its instance only.
+    Instance(&'a Instance),
+    /// A shared job, whose tasks gnoded places at run time: every
+    /// instance of the node except those isolated jobs hold (`held`).
+    Shared { held: BTreeSet<String> },
+}
 
 /// What a job's cgroup is given at launch.
 pub struct Prepared {
@@ -56,6 +67,9 @@ pub struct Confinement {
     taken: Mutex<BTreeMap<JobId, Vec<u32>>>,
     /// MIG instances by UUID: (GPU, GPU instance id, compute instance id).
     mig_ids: RwLock<HashMap<String, (u32, u32, u32)>>,
+    /// The node's instances, if they are real devices (a node with
+    /// simulated GPUs gives no job any NVIDIA device).
+    instances: RwLock<Option<Vec<Instance>>>,
     samples: Mutex<HashMap<JobId, Samples>>,
 }
 
@@ -73,6 +87,7 @@ impl Confinement {
             online,
             taken: Mutex::new(BTreeMap::new()),
             mig_ids: RwLock::new(HashMap::new()),
+            instances: RwLock::new(None),
             samples: Mutex::new(HashMap::new()),
         }
     }
@@ -95,9 +110,15 @@ impl Confinement {
         Duration::from_secs(self.config.acct_gather_frequency.max(1))
     }
 
-    /// Tells which GPU and MIG instance ids each MIG UUID has.
-    pub fn set_mig_ids(&self, ids: HashMap<String, (u32, u32, u32)>) {
-        *self.mig_ids.write().unwrap_or_else(|p| p.into_inner()) = ids;
+    /// Tells the node's real instances (`None`: its GPUs are simulated),
+    /// and which GPU and MIG instance ids each MIG UUID has.
+    pub fn set_instances(
+        &self,
+        instances: Option<Vec<Instance>>,
+        mig_ids: HashMap<String, (u32, u32, u32)>,
+    ) {
+        *self.mig_ids.write().unwrap_or_else(|p| p.into_inner()) = mig_ids;
+        *self.instances.write().unwrap_or_else(|p| p.into_inner()) = instances;
     }
 
     fn taken(&self) -> std::sync::MutexGuard<'_, BTreeMap<JobId, Vec<u32>>> {
@@ -105,7 +126,7 @@ impl Confinement {
     }
 
     /// Picks the job's cores and creates its cgroup with its limits.
-    pub fn prepare(&self, job: &Job, instance: Option<&Instance>) -> Result<Prepared, String> {
+    pub fn prepare(&self, job: &Job, gpus: GpuAccess<'_>) -> Result<Prepared, String> {
         let need = JobResources::of(&job.spec).map_err(|e| e.to_string())?;
         let enforced = self.cgroups.enforced();
         let cpus = if enforced.cores {
@@ -130,7 +151,7 @@ impl Confinement {
             }),
             cpus: enforced.cores.then(|| cpus.clone()),
             devices: if enforced.devices {
-                Some(self.device_rules(instance)?)
+                Some(self.device_rules(gpus)?)
             } else {
                 None
             },
@@ -148,33 +169,35 @@ impl Confinement {
         }
     }
 
-    fn device_rules(
-        &self,
-        instance: Option<&Instance>,
-    ) -> Result<Vec<gsched_core::devices::DeviceRule>, String> {
-        let majors =
-            DeviceMajors::parse(&std::fs::read_to_string("/proc/devices").unwrap_or_default());
+    fn device_rules(&self, gpus: GpuAccess<'_>) -> Result<Vec<DeviceRule>, String> {
+        let proc_devices = std::fs::read_to_string("/proc/devices").unwrap_or_default();
+        let majors = DeviceMajors::parse(&proc_devices);
+        let real = self.instances.read().unwrap_or_else(|p| p.into_inner());
+        let instances: Vec<Instance> = match (real.as_ref(), gpus) {
+            (None, _) => Vec::new(),
+            (Some(_), GpuAccess::Instance(i)) => vec![i.clone()],
+            (Some(all), GpuAccess::Shared { held }) => all
+                .iter()
+                .filter(|i| !held.contains(&i.uuid))
+                .cloned()
+                .collect(),
+        };
         let mut given = GivenGpus::default();
-        let mut minors = BTreeMap::new();
-        if let Some(i) = instance {
-            let mig = self
-                .mig_ids
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&i.uuid)
-                .copied();
-            match (i.profile.is_some(), mig) {
+        let mig_ids = self.mig_ids.read().unwrap_or_else(|p| p.into_inner());
+        for i in &instances {
+            match (i.profile.is_some(), mig_ids.get(&i.uuid)) {
                 (false, _) => given.gpus.push(i.gpu_index),
-                (true, Some(ids)) => {
-                    given.mig.push(ids);
-                    minors =
-                        parse_mig_minors(&std::fs::read_to_string(MIG_MINORS).unwrap_or_default());
-                }
-                // A simulated MIG instance: no device of its own; the GPU
-                // it stands for, if the host has one.
-                (true, None) => given.gpus.push(i.gpu_index),
+                (true, Some(ids)) => given.mig.push(*ids),
+                // A MIG instance NVML did not list: its GPU's device
+                // alone does not open it.
+                (true, None) => {}
             }
         }
+        let minors = if given.mig.is_empty() {
+            BTreeMap::new()
+        } else {
+            parse_mig_minors(&std::fs::read_to_string(MIG_MINORS).unwrap_or_default())
+        };
         allowed_devices(&majors, &minors, &given).map_err(|e| e.to_string())
     }
 
@@ -341,6 +364,7 @@ pub fn start(
     config: &crate::NodeConfig,
     node_dir: &str,
     host_memory_mib: u64,
+    instances: Option<Vec<Instance>>,
     mig_ids: HashMap<String, (u32, u32, u32)>,
 ) -> anyhow::Result<(Arc<Confinement>, u32, u64)> {
     use anyhow::Context;
@@ -382,7 +406,7 @@ pub fn start(
         memory_mib,
         online.into_iter().take(cpus as usize).collect(),
     );
-    confine.set_mig_ids(mig_ids);
+    confine.set_instances(instances, mig_ids);
     Ok((Arc::new(confine), cpus, memory_mib))
 }
 

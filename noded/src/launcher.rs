@@ -28,7 +28,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::confine::{oom_reason, Confinement, Finished};
+use crate::confine::{oom_reason, Confinement, Finished, GpuAccess};
 use crate::shepherd::SHEPHERD_ARG;
 use crate::spool::{is_shepherd_of, pidfd_open, process_starttime, JobSpool, ShepherdSpec};
 use gsched_core::job::WarnSignal;
@@ -259,9 +259,19 @@ impl Launcher {
                 &with,
             );
         }
+        let gpus = match &req.instance {
+            Some(i) => GpuAccess::Instance(i),
+            None => GpuAccess::Shared {
+                held: self
+                    .probe
+                    .get()
+                    .map(|p| p.held_instances())
+                    .unwrap_or_default(),
+            },
+        };
         let prepared = self
             .confinement()
-            .prepare(job, req.instance.as_ref())
+            .prepare(job, gpus)
             .map_err(LaunchError::Refused)?;
         let started = self.begin(req, &spool, env, prepared);
         if started.is_err() {

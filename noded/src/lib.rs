@@ -241,6 +241,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         &config,
         &confine::dir_name(&name, &node_id),
         memory_mib(),
+        (!backend.is_simulated()).then(|| instances.clone()),
         mig_ids(&*backend, &instances),
     )?;
     launcher.set_confinement(Arc::clone(&confine));

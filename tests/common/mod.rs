@@ -354,6 +354,20 @@ pub fn append_log(path: &Path) -> std::fs::File {
         .unwrap()
 }
 
+/// `gsched up` flags for a node with CPUs to spare: 64 CPUs, cores not
+/// confined. For tests of GPU packing, whose many jobs at once would
+/// otherwise wait for this machine's few cores (CPUs are scheduled).
+pub fn spare_cpus() -> Vec<String> {
+    let config = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cgroup-spare-cpus.toml");
+    std::fs::write(&config, "constrain_cores = false\n").unwrap();
+    vec![
+        "--cpus".into(),
+        "64".into(),
+        "--cgroup-config".into(),
+        config.display().to_string(),
+    ]
+}
+
 /// Runs `program` with `args`, panicking with its stderr unless it succeeds
 /// (`needed` says what to install when it is missing).
 pub fn run_checked(program: &str, args: &[&str], needed: &str) {
