@@ -25,9 +25,11 @@ const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
 pub enum GpuAccess<'a> {
     /// An isolated job: its instance only.
     Instance(&'a Instance),
-    /// A shared job, whose tasks gnoded places at run time: every
-    /// instance of the node except those isolated jobs hold (`held`).
-    Shared { held: BTreeSet<String> },
+    /// A shared job, whose tasks gnoded places at run time on any
+    /// instance open to shared work: every instance of the node. (Which
+    /// ones are open changes while it runs; keeping its tasks off the
+    /// instances isolated jobs hold is the placement's work.)
+    Shared,
 }
 
 /// What a job's cgroup is given at launch.
@@ -176,11 +178,7 @@ impl Confinement {
         let instances: Vec<Instance> = match (real.as_ref(), gpus) {
             (None, _) => Vec::new(),
             (Some(_), GpuAccess::Instance(i)) => vec![i.clone()],
-            (Some(all), GpuAccess::Shared { held }) => all
-                .iter()
-                .filter(|i| !held.contains(&i.uuid))
-                .cloned()
-                .collect(),
+            (Some(all), GpuAccess::Shared) => all.clone(),
         };
         let mut given = GivenGpus::default();
         let mig_ids = self.mig_ids.read().unwrap_or_else(|p| p.into_inner());

@@ -261,13 +261,7 @@ impl Launcher {
         }
         let gpus = match &req.instance {
             Some(i) => GpuAccess::Instance(i),
-            None => GpuAccess::Shared {
-                held: self
-                    .probe
-                    .get()
-                    .map(|p| p.held_instances())
-                    .unwrap_or_default(),
-            },
+            None => GpuAccess::Shared,
         };
         let prepared = self
             .confinement()

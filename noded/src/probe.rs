@@ -389,11 +389,6 @@ impl ProbeServer {
         }
     }
 
-    /// The instances isolated jobs hold now.
-    pub fn held_instances(&self) -> std::collections::BTreeSet<String> {
-        self.lock().held.keys().cloned().collect()
-    }
-
     /// Whether `uuid` has shared tasks on it now.
     pub fn busy(&self, uuid: &str) -> bool {
         self.lock().book.tasks_on(uuid) > 0

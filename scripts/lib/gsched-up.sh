@@ -21,8 +21,13 @@ gsched_up() {
     trap 'kill "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
     local port
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    # CPUs to spare (64, cores not confined): these scripts check
+    # compatibility with other programs, whose jobs run at once however few
+    # cores CI has (CPUs are scheduled; tests/confinement.rs checks that).
+    printf 'constrain_cores = false\n' > "$work/cgroup.toml"
     "$gsched" up --state-dir "$work/state" --listen "127.0.0.1:$port" \
-        --heartbeat-interval 1 "$@" > "$work/up.log" 2>&1 &
+        --heartbeat-interval 1 --cpus 64 --cgroup-config "$work/cgroup.toml" \
+        "$@" > "$work/up.log" 2>&1 &
     up_pid=$!
     export GSCHED_URL="http://127.0.0.1:$port"
     for _ in $(seq 100); do
