@@ -165,6 +165,7 @@ impl Confinement {
                 memory_limit: memory_request(job, need.memory),
             }),
             Err(e) => {
+                self.cgroups.remove(job.id);
                 self.taken().remove(&job.id);
                 Err(format!("cannot confine the job: {e}"))
             }

@@ -106,7 +106,8 @@ pub trait Cgroups: Send + Sync {
     fn enforced(&self) -> Enforced;
     /// Creates the job's cgroup with `limits` and its batch step's below
     /// it. Returns the files a process writes `0` into to join the batch
-    /// step (every hierarchy's `cgroup.procs`).
+    /// step (every hierarchy's `cgroup.procs`). On failure, part of it may
+    /// exist: the caller removes it.
     fn create(&self, job: JobId, limits: &JobLimits) -> Result<Vec<PathBuf>>;
     /// Every process in the job's cgroup, its steps included.
     fn pids(&self, job: JobId) -> Vec<i32>;

@@ -182,11 +182,7 @@ impl Cgroups for CgroupV1 {
     }
 
     fn create(&self, job: JobId, limits: &JobLimits) -> Result<Vec<PathBuf>> {
-        let made = self.try_create(job, limits);
-        if made.is_err() {
-            self.remove(job);
-        }
-        made
+        self.try_create(job, limits)
     }
 
     fn pids(&self, job: JobId) -> Vec<i32> {
