@@ -5,8 +5,10 @@
 //! minors (`/proc/driver/nvidia-caps/mig-minors`); the rules are decided
 //! here and written as device-controller entries (`c 195:0 rwm`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+
+use crate::gpu::Instance;
 
 /// The NVIDIA driver's fixed minor of `/dev/nvidiactl`.
 pub const NVIDIACTL_MINOR: u32 = 255;
@@ -111,6 +113,27 @@ pub struct GivenGpus {
     pub mig: Vec<(u32, u32, u32)>,
 }
 
+impl GivenGpus {
+    /// The devices behind `instances`: a whole GPU by its index, a MIG
+    /// instance by its ids in `mig_ids` (UUID → GPU, GPU instance, compute
+    /// instance). A MIG instance without ids gives nothing: its GPU's
+    /// device alone does not open it.
+    pub fn of<'a>(
+        instances: impl IntoIterator<Item = &'a Instance>,
+        mig_ids: &HashMap<String, (u32, u32, u32)>,
+    ) -> GivenGpus {
+        let mut given = GivenGpus::default();
+        for i in instances {
+            match (i.profile.is_some(), mig_ids.get(&i.uuid)) {
+                (false, _) => given.gpus.push(i.gpu_index),
+                (true, Some(ids)) => given.mig.push(*ids),
+                (true, None) => {}
+            }
+        }
+        given
+    }
+}
+
 /// A MIG instance whose capability files the driver does not list.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the driver lists no capability file for {0} (in /proc/driver/nvidia-caps/mig-minors)")]
@@ -183,6 +206,20 @@ mod tests {
 
     fn lines(rules: &[DeviceRule]) -> Vec<String> {
         rules.iter().map(|r| r.to_string()).collect()
+    }
+
+    #[test]
+    fn instances_map_to_their_devices() {
+        let inst = crate::gpu::sim_instances(
+            "n",
+            &crate::gpu::parse_sim_spec("1xA100-40GB+1xA100-40GB:3g.20gb*2").unwrap(),
+        );
+        let ids: HashMap<String, (u32, u32, u32)> = [(inst[1].uuid.clone(), (1, 2, 0))].into();
+        let given = GivenGpus::of(&inst, &ids);
+        // The whole GPU by index; the first MIG instance by its ids; the
+        // second, without ids, not at all.
+        assert_eq!(given.gpus, vec![0]);
+        assert_eq!(given.mig, vec![(1, 2, 0)]);
     }
 
     #[test]

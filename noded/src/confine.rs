@@ -32,6 +32,13 @@ pub enum GpuAccess<'a> {
     Shared,
 }
 
+/// A node's real GPUs: its instances, and the GPU, GPU instance and
+/// compute instance ids of each MIG instance by UUID.
+pub struct NodeGpus {
+    pub instances: Vec<Instance>,
+    pub mig_ids: HashMap<String, (u32, u32, u32)>,
+}
+
 /// What a job's cgroup is given at launch.
 pub struct Prepared {
     /// The files the script's process joins (see `ShepherdSpec`).
@@ -67,11 +74,9 @@ pub struct Confinement {
     /// The cores jobs may be given.
     online: BTreeSet<u32>,
     taken: Mutex<BTreeMap<JobId, Vec<u32>>>,
-    /// MIG instances by UUID: (GPU, GPU instance id, compute instance id).
-    mig_ids: RwLock<HashMap<String, (u32, u32, u32)>>,
-    /// The node's instances, if they are real devices (a node with
-    /// simulated GPUs gives no job any NVIDIA device).
-    instances: RwLock<Option<Vec<Instance>>>,
+    /// The node's GPUs, if they are real devices (a node with simulated
+    /// GPUs gives no job any NVIDIA device).
+    gpus: RwLock<Option<NodeGpus>>,
     samples: Mutex<HashMap<JobId, Samples>>,
 }
 
@@ -88,8 +93,7 @@ impl Confinement {
             memory_mib,
             online,
             taken: Mutex::new(BTreeMap::new()),
-            mig_ids: RwLock::new(HashMap::new()),
-            instances: RwLock::new(None),
+            gpus: RwLock::new(None),
             samples: Mutex::new(HashMap::new()),
         }
     }
@@ -112,15 +116,9 @@ impl Confinement {
         Duration::from_secs(self.config.acct_gather_frequency.max(1))
     }
 
-    /// Tells the node's real instances (`None`: its GPUs are simulated),
-    /// and which GPU and MIG instance ids each MIG UUID has.
-    pub fn set_instances(
-        &self,
-        instances: Option<Vec<Instance>>,
-        mig_ids: HashMap<String, (u32, u32, u32)>,
-    ) {
-        *self.mig_ids.write().unwrap_or_else(|p| p.into_inner()) = mig_ids;
-        *self.instances.write().unwrap_or_else(|p| p.into_inner()) = instances;
+    /// Tells the node's real GPUs (`None`: they are simulated).
+    pub fn set_gpus(&self, gpus: Option<NodeGpus>) {
+        *self.gpus.write().unwrap_or_else(|p| p.into_inner()) = gpus;
     }
 
     fn taken(&self) -> std::sync::MutexGuard<'_, BTreeMap<JobId, Vec<u32>>> {
@@ -131,6 +129,11 @@ impl Confinement {
     pub fn prepare(&self, job: &Job, gpus: GpuAccess<'_>) -> Result<Prepared, String> {
         let need = JobResources::of(&job.spec).map_err(|e| e.to_string())?;
         let enforced = self.cgroups.enforced();
+        let devices = if enforced.devices {
+            Some(self.device_rules(gpus)?)
+        } else {
+            None
+        };
         let cpus = if enforced.cores {
             let mut taken = self.taken();
             let busy: BTreeSet<u32> = taken.values().flatten().copied().collect();
@@ -152,11 +155,7 @@ impl Confinement {
                 MemoryLimits::for_job(need.memory, self.memory_mib, &self.config.memory_policy())
             }),
             cpus: enforced.cores.then(|| cpus.clone()),
-            devices: if enforced.devices {
-                Some(self.device_rules(gpus)?)
-            } else {
-                None
-            },
+            devices,
         };
         match self.cgroups.create(job.id, &limits) {
             Ok(procs) => Ok(Prepared {
@@ -175,23 +174,12 @@ impl Confinement {
     fn device_rules(&self, gpus: GpuAccess<'_>) -> Result<Vec<DeviceRule>, String> {
         let proc_devices = std::fs::read_to_string("/proc/devices").unwrap_or_default();
         let majors = DeviceMajors::parse(&proc_devices);
-        let real = self.instances.read().unwrap_or_else(|p| p.into_inner());
-        let instances: Vec<Instance> = match (real.as_ref(), gpus) {
-            (None, _) => Vec::new(),
-            (Some(_), GpuAccess::Instance(i)) => vec![i.clone()],
-            (Some(all), GpuAccess::Shared) => all.clone(),
+        let node = self.gpus.read().unwrap_or_else(|p| p.into_inner());
+        let given = match (node.as_ref(), gpus) {
+            (None, _) => GivenGpus::default(),
+            (Some(n), GpuAccess::Instance(i)) => GivenGpus::of([i], &n.mig_ids),
+            (Some(n), GpuAccess::Shared) => GivenGpus::of(&n.instances, &n.mig_ids),
         };
-        let mut given = GivenGpus::default();
-        let mig_ids = self.mig_ids.read().unwrap_or_else(|p| p.into_inner());
-        for i in &instances {
-            match (i.profile.is_some(), mig_ids.get(&i.uuid)) {
-                (false, _) => given.gpus.push(i.gpu_index),
-                (true, Some(ids)) => given.mig.push(*ids),
-                // A MIG instance NVML did not list: its GPU's device
-                // alone does not open it.
-                (true, None) => {}
-            }
-        }
         let minors = if given.mig.is_empty() {
             BTreeMap::new()
         } else {
@@ -363,8 +351,7 @@ pub fn start(
     config: &crate::NodeConfig,
     node_dir: &str,
     host_memory_mib: u64,
-    instances: Option<Vec<Instance>>,
-    mig_ids: HashMap<String, (u32, u32, u32)>,
+    gpus: Option<NodeGpus>,
 ) -> anyhow::Result<(Arc<Confinement>, u32, u64)> {
     use anyhow::Context;
     let cg_config = match &config.cgroup_config {
@@ -380,7 +367,11 @@ pub fn start(
         Arc::new(crate::cgroup::Unconfined)
     };
     let online = online_cpus();
-    let cpus = config.cpus.unwrap_or(online.len() as u32).max(1);
+    let cpus = match config.cpus {
+        Some(0) => anyhow::bail!("--cpus 0: a node gives jobs at least one CPU"),
+        Some(n) => n,
+        None => online.len().max(1) as u32,
+    };
     if cgroups.enforced().cores && cpus as usize > online.len() {
         anyhow::bail!(
             "--cpus {cpus} is more than the {} cores gnoded may use; with core confinement each CPU given out is a real core (set constrain_cores = false in the cgroup config to oversubscribe)",
@@ -392,6 +383,9 @@ pub fn start(
             .with_context(|| format!("invalid --real-memory '{m}'"))?,
         None => host_memory_mib,
     };
+    if config.real_memory.is_some() && memory_mib == 0 {
+        anyhow::bail!("--real-memory 0: a node gives jobs some memory (e.g. 16G)");
+    }
     if memory_mib > host_memory_mib && cgroups.enforced().memory {
         tracing::warn!(
             real_memory_mib = memory_mib,
@@ -405,7 +399,7 @@ pub fn start(
         memory_mib,
         online.into_iter().take(cpus as usize).collect(),
     );
-    confine.set_instances(instances, mig_ids);
+    confine.set_gpus(gpus);
     Ok((Arc::new(confine), cpus, memory_mib))
 }
 

@@ -263,13 +263,19 @@ impl Launcher {
             Some(i) => GpuAccess::Instance(i),
             None => GpuAccess::Shared,
         };
-        let prepared = self
+        let started = self
             .confinement()
             .prepare(job, gpus)
-            .map_err(LaunchError::Refused)?;
-        let started = self.begin(req, &spool, env, prepared);
+            .map_err(LaunchError::Refused)
+            .and_then(|prepared| self.begin(req, &spool, env, prepared));
         if started.is_err() {
+            // Nothing of this run is left to run or to report later: its
+            // cgroup (and anything in it), its probe key and its spool go.
             self.confinement().abandon(job.id);
+            if let Some(probe) = self.probe.get() {
+                probe.job_ended(job.id);
+            }
+            spool.remove();
         }
         started
     }

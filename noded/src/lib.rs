@@ -59,16 +59,13 @@ fn memory_mib() -> u64 {
 }
 
 /// The GPU and MIG instance ids of each MIG instance (for its device
-/// rules); simulated instances have none.
+/// rules).
 fn mig_ids(
     backend: &dyn gpu::GpuBackend,
     instances: &[gsched_core::gpu::Instance],
 ) -> std::collections::HashMap<String, (u32, u32, u32)> {
     let gpus: std::collections::BTreeSet<u32> = instances.iter().map(|i| i.gpu_index).collect();
     let mut out = std::collections::HashMap::new();
-    if backend.is_simulated() {
-        return out;
-    }
     for g in gpus {
         for d in backend.mig_devices(g).unwrap_or_default() {
             out.insert(d.uuid, (g, d.gi_id, d.ci_id));
@@ -241,8 +238,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         &config,
         &confine::dir_name(&name, &node_id),
         memory_mib(),
-        (!backend.is_simulated()).then(|| instances.clone()),
-        mig_ids(&*backend, &instances),
+        (!backend.is_simulated()).then(|| confine::NodeGpus {
+            instances: instances.clone(),
+            mig_ids: mig_ids(&*backend, &instances),
+        }),
     )?;
     launcher.set_confinement(Arc::clone(&confine));
     {
