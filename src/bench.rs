@@ -142,6 +142,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
                 },
                 end_time: 2,
                 usage: None,
+                steps: Default::default(),
             },
         );
         let t = Instant::now();

@@ -273,3 +273,138 @@ fn usage_is_accounted_and_the_cgroup_is_the_jobs_own() {
         .unwrap();
     assert!(kib >= 250 * 1024, "{batch}");
 }
+
+/// A directory with Slurm's `srun` (the gsched shim) that nobody can use.
+fn shim_dir(g: &Gsched) -> std::path::PathBuf {
+    let dir = g.work.path().join("shims");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(common::bin("gsched"), dir.join("srun")).unwrap();
+    dir
+}
+
+fn kib_of(cell: &str) -> u64 {
+    cell.trim_end_matches('K')
+        .parse()
+        .unwrap_or_else(|_| panic!("not a size in K: {cell:?}"))
+}
+
+#[test]
+fn srun_steps_have_cgroups_of_their_own_and_are_accounted_apart() {
+    let Some(g) = start() else { return };
+    let shims = shim_dir(&g);
+    // Step 0: two tasks show their cgroup; one holds 200 MB. Step 1 leaves
+    // a setsid sleep behind, which the step's end kills while the job goes
+    // on. The batch script itself stays small.
+    let script = format!(
+        r#"#!/bin/sh
+export PATH={}:$PATH
+srun -n 2 sh -c 'grep -E ":(memory|freezer):|^0::" /proc/self/cgroup | head -1 | sed "s/^/task $SLURM_PROCID /"; if [ $SLURM_PROCID = 0 ]; then head -c 209715200 /dev/zero | tail -c 209715200 >/dev/null; fi'
+echo "srun=$?"
+grep -E ":(memory|freezer):|^0::" /proc/self/cgroup | head -1 | sed "s/^/batch /"
+srun sh -c 'setsid sleep 1000 >/dev/null 2>&1 & echo $! > left.pid'
+sleep 1
+# Gone, or a zombie waiting to be reaped (no longer running).
+state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' /proc/$(cat left.pid)/status 2>/dev/null)
+case "$state" in ""|Z|X) echo left-gone ;; *) echo "left-alive $state" ;; esac
+"#,
+        shims.display()
+    );
+    let id = submit(&g, &script, json!({"other": {"mem": "1G"}, "ntasks": 2}));
+    g.wait_state(id, "COMPLETED", T);
+    let out = output(&g, id);
+    for task in 0..2 {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("task {task} ")))
+            .unwrap_or_else(|| panic!("no cgroup line of task {task}: {out}"));
+        assert!(
+            line.ends_with(&format!("/job_{id}/step_0")),
+            "task {task} is not in step 0's cgroup: {line}"
+        );
+    }
+    let batch = out.lines().find(|l| l.starts_with("batch ")).unwrap();
+    assert!(
+        batch.ends_with(&format!("/job_{id}/step_batch")),
+        "srun did not go back to the batch step: {batch}"
+    );
+    assert!(out.contains("srun=0"), "{out}");
+    assert!(
+        out.contains("left-gone"),
+        "a process left behind by step 1 outlived the step: {out}"
+    );
+    // sacct: the step that held 200 MB shows it; the batch step does not.
+    let sacct = slurm(
+        &g,
+        "sacct",
+        &[
+            "-j",
+            &id.to_string(),
+            "-P",
+            "-n",
+            "-o",
+            "JobID,MaxRSS,TotalCPU,State",
+        ],
+    );
+    let text = common::stdout(&sacct);
+    let row = |suffix: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{id}.{suffix}|")))
+            .unwrap_or_else(|| panic!("no {id}.{suffix} row: {text}"))
+            .split('|')
+            .map(String::from)
+            .collect()
+    };
+    let step0 = row("0");
+    assert!(kib_of(&step0[1]) >= 180 * 1024, "step 0: {step0:?}");
+    assert_eq!(step0[3], "COMPLETED");
+    let batch = row("batch");
+    assert!(
+        kib_of(&batch[1]) < 100 * 1024,
+        "the batch step is charged for its steps: {batch:?} ({text})"
+    );
+    assert!(!row("1")[1].is_empty(), "step 1 has no usage: {text}");
+    // The job's total holds the step's peak.
+    let job = g.job(id);
+    assert!(
+        job["usage"]["max_rss"].as_u64().unwrap() >= 180 << 20,
+        "{job}"
+    );
+}
+
+#[test]
+fn a_process_cannot_join_a_step_of_another_job() {
+    let Some(g) = start() else { return };
+    let shims = shim_dir(&g);
+    // Job A publishes its probe socket and key, then waits.
+    let a = submit(
+        &g,
+        "#!/bin/sh\necho \"$GSCHED_PROBE_SOCK $GSCHED_JOB_KEY $SLURM_JOB_ID\" > a.env\nsleep 1000\n",
+        json!({}),
+    );
+    let env_file = g.work.path().join("a.env");
+    g.wait_until("job A's environment", T, || {
+        std::fs::read_to_string(&env_file).is_ok_and(|s| s.ends_with('\n'))
+    });
+    // Job B, of the same user, runs srun with A's key and id: its process
+    // is not one of A's, so gnoded refuses to move it into A's step, and
+    // the tasks run in B's own cgroup.
+    let script = format!(
+        "#!/bin/sh\nexport PATH={}:$PATH\nread sock key job < a.env\n\
+         GSCHED_PROBE_SOCK=$sock GSCHED_JOB_KEY=$key SLURM_JOB_ID=$job srun sh -c 'grep -E \":(memory|freezer):|^0::\" /proc/self/cgroup | head -1'\n",
+        shims.display()
+    );
+    let b = submit(&g, &script, json!({}));
+    g.wait_state(b, "COMPLETED", T);
+    let out = output(&g, b);
+    assert!(
+        out.contains(&format!("job_{b}/step_batch")),
+        "job B's task left its own cgroup: {out}"
+    );
+    assert!(
+        out.contains("is not a process of job"),
+        "the refusal is said: {out}"
+    );
+    g.cli("gcancel", &[&a.to_string()]);
+    g.wait_state(a, "CANCELLED", T);
+}

@@ -51,6 +51,7 @@ pub fn format(jobs: &[JobInfo], header: bool) -> String {
             cell("GPUMemPeak", 10),
             cell("MaxRSS", 10),
             cell("TotalCPU", 10),
+            cell("GPUTime", 10),
             cell("Reason", -20),
             "GPUInstance".into(),
         ]) + "\n");
@@ -76,6 +77,13 @@ pub fn format(jobs: &[JobInfo], header: bool) -> String {
             cell(
                 &j.usage
                     .map(|u| gsched_core::units::format_cpu_time(u.total_cpu_usec()))
+                    .unwrap_or_default(),
+                10,
+            ),
+            cell(
+                &j.usage
+                    .and_then(|u| u.gpu_time_usec)
+                    .map(gsched_core::units::format_cpu_time)
                     .unwrap_or_default(),
                 10,
             ),

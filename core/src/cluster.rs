@@ -204,6 +204,8 @@ pub enum ClusterError {
     NotPending(JobId),
     #[error("job {0} has no running step {1}")]
     NoSuchStep(JobId, u32),
+    #[error("job {0} has started {max} steps, the most one run may start (MaxStepCount)", max = crate::job::MAX_STEPS)]
+    TooManySteps(JobId),
     #[error("job {job} does not run on node {node}")]
     WrongNode { job: JobId, node: String },
     #[error("instance {0} is unknown or held by an isolated job")]
@@ -1012,9 +1014,7 @@ impl Cluster {
         job.transition(state, ended.end_time)?;
         job.reason = reason;
         (job.exit_code, job.exit_signal) = ended.outcome.recorded_exit();
-        if ended.usage.is_some() {
-            job.usage = ended.usage;
-        }
+        job.record_usage(ended.usage, &ended.steps);
         Ok(vec![Effect::Job {
             id,
             event: format!("ended {state}"),
@@ -1023,14 +1023,20 @@ impl Cluster {
 
     /// Takes what a node's running jobs have used so far (sstat). Only for
     /// jobs running there; never persisted before the job ends.
-    pub fn note_usage(&mut self, node: &str, usage: &BTreeMap<JobId, crate::job::ResourceUsage>) {
-        for (id, u) in usage {
+    pub fn note_usage(
+        &mut self,
+        node: &str,
+        usage: &BTreeMap<JobId, crate::job::ResourceUsage>,
+        steps: &BTreeMap<JobId, crate::job::StepUsage>,
+    ) {
+        let none = crate::job::StepUsage::default();
+        for id in usage.keys().chain(steps.keys()) {
             if let Some(job) = self
                 .jobs
                 .get_mut(id)
                 .filter(|j| j.state == JobState::Running && j.node.as_deref() == Some(node))
             {
-                job.usage = Some(*u);
+                job.record_usage(usage.get(id).copied(), steps.get(id).unwrap_or(&none));
             }
         }
     }
@@ -1047,6 +1053,9 @@ impl Cluster {
         if job.state != JobState::Running {
             return Err(ClusterError::NotRunning(id));
         }
+        if job.steps.len() >= crate::job::MAX_STEPS {
+            return Err(ClusterError::TooManySteps(id));
+        }
         let step = job.steps.len() as u32;
         job.steps.push(Step {
             id: step,
@@ -1057,6 +1066,7 @@ impl Cluster {
             state: JobState::Running,
             exit_code: None,
             exit_signal: None,
+            usage: None,
         });
         Ok((
             step,
@@ -1365,6 +1375,7 @@ mod tests {
             },
             end_time: 50,
             usage: None,
+            steps: Default::default(),
         }
     }
 

@@ -471,6 +471,10 @@ pub struct Job {
     /// far while it runs, in total once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ResourceUsage>,
+    /// What the batch step's processes used (its own cgroup, without the
+    /// `srun` steps'): sacct's `.batch` row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_usage: Option<ResourceUsage>,
 }
 
 /// What a job's processes used, as its node's cgroup counted it (sacct's
@@ -486,6 +490,12 @@ pub struct ResourceUsage {
     pub max_vmsize: u64,
     pub user_cpu_usec: u64,
     pub system_cpu_usec: u64,
+    /// GPU time: how long the job's processes kept a GPU's SMs busy, summed
+    /// from the driver's per-process utilization samples (NVML), in
+    /// microseconds. `None` where the driver gives none (MIG instances,
+    /// simulated GPUs, a node without NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_time_usec: Option<u64>,
 }
 
 impl ResourceUsage {
@@ -511,6 +521,26 @@ impl Job {
     }
 }
 
+/// The most steps one run of a job may start (Slurm's MaxStepCount).
+pub const MAX_STEPS: usize = 40_000;
+
+/// What the steps of a running job have used, as its node counts them in
+/// their cgroups: the batch step's and each `srun` step's (those that ended
+/// in total, the running ones so far).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepUsage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<ResourceUsage>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps: BTreeMap<u32, ResourceUsage>,
+}
+
+impl StepUsage {
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_none() && self.steps.is_empty()
+    }
+}
+
 /// A step: one `srun` inside a job (`ID.0`, `ID.1`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
@@ -523,6 +553,9 @@ pub struct Step {
     pub state: JobState,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    /// What its processes used (its own cgroup), as its node reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ResourceUsage>,
 }
 
 impl Job {
@@ -542,6 +575,7 @@ impl Job {
             gpu_instance: None,
             gpu_mem_peak: None,
             usage: None,
+            batch_usage: None,
             restarts: 0,
             held,
             steps: Vec::new(),
@@ -620,6 +654,24 @@ impl Job {
         self.end_time = Some(end);
         if requeued {
             self.restarts = self.restarts.saturating_sub(1);
+        }
+    }
+
+    /// Takes what its node counted: the whole job's use and its steps'.
+    /// Only steps the job has are given usage (a node counts what a job's
+    /// `srun` calls say their step is; a step number the controller never
+    /// handed out only shows in the job's total).
+    pub fn record_usage(&mut self, total: Option<ResourceUsage>, steps: &StepUsage) {
+        if total.is_some() {
+            self.usage = total;
+        }
+        if steps.batch.is_some() {
+            self.batch_usage = steps.batch;
+        }
+        for (id, u) in &steps.steps {
+            if let Some(s) = self.steps.get_mut(*id as usize) {
+                s.usage = Some(*u);
+            }
         }
     }
 

@@ -11,6 +11,7 @@ pub mod devices;
 pub mod env;
 pub mod fence;
 pub mod gpu;
+pub mod gpu_time;
 pub mod histogram;
 pub mod job;
 pub mod launch;

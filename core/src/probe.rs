@@ -32,6 +32,8 @@ pub mod code {
     pub const NO_TASK: i32 = -5;
     /// gnoded cannot be reached, or the job has no probe socket.
     pub const UNAVAILABLE: i32 = -6;
+    /// A step cannot begin or end as asked (see the message).
+    pub const STEP: i32 = -7;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +72,15 @@ pub enum ProbeRequest {
     },
     /// The calling process's peak GPU memory, reported before it exits.
     Peak { job: JobId, key: String, bytes: u64 },
+    /// `srun` starts step `step` of the job: gnoded creates the step's
+    /// cgroup below the job's and moves the calling process (a process of
+    /// the job, from the socket's credentials) into it, so the tasks it
+    /// starts next are the step's.
+    StepBegin { job: JobId, key: String, step: u32 },
+    /// The step's tasks ended: gnoded moves the calling process back where
+    /// it came from, kills what is left in the step, counts what the step
+    /// used and removes its cgroup.
+    StepEnd { job: JobId, key: String, step: u32 },
 }
 
 impl ProbeRequest {
@@ -79,7 +90,9 @@ impl ProbeRequest {
             | ProbeRequest::End { job, key, .. }
             | ProbeRequest::Grow { job, key, .. }
             | ProbeRequest::Warps { job, key, .. }
-            | ProbeRequest::Peak { job, key, .. } => (*job, key),
+            | ProbeRequest::Peak { job, key, .. }
+            | ProbeRequest::StepBegin { job, key, .. }
+            | ProbeRequest::StepEnd { job, key, .. } => (*job, key),
         }
     }
 }

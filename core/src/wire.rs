@@ -78,6 +78,9 @@ pub struct Heartbeat {
     /// What each running job has used so far (its cgroup's counters).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub usage: std::collections::BTreeMap<JobId, crate::job::ResourceUsage>,
+    /// What the steps of each running job have used so far.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub steps: std::collections::BTreeMap<JobId, crate::job::StepUsage>,
 }
 
 /// Shared tasks on one instance, as its node reports them.
@@ -156,6 +159,9 @@ pub struct JobEnded {
     /// confined).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::job::ResourceUsage>,
+    /// What its steps used (batch and `srun` steps), each from its own cgroup.
+    #[serde(default, skip_serializing_if = "crate::job::StepUsage::is_empty")]
+    pub steps: crate::job::StepUsage,
 }
 
 /// A batch of job endings from a node.
@@ -259,6 +265,9 @@ pub struct JobInfo {
     /// it runs, in total once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::job::ResourceUsage>,
+    /// What the batch step used, without its `srun` steps (sacct's `.batch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_usage: Option<crate::job::ResourceUsage>,
 }
 
 impl JobInfo {
@@ -327,6 +336,7 @@ impl JobInfo {
             cancelled_by: job.cancelled_by,
             launching: job.launching,
             usage: job.usage,
+            batch_usage: job.batch_usage,
         }
     }
 }

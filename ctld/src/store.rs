@@ -93,6 +93,7 @@ pub struct JobRuntime {
     pub run: u32,
     pub launching: bool,
     pub usage: Option<gsched_core::job::ResourceUsage>,
+    pub batch_usage: Option<gsched_core::job::ResourceUsage>,
 }
 
 impl JobRuntime {
@@ -115,6 +116,7 @@ impl JobRuntime {
             run: job.run,
             launching: job.launching,
             usage: job.usage,
+            batch_usage: job.batch_usage,
         }
     }
 }
@@ -389,7 +391,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
                    end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
-                   cancelled_by = ?, run = ?, launching = ?, usage = ?
+                   cancelled_by = ?, run = ?, launching = ?, usage = ?, batch_usage = ?
                  WHERE id = ?",
             )
             .bind(job.state.as_str())
@@ -408,6 +410,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(i64::from(job.run))
             .bind(job.launching)
             .bind(job.usage.as_ref().map(json))
+            .bind(job.batch_usage.as_ref().map(json))
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;

@@ -434,6 +434,14 @@ impl Launcher {
         }
     }
 
+    /// What the steps of each running job had used at the last sample.
+    pub fn steps_so_far(&self) -> std::collections::BTreeMap<JobId, gsched_core::job::StepUsage> {
+        self.started_ids()
+            .into_iter()
+            .filter_map(|id| Some((id, self.confinement().steps_so_far(id)?)))
+            .collect()
+    }
+
     /// What each running job had used at its last sample.
     pub fn usage_so_far(
         &self,
@@ -703,6 +711,9 @@ impl Launcher {
                     if let Some(s) = &spec {
                         self.confinement().adopt(job, &s.cpus);
                     }
+                    if let Some(ended) = read_json(&spool.steps_path()) {
+                        self.confinement().adopt_steps(job, ended);
+                    }
                     self.jobs().insert(
                         job,
                         RunningJob {
@@ -791,10 +802,7 @@ fn record_finished(spool: &JobSpool, finished: &Finished) {
 /// How a job ended, from what its spool holds.
 fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     let status = spool.read_status();
-    let finished: Finished = std::fs::read_to_string(spool.cgroup_path())
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+    let finished: Finished = read_json(&spool.cgroup_path()).unwrap_or_default();
     let spec = spool.read_spec().ok();
     let cause = if spool.is_marked(CANCELLED) {
         EndCause::Cancelled
@@ -824,6 +832,43 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
         },
         end_time: status.map(|s| s.end_time).unwrap_or_else(unix_now),
         usage: finished.usage,
+        steps: finished.steps,
+    }
+}
+
+/// A JSON file of the spool, if it is there and reads.
+fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Option<T> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match serde_json::from_str(&text) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "unreadable spool file ignored");
+            None
+        }
+    }
+}
+
+impl crate::probe::StepControl for Launcher {
+    fn begin_step(&self, job: JobId, step: u32, pid: i32) -> Result<(), String> {
+        if self.jobs().get(&job).is_none_or(|r| r.pgid.is_none()) {
+            return Err(format!("job {job} is not running on this node"));
+        }
+        self.confinement()
+            .begin_step(job, step, pid)
+            .map_err(|e| e.to_string())
+    }
+
+    fn end_step(&self, job: JobId, step: u32, pid: i32) -> Result<(), String> {
+        let confine = self.confinement();
+        let ended = confine.end_step(job, step, pid);
+        // What ended is kept, so a restarted gnoded still reports it.
+        let spool = self.spool(job);
+        if spool.dir.is_dir() {
+            if let Err(e) = spool.write_json(&spool.steps_path(), &confine.ended_steps(job)) {
+                warn!(job, step, error = %e, "cannot record the step's use");
+            }
+        }
+        ended.map(|_| ()).map_err(|e| e.to_string())
     }
 }
 
@@ -851,6 +896,7 @@ mod tests {
             },
             end_time,
             usage: None,
+            steps: Default::default(),
         }
     }
 

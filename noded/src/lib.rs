@@ -284,7 +284,17 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let (probe_server, probe_listener) =
         probe::ProbeServer::bind(sock, book, mps_dirs, Arc::clone(&events))?;
     launcher.set_probe(Arc::clone(&probe_server));
+    {
+        let steps: Arc<dyn probe::StepControl> = Arc::clone(&launcher) as _;
+        probe_server.set_steps(Arc::downgrade(&steps));
+    }
     let backend: Arc<dyn gpu::GpuBackend> = Arc::from(backend);
+    {
+        let mut gpus: Vec<u32> = instances.iter().map(|i| i.gpu_index).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        gpu::meter::start(Arc::clone(&backend), Arc::clone(&confine), &gpus);
+    }
     {
         let b = Arc::clone(&backend);
         probe_server.set_free_memory(Arc::new(move |uuid: &str| b.free_bytes(uuid)));

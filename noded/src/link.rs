@@ -230,6 +230,7 @@ impl ControllerLink {
                         probe_round_trip: latency.as_ref().map(|l| l.0.clone()),
                         placement_wait: latency.map(|l| l.1),
                         usage: self.launcher.usage_so_far(),
+                        steps: self.launcher.steps_so_far(),
                     };
                     let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
                     let sent = crate::fence::now();

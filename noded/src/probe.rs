@@ -101,6 +101,16 @@ pub struct ProbeServer {
     latency: Mutex<(LatencyHistogram, LatencyHistogram)>,
     /// Open connections by uid: each holds a thread.
     limits: Arc<gsched_daemon::limits::ConnectionLimits<u32>>,
+    steps: std::sync::OnceLock<std::sync::Weak<dyn StepControl>>,
+}
+
+/// What the probe server asks of the node for `srun` steps (the
+/// launcher, which knows the jobs and their cgroups). `pid` is the asking
+/// process, from the socket's credentials.
+pub trait StepControl: Send + Sync {
+    fn begin_step(&self, job: JobId, step: u32, pid: i32) -> std::result::Result<(), String>;
+    /// Blocks while the step's leftover processes die.
+    fn end_step(&self, job: JobId, step: u32, pid: i32) -> std::result::Result<(), String>;
 }
 
 /// Probe connections one uid may hold open at once (each is a thread; a
@@ -165,6 +175,7 @@ impl ProbeServer {
                 PROBE_CONNECTIONS_PER_UID,
                 PROBE_CONNECTIONS_TOTAL,
             ),
+            steps: std::sync::OnceLock::new(),
         });
         Ok((server, listener))
     }
@@ -711,6 +722,14 @@ impl ProbeServer {
                     self.events.send(TaskEvent::Peak(job, bytes));
                     return ProbeReply::Ok;
                 }
+                ProbeRequest::StepBegin { job, step, .. } => {
+                    drop(st);
+                    return self.step(job, step, pid, true);
+                }
+                ProbeRequest::StepEnd { job, step, .. } => {
+                    drop(st);
+                    return self.step(job, step, pid, false);
+                }
             }
         };
         WAITED.with(|w| w.set(true));
@@ -728,6 +747,36 @@ impl ProbeServer {
                 code::UNAVAILABLE,
                 "the task was dropped while it waited (its job or process ended)",
             ),
+        }
+    }
+
+    /// Connects the node's step control (once, at start).
+    pub fn set_steps(&self, steps: std::sync::Weak<dyn StepControl>) {
+        let _ = self.steps.set(steps);
+    }
+
+    /// Begins or ends step `step` of `job` for the process `pid`.
+    fn step(&self, job: JobId, step: u32, pid: u32, begin: bool) -> ProbeReply {
+        let Some(control) = self.steps.get().and_then(std::sync::Weak::upgrade) else {
+            return ProbeReply::error(code::UNAVAILABLE, "this node does not run steps");
+        };
+        let Ok(pid) = i32::try_from(pid) else {
+            return ProbeReply::error(code::PROTOCOL, "the peer's pid is unknown");
+        };
+        if pid <= 0 {
+            return ProbeReply::error(code::PROTOCOL, "the peer's pid is unknown");
+        }
+        let done = if begin {
+            control.begin_step(job, step, pid)
+        } else {
+            control.end_step(job, step, pid)
+        };
+        match done {
+            Ok(()) => ProbeReply::Ok,
+            Err(e) => {
+                warn!(job, step, pid, begin, error = %e, "step request refused");
+                ProbeReply::error(code::STEP, e)
+            }
         }
     }
 

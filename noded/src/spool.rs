@@ -120,6 +120,11 @@ impl JobSpool {
     pub fn cgroup_path(&self) -> PathBuf {
         self.dir.join("cgroup.json")
     }
+    /// The use of the job's `srun` steps that ended (kept across gnoded
+    /// restarts while the job runs).
+    pub fn steps_path(&self) -> PathBuf {
+        self.dir.join("steps.json")
+    }
     fn marker(&self, what: &str) -> PathBuf {
         self.dir.join(what)
     }

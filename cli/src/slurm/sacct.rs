@@ -80,6 +80,7 @@ const FIELDS: &[(&str, i32)] = &[
     ("MaxVMSize", 10),
     ("UserCPU", 10),
     ("SystemCPU", 10),
+    ("GPUTime", 10),
     ("ReqMem", 10),
     ("Start", 19),
     ("End", 19),
@@ -162,7 +163,14 @@ fn value(row: &Row<'_>, field: &str) -> String {
     let batch = matches!(row, Row::Batch(_));
     let started = j.start_time.is_some();
     let cpus = resources(j).map_or(1, |r| r.cpus);
-    if let Some(v) = usage_value(j.usage.as_ref(), field, batch) {
+    // The batch row shows the batch step's own cgroup where the node
+    // counted it, else the job's (nodes without step cgroups).
+    let usage = if batch {
+        j.batch_usage.as_ref().or(j.usage.as_ref())
+    } else {
+        j.usage.as_ref()
+    };
+    if let Some(v) = usage_value(usage, field, batch) {
         return v;
     }
     match field {
@@ -230,6 +238,9 @@ fn value(row: &Row<'_>, field: &str) -> String {
 /// A field of a step's row (`ID.N`).
 fn step_value(j: &JobInfo, s: &Step, field: &str) -> String {
     let now = super::format::unix_now();
+    if let Some(v) = usage_value(s.usage.as_ref(), field, true) {
+        return v;
+    }
     match field {
         "JobID" => format!("{}.{}", j.display_id(), s.id),
         "JobIDRaw" => format!("{}.{}", j.job_id, s.id),
@@ -265,15 +276,16 @@ fn resources(j: &JobInfo) -> Option<JobResources> {
     JobResources::of(&spec).ok()
 }
 
-/// The usage fields from the job's cgroup counters: CPU times on the job
-/// and batch rows, memory on the batch row (as Slurm, where memory is
-/// per step). `None` for other fields.
+/// The usage fields from a job's or step's cgroup counters: CPU and GPU
+/// times on every row, memory on step rows (as Slurm, where memory is per
+/// step). `None` for other fields.
 pub fn usage_value(u: Option<&ResourceUsage>, field: &str, step_row: bool) -> Option<String> {
     let v = |f: &dyn Fn(&ResourceUsage) -> String| u.map(f).unwrap_or_default();
     Some(match field {
         "TotalCPU" => v(&|u| format_cpu_time(u.total_cpu_usec())),
         "UserCPU" => v(&|u| format_cpu_time(u.user_cpu_usec)),
         "SystemCPU" => v(&|u| format_cpu_time(u.system_cpu_usec)),
+        "GPUTime" => v(&|u| u.gpu_time_usec.map(format_cpu_time).unwrap_or_default()),
         "MaxRSS" | "AveRSS" | "MaxVMSize" if !step_row => String::new(),
         "MaxRSS" => v(&|u| format_kib(u.max_rss)),
         "AveRSS" => v(&|u| format_kib(u.ave_rss)),

@@ -122,6 +122,19 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     let client = Client::from_env();
     let step = client.begin_step(job, &a.command[0], ntasks).ok();
     let step_id = step.unwrap_or(0).to_string();
+    // The step's own cgroup (below the job's): this process joins it, so
+    // the tasks it starts are counted, and killed at the end, as the step.
+    // Without the job's probe socket (a stripped environment) there is no
+    // node daemon to ask, and the tasks run in the caller's cgroup.
+    let confined = step
+        .filter(|_| std::env::var_os(gsched_core::probe::PROBE_SOCK_ENV).is_some())
+        .and_then(|n| match step_cgroup(job, n, true) {
+            Ok(()) => Some(n),
+            Err(why) => {
+                eprintln!("srun: warning: step {job}.{n} runs in the job's cgroup: {why}");
+                None
+            }
+        });
     let mut children = Vec::new();
     for rank in 0..ntasks {
         let mut cmd = Command::new(&a.command[0]);
@@ -168,11 +181,46 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
         }
         worst = worst.max(code_of(s));
     }
+    if let Some(n) = confined {
+        if let Err(why) = step_cgroup(job, n, false) {
+            eprintln!("srun: warning: step {job}.{n}: {why}");
+        }
+    }
     if let Some(n) = step {
         let code = if signal.is_some() { 0 } else { worst };
         let _ = client.end_step(job, n, code, signal);
     }
     Ok(worst)
+}
+
+/// Asks the job's node daemon to begin (or end) step `step`'s cgroup for
+/// this process, over the job's probe socket.
+fn step_cgroup(job: u64, step: u32, begin: bool) -> Result<(), String> {
+    use gsched_core::probe::{
+        encode, frame_len, ProbeReply, ProbeRequest, JOB_KEY_ENV, PROBE_SOCK_ENV,
+    };
+    use std::io::{Read, Write};
+    let sock = std::env::var(PROBE_SOCK_ENV).map_err(|_| format!("{PROBE_SOCK_ENV} is not set"))?;
+    let key = std::env::var(JOB_KEY_ENV).map_err(|_| format!("{JOB_KEY_ENV} is not set"))?;
+    let req = if begin {
+        ProbeRequest::StepBegin { job, key, step }
+    } else {
+        ProbeRequest::StepEnd { job, key, step }
+    };
+    let mut s = std::os::unix::net::UnixStream::connect(&sock)
+        .map_err(|e| format!("cannot reach the node daemon at {sock}: {e}"))?;
+    let io = |e: std::io::Error| format!("the node daemon did not answer: {e}");
+    s.write_all(&encode(&req)).map_err(io)?;
+    let mut header = [0u8; 4];
+    s.read_exact(&mut header).map_err(io)?;
+    let mut body = vec![0u8; frame_len(header)?];
+    s.read_exact(&mut body).map_err(io)?;
+    match serde_json::from_slice::<ProbeReply>(&body) {
+        Ok(ProbeReply::Ok) => Ok(()),
+        Ok(ProbeReply::Error { message, .. }) => Err(message),
+        Ok(other) => Err(format!("unexpected answer {other:?}")),
+        Err(e) => Err(format!("unreadable answer: {e}")),
+    }
 }
 
 /// Outside a job: submit the command as a job, wait for its end, print its

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use gsched_core::job::JobState;
+use gsched_core::job::{JobState, ResourceUsage};
 use gsched_core::units::{format_cpu_time, format_kib};
 use gsched_core::wire::JobInfo;
 
@@ -23,7 +23,8 @@ pub struct Args {
     /// Fields to print, comma separated (e.g. JobID,MaxRSS,AveCPU).
     #[arg(short = 'o', long = "format", visible_alias = "fields")]
     pub format: Option<String>,
-    /// Print all steps (gsched's jobs have their batch step).
+    /// Print all steps (the batch step and the running `srun` steps are
+    /// printed either way).
     #[arg(short = 'a', long = "allsteps")]
     pub allsteps: bool,
     #[arg(short = 'n', long = "noheader")]
@@ -45,21 +46,53 @@ const FIELDS: &[(&str, usize)] = &[
     ("AveCPU", 10),
     ("MinCPU", 10),
     ("TotalCPU", 10),
+    ("GPUTime", 10),
     ("NTasks", 8),
 ];
 
 const DEFAULT_FORMAT: &str = "JobID,MaxVMSize,MaxRSS,AveRSS,AveCPU,NTasks";
 
-fn value(j: &JobInfo, field: &str) -> String {
-    let u = j.usage.unwrap_or_default();
+/// One row: a running step of a job, what it has used so far and its
+/// task count.
+struct Row {
+    id: String,
+    usage: ResourceUsage,
+    ntasks: u32,
+}
+
+/// The rows of running job `j`: its batch step and its running `srun` steps.
+fn rows(j: &JobInfo) -> Vec<Row> {
+    let mut out = vec![Row {
+        id: format!("{}.batch", j.display_id()),
+        usage: j.batch_usage.or(j.usage).unwrap_or_default(),
+        ntasks: 1,
+    }];
+    out.extend(
+        j.steps
+            .iter()
+            .filter(|s| s.end_time.is_none())
+            .map(|s| Row {
+                id: format!("{}.{}", j.display_id(), s.id),
+                usage: s.usage.unwrap_or_default(),
+                ntasks: s.ntasks,
+            }),
+    );
+    out
+}
+
+fn value(r: &Row, field: &str) -> String {
+    let u = &r.usage;
     match field {
-        "JobID" => format!("{}.batch", j.display_id()),
+        "JobID" => r.id.clone(),
         "MaxVMSize" => format_kib(u.max_vmsize),
         "MaxRSS" => format_kib(u.max_rss),
         "AveRSS" => format_kib(u.ave_rss),
-        // One batch step, one task: its average is its total.
-        "AveCPU" | "MinCPU" | "TotalCPU" => format_cpu_time(u.total_cpu_usec()),
-        "NTasks" => "1".into(),
+        // A step's CPU time is counted for the step, not per task: its
+        // average and minimum are given as its total over its tasks.
+        "AveCPU" | "MinCPU" => format_cpu_time(u.total_cpu_usec() / u64::from(r.ntasks.max(1))),
+        "TotalCPU" => format_cpu_time(u.total_cpu_usec()),
+        "GPUTime" => u.gpu_time_usec.map(format_cpu_time).unwrap_or_default(),
+        "NTasks" => r.ntasks.to_string(),
         _ => String::new(),
     }
 }
@@ -112,11 +145,11 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             out.push('\n');
         }
     }
-    for j in running {
+    for r in running.into_iter().flat_map(rows) {
         let cells = cols
             .iter()
             .map(|(n, w)| {
-                let v = value(j, n);
+                let v = value(&r, n);
                 if parsable {
                     v
                 } else {

@@ -57,6 +57,7 @@ pub fn ended(id: JobId, run: u32, code: i32, at: i64) -> JobEnded {
         },
         end_time: at,
         usage: None,
+        steps: Default::default(),
     }
 }
 

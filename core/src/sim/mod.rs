@@ -413,6 +413,7 @@ impl Sim<'_> {
                 },
                 end_time: self.now as i64,
                 usage: None,
+                steps: Default::default(),
             },
         );
     }

@@ -253,9 +253,21 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
             .map(|u| u as u32),
         run: row.try_get::<i64, _>("run")?.clamp(0, u32::MAX.into()) as u32,
         launching: row.try_get("launching")?,
-        usage: match row.try_get::<Option<String>, _>("usage")? {
-            Some(u) => Some(serde_json::from_str(&u).map_err(|e| corrupt(format!("usage: {e}")))?),
-            None => None,
-        },
+        usage: optional_json(row, "usage").map_err(&corrupt)?,
+        batch_usage: optional_json(row, "batch_usage").map_err(&corrupt)?,
     })
+}
+
+/// A nullable JSON column; `Err`: why it does not read.
+fn optional_json<T: serde::de::DeserializeOwned>(
+    row: &sqlx::sqlite::SqliteRow,
+    column: &str,
+) -> Result<Option<T>, String> {
+    match row.try_get::<Option<String>, _>(column) {
+        Ok(Some(u)) => serde_json::from_str(&u)
+            .map(Some)
+            .map_err(|e| format!("{column}: {e}")),
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!("{column}: {e}")),
+    }
 }

@@ -1,5 +1,6 @@
 //! Confining jobs with cgroups: one cgroup per job, the batch step's
-//! processes in a `step_batch` cgroup below it, limits on the job's.
+//! processes in a `step_batch` cgroup below it, each `srun` step's in a
+//! `step_<n>` cgroup beside it, limits on the job's.
 //!
 //! Two backends behind one trait, [`Cgroups`]: cgroup v2 where the unified
 //! hierarchy has the controllers, cgroup v1 otherwise (memory, cpuset,
@@ -9,7 +10,7 @@
 //! core (`gsched_core::resources`, `gsched_core::devices`).
 //!
 //! Layout, under each hierarchy used:
-//! `<base>/<node>.<node id>/job_<id>/step_batch`, where `<base>` is
+//! `<base>/<node>.<node id>/job_<id>/step_{batch,0,1,...}`, where `<base>` is
 //! `gsched` unless configured. The node part keeps two gnoded on one host
 //! (tests, or two state directories) apart.
 
@@ -31,6 +32,47 @@ pub use config::{CgroupConfig, Plugin};
 
 /// The cgroup of the batch step, below the job's.
 pub const BATCH_STEP: &str = "step_batch";
+
+/// A job's cgroup, or one of its steps' below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// The job's own cgroup: every process of the job, its steps' too.
+    Job,
+    /// The batch script's step.
+    Batch,
+    /// An `srun` step.
+    Step(u32),
+}
+
+impl Scope {
+    /// The scope's directory below the job's (none for the job itself).
+    pub fn dir_name(self) -> Option<String> {
+        match self {
+            Scope::Job => None,
+            Scope::Batch => Some(BATCH_STEP.into()),
+            Scope::Step(n) => Some(format!("step_{n}")),
+        }
+    }
+
+    /// The step a directory below a job's cgroup is.
+    pub fn of_dir_name(name: &str) -> Option<Scope> {
+        if name == BATCH_STEP {
+            return Some(Scope::Batch);
+        }
+        let n = name.strip_prefix("step_")?;
+        // Only the canonical spelling: `step_007` is no step of ours.
+        let step: u32 = n.parse().ok()?;
+        (step.to_string() == n).then_some(Scope::Step(step))
+    }
+
+    /// Its directory, given the job's.
+    pub fn dir(self, job_dir: &Path) -> PathBuf {
+        match self.dir_name() {
+            Some(n) => job_dir.join(n),
+            None => job_dir.to_path_buf(),
+        }
+    }
+}
 
 /// A cgroup operation that failed, with the file it failed on.
 #[derive(Debug, thiserror::Error)]
@@ -109,15 +151,22 @@ pub trait Cgroups: Send + Sync {
     /// step (every hierarchy's `cgroup.procs`). On failure, part of it may
     /// exist: the caller removes it.
     fn create(&self, job: JobId, limits: &JobLimits) -> Result<Vec<PathBuf>>;
-    /// Every process in the job's cgroup, its steps included.
-    fn pids(&self, job: JobId) -> Vec<i32>;
-    /// Kills every process in the job's cgroup at once (so none can fork
-    /// away meanwhile).
-    fn kill(&self, job: JobId);
-    fn counters(&self, job: JobId) -> Counters;
-    /// Removes the job's cgroups; false if some could not be (processes
-    /// are left).
-    fn remove(&self, job: JobId) -> bool;
+    /// Creates the cgroup of `srun` step `step` below the job's (the job's
+    /// limits bound it).
+    fn create_step(&self, job: JobId, step: u32) -> Result<()>;
+    /// Moves process `pid`, all its threads, into a step of the job.
+    fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()>;
+    /// The steps whose cgroups exist below the job's.
+    fn steps(&self, job: JobId) -> Vec<Scope>;
+    /// Every process in the scope's cgroup and the ones below it.
+    fn pids(&self, job: JobId, scope: Scope) -> Vec<i32>;
+    /// Kills every process in the scope at once (so none can fork away
+    /// meanwhile).
+    fn kill(&self, job: JobId, scope: Scope);
+    fn counters(&self, job: JobId, scope: Scope) -> Counters;
+    /// Removes the scope's cgroups (the job's: its steps' too); false if
+    /// some could not be (processes are left).
+    fn remove(&self, job: JobId, scope: Scope) -> bool;
     /// Removes this node's directory and gsched's base directory where
     /// they are empty, at shutdown.
     fn remove_node_dir(&self);
@@ -136,14 +185,23 @@ impl Cgroups for Unconfined {
     fn create(&self, _: JobId, _: &JobLimits) -> Result<Vec<PathBuf>> {
         Ok(Vec::new())
     }
-    fn pids(&self, _: JobId) -> Vec<i32> {
+    fn create_step(&self, _: JobId, _: u32) -> Result<()> {
+        Ok(())
+    }
+    fn join(&self, _: JobId, _: Scope, _: i32) -> Result<()> {
+        Ok(())
+    }
+    fn steps(&self, _: JobId) -> Vec<Scope> {
         Vec::new()
     }
-    fn kill(&self, _: JobId) {}
-    fn counters(&self, _: JobId) -> Counters {
+    fn pids(&self, _: JobId, _: Scope) -> Vec<i32> {
+        Vec::new()
+    }
+    fn kill(&self, _: JobId, _: Scope) {}
+    fn counters(&self, _: JobId, _: Scope) -> Counters {
         Counters::default()
     }
-    fn remove(&self, _: JobId) -> bool {
+    fn remove(&self, _: JobId, _: Scope) -> bool {
         true
     }
     fn remove_node_dir(&self) {}
@@ -351,6 +409,16 @@ pub(crate) fn pids_below(dir: &Path) -> Vec<i32> {
     for sub in child_dirs(dir) {
         out.extend(pids_below(&sub));
     }
+    out
+}
+
+/// The steps whose directories are below a job's directory.
+pub(crate) fn steps_below(job_dir: &Path) -> Vec<Scope> {
+    let mut out: Vec<Scope> = child_dirs(job_dir)
+        .iter()
+        .filter_map(|d| Scope::of_dir_name(d.file_name()?.to_str()?))
+        .collect();
+    out.sort_unstable();
     out
 }
 

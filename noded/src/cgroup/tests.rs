@@ -125,14 +125,82 @@ fn exercise(cg: &dyn Cgroups, job: JobId) {
     if cg.enforced().devices {
         assert_eq!(out.trim(), "zero-denied", "{} device rules", cg.version());
     }
+    exercise_step(cg, job, &procs);
     let mut child = start_in(&procs, "setsid sleep 300 & sleep 300 & wait");
-    wait_for("three processes in the cgroup", || cg.pids(job).len() >= 3);
-    cg.kill(job);
+    wait_for("three processes in the cgroup", || {
+        cg.pids(job, Scope::Job).len() >= 3
+    });
+    cg.kill(job, Scope::Job);
     let _ = child.wait();
-    wait_for("an empty cgroup", || cg.pids(job).is_empty());
-    let c = cg.counters(job);
+    wait_for("an empty cgroup", || cg.pids(job, Scope::Job).is_empty());
+    let c = cg.counters(job, Scope::Job);
     assert_eq!(c.oom_kills, 0);
-    assert!(cg.remove(job), "{} cgroup removed", cg.version());
+    assert!(
+        cg.remove(job, Scope::Job),
+        "{} cgroup removed",
+        cg.version()
+    );
+}
+
+/// A step beside the batch step: a process moved into it is the step's
+/// (and the job's), keeps the job's device rules, and the step is killed
+/// and removed alone.
+fn exercise_step(cg: &dyn Cgroups, job: JobId, procs: &[PathBuf]) {
+    let v = cg.version();
+    let mut batch = start_in(procs, "sleep 300");
+    wait_for("the batch process", || {
+        !cg.pids(job, Scope::Batch).is_empty()
+    });
+    cg.create_step(job, 3).expect("create step 3");
+    assert_eq!(cg.steps(job), vec![Scope::Batch, Scope::Step(3)], "{v}");
+    let mut step = start_in(procs, "sleep 300");
+    let pid = step.id() as i32;
+    cg.join(job, Scope::Step(3), pid).expect("join step 3");
+    assert_eq!(cg.pids(job, Scope::Step(3)), vec![pid], "{v}");
+    assert!(cg.pids(job, Scope::Job).contains(&pid), "{v}");
+    assert!(!cg.pids(job, Scope::Batch).contains(&pid), "{v}");
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(own.contains(&format!("job_{job}/step_3")), "{v}: {own}");
+    if cg.enforced().devices {
+        let mut probe = start_in(
+            procs,
+            "sleep 0.3; head -c1 /dev/zero >/dev/null 2>&1 && echo zero-opened || echo zero-denied",
+        );
+        cg.join(job, Scope::Step(3), probe.id() as i32).unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(probe.stdout.as_mut().unwrap(), &mut out).unwrap();
+        let _ = probe.wait();
+        assert_eq!(
+            out.trim(),
+            "zero-denied",
+            "{v}: the step keeps the job's device rules"
+        );
+    }
+    cg.kill(job, Scope::Step(3));
+    let _ = step.wait();
+    wait_for("an empty step", || cg.pids(job, Scope::Step(3)).is_empty());
+    assert!(
+        !cg.pids(job, Scope::Batch).is_empty(),
+        "{v}: the batch step lives on"
+    );
+    assert!(cg.remove(job, Scope::Step(3)), "{v}: step removed");
+    assert_eq!(cg.steps(job), vec![Scope::Batch], "{v}");
+    cg.kill(job, Scope::Batch);
+    let _ = batch.wait();
+}
+
+#[test]
+fn step_directories_are_named_one_way() {
+    assert_eq!(Scope::of_dir_name("step_batch"), Some(Scope::Batch));
+    assert_eq!(Scope::of_dir_name("step_12"), Some(Scope::Step(12)));
+    assert_eq!(Scope::of_dir_name("step_012"), None);
+    assert_eq!(Scope::of_dir_name("step_"), None);
+    assert_eq!(Scope::of_dir_name("job_1"), None);
+    assert_eq!(Scope::of_dir_name("step_99999999999"), None);
+    for s in [Scope::Batch, Scope::Step(0), Scope::Step(7)] {
+        assert_eq!(Scope::of_dir_name(&s.dir_name().unwrap()), Some(s));
+    }
+    assert_eq!(Scope::Job.dir(Path::new("/j")), PathBuf::from("/j"));
 }
 
 #[test]
@@ -174,7 +242,7 @@ fn v1_confines_tracks_and_kills() {
         read("devices", "step_batch/devices.list").trim(),
         "c 1:3 rwm"
     );
-    assert!(cg.remove(job));
+    assert!(cg.remove(job, Scope::Job));
     exercise(&cg, job + 1);
     cg.remove_node_dir();
     assert!(!root("memory").parent().unwrap().exists());

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use gsched_core::job::JobId;
 
 use super::{
-    keyed, kill_pids, make_dir, pids_below, read_u64, remove_tree, write_file, CgroupConfig,
-    Cgroups, Counters, Enforced, JobLimits, Result, BATCH_STEP,
+    keyed, kill_pids, make_dir, pids_below, read_u64, remove_tree, steps_below, write_file,
+    CgroupConfig, Cgroups, Counters, Enforced, JobLimits, Result, Scope, BATCH_STEP,
 };
 
 /// The controllers gnoded uses, in the order their hierarchies are joined.
@@ -71,6 +71,10 @@ impl CgroupV1 {
 
     fn job_dir(&self, node_dir: &Path, job: JobId) -> PathBuf {
         node_dir.join(format!("job_{job}"))
+    }
+
+    fn scope_dir(&self, node_dir: &Path, job: JobId, scope: Scope) -> PathBuf {
+        scope.dir(&self.job_dir(node_dir, job))
     }
 
     /// The hierarchies, each once (co-mounted controllers share one).
@@ -185,48 +189,77 @@ impl Cgroups for CgroupV1 {
         self.try_create(job, limits)
     }
 
-    fn pids(&self, job: JobId) -> Vec<i32> {
+    fn create_step(&self, job: JobId, step: u32) -> Result<()> {
+        for (ctrl, node_dir) in &self.dirs {
+            let job_dir = self.job_dir(node_dir, job);
+            let dir = Scope::Step(step).dir(&job_dir);
+            // A v1 child copies its parent's device rules; memory and
+            // cpuacct count it in the job's; a cpuset needs its CPUs given.
+            make_dir(&dir)?;
+            if *ctrl == "cpuset" {
+                inherit_cpuset(&job_dir, &dir)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()> {
+        for d in self.hierarchies() {
+            let procs = self.scope_dir(d, job, scope).join("cgroup.procs");
+            write_file(&procs, &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn steps(&self, job: JobId) -> Vec<Scope> {
+        self.hierarchies()
+            .first()
+            .map(|d| steps_below(&self.job_dir(d, job)))
+            .unwrap_or_default()
+    }
+
+    fn pids(&self, job: JobId, scope: Scope) -> Vec<i32> {
         let mut all: Vec<i32> = self
             .hierarchies()
             .into_iter()
-            .flat_map(|d| pids_below(&self.job_dir(d, job)))
+            .flat_map(|d| pids_below(&self.scope_dir(d, job, scope)))
             .collect();
         all.sort_unstable();
         all.dedup();
         all
     }
 
-    fn kill(&self, job: JobId) {
+    fn kill(&self, job: JobId, scope: Scope) {
         match self.dir_of("freezer") {
             Some(fz) => {
-                let dir = self.job_dir(fz, job);
+                let dir = self.scope_dir(fz, job, scope);
                 // Frozen processes cannot fork; the kill lands on every one.
                 let frozen = self.freeze(&dir, "FROZEN");
-                kill_pids(&self.pids(job));
+                kill_pids(&self.pids(job, scope));
                 self.freeze(&dir, "THAWED");
                 if !frozen {
-                    kill_pids(&self.pids(job));
+                    kill_pids(&self.pids(job, scope));
                 }
             }
             None => {
                 for _ in 0..3 {
-                    kill_pids(&self.pids(job));
+                    kill_pids(&self.pids(job, scope));
                 }
             }
         }
     }
 
-    fn counters(&self, job: JobId) -> Counters {
+    fn counters(&self, job: JobId, scope: Scope) -> Counters {
         let mut c = Counters::default();
         if let Some(mem) = self.dir_of("memory") {
-            let dir = self.job_dir(mem, job);
+            let dir = self.scope_dir(mem, job, scope);
             c.peak_bytes = read_u64(&dir.join("memory.max_usage_in_bytes"));
             c.current_bytes = read_u64(&dir.join("memory.usage_in_bytes")).unwrap_or(0);
             // v1 counts an OOM kill in the cgroup of the process killed.
             c.oom_kills = oom_kills_below(&dir);
         }
         if let Some(acct) = self.dir_of("cpuacct") {
-            let dir = self.job_dir(acct, job);
+            let dir = self.scope_dir(acct, job, scope);
             match (
                 read_u64(&dir.join("cpuacct.usage_user")),
                 read_u64(&dir.join("cpuacct.usage_sys")),
@@ -247,10 +280,10 @@ impl Cgroups for CgroupV1 {
         c
     }
 
-    fn remove(&self, job: JobId) -> bool {
+    fn remove(&self, job: JobId, scope: Scope) -> bool {
         let mut ok = true;
-        for (_, d) in &self.dirs {
-            ok &= remove_tree(&self.job_dir(d, job));
+        for d in self.hierarchies() {
+            ok &= remove_tree(&self.scope_dir(d, job, scope));
         }
         ok
     }

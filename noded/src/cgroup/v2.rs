@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use gsched_core::job::JobId;
 
 use super::{
-    keyed, kill_pids, make_dir, pids_below, read_u64, read_words, remove_tree, write_file,
-    CgroupConfig, Cgroups, Counters, Enforced, JobLimits, Result, BATCH_STEP,
+    keyed, kill_pids, make_dir, pids_below, read_u64, read_words, remove_tree, steps_below,
+    write_file, CgroupConfig, Cgroups, Counters, Enforced, JobLimits, Result, Scope, BATCH_STEP,
 };
 
 /// The controllers gnoded enables.
@@ -55,6 +55,10 @@ impl CgroupV2 {
 
     fn job_dir(&self, job: JobId) -> PathBuf {
         self.node_dir.join(format!("job_{job}"))
+    }
+
+    fn scope_dir(&self, job: JobId, scope: Scope) -> PathBuf {
+        scope.dir(&self.job_dir(job))
     }
 
     fn try_create(&self, job: JobId, limits: &JobLimits) -> Result<Vec<PathBuf>> {
@@ -108,12 +112,29 @@ impl Cgroups for CgroupV2 {
         self.try_create(job, limits)
     }
 
-    fn pids(&self, job: JobId) -> Vec<i32> {
-        pids_below(&self.job_dir(job))
+    fn create_step(&self, job: JobId, step: u32) -> Result<()> {
+        // The job's controllers are on for its children (`try_create`),
+        // and its device filter applies below it.
+        make_dir(&self.scope_dir(job, Scope::Step(step)))
     }
 
-    fn kill(&self, job: JobId) {
-        let dir = self.job_dir(job);
+    fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()> {
+        write_file(
+            &self.scope_dir(job, scope).join("cgroup.procs"),
+            &pid.to_string(),
+        )
+    }
+
+    fn steps(&self, job: JobId) -> Vec<Scope> {
+        steps_below(&self.job_dir(job))
+    }
+
+    fn pids(&self, job: JobId, scope: Scope) -> Vec<i32> {
+        pids_below(&self.scope_dir(job, scope))
+    }
+
+    fn kill(&self, job: JobId, scope: Scope) {
+        let dir = self.scope_dir(job, scope);
         if write_file(&dir.join("cgroup.kill"), "1").is_ok() {
             return;
         }
@@ -127,12 +148,12 @@ impl Cgroups for CgroupV2 {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
-        kill_pids(&self.pids(job));
+        kill_pids(&self.pids(job, scope));
         let _ = write_file(&dir.join("cgroup.freeze"), "0");
     }
 
-    fn counters(&self, job: JobId) -> Counters {
-        let dir = self.job_dir(job);
+    fn counters(&self, job: JobId, scope: Scope) -> Counters {
+        let dir = self.scope_dir(job, scope);
         let cpu = dir.join("cpu.stat");
         Counters {
             peak_bytes: read_u64(&dir.join("memory.peak")),
@@ -144,8 +165,8 @@ impl Cgroups for CgroupV2 {
         }
     }
 
-    fn remove(&self, job: JobId) -> bool {
-        remove_tree(&self.job_dir(job))
+    fn remove(&self, job: JobId, scope: Scope) -> bool {
+        remove_tree(&self.scope_dir(job, scope))
     }
 
     fn remove_node_dir(&self) {

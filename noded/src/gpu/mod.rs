@@ -3,6 +3,7 @@
 //! functions in `gsched_core::mig`; a backend only reports and executes.
 
 pub mod layout;
+pub mod meter;
 pub mod nvml;
 pub mod simulated;
 
@@ -121,6 +122,16 @@ pub trait GpuBackend: Send + Sync {
     /// Whether the GPUs are simulated (no CUDA contexts take memory).
     fn is_simulated(&self) -> bool {
         false
+    }
+    /// Per-process SM utilization samples of GPU `gpu` newer than
+    /// `since_us` (the driver's CPU clock, microseconds), for GPU time;
+    /// `None` where the driver gives none (MIG instances, simulated GPUs).
+    fn process_utilization(
+        &self,
+        _gpu: u32,
+        _since_us: u64,
+    ) -> Option<Vec<gsched_core::gpu_time::UtilSample>> {
+        None
     }
     /// Creates a GPU instance of `profile` at memory slice `start`, with one
     /// compute instance covering it.

@@ -312,6 +312,36 @@ impl GpuBackend for NvmlGpus {
         Ok(out)
     }
 
+    fn process_utilization(
+        &self,
+        gpu: u32,
+        since_us: u64,
+    ) -> Option<Vec<gsched_core::gpu_time::UtilSample>> {
+        let d = self.device(gpu).ok()?;
+        // With MIG on, the driver samples no process of an instance.
+        if d.mig_mode().is_ok_and(|m| m.current == 1) {
+            return None;
+        }
+        match d.process_utilization_stats(since_us) {
+            Ok(samples) => Some(
+                samples
+                    .into_iter()
+                    .map(|s| gsched_core::gpu_time::UtilSample {
+                        pid: s.pid,
+                        timestamp_us: s.timestamp,
+                        sm_percent: s.sm_util,
+                    })
+                    .collect(),
+            ),
+            // No sample since then: nothing ran.
+            Err(NvmlError::NotFound) => Some(Vec::new()),
+            Err(e) => {
+                tracing::debug!(gpu, error = %e, "no per-process utilization from the driver");
+                None
+            }
+        }
+    }
+
     fn free_bytes(&self, uuid: &str) -> Option<u64> {
         self.nvml
             .device_by_uuid(uuid)

@@ -1,6 +1,12 @@
 //! What gnoded does with a job's cgroup: decides its limits (with core's
-//! rules), holds its cores, samples its use, and at its end kills what is
-//! left, reads its counters and removes it.
+//! rules), holds its cores, samples its use (and its steps'), and at its
+//! end kills what is left, reads its counters and removes it. `srun` steps
+//! get cgroups of their own below the job's (`steps.rs`).
+
+mod account;
+mod steps;
+
+pub use steps::StepError;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -11,12 +17,13 @@ use gsched_core::devices::{
     allowed_devices, parse_mig_minors, DeviceMajors, DeviceRule, GivenGpus,
 };
 use gsched_core::gpu::Instance;
-use gsched_core::job::{Job, JobId, ResourceUsage};
+use gsched_core::job::{Job, JobId, ResourceUsage, StepUsage};
 use gsched_core::resources::{pick_cpus, JobResources, MemoryLimits, MemoryRequest};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-use crate::cgroup::{CgroupConfig, Cgroups, JobLimits};
+use crate::cgroup::{CgroupConfig, Cgroups, JobLimits, Scope};
+use account::{vm_size, Account};
 
 /// Where the driver lists MIG capability minors.
 const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
@@ -48,22 +55,14 @@ pub struct Prepared {
     pub memory_limit: Option<String>,
 }
 
-/// What a job's cgroup counted when it ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What a job's cgroups counted when it ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finished {
     pub usage: Option<ResourceUsage>,
     pub oom_kills: u64,
-}
-
-/// Samples of a running job, for AveRSS and MaxVMSize.
-#[derive(Debug, Clone, Copy, Default)]
-struct Samples {
-    rss_sum: u128,
-    count: u64,
-    max_rss: u64,
-    max_vmsize: u64,
-    /// The use so far as of the last sample.
-    last: ResourceUsage,
+    /// Its batch step's and `srun` steps' use.
+    #[serde(default)]
+    pub steps: StepUsage,
 }
 
 pub struct Confinement {
@@ -77,7 +76,10 @@ pub struct Confinement {
     /// The node's GPUs, if they are real devices (a node with simulated
     /// GPUs gives no job any NVIDIA device).
     gpus: RwLock<Option<NodeGpus>>,
-    samples: Mutex<HashMap<JobId, Samples>>,
+    accounts: Mutex<HashMap<JobId, Account>>,
+    /// Whether the node measures GPU time (its GPUs give per-process
+    /// utilization).
+    gpu_metered: std::sync::atomic::AtomicBool,
 }
 
 impl Confinement {
@@ -94,7 +96,8 @@ impl Confinement {
             online,
             taken: Mutex::new(BTreeMap::new()),
             gpus: RwLock::new(None),
-            samples: Mutex::new(HashMap::new()),
+            accounts: Mutex::new(HashMap::new()),
+            gpu_metered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -164,7 +167,7 @@ impl Confinement {
                 memory_limit: memory_request(job, need.memory),
             }),
             Err(e) => {
-                self.cgroups.remove(job.id);
+                self.cgroups.remove(job.id, Scope::Job);
                 self.taken().remove(&job.id);
                 Err(format!("cannot confine the job: {e}"))
             }
@@ -197,10 +200,10 @@ impl Confinement {
 
     /// Removes the cgroup of a job that never started, and frees its cores.
     pub fn abandon(&self, job: JobId) {
-        self.cgroups.kill(job);
-        self.cgroups.remove(job);
+        self.cgroups.kill(job, Scope::Job);
+        self.cgroups.remove(job, Scope::Job);
         self.taken().remove(&job);
-        self.samples_mut().remove(&job);
+        self.accounts().remove(&job);
     }
 
     /// Whether the cgroup holds the job's processes (so signals and kills
@@ -211,57 +214,170 @@ impl Confinement {
 
     /// Sends `sig` to every process in the job's cgroup.
     pub fn signal(&self, job: JobId, sig: nix::sys::signal::Signal) {
-        for pid in self.cgroups.pids(job) {
+        for pid in self.cgroups.pids(job, Scope::Job) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
         }
     }
 
     /// Kills every process in the job's cgroup.
     pub fn kill(&self, job: JobId) {
-        self.cgroups.kill(job);
+        self.cgroups.kill(job, Scope::Job);
     }
 
-    fn samples_mut(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Samples>> {
-        self.samples.lock().unwrap_or_else(|p| p.into_inner())
+    fn accounts(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Account>> {
+        self.accounts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Samples a running job's memory and virtual size; returns its use so far.
+    fn gpu_metered(&self) -> bool {
+        self.gpu_metered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Says that the node measures GPU time from now on.
+    pub fn meter_gpu_time(&self) {
+        self.gpu_metered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The job's cgroup and those of its steps that exist now.
+    fn scopes(&self, job: JobId) -> Vec<Scope> {
+        let mut all = vec![Scope::Job];
+        all.extend(self.cgroups.steps(job));
+        all
+    }
+
+    /// Samples a running job's memory and virtual size, and its steps';
+    /// returns its use so far.
     pub fn sample(&self, job: JobId) -> Option<ResourceUsage> {
         if !self.tracks() {
             return None;
         }
-        let c = self.cgroups.counters(job);
-        let vmsize: u64 = self.cgroups.pids(job).into_iter().map(vm_size).sum();
-        let mut all = self.samples_mut();
-        let s = all.entry(job).or_default();
-        s.rss_sum += u128::from(c.current_bytes);
-        s.count += 1;
-        s.max_rss = s.max_rss.max(c.current_bytes);
-        s.max_vmsize = s.max_vmsize.max(vmsize);
-        s.last = usage_of(&c, s);
-        Some(s.last)
+        let read: Vec<_> = self
+            .scopes(job)
+            .into_iter()
+            .map(|scope| {
+                let c = self.cgroups.counters(job, scope);
+                let vmsize: u64 = self.cgroups.pids(job, scope).into_iter().map(vm_size).sum();
+                (scope, c, vmsize)
+            })
+            .collect();
+        let metered = self.gpu_metered();
+        let mut all = self.accounts();
+        let a = all.entry(job).or_default();
+        a.last.clear();
+        for (scope, c, vmsize) in read {
+            a.samples
+                .entry(scope)
+                .or_default()
+                .add(c.current_bytes, vmsize);
+            let u = a.usage(scope, &c, metered);
+            a.last.insert(scope, u);
+        }
+        a.last.get(&Scope::Job).copied()
     }
 
     /// A running job's use as of its last sample.
     pub fn last_sample(&self, job: JobId) -> Option<ResourceUsage> {
-        self.samples_mut().get(&job).map(|s| s.last)
+        self.accounts()
+            .get(&job)
+            .and_then(|a| a.last.get(&Scope::Job).copied())
+    }
+
+    /// A running job's steps' use as of the last sample, with the totals
+    /// of the steps that ended.
+    pub fn steps_so_far(&self, job: JobId) -> Option<StepUsage> {
+        self.accounts()
+            .get(&job)
+            .map(Account::steps_so_far)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Adds GPU busy time (microseconds per process id) to the jobs and
+    /// steps whose cgroups hold those processes.
+    pub fn add_gpu_time(&self, busy: &BTreeMap<u32, u64>) {
+        if busy.is_empty() || !self.tracks() {
+            return;
+        }
+        let jobs: Vec<JobId> = self.accounts().keys().copied().collect();
+        let mut found = Vec::new();
+        for job in jobs {
+            for scope in self.cgroups.steps(job) {
+                for pid in self.cgroups.pids(job, scope) {
+                    if let Some(usec) = u32::try_from(pid).ok().and_then(|p| busy.get(&p)) {
+                        found.push((job, scope, *usec));
+                    }
+                }
+            }
+        }
+        let mut all = self.accounts();
+        for (job, scope, usec) in found {
+            if let Some(a) = all.get_mut(&job) {
+                a.add_gpu_time(scope, usec);
+            }
+        }
+    }
+
+    /// Takes back the use of the steps that ended before a restart.
+    pub fn adopt_steps(&self, job: JobId, ended: BTreeMap<u32, ResourceUsage>) {
+        self.accounts().entry(job).or_default().ended = ended;
     }
 
     /// At the job's end: kills what is left in its cgroup, waits until the
-    /// cgroup is empty, reads its counters and removes it. Blocks (call it
-    /// off the async threads).
+    /// cgroup is empty, reads its counters (and its steps') and removes
+    /// it. Blocks (call it off the async threads).
     pub fn finish(&self, job: JobId) -> Finished {
         if !self.tracks() {
             self.taken().remove(&job);
+            self.accounts().remove(&job);
             return Finished::default();
         }
+        self.kill_until_empty(job, Scope::Job, None);
+        let read: Vec<_> = self
+            .scopes(job)
+            .into_iter()
+            .map(|scope| (scope, self.cgroups.counters(job, scope)))
+            .collect();
+        let account = self.accounts().remove(&job).unwrap_or_default();
+        let metered = self.gpu_metered();
+        let mut finished = Finished {
+            steps: StepUsage {
+                batch: None,
+                steps: account.ended.clone(),
+            },
+            ..Finished::default()
+        };
+        for (scope, c) in read {
+            let u = account.usage(scope, &c, metered);
+            match scope {
+                Scope::Job => {
+                    finished.usage = Some(u);
+                    finished.oom_kills = c.oom_kills;
+                }
+                Scope::Batch => finished.steps.batch = Some(u),
+                Scope::Step(n) => {
+                    finished.steps.steps.insert(n, u);
+                }
+            }
+        }
+        if !self.cgroups.remove(job, Scope::Job) {
+            warn!(job, "cannot remove the job's cgroup");
+        }
+        self.taken().remove(&job);
+        finished
+    }
+
+    /// Kills what is in `scope` until it is empty; with `give_up`, stops
+    /// waiting after that long (false: processes are left).
+    fn kill_until_empty(&self, job: JobId, scope: Scope, give_up: Option<Duration>) -> bool {
         let mut waited = Duration::ZERO;
         let mut step = Duration::from_millis(5);
         let mut next_warning = Duration::from_secs(30);
         loop {
-            self.cgroups.kill(job);
-            if self.cgroups.pids(job).is_empty() {
-                break;
+            self.cgroups.kill(job, scope);
+            if self.cgroups.pids(job, scope).is_empty() {
+                return true;
+            }
+            if give_up.is_some_and(|g| waited >= g) {
+                return false;
             }
             std::thread::sleep(step);
             waited += step;
@@ -270,50 +386,14 @@ impl Confinement {
                 next_warning += Duration::from_secs(30);
                 warn!(
                     job,
+                    ?scope,
                     waited_s = waited.as_secs(),
-                    pids = ?self.cgroups.pids(job),
-                    "processes of an ended job do not die (uninterruptible?); the job ends when they do"
+                    pids = ?self.cgroups.pids(job, scope),
+                    "processes of an ended job or step do not die (uninterruptible?); it ends when they do"
                 );
             }
         }
-        let c = self.cgroups.counters(job);
-        let s = self.samples_mut().remove(&job).unwrap_or_default();
-        if !self.cgroups.remove(job) {
-            warn!(job, "cannot remove the job's cgroup");
-        }
-        self.taken().remove(&job);
-        Finished {
-            usage: Some(usage_of(&c, &s)),
-            oom_kills: c.oom_kills,
-        }
     }
-}
-
-/// The usage from the cgroup's counters and the samples taken.
-fn usage_of(c: &crate::cgroup::Counters, s: &Samples) -> ResourceUsage {
-    let max_rss = c.peak_bytes.unwrap_or(0).max(s.max_rss);
-    ResourceUsage {
-        max_rss,
-        ave_rss: if s.count > 0 {
-            (s.rss_sum / u128::from(s.count)) as u64
-        } else {
-            max_rss
-        },
-        max_vmsize: s.max_vmsize,
-        user_cpu_usec: c.user_usec,
-        system_cpu_usec: c.system_usec,
-    }
-}
-
-/// A process's virtual size in bytes (`/proc/PID/statm`), 0 if it is gone.
-fn vm_size(pid: i32) -> u64 {
-    let pages: u64 = std::fs::read_to_string(format!("/proc/{pid}/statm"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    pages * page
 }
 
 /// The memory option the job gave (`--mem=100M`), for messages.
