@@ -70,6 +70,17 @@ fn slurm(g: &Gsched, name: &str, args: &[&str]) -> std::process::Output {
     g.run_program(&shim, args, g.work.path(), None, &[])
 }
 
+/// sacct's parsable rows (no header) of job `id` with `fields`.
+fn sacct(g: &Gsched, id: u64, fields: &str) -> String {
+    let out = slurm(
+        g,
+        "sacct",
+        &["-j", &id.to_string(), "-P", "-n", "-o", fields],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    common::stdout(&out)
+}
+
 fn node_cpus(g: &Gsched) -> u64 {
     let nodes = g.get("/api/v1/nodes").unwrap();
     nodes["nodes"][0]["cpus"].as_u64().unwrap()
@@ -247,19 +258,7 @@ fn usage_is_accounted_and_the_cgroup_is_the_jobs_own() {
         max_rss >= 250 << 20,
         "MaxRSS {max_rss} of a job that held 300 MB"
     );
-    let sacct = slurm(
-        &g,
-        "sacct",
-        &[
-            "-j",
-            &id.to_string(),
-            "-P",
-            "-n",
-            "-o",
-            "JobID,MaxRSS,TotalCPU",
-        ],
-    );
-    let text = common::stdout(&sacct);
+    let text = sacct(&g, id, "JobID,MaxRSS,TotalCPU");
     let batch = text
         .lines()
         .find(|l| l.starts_with(&format!("{id}.batch|")))
@@ -334,19 +333,7 @@ case "$state" in ""|Z|X) echo left-gone ;; *) echo "left-alive $state" ;; esac
         "a process left behind by step 1 outlived the step: {out}"
     );
     // sacct: the step that held 200 MB shows it; the batch step does not.
-    let sacct = slurm(
-        &g,
-        "sacct",
-        &[
-            "-j",
-            &id.to_string(),
-            "-P",
-            "-n",
-            "-o",
-            "JobID,MaxRSS,TotalCPU,State",
-        ],
-    );
-    let text = common::stdout(&sacct);
+    let text = sacct(&g, id, "JobID,MaxRSS,TotalCPU,State");
     let row = |suffix: &str| -> Vec<String> {
         text.lines()
             .find(|l| l.starts_with(&format!("{id}.{suffix}|")))

@@ -26,11 +26,57 @@ pub enum EndCause {
     Fenced,
 }
 
+/// What a node knows of how a run ended: the marks it left in the run's
+/// spool, the shepherd's status, and what the run's cgroup counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndFacts<'a> {
+    pub cancelled: bool,
+    pub fenced: bool,
+    pub timed_out: bool,
+    /// The shepherd recorded an end (`None`: nothing did, the run is lost).
+    pub recorded: bool,
+    /// The shepherd could not start the script, and why.
+    pub launch_error: Option<&'a str>,
+    /// Processes the kernel's OOM killer ended in the run's cgroup.
+    pub oom_kills: u64,
+    /// The memory option the job gave (`--mem=100M`), for the reason.
+    pub memory_limit: Option<&'a str>,
+}
+
 impl EndCause {
+    /// How a run ended, from what its node knows. The node's own stops
+    /// (cancel, fence, time limit) come first: what they killed did not
+    /// end on its own, OOM kills included.
+    pub fn decide(f: &EndFacts<'_>) -> EndCause {
+        if f.cancelled {
+            EndCause::Cancelled
+        } else if f.fenced {
+            EndCause::Fenced
+        } else if f.timed_out {
+            EndCause::TimeLimit
+        } else if !f.recorded {
+            EndCause::Lost
+        } else if let Some(e) = f.launch_error {
+            EndCause::LaunchFailed(e.to_string())
+        } else if f.oom_kills > 0 {
+            EndCause::OutOfMemory(oom_reason(f.memory_limit))
+        } else {
+            EndCause::Exited
+        }
+    }
+
     /// The run did not end on its own: the node lost it or stopped it for
     /// want of the controller. The controller treats it as a node failure.
     pub fn is_node_failure(&self) -> bool {
         matches!(self, EndCause::Lost | EndCause::Fenced)
+    }
+}
+
+/// The reason of an OUT_OF_MEMORY end.
+pub fn oom_reason(memory_limit: Option<&str>) -> String {
+    match memory_limit {
+        Some(l) => format!("the job used all the memory it asked for ({l}) and the kernel's OOM killer ended a process of it"),
+        None => "the job used all the node's memory and the kernel's OOM killer ended a process of it".into(),
     }
 }
 
@@ -134,6 +180,55 @@ pub fn signal_name(sig: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nodes_own_stops_come_before_how_the_processes_ended() {
+        let ended = EndFacts {
+            recorded: true,
+            ..EndFacts::default()
+        };
+        assert_eq!(EndCause::decide(&ended), EndCause::Exited);
+        assert_eq!(
+            EndCause::decide(&EndFacts::default()),
+            EndCause::Lost,
+            "no record of the end"
+        );
+        let oom = EndFacts {
+            oom_kills: 2,
+            memory_limit: Some("--mem=100M"),
+            ..ended.clone()
+        };
+        match EndCause::decide(&oom) {
+            EndCause::OutOfMemory(r) => assert!(r.contains("--mem=100M"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+        // A cancelled job killed while over its memory is cancelled; a
+        // fenced one is a node failure whatever else is known.
+        let cancelled = EndFacts {
+            cancelled: true,
+            ..oom.clone()
+        };
+        assert_eq!(EndCause::decide(&cancelled), EndCause::Cancelled);
+        let fenced = EndFacts {
+            fenced: true,
+            timed_out: true,
+            ..EndFacts::default()
+        };
+        assert_eq!(EndCause::decide(&fenced), EndCause::Fenced);
+        let timeout = EndFacts {
+            timed_out: true,
+            ..oom.clone()
+        };
+        assert_eq!(EndCause::decide(&timeout), EndCause::TimeLimit);
+        let failed = EndFacts {
+            launch_error: Some("no such directory"),
+            ..oom
+        };
+        assert_eq!(
+            EndCause::decide(&failed),
+            EndCause::LaunchFailed("no such directory".into())
+        );
+    }
 
     fn out(code: Option<i32>, sig: Option<i32>, cause: EndCause) -> ProcessOutcome {
         ProcessOutcome {

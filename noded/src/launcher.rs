@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use gsched_core::env::{add_interception, job_environment, Interception, Placement};
 use gsched_core::job::JobId;
-use gsched_core::outcome::{EndCause, ProcessOutcome};
+use gsched_core::outcome::{EndCause, EndFacts, ProcessOutcome};
 use gsched_core::pattern::job_output_paths;
 use gsched_core::probe::{JOB_KEY_ENV, PROBE_SOCK_ENV};
 use gsched_core::wire::{JobEnded, LaunchRequest, SignalRequest};
@@ -28,7 +28,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::confine::{oom_reason, Confinement, Finished, GpuAccess};
+use crate::confine::{Confinement, Finished, GpuAccess};
 use crate::shepherd::SHEPHERD_ARG;
 use crate::spool::{is_shepherd_of, pidfd_open, process_starttime, JobSpool, ShepherdSpec};
 use gsched_core::job::WarnSignal;
@@ -804,24 +804,15 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     let status = spool.read_status();
     let finished: Finished = read_json(&spool.cgroup_path()).unwrap_or_default();
     let spec = spool.read_spec().ok();
-    let cause = if spool.is_marked(CANCELLED) {
-        EndCause::Cancelled
-    } else if spool.is_marked(FENCED) {
-        EndCause::Fenced
-    } else if spool.is_marked(TIMEOUT) {
-        EndCause::TimeLimit
-    } else {
-        match &status {
-            Some(s) => match &s.error {
-                Some(e) => EndCause::LaunchFailed(e.clone()),
-                None if finished.oom_kills > 0 => EndCause::OutOfMemory(oom_reason(
-                    spec.as_ref().and_then(|s| s.memory_limit.as_deref()),
-                )),
-                None => EndCause::Exited,
-            },
-            None => EndCause::Lost,
-        }
-    };
+    let cause = EndCause::decide(&EndFacts {
+        cancelled: spool.is_marked(CANCELLED),
+        fenced: spool.is_marked(FENCED),
+        timed_out: spool.is_marked(TIMEOUT),
+        recorded: status.is_some(),
+        launch_error: status.as_ref().and_then(|s| s.error.as_deref()),
+        oom_kills: finished.oom_kills,
+        memory_limit: spec.as_ref().and_then(|s| s.memory_limit.as_deref()),
+    });
     JobEnded {
         job_id: job,
         run: spec.map_or(0, |s| s.run),

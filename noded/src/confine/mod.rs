@@ -161,11 +161,15 @@ impl Confinement {
             devices,
         };
         match self.cgroups.create(job.id, &limits) {
-            Ok(procs) => Ok(Prepared {
-                procs,
-                cpus,
-                memory_limit: memory_request(job, need.memory),
-            }),
+            Ok(procs) => {
+                // Counted from its first process on (GPU time too).
+                self.accounts().insert(job.id, Account::default());
+                Ok(Prepared {
+                    procs,
+                    cpus,
+                    memory_limit: memory_request(job, need.memory),
+                })
+            }
             Err(e) => {
                 self.cgroups.remove(job.id, Scope::Job);
                 self.taken().remove(&job.id);
@@ -193,6 +197,7 @@ impl Confinement {
 
     /// Takes back the cores of a job adopted after a restart.
     pub fn adopt(&self, job: JobId, cpus: &[u32]) {
+        self.accounts().entry(job).or_default();
         if !cpus.is_empty() {
             self.taken().insert(job, cpus.to_vec());
         }
@@ -404,14 +409,6 @@ fn memory_request(job: &Job, request: MemoryRequest) -> Option<String> {
     ["mem", "mem-per-cpu", "mem-per-gpu"]
         .iter()
         .find_map(|o| job.spec.slurm.other.get(*o).map(|v| format!("--{o}={v}")))
-}
-
-/// The reason of an OUT_OF_MEMORY end.
-pub fn oom_reason(memory_limit: Option<&str>) -> String {
-    match memory_limit {
-        Some(l) => format!("the job used all the memory it asked for ({l}) and the kernel's OOM killer ended a process of it"),
-        None => "the job used all the node's memory and the kernel's OOM killer ended a process of it".into(),
-    }
 }
 
 /// Reads this host's cores gnoded may hand out (its own CPU affinity).
