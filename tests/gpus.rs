@@ -261,3 +261,77 @@ fn mig_plan_and_hw_commands() {
     let json: Value = serde_json::from_slice(&run(&["hw", "--json"]).stdout).unwrap();
     assert!(json["nvml"].is_boolean());
 }
+
+#[test]
+fn shared_work_waits_while_its_instances_mps_server_is_down() {
+    let work = tempfile::tempdir().unwrap();
+    // The fake control program, unable to start a daemon until `mps-ok`
+    // exists (the daemon is found by its program's path, so it is a copy).
+    let flag = work.path().join("mps-ok");
+    let control = work.path().join("mps-control");
+    let fake = std::fs::read_to_string(fake_mps_control()).unwrap();
+    let (shebang, body) = fake.split_once('\n').unwrap();
+    std::fs::write(
+        &control,
+        format!(
+            "{shebang}\n[ -e {} ] || {{ echo 'cannot start' >&2; exit 1; }}\n{body}",
+            flag.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &control,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let config = work.path().join("gpus.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mps_control = \"{}\"\nmps_check_interval = 1\n[[gpu]]\nindex = 0\nmps = true\n",
+            control.display()
+        ),
+    )
+    .unwrap();
+    let g = Gsched::start(&[
+        "--sim-gpus",
+        "1xA100-40GB:3g.20gb",
+        "--gpu-config",
+        config.to_str().unwrap(),
+    ]);
+    assert!(instances(&g).iter().all(|i| i["mps"]["state"] == "down"));
+    let script = g.script(
+        "probe.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 1G -- sh -c 'echo \"placed on $CUDA_VISIBLE_DEVICES pipe=$CUDA_MPS_PIPE_DIRECTORY\"'\n",
+            bin("gprobe").display()
+        ),
+    );
+    let id = g.submit(&["-o", "probe.out", &script]);
+    g.wait_state(id, "RUNNING", Duration::from_secs(20));
+    g.wait_until(
+        "the log to say the instance takes no shared work",
+        Duration::from_secs(10),
+        || g.log().contains("MPS server is down: no new shared work"),
+    );
+    // Two checks later it still waits: no placement without MPS.
+    std::thread::sleep(Duration::from_secs(2));
+    let out = g.work.path().join("probe.out");
+    assert!(
+        !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("placed"),
+        "placed while MPS was down"
+    );
+    assert_eq!(g.job(id)["job_state"], "RUNNING");
+    // The daemon can start: it is started, and the task is placed with its pipe.
+    std::fs::write(&flag, "").unwrap();
+    g.wait_state(id, "COMPLETED", Duration::from_secs(20));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let pipe = instances(&g)[0]["mps"]["pipe_dir"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.contains(&format!("pipe={pipe}")), "{text}");
+    assert!(g.log().contains("MPS server is back"));
+}

@@ -10,14 +10,15 @@ use common::{bin, Gsched};
 use gsched_core::sim::{simulate, Phase, Policy, SimJob};
 
 /// (name, GiB, seconds). Two 1g.5gb instances (4864 MiB): j1 and j2 take
-/// one each, j3 must wait for j2, and j4, although 1 GiB would fit next to
-/// j1, waits behind j3 (a newcomer may not take an instance a waiting task
-/// could use); when j2 ends, j3 and j4 are placed in order. j1 runs long
-/// enough that a slow machine (late launches) still finds it there when j3
-/// comes: only j1 ending first would change the decisions.
+/// one each, j3 must wait for j2, and j4, whose 1 GiB fits next to j1,
+/// goes ahead of the waiting j3 (a task that fits is not held behind one
+/// that does not); when j2 ends, j3 is placed. j1 runs long enough, and j2
+/// long enough, that a slow machine (late launches) still finds them there
+/// when j3 and j4 come: only j2 ending before j4 asks would change the
+/// decisions.
 const JOBS: &[(&str, u64, f64)] = &[
     ("j1", 3, 12.0),
-    ("j2", 3, 1.5),
+    ("j2", 3, 4.0),
     ("j3", 3, 1.0),
     ("j4", 1, 1.0),
 ];
@@ -61,7 +62,7 @@ fn simulated() -> Vec<(String, usize)> {
 #[test]
 fn live_daemons_and_simulator_decide_alike() {
     let want = simulated();
-    let expected: Vec<(String, usize)> = [("j1", 0), ("j2", 1), ("j3", 1), ("j4", 0)]
+    let expected: Vec<(String, usize)> = [("j1", 0), ("j2", 1), ("j4", 0), ("j3", 1)]
         .iter()
         .map(|(n, i)| (n.to_string(), *i))
         .collect();

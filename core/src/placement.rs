@@ -7,7 +7,7 @@
 //! releases and carries out what it returns. The choice among instances is a
 //! [`PlacementPolicy`].
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::job::JobId;
 use crate::sm::{KernelShape, SmTable};
@@ -33,6 +33,9 @@ pub struct InstanceLoad {
     /// Being re-partitioned: no new process is bound here; those bound
     /// here go on until they exit.
     pub retiring: bool,
+    /// Its MPS server is down: no new process is bound here until it is
+    /// back (a process started now would run without MPS, or not at all).
+    pub mps_down: bool,
 }
 
 impl InstanceLoad {
@@ -48,6 +51,7 @@ impl InstanceLoad {
             owner: None,
             processes: 0,
             retiring: false,
+            mps_down: false,
         }
     }
 
@@ -275,12 +279,21 @@ struct Active {
     block_warps: u32,
 }
 
+/// How many times a waiting task may be overtaken, by a later task
+/// placed on an instance it could use, before nothing overtakes it there
+/// any more (aging: a task that fits now goes ahead of a bigger one that
+/// does not, but a stream of small tasks cannot starve the big one).
+pub const DEFAULT_MAX_OVERTAKES: u32 = 8;
+
 /// The node's placement state.
 pub struct TaskBook {
     policy: Box<dyn PlacementPolicy>,
     instances: Vec<InstanceLoad>,
     active: BTreeMap<TaskId, Active>,
     waiting: VecDeque<(TaskId, TaskRequest)>,
+    /// How often each waiting task was overtaken (absent: never).
+    overtaken: HashMap<TaskId, u32>,
+    max_overtakes: u32,
     /// (job, pid) → instance index, set by the process's first placement.
     pins: BTreeMap<(JobId, u32), usize>,
     next: TaskId,
@@ -296,9 +309,18 @@ impl TaskBook {
                 .collect(),
             active: BTreeMap::new(),
             waiting: VecDeque::new(),
+            overtaken: HashMap::new(),
+            max_overtakes: DEFAULT_MAX_OVERTAKES,
             pins: BTreeMap::new(),
             next: 1,
         }
+    }
+
+    /// Sets how many times a waiting task may be overtaken (0: never; a
+    /// task waits behind every earlier one that could use its instance).
+    pub fn with_max_overtakes(mut self, n: u32) -> TaskBook {
+        self.max_overtakes = n;
+        self
     }
 
     /// Tells the book that instance `uuid` has `sms` SMs, so that their
@@ -389,10 +411,16 @@ impl TaskBook {
         }
         let id = self.next;
         self.next += 1;
-        // Earlier waiters keep their turn: a newcomer goes first only where
-        // it takes nothing a waiter could use.
-        if self.waiting.is_empty() || self.fits_without_overtaking(&req) {
-            if let Some(i) = self.choice(&req) {
+        // A newcomer that fits now goes ahead of waiting tasks that do not,
+        // except where one of them has been overtaken enough (aging), and
+        // never ahead of its own process's earlier tasks.
+        let own_waiting = self
+            .waiting
+            .iter()
+            .any(|(_, w)| w.job == req.job && w.pid == req.pid);
+        if !own_waiting {
+            let barred = self.barred_by(self.waiting.iter());
+            if let Some(i) = self.choice(&req, &barred) {
                 let free = self.instances[i].free_bytes();
                 if free < req.bytes {
                     // Only a memory-blind policy chooses where it does not fit.
@@ -402,6 +430,8 @@ impl TaskBook {
                         want: req.bytes,
                     });
                 }
+                let ahead: Vec<TaskId> = self.waiting.iter().map(|(w, _)| *w).collect();
+                self.note_overtaking(&ahead, i);
                 return Ok(Begin::Placed(self.place_on(i, id, &req)));
             }
         }
@@ -409,24 +439,38 @@ impl TaskBook {
         Ok(Begin::Waiting(id))
     }
 
-    /// A newcomer may go ahead of waiting tasks only where none of them
-    /// could be placed on the instance it would take.
-    fn fits_without_overtaking(&self, req: &TaskRequest) -> bool {
-        // A process's tasks are placed in order: its first placement pins it.
-        if self
-            .waiting
-            .iter()
-            .any(|(_, w)| w.job == req.job && w.pid == req.pid)
-        {
-            return false;
+    /// Whether waiting task `w` could ever be placed on instance `i`.
+    fn could_use(&self, w: &TaskRequest, i: usize) -> bool {
+        self.allowed(w, i) && w.bytes <= self.instances[i].memory_bytes
+    }
+
+    /// The instances that waiting tasks overtaken `max_overtakes` times
+    /// could use: nothing later is placed there before them.
+    fn barred_by<'a>(
+        &self,
+        waiters: impl Iterator<Item = &'a (TaskId, TaskRequest)>,
+    ) -> BTreeSet<usize> {
+        let mut barred = BTreeSet::new();
+        for (id, w) in waiters {
+            if self.overtaken.get(id).copied().unwrap_or(0) >= self.max_overtakes {
+                barred.extend((0..self.instances.len()).filter(|&i| self.could_use(w, i)));
+            }
         }
-        let Some(i) = self.choice(req) else {
-            return false;
-        };
-        !self
+        barred
+    }
+
+    /// A later task was placed on instance `i`: each of the waiting tasks
+    /// `ahead` that could use it was overtaken once more.
+    fn note_overtaking(&mut self, ahead: &[TaskId], i: usize) {
+        let count: Vec<TaskId> = self
             .waiting
             .iter()
-            .any(|(_, w)| self.allowed(w, i) && w.bytes <= self.instances[i].memory_bytes)
+            .filter(|(id, w)| ahead.contains(id) && self.could_use(w, i))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in count {
+            *self.overtaken.entry(id).or_default() += 1;
+        }
     }
 
     fn allowed(&self, req: &TaskRequest, i: usize) -> bool {
@@ -435,10 +479,10 @@ impl TaskBook {
         !inst.closed
             && inst.owner.is_none_or(|o| o == req.job)
             && pin.is_none_or(|&p| p == i)
-            && (!inst.retiring || pin == Some(&i))
+            && ((!inst.retiring && !inst.mps_down) || pin == Some(&i))
     }
 
-    fn choice(&self, req: &TaskRequest) -> Option<usize> {
+    fn choice(&self, req: &TaskRequest, barred: &BTreeSet<usize>) -> Option<usize> {
         // A process's first placement pins it: the instance must be able to
         // hold each of its tasks that is already queued, too.
         let need_total = if self.pins.contains_key(&(req.job, req.pid)) {
@@ -451,16 +495,22 @@ impl TaskBook {
                 .max()
                 .unwrap_or(0)
         };
-        self.choice_with(req, need_total)
+        self.choice_with(req, need_total, barred)
     }
 
-    /// The policy's choice among open instances with `req.bytes` free and at
-    /// least `need_total` in all.
-    fn choice_with(&self, req: &TaskRequest, need_total: u64) -> Option<usize> {
+    /// The policy's choice among open instances, other than `barred`, with
+    /// `req.bytes` free and at least `need_total` in all.
+    fn choice_with(
+        &self,
+        req: &TaskRequest,
+        need_total: u64,
+        barred: &BTreeSet<usize>,
+    ) -> Option<usize> {
         let blind = self.policy.memory_blind();
         let candidates: Vec<usize> = (0..self.instances.len())
             .filter(|&i| {
-                self.allowed(req, i)
+                !barred.contains(&i)
+                    && self.allowed(req, i)
                     && (blind
                         || (self.instances[i].free_bytes() >= req.bytes
                             && self.instances[i].memory_bytes >= need_total))
@@ -544,9 +594,10 @@ impl TaskBook {
         let mut max_free = self.max_open_free();
         // Processes with an earlier task still waiting keep their order.
         let mut blocked: HashSet<(JobId, u32)> = HashSet::new();
-        let waiting = std::mem::take(&mut self.waiting);
-        let mut still = VecDeque::with_capacity(waiting.len());
-        for (id, req) in waiting {
+        // Instances kept for earlier tasks overtaken often enough.
+        let mut barred: BTreeSet<usize> = BTreeSet::new();
+        let mut waiting = std::mem::take(&mut self.waiting);
+        while let Some((id, req)) = waiting.pop_front() {
             let key = (req.job, req.pid);
             let choice = if blocked.contains(&key) || req.bytes > max_free {
                 None
@@ -556,22 +607,29 @@ impl TaskBook {
                 } else {
                     queued_max.get(&key).copied().unwrap_or(0)
                 };
-                self.choice_with(&req, need)
+                self.choice_with(&req, need, &barred)
                     // A memory-blind choice waits rather than overflow here.
                     .filter(|&i| self.instances[i].free_bytes() >= req.bytes)
             };
             match choice {
                 Some(i) => {
+                    let ahead: Vec<TaskId> = self.waiting.iter().map(|(w, _)| *w).collect();
+                    self.note_overtaking(&ahead, i);
+                    // One of them may have been overtaken enough now.
+                    barred = self.barred_by(self.waiting.iter());
+                    self.overtaken.remove(&id);
                     placed.push(self.place_on(i, id, &req));
                     max_free = self.max_open_free();
                 }
                 None => {
                     blocked.insert(key);
-                    still.push_back((id, req));
+                    let entry = (id, req);
+                    barred.extend(self.barred_by(std::iter::once(&entry)));
+                    // Kept in order: those still waiting are the ones ahead.
+                    self.waiting.push_back(entry);
                 }
             }
         }
-        self.waiting = still;
         placed
     }
 
@@ -592,6 +650,7 @@ impl TaskBook {
             // A waiting task that gives up.
             let before = self.waiting.len();
             self.waiting.retain(|(w, _)| *w != id);
+            self.overtaken.remove(&id);
             if self.waiting.len() == before {
                 return Err(PlacementError::NoSuchTask(id));
             }
@@ -699,6 +758,9 @@ impl TaskBook {
             .map(|(id, _)| *id)
             .collect();
         self.waiting.retain(|(_, w)| !f(w.job, w.pid));
+        for id in &dropped {
+            self.overtaken.remove(id);
+        }
         dropped.extend(ids);
         (dropped, self.retry())
     }
@@ -781,6 +843,12 @@ impl TaskBook {
             .map(SmTable::new);
         self.instances.push(load);
         self.retry()
+    }
+
+    /// Says whether the instance's MPS server is down: while it is, no new
+    /// process is bound there. Returns the waiting tasks its return placed.
+    pub fn set_mps_down(&mut self, uuid: &str, down: bool) -> Vec<Placed> {
+        self.restrict(uuid, down, |i| &mut i.mps_down)
     }
 
     /// Opens or closes an instance to shared tasks (closed while held or
@@ -869,14 +937,12 @@ mod tests {
             b.begin(shaped(3, 6, 16)).unwrap(),
             Begin::Waiting(_)
         ));
-        // One block per SM would fit I0, but not ahead of the waiting task.
-        assert!(matches!(
-            b.begin(shaped(4, 2, 16)).unwrap(),
-            Begin::Waiting(_)
-        ));
+        // One block per SM fits I0 now: it goes ahead of the waiting task,
+        // which cannot use those slots yet.
+        assert_eq!(placed(b.begin(shaped(4, 2, 16))).instance, "I0");
         let now = b.end(first.task).unwrap();
         let got: Vec<(JobId, String)> = now.iter().map(|p| (p.job, p.instance.clone())).collect();
-        assert_eq!(got, vec![(3, "I0".to_string()), (4, "I0".to_string())]);
+        assert_eq!(got, vec![(3, "I0".to_string())]);
         assert!(placement_policy("mgb-sm").is_some());
     }
 
@@ -1027,8 +1093,8 @@ mod tests {
     }
 
     #[test]
-    fn newcomers_do_not_overtake_waiters_that_fit() {
-        let mut b = book(&[4 * G]);
+    fn with_no_overtaking_newcomers_wait_behind_waiters_that_could_use_the_instance() {
+        let mut b = book(&[4 * G]).with_max_overtakes(0);
         let big = placed(b.begin(req(1, 1, 3 * G, 0)));
         assert!(matches!(
             b.begin(req(2, 2, 2 * G, 0)).unwrap(),
@@ -1042,6 +1108,74 @@ mod tests {
         let now = b.end(big.task).unwrap();
         let jobs: Vec<JobId> = now.iter().map(|p| p.job).collect();
         assert_eq!(jobs, vec![2, 3]);
+    }
+
+    #[test]
+    fn a_task_that_fits_goes_ahead_of_one_that_does_not() {
+        // The head-of-line blocking seen on an H100 (issue 17): a big task
+        // waiting for memory held back smaller ones that fitted.
+        let mut b = book(&[4 * G]);
+        let big = placed(b.begin(req(1, 1, 3 * G, 0)));
+        let waiting = b.begin(req(2, 2, 2 * G, 0)).unwrap();
+        assert!(matches!(waiting, Begin::Waiting(_)));
+        assert_eq!(placed(b.begin(req(3, 3, G, 0))).job, 3);
+        // A process's own tasks stay in order, though.
+        let mut b2 = book(&[4 * G]);
+        placed(b2.begin(req(1, 1, 3 * G, 0)));
+        assert!(matches!(
+            b2.begin(req(2, 2, 2 * G, 0)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        assert!(matches!(
+            b2.begin(req(2, 2, G / 2, 0)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        // The 3G task and the 1G one end: the 2G waiter is placed.
+        b.end(big.task).unwrap();
+        assert_eq!(b.waiting_len(), 0);
+    }
+
+    #[test]
+    fn aging_stops_a_stream_of_small_tasks_from_starving_a_big_one() {
+        let mut b = book(&[4 * G]).with_max_overtakes(2);
+        let first = placed(b.begin(req(1, 1, 3 * G, 0)));
+        assert!(matches!(
+            b.begin(req(2, 2, 2 * G, 0)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        // Two small ones go ahead of the 2G waiter; the third waits.
+        let s1 = placed(b.begin(req(3, 3, G / 2, 0)));
+        placed(b.begin(req(4, 4, G / 2, 0)));
+        assert!(matches!(
+            b.begin(req(5, 5, G / 4, 0)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        // Room at last: the big one goes first, then the small one behind it.
+        let now = b.end(first.task).unwrap();
+        let jobs: Vec<JobId> = now.iter().map(|p| p.job).collect();
+        assert_eq!(jobs, vec![2, 5]);
+        // Once placed, a task's count is gone with it.
+        assert!(b.overtaken.is_empty(), "{:?}", b.overtaken);
+        b.end(s1.task).unwrap();
+    }
+
+    #[test]
+    fn overtaking_within_the_queue_is_bounded_too() {
+        let mut c = book(&[4 * G]).with_max_overtakes(1);
+        let big = placed(c.begin(req(1, 1, 3 * G, 0)));
+        let mid = placed(c.begin(req(9, 9, G, 0)));
+        for (job, bytes) in [(2, 2 * G), (3, G / 2), (4, G / 2)] {
+            assert!(matches!(
+                c.begin(req(job, job as u32, bytes, 0)).unwrap(),
+                Begin::Waiting(_)
+            ));
+        }
+        // 1G free: one half goes ahead (the 2G task is overtaken once),
+        // the next half waits for it.
+        let now = c.end(mid.task).unwrap();
+        assert_eq!(now.iter().map(|p| p.job).collect::<Vec<_>>(), vec![3]);
+        let now = c.end(big.task).unwrap();
+        assert_eq!(now.iter().map(|p| p.job).collect::<Vec<_>>(), vec![2, 4]);
     }
 
     #[test]
@@ -1059,6 +1193,24 @@ mod tests {
         assert_eq!(gone, vec![t.task]);
         assert_eq!(b.instances()[0].reserved_bytes, 0);
         assert_eq!(b.instances()[0].warps, 0);
+    }
+
+    #[test]
+    fn an_instance_whose_mps_is_down_binds_no_new_process_until_it_is_back() {
+        let mut b = book(&[8 * G, 8 * G]);
+        let first = placed(b.begin(req(1, 10, G, 0)));
+        let on = first.instance.clone();
+        let other = if on == "I0" { "I1" } else { "I0" };
+        b.set_mps_down(&on, true);
+        b.set_mps_down(other, true);
+        // A new process waits; the one bound there may still grow its work.
+        let waiting = b.begin(req(2, 20, G, 0)).unwrap();
+        assert!(matches!(waiting, Begin::Waiting(_)), "{waiting:?}");
+        assert_eq!(placed(b.begin(req(1, 10, G, 0))).instance, on);
+        // The server is back: the waiting process is placed there.
+        let now = b.set_mps_down(other, false);
+        assert_eq!(now.len(), 1);
+        assert_eq!(now[0].instance, other);
     }
 
     #[test]
@@ -1126,12 +1278,13 @@ mod tests {
     proptest! {
         /// Random concurrent begins, ends, exits, growths and isolations:
         /// no instance is ever over-reserved, nothing is placed on a closed
-        /// instance, and once everything active ends and every instance
-        /// opens, every waiting task has been placed.
+        /// instance, no waiting task is overtaken more than the aging bound,
+        /// and once everything active ends and every instance opens, every
+        /// waiting task has been placed.
         #[test]
         fn never_over_reserved_and_waiters_are_placed(ops in prop::collection::vec(op(), 1..120)) {
             let sizes = [5 * G, 5 * G, 5 * G, 10 * G, 10 * G];
-            let mut b = book(&sizes);
+            let mut b = book(&sizes).with_max_overtakes(3);
             let mut live: Vec<TaskId> = Vec::new();
             let check = |b: &TaskBook, placed: &[Placed], live: &mut Vec<TaskId>| -> Result<(), TestCaseError> {
                 for p in placed {
@@ -1142,6 +1295,9 @@ mod tests {
                 for i in b.instances() {
                     prop_assert!(i.reserved_bytes <= i.memory_bytes, "{} over-reserved", i.uuid);
                 }
+                // Aging: no waiting task is overtaken more than the bound.
+                prop_assert!(b.overtaken.values().all(|&n| n <= 3), "{:?}", b.overtaken);
+                prop_assert!(b.overtaken.keys().all(|id| b.waiting.iter().any(|(w, _)| w == id)));
                 Ok(())
             };
             for o in ops {

@@ -152,6 +152,30 @@ fn instance_id(state_dir: &Path) -> Result<String> {
     Ok(id)
 }
 
+/// Checks the MPS daemons every `every`, restarts those that died, and
+/// keeps shared work off an instance while its daemon is down.
+fn watch_mps(sup: Arc<mps::MpsSupervisor>, probe: Arc<probe::ProbeServer>, every: Duration) {
+    let apply = |sup: &mps::MpsSupervisor, probe: &probe::ProbeServer| {
+        for (uuid, m) in sup.status() {
+            probe.set_mps_down(&uuid, m.state == gsched_core::gpu::MpsState::Down);
+        }
+    };
+    apply(&sup, &probe);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let (s, p) = (Arc::clone(&sup), Arc::clone(&probe));
+            let _ = tokio::task::spawn_blocking(move || {
+                s.check();
+                apply(&s, &p);
+            })
+            .await;
+        }
+    });
+}
+
 /// Starts the node daemon. `shepherd_exe` is a binary that runs
 /// [`shepherd::main`] when called with [`shepherd::SHEPHERD_ARG`].
 pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) -> Result<Running> {
@@ -199,17 +223,6 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         for i in &mut instances {
             i.mps = status.get(&i.uuid).cloned();
         }
-        let every = Duration::from_secs(gpu_settings.mps_check_interval.max(1));
-        let watched = Arc::clone(&sup);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let w = Arc::clone(&watched);
-                let _ = tokio::task::spawn_blocking(move || w.check()).await;
-            }
-        });
         Some(sup)
     };
     for i in &instances {
@@ -284,6 +297,13 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let (probe_server, probe_listener) =
         probe::ProbeServer::bind(sock, book, mps_dirs, Arc::clone(&events))?;
     launcher.set_probe(Arc::clone(&probe_server));
+    if let Some(sup) = &mps {
+        watch_mps(
+            Arc::clone(sup),
+            Arc::clone(&probe_server),
+            Duration::from_secs(gpu_settings.mps_check_interval.max(1)),
+        );
+    }
     {
         let steps: Arc<dyn probe::StepControl> = Arc::clone(&launcher) as _;
         probe_server.set_steps(Arc::downgrade(&steps));

@@ -22,8 +22,44 @@ use crate::spool::process_starttime;
 /// Default control program, looked up on PATH.
 pub const MPS_CONTROL: &str = "nvidia-cuda-mps-control";
 
-/// Longest pipe directory: MPS puts unix sockets in it (108-byte limit).
-const MAX_PIPE_DIR: usize = 90;
+/// Longest pipe directory: `nvidia-cuda-mps-control -d` fails to start
+/// when the directory's path is 88 characters or longer (it puts unix
+/// sockets with longer names in it; seen on an H100, issue 17).
+const MAX_PIPE_DIR: usize = 87;
+
+/// The directory name of an instance's MPS files: the last group of its
+/// UUID (12 hex digits, unique among a node's GPUs and MIG instances), so
+/// the pipe path stays short; the whole UUID where it has no such group.
+pub fn short_name(uuid: &str) -> &str {
+    match uuid.rsplit_once('-') {
+        Some((_, tail)) if tail.len() >= 8 && tail.bytes().all(|b| b.is_ascii_hexdigit()) => tail,
+        _ => uuid,
+    }
+}
+
+/// The pipe directory of each instance under `root`, checked against
+/// the limit; an error says what is too long and what to do.
+pub fn pipe_dirs(root: &Path, instances: &[String]) -> Result<Vec<PathBuf>> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for uuid in instances {
+        let name = short_name(uuid);
+        if !seen.insert(name) {
+            bail!("two instances of this node share the MPS directory name {name} ({uuid})");
+        }
+        let pipe_dir = root.join(name).join("pipe");
+        let len = pipe_dir.as_os_str().len();
+        if len > MAX_PIPE_DIR {
+            bail!(
+                "the MPS pipe directory {} is {len} characters long; nvidia-cuda-mps-control needs fewer than {}: give gnoded a shorter state directory (--state-dir)",
+                pipe_dir.display(),
+                MAX_PIPE_DIR + 1
+            );
+        }
+        out.push(pipe_dir);
+    }
+    Ok(out)
+}
 
 /// The MPS control daemons of this node.
 pub struct MpsSupervisor {
@@ -233,19 +269,12 @@ impl MpsSupervisor {
     /// retried by [`MpsSupervisor::check`]; its instance reports MPS down.
     pub fn start(control: PathBuf, root: &Path, instances: &[String]) -> Result<MpsSupervisor> {
         let mut servers = Vec::new();
-        for uuid in instances {
-            let dir = root.join(uuid);
-            let pipe_dir = dir.join("pipe");
-            if pipe_dir.as_os_str().len() > MAX_PIPE_DIR {
-                bail!(
-                    "the MPS pipe directory {} is too long for unix sockets; use a shorter state directory",
-                    pipe_dir.display()
-                );
-            }
+        for (uuid, pipe_dir) in instances.iter().zip(pipe_dirs(root, instances)?) {
+            let log_dir = pipe_dir.with_file_name("log");
             let mut s = MpsServer {
                 instance: uuid.clone(),
                 pipe_dir,
-                log_dir: dir.join("log"),
+                log_dir,
                 daemon: None,
             };
             if let Err(e) = s.ensure_started(&control) {
@@ -369,6 +398,33 @@ mod tests {
         let log = std::fs::read_to_string(dir.path().join("MIG-test-b/log/control.log")).unwrap();
         assert!(log.lines().any(|l| l == "quit"), "{log}");
         assert!(sup.status().values().all(|m| m.state == MpsState::Down));
+    }
+
+    #[test]
+    fn pipe_directories_are_short_or_refused_with_the_way_out() {
+        let mig = "MIG-1d2c3b4a-5e6f-5a7b-8c9d-0123456789ab";
+        let gpu = "GPU-b2971d38-0083-3112-3e14-fa18288f4820";
+        assert_eq!(short_name(mig), "0123456789ab");
+        assert_eq!(short_name(gpu), "fa18288f4820");
+        assert_eq!(short_name("MIG-test-a"), "MIG-test-a");
+        // A state directory as deep as the one MPS failed under (a pipe
+        // path of 88 characters or more with the full UUID) now fits.
+        let root = Path::new("/tmp/gsched-bench/state-abcdefgh/mps/node1");
+        let dirs = pipe_dirs(root, &[mig.into(), gpu.into()]).unwrap();
+        assert_eq!(dirs[0], root.join("0123456789ab/pipe"));
+        assert!(dirs.iter().all(|d| d.as_os_str().len() < 88));
+        assert!(root.join(mig).join("pipe").as_os_str().len() >= 88);
+        // Too deep even so: refused, naming the path, its length and the fix.
+        let deep =
+            Path::new("/var/lib/a-very-long-site-specific-prefix/gsched/state/mps/gpu-node-0001");
+        let e = pipe_dirs(deep, &[mig.into()]).unwrap_err().to_string();
+        assert!(
+            e.contains("characters long") && e.contains("--state-dir"),
+            "{e}"
+        );
+        // Two instances that would share a directory: refused.
+        let twin = "MIG-ffffffff-5e6f-5a7b-8c9d-0123456789ab";
+        assert!(pipe_dirs(root, &[mig.into(), twin.into()]).is_err());
     }
 
     #[test]

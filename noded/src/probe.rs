@@ -750,6 +750,30 @@ impl ProbeServer {
         }
     }
 
+    /// Says whether an instance's MPS server is down: while it is, no new
+    /// process of a shared job is placed there (its log says so once per
+    /// change).
+    pub fn set_mps_down(&self, uuid: &str, down: bool) {
+        let mut st = self.lock();
+        let was = st
+            .book
+            .instances()
+            .iter()
+            .any(|i| i.uuid == uuid && i.mps_down);
+        if was == down {
+            return;
+        }
+        if down {
+            warn!(instance = %uuid, "the instance's MPS server is down: no new shared work is placed there until it is back");
+        } else {
+            info!(instance = %uuid, "the instance's MPS server is back: shared work is placed there again");
+        }
+        let placed = st.book.set_mps_down(uuid, down);
+        self.deliver(&mut st, placed);
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
     /// Connects the node's step control (once, at start).
     pub fn set_steps(&self, steps: std::sync::Weak<dyn StepControl>) {
         let _ = self.steps.set(steps);
