@@ -94,6 +94,10 @@ fn unmodified_programs_are_placed_capped_and_measured() {
         g.wait_until("the peak is recorded", Duration::from_secs(10), || {
             g.job(id)["gpu_mem_peak"].as_u64() == Some(4608)
         });
+        // The kernel it launched (10 blocks of 64 threads: 20 warps)
+        // reached its task record, not the 0 known at placement.
+        let tasks = g.ended_tasks(&format!("?job={id}"), 1);
+        assert_eq!(tasks[0]["warps"], 20, "{mode}: {tasks:?}");
         let _ = job;
     }
     // A later run with no --gpu-mem starts from the learned peak.

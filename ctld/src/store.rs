@@ -464,6 +464,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
                  VALUES (?,?,?,?,?,?,?,?,?)
                  ON CONFLICT(job_id, task) DO UPDATE SET
                    mem_bytes = max(mem_bytes, excluded.mem_bytes),
+                   warps = max(warps, excluded.warps),
                    end_time = coalesce(excluded.end_time, end_time)",
             )
             .bind(r.job as i64)

@@ -716,6 +716,10 @@ impl ProbeServer {
                         );
                     }
                     let _ = st.book.set_warps(task, warps);
+                    // The record keeps the most the task launched.
+                    if let Some(b) = st.begun.get_mut(&task) {
+                        b.0.warps = b.0.warps.max(warps);
+                    }
                     return ProbeReply::Ok;
                 }
                 ProbeRequest::Peak { job, bytes, .. } => {
