@@ -345,7 +345,14 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         ),
     }
     tokio::spawn(Arc::clone(&probe_server).serve(probe_listener));
-    let ended = launcher.adopt();
+    // Adopting waits for the cgroups of jobs that ended meanwhile to empty:
+    // off the async threads.
+    let ended = {
+        let l = Arc::clone(&launcher);
+        tokio::task::spawn_blocking(move || l.adopt())
+            .await
+            .context("adopting the running jobs failed")?
+    };
     let endpoint = gsched_daemon::tls::Endpoint::from_flags(
         config.tls_cert.as_deref(),
         config.tls_key.as_deref(),
