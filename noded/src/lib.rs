@@ -318,6 +318,13 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     {
         let b = Arc::clone(&backend);
         probe_server.set_free_memory(Arc::new(move |uuid: &str| b.free_bytes(uuid)));
+        // Only jobs' processes hold a drain: not the MPS server, nor what
+        // runs outside gsched.
+        let (b, c) = (Arc::clone(&backend), Arc::clone(&confine));
+        probe_server.set_processes_on(Arc::new(move |uuid: &str| {
+            let pids = b.processes_on(uuid)?;
+            Some(c.jobs_of(&pids).into_iter().map(|(p, _, _)| p).collect())
+        }));
     }
     let task_mem = gsched_core::units::parse_mem_mib(&config.default_task_mem)
         .with_context(|| format!("invalid --default-task-mem '{}'", config.default_task_mem))?;

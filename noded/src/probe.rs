@@ -83,6 +83,13 @@ struct State {
 /// Reads the memory physically free on an instance (bytes).
 pub type FreeMemory = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
 
+/// The processes the GPU reports on an instance (by UUID), where it can
+/// tell: those of shared jobs that bypassed the interception too.
+pub type ProcessesOn = Arc<dyn Fn(&str) -> Option<Vec<u32>> + Send + Sync>;
+
+/// How often a drain looks again at processes it has no placement for.
+const UNPLACED_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How long a placed task may wait for memory its predecessor still holds
 /// physically (a process that has exited, whose memory the driver or MPS
 /// server has not yet returned).
@@ -93,6 +100,7 @@ pub struct ProbeServer {
     /// For the pidfd watchers, spawned from connection threads.
     runtime: tokio::runtime::Handle,
     free_memory: std::sync::OnceLock<FreeMemory>,
+    processes_on: std::sync::OnceLock<ProcessesOn>,
     state: Mutex<State>,
     mps: BTreeMap<String, String>,
     events: Arc<TaskEvents>,
@@ -153,6 +161,7 @@ impl ProbeServer {
             path,
             runtime: tokio::runtime::Handle::current(),
             free_memory: std::sync::OnceLock::new(),
+            processes_on: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 book,
                 jobs: HashMap::new(),
@@ -187,6 +196,19 @@ impl ProbeServer {
     /// Lets placements wait until the memory they reserve is physically free.
     pub fn set_free_memory(&self, f: FreeMemory) {
         let _ = self.free_memory.set(f);
+    }
+
+    /// Lets drains see processes the GPU runs on an instance, placed or not.
+    pub fn set_processes_on(&self, f: ProcessesOn) {
+        let _ = self.processes_on.set(f);
+    }
+
+    /// Processes the GPU reports on `uuid` (none where it cannot tell).
+    fn processes_on(&self, uuid: &str) -> Vec<u32> {
+        self.processes_on
+            .get()
+            .and_then(|f| f(uuid))
+            .unwrap_or_default()
     }
 
     /// Returns once `bytes` are physically free on `instance` (or after
@@ -377,26 +399,45 @@ impl ProbeServer {
     }
 
     /// An isolated job takes `uuid`: no new placements there from now on.
-    /// Returns whether shared tasks are still on it (see [`Self::drained`]).
+    /// Returns whether anything still runs on it: shared tasks, or
+    /// processes the GPU reports there (see [`Self::drained`]).
     pub fn hold(&self, uuid: &str, job: JobId) -> bool {
-        let mut st = self.lock();
-        st.held.insert(uuid.to_string(), job);
-        st.book.set_closed(uuid, true);
-        st.book.tasks_on(uuid) > 0
+        let tasks = {
+            let mut st = self.lock();
+            st.held.insert(uuid.to_string(), job);
+            st.book.set_closed(uuid, true);
+            st.book.tasks_on(uuid)
+        };
+        tasks > 0 || !self.processes_on(uuid).is_empty()
     }
 
-    /// Returns once no shared task is left on `uuid`.
+    /// Returns once no shared task is left on `uuid` and the GPU reports
+    /// no process there: a process that bypassed the interception has no
+    /// placement, but an isolated job does not start next to it either.
     pub async fn drained(&self, uuid: &str) {
+        let mut said = false;
         loop {
             let notified = self.changed.notified();
-            if self.lock().book.tasks_on(uuid) == 0 {
+            if self.lock().book.tasks_on(uuid) > 0 {
+                debug!(
+                    instance = uuid,
+                    "waiting for shared tasks to leave the instance"
+                );
+                notified.await;
+                continue;
+            }
+            let unplaced = self.processes_on(uuid);
+            if unplaced.is_empty() {
                 return;
             }
-            debug!(
-                instance = uuid,
-                "waiting for shared tasks to leave the instance"
-            );
-            notified.await;
+            if !std::mem::replace(&mut said, true) {
+                warn!(
+                    instance = uuid,
+                    pids = ?unplaced,
+                    "processes without a placement run on the instance (a job that bypassed the interception?): the isolated job waits until they end"
+                );
+            }
+            let _ = tokio::time::timeout(UNPLACED_POLL, notified).await;
         }
     }
 
@@ -893,6 +934,37 @@ mod tests {
             shape: None,
         })
         .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_drain_waits_for_processes_it_has_no_placement_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 4 * G)]);
+        let (server, _listener) = ProbeServer::bind(
+            dir.path().join("p.sock"),
+            book,
+            BTreeMap::new(),
+            Arc::new(TaskEvents::default()),
+        )
+        .unwrap();
+        // The GPU reports a process there that gnoded never placed.
+        let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let r = Arc::clone(&running);
+        server.set_processes_on(Arc::new(move |uuid: &str| {
+            (uuid == "GPU-a" && r.load(std::sync::atomic::Ordering::SeqCst)).then(|| vec![4242])
+        }));
+        assert!(server.hold("GPU-a", 7), "a process is on the instance");
+        let s = Arc::clone(&server);
+        let drained = tokio::spawn(async move { s.drained("GPU-a").await });
+        tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+        assert!(!drained.is_finished(), "drained while a process ran there");
+        running.store(false, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::timeout(std::time::Duration::from_secs(5), drained)
+            .await
+            .expect("drained once the process ended")
+            .unwrap();
+        // Nothing on it: a hold need not wait.
+        assert!(!server.hold("GPU-a", 8));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

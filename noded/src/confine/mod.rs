@@ -296,27 +296,35 @@ impl Confinement {
             .filter(|s| !s.is_empty())
     }
 
-    /// Adds GPU busy time (microseconds per process id) to the jobs and
-    /// steps whose cgroups hold those processes.
-    pub fn add_gpu_time(&self, busy: &BTreeMap<u32, u64>) {
-        if busy.is_empty() || !self.tracks() {
-            return;
+    /// Which of `pids` are processes of jobs on this node, with their job
+    /// and step (from the kernel's lists of each job's cgroups).
+    pub fn jobs_of(&self, pids: &[u32]) -> Vec<(u32, JobId, Scope)> {
+        if pids.is_empty() || !self.tracks() {
+            return Vec::new();
         }
         let jobs: Vec<JobId> = self.accounts().keys().copied().collect();
         let mut found = Vec::new();
         for job in jobs {
             for scope in self.cgroups.steps(job) {
                 for pid in self.cgroups.pids(job, scope) {
-                    if let Some(usec) = u32::try_from(pid).ok().and_then(|p| busy.get(&p)) {
-                        found.push((job, scope, *usec));
+                    if let Some(p) = u32::try_from(pid).ok().filter(|p| pids.contains(p)) {
+                        found.push((p, job, scope));
                     }
                 }
             }
         }
+        found
+    }
+
+    /// Adds GPU busy time (microseconds per process id) to the jobs and
+    /// steps whose cgroups hold those processes.
+    pub fn add_gpu_time(&self, busy: &BTreeMap<u32, u64>) {
+        let pids: Vec<u32> = busy.keys().copied().collect();
+        let found = self.jobs_of(&pids);
         let mut all = self.accounts();
-        for (job, scope, usec) in found {
+        for (pid, job, scope) in found {
             if let Some(a) = all.get_mut(&job) {
-                a.add_gpu_time(scope, usec);
+                a.add_gpu_time(scope, busy[&pid]);
             }
         }
     }

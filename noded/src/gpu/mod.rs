@@ -119,6 +119,11 @@ pub trait GpuBackend: Send + Sync {
     /// Memory physically free now on an instance (a `GPU-` or `MIG-` UUID),
     /// in bytes, when the backend can tell.
     fn free_bytes(&self, uuid: &str) -> Option<u64>;
+    /// The processes running on an instance (a `GPU-` or `MIG-` UUID), when
+    /// the backend can tell (simulated GPUs run none).
+    fn processes_on(&self, _uuid: &str) -> Option<Vec<u32>> {
+        None
+    }
     /// Whether the GPUs are simulated (no CUDA contexts take memory).
     fn is_simulated(&self) -> bool {
         false

@@ -342,6 +342,20 @@ impl GpuBackend for NvmlGpus {
         }
     }
 
+    fn processes_on(&self, uuid: &str) -> Option<Vec<u32>> {
+        let d = self.nvml.device_by_uuid(uuid).ok()?;
+        let mut pids: Vec<u32> = d
+            .running_compute_processes()
+            .ok()?
+            .into_iter()
+            .chain(d.running_graphics_processes().unwrap_or_default())
+            .map(|p| p.pid)
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        Some(pids)
+    }
+
     fn free_bytes(&self, uuid: &str) -> Option<u64> {
         self.nvml
             .device_by_uuid(uuid)
