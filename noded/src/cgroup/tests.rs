@@ -147,13 +147,14 @@ fn exercise(cg: &dyn Cgroups, job: JobId) {
 /// and removed alone.
 fn exercise_step(cg: &dyn Cgroups, job: JobId, procs: &[PathBuf]) {
     let v = cg.version();
-    let mut batch = start_in(procs, "sleep 300");
+    let mut batch = start_in(procs, "exec sleep 300");
     wait_for("the batch process", || {
         !cg.pids(job, Scope::Batch).is_empty()
     });
     cg.create_step(job, 3).expect("create step 3");
     assert_eq!(cg.steps(job), vec![Scope::Batch, Scope::Step(3)], "{v}");
-    let mut step = start_in(procs, "sleep 300");
+    // One process (exec): none forks before or after it moves.
+    let mut step = start_in(procs, "exec sleep 300");
     let pid = step.id() as i32;
     cg.join(job, Scope::Step(3), pid).expect("join step 3");
     assert_eq!(cg.pids(job, Scope::Step(3)), vec![pid], "{v}");
