@@ -147,6 +147,10 @@ struct UpArgs {
     /// Placement policy for shared tasks: `case` or `mgb-sm`.
     #[arg(long, default_value = "case")]
     placement_policy: String,
+    /// How many times a waiting shared task may be overtaken by later ones
+    /// that fit now (0: strict arrival order).
+    #[arg(long, default_value_t = gsched_core::placement::DEFAULT_MAX_OVERTAKES)]
+    max_overtakes: u32,
     /// Users who may act on every job, comma separated (root and the user
     /// running gsched always may).
     #[arg(long, value_delimiter = ',')]
@@ -223,6 +227,7 @@ async fn up(args: UpArgs) -> Result<()> {
             default_task_mem: "1G".into(),
             context_mem: None,
             placement_policy: args.placement_policy,
+            max_overtakes: args.max_overtakes,
             workers: args.workers,
             cpus: args.cpus,
             real_memory: args.real_memory,

@@ -41,6 +41,10 @@ pub struct SimArgs {
     /// mgb-sm); default 4, the paper's.
     #[arg(long, value_name = "N")]
     workers_per_slice: Option<u32>,
+    /// How many times a waiting task may be overtaken by later ones that
+    /// fit now (0: strict arrival order); default, gnoded's (8).
+    #[arg(long, value_name = "N")]
+    max_overtakes: Option<u32>,
     /// How long a non-isolated job holds GPU memory: `task` (each GPU task
     /// reserves and releases its memory) or `process` (from its first GPU
     /// task until it ends, as one process under the driver interception).
@@ -209,6 +213,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         repartition: gsched_core::repartition::repartition_policy(&a.repartition)
             .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?,
         reconfig_secs: a.reconfig_secs,
+        max_overtakes: a.max_overtakes,
     };
     let policy: Policy = a.policy.parse()?;
     let baseline: Policy = a.baseline.parse()?;

@@ -51,6 +51,12 @@ pub struct NodeConfig {
     #[arg(long, default_value = "case")]
     #[serde(default = "default_placement_policy")]
     pub placement_policy: String,
+    /// How many times a waiting shared task may be overtaken by later
+    /// ones that fit now before nothing more goes ahead of it (0: strict
+    /// arrival order).
+    #[arg(long, default_value_t = gsched_core::placement::DEFAULT_MAX_OVERTAKES)]
+    #[serde(default = "default_max_overtakes")]
+    pub max_overtakes: u32,
     /// CPUs jobs may be given (default: the cores this daemon may run on).
     /// With core confinement on, at most that many.
     #[arg(long)]
@@ -128,6 +134,10 @@ fn default_listen() -> SocketAddr {
 fn default_task_mem() -> String {
     "1G".into()
 }
+fn default_max_overtakes() -> u32 {
+    gsched_core::placement::DEFAULT_MAX_OVERTAKES
+}
+
 fn default_placement_policy() -> String {
     "case".into()
 }

@@ -285,7 +285,8 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
             .map(|i| (i.uuid.clone(), i.memory_mib * 1024 * 1024))
             .collect(),
     )
-    .starting_at(probe::now_ms() as u64 * 1024);
+    .starting_at(probe::now_ms() as u64 * 1024)
+    .with_max_overtakes(config.max_overtakes);
     for i in &instances {
         book = book.with_sms(&i.uuid, i.sms);
     }

@@ -508,6 +508,9 @@ pub struct SimOptions {
     /// Seconds from destroying instances to their replacements being
     /// usable (MIG create, compute instance, MPS daemon).
     pub reconfig_secs: f64,
+    /// How often a waiting task may be overtaken (`None`: the node's
+    /// default, `placement::DEFAULT_MAX_OVERTAKES`).
+    pub max_overtakes: Option<u32>,
 }
 
 /// Runs `jobs` on the cluster `spec` (a `--sim-gpus` spec) under `policy`.
@@ -581,6 +584,9 @@ pub fn simulate_with(
     );
     for i in &inst {
         book = book.with_sms(&i.uuid, i.sms);
+    }
+    if let Some(n) = options.max_overtakes {
+        book = book.with_max_overtakes(n);
     }
     let sms_per_slice = inst
         .iter()
