@@ -5,6 +5,7 @@ use clap::Parser;
 use gsched_core::wire::{InstanceInfo, NodeInfo};
 
 use crate::client::Client;
+use crate::slurm::format::timestamp;
 use crate::table::{cell, row};
 
 #[derive(Parser, Debug)]
@@ -44,6 +45,7 @@ pub fn format(nodes: &[NodeInfo], instances: &[InstanceInfo]) -> String {
         cell("MEM_RESERVED/TOTAL", 19),
         cell("SMS", 4),
         cell("ISOLATED", 8),
+        cell("DRAIN", -32),
         cell("TASKS", 5),
         cell("MPS", -7),
         "UUID".into(),
@@ -64,12 +66,24 @@ pub fn format(nodes: &[NodeInfo], instances: &[InstanceInfo]) -> String {
                     .unwrap_or_else(|| "-".into()),
                 8,
             ),
+            cell(&drain(i), -32),
             cell(&i.active_tasks.to_string(), 5),
             cell(i.mps.as_ref().map(|m| m.state.as_str()).unwrap_or("-"), -7),
             i.uuid.clone(),
         ]) + "\n");
     }
     out
+}
+
+/// An instance's drain for an isolated job: `for 12 until 2026-11-24T14:05:31` (when
+/// the shared jobs on it reach their time limits), `for 12 (no limit)`, or
+/// `-`.
+fn drain(i: &InstanceInfo) -> String {
+    match (i.draining_for, i.drain_expected_end) {
+        (None, _) => "-".into(),
+        (Some(j), Some(end)) => format!("for {j} until {}", timestamp(Some(end))),
+        (Some(j), None) => format!("for {j} (no limit)"),
+    }
 }
 
 pub fn main_with(args: Vec<String>) -> Result<()> {

@@ -374,6 +374,10 @@ pub struct InstanceInfo {
     pub sms: u32,
     pub isolated_owner: Option<JobId>,
     pub draining_for: Option<JobId>,
+    /// While draining: when the shared jobs on it reach their time limits
+    /// (unix seconds), if they all have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_expected_end: Option<i64>,
     pub active_tasks: u32,
     pub worker_limit: u32,
     /// Warps the active shared tasks declared.
@@ -416,6 +420,12 @@ pub struct Reservation {
 }
 
 impl InstanceInfo {
+    /// With the drain's expected end (`Cluster::drain_expected_end`).
+    pub fn with_drain_end(mut self, end: Option<i64>) -> InstanceInfo {
+        self.drain_expected_end = end;
+        self
+    }
+
     pub fn new(node: &str, s: &crate::cluster::InstanceSlot) -> InstanceInfo {
         let i = &s.instance;
         let reservations = match s.holder() {
@@ -447,6 +457,7 @@ impl InstanceInfo {
             sms: i.sms,
             isolated_owner: s.isolated_owner,
             draining_for: s.draining_for,
+            drain_expected_end: None,
             active_tasks: s.active_tasks,
             worker_limit: i.worker_limit(),
             mps: i.mps.clone(),

@@ -32,6 +32,23 @@ impl Cluster {
         effects
     }
 
+    /// When an instance being drained for an isolated job is expected to be
+    /// free: the latest time-limit end of the shared jobs that reserve
+    /// memory on it (unix seconds). `None` when it is not being drained, or
+    /// when that cannot be known: one of those jobs has no time limit (or
+    /// has not started), or the node has not yet reported who is there.
+    pub fn drain_expected_end(&self, slot: &super::InstanceSlot) -> Option<i64> {
+        slot.draining_for?;
+        let mut latest: Option<i64> = None;
+        for id in slot.job_bytes.keys() {
+            let job = self.jobs.get(id)?;
+            let limit = i64::try_from(job.spec.time_limit?).ok()?;
+            let end = job.start_time?.saturating_add(limit);
+            latest = Some(latest.map_or(end, |l| l.max(end)));
+        }
+        latest
+    }
+
     /// Whether drain `seq` is still the newest for `node` (an older one in
     /// flight is not sent again).
     pub fn drain_is_current(&self, node: &str, seq: u64) -> bool {
@@ -108,5 +125,66 @@ mod tests {
         // A node that registers again is sent its set afresh.
         let fx = c.register_node(&registration("n1", &[(id, 1)], vec![]), 4);
         assert_eq!(drains(&fx).len(), 1);
+    }
+
+    #[test]
+    fn a_drain_is_expected_to_end_when_the_jobs_on_it_reach_their_limits() {
+        let mut c = cluster();
+        let limited = |name: &str, limit: Option<u64>| JobSpec {
+            time_limit: limit,
+            ..crate::cluster::testkit::spec(name, false)
+        };
+        let (a, _) = c.submit(limited("a", Some(100)), 0).unwrap();
+        let (b, _) = c.submit(limited("b", Some(300)), 0).unwrap();
+        let (u, _) = c.submit(limited("u", None), 0).unwrap();
+        c.schedule(10);
+        let uuids: Vec<String> = c
+            .node("n1")
+            .unwrap()
+            .instances
+            .iter()
+            .map(|s| s.instance.uuid.clone())
+            .collect();
+        let on = |jobs: &[u64]| crate::wire::InstanceUse {
+            tasks: jobs.len() as u32,
+            jobs: jobs.iter().map(|j| (*j, 1 << 30)).collect(),
+            ..Default::default()
+        };
+        // a and b on the first instance, the unlimited u on the second.
+        let uses = [
+            (uuids[0].clone(), on(&[a, b])),
+            (uuids[1].clone(), on(&[u])),
+        ];
+        c.update_instance_use("n1", &uses.into_iter().collect());
+        let slot =
+            |c: &crate::cluster::Cluster, k: usize| c.node("n1").unwrap().instances[k].clone();
+        // Not draining: no expected end.
+        assert_eq!(c.drain_expected_end(&slot(&c, 0)), None);
+        let iso = JobSpec {
+            isolated: true,
+            ..crate::cluster::testkit::spec("iso", false)
+        };
+        c.submit(iso, 11).unwrap();
+        c.schedule(12);
+        let drained: Vec<usize> = (0..2)
+            .filter(|&k| slot(&c, k).draining_for.is_some())
+            .collect();
+        assert_eq!(drained.len(), 1);
+        let k = drained[0];
+        let other = 1 - k;
+        // The jobs with limits on the drained instance: the later end.
+        let uses = [
+            (uuids[k].clone(), on(&[a, b])),
+            (uuids[other].clone(), on(&[u])),
+        ];
+        c.update_instance_use("n1", &uses.into_iter().collect());
+        assert_eq!(c.drain_expected_end(&slot(&c, k)), Some(10 + 300));
+        // One of them without a limit: unknown.
+        let uses = [
+            (uuids[k].clone(), on(&[a, u])),
+            (uuids[other].clone(), on(&[b])),
+        ];
+        c.update_instance_use("n1", &uses.into_iter().collect());
+        assert_eq!(c.drain_expected_end(&slot(&c, k)), None);
     }
 }

@@ -337,7 +337,8 @@ async fn list_instances(State(ctl): Ctl) -> Json<serde_json::Value> {
         .flat_map(|n| {
             n.instances
                 .iter()
-                .map(move |s| InstanceInfo::new(&n.name, s))
+                .map(|s| InstanceInfo::new(&n.name, s).with_drain_end(c.drain_expected_end(s)))
+                .collect::<Vec<_>>()
         })
         .collect();
     Json(serde_json::json!({ "instances": inst }))
