@@ -1,0 +1,496 @@
+use super::*;
+use crate::placement::{
+    placement_policy, BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement,
+};
+use crate::sm::KernelShape;
+use proptest::prelude::*;
+
+const G: u64 = 1 << 30;
+
+fn book(sizes: &[u64]) -> TaskBook {
+    TaskBook::new(
+        Box::new(CasePlacement),
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("I{i}"), *s))
+            .collect(),
+    )
+}
+
+fn req(job: JobId, pid: u32, bytes: u64, warps: u64) -> TaskRequest {
+    TaskRequest {
+        job,
+        pid,
+        bytes,
+        warps,
+        shape: None,
+    }
+}
+
+fn placed(b: Result<Begin, PlacementError>) -> Placed {
+    match b.unwrap() {
+        Begin::Placed(p) => p,
+        other => panic!("not placed: {other:?}"),
+    }
+}
+
+#[test]
+fn fewest_warps_among_those_with_room() {
+    let mut b = book(&[5 * G, 5 * G, 10 * G]);
+    let a = placed(b.begin(req(1, 1, 3 * G, 100)));
+    assert_eq!(a.instance, "I0");
+    let c = placed(b.begin(req(2, 2, 3 * G, 10)));
+    assert_eq!(c.instance, "I1", "I0 has warps in use");
+    let d = placed(b.begin(req(3, 3, 3 * G, 10)));
+    assert_eq!(d.instance, "I2", "I0 and I1 lack memory");
+    // 4G fits only I2 (7G free); it has 10 warps, it is still the choice.
+    let e = placed(b.begin(req(4, 4, 4 * G, 1)));
+    assert_eq!(e.instance, "I2");
+    assert_eq!(b.begin(req(5, 5, 4 * G, 1)).unwrap(), Begin::Waiting(5));
+    let now = b.end(a.task).unwrap();
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].instance, "I0");
+    assert_eq!(now[0].job, 5);
+}
+
+#[test]
+fn mgb_sm_treats_sm_slots_as_a_hard_limit() {
+    let shaped = |job, blocks, block_warps| TaskRequest {
+        shape: Some(KernelShape {
+            blocks,
+            block_warps,
+        }),
+        ..req(job, job as u32, G, 0)
+    };
+    let mut b = TaskBook::new(
+        Box::new(MgbSmPlacement),
+        vec![("I0".into(), 5 * G), ("I1".into(), 5 * G)],
+    )
+    .with_sms("I0", 2)
+    .with_sms("I1", 2);
+    // Six 16-warp blocks: three per SM, 48 of each SM's 64 warps.
+    let first = placed(b.begin(shaped(1, 6, 16)));
+    assert_eq!(first.instance, "I0");
+    // Three more per SM do not fit I0's 16 free warps: first fit is I1.
+    assert_eq!(placed(b.begin(shaped(2, 6, 16))).instance, "I1");
+    // Memory is free everywhere, SM slots are not: it waits.
+    assert!(matches!(
+        b.begin(shaped(3, 6, 16)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // One block per SM fits I0 now: it goes ahead of the waiting task,
+    // which cannot use those slots yet.
+    assert_eq!(placed(b.begin(shaped(4, 2, 16))).instance, "I0");
+    let now = b.end(first.task).unwrap();
+    let got: Vec<(JobId, String)> = now.iter().map(|p| (p.job, p.instance.clone())).collect();
+    assert_eq!(got, vec![(3, "I0".to_string())]);
+    assert!(placement_policy("mgb-sm").is_some());
+}
+
+#[test]
+fn mgb_sm_sees_slots_split_across_sms() {
+    let shaped = |job, blocks, block_warps| TaskRequest {
+        shape: Some(KernelShape {
+            blocks,
+            block_warps,
+        }),
+        ..req(job, job as u32, G, 0)
+    };
+    let mut b =
+        TaskBook::new(Box::new(MgbSmPlacement), vec![("I0".into(), 5 * G)]).with_sms("I0", 2);
+    let first = placed(b.begin(shaped(1, 2, 20)));
+    // 44 warps free on each SM, 88 in all: 72 warps in 24-warp blocks
+    // would fit the total but only one such block fits an SM.
+    assert!(matches!(
+        b.begin(shaped(2, 3, 24)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    assert_eq!(b.instances()[0].sms.as_ref().unwrap().free_warps(), 88);
+    let now = b.end(first.task).unwrap();
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].job, 2);
+}
+
+#[test]
+fn exclusive_tasks_go_only_to_their_jobs_instance() {
+    let mut b = TaskBook::new(
+        Box::new(ExclusivePlacement),
+        vec![("I0".into(), 5 * G), ("I1".into(), 5 * G)],
+    );
+    // Job 1 holds nothing yet: it waits, though both instances are free.
+    assert!(matches!(
+        b.begin(req(1, 1, G, 1)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    let now = b.set_owner("I1", Some(1));
+    assert_eq!((now[0].job, now[0].instance.as_str()), (1, "I1"));
+    // Another job cannot use job 1's instance, even with memory free.
+    assert!(matches!(
+        b.begin(req(2, 2, G, 1)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    b.release_job(1);
+    let now = b.set_owner("I1", Some(2));
+    assert_eq!((now[0].job, now[0].instance.as_str()), (2, "I1"));
+}
+
+#[test]
+fn blind_placement_deals_processes_round_robin_and_overflows() {
+    let mut b = TaskBook::new(
+        Box::new(BlindPlacement),
+        vec![("I0".into(), 5 * G), ("I1".into(), 5 * G)],
+    );
+    assert_eq!(placed(b.begin(req(1, 1, 4 * G, 1))).instance, "I0");
+    assert_eq!(placed(b.begin(req(2, 2, 4 * G, 1))).instance, "I1");
+    // Both have 1 GiB free; the next process goes to I0 regardless.
+    match b.begin(req(3, 3, 2 * G, 1)) {
+        Err(PlacementError::Overflow {
+            instance,
+            free,
+            want,
+        }) => {
+            assert_eq!((instance.as_str(), free, want), ("I0", G, 2 * G));
+        }
+        other => panic!("expected an overflow, got {other:?}"),
+    }
+    // Nothing was reserved beyond the instance.
+    assert!(b
+        .instances()
+        .iter()
+        .all(|i| i.reserved_bytes <= i.memory_bytes));
+    assert_eq!(placed(b.begin(req(4, 4, G / 2, 1))).instance, "I0");
+    assert_eq!(b.instances()[0].processes, 2);
+    b.release_job(4);
+    assert_eq!(b.instances()[0].processes, 1);
+    assert!(placement_policy("blind").is_some());
+    assert!(placement_policy("exclusive").is_some());
+}
+
+#[test]
+fn restored_reservations_count() {
+    let mut b = book(&[5 * G]);
+    assert!(b.restore(40, &req(1, 9, 3 * G, 10), "I0"));
+    assert!(!b.restore(40, &req(1, 9, G, 10), "I0"), "same id twice");
+    assert!(
+        !b.restore(41, &req(2, 9, 3 * G, 10), "I0"),
+        "would over-reserve"
+    );
+    assert!(!b.restore(42, &req(2, 9, G, 10), "nowhere"));
+    assert_eq!(b.pinned(1, 9), Some("I0"));
+    assert!(matches!(
+        b.begin(req(3, 3, 3 * G, 0)).unwrap(),
+        Begin::Waiting(41)
+    ));
+    let now = b.end(40).unwrap();
+    assert_eq!(now[0].job, 3);
+}
+
+#[test]
+fn tasks_that_can_never_fit_fail_at_once() {
+    let mut b = book(&[5 * G, 10 * G]);
+    let e = b.begin(req(1, 1, 11 * G, 1)).unwrap_err();
+    assert!(matches!(e, PlacementError::NeverFits { .. }));
+    // A process pinned to the 5G instance cannot grow a task past it.
+    let p = placed(b.begin(req(1, 1, 4 * G, 1)));
+    assert_eq!(p.instance, "I0");
+    let e = b.begin(req(1, 1, 6 * G, 1)).unwrap_err();
+    assert!(matches!(e, PlacementError::NeverFitsPinned { .. }), "{e}");
+}
+
+#[test]
+fn later_tasks_of_a_process_stay_on_its_instance() {
+    let mut b = book(&[5 * G, 5 * G]);
+    let first = placed(b.begin(req(1, 7, G, 1000)));
+    assert_eq!(first.instance, "I0");
+    let second = placed(b.begin(req(1, 7, G, 1)));
+    assert_eq!(second.instance, "I0", "pinned despite more warps");
+    assert_eq!(b.pinned(1, 7), Some("I0"));
+    b.begin(req(1, 7, 4 * G, 1)).unwrap(); // waits for I0
+    assert_eq!(b.waiting_len(), 1);
+    let (released, now) = b.release_process(1, 7);
+    assert_eq!(released.len(), 3);
+    assert!(now.is_empty());
+    assert_eq!(b.instances()[0].reserved_bytes, 0);
+}
+
+#[test]
+fn closed_instances_get_nothing_and_drain() {
+    let mut b = book(&[5 * G, 5 * G]);
+    let t = placed(b.begin(req(1, 1, G, 1)));
+    assert!(b.set_closed("I0", true).is_empty());
+    assert_eq!(b.tasks_on("I0"), 1);
+    let n = placed(b.begin(req(2, 2, G, 0)));
+    assert_eq!(n.instance, "I1");
+    b.end(t.task).unwrap();
+    assert_eq!(b.tasks_on("I0"), 0, "drained");
+    assert!(b.set_closed("I1", true).is_empty());
+    assert!(matches!(
+        b.begin(req(3, 3, G, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    let now = b.set_closed("I0", false);
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].instance, "I0");
+}
+
+#[test]
+fn with_no_overtaking_newcomers_wait_behind_waiters_that_could_use_the_instance() {
+    let mut b = book(&[4 * G]).with_max_overtakes(0);
+    let big = placed(b.begin(req(1, 1, 3 * G, 0)));
+    assert!(matches!(
+        b.begin(req(2, 2, 2 * G, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // 1G would fit now, but the 2G waiter could use this instance: wait.
+    assert!(matches!(
+        b.begin(req(3, 3, G, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    let now = b.end(big.task).unwrap();
+    let jobs: Vec<JobId> = now.iter().map(|p| p.job).collect();
+    assert_eq!(jobs, vec![2, 3]);
+}
+
+#[test]
+fn a_task_that_fits_goes_ahead_of_one_that_does_not() {
+    // The head-of-line blocking seen on an H100 (issue 17): a big task
+    // waiting for memory held back smaller ones that fitted.
+    let mut b = book(&[4 * G]);
+    let big = placed(b.begin(req(1, 1, 3 * G, 0)));
+    let waiting = b.begin(req(2, 2, 2 * G, 0)).unwrap();
+    assert!(matches!(waiting, Begin::Waiting(_)));
+    assert_eq!(placed(b.begin(req(3, 3, G, 0))).job, 3);
+    // A process's own tasks stay in order, though.
+    let mut b2 = book(&[4 * G]);
+    placed(b2.begin(req(1, 1, 3 * G, 0)));
+    assert!(matches!(
+        b2.begin(req(2, 2, 2 * G, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    assert!(matches!(
+        b2.begin(req(2, 2, G / 2, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // The 3G task and the 1G one end: the 2G waiter is placed.
+    b.end(big.task).unwrap();
+    assert_eq!(b.waiting_len(), 0);
+}
+
+#[test]
+fn aging_stops_a_stream_of_small_tasks_from_starving_a_big_one() {
+    let mut b = book(&[4 * G]).with_max_overtakes(2);
+    let first = placed(b.begin(req(1, 1, 3 * G, 0)));
+    assert!(matches!(
+        b.begin(req(2, 2, 2 * G, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // Two small ones go ahead of the 2G waiter; the third waits.
+    let s1 = placed(b.begin(req(3, 3, G / 2, 0)));
+    placed(b.begin(req(4, 4, G / 2, 0)));
+    assert!(matches!(
+        b.begin(req(5, 5, G / 4, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // Room at last: the big one goes first, then the small one behind it.
+    let now = b.end(first.task).unwrap();
+    let jobs: Vec<JobId> = now.iter().map(|p| p.job).collect();
+    assert_eq!(jobs, vec![2, 5]);
+    // Once placed, a task's count is gone with it.
+    assert!(b.overtaken.is_empty(), "{:?}", b.overtaken);
+    b.end(s1.task).unwrap();
+}
+
+#[test]
+fn overtaking_within_the_queue_is_bounded_too() {
+    let mut c = book(&[4 * G]).with_max_overtakes(1);
+    let big = placed(c.begin(req(1, 1, 3 * G, 0)));
+    let mid = placed(c.begin(req(9, 9, G, 0)));
+    for (job, bytes) in [(2, 2 * G), (3, G / 2), (4, G / 2)] {
+        assert!(matches!(
+            c.begin(req(job, job as u32, bytes, 0)).unwrap(),
+            Begin::Waiting(_)
+        ));
+    }
+    // 1G free: one half goes ahead (the 2G task is overtaken once),
+    // the next half waits for it.
+    let now = c.end(mid.task).unwrap();
+    assert_eq!(now.iter().map(|p| p.job).collect::<Vec<_>>(), vec![3]);
+    let now = c.end(big.task).unwrap();
+    assert_eq!(now.iter().map(|p| p.job).collect::<Vec<_>>(), vec![2, 4]);
+}
+
+#[test]
+fn grow_only_into_free_memory_of_the_same_instance() {
+    let mut b = book(&[4 * G, 8 * G]);
+    let t = placed(b.begin(req(1, 1, 3 * G, 0)));
+    assert_eq!(t.instance, "I0");
+    b.grow(t.task, G).unwrap();
+    let e = b.grow(t.task, 1).unwrap_err();
+    assert!(matches!(e, PlacementError::Full { free: 0, .. }));
+    assert_eq!(b.task(t.task).unwrap().bytes, 4 * G);
+    b.set_warps(t.task, 64).unwrap();
+    assert_eq!(b.instances()[0].warps, 64);
+    let (gone, _) = b.release_job(1);
+    assert_eq!(gone, vec![t.task]);
+    assert_eq!(b.instances()[0].reserved_bytes, 0);
+    assert_eq!(b.instances()[0].warps, 0);
+}
+
+#[test]
+fn an_instance_whose_mps_is_down_binds_no_new_process_until_it_is_back() {
+    let mut b = book(&[8 * G, 8 * G]);
+    let first = placed(b.begin(req(1, 10, G, 0)));
+    let on = first.instance.clone();
+    let other = if on == "I0" { "I1" } else { "I0" };
+    b.set_mps_down(&on, true);
+    b.set_mps_down(other, true);
+    // A new process waits; the one bound there may still grow its work.
+    let waiting = b.begin(req(2, 20, G, 0)).unwrap();
+    assert!(matches!(waiting, Begin::Waiting(_)), "{waiting:?}");
+    assert_eq!(placed(b.begin(req(1, 10, G, 0))).instance, on);
+    // The server is back: the waiting process is placed there.
+    let now = b.set_mps_down(other, false);
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].instance, other);
+}
+
+#[test]
+fn retiring_instances_keep_their_processes_and_go_when_idle() {
+    let mut b = book(&[4 * G, 4 * G]);
+    let t = placed(b.begin(req(1, 1, G, 10)));
+    assert_eq!(t.instance, "I0");
+    b.set_retiring("I0", true);
+    // A new process goes elsewhere, even to more warps.
+    assert_eq!(placed(b.begin(req(2, 1, G, 100))).instance, "I1");
+    assert_eq!(placed(b.begin(req(3, 1, G, 100))).instance, "I1");
+    // The bound process's next task still goes to its instance.
+    b.end(t.task).unwrap();
+    assert!(!b.is_idle("I0"), "the process is still bound there");
+    assert!(!b.remove_instance("I0"));
+    let t2 = placed(b.begin(req(1, 1, 2 * G, 10)));
+    assert_eq!(t2.instance, "I0");
+    b.release_job(1);
+    assert!(b.is_idle("I0"));
+    // Removing it keeps the other instance's tasks and pins in place.
+    assert!(b.remove_instance("I0"));
+    assert!(!b.is_idle("I1"));
+    assert_eq!(b.pinned(2, 1), Some("I1"));
+    assert_eq!(b.instances()[0].reserved_bytes, 2 * G);
+    // A task bigger than what is left waits; a new instance takes it.
+    assert!(matches!(
+        b.begin(req(4, 1, 3 * G, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    let now = b.add_instance("I2", 8 * G, None);
+    assert_eq!((now.len(), now[0].instance.as_str()), (1, "I2"));
+    let (gone, _) = b.release_job(2);
+    assert_eq!(gone.len(), 1);
+    assert_eq!(b.instances()[0].reserved_bytes, G);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Begin {
+        job: u64,
+        pid: u32,
+        gib: u64,
+        warps: u64,
+    },
+    End(usize),
+    ExitProcess(usize),
+    EndJob(u64),
+    Grow(usize, u64),
+    Close(usize),
+    Open(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1u64..6, 0u32..3, 1u64..12, 0u64..200).prop_map(|(job, pid, gib, warps)| Op::Begin { job, pid, gib, warps }),
+        3 => (0usize..64).prop_map(Op::End),
+        1 => (0usize..64).prop_map(Op::ExitProcess),
+        1 => (1u64..6).prop_map(Op::EndJob),
+        1 => (0usize..64, 1u64..3).prop_map(|(i, g)| Op::Grow(i, g)),
+        1 => (0usize..5).prop_map(Op::Close),
+        1 => (0usize..5).prop_map(Op::Open),
+    ]
+}
+
+proptest! {
+    /// Random concurrent begins, ends, exits, growths and isolations:
+    /// no instance is ever over-reserved, nothing is placed on a closed
+    /// instance, no waiting task is overtaken more than the aging bound,
+    /// and once everything active ends and every instance opens, every
+    /// waiting task has been placed.
+    #[test]
+    fn never_over_reserved_and_waiters_are_placed(ops in prop::collection::vec(op(), 1..120)) {
+        let sizes = [5 * G, 5 * G, 5 * G, 10 * G, 10 * G];
+        let mut b = book(&sizes).with_max_overtakes(3);
+        let mut live: Vec<TaskId> = Vec::new();
+        let check = |b: &TaskBook, placed: &[Placed], live: &mut Vec<TaskId>| -> Result<(), TestCaseError> {
+            for p in placed {
+                let i = b.instances().iter().position(|i| i.uuid == p.instance).unwrap();
+                prop_assert!(!b.instances()[i].closed, "placed on a closed instance");
+                live.push(p.task);
+            }
+            for i in b.instances() {
+                prop_assert!(i.reserved_bytes <= i.memory_bytes, "{} over-reserved", i.uuid);
+            }
+            // Aging: no waiting task is overtaken more than the bound.
+            prop_assert!(b.overtaken.values().all(|&n| n <= 3), "{:?}", b.overtaken);
+            prop_assert!(b.overtaken.keys().all(|id| b.waiting.iter().any(|(w, _)| w == id)));
+            Ok(())
+        };
+        for o in ops {
+            let placed = match o {
+                Op::Begin { job, pid, gib, warps } => match b.begin(req(job, pid, gib * G, warps)) {
+                    Ok(Begin::Placed(p)) => vec![p],
+                    Ok(Begin::Waiting(_)) => vec![],
+                    Err(PlacementError::NeverFits { .. }) | Err(PlacementError::NeverFitsPinned { .. }) => {
+                        prop_assert!(gib * G > 5 * G);
+                        vec![]
+                    }
+                    Err(e) => return Err(TestCaseError::fail(e.to_string())),
+                },
+                Op::End(k) if !live.is_empty() => {
+                    let id = live.remove(k % live.len());
+                    b.end(id).unwrap()
+                }
+                Op::ExitProcess(k) if !live.is_empty() => {
+                    let t = b.task(live[k % live.len()]).unwrap();
+                    let (gone, now) = b.release_process(t.job, t.pid);
+                    live.retain(|id| !gone.contains(id));
+                    now
+                }
+                Op::EndJob(job) => {
+                    let (gone, now) = b.release_job(job);
+                    live.retain(|id| !gone.contains(id));
+                    now
+                }
+                Op::Grow(k, g) if !live.is_empty() => {
+                    let _ = b.grow(live[k % live.len()], g * G);
+                    vec![]
+                }
+                Op::Close(i) => b.set_closed(&format!("I{i}"), true),
+                Op::Open(i) => b.set_closed(&format!("I{i}"), false),
+                _ => vec![],
+            };
+            check(&b, &placed, &mut live)?;
+        }
+        // Drain: open everything, end every task; waiters get placed and end too.
+        for i in 0..sizes.len() {
+            let p = b.set_closed(&format!("I{i}"), false);
+            check(&b, &p, &mut live)?;
+        }
+        let mut rounds = 0;
+        while let Some(id) = live.pop() {
+            let p = b.end(id).unwrap();
+            check(&b, &p, &mut live)?;
+            rounds += 1;
+            prop_assert!(rounds < 10_000);
+        }
+        prop_assert_eq!(b.waiting_len(), 0, "every waiting task was placed");
+        prop_assert!(b.instances().iter().all(|i| i.reserved_bytes == 0 && i.warps == 0));
+    }
+}

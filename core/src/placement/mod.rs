@@ -1,0 +1,173 @@
+//! Placing probed GPU tasks on a node's instances (CASE Algorithm 2).
+//!
+//! [`TaskBook`] is the node's whole placement state: each instance's
+//! reservations and in-use warps, which instances are held or being drained
+//! for isolated jobs, the process-to-instance pins, and the FIFO of waiting
+//! tasks. It is pure: the probe server in gnoded feeds it requests and
+//! releases and carries out what it returns. The choice among instances is a
+//! [`PlacementPolicy`].
+
+use crate::job::JobId;
+use crate::sm::{KernelShape, SmTable};
+
+pub type TaskId = u64;
+
+/// One instance as placement sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceLoad {
+    pub uuid: String,
+    pub memory_bytes: u64,
+    pub reserved_bytes: u64,
+    pub warps: u64,
+    /// Free resident block and warp slots per SM, where known; only
+    /// policies that treat compute as a hard limit use them.
+    pub sms: Option<SmTable>,
+    /// Held by an isolated job, or being drained for one: no placements.
+    pub closed: bool,
+    /// Held by this job (Slurm's exclusive use): only its tasks go here.
+    pub owner: Option<JobId>,
+    /// Processes bound here by their first placement.
+    pub processes: u32,
+    /// Being re-partitioned: no new process is bound here; those bound
+    /// here go on until they exit.
+    pub retiring: bool,
+    /// Its MPS server is down: no new process is bound here until it is
+    /// back (a process started now would run without MPS, or not at all).
+    pub mps_down: bool,
+}
+
+impl InstanceLoad {
+    /// An instance with nothing on it.
+    fn empty(uuid: String, memory_bytes: u64) -> InstanceLoad {
+        InstanceLoad {
+            uuid,
+            memory_bytes,
+            reserved_bytes: 0,
+            warps: 0,
+            sms: None,
+            closed: false,
+            owner: None,
+            processes: 0,
+            retiring: false,
+            mps_down: false,
+        }
+    }
+
+    pub fn free_bytes(&self) -> u64 {
+        self.memory_bytes.saturating_sub(self.reserved_bytes)
+    }
+}
+
+/// A task asking for a place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRequest {
+    pub job: JobId,
+    /// The process the task belongs to: its first placement pins it.
+    pub pid: u32,
+    pub bytes: u64,
+    pub warps: u64,
+    /// The launch shape of the task's kernel, when the probe reports it.
+    pub shape: Option<KernelShape>,
+}
+
+impl TaskRequest {
+    /// The kernel shape: as reported, or else `warps` taken as blocks of
+    /// 256 threads (8 warps), the most common block size.
+    pub fn kernel_shape(&self) -> KernelShape {
+        self.shape.unwrap_or(KernelShape {
+            blocks: self.warps.div_ceil(8),
+            block_warps: 8,
+        })
+    }
+}
+
+/// Chooses an instance for a task among the open ones that can hold it.
+pub trait PlacementPolicy: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Index into `instances` of the chosen one, or `None` to wait. Only
+    /// instances in `candidates` (open, enough free memory) may be chosen.
+    fn choose(
+        &self,
+        instances: &[InstanceLoad],
+        candidates: &[usize],
+        task: &TaskRequest,
+    ) -> Option<usize>;
+    /// A memory-blind policy is offered every open instance, whether the
+    /// task fits or not; placing a task where it does not fit is an
+    /// overflow ([`PlacementError::Overflow`]), an out-of-memory crash on a
+    /// real GPU.
+    fn memory_blind(&self) -> bool {
+        false
+    }
+    /// Whether the policy looks at per-SM slots; the book keeps SM tables
+    /// (work on every placement) only for such policies.
+    fn uses_sm_slots(&self) -> bool {
+        false
+    }
+}
+
+/// The names [`placement_policy`] knows.
+pub const PLACEMENT_POLICIES: &[&str] = &["case", "mgb-sm", "exclusive", "blind"];
+
+/// The placement policy called `name`.
+pub fn placement_policy(name: &str) -> Option<Box<dyn PlacementPolicy>> {
+    match name {
+        "case" => Some(Box::new(CasePlacement)),
+        "mgb-sm" => Some(Box::new(MgbSmPlacement)),
+        "exclusive" => Some(Box::new(ExclusivePlacement)),
+        "blind" => Some(Box::new(BlindPlacement)),
+        _ => None,
+    }
+}
+
+/// Where a task was put.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub task: TaskId,
+    pub job: JobId,
+    pub pid: u32,
+    pub instance: String,
+    pub bytes: u64,
+    pub warps: u64,
+}
+
+/// What happened to a task that asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Begin {
+    Placed(Placed),
+    /// Queued; it is placed by a later release (returned from that call).
+    Waiting(TaskId),
+}
+
+/// Why a request cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    #[error("task needs {need} bytes but the largest instance open to shared jobs has {largest} bytes: it can never be placed")]
+    NeverFits { need: u64, largest: u64 },
+    #[error("task needs {need} bytes but this process is bound to instance {instance}, which has {total} bytes")]
+    NeverFitsPinned {
+        need: u64,
+        instance: String,
+        total: u64,
+    },
+    #[error("task needs {want} bytes but instance {instance}, where a memory-blind policy put it, has {free} bytes free: out of memory")]
+    Overflow {
+        instance: String,
+        free: u64,
+        want: u64,
+    },
+    #[error("no such task {0}")]
+    NoSuchTask(TaskId),
+    #[error("instance {instance} has {free} bytes free; {want} more were asked")]
+    Full {
+        instance: String,
+        free: u64,
+        want: u64,
+    },
+}
+
+mod book;
+mod policies;
+
+pub use book::{TaskBook, DEFAULT_MAX_OVERTAKES};
+pub use policies::{BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement};
