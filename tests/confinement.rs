@@ -306,6 +306,8 @@ sleep 1
 # Gone, or a zombie waiting to be reaped (no longer running).
 state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' /proc/$(cat left.pid)/status 2>/dev/null)
 case "$state" in ""|Z|X) echo left-gone ;; *) echo "left-alive $state" ;; esac
+srun /nonexistent/program 2>/dev/null
+echo "missing=$?"
 "#,
         shims.display()
     );
@@ -351,6 +353,10 @@ case "$state" in ""|Z|X) echo left-gone ;; *) echo "left-alive $state" ;; esac
         "the batch step is charged for its steps: {batch:?} ({text})"
     );
     assert!(!row("1")[1].is_empty(), "step 1 has no usage: {text}");
+    // A step whose task could not start ended FAILED at once (not with
+    // the job), and srun said so.
+    assert_eq!(row("2")[3], "FAILED", "{text}");
+    assert!(out.contains("missing=1"), "{out}");
     // The job's total holds the step's peak.
     let job = g.job(id);
     assert!(

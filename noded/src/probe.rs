@@ -426,7 +426,16 @@ impl ProbeServer {
                 notified.await;
                 continue;
             }
-            let unplaced = self.processes_on(uuid);
+            // NVML and the cgroups' process lists: off the async threads.
+            let unplaced = match self.processes_on.get().cloned() {
+                Some(f) => {
+                    let u = uuid.to_string();
+                    tokio::task::spawn_blocking(move || f(&u).unwrap_or_default())
+                        .await
+                        .unwrap_or_default()
+                }
+                None => Vec::new(),
+            };
             if unplaced.is_empty() {
                 return;
             }

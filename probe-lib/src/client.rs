@@ -186,6 +186,26 @@ impl ProbeClient {
         })
     }
 
+    /// Moves this process into a cgroup of its own for `srun` step `step`
+    /// (the tasks it starts next are the step's).
+    pub fn step_begin(&mut self, step: u32) -> Result<(), ProbeError> {
+        self.ok(ProbeRequest::StepBegin {
+            job: self.job,
+            key: self.key.clone(),
+            step,
+        })
+    }
+
+    /// Ends step `step`: this process goes back where it came from, what
+    /// the step left running is killed and its use is counted.
+    pub fn step_end(&mut self, step: u32) -> Result<(), ProbeError> {
+        self.ok(ProbeRequest::StepEnd {
+            job: self.job,
+            key: self.key.clone(),
+            step,
+        })
+    }
+
     /// Reports this process's peak GPU memory.
     pub fn peak(&mut self, bytes: u64) -> Result<(), ProbeError> {
         self.ok(ProbeRequest::Peak {

@@ -126,15 +126,33 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     // the tasks it starts are counted, and killed at the end, as the step.
     // Without the job's probe socket (a stripped environment) there is no
     // node daemon to ask, and the tasks run in the caller's cgroup.
-    let confined = step
-        .filter(|_| std::env::var_os(gsched_core::probe::PROBE_SOCK_ENV).is_some())
-        .and_then(|n| match step_cgroup(job, n, true) {
-            Ok(()) => Some(n),
-            Err(why) => {
-                eprintln!("srun: warning: step {job}.{n} runs in the job's cgroup: {why}");
-                None
-            }
-        });
+    let mut confined = step.and_then(|n| Some((n, step_cgroup(job, n)?)));
+    let ran = start_and_wait(a, ntasks, &step_id, job, &open);
+    // The step ends however its tasks went (a task that could not start
+    // too): its cgroup is counted and removed.
+    if let Some((n, c)) = confined.as_mut() {
+        if let Err(e) = c.step_end(*n) {
+            eprintln!("srun: warning: step {job}.{n}: {}", e.message);
+        }
+    }
+    // A step whose tasks could not all start ended FAILED.
+    let (worst, signal) = ran.as_ref().map_or((1, None), |r| *r);
+    if let Some(n) = step {
+        let code = if signal.is_some() { 0 } else { worst };
+        let _ = client.end_step(job, n, code, signal);
+    }
+    ran.map(|_| worst)
+}
+
+/// Starts the `ntasks` tasks of a step and waits for them all: the highest
+/// exit status, and a signal that ended one.
+fn start_and_wait(
+    a: &Args,
+    ntasks: u32,
+    step_id: &str,
+    job: u64,
+    open: &dyn Fn(&str, u32) -> Result<std::fs::File>,
+) -> Result<(i32, Option<i32>)> {
     let mut children = Vec::new();
     for rank in 0..ntasks {
         let mut cmd = Command::new(&a.command[0]);
@@ -145,8 +163,8 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
             .env("SLURM_NTASKS", ntasks.to_string())
             .env("SLURM_NPROCS", ntasks.to_string())
             .env("SLURM_STEP_NUM_TASKS", ntasks.to_string())
-            .env("SLURM_STEP_ID", &step_id)
-            .env("SLURM_STEPID", &step_id)
+            .env("SLURM_STEP_ID", step_id)
+            .env("SLURM_STEPID", step_id)
             .env("SLURM_JOB_ID", job.to_string())
             .env("SLURM_JOBID", job.to_string());
         if let Some(c) = a.cpus_per_task {
@@ -181,45 +199,28 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
         }
         worst = worst.max(code_of(s));
     }
-    if let Some(n) = confined {
-        if let Err(why) = step_cgroup(job, n, false) {
-            eprintln!("srun: warning: step {job}.{n}: {why}");
-        }
-    }
-    if let Some(n) = step {
-        let code = if signal.is_some() { 0 } else { worst };
-        let _ = client.end_step(job, n, code, signal);
-    }
-    Ok(worst)
+    Ok((worst, signal))
 }
 
-/// Asks the job's node daemon to begin (or end) step `step`'s cgroup for
-/// this process, over the job's probe socket.
-fn step_cgroup(job: u64, step: u32, begin: bool) -> Result<(), String> {
-    use gsched_core::probe::{
-        encode, frame_len, ProbeReply, ProbeRequest, JOB_KEY_ENV, PROBE_SOCK_ENV,
-    };
-    use std::io::{Read, Write};
-    let sock = std::env::var(PROBE_SOCK_ENV).map_err(|_| format!("{PROBE_SOCK_ENV} is not set"))?;
-    let key = std::env::var(JOB_KEY_ENV).map_err(|_| format!("{JOB_KEY_ENV} is not set"))?;
-    let req = if begin {
-        ProbeRequest::StepBegin { job, key, step }
-    } else {
-        ProbeRequest::StepEnd { job, key, step }
-    };
-    let mut s = std::os::unix::net::UnixStream::connect(&sock)
-        .map_err(|e| format!("cannot reach the node daemon at {sock}: {e}"))?;
-    let io = |e: std::io::Error| format!("the node daemon did not answer: {e}");
-    s.write_all(&encode(&req)).map_err(io)?;
-    let mut header = [0u8; 4];
-    s.read_exact(&mut header).map_err(io)?;
-    let mut body = vec![0u8; frame_len(header)?];
-    s.read_exact(&mut body).map_err(io)?;
-    match serde_json::from_slice::<ProbeReply>(&body) {
-        Ok(ProbeReply::Ok) => Ok(()),
-        Ok(ProbeReply::Error { message, .. }) => Err(message),
-        Ok(other) => Err(format!("unexpected answer {other:?}")),
-        Err(e) => Err(format!("unreadable answer: {e}")),
+/// The job's node daemon, to give step `step` a cgroup of its own: this
+/// process joins it (`None`, with a warning, where that cannot be done).
+fn step_cgroup(job: u64, step: u32) -> Option<gsched_probe::client::ProbeClient> {
+    use gsched_core::probe::{JOB_KEY_ENV, PROBE_SOCK_ENV};
+    let (sock, key) = (
+        std::env::var(PROBE_SOCK_ENV).ok()?,
+        std::env::var(JOB_KEY_ENV).ok()?,
+    );
+    let begun = gsched_probe::client::ProbeClient::connect(&sock, job, key)
+        .and_then(|mut c| c.step_begin(step).map(|()| c));
+    match begun {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!(
+                "srun: warning: step {job}.{step} runs in the job's cgroup: {}",
+                e.message
+            );
+            None
+        }
     }
 }
 
