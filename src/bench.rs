@@ -118,6 +118,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
             s.gpu = GpuRequest {
                 mig_profile: None,
                 mem_mib: Some(4096),
+                share: None,
             };
         }
         let _ = c.submit(s, 1);
@@ -192,6 +193,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
             pid: 1,
             bytes: 4 * G,
             warps: 64,
+            share: None,
             shape: None,
         }) {
             active.push(p.task);
@@ -203,6 +205,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
             pid: 1,
             bytes: 2 * G,
             warps: 32,
+            share: None,
             shape: None,
         });
     }
@@ -224,6 +227,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
             pid: 1,
             bytes: 4 * G,
             warps: 64,
+            share: None,
             shape: None,
         });
         begin_times.push(t.elapsed().as_nanos() as u64);
@@ -237,6 +241,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
                 pid: 1,
                 bytes: 2 * G,
                 warps: 32,
+                share: None,
                 shape: None,
             });
         }

@@ -151,6 +151,14 @@ struct UpArgs {
     /// that fit now (0: strict arrival order).
     #[arg(long, default_value_t = gsched_core::placement::DEFAULT_MAX_OVERTAKES)]
     max_overtakes: u32,
+    /// How much compute the shared processes on one instance may demand
+    /// together, as a ratio of it (`1`, `1.5`), or `off`.
+    #[arg(long, default_value = gsched_core::compute::DEFAULT_COMPUTE_CEILING, value_name = "RATIO")]
+    compute_ceiling: String,
+    /// The compute demand of a shared job that states none and has no
+    /// measured earlier run: a fraction of a GPU.
+    #[arg(long, default_value = gsched_core::compute::DEFAULT_TASK_SHARE_SETTING, value_name = "SHARE")]
+    default_gpu_share: String,
     /// Users who may act on every job, comma separated (root and the user
     /// running gsched always may).
     #[arg(long, value_delimiter = ',')]
@@ -228,6 +236,8 @@ async fn up(args: UpArgs) -> Result<()> {
             context_mem: None,
             placement_policy: args.placement_policy,
             max_overtakes: args.max_overtakes,
+            compute_ceiling: args.compute_ceiling,
+            default_gpu_share: args.default_gpu_share,
             workers: args.workers,
             cpus: args.cpus,
             real_memory: args.real_memory,

@@ -45,6 +45,11 @@ pub struct SimArgs {
     /// fit now (0: strict arrival order); default, gnoded's (8).
     #[arg(long, value_name = "N")]
     max_overtakes: Option<u32>,
+    /// The node's compute ceiling (as gnoded's `--compute-ceiling`): the
+    /// GPU tasks bound to an instance may together demand this much of it
+    /// (each states its parallelism), or `off` (memory alone decides).
+    #[arg(long, default_value = gsched_core::compute::DEFAULT_COMPUTE_CEILING, value_name = "RATIO")]
+    compute_ceiling: String,
     /// How long a non-isolated job holds GPU memory: `task` (each GPU task
     /// reserves and releases its memory) or `process` (from its first GPU
     /// task until it ends, as one process under the driver interception).
@@ -214,6 +219,8 @@ pub fn run(a: SimArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?,
         reconfig_secs: a.reconfig_secs,
         max_overtakes: a.max_overtakes,
+        compute_ceiling: gsched_core::compute::parse_ceiling(&a.compute_ceiling)
+            .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?,
     };
     let policy: Policy = a.policy.parse()?;
     let baseline: Policy = a.baseline.parse()?;

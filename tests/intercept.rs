@@ -59,7 +59,19 @@ fn unmodified_programs_are_placed_capped_and_measured() {
             &format!("#!/bin/sh\nexec {} {mode}\n", app.display()),
         );
         let out = format!("{mode}.out");
-        let id = g.submit(&["-J", "cuda-app", "--gpu-mem", "1G", "-o", &out, &script]);
+        // One states its compute demand (a tenth of the GPU, of which the
+        // 1g.5gb instance offers 142 thousandths); the others count the
+        // node's default, an eighth of their instance.
+        let (share, expected_share) = match mode {
+            "link" => ("10%", 100),
+            _ => ("", 142 / 8),
+        };
+        let mut args = vec!["-J", "cuda-app", "--gpu-mem", "1G", "-o", &out];
+        if !share.is_empty() {
+            args.extend(["--gpu-share", share]);
+        }
+        args.push(&script);
+        let id = g.submit(&args);
         let job = g.wait_state(id, "COMPLETED", Duration::from_secs(30));
         let text = std::fs::read_to_string(g.work.path().join(&out)).unwrap();
         // stderr (the library's notes) interleaves with stdout.
@@ -98,6 +110,8 @@ fn unmodified_programs_are_placed_capped_and_measured() {
         // reached its task record, not the 0 known at placement.
         let tasks = g.ended_tasks(&format!("?job={id}"), 1);
         assert_eq!(tasks[0]["warps"], 20, "{mode}: {tasks:?}");
+        // Its compute demand reached the record too.
+        assert_eq!(tasks[0]["share"], expected_share, "{mode}: {tasks:?}");
         let _ = job;
     }
     // A later run with no --gpu-mem starts from the learned peak.

@@ -28,6 +28,12 @@ pub struct SubmitOptions {
     /// the reservation hint for a shared one.
     #[arg(long, value_name = "SIZE")]
     pub gpu_mem: Option<String>,
+    /// Compute a shared job's GPU work keeps busy: a fraction of one GPU
+    /// (0.25) or a percentage (25%). gnoded co-locates shared processes
+    /// only while their shares fit under its compute ceiling; without it a
+    /// job's earlier runs, or the node's default, count.
+    #[arg(long, value_name = "SHARE")]
+    pub gpu_share: Option<String>,
     /// MIG profile of the isolated instance (e.g. 1g.5gb); implies --isolated.
     #[arg(long, value_name = "PROFILE")]
     pub mig: Option<String>,
@@ -213,6 +219,7 @@ impl SubmitOptions {
         SubmitOptions {
             isolated: self.isolated || under.isolated,
             gpu_mem: self.gpu_mem.or(under.gpu_mem),
+            gpu_share: self.gpu_share.or(under.gpu_share),
             mig: self.mig.or(under.mig),
             gres: self.gres.or(under.gres),
             gpus: self.gpus.or(under.gpus),
@@ -346,6 +353,10 @@ pub fn build_spec(
         Some(m) => Some(parse_mem_mib(m)?),
         None => None,
     };
+    let share = match &opts.gpu_share {
+        Some(s) => Some(gsched_core::compute::parse_share(s).context("--gpu-share")?),
+        None => None,
+    };
     for (name, value) in [
         ("--mem", &opts.recorded.mem),
         ("--mem-per-cpu", &opts.recorded.mem_per_cpu),
@@ -395,6 +406,7 @@ pub fn build_spec(
         gpu: GpuRequest {
             mig_profile: profile,
             mem_mib: mem,
+            share,
         },
         time_limit,
         stdout: opts.output.clone(),

@@ -28,7 +28,7 @@ mod runs;
 mod testkit;
 
 use footprints::Footprints;
-pub use footprints::{PastPeak, PEAK_HISTORY};
+pub use footprints::{Learned, PastPeak, PEAK_HISTORY};
 pub use retention::{kept_finished_since, DEFAULT_MIN_JOB_AGE};
 
 /// An instance on a node and what holds it.
@@ -439,7 +439,16 @@ impl Cluster {
     /// The peak GPU memory (MiB) of the latest earlier finished run of the
     /// same job: same user, and the same job name or the same script.
     pub fn learned_footprint(&self, job: JobId) -> Option<u64> {
-        self.footprints.learned(self.jobs.get(&job)?, &self.jobs)
+        self.learned(job).mib
+    }
+
+    /// What the same job's earlier finished runs tell: the latest peak
+    /// (MiB), and the latest measured GPU share ([`crate::compute`]).
+    pub fn learned(&self, job: JobId) -> Learned {
+        match self.jobs.get(&job) {
+            Some(j) => self.footprints.learned(j, &self.jobs),
+            None => Learned::default(),
+        }
     }
 
     /// A process of `job` reported its peak GPU memory; the job keeps the
@@ -1347,6 +1356,7 @@ mod tests {
                 GpuRequest {
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
+                    share: None,
                 }
             } else {
                 GpuRequest::default()
@@ -1537,6 +1547,39 @@ mod tests {
     }
 
     #[test]
+    fn gpu_shares_are_learned_from_the_latest_run_that_measured_one() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let run = |c: &mut Cluster, at: i64, gpu_time_usec: Option<u64>| {
+            let (id, _) = c.submit(spec(false, false), at).unwrap();
+            c.schedule(at);
+            c.record_peak(id, 1 << 30);
+            let mut e = ended(id, 0, EndCause::Exited);
+            e.end_time = at + 10;
+            e.usage = Some(crate::job::ResourceUsage {
+                gpu_time_usec,
+                ..Default::default()
+            });
+            c.job_ended("n1", &e).unwrap();
+            id
+        };
+        let a = run(&mut c, 0, Some(4_000_000));
+        assert_eq!(c.job(a).unwrap().gpu_share(), Some(400), "4 s busy in 10 s");
+        // A later run that measured nothing (a MIG instance) keeps the share.
+        run(&mut c, 20, None);
+        let (b, _) = c.submit(spec(false, false), 40).unwrap();
+        assert_eq!(c.learned(b).share, Some(400));
+        assert_eq!(c.learned(b).mib, Some(1024));
+        // A later measured run replaces it.
+        run(&mut c, 50, Some(9_000_000));
+        let (d, _) = c.submit(spec(false, false), 70).unwrap();
+        assert_eq!(c.learned(d).share, Some(900));
+        // A restarted controller learns the same.
+        let r = Cluster::restore(Box::new(CaseLaunch), c.jobs().cloned().collect(), vec![]);
+        assert_eq!(r.learned(d).share, Some(900));
+    }
+
+    #[test]
     fn bad_spec_is_refused_and_nothing_queued() {
         let mut c = Cluster::new(Box::new(CaseLaunch));
         let mut s = spec(false, false);
@@ -1582,6 +1625,7 @@ mod tests {
             instance: uuid.clone(),
             bytes: 1 << 30,
             warps: 0,
+            share: 0,
             begin_ms: 0,
             end_ms,
         };

@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::Learned;
 use crate::gpu::Instance;
 use crate::job::Job;
+use crate::probe::TASK_SHARE_ENV;
 
 /// Where the job runs, for the environment.
 #[derive(Debug, Clone)]
@@ -127,20 +129,27 @@ pub struct Interception<'a> {
     pub context_bytes: u64,
 }
 
-/// Adds the interception variables to a job's environment: for a shared
-/// job that holds no instance and has not opted out (`GSCHED_INTERCEPT=0`),
-/// `LD_PRELOAD` (the library first), and the reservation: the job's stated
-/// footprint, else the peak of its earlier runs (`learned_mib`), else the
-/// node's default.
+/// Adds the interception variables to a job's environment. For a shared
+/// job that holds no instance: its compute demand (`GSCHED_TASK_SHARE`,
+/// thousandths of a GPU: its `--gpu-share`, else the share its earlier
+/// runs measured; absent, the node's default counts); and unless it opted
+/// out (`GSCHED_INTERCEPT=0`), `LD_PRELOAD` (the library first) and the
+/// reservation: the job's stated footprint, else the peak of its earlier
+/// runs, else the node's default.
 pub fn add_interception(
     env: &mut BTreeMap<String, String>,
     job: &Job,
     holds_instance: bool,
-    learned_mib: Option<u64>,
+    learned: Learned,
     with: &Interception<'_>,
 ) {
-    let opted_out = env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0");
-    if job.spec.isolated || holds_instance || opted_out {
+    if job.spec.isolated || holds_instance {
+        return;
+    }
+    if let Some(share) = job.spec.gpu.share.or(learned.share) {
+        env.insert(TASK_SHARE_ENV.into(), share.to_string());
+    }
+    if env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0") {
         return;
     }
     let preload = match env.get("LD_PRELOAD") {
@@ -152,7 +161,7 @@ pub fn add_interception(
         .spec
         .gpu
         .mem_mib
-        .or(learned_mib)
+        .or(learned.mib)
         .map(|m| m * 1024 * 1024)
         .unwrap_or(with.default_bytes);
     env.insert("GSCHED_TASK_MEM".into(), bytes.to_string());
@@ -185,6 +194,7 @@ mod tests {
                 gpu: GpuRequest {
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
+                    share: None,
                 },
                 time_limit: Some(90),
                 ..JobSpec::default()
@@ -268,20 +278,36 @@ mod tests {
         j.spec.isolated = false;
         j.spec.gpu = GpuRequest::default();
         let mut env = BTreeMap::from([("LD_PRELOAD".to_string(), "/x.so".to_string())]);
-        add_interception(&mut env, &j, false, None, &with);
+        add_interception(&mut env, &j, false, Learned::default(), &with);
         assert_eq!(env["LD_PRELOAD"], "/l/libgprobe.so /x.so");
         assert_eq!(env["GSCHED_TASK_MEM"], "7");
         assert_eq!(env["GSCHED_CONTEXT_MEM"], "3");
+        assert!(!env.contains_key("GSCHED_TASK_SHARE"), "the node's default");
         let mut env = BTreeMap::new();
-        add_interception(&mut env, &j, false, Some(2), &with);
+        let learned = Learned {
+            mib: Some(2),
+            share: Some(300),
+        };
+        add_interception(&mut env, &j, false, learned, &with);
         assert_eq!(env["GSCHED_TASK_MEM"], (2u64 << 20).to_string(), "learned");
+        assert_eq!(env["GSCHED_TASK_SHARE"], "300", "learned");
         j.spec.gpu.mem_mib = Some(5);
-        add_interception(&mut env, &j, false, Some(2), &with);
+        j.spec.gpu.share = Some(250);
+        add_interception(&mut env, &j, false, learned, &with);
         assert_eq!(
             env["GSCHED_TASK_MEM"],
             (5u64 << 20).to_string(),
             "stated wins"
         );
+        assert_eq!(env["GSCHED_TASK_SHARE"], "250", "stated wins");
+        // An opted-out job's own probes still state its demand.
+        let mut env = BTreeMap::from([("GSCHED_INTERCEPT".to_string(), "0".to_string())]);
+        add_interception(&mut env, &j, false, learned, &with);
+        assert_eq!(
+            env.get("GSCHED_TASK_SHARE").map(String::as_str),
+            Some("250")
+        );
+        assert!(!env.contains_key("LD_PRELOAD"));
         for (holds, opt_out, isolated) in [
             (true, false, false),
             (false, true, false),
@@ -293,7 +319,12 @@ mod tests {
             if opt_out {
                 env.insert("GSCHED_INTERCEPT".to_string(), "0".to_string());
             }
-            add_interception(&mut env, &k, holds, None, &with);
+            add_interception(&mut env, &k, holds, Learned::default(), &with);
+            assert_eq!(
+                env.contains_key("GSCHED_TASK_SHARE"),
+                opt_out,
+                "{holds} {opt_out} {isolated}"
+            );
             assert!(
                 !env.contains_key("LD_PRELOAD"),
                 "{holds} {opt_out} {isolated}"

@@ -491,12 +491,14 @@ mod tests {
         let by_profile = GpuRequest {
             mig_profile: Some("1g.5gb".into()),
             mem_mib: None,
+            share: None,
         };
         assert!(!inst[0].satisfies(&by_profile));
         assert!(inst[1].satisfies(&by_profile));
         let by_mem = GpuRequest {
             mig_profile: None,
             mem_mib: Some(6000),
+            share: None,
         };
         assert!(inst[0].satisfies(&by_mem));
         assert!(!inst[1].satisfies(&by_mem));

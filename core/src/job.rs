@@ -155,6 +155,10 @@ pub struct GpuRequest {
     /// or the reservation hint of a non-isolated one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_mib: Option<u64>,
+    /// The compute a shared job's GPU tasks demand, stated with
+    /// `--gpu-share`: thousandths of a whole GPU ([`crate::compute`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<u32>,
 }
 
 /// What a user submits. The controller validates it with [`JobSpec::validate`].
@@ -314,6 +318,10 @@ pub enum SpecError {
     BadProfile(String),
     #[error("GPU memory request must be greater than zero")]
     ZeroGpuMem,
+    #[error("a GPU share of {0} thousandths is out of range: give above 0 and at most a whole GPU (1.0)")]
+    BadGpuShare(u32),
+    #[error("--gpu-share is for shared jobs: an isolated job has its instance to itself; drop one of them")]
+    GpuShareWithIsolated,
     #[error("time limit must be at least one second")]
     ZeroTimeLimit,
     #[error("script contains a NUL byte")]
@@ -367,6 +375,14 @@ impl JobSpec {
         }
         if self.gpu.mem_mib == Some(0) {
             return Err(SpecError::ZeroGpuMem);
+        }
+        if let Some(share) = self.gpu.share {
+            if share == 0 || share > crate::compute::WHOLE_GPU {
+                return Err(SpecError::BadGpuShare(share));
+            }
+            if self.isolated {
+                return Err(SpecError::GpuShareWithIsolated);
+            }
         }
         if self.time_limit == Some(0) {
             return Err(SpecError::ZeroTimeLimit);
@@ -505,6 +521,13 @@ impl ResourceUsage {
 }
 
 impl Job {
+    /// The share of a GPU this (finished) run kept busy: its GPU time over
+    /// its elapsed time, thousandths ([`crate::compute::share_of_run`]).
+    pub fn gpu_share(&self) -> Option<u32> {
+        let elapsed = self.end_time? - self.start_time?;
+        crate::compute::share_of_run(self.usage.as_ref()?.gpu_time_usec, elapsed)
+    }
+
     /// The id its submission was answered with: the array's for a task of
     /// an array, else its own.
     pub fn submitted_as(&self) -> JobId {

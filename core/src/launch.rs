@@ -367,6 +367,7 @@ mod tests {
         GpuRequest {
             mig_profile: profile.map(String::from),
             mem_mib: mem,
+            share: None,
         }
     }
 

@@ -6,6 +6,7 @@
 
 pub mod array;
 pub mod cluster;
+pub mod compute;
 pub mod dependency;
 pub mod devices;
 pub mod env;

@@ -14,6 +14,9 @@ use crate::placement::TaskId;
 pub const PROBE_SOCK_ENV: &str = "GSCHED_PROBE_SOCK";
 pub const JOB_KEY_ENV: &str = "GSCHED_JOB_KEY";
 pub const JOB_ID_ENV: &str = "GSCHED_JOB_ID";
+/// The compute demand a job's tasks state, thousandths of a whole GPU (set
+/// by gnoded from `--gpu-share` or the job's earlier runs).
+pub const TASK_SHARE_ENV: &str = "GSCHED_TASK_SHARE";
 
 /// Largest message either side accepts.
 pub const MAX_MESSAGE: usize = 64 * 1024;
@@ -49,6 +52,11 @@ pub enum ProbeRequest {
         /// that emulate SM slots (`mgb-sm`); optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         shape: Option<crate::sm::KernelShape>,
+        /// The task's compute demand, thousandths of a whole GPU (1 to
+        /// 1000): the job's stated or learned GPU share; absent, the node's
+        /// default counts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        share: Option<u32>,
     },
     /// The task ended: release its reservation.
     End {
@@ -151,6 +159,9 @@ pub struct TaskRecord {
     pub instance: String,
     pub bytes: u64,
     pub warps: u64,
+    /// The compute demand it was placed with, thousandths of a whole GPU.
+    #[serde(default)]
+    pub share: u32,
     /// Unix time in milliseconds.
     pub begin_ms: i64,
     /// `None` while the reservation is held.
@@ -180,6 +191,7 @@ mod tests {
             bytes: 1 << 30,
             warps: 64,
             shape: None,
+            share: Some(250),
         };
         let f = encode(&r);
         let n = frame_len(f[..4].try_into().unwrap()).unwrap();

@@ -653,6 +653,7 @@ mod tests {
                     gpu: crate::job::GpuRequest {
                         mig_profile: None,
                         mem_mib: Some(mib),
+                        share: None,
                     },
                     ..crate::JobSpec::default()
                 },

@@ -128,6 +128,10 @@ pub struct LaunchRequest {
     /// (same user and name), for the reservation of a job that states none.
     #[serde(default)]
     pub learned_footprint_mib: Option<u64>,
+    /// The GPU share (thousandths of a GPU) the latest earlier run of the
+    /// same job that measured one kept busy: its compute demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_gpu_share: Option<u32>,
     /// A token for the job's user, given to the job as GSCHED_TOKEN so its
     /// own gsched and Slurm commands authenticate on the TCP API.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -490,6 +490,7 @@ impl Controller {
                                 .find(|s| &s.instance.uuid == u)
                                 .map(|s| s.instance.clone())
                         });
+                        let learned = c.learned(job);
                         let req = LaunchRequest {
                             job: j.clone(),
                             instance,
@@ -500,7 +501,8 @@ impl Controller {
                                 .clone()
                                 .unwrap_or_else(|| self.config.partition.clone()),
                             controller_url: self.url.clone(),
-                            learned_footprint_mib: c.learned_footprint(job),
+                            learned_footprint_mib: learned.mib,
+                            learned_gpu_share: learned.share,
                             job_token: self.job_token(j),
                         };
                         rpcs.push(Rpc::Launch {

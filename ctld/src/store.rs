@@ -223,7 +223,7 @@ impl Store {
     ) -> Result<Vec<(String, TaskRecord)>, sqlx::Error> {
         let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
         let rows = sqlx::query(
-            "SELECT job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid
+            "SELECT job_id, task, instance, mem_bytes, warps, gpu_share, begin_time, end_time, node, pid
                FROM task_reservations
               WHERE (?1 IS NULL OR job_id = ?1) AND (?2 IS NULL OR (node = ?2 AND end_time IS NULL))
               ORDER BY begin_time, id",
@@ -243,6 +243,7 @@ impl Store {
                         instance: r.try_get("instance")?,
                         bytes: r.try_get::<i64, _>("mem_bytes")? as u64,
                         warps: r.try_get::<i64, _>("warps")? as u64,
+                        share: r.try_get::<i64, _>("gpu_share")?.clamp(0, u32::MAX as i64) as u32,
                         begin_ms: r.try_get("begin_time")?,
                         end_ms: r.try_get("end_time")?,
                     },
@@ -460,8 +461,8 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
         }
         Write::Task { node, record: r } => {
             sqlx::query(
-                "INSERT INTO task_reservations (job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid)
-                 VALUES (?,?,?,?,?,?,?,?,?)
+                "INSERT INTO task_reservations (job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid, gpu_share)
+                 VALUES (?,?,?,?,?,?,?,?,?,?)
                  ON CONFLICT(job_id, task) DO UPDATE SET
                    mem_bytes = max(mem_bytes, excluded.mem_bytes),
                    warps = max(warps, excluded.warps),
@@ -476,6 +477,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(r.end_ms)
             .bind(node)
             .bind(r.pid as i64)
+            .bind(r.share as i64)
             .execute(&mut *conn)
             .await?;
         }
@@ -595,6 +597,7 @@ mod tests {
                 gpu: GpuRequest {
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
+                    share: None,
                 },
                 time_limit: Some(60),
                 stdout: Some("o-%j".into()),

@@ -57,6 +57,18 @@ pub struct NodeConfig {
     #[arg(long, default_value_t = gsched_core::placement::DEFAULT_MAX_OVERTAKES)]
     #[serde(default = "default_max_overtakes")]
     pub max_overtakes: u32,
+    /// How much compute the shared processes bound to one instance may
+    /// demand together, as a ratio of the instance (`1`, `1.5`, `150%`), or
+    /// `off` (memory alone decides). An instance with nothing on it takes
+    /// any one process.
+    #[arg(long, default_value = gsched_core::compute::DEFAULT_COMPUTE_CEILING, value_name = "RATIO")]
+    #[serde(default = "default_compute_ceiling")]
+    pub compute_ceiling: String,
+    /// The compute demand of a shared job that states none (`--gpu-share`)
+    /// and has no earlier run that measured one: a fraction of a GPU.
+    #[arg(long, default_value = gsched_core::compute::DEFAULT_TASK_SHARE_SETTING, value_name = "SHARE")]
+    #[serde(default = "default_gpu_share")]
+    pub default_gpu_share: String,
     /// CPUs jobs may be given (default: the cores this daemon may run on).
     /// With core confinement on, at most that many.
     #[arg(long)]
@@ -133,6 +145,12 @@ fn default_listen() -> SocketAddr {
 }
 fn default_task_mem() -> String {
     "1G".into()
+}
+fn default_compute_ceiling() -> String {
+    gsched_core::compute::DEFAULT_COMPUTE_CEILING.into()
+}
+fn default_gpu_share() -> String {
+    gsched_core::compute::DEFAULT_TASK_SHARE_SETTING.into()
 }
 fn default_max_overtakes() -> u32 {
     gsched_core::placement::DEFAULT_MAX_OVERTAKES

@@ -255,7 +255,10 @@ impl Launcher {
                 &mut env,
                 job,
                 req.instance.is_some(),
-                req.learned_footprint_mib,
+                gsched_core::cluster::Learned {
+                    mib: req.learned_footprint_mib,
+                    share: req.learned_gpu_share,
+                },
                 &with,
             );
         }

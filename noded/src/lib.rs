@@ -278,6 +278,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
                 gsched_core::placement::PLACEMENT_POLICIES.join(", ")
             )
         })?;
+    let compute_ceiling = gsched_core::compute::parse_ceiling(&config.compute_ceiling)
+        .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?;
+    let default_share = gsched_core::compute::parse_share(&config.default_gpu_share)
+        .with_context(|| format!("invalid --default-gpu-share '{}'", config.default_gpu_share))?;
     let mut book = gsched_core::placement::TaskBook::new(
         placement,
         instances
@@ -286,9 +290,13 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
             .collect(),
     )
     .starting_at(probe::now_ms() as u64 * 1024)
-    .with_max_overtakes(config.max_overtakes);
+    .with_max_overtakes(config.max_overtakes)
+    .with_compute_ceiling(compute_ceiling)
+    .with_default_share(default_share);
     for i in &instances {
-        book = book.with_sms(&i.uuid, i.sms);
+        book = book
+            .with_sms(&i.uuid, i.sms)
+            .with_capacity(&i.uuid, gsched_core::compute::instance_capacity(i));
     }
     let mps_dirs = instances
         .iter()

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use gsched_core::compute::WHOLE_GPU;
 use gsched_core::histogram::{LatencyHistogram, PROBE_BOUNDS, WAIT_BOUNDS};
 use gsched_core::job::JobId;
 use gsched_core::placement::{Begin, Placed, PlacementError, TaskBook, TaskId, TaskRequest};
@@ -331,6 +332,7 @@ impl ProbeServer {
                 pid: r.pid,
                 bytes: r.bytes,
                 warps: r.warps,
+                share: Some(r.share).filter(|&s| s > 0),
                 shape: None,
             };
             if alive && st.book.restore(r.task, &req, &r.instance) {
@@ -341,6 +343,7 @@ impl ProbeServer {
                     instance: r.instance.clone(),
                     bytes: r.bytes,
                     warps: r.warps,
+                    share: r.share,
                 };
                 st.begun.insert(r.task, (p, r.begin_ms));
                 if st.watched.insert((r.job, r.pid)) {
@@ -680,10 +683,17 @@ impl ProbeServer {
                     bytes,
                     warps,
                     shape,
+                    share,
                     ..
                 } => {
                     if pid == 0 {
                         return ProbeReply::error(code::PROTOCOL, "the peer's pid is unknown");
+                    }
+                    if let Some(s) = share.filter(|s| !(1..=WHOLE_GPU).contains(s)) {
+                        return ProbeReply::error(
+                            code::PROTOCOL,
+                            format!("job {job}: a GPU share of {s} thousandths is outside 1..={WHOLE_GPU}"),
+                        );
                     }
                     if st.watched.insert((job, pid)) {
                         self.watch_process(job, pid);
@@ -693,6 +703,7 @@ impl ProbeServer {
                         pid,
                         bytes,
                         warps,
+                        share,
                         shape,
                     }) {
                         Ok(Begin::Placed(p)) => {
@@ -704,7 +715,7 @@ impl ProbeServer {
                             return reply;
                         }
                         Ok(Begin::Waiting(task)) => {
-                            info!(job, task, bytes, "task waits for memory");
+                            info!(job, task, bytes, share, "task waits for memory or compute");
                             let (tx, rx) = oneshot::channel();
                             st.waiters.insert(task, tx);
                             rx
@@ -903,6 +914,7 @@ fn record(p: &Placed, begin_ms: i64, end_ms: Option<i64>) -> TaskRecord {
         instance: p.instance.clone(),
         bytes: p.bytes,
         warps: p.warps,
+        share: p.share,
         begin_ms,
         end_ms,
     }
@@ -941,6 +953,7 @@ mod tests {
             bytes,
             warps: 32,
             shape: None,
+            share: None,
         })
         .unwrap()
     }

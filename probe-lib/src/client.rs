@@ -7,6 +7,7 @@ use gsched_core::job::JobId;
 use gsched_core::placement::TaskId;
 use gsched_core::probe::{
     code, encode, frame_len, ProbeReply, ProbeRequest, JOB_ID_ENV, JOB_KEY_ENV, PROBE_SOCK_ENV,
+    TASK_SHARE_ENV,
 };
 use gsched_core::sm::KernelShape;
 
@@ -48,6 +49,8 @@ pub struct ProbeClient {
     sock: String,
     job: JobId,
     key: String,
+    /// The compute demand its tasks state (`GSCHED_TASK_SHARE`).
+    share: Option<u32>,
 }
 
 impl ProbeClient {
@@ -67,7 +70,28 @@ impl ProbeClient {
             .parse()
             .map_err(|_| err(code::PROTOCOL, format!("{JOB_ID_ENV} is not a job id")))?;
         let key = var(JOB_KEY_ENV)?;
-        ProbeClient::connect(&sock, job, key)
+        let share = match std::env::var(TASK_SHARE_ENV) {
+            Ok(v) => Some(
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|s| (1..=gsched_core::compute::WHOLE_GPU).contains(s))
+                    .ok_or_else(|| {
+                        err(
+                            code::PROTOCOL,
+                            format!("{TASK_SHARE_ENV}='{v}' is not a GPU share in thousandths of a GPU (1 to 1000)"),
+                        )
+                    })?,
+            ),
+            Err(_) => None,
+        };
+        Ok(ProbeClient::connect(&sock, job, key)?.with_share(share))
+    }
+
+    /// States the compute demand of the tasks this client begins
+    /// (thousandths of a whole GPU); `None` leaves it to the node.
+    pub fn with_share(mut self, share: Option<u32>) -> ProbeClient {
+        self.share = share;
+        self
     }
 
     pub fn connect(sock: &str, job: JobId, key: String) -> Result<ProbeClient, ProbeError> {
@@ -82,6 +106,7 @@ impl ProbeClient {
             sock: sock.to_string(),
             job,
             key,
+            share: None,
         })
     }
 
@@ -142,6 +167,7 @@ impl ProbeClient {
             bytes,
             warps,
             shape,
+            share: self.share,
         };
         match self.call(&req)? {
             ProbeReply::Placed {

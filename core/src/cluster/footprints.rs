@@ -1,7 +1,8 @@
-//! Footprint learning: the GPU memory peaks of earlier runs of "the same
-//! job" (same user, and the same job name or the same script), kept per key
-//! so a new job's footprint is found without walking the job history, and
-//! kept for jobs that have left the controller's memory.
+//! Footprint learning: the GPU memory peaks, and the GPU shares (compute
+//! demand, [`crate::compute`]), of earlier runs of "the same job" (same
+//! user, and the same job name or the same script), kept per key so a new
+//! job's footprint is found without walking the job history, and kept for
+//! jobs that have left the controller's memory.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -29,12 +30,24 @@ pub struct PastPeak {
     pub script: String,
     /// MiB.
     pub gpu_mem_peak: u64,
+    /// The share of a GPU it kept busy (thousandths), where measured.
+    pub gpu_share: Option<u32>,
+}
+
+/// What earlier runs of the same job tell about a new one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Learned {
+    /// The GPU memory peak of the latest earlier run, MiB.
+    pub mib: Option<u64>,
+    /// The GPU share of the latest earlier run that measured one.
+    pub share: Option<u32>,
 }
 
 /// The peak of a job that left memory, and the keys it is listed under.
 #[derive(Debug, Clone)]
 struct Retired {
     mib: u64,
+    share: Option<u32>,
     keys: [UserKey; 2],
 }
 
@@ -108,7 +121,8 @@ impl Footprints {
             .iter()
             .any(|k| self.by_key.get(k).is_some_and(|ids| ids.contains(&job.id)));
         if listed {
-            self.retired.insert(job.id, Retired { mib, keys });
+            let share = job.gpu_share();
+            self.retired.insert(job.id, Retired { mib, share, keys });
         }
     }
 
@@ -119,6 +133,7 @@ impl Footprints {
             past.id,
             Retired {
                 mib: past.gpu_mem_peak,
+                share: past.gpu_share,
                 keys: keys.clone(),
             },
         );
@@ -126,9 +141,10 @@ impl Footprints {
         self.forget_if_unlisted(past.id);
     }
 
-    /// The peak (MiB) of the latest earlier finished run of the same job.
-    pub(super) fn learned(&self, job: &Job, jobs: &BTreeMap<JobId, Job>) -> Option<u64> {
-        spec_keys(&job.spec)
+    /// The peak (MiB) of the latest earlier finished run of the same job,
+    /// and the share of the latest that measured one.
+    pub(super) fn learned(&self, job: &Job, jobs: &BTreeMap<JobId, Job>) -> Learned {
+        let mut runs: Vec<(JobId, u64, Option<u32>)> = spec_keys(&job.spec)
             .iter()
             .filter_map(|k| self.by_key.get(k))
             .flatten()
@@ -142,11 +158,15 @@ impl Footprints {
                     && (o.spec.name == job.spec.name || o.spec.script == job.spec.script))
                     .then_some(o.gpu_mem_peak)
                     .flatten()
-                    .map(|mib| (id, mib)),
-                None => self.retired.get(&id).map(|r| (id, r.mib)),
+                    .map(|mib| (id, mib, o.gpu_share())),
+                None => self.retired.get(&id).map(|r| (id, r.mib, r.share)),
             })
-            .max_by_key(|&(id, _)| id)
-            .map(|(_, mib)| mib)
+            .collect();
+        runs.sort_unstable_by_key(|&(id, _, _)| std::cmp::Reverse(id));
+        Learned {
+            mib: runs.first().map(|&(_, mib, _)| mib),
+            share: runs.iter().find_map(|&(_, _, share)| share),
+        }
     }
 
     /// How many peaks of jobs no longer in memory are kept (bounded by the

@@ -14,6 +14,8 @@ struct Active {
     instance: usize,
     bytes: u64,
     warps: u64,
+    /// Its demand as counted on its instance (at most the instance).
+    compute: u32,
     /// Blocks per SM taken on the instance's SM table, of `block_warps`.
     sm_blocks: Vec<u32>,
     block_warps: u32,
@@ -34,6 +36,11 @@ pub struct TaskBook {
     /// How often each waiting task was overtaken (absent: never).
     overtaken: HashMap<TaskId, u32>,
     max_overtakes: u32,
+    /// Thousandths of an instance's capacity that the tasks bound to it may
+    /// demand together (`None`: no ceiling).
+    compute_ceiling: Option<u32>,
+    /// The demand of a task that states none, thousandths of its instance.
+    default_share: u32,
     /// (job, pid) → instance index, set by the process's first placement.
     pins: BTreeMap<(JobId, u32), usize>,
     next: TaskId,
@@ -51,6 +58,8 @@ impl TaskBook {
             waiting: VecDeque::new(),
             overtaken: HashMap::new(),
             max_overtakes: DEFAULT_MAX_OVERTAKES,
+            compute_ceiling: None,
+            default_share: crate::compute::DEFAULT_TASK_SHARE,
             pins: BTreeMap::new(),
             next: 1,
         }
@@ -60,6 +69,37 @@ impl TaskBook {
     /// task waits behind every earlier one that could use its instance).
     pub fn with_max_overtakes(mut self, n: u32) -> TaskBook {
         self.max_overtakes = n;
+        self
+    }
+
+    /// Sets the compute ceiling: a process is bound to an instance only
+    /// while the demands of the tasks there, its own added, stay within
+    /// `ceiling` thousandths of the instance's capacity (an empty instance
+    /// takes any one task). `None` places by memory alone. Memory-blind
+    /// policies ignore it.
+    pub fn with_compute_ceiling(mut self, ceiling: Option<u32>) -> TaskBook {
+        self.compute_ceiling = ceiling;
+        self
+    }
+
+    /// Sets the demand counted for a task that states none: thousandths of
+    /// the instance it is placed on (at least 1).
+    pub fn with_default_share(mut self, share: u32) -> TaskBook {
+        self.default_share = share.clamp(1, crate::compute::WHOLE_GPU);
+        self
+    }
+
+    /// What `req` takes of instance `i`.
+    fn demand(&self, req: &TaskRequest, i: usize) -> u32 {
+        crate::compute::demand_on(req.share, self.instances[i].capacity, self.default_share)
+    }
+
+    /// Tells the book what part of its GPU instance `uuid` offers
+    /// ([`crate::compute::instance_capacity`]).
+    pub fn with_capacity(mut self, uuid: &str, capacity: u32) -> TaskBook {
+        if let Some(i) = self.instances.iter_mut().find(|i| i.uuid == uuid) {
+            i.capacity = capacity.max(1);
+        }
         self
     }
 
@@ -247,13 +287,31 @@ impl TaskBook {
         barred: &BTreeSet<usize>,
     ) -> Option<usize> {
         let blind = self.policy.memory_blind();
+        // A process with a task running goes on where it is bound: only a
+        // process with none is held back by the compute ceiling (so its own
+        // tasks never wait for each other).
+        let ceiling = self.compute_ceiling.filter(|_| {
+            !blind
+                && !self
+                    .active
+                    .values()
+                    .any(|a| a.job == req.job && a.pid == req.pid)
+        });
         let candidates: Vec<usize> = (0..self.instances.len())
             .filter(|&i| {
+                let inst = &self.instances[i];
                 !barred.contains(&i)
                     && self.allowed(req, i)
                     && (blind
-                        || (self.instances[i].free_bytes() >= req.bytes
-                            && self.instances[i].memory_bytes >= need_total))
+                        || (inst.free_bytes() >= req.bytes && inst.memory_bytes >= need_total))
+                    && ceiling.is_none_or(|c| {
+                        crate::compute::fits_under(
+                            inst.compute,
+                            self.demand(req, i),
+                            inst.capacity,
+                            c,
+                        )
+                    })
             })
             .collect();
         if candidates.is_empty() {
@@ -265,9 +323,11 @@ impl TaskBook {
     }
 
     fn place_on(&mut self, i: usize, id: TaskId, req: &TaskRequest) -> Placed {
+        let compute = self.demand(req, i);
         let inst = &mut self.instances[i];
         inst.reserved_bytes += req.bytes;
         inst.warps += req.warps;
+        inst.compute += compute;
         // SM slots (tracked only for policies that use them) are taken
         // where the kernel's wave fits: always, under such policies.
         let shape = req.kernel_shape();
@@ -293,6 +353,7 @@ impl TaskBook {
                 instance: i,
                 bytes: req.bytes,
                 warps: req.warps,
+                compute,
                 sm_blocks,
                 block_warps: shape.block_warps,
             },
@@ -304,6 +365,7 @@ impl TaskBook {
             instance: inst.uuid.clone(),
             bytes: req.bytes,
             warps: req.warps,
+            share: compute,
         }
     }
 
@@ -378,6 +440,7 @@ impl TaskBook {
         let inst = &mut self.instances[a.instance];
         inst.reserved_bytes -= a.bytes;
         inst.warps -= a.warps;
+        inst.compute -= a.compute;
         if let Some(t) = inst.sms.as_mut() {
             t.give_back(a.block_warps, &a.sm_blocks);
         }
@@ -454,6 +517,7 @@ impl TaskBook {
             instance: self.instances[a.instance].uuid.clone(),
             bytes: a.bytes,
             warps: a.warps,
+            share: a.compute,
         })
     }
 
@@ -574,10 +638,18 @@ impl TaskBook {
         true
     }
 
-    /// Adds an instance (created by a re-partition; `sms` where known).
-    /// Returns the waiting tasks it took.
-    pub fn add_instance(&mut self, uuid: &str, memory_bytes: u64, sms: Option<u32>) -> Vec<Placed> {
+    /// Adds an instance (created by a re-partition; `sms` where known;
+    /// `capacity` as in [`Self::with_capacity`]). Returns the waiting tasks
+    /// it took.
+    pub fn add_instance(
+        &mut self,
+        uuid: &str,
+        memory_bytes: u64,
+        sms: Option<u32>,
+        capacity: u32,
+    ) -> Vec<Placed> {
         let mut load = InstanceLoad::empty(uuid.into(), memory_bytes);
+        load.capacity = capacity.max(1);
         load.sms = sms
             .filter(|_| self.policy.uses_sm_slots())
             .map(SmTable::new);

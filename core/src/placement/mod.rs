@@ -19,6 +19,11 @@ pub struct InstanceLoad {
     pub memory_bytes: u64,
     pub reserved_bytes: u64,
     pub warps: u64,
+    /// The part of its GPU the instance offers, in thousandths of the GPU
+    /// ([`crate::compute::instance_capacity`]).
+    pub capacity: u32,
+    /// What the tasks on it demand together, in the same thousandths.
+    pub compute: u32,
     /// Free resident block and warp slots per SM, where known; only
     /// policies that treat compute as a hard limit use them.
     pub sms: Option<SmTable>,
@@ -44,6 +49,8 @@ impl InstanceLoad {
             memory_bytes,
             reserved_bytes: 0,
             warps: 0,
+            capacity: crate::compute::WHOLE_GPU,
+            compute: 0,
             sms: None,
             closed: false,
             owner: None,
@@ -56,6 +63,11 @@ impl InstanceLoad {
     pub fn free_bytes(&self) -> u64 {
         self.memory_bytes.saturating_sub(self.reserved_bytes)
     }
+
+    /// How busy the tasks on it keep it, in thousandths of its capacity.
+    pub fn compute_load(&self) -> u64 {
+        self.compute as u64 * crate::compute::WHOLE_GPU as u64 / self.capacity.max(1) as u64
+    }
 }
 
 /// A task asking for a place.
@@ -66,6 +78,10 @@ pub struct TaskRequest {
     pub pid: u32,
     pub bytes: u64,
     pub warps: u64,
+    /// Its compute demand: the share of a whole GPU it keeps busy, in
+    /// thousandths ([`crate::compute`]); `None`: the node's default part
+    /// of whichever instance it gets.
+    pub share: Option<u32>,
     /// The launch shape of the task's kernel, when the probe reports it.
     pub shape: Option<KernelShape>,
 }
@@ -129,6 +145,9 @@ pub struct Placed {
     pub instance: String,
     pub bytes: u64,
     pub warps: u64,
+    /// The compute demand it counts for on its instance (thousandths of a
+    /// whole GPU).
+    pub share: u32,
 }
 
 /// What happened to a task that asked.

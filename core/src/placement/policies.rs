@@ -4,8 +4,10 @@
 use super::{InstanceLoad, PlacementPolicy, TaskRequest};
 
 /// CASE Algorithm 2 (the multi-GPU paper's Algorithm 3): among instances
-/// with enough free memory, the one with the fewest in-use warps; ties go to
-/// the least free memory (best fit), then the first.
+/// with enough free memory (and, under a compute ceiling, room for the
+/// task's demand), the least busy one: the fewest in-use compute for its
+/// size, then the fewest in-use warps; ties go to the least free memory
+/// (best fit), then the first.
 pub struct CasePlacement;
 
 impl PlacementPolicy for CasePlacement {
@@ -18,10 +20,10 @@ impl PlacementPolicy for CasePlacement {
         candidates: &[usize],
         _task: &TaskRequest,
     ) -> Option<usize> {
-        candidates
-            .iter()
-            .copied()
-            .min_by_key(|&i| (instances[i].warps, instances[i].free_bytes(), i))
+        candidates.iter().copied().min_by_key(|&i| {
+            let inst = &instances[i];
+            (inst.compute_load(), inst.warps, inst.free_bytes(), i)
+        })
     }
 }
 

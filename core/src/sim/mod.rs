@@ -203,6 +203,8 @@ struct Sim<'a> {
     hold_per_process: bool,
     /// SMs in one compute slice (of the smallest kind in the cluster).
     sms_per_slice: f64,
+    /// Compute slices of a whole GPU (of the largest model).
+    gpu_slices: f64,
     oom: usize,
     mem_integral: f64,
     total_mem: f64,
@@ -223,6 +225,7 @@ fn spec_of(j: &SimJob) -> JobSpec {
         gpu: GpuRequest {
             mig_profile: None,
             mem_mib: Some(j.peak_mib().max(1)),
+            share: None,
         },
         ..JobSpec::default()
     }
@@ -330,6 +333,7 @@ impl Sim<'_> {
                     pid: 1,
                     bytes: mem_mib * MIB,
                     warps: shape.warps(),
+                    share: Some(self.share_of(slices)),
                     shape: Some(shape),
                 };
                 match self.book.begin(req) {
@@ -349,6 +353,13 @@ impl Sim<'_> {
                 }
             }
         }
+    }
+
+    /// The compute demand of a task keeping `slices` compute slices busy:
+    /// that part of a whole GPU, in thousandths (at least 1).
+    fn share_of(&self, slices: f64) -> u32 {
+        let share = slices / self.gpu_slices * crate::compute::WHOLE_GPU as f64;
+        (share.round() as u32).clamp(1, crate::compute::WHOLE_GPU)
     }
 
     fn placed(&mut self, p: Placed) {
@@ -511,6 +522,10 @@ pub struct SimOptions {
     /// How often a waiting task may be overtaken (`None`: the node's
     /// default, `placement::DEFAULT_MAX_OVERTAKES`).
     pub max_overtakes: Option<u32>,
+    /// The node's compute ceiling, thousandths of an instance's capacity
+    /// ([`TaskBook::with_compute_ceiling`]; `None`: memory alone). Each GPU
+    /// task states its demand: its parallelism over its GPU's slices.
+    pub compute_ceiling: Option<u32>,
 }
 
 /// Runs `jobs` on the cluster `spec` (a `--sim-gpus` spec) under `policy`.
@@ -588,6 +603,18 @@ pub fn simulate_with(
     if let Some(n) = options.max_overtakes {
         book = book.with_max_overtakes(n);
     }
+    for i in &inst {
+        book = book.with_capacity(&i.uuid, crate::compute::instance_capacity(i));
+    }
+    book = book.with_compute_ceiling(options.compute_ceiling);
+    // A GPU's compute slices (of the largest model), for tasks' demands.
+    let gpu_slices = inst
+        .iter()
+        .filter_map(|i| crate::gpu::model(&i.model))
+        .map(|m| m.compute_slices)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
     let sms_per_slice = inst
         .iter()
         .map(|i| i.sms as f64 / i.compute_slices.max(1) as f64)
@@ -610,6 +637,7 @@ pub fn simulate_with(
         deferred: Vec::new(),
         reshapes: 0,
         sms_per_slice,
+        gpu_slices,
         hold_per_process: options.hold_per_process,
         inst,
         cluster,

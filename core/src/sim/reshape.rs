@@ -154,10 +154,12 @@ impl Sim<'_> {
             let _ = self.cluster.reshape_node(NODE, &[], fresh.clone());
             for inst in fresh {
                 let sms = Some(inst.sms);
-                for p in self
-                    .book
-                    .add_instance(&inst.uuid, inst.memory_mib * MIB, sms)
-                {
+                for p in self.book.add_instance(
+                    &inst.uuid,
+                    inst.memory_mib * MIB,
+                    sms,
+                    crate::compute::instance_capacity(&inst),
+                ) {
                     self.placed(p);
                 }
             }

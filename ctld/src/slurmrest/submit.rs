@@ -234,6 +234,7 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
         gpu: GpuRequest {
             mig_profile: gpu.flatten(),
             mem_mib: None,
+            share: None,
         },
         time_limit: minutes.map(|m| m as u64 * 60),
         stdout: text("standard_output", obj.get("standard_output"))?,

@@ -126,8 +126,8 @@ pub(super) async fn max_job_id(conn: &mut SqliteConnection) -> Result<JobId, Sto
 /// name and per user and script.
 pub(super) async fn past_peaks(conn: &mut SqliteConnection) -> Result<Vec<PastPeak>, StoreError> {
     let mut q = QueryBuilder::<Sqlite>::new(
-        "SELECT id, user_name, name, script, gpu_mem_peak FROM (
-           SELECT id, user_name, name, script, gpu_mem_peak,
+        "SELECT id, user_name, name, script, gpu_mem_peak, usage, start_time, end_time FROM (
+           SELECT id, user_name, name, script, gpu_mem_peak, usage, start_time, end_time,
              row_number() OVER (PARTITION BY user_name, name ORDER BY id DESC) AS by_name,
              row_number() OVER (PARTITION BY user_name, script ORDER BY id DESC) AS by_script
            FROM jobs WHERE gpu_mem_peak IS NOT NULL AND state IN ",
@@ -149,6 +149,17 @@ pub(super) async fn past_peaks(conn: &mut SqliteConnection) -> Result<Vec<PastPe
                 name: r.try_get("name")?,
                 script: r.try_get("script")?,
                 gpu_mem_peak: r.try_get::<i64, _>("gpu_mem_peak")?.max(0) as u64,
+                // A usage that does not read only loses the learned share.
+                gpu_share: match (
+                    optional_json::<gsched_core::job::ResourceUsage>(r, "usage"),
+                    r.try_get::<Option<i64>, _>("start_time")?,
+                    r.try_get::<Option<i64>, _>("end_time")?,
+                ) {
+                    (Ok(Some(u)), Some(start), Some(end)) => {
+                        gsched_core::compute::share_of_run(u.gpu_time_usec, end - start)
+                    }
+                    _ => None,
+                },
             })
         })
         .collect()

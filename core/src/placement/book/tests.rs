@@ -24,6 +24,7 @@ fn req(job: JobId, pid: u32, bytes: u64, warps: u64) -> TaskRequest {
         pid,
         bytes,
         warps,
+        share: None,
         shape: None,
     }
 }
@@ -382,7 +383,7 @@ fn retiring_instances_keep_their_processes_and_go_when_idle() {
         b.begin(req(4, 1, 3 * G, 0)).unwrap(),
         Begin::Waiting(_)
     ));
-    let now = b.add_instance("I2", 8 * G, None);
+    let now = b.add_instance("I2", 8 * G, None, 1000);
     assert_eq!((now.len(), now[0].instance.as_str()), (1, "I2"));
     let (gone, _) = b.release_job(2);
     assert_eq!(gone.len(), 1);
@@ -493,4 +494,171 @@ proptest! {
         prop_assert_eq!(b.waiting_len(), 0, "every waiting task was placed");
         prop_assert!(b.instances().iter().all(|i| i.reserved_bytes == 0 && i.warps == 0));
     }
+}
+
+fn shared(job: JobId, pid: u32, bytes: u64, share: u32) -> TaskRequest {
+    TaskRequest {
+        share: Some(share),
+        ..req(job, pid, bytes, 0)
+    }
+}
+
+#[test]
+fn the_compute_ceiling_stops_co_location_and_the_least_busy_instance_is_chosen() {
+    let mut b = book(&[40 * G, 40 * G]).with_compute_ceiling(Some(1000));
+    // Two busy processes go to different instances (least busy first).
+    let a = placed(b.begin(shared(1, 1, G, 600)));
+    let c = placed(b.begin(shared(2, 2, G, 600)));
+    assert_ne!(a.instance, c.instance);
+    assert_eq!(a.share, 600, "the demand is recorded with the placement");
+    // Light ones fill both up to the ceiling, on the least busy one.
+    placed(b.begin(shared(3, 3, G, 400)));
+    placed(b.begin(shared(4, 4, G, 400)));
+    assert!(b.instances().iter().all(|i| i.compute == 1000));
+    // Memory is plentiful but compute is not: the next one waits.
+    let Begin::Waiting(w) = b.begin(shared(5, 5, G, 100)).unwrap() else {
+        panic!("placed past the ceiling")
+    };
+    // A process with a task running is not held back by its own demand.
+    assert!(matches!(
+        b.begin(shared(1, 1, G, 600)),
+        Ok(Begin::Placed(_))
+    ));
+    // When compute is given back the waiter is placed.
+    let now = b.end(c.task).unwrap();
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].task, w);
+    assert_eq!(now[0].instance, c.instance);
+}
+
+#[test]
+fn an_empty_instance_takes_one_task_above_the_ceiling_and_small_instances_count_their_part() {
+    let mut b = book(&[40 * G, 10 * G])
+        .with_capacity("I1", 142)
+        .with_compute_ceiling(Some(1000));
+    // A 1g-sized instance is full with a task demanding a seventh of a GPU.
+    let first = placed(b.begin(shared(1, 1, 11 * G, 1000)));
+    assert_eq!(first.instance, "I0");
+    let small = placed(b.begin(shared(2, 2, G, 142)));
+    assert_eq!(small.instance, "I1");
+    assert_eq!(b.instances()[1].compute_load(), 1000);
+    // A demand above an instance counts as the whole instance.
+    let mut c = book(&[10 * G])
+        .with_capacity("I0", 142)
+        .with_compute_ceiling(Some(2000));
+    placed(c.begin(shared(1, 1, G, 900)));
+    assert_eq!(c.instances()[0].compute, 142);
+    placed(c.begin(shared(2, 2, G, 900)));
+    assert!(matches!(c.begin(shared(3, 3, G, 1)), Ok(Begin::Waiting(_))));
+}
+
+#[test]
+fn memory_blind_and_unceilinged_books_ignore_demands() {
+    let mut b = book(&[40 * G]);
+    for pid in 0..4 {
+        placed(b.begin(shared(1, pid, G, 1000)));
+    }
+    let mut blind = TaskBook::new(Box::new(BlindPlacement), vec![("I0".into(), 40 * G)])
+        .with_compute_ceiling(Some(1000));
+    for pid in 0..4 {
+        placed(blind.begin(shared(1, pid, G, 1000)));
+    }
+}
+
+#[derive(Debug, Clone)]
+enum ComputeOp {
+    Begin { gib: u64, share: u32 },
+    End(usize),
+    Close(usize),
+    Open(usize),
+}
+
+fn compute_op() -> impl Strategy<Value = ComputeOp> {
+    prop_oneof![
+        4 => (1u64..12, 1u32..1200).prop_map(|(gib, share)| ComputeOp::Begin { gib, share }),
+        3 => (0usize..64).prop_map(ComputeOp::End),
+        1 => (0usize..3).prop_map(ComputeOp::Close),
+        1 => (0usize..3).prop_map(ComputeOp::Open),
+    ]
+}
+
+proptest! {
+    /// Processes of one task each (as the driver interception makes them)
+    /// with random demands, on instances of different sizes: no instance
+    /// is over its memory, none is over its compute ceiling unless one task
+    /// alone is on it, and once everything ends every waiter was placed.
+    #[test]
+    fn never_over_the_compute_ceiling(
+        ops in prop::collection::vec(compute_op(), 1..150),
+        ceiling in 500u32..2000,
+    ) {
+        let mut b = book(&[10 * G, 20 * G, 40 * G])
+            .with_capacity("I0", 142)
+            .with_capacity("I1", 285)
+            .with_compute_ceiling(Some(ceiling));
+        let mut live: Vec<TaskId> = Vec::new();
+        let mut pid = 0;
+        let check = |b: &TaskBook, placed: &[Placed], live: &mut Vec<TaskId>| -> Result<(), TestCaseError> {
+            live.extend(placed.iter().map(|p| p.task));
+            for i in b.instances() {
+                prop_assert!(i.reserved_bytes <= i.memory_bytes, "{} over-reserved", i.uuid);
+                let limit = i.capacity as u64 * ceiling as u64 / 1000;
+                prop_assert!(
+                    i.compute as u64 <= limit || b.tasks_on(&i.uuid) == 1,
+                    "{} demands {} over {limit}", i.uuid, i.compute
+                );
+            }
+            Ok(())
+        };
+        for o in ops {
+            let placed = match o {
+                ComputeOp::Begin { gib, share } => {
+                    pid += 1;
+                    match b.begin(shared(pid as u64, pid, gib * G, share)) {
+                        Ok(Begin::Placed(p)) => vec![p],
+                        Ok(Begin::Waiting(_)) => vec![],
+                        Err(e) => {
+                            prop_assert!(gib > 40, "{e}");
+                            vec![]
+                        }
+                    }
+                }
+                ComputeOp::End(k) if !live.is_empty() => {
+                    let id = live.remove(k % live.len());
+                    b.end(id).unwrap()
+                }
+                ComputeOp::Close(i) => b.set_closed(&format!("I{i}"), true),
+                ComputeOp::Open(i) => b.set_closed(&format!("I{i}"), false),
+                _ => vec![],
+            };
+            check(&b, &placed, &mut live)?;
+        }
+        for i in 0..3 {
+            let p = b.set_closed(&format!("I{i}"), false);
+            check(&b, &p, &mut live)?;
+        }
+        let mut rounds = 0;
+        while let Some(id) = live.pop() {
+            let p = b.end(id).unwrap();
+            check(&b, &p, &mut live)?;
+            rounds += 1;
+            prop_assert!(rounds < 10_000);
+        }
+        prop_assert_eq!(b.waiting_len(), 0, "every waiting task was placed");
+        prop_assert!(b.instances().iter().all(|i| i.compute == 0));
+    }
+}
+
+#[test]
+fn a_task_that_states_no_demand_counts_the_default_part_of_its_instance() {
+    let mut b = book(&[10 * G])
+        .with_capacity("I0", 142)
+        .with_default_share(250)
+        .with_compute_ceiling(Some(1000));
+    // Four unknown processes fill a 1g-sized instance, as on a whole GPU.
+    for pid in 0..4 {
+        let p = placed(b.begin(req(1, pid, G, 0)));
+        assert_eq!(p.share, 35, "a quarter of 142");
+    }
+    assert!(matches!(b.begin(req(1, 9, G, 0)), Ok(Begin::Waiting(_))));
 }

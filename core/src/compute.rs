@@ -1,0 +1,222 @@
+//! Compute demand: how much of a GPU's compute a shared task keeps busy, so
+//! that placement can stop piling busy tasks onto one instance.
+//!
+//! A demand is a GPU share in thousandths of a whole GPU (1000: the task
+//! keeps a whole GPU busy all the time). It is stated by the user
+//! (`--gpu-share`), else learned from an earlier run of the same job (its
+//! GPU time over its elapsed time, from the driver's per-process
+//! utilization), else the node's default. An instance offers its part of
+//! its GPU ([`instance_capacity`]: a whole GPU 1000, a 3g of 7 slices 428),
+//! and the node's compute ceiling bounds what the tasks bound to it may
+//! demand together, as a share of that capacity.
+
+use crate::gpu::{model, Instance};
+
+/// A whole GPU, in the thousandths demands are counted in.
+pub const WHOLE_GPU: u32 = 1000;
+
+/// The demand of a task nothing is known about, in thousandths of the
+/// instance it runs on (not of a GPU: on a MIG slice as on a whole GPU):
+/// an eighth, so that under the default ceiling eight such tasks share an
+/// instance, as memory-blind sharing with eight jobs per GPU (`cg:8`)
+/// would run them.
+pub const DEFAULT_TASK_SHARE: u32 = 125;
+
+/// The default ceiling as a setting (`--compute-ceiling`): tasks bound to
+/// an instance may together demand all of it, not more.
+pub const DEFAULT_COMPUTE_CEILING: &str = "1";
+
+/// The default share as a setting (`--default-gpu-share`, a fraction of
+/// the instance), as [`DEFAULT_TASK_SHARE`] says.
+pub const DEFAULT_TASK_SHARE_SETTING: &str = "0.125";
+
+/// A GPU share that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShareError {
+    #[error("GPU share '{0}' is not a number: give a fraction of a GPU such as 0.25, or a percentage such as 25%")]
+    NotANumber(String),
+    #[error("GPU share '{0}' is out of range: it must be above 0 and at most 1 (100%)")]
+    OutOfRange(String),
+    #[error("GPU share '{0}': a limit (REQ:LIMIT) is not supported yet; give the request alone")]
+    LimitNotSupported(String),
+}
+
+/// Reads a GPU share: a fraction (`0.25`) or a percentage (`25%`) of one
+/// GPU, above 0 and at most 1. Returns thousandths (at least 1).
+pub fn parse_share(text: &str) -> Result<u32, ShareError> {
+    let t = text.trim();
+    if t.contains(':') {
+        return Err(ShareError::LimitNotSupported(text.into()));
+    }
+    let (number, scale) = match t.strip_suffix('%') {
+        Some(p) => (p.trim(), 100.0),
+        None => (t, 1.0),
+    };
+    let v: f64 = number
+        .parse()
+        .map_err(|_| ShareError::NotANumber(text.into()))?;
+    if !v.is_finite() {
+        return Err(ShareError::NotANumber(text.into()));
+    }
+    let fraction = v / scale;
+    if fraction <= 0.0 || fraction > 1.0 {
+        return Err(ShareError::OutOfRange(text.into()));
+    }
+    Ok(((fraction * WHOLE_GPU as f64).round() as u32).clamp(1, WHOLE_GPU))
+}
+
+/// A ceiling as a setting: a ratio of an instance's compute (`1`, `1.5`),
+/// or a percentage (`150%`), above 0 and at most 8; or `off` (memory alone
+/// decides). Returns thousandths.
+pub fn parse_ceiling(text: &str) -> Result<Option<u32>, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let (number, scale) = match t.strip_suffix('%') {
+        Some(p) => (p.trim(), 100.0),
+        None => (t, 1.0),
+    };
+    match number.parse::<f64>() {
+        Ok(v) if v.is_finite() && v / scale > 0.0 && v / scale <= 8.0 => {
+            Ok(Some(((v / scale) * WHOLE_GPU as f64).round().max(1.0) as u32))
+        }
+        _ => Err(format!(
+            "compute ceiling '{text}' must be a ratio above 0 and at most 8 (such as 1, 1.5 or 150%), or off"
+        )),
+    }
+}
+
+/// The share a finished run kept a GPU busy: its GPU time over its elapsed
+/// time, in thousandths, at most a whole GPU. `None` when nothing was
+/// measured (no GPU time: MIG instances, simulated GPUs; or a run of no
+/// length).
+pub fn share_of_run(gpu_time_usec: Option<u64>, elapsed_secs: i64) -> Option<u32> {
+    let busy = gpu_time_usec.filter(|&t| t > 0)?;
+    if elapsed_secs <= 0 {
+        return None;
+    }
+    let elapsed_usec = elapsed_secs as u128 * 1_000_000;
+    let share = (busy as u128 * WHOLE_GPU as u128).div_ceil(elapsed_usec);
+    Some(share.clamp(1, WHOLE_GPU as u128) as u32)
+}
+
+/// The part of its GPU an instance offers, in thousandths of the GPU: a
+/// whole GPU 1000, a MIG instance its compute slices over the model's
+/// (a model gsched has no table for counts as whole).
+pub fn instance_capacity(i: &Instance) -> u32 {
+    if i.profile.is_none() {
+        return WHOLE_GPU;
+    }
+    match model(&i.model) {
+        Some(m) if m.compute_slices > 0 => {
+            (i.compute_slices.min(m.compute_slices) * WHOLE_GPU / m.compute_slices).max(1)
+        }
+        _ => WHOLE_GPU,
+    }
+}
+
+/// What a task takes of an instance offering `capacity` (thousandths of a
+/// GPU): its stated or learned `share` of a GPU, but no more than the whole
+/// instance; a task that states none counts `default` thousandths of the
+/// instance. At least 1.
+pub fn demand_on(share: Option<u32>, capacity: u32, default: u32) -> u32 {
+    match share {
+        Some(s) => s.min(capacity),
+        None => (capacity as u64 * default as u64 / WHOLE_GPU as u64) as u32,
+    }
+    .max(1)
+}
+
+/// Whether a process taking `demand` may be bound to an instance of
+/// `capacity` whose bound tasks already take `load`, under `ceiling`
+/// (thousandths of capacity). An instance with nothing on it takes any one
+/// task, so a demand above the ceiling still runs (alone).
+pub fn fits_under(load: u32, demand: u32, capacity: u32, ceiling: u32) -> bool {
+    if load == 0 {
+        return true;
+    }
+    let limit = capacity as u64 * ceiling as u64 / WHOLE_GPU as u64;
+    (load as u64 + demand as u64) <= limit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_are_read_as_fractions_or_percentages() {
+        assert_eq!(parse_share("0.25"), Ok(250));
+        assert_eq!(parse_share("25%"), Ok(250));
+        assert_eq!(parse_share(" 1 "), Ok(1000));
+        assert_eq!(parse_share("100%"), Ok(1000));
+        assert_eq!(parse_share("0.0001"), Ok(1), "at least one thousandth");
+        assert!(matches!(parse_share("0"), Err(ShareError::OutOfRange(_))));
+        assert!(matches!(parse_share("1.5"), Err(ShareError::OutOfRange(_))));
+        assert!(matches!(
+            parse_share("-0.1"),
+            Err(ShareError::OutOfRange(_))
+        ));
+        assert!(matches!(
+            parse_share("half"),
+            Err(ShareError::NotANumber(_))
+        ));
+        assert!(matches!(parse_share("NaN"), Err(ShareError::NotANumber(_))));
+        assert!(matches!(
+            parse_share("0.2:0.5"),
+            Err(ShareError::LimitNotSupported(_))
+        ));
+        let msg = parse_share("2").unwrap_err().to_string();
+        assert!(msg.contains("'2'") && msg.contains("at most 1"), "{msg}");
+    }
+
+    #[test]
+    fn ceilings_are_ratios() {
+        assert_eq!(parse_ceiling("1"), Ok(Some(1000)));
+        assert_eq!(parse_ceiling("1.5"), Ok(Some(1500)));
+        assert_eq!(parse_ceiling("150%"), Ok(Some(1500)));
+        assert_eq!(parse_ceiling("off"), Ok(None));
+        assert!(parse_ceiling("0").is_err());
+        assert!(parse_ceiling("9").is_err());
+        assert!(parse_ceiling("x").unwrap_err().contains("'x'"));
+    }
+
+    #[test]
+    fn a_run_share_is_its_gpu_time_over_its_elapsed_time() {
+        assert_eq!(share_of_run(Some(5_000_000), 10), Some(500));
+        assert_eq!(share_of_run(Some(1), 10), Some(1), "rounded up, not 0");
+        assert_eq!(share_of_run(Some(30_000_000), 10), Some(1000), "capped");
+        assert_eq!(share_of_run(None, 10), None, "nothing measured");
+        assert_eq!(share_of_run(Some(0), 10), None, "no sample is no share");
+        assert_eq!(share_of_run(Some(5), 0), None);
+    }
+
+    #[test]
+    fn instances_offer_their_part_of_the_gpu() {
+        let a100 = model("A100-40GB").expect("the A100 table");
+        let whole = Instance::whole_gpu(0, "GPU-x".into(), a100);
+        assert_eq!(instance_capacity(&whole), 1000);
+        let mut mig = whole.clone();
+        mig.profile = Some("3g.20gb".into());
+        mig.compute_slices = 3;
+        assert_eq!(instance_capacity(&mig), 428);
+        mig.model = "B200".into();
+        assert_eq!(instance_capacity(&mig), 1000, "no table: whole");
+    }
+
+    #[test]
+    fn the_ceiling_bounds_what_bound_tasks_demand_together() {
+        // An empty instance takes anything, even above the ceiling.
+        assert!(fits_under(0, 1000, 428, 500));
+        assert!(fits_under(500, 500, 1000, 1000));
+        assert!(!fits_under(501, 500, 1000, 1000));
+        assert!(fits_under(900, 500, 1000, 1500));
+        // A demand counts at most the whole instance.
+        assert_eq!(demand_on(Some(1000), 428, 125), 428);
+        assert_eq!(demand_on(Some(100), 428, 125), 100);
+        // No stated demand: a part of the instance, whatever its size.
+        assert_eq!(demand_on(None, 1000, 125), 125);
+        assert_eq!(demand_on(None, 142, 125), 17);
+        assert_eq!(demand_on(None, 4, 125), 1, "at least 1");
+    }
+}
