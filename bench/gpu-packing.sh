@@ -5,7 +5,13 @@
 # instance, with an MPS server of gsched's own), from a tree holding the
 # release binaries and libgprobe.so in dist/ (or BIN=...). Leaves the GPU as
 # found: no MIG or compute-mode change; MPS is told to quit at the end.
-# Writes $OUT/gpu-packing-POLICY.json (POLICY with ':' as '-').
+# Writes $OUT/gpu-packing-POLICY[-TRIAL].json (POLICY with ':' as '-').
+# Environment: BATCH=tight for the memory-tight batch (footprints 8-16 GB);
+# ALONE=FILE reuses alone times measured by an earlier call (else measured
+# here, before gsched starts); KEEP_STATE=1 keeps gsched's state (its
+# database: what earlier trials taught it) from the last call of the same
+# policy and batch; TRIAL names this run in the output files.
+# bench/gpu-interleaved.sh runs trials in an interleaved order.
 set -u
 POLICY=${1:?usage: bench/gpu-packing.sh exclusive|case|cg:R [SEED] [JOBS]}
 SEED=${2:-1}
@@ -14,11 +20,19 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SUITE=$ROOT/bench/gpu-jobs
 OUT=${OUT:-$ROOT/gpu-out}
 BIN=${BIN:-$ROOT/dist}
+BATCH=${BATCH:-regular}
 TAG=${POLICY/:/-}
+OTAG=$TAG${TRIAL:+-$TRIAL}
 mkdir -p "$OUT"
 export PATH="$BIN:$PATH"
-st=/tmp/gsched-pack-$TAG
-rm -rf "$st"; mkdir -p "$st/jobs"
+st=/tmp/gsched-pack-$BATCH-$TAG
+if [ "${KEEP_STATE:-0}" = 1 ] && [ -d "$st/state" ]; then
+  rm -rf "$st/jobs" "$st/alone.txt"; mkdir -p "$st/jobs"
+else
+  rm -rf "$st"; mkdir -p "$st/jobs"
+fi
+BATCH_FLAGS=()
+[ "$BATCH" = tight ] && BATCH_FLAGS=(--tight)
 case $POLICY in
   exclusive) FLAGS=(--launch-policy exclusive) ;;
   case) FLAGS=() ;;
@@ -29,7 +43,9 @@ machine="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,
 # 1. Alone times: each kind by itself on the idle GPU (before gsched starts).
 # The whole process is timed (interpreter and CUDA start-up included), as a
 # job's elapsed time in gsched is.
+if [ -n "${ALONE:-}" ]; then cp "$ALONE" "$st/alone.txt"; fi
 for k in dense stencil graph cnn_train inference cpu_burst; do
+  [ -n "${ALONE:-}" ] && break
   t0=$(date +%s.%N)
   python3 "$SUITE/$k.py" --mem-gb 2 >"$st/alone-$k.out" 2>"$st/alone-$k.err" ||
     { echo "alone run of $k failed:" >&2; tail -5 "$st/alone-$k.err" >&2; }
@@ -47,7 +63,7 @@ export GSCHED_URL=http://127.0.0.1:7819
 for _ in $(seq 150); do ginfo >/dev/null 2>&1 && break; sleep 0.2; done
 sleep 2
 python3 "$SUITE/batch.py" --seed "$SEED" --jobs "$JOBS" --policy "$POLICY" --dir "$st/jobs" \
-  --suite "$SUITE" >"$st/batch.tsv"
+  --suite "$SUITE" "${BATCH_FLAGS[@]}" >"$st/batch.tsv"
 nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits \
   -lms 1000 >"$st/smi.csv" &
 SMI=$!
@@ -66,10 +82,13 @@ done
 kill $SMI 2>/dev/null
 gacct -j "$list" --json >"$st/jobs.json"
 python3 "$SUITE/summarize.py" --policy "$POLICY" --batch "$st/batch.tsv" --jobs "$st/jobs.json" \
-  --alone "$st/alone.txt" --smi "$st/smi.csv" --machine "$machine" >"$OUT/gpu-packing-$TAG.json"
-gacct -j "$list" >"$OUT/gacct-$TAG.txt" 2>&1
-tail -n 3 "$st"/jobs/*.out >"$OUT/jobs-$TAG.txt" 2>&1
+  --alone "$st/alone.txt" --smi "$st/smi.csv" --machine "$machine" >"$OUT/gpu-packing-$OTAG.json"
+cp "$st/alone.txt" "$OUT/alone.txt"
+gacct -j "$list" >"$OUT/gacct-$OTAG.txt" 2>&1
+cp "$st/jobs.json" "$OUT/jobs-$OTAG.json"
+grep -E 'task (placed|waits)' "$st/up.log" | tail -n 400 >"$OUT/placements-$OTAG.log" 2>/dev/null
+tail -n 3 "$st"/jobs/*.out >"$OUT/jobs-$OTAG.txt" 2>&1
 kill -TERM $UP; wait $UP; trap - EXIT
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [d.pop(k) for k in ('rows','memory_mib_samples')]; print(json.dumps(d, indent=1))" \
-  "$OUT/gpu-packing-$TAG.json"
+  "$OUT/gpu-packing-$OTAG.json"
 { ps -eo pid,stat,args | grep '[n]vidia-cuda-mps' | grep -v ' Z' && echo "MPS still running"; } || true

@@ -30,6 +30,9 @@ def main():
     p.add_argument("--policy", required=True)
     p.add_argument("--dir", required=True)
     p.add_argument("--suite", required=True, help="directory of the job programs")
+    p.add_argument("--tight", action="store_true",
+                   help="the memory-tight batch: every footprint 8-16 GB, so that "
+                        "eight memory-blind jobs at once exceed an 80 GB GPU")
     a = p.parse_args()
     rng = random.Random(a.seed)
     kinds = [k for _ in range(a.jobs // len(KINDS) + 1) for k in KINDS][: a.jobs]
@@ -38,7 +41,7 @@ def main():
     os.makedirs(a.dir, exist_ok=True)
     print("index\tkind\tmem_gb\tisolated\tscript")
     for i, kind in enumerate(kinds):
-        lo, hi = KINDS[kind]
+        lo, hi = (8, 16) if a.tight else KINDS[kind]
         mem = round(rng.uniform(lo, hi) * 2) / 2
         iso = i in isolated
         lines = ["#!/bin/bash", f"#SBATCH -J {kind}-{i} -o {a.dir}/job-{i}.out"]

@@ -1,5 +1,8 @@
 """Shared by the GPU job suite: argument parsing, the memory ballast that
-sets a job's footprint, and the one-line JSON report each job prints.
+sets a job's footprint, and the one-line JSON report each job prints, with
+a checksum of the job's last GPU result and a check of its ballast, so a
+run whose GPU work was skipped or faulted is told from a correct one
+(summarize.py compares the checksum with the same kind's alone run).
 
 Every job is an ordinary PyTorch program: nothing in it knows gsched. Under
 gsched's `case` policy the driver interception library places it."""
@@ -31,6 +34,9 @@ class Job:
         self.t0 = time.time()
         self.gpu_secs = 0.0
         self.dev = torch.device("cuda")
+        self.last = None
+        # Same inputs every run: the checksum depends on the work alone.
+        torch.manual_seed(0)
         # The ballast tops the working set up to the stated footprint (the
         # data a real job of this size would keep resident).
         extra = max(0.0, mem_gb - working_gb)
@@ -45,7 +51,18 @@ class Job:
         out = fn()
         torch.cuda.synchronize()
         self.gpu_secs += time.time() - t
+        self.last = out
         return out
+
+    def checksum(self):
+        """The last GPU result folded to one number (sum of magnitudes for
+        tensors, robust to rounding order), or None when there is none."""
+        out = self.last
+        if isinstance(out, torch.Tensor):
+            return float(out.detach().double().abs().sum().item())
+        if isinstance(out, (int, float)):
+            return float(out)
+        return None
 
     def report(self):
         torch.cuda.synchronize()
@@ -54,6 +71,11 @@ class Job:
             "wall_secs": round(time.time() - self.t0, 3),
             "gpu_secs": round(self.gpu_secs, 3),
             "peak_mib": round(torch.cuda.max_memory_allocated() / (1 << 20)),
+            "checksum": self.checksum(),
+            # The ballast was filled with ones: any other sum means the
+            # memory did not hold what was written.
+            "ballast_ok": bool(self.ballast.numel() == 0
+                               or int(self.ballast.sum(dtype=torch.int64).item()) == self.ballast.numel()),
         }
         print("GPUJOB " + json.dumps(rec), flush=True)
         sys.stdout.flush()

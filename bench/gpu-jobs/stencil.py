@@ -18,6 +18,7 @@ def sweep(k):
     for _ in range(k):
         v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
         u, v = v, u
+    return u
 
 
 for _ in range(max(1, a.iters // 50)):

@@ -1,11 +1,23 @@
 """Turns one policy's run of the GPU packing benchmark into its result JSON:
 makespan, throughput, mean turnaround, time-averaged GPU memory use (from
 the nvidia-smi samples), OOM failures, and per-kind slowdown against the
-alone times the driver measured in the same run."""
+alone times the driver measured in the same run. A job counts as correct
+only when it completed, printed its report, its ballast held, and its
+checksum matches its kind's alone run (relative 1e-2: rounding order may
+differ under sharing; skipped or faulted work does not come close);
+throughput counts correct jobs."""
 
 import argparse
 import json
+import math
 import statistics
+
+
+def matches(got, want):
+    """Whether a checksum is the alone run's, up to rounding order."""
+    if got is None or want is None or not math.isfinite(got):
+        return False
+    return abs(got - want) <= 1e-2 * max(abs(got), abs(want)) + 1e-3
 
 
 def reports(path):
@@ -65,7 +77,12 @@ def main():
     t0 = min(r["submit"] for r in rows)
     t1 = max(r["end"] or t0 for r in rows)
     makespan = max(t1 - t0, 1)
-    done = [r for r in rows if r["state"] == "COMPLETED"]
+    for r in rows:
+        rep, al = r["report"], alone.get(r["kind"])
+        r["correct"] = bool(r["state"] == "COMPLETED" and rep and al
+                            and rep.get("ballast_ok", False)
+                            and matches(rep.get("checksum"), al.get("checksum")))
+    done = [r for r in rows if r["correct"]]
     # Memory use and GPU utilization over the makespan, from the 1 s
     # samples (timestamp, memory.used, memory.total, utilization.gpu).
     used, util, total = [], [], 0
@@ -98,9 +115,12 @@ def main():
         "policy": a.policy,
         "machine": a.machine,
         "jobs": len(rows),
-        "completed": len(done),
+        "completed": sum(1 for r in rows if r["state"] == "COMPLETED"),
+        "correct": len(done),
+        "wrong_results": sum(1 for r in rows if r["state"] == "COMPLETED" and not r["correct"]),
         "oom_failures": sum(1 for r in rows if r["oom"]),
         "other_failures": sum(1 for r in rows if r["state"] != "COMPLETED" and not r["oom"]),
+        "antt": round(statistics.mean(x for v in slow.values() for x in v["job"]), 3) if slow else None,
         "makespan_secs": makespan,
         "throughput_jobs_per_hour": round(len(done) * 3600 / makespan, 2),
         "mean_turnaround_secs": round(statistics.mean(r["end"] - r["submit"] for r in done), 2) if done else None,

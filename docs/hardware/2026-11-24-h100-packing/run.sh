@@ -1,0 +1,14 @@
+#!/bin/bash
+# Issue 17, item 7 on a real GPU: interleaved trials of bench/gpu-packing.sh
+# (compute-aware case against exclusive and memory-blind cg:8).
+#   bash docs/hardware/2026-11-24-h100-packing/run.sh BATCH JOBS SEED POLICY...
+# Carries dist/ (release gsched, gsched-shepherd, gsub, gqueue, gacct,
+# ginfo, libgprobe.so). GPUJOB_SCALE=0.5 halves every job's work so that
+# the trials fit the device time of a session; the alone times are
+# measured at the same scale.
+export GPUJOB_SCALE=${GPUJOB_SCALE:-0.5}
+export BIN=$PWD/dist
+nvidia-smi -L
+nvidia-smi --query-gpu=mig.mode.current,compute_mode,memory.total,driver_version --format=csv,noheader
+bash bench/gpu-interleaved.sh "$@"
+{ ps -eo pid,stat,args | grep '[n]vidia-cuda-mps' | grep -v ' Z' && echo "MPS still running"; } || true
