@@ -5,10 +5,12 @@
 # Carries dist/ (release gsched, gsched-shepherd, gsub, gqueue, gacct,
 # ginfo, libgprobe.so). GPUJOB_SCALE=0.5 halves every job's work so that
 # the trials fit the device time of a session; the alone times are
-# measured at the same scale.
+# measured at the same scale. Results: $OUT/BATCH-TAG.tar.gz.
 export GPUJOB_SCALE=${GPUJOB_SCALE:-0.5}
 export BIN=$PWD/dist
+R=$(mktemp -d /tmp/gp.XXXX)
 nvidia-smi -L
 nvidia-smi --query-gpu=mig.mode.current,compute_mode,memory.total,driver_version --format=csv,noheader
-bash bench/gpu-interleaved.sh "$@"
+OUT=$R bash bench/gpu-interleaved.sh "$@"
+tar -C "$R" -czf "$OUT/$1-${TAG:-run}.tar.gz" .
 { ps -eo pid,stat,args | grep '[n]vidia-cuda-mps' | grep -v ' Z' && echo "MPS still running"; } || true
