@@ -1,6 +1,6 @@
 #!/bin/bash
 # GPU packing benchmark (issue 7, docs/benchmarks.md): one policy per call.
-#   bench/gpu-packing.sh POLICY [SEED] [JOBS]   POLICY: exclusive | case | cg:R
+#   bench/gpu-packing.sh POLICY [SEED] [JOBS]   POLICY: exclusive | case | case-no-ceiling | cg:R
 # Runs on a machine with one NVIDIA GPU (MIG disabled: the whole GPU is one
 # instance, with an MPS server of gsched's own), from a tree holding the
 # release binaries and libgprobe.so in dist/ (or BIN=...). Leaves the GPU as
@@ -36,6 +36,7 @@ BATCH_FLAGS=()
 case $POLICY in
   exclusive) FLAGS=(--launch-policy exclusive) ;;
   case) FLAGS=() ;;
+  case-no-ceiling) FLAGS=(--compute-ceiling off) ;;  # case as before issue 17's ceiling
   cg:*) FLAGS=(--workers "${POLICY#cg:}") ;;
   *) echo "unknown policy $POLICY" >&2; exit 2 ;;
 esac

@@ -48,7 +48,7 @@ def main():
         cmd = f"python3 {a.suite}/{kind}.py --mem-gb {mem}"
         if iso:
             lines.append("#GSCHED --isolated")
-        elif a.policy == "case":
+        elif a.policy.startswith("case"):
             lines.append(f"#GSCHED --gpu-mem {int((mem + 1) * 1024)}M")
         elif a.policy.startswith("cg:"):
             cmd = "env -u LD_PRELOAD GSCHED_INTERCEPT=0 " + cmd

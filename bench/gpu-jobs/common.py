@@ -43,6 +43,10 @@ class Job:
         self.ballast = torch.empty(int(extra * (1 << 30)), dtype=torch.uint8, device=self.dev)
         if extra > 0:
             self.ballast.fill_(1)
+        torch.cuda.synchronize()
+        # From here the job runs on its GPU: before, it waited for its
+        # placement and created its CUDA context.
+        self.ready_secs = time.time() - self.t0
 
     def gpu(self, fn):
         """Runs one GPU phase to completion and counts its time."""
@@ -79,6 +83,7 @@ class Job:
         rec = {
             "kind": self.kind,
             "wall_secs": round(time.time() - self.t0, 3),
+            "ready_secs": round(self.ready_secs, 3),
             "gpu_secs": round(self.gpu_secs, 3),
             "peak_mib": round(torch.cuda.max_memory_allocated() / (1 << 20)),
             "checksum": self.checksum(),

@@ -19,7 +19,8 @@ MEASURES = [
     ("makespan_secs", "makespan (s)"),
     ("throughput_jobs_per_hour", "correct jobs/h"),
     ("mean_turnaround_secs", "mean turnaround (s)"),
-    ("antt", "mean job slowdown (ANTT)"),
+    ("mean_job_slowdown", "mean job slowdown (elapsed / alone)"),
+    ("antt", "ANTT (run time once placed / alone)"),
     ("memory_utilization", "memory used (time avg)"),
 ]
 
