@@ -335,3 +335,117 @@ fn shared_work_waits_while_its_instances_mps_server_is_down() {
     assert!(text.contains(&format!("pipe={pipe}")), "{text}");
     assert!(g.log().contains("MPS server is back"));
 }
+
+#[test]
+fn a_fatal_gpu_error_under_mps_fails_every_job_it_tore_down() {
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("gpus.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mps_control = \"{}\"\nmps_check_interval = 1\n[[gpu]]\nindex = 0\nmps = true\n",
+            fake_mps_control().display()
+        ),
+    )
+    .unwrap();
+    let mut args = vec![
+        "--sim-gpus".to_string(),
+        "1xA100-40GB:3g.20gb".into(),
+        "--gpu-config".into(),
+        config.display().to_string(),
+    ];
+    args.extend(common::spare_cpus());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let g = Gsched::start(&args);
+    g.wait_until("the MPS daemon runs", Duration::from_secs(10), || {
+        instances(&g).iter().all(|i| i["mps"]["state"] == "running")
+    });
+    let script = g.script(
+        "task.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 1G -- sleep 4\n",
+            bin("gprobe").display()
+        ),
+    );
+    // Three shared jobs on the instance; the last asked for requeue.
+    let named = g.submit(&["-o", "/dev/null", &script]);
+    let other = g.submit(&["-o", "/dev/null", &script]);
+    let requeueable = g.submit(&["--requeue", "-o", "/dev/null", &script]);
+    let mut pids = Vec::new();
+    g.wait_until("three tasks are placed", Duration::from_secs(20), || {
+        let tasks = g.tasks("");
+        pids = [named, other, requeueable]
+            .iter()
+            .map(|j| {
+                tasks
+                    .iter()
+                    .find(|t| t["job"] == *j && t["end_ms"].is_null())
+                    .and_then(|t| t["pid"].as_u64())
+            })
+            .collect::<Option<Vec<u64>>>()
+            .unwrap_or_default();
+        pids.len() == 3
+    });
+    // The fake server reports a fatal error in the first job's process and
+    // tears down all three, as the real one does (docs/hardware.md).
+    let inst = &instances(&g)[0];
+    let fault = format!("fault {} {} {}\n", pids[0], pids[1], pids[2]);
+    let mut sent = std::process::Command::new(fake_mps_control())
+        .env(
+            "CUDA_MPS_PIPE_DIRECTORY",
+            inst["mps"]["pipe_dir"].as_str().unwrap(),
+        )
+        .env(
+            "CUDA_MPS_LOG_DIRECTORY",
+            inst["mps"]["log_dir"].as_str().unwrap(),
+        )
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    sent.stdin
+        .take()
+        .unwrap()
+        .write_all(fault.as_bytes())
+        .unwrap();
+    assert!(sent.wait().unwrap().success());
+    g.wait_until(
+        "the node reports the fault",
+        Duration::from_secs(10),
+        || {
+            g.log()
+                .contains("tore down every client after a fatal GPU error")
+        },
+    );
+    // Their scripts exit 0, but the jobs the fault hit failed.
+    for (id, role) in [(named, "named"), (other, "torn down")] {
+        let job = g.wait_state(id, "FAILED", Duration::from_secs(20));
+        let reason = job["state_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("GPU fault"), "{role}: {job}");
+        assert!(
+            reason.contains(&format!("process {} of job {named}", pids[0])),
+            "{role}: {reason}"
+        );
+        assert!(
+            reason.contains(&format!("jobs hit: {named}, {other}, {requeueable}")),
+            "{role}: {reason}"
+        );
+    }
+    // The requeueable one was put back in the queue and ran again, clean.
+    g.wait_until(
+        "the requeued job ran again",
+        Duration::from_secs(30),
+        || {
+            let j = g.job(requeueable);
+            j["job_state"] == "COMPLETED" && j["restart_cnt"].as_u64() >= Some(1)
+        },
+    );
+    g.wait_until(
+        "the instance takes new clients once the torn-down ones exited",
+        Duration::from_secs(10),
+        || {
+            g.log()
+                .contains("every client the MPS server tore down has exited")
+        },
+    );
+}

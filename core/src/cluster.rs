@@ -1017,6 +1017,17 @@ impl Cluster {
         if ended.outcome.cause.is_node_failure() {
             return Ok(self.lose(id, ended.end_time));
         }
+        if let crate::outcome::EndCause::GpuFault(f) = &ended.outcome.cause {
+            if f.requeues(job.spec.requeue) {
+                self.release(id);
+                return Ok(self.requeue_after_failure(
+                    id,
+                    ended.end_time,
+                    "GpuFaultRequeued",
+                    "requeued after a GPU fault",
+                ));
+            }
+        }
         let (state, reason) = ended.outcome.final_state();
         self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked above");
@@ -1163,6 +1174,29 @@ impl Cluster {
         ])
     }
 
+    /// A running job (its resources released) goes back to the queue after
+    /// a failure it did not cause.
+    fn requeue_after_failure(
+        &mut self,
+        id: JobId,
+        now: i64,
+        reason: &str,
+        event: &str,
+    ) -> Vec<Effect> {
+        let job = self.jobs.get_mut(&id).expect("caller checked");
+        job.transition(JobState::Requeued, now)
+            .expect("running job");
+        job.transition(JobState::Pending, now)
+            .expect("requeued job");
+        job.reason = Some(reason.into());
+        let isolated = job.spec.isolated;
+        self.enqueue(id, isolated);
+        vec![Effect::Job {
+            id,
+            event: event.into(),
+        }]
+    }
+
     /// A running job's processes are gone: NODE_FAIL, or back to the queue
     /// if it asked for requeue.
     fn lose(&mut self, id: JobId, now: i64) -> Vec<Effect> {
@@ -1174,17 +1208,7 @@ impl Cluster {
         self.note_lost_run(id);
         let job = self.jobs.get_mut(&id).expect("caller checked");
         if job.spec.requeue {
-            job.transition(JobState::Requeued, now)
-                .expect("running job");
-            job.transition(JobState::Pending, now)
-                .expect("requeued job");
-            job.reason = Some("NodeFailRequeued".into());
-            let isolated = job.spec.isolated;
-            self.enqueue(id, isolated);
-            vec![Effect::Job {
-                id,
-                event: "requeued after node failure".into(),
-            }]
+            self.requeue_after_failure(id, now, "NodeFailRequeued", "requeued after node failure")
         } else {
             job.transition(JobState::NodeFail, now)
                 .expect("running job");
@@ -1340,7 +1364,7 @@ mod tests {
     use super::*;
     use crate::job::GpuRequest;
     use crate::launch::CaseLaunch;
-    use crate::outcome::{EndCause, ProcessOutcome};
+    use crate::outcome::{EndCause, GpuFault, ProcessOutcome};
 
     fn spec(isolated: bool, requeue: bool) -> JobSpec {
         JobSpec {
@@ -1577,6 +1601,41 @@ mod tests {
         // A restarted controller learns the same.
         let r = Cluster::restore(Box::new(CaseLaunch), c.jobs().cloned().collect(), vec![]);
         assert_eq!(r.learned(d).share, Some(900));
+    }
+
+    #[test]
+    fn a_gpu_fault_fails_the_named_job_and_requeues_requeueable_neighbours() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let (named, _) = c.submit(spec(false, true), 1).unwrap();
+        let (plain, _) = c.submit(spec(false, false), 1).unwrap();
+        let (requeueable, _) = c.submit(spec(false, true), 1).unwrap();
+        c.schedule(2);
+        let hit = [named, plain, requeueable];
+        for id in hit {
+            let mut e = ended(
+                id,
+                0,
+                EndCause::GpuFault(GpuFault::of(id, "GPU-a", &hit, Some((474, Some(named))))),
+            );
+            e.end_time = 9;
+            c.job_ended("n1", &e).unwrap();
+        }
+        let j = c.job(named).unwrap();
+        assert_eq!(j.state, JobState::Failed, "named, requeueable or not");
+        assert!(
+            j.reason.as_deref().unwrap().contains("GPU fault"),
+            "{:?}",
+            j.reason
+        );
+        assert_eq!(
+            c.job(plain).unwrap().state,
+            JobState::Failed,
+            "exit 0 or not"
+        );
+        let r = c.job(requeueable).unwrap();
+        assert_eq!(r.state, JobState::Pending);
+        assert_eq!(r.reason.as_deref(), Some("GpuFaultRequeued"));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::JobState;
+use crate::job::{JobId, JobState};
 
 /// Why the node stopped the job, if it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +24,80 @@ pub enum EndCause {
     /// The node killed it because its lease ran out: it had not reached the
     /// controller for its fence timeout (see `crate::fence`).
     Fenced,
+    /// A fatal GPU fault on its instance's MPS server tore its processes
+    /// down (whatever its script then returned).
+    GpuFault(GpuFault),
+}
+
+/// A fatal GPU fault that an instance's MPS server handled by tearing down
+/// every client on the instance, as one job hit by it records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuFault {
+    /// For people: the instance, the jobs hit, the process MPS named.
+    pub reason: String,
+    /// MPS named a process of this job as the one with the fatal error (it
+    /// may name a neighbour of the real culprit: it cannot tell them apart).
+    pub named: bool,
+}
+
+impl GpuFault {
+    /// The fault as `job` records it: MPS tore down the processes of `hit`
+    /// on `instance`; `named` is the process MPS reported the error in and
+    /// its job, where known.
+    pub fn of(
+        job: JobId,
+        instance: &str,
+        hit: &[JobId],
+        named: Option<(u32, Option<JobId>)>,
+    ) -> GpuFault {
+        let jobs = hit
+            .iter()
+            .map(|j| j.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let culprit = match named {
+            Some((pid, Some(j))) => format!(
+                "; MPS reported the error in process {pid} of job {j}, which may be a neighbour of the process at fault (MPS cannot tell)"
+            ),
+            Some((pid, None)) => format!(
+                "; MPS reported the error in process {pid}, of no job (it may be a neighbour of the process at fault)"
+            ),
+            None => String::new(),
+        };
+        GpuFault {
+            reason: format!(
+                "GPU fault: the MPS server of {instance} tore down every client after a fatal GPU error (jobs hit: {jobs}){culprit}"
+            ),
+            named: named.is_some_and(|(_, j)| j == Some(job)),
+        }
+    }
+
+    /// The jobs a fault hit: those owning the processes MPS tore down
+    /// (`owners` maps a pid to its job), or, where MPS listed none, every
+    /// job with a process bound to the instance (`bound`). Sorted, once each.
+    pub fn jobs_hit(
+        torn_down: &[u32],
+        bound: &[(JobId, u32)],
+        owners: &std::collections::HashMap<u32, JobId>,
+    ) -> Vec<JobId> {
+        let mut hit: Vec<JobId> = if torn_down.is_empty() {
+            bound.iter().map(|(j, _)| *j).collect()
+        } else {
+            torn_down
+                .iter()
+                .filter_map(|p| owners.get(p).copied())
+                .collect()
+        };
+        hit.sort_unstable();
+        hit.dedup();
+        hit
+    }
+
+    /// A job hit by the fault but not named goes back to the queue when it
+    /// asked for requeue; the one MPS named fails.
+    pub fn requeues(&self, requeueable: bool) -> bool {
+        requeueable && !self.named
+    }
 }
 
 /// What a node knows of how a run ended: the marks it left in the run's
@@ -41,6 +115,8 @@ pub struct EndFacts<'a> {
     pub oom_kills: u64,
     /// The memory option the job gave (`--mem=100M`), for the reason.
     pub memory_limit: Option<&'a str>,
+    /// A fatal GPU fault on its instance's MPS server hit the run.
+    pub gpu_fault: Option<&'a GpuFault>,
 }
 
 impl EndCause {
@@ -58,6 +134,8 @@ impl EndCause {
             EndCause::Lost
         } else if let Some(e) = f.launch_error {
             EndCause::LaunchFailed(e.to_string())
+        } else if let Some(fault) = f.gpu_fault {
+            EndCause::GpuFault(fault.clone())
         } else if f.oom_kills > 0 {
             EndCause::OutOfMemory(oom_reason(f.memory_limit))
         } else {
@@ -97,6 +175,7 @@ impl ProcessOutcome {
             EndCause::LaunchFailed(why) => (JobState::Failed, Some(why.clone())),
             EndCause::Lost => (JobState::NodeFail, Some("job processes lost".into())),
             EndCause::OutOfMemory(why) => (JobState::OutOfMemory, Some(why.clone())),
+            EndCause::GpuFault(f) => (JobState::Failed, Some(f.reason.clone())),
             EndCause::Fenced => (
                 JobState::NodeFail,
                 Some("node fenced itself: it lost contact with the controller".into()),
@@ -228,6 +307,53 @@ mod tests {
             EndCause::decide(&failed),
             EndCause::LaunchFailed("no such directory".into())
         );
+    }
+
+    #[test]
+    fn a_gpu_fault_fails_the_job_whatever_its_script_returned() {
+        let fault = GpuFault::of(4, "GPU-a", &[3, 4], Some((474, Some(3))));
+        assert!(!fault.named, "job 4 was only torn down");
+        assert!(fault.reason.contains("GPU-a") && fault.reason.contains("jobs hit: 3, 4"));
+        assert!(
+            fault.reason.contains("process 474 of job 3"),
+            "{}",
+            fault.reason
+        );
+        assert!(fault.requeues(true) && !fault.requeues(false));
+        let owners = std::collections::HashMap::from([(474, 3), (494, 4), (495, 4)]);
+        assert_eq!(
+            GpuFault::jobs_hit(&[495, 474, 494, 9], &[], &owners),
+            vec![3, 4]
+        );
+        assert_eq!(
+            GpuFault::jobs_hit(&[], &[(5, 1), (2, 7), (5, 8)], &owners),
+            vec![2, 5]
+        );
+        let named = GpuFault::of(3, "GPU-a", &[3, 4], Some((474, Some(3))));
+        assert!(named.named && !named.requeues(true));
+        let facts = EndFacts {
+            recorded: true,
+            gpu_fault: Some(&fault),
+            oom_kills: 1,
+            ..EndFacts::default()
+        };
+        let cause = EndCause::decide(&facts);
+        assert_eq!(cause, EndCause::GpuFault(fault.clone()));
+        let out = ProcessOutcome {
+            exit_code: Some(0),
+            signal: None,
+            cause,
+        };
+        assert_eq!(
+            out.final_state(),
+            (JobState::Failed, Some(fault.reason.clone()))
+        );
+        // The node's own stops still come first.
+        let cancelled = EndFacts {
+            cancelled: true,
+            ..facts
+        };
+        assert_eq!(EndCause::decide(&cancelled), EndCause::Cancelled);
     }
 
     fn out(code: Option<i32>, sig: Option<i32>, cause: EndCause) -> ProcessOutcome {

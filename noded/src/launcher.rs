@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use gsched_core::env::{add_interception, job_environment, Interception, Placement};
 use gsched_core::job::JobId;
-use gsched_core::outcome::{EndCause, EndFacts, ProcessOutcome};
+use gsched_core::outcome::{EndCause, EndFacts, GpuFault, ProcessOutcome};
 use gsched_core::pattern::job_output_paths;
 use gsched_core::probe::{JOB_KEY_ENV, PROBE_SOCK_ENV};
 use gsched_core::wire::{JobEnded, LaunchRequest, SignalRequest};
@@ -177,6 +177,21 @@ impl Launcher {
     /// The run of each job the node runs.
     pub fn running_runs(&self) -> std::collections::BTreeMap<JobId, u32> {
         self.jobs().iter().map(|(id, r)| (*id, r.run)).collect()
+    }
+
+    /// Records that a fatal GPU fault hit a job running here: it ends
+    /// FAILED with the fault as its reason (or goes back to the queue, see
+    /// [`GpuFault::requeues`]), whatever its script returns. The record is
+    /// in the job's root-owned spool, so it survives a gnoded restart. A
+    /// job that is not running here is left alone.
+    pub fn mark_gpu_fault(&self, job: JobId, fault: &GpuFault) {
+        if !self.jobs().contains_key(&job) {
+            return;
+        }
+        let spool = self.spool(job);
+        if let Err(e) = spool.write_json(&spool.gpu_fault_path(), fault) {
+            warn!(job, error = %e, "cannot record the GPU fault in the job's spool");
+        }
     }
 
     pub fn spool(&self, job: JobId) -> JobSpool {
@@ -807,6 +822,7 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     let status = spool.read_status();
     let finished: Finished = read_json(&spool.cgroup_path()).unwrap_or_default();
     let spec = spool.read_spec().ok();
+    let gpu_fault: Option<GpuFault> = read_json(&spool.gpu_fault_path());
     let cause = EndCause::decide(&EndFacts {
         cancelled: spool.is_marked(CANCELLED),
         fenced: spool.is_marked(FENCED),
@@ -815,6 +831,7 @@ fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
         launch_error: status.as_ref().and_then(|s| s.error.as_deref()),
         oom_kills: finished.oom_kills,
         memory_limit: spec.as_ref().and_then(|s| s.memory_limit.as_deref()),
+        gpu_fault: gpu_fault.as_ref(),
     });
     JobEnded {
         job_id: job,

@@ -15,12 +15,16 @@ pub mod probe;
 pub mod shepherd;
 pub mod spool;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use gsched_core::job::JobId;
+use gsched_core::outcome::GpuFault;
 use tokio::net::TcpListener;
+use tracing::{info, warn};
 
 pub use config::NodeConfig;
 
@@ -154,24 +158,88 @@ fn instance_id(state_dir: &Path) -> Result<String> {
 
 /// Checks the MPS daemons every `every`, restarts those that died, and
 /// keeps shared work off an instance while its daemon is down.
-fn watch_mps(sup: Arc<mps::MpsSupervisor>, probe: Arc<probe::ProbeServer>, every: Duration) {
-    let apply = |sup: &mps::MpsSupervisor, probe: &probe::ProbeServer| {
-        for (uuid, m) in sup.status() {
-            probe.set_mps_down(&uuid, m.state == gsched_core::gpu::MpsState::Down);
+/// What the MPS watch needs of the node.
+struct MpsWatch {
+    sup: Arc<mps::MpsSupervisor>,
+    probe: Arc<probe::ProbeServer>,
+    launcher: Arc<launcher::Launcher>,
+    confine: Arc<confine::Confinement>,
+    /// Instances whose server is handling a fatal GPU error, with the
+    /// clients it tore down: MPS refuses new clients there until they
+    /// have all exited.
+    recovering: std::sync::Mutex<HashMap<String, Vec<u32>>>,
+}
+
+impl MpsWatch {
+    /// Restarts dead daemons, handles the fatal errors the servers logged,
+    /// and tells the probe server which instances take no new process.
+    fn check(&self) {
+        self.sup.check();
+        for (uuid, fault) in self.sup.faults() {
+            self.fault(&uuid, &fault);
         }
-    };
-    apply(&sup, &probe);
+        let mut recovering = self.recovering.lock().unwrap_or_else(|e| e.into_inner());
+        recovering.retain(|uuid, pids| {
+            let left = pids
+                .iter()
+                .any(|p| spool::process_starttime(*p as i32).is_some());
+            if !left {
+                info!(instance = %uuid, "every client the MPS server tore down has exited");
+            }
+            left
+        });
+        for (uuid, m) in self.sup.status() {
+            let down =
+                m.state == gsched_core::gpu::MpsState::Down || recovering.contains_key(&uuid);
+            self.probe.set_mps_down(&uuid, down);
+        }
+    }
+
+    /// The MPS server of `uuid` tore down its clients after a fatal GPU
+    /// error: every job with a process among them ends with the fault.
+    fn fault(&self, uuid: &str, fault: &mps::MpsFault) {
+        let bound = self.probe.bound_to(uuid);
+        let mut owners: HashMap<u32, JobId> = bound.iter().map(|(j, p)| (*p, *j)).collect();
+        let unknown: Vec<u32> = fault
+            .torn_down
+            .iter()
+            .chain(fault.named.iter())
+            .copied()
+            .filter(|p| !owners.contains_key(p))
+            .collect();
+        for (pid, job, _) in self.confine.jobs_of(&unknown) {
+            owners.insert(pid, job);
+        }
+        let hit = GpuFault::jobs_hit(&fault.torn_down, &bound, &owners);
+        let named = fault.named.map(|p| (p, owners.get(&p).copied()));
+        warn!(
+            instance = %uuid,
+            jobs = ?hit,
+            torn_down = ?fault.torn_down,
+            named_pid = ?fault.named,
+            "the MPS server tore down every client after a fatal GPU error: the jobs hit end FAILED (requeued if requeueable and not named); no new shared work there until the torn-down processes exit"
+        );
+        for job in &hit {
+            self.launcher
+                .mark_gpu_fault(*job, &GpuFault::of(*job, uuid, &hit, named));
+        }
+        self.recovering
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uuid.to_string(), fault.torn_down.clone());
+    }
+}
+
+fn watch_mps(watch: MpsWatch, every: Duration) {
+    let watch = Arc::new(watch);
+    watch.check();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let (s, p) = (Arc::clone(&sup), Arc::clone(&probe));
-            let _ = tokio::task::spawn_blocking(move || {
-                s.check();
-                apply(&s, &p);
-            })
-            .await;
+            let w = Arc::clone(&watch);
+            let _ = tokio::task::spawn_blocking(move || w.check()).await;
         }
     });
 }
@@ -308,8 +376,13 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     launcher.set_probe(Arc::clone(&probe_server));
     if let Some(sup) = &mps {
         watch_mps(
-            Arc::clone(sup),
-            Arc::clone(&probe_server),
+            MpsWatch {
+                sup: Arc::clone(sup),
+                probe: Arc::clone(&probe_server),
+                launcher: Arc::clone(&launcher),
+                confine: Arc::clone(&confine),
+                recovering: Default::default(),
+            },
             Duration::from_secs(gpu_settings.mps_check_interval.max(1)),
         );
     }

@@ -2,7 +2,9 @@
 //! GPU layout says `mps = true`, each with its own pipe and log directory and
 //! `CUDA_VISIBLE_DEVICES` set to the instance. gnoded finds a daemon it
 //! started (or one left from its previous run) through /proc, restarts it
-//! when it dies, and tells it `quit` on shutdown.
+//! when it dies, and tells it `quit` on shutdown. It also reads each
+//! server's log for fatal GPU errors: MPS handles one by tearing down every
+//! client of the instance ([`parse_faults`]).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -18,6 +20,9 @@ use gsched_core::gpu::{Mps, MpsState};
 use tracing::{info, warn};
 
 use crate::spool::process_starttime;
+
+/// The MPS server's log, in an instance's log directory.
+const SERVER_LOG: &str = "server.log";
 
 /// Default control program, looked up on PATH.
 pub const MPS_CONTROL: &str = "nvidia-cuda-mps-control";
@@ -72,6 +77,97 @@ struct MpsServer {
     pipe_dir: PathBuf,
     log_dir: PathBuf,
     daemon: Option<(i32, u64)>,
+    /// How much of the server's log has been read.
+    log_read: u64,
+}
+
+/// A fatal GPU error an instance's MPS server handled, from its log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MpsFault {
+    /// The process MPS reported the error in (on an H100 it named a
+    /// neighbour of the process whose kernel faulted: it cannot tell).
+    pub named: Option<u32>,
+    /// Every client process it tore down.
+    pub torn_down: Vec<u32>,
+}
+
+/// The number after `key` in `text`.
+fn number_after(text: &str, key: &str) -> Option<u32> {
+    let rest = &text[text.find(key)? + key.len()..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// The fatal GPU errors in an MPS server log, as the server logs them
+/// (recorded on an H100, driver 580: `Client {PID: N, Context: 1}
+/// encountered a fatal GPU error.`, `Server is handling a fatal GPU
+/// error.`, one `Client {PID: N, Context ID: 1} on device 0 to be torn
+/// down` per client, and the list of processes with a sticky error).
+pub fn parse_faults(text: &str) -> Vec<MpsFault> {
+    let mut faults: Vec<MpsFault> = Vec::new();
+    let mut named = None;
+    let mut sticky_list = false;
+    for line in text.lines() {
+        // `[2026-11-24 08:06:42.661 Server   511] message`
+        let msg = line.split_once("] ").map_or(line, |(_, m)| m).trim();
+        let bare_pid = msg.parse::<u32>().ok();
+        if sticky_list {
+            if let (Some(pid), Some(f)) = (bare_pid, faults.last_mut()) {
+                if !f.torn_down.contains(&pid) {
+                    f.torn_down.push(pid);
+                }
+                continue;
+            }
+            sticky_list = false;
+        }
+        if msg.ends_with("encountered a fatal GPU error.") {
+            named = number_after(msg, "PID: ");
+        } else if msg.starts_with("Server is handling a fatal GPU error") {
+            faults.push(MpsFault {
+                named: named.take(),
+                torn_down: Vec::new(),
+            });
+        } else if msg.contains("to be torn down") || msg.contains("will be torn down") {
+            let pid = number_after(msg, "PID: ").or_else(|| number_after(msg, "process "));
+            if let (Some(pid), Some(f)) = (pid, faults.last_mut()) {
+                if !f.torn_down.contains(&pid) {
+                    f.torn_down.push(pid);
+                }
+            }
+        } else if msg.starts_with("The following client process have a sticky error set") {
+            sticky_list = true;
+        }
+    }
+    faults
+}
+
+/// Most of a server log read in one check.
+const LOG_READ_LIMIT: u64 = 1 << 20;
+
+/// Reads `path` from `from` to its last complete line: the text and where
+/// it ends. A file shorter than `from` was started anew: read from 0. The
+/// log is the MPS server's, in a root-owned directory; a link there is not
+/// followed.
+fn read_log_from(path: &Path, from: u64) -> std::io::Result<(String, u64)> {
+    use std::io::{Read, Seek};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    let len = f.metadata()?.len();
+    let from = if len < from { 0 } else { from };
+    f.seek(std::io::SeekFrom::Start(from))?;
+    let mut buf = Vec::new();
+    f.take(LOG_READ_LIMIT).read_to_end(&mut buf)?;
+    let whole = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    buf.truncate(whole);
+    Ok((
+        String::from_utf8_lossy(&buf).into_owned(),
+        from + whole as u64,
+    ))
 }
 
 /// The first file called `name` in the directories of `PATH`.
@@ -271,11 +367,16 @@ impl MpsSupervisor {
         let mut servers = Vec::new();
         for (uuid, pipe_dir) in instances.iter().zip(pipe_dirs(root, instances)?) {
             let log_dir = pipe_dir.with_file_name("log");
+            // Faults logged before this start are not this run's to report.
+            let log_read = std::fs::symlink_metadata(log_dir.join(SERVER_LOG))
+                .map(|m| m.len())
+                .unwrap_or(0);
             let mut s = MpsServer {
                 instance: uuid.clone(),
                 pipe_dir,
                 log_dir,
                 daemon: None,
+                log_read,
             };
             if let Err(e) = s.ensure_started(&control) {
                 warn!(instance = %uuid, error = format!("{e:#}"), "MPS control daemon did not start; will retry");
@@ -306,6 +407,31 @@ impl MpsSupervisor {
             }
         }
         started
+    }
+
+    /// The fatal GPU errors each instance's MPS server logged since the
+    /// last call.
+    pub fn faults(&self) -> Vec<(String, MpsFault)> {
+        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for s in servers.iter_mut() {
+            let path = s.log_dir.join(SERVER_LOG);
+            match read_log_from(&path, s.log_read) {
+                Ok((text, end)) => {
+                    s.log_read = end;
+                    out.extend(
+                        parse_faults(&text)
+                            .into_iter()
+                            .map(|f| (s.instance.clone(), f)),
+                    );
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    warn!(instance = %s.instance, path = %path.display(), error = %e, "cannot read the MPS server log")
+                }
+            }
+        }
+        out
     }
 
     /// Each supervised instance's MPS directories and state.
@@ -425,6 +551,53 @@ mod tests {
         // Two instances that would share a directory: refused.
         let twin = "MIG-ffffffff-5e6f-5a7b-8c9d-0123456789ab";
         assert!(pipe_dirs(root, &[mig.into(), twin.into()]).is_err());
+    }
+
+    /// What the MPS server logged on an H100 when a client read out of
+    /// bounds (docs/hardware/2026-11-24-h100-mps-fault/check.log): it
+    /// named the victim, 474, not the faulting process, 494.
+    const H100_LOG: &str = "\
+[2026-11-24 08:06:42.270 Server   511] Status of client {PID: 494, Context ID: 1} is ACTIVE
+[2026-11-24 08:06:42.661 Server   511] Client {PID: 474, Context: 1} encountered a fatal GPU error.
+[2026-11-24 08:06:42.661 Server   511] Server is handling a fatal GPU error.
+[2026-11-24 08:06:42.661 Server   511] Client {PID: 474, Context ID: 1} on device 0 to be torn down
+[2026-11-24 08:06:42.661 Server   511] Client {PID: 494, Context ID: 1} on device 0 to be torn down
+[2026-11-24 08:06:42.661 Server   511] All clients belonging to error trigging process 474 will be torn down
+[2026-11-24 08:06:42.661 Server   511] Client {PID: 474, Context ID: 1} on the error-trigging process 474 to be torn down
+[2026-11-24 08:06:42.661 Server   511] The following devices will be reset:
+[2026-11-24 08:06:42.661 Server   511] 0
+[2026-11-24 08:06:42.661 Server   511] The following client process have a sticky error set:
+[2026-11-24 08:06:42.661 Server   511] 474
+[2026-11-24 08:06:42.661 Server   511] 494
+[2026-11-24 08:06:42.960 Server   511] Server failed to recevie command with status 806, assuming client {PID: 494, Context ID: 1} exit
+";
+
+    #[test]
+    fn fatal_errors_are_read_from_the_server_log() {
+        assert_eq!(
+            parse_faults(H100_LOG),
+            vec![MpsFault {
+                named: Some(474),
+                torn_down: vec![474, 494],
+            }]
+        );
+        assert!(parse_faults("[x Server 1] Server has started\n").is_empty());
+        // The log is read where the last read stopped, whole lines only.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join(SERVER_LOG);
+        std::fs::write(&log, &H100_LOG[..200]).unwrap();
+        let (first, at) = read_log_from(&log, 0).unwrap();
+        assert!(first.ends_with('\n') && at as usize == first.len());
+        std::fs::write(&log, H100_LOG).unwrap();
+        let (rest, end) = read_log_from(&log, at).unwrap();
+        assert_eq!(format!("{first}{rest}"), H100_LOG);
+        assert_eq!(end as usize, H100_LOG.len());
+        // A log started anew is read from its start; a link is not followed.
+        std::fs::write(&log, "short\n").unwrap();
+        assert_eq!(read_log_from(&log, end).unwrap().0, "short\n");
+        let link = dir.path().join("link.log");
+        std::os::unix::fs::symlink(&log, &link).unwrap();
+        assert!(read_log_from(&link, 0).is_err());
     }
 
     #[test]

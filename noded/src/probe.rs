@@ -818,6 +818,11 @@ impl ProbeServer {
     /// Says whether an instance's MPS server is down: while it is, no new
     /// process of a shared job is placed there (its log says so once per
     /// change).
+    /// The processes bound to instance `uuid` (job, pid).
+    pub fn bound_to(&self, uuid: &str) -> Vec<(JobId, u32)> {
+        self.lock().book.processes_on(uuid)
+    }
+
     pub fn set_mps_down(&self, uuid: &str, down: bool) {
         let mut st = self.lock();
         let was = st

@@ -120,6 +120,10 @@ impl JobSpool {
     pub fn cgroup_path(&self) -> PathBuf {
         self.dir.join("cgroup.json")
     }
+    /// A fatal GPU fault that hit the run (`gsched_core::outcome::GpuFault`).
+    pub fn gpu_fault_path(&self) -> PathBuf {
+        self.dir.join("gpu-fault.json")
+    }
     /// The use of the job's `srun` steps that ended (kept across gnoded
     /// restarts while the job runs).
     pub fn steps_path(&self) -> PathBuf {

@@ -156,6 +156,18 @@ impl TaskBook {
         self.instances.iter().position(|i| i.uuid == uuid)
     }
 
+    /// The processes bound to instance `uuid` (job, pid).
+    pub fn processes_on(&self, uuid: &str) -> Vec<(JobId, u32)> {
+        let Some(i) = self.index(uuid) else {
+            return Vec::new();
+        };
+        self.pins
+            .iter()
+            .filter(|(_, &p)| p == i)
+            .map(|(&k, _)| k)
+            .collect()
+    }
+
     /// The instance a process is bound to, if its first task was placed.
     pub fn pinned(&self, job: JobId, pid: u32) -> Option<&str> {
         self.pins
