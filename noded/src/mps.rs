@@ -79,6 +79,9 @@ struct MpsServer {
     daemon: Option<(i32, u64)>,
     /// How much of the server's log has been read.
     log_read: u64,
+    /// Why the log could not be read, when that was last logged (said
+    /// once, not at every check).
+    log_error: Option<String>,
 }
 
 /// A fatal GPU error an instance's MPS server handled, from its log.
@@ -148,16 +151,28 @@ const LOG_READ_LIMIT: u64 = 1 << 20;
 
 /// Reads `path` from `from` to its last complete line: the text and where
 /// it ends. A file shorter than `from` was started anew: read from 0. The
-/// log is the MPS server's, in a root-owned directory; a link there is not
-/// followed.
+/// log decides which jobs fail, so it is read only when this daemon's user
+/// owns it and no one else may write it (an MPS server started for a job's
+/// user, or a user's own file, is not believed); a link is not followed.
 fn read_log_from(path: &Path, from: u64) -> std::io::Result<(String, u64)> {
     use std::io::{Read, Seek};
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)?;
-    let len = f.metadata()?.len();
+    let meta = f.metadata()?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "owned by uid {} with mode {:o}: only a log of this daemon's user that no one else may write is believed",
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    let len = meta.len();
     let from = if len < from { 0 } else { from };
     f.seek(std::io::SeekFrom::Start(from))?;
     let mut buf = Vec::new();
@@ -377,6 +392,7 @@ impl MpsSupervisor {
                 log_dir,
                 daemon: None,
                 log_read,
+                log_error: None,
             };
             if let Err(e) = s.ensure_started(&control) {
                 warn!(instance = %uuid, error = format!("{e:#}"), "MPS control daemon did not start; will retry");
@@ -419,6 +435,7 @@ impl MpsSupervisor {
             match read_log_from(&path, s.log_read) {
                 Ok((text, end)) => {
                     s.log_read = end;
+                    s.log_error = None;
                     out.extend(
                         parse_faults(&text)
                             .into_iter()
@@ -427,7 +444,11 @@ impl MpsSupervisor {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    warn!(instance = %s.instance, path = %path.display(), error = %e, "cannot read the MPS server log")
+                    let why = e.to_string();
+                    if s.log_error.as_ref() != Some(&why) {
+                        warn!(instance = %s.instance, path = %path.display(), error = %why, "cannot read the MPS server log: its fatal GPU errors are not seen");
+                        s.log_error = Some(why);
+                    }
                 }
             }
         }
@@ -598,6 +619,11 @@ mod tests {
         let link = dir.path().join("link.log");
         std::os::unix::fs::symlink(&log, &link).unwrap();
         assert!(read_log_from(&link, 0).is_err());
+        // A log others may write is not believed.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = read_log_from(&log, 0).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
     }
 
     #[test]
