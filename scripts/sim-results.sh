@@ -12,7 +12,11 @@ A30="4xA30:1g.6gb*4"
 A100="1xA100-40GB:2g.10gb*2,1g.5gb*3"
 out=docs/sim
 mkdir -p "$out"
-sweep() { local f=$1; shift; "$G" sim --sweep "$@" > "$out/$f"; echo "$out/$f: $(tail -1 "$out/$f")"; }
+# The papers' algorithms have no compute ceiling: the comparisons with them
+# run without one. The ceiling (gsched's default since issue 17) has its
+# own results below ("The compute ceiling").
+PAPER="--compute-ceiling off"
+sweep() { local f=$1; shift; "$G" sim $PAPER --sweep "$@" > "$out/$f"; echo "$out/$f: $(tail -1 "$out/$f")"; }
 
 # The default job model (docs/simulator.md, "Workloads").
 sweep sweep-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 1-6
@@ -22,8 +26,8 @@ sweep sweep-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 --footprints 1-10
 sweep sweep-a30-cg4.txt --cluster "$A30" --jobs 128 --seed 1 --policy cg:4
 sweep sweep-a30-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy mgb-sm
 sweep sweep-a30-case-vs-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy case --baseline mgb-sm
-"$G" sim --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --plot "$out/memory-a30-1to4.svg" > "$out/a30-1to4.txt"
-"$G" sim --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --json > "$out/a30-1to4.json"
+"$G" sim $PAPER --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --plot "$out/memory-a30-1to4.svg" > "$out/a30-1to4.txt"
+"$G" sim $PAPER --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --json > "$out/a30-1to4.json"
 
 # Sensitivity to the job model: the GPU share of a non-isolated job's time,
 # and memory held per task or per process.
@@ -33,7 +37,7 @@ sweep sweep-a30-case-vs-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy
     for share in 0.74 0.6 0.5 0.45 0.4 0.3 0.2; do
         for hold in task process; do
             for fp in 1-6 0.3-6; do
-                r=$("$G" sim --sweep --cluster "$A30" --jobs 128 --seed 1 --gpu-share "$share" \
+                r=$("$G" sim $PAPER --sweep --cluster "$A30" --jobs 128 --seed 1 --gpu-share "$share" \
                     --memory-hold "$hold" --footprints "$fp" | tail -1 | sed 's/.*1:4): //')
                 printf '%-9s %-8s %-10s %s\n' "$share" "$hold" "$fp" "$r"
             done
@@ -53,7 +57,7 @@ sweep calibrated-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 --gpu-share 
 {
     echo "case with N workers per compute slice vs exclusive on $A30, 128 jobs, seed 1, gpu-share 0.45"
     for w in 1 2 3 4 6 8 12; do
-        printf 'workers %-3s %s\n' "$w" "$("$G" sim --sweep --cluster "$A30" --jobs 128 --seed 1 \
+        printf 'workers %-3s %s\n' "$w" "$("$G" sim $PAPER --sweep --cluster "$A30" --jobs 128 --seed 1 \
             --gpu-share 0.45 --workers-per-slice "$w" | tail -1 | sed 's/.*1:4): //')"
     done
 } > "$out/workers-a30.txt"
@@ -62,13 +66,29 @@ echo "$out/workers-a30.txt"
 # The jobs measured on the H100 (issue 7) replayed: the simulator against
 # the real GPU (docs/simulator.md, "Checked against a real GPU").
 python3 bench/gpu-jobs/to_trace.py docs/results/gpu-packing/gpu-packing-exclusive.json > "$out/h100-measured-trace.json"
+# Those runs had no compute ceiling (it came with issue 17): replayed without.
 for p in case cg:4; do
-    "$G" sim --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy "$p" \
+    "$G" sim $PAPER --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy "$p" \
         --baseline exclusive --memory-hold process > "$out/h100-measured-${p/:/}.txt"
 done
-"$G" sim --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy case \
+"$G" sim $PAPER --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy case \
     --baseline exclusive --memory-hold process --json > "$out/h100-measured-case.json"
 echo "$out/h100-measured-*: $(tail -1 "$out/h100-measured-case.txt")"
+# Issue 17's interleaved runs (docs/benchmarks.md): each exclusive trial as a
+# trace, replayed as gsched ran then (the default ceiling; under MPS no share
+# is learned, so every task counts the default), and with each task's
+# parallelism as its learned share, and without a ceiling.
+for t in 1 2 3; do
+    python3 bench/gpu-jobs/to_trace.py docs/results/gpu-packing-issue17/regular/gpu-packing-exclusive-$t.json \
+        > "$out/h100-issue17-trace-$t.json"
+    for v in "default 1" "parallelism 1" "parallelism off"; do
+        set -- $v
+        printf 'trial %s, task shares %-11s ceiling %-3s: %s\n' "$t" "$1" "$2" "$("$G" sim --cluster 1xH100-80GB \
+            --trace "$out/h100-issue17-trace-$t.json" --policy case --baseline exclusive --memory-hold process \
+            --task-shares "$1" --compute-ceiling "$2" | head -1)"
+    done
+done > "$out/h100-issue17-replay.txt"
+echo "$out/h100-issue17-replay.txt"
 
 # Demand-driven MIG re-partitioning (docs/simulator.md, "Re-partitioning"):
 # case with --repartition demand against the same exclusive baseline (which
@@ -86,7 +106,7 @@ sweep repartition-calibrated-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 
         IFS='|' read -r cluster jobs fp <<< "$setup"
         for p in none demand demand:4 demand:7; do
             for secs in 0 5 30; do
-                out_=$("$G" sim --sweep --cluster "$cluster" --jobs "$jobs" --seed 1 --footprints "$fp" \
+                out_=$("$G" sim $PAPER --sweep --cluster "$cluster" --jobs "$jobs" --seed 1 --footprints "$fp" \
                     --repartition "$p" --reconfig-secs "$secs")
                 printf '%-34s %-9s %3ss  %s | 0:1 %s\n' "$cluster" "$p" "$secs" \
                     "$(echo "$out_" | tail -1 | sed 's/.*1:4): //')" \
@@ -96,3 +116,19 @@ sweep repartition-calibrated-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 
     done
 } > "$out/repartition-knobs.txt"
 echo "$out/repartition-knobs.txt"
+
+# The compute ceiling (docs/simulator.md, "The compute ceiling"): case with
+# gsched's default ceiling, each task stating its parallelism (as learned
+# shares would), against the same exclusive baseline; and a sweep of ceilings
+# on the A30 1-6 GB batch at the calibrated share.
+PAPER=
+sweep ceiling-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 1-6
+sweep ceiling-calibrated-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 1-6 --gpu-share 0.45
+sweep ceiling-a100.txt --cluster "$A100" --jobs 32 --seed 1
+{
+    for c in off 2 1.5 1 0.75 0.5; do
+        printf 'ceiling %-4s %s\n' "$c" "$("$G" sim --sweep --cluster "$A30" --jobs 128 --seed 1 \
+            --gpu-share 0.45 --compute-ceiling "$c" | tail -1 | sed 's/.*1:4): //')"
+    done
+} > "$out/ceiling-sweep-a30.txt"
+echo "$out/ceiling-sweep-a30.txt"

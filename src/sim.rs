@@ -50,6 +50,12 @@ pub struct SimArgs {
     /// (each states its parallelism), or `off` (memory alone decides).
     #[arg(long, default_value = gsched_core::compute::DEFAULT_COMPUTE_CEILING, value_name = "RATIO")]
     compute_ceiling: String,
+    /// What GPU tasks demand under the ceiling: `parallelism` (each states
+    /// its own, as a job's learned share would) or `default` (none is
+    /// known: the node's default eighth of the instance counts, as for a
+    /// first run or any run under MPS).
+    #[arg(long, default_value = "parallelism", value_parser = ["parallelism", "default"])]
+    task_shares: String,
     /// How long a non-isolated job holds GPU memory: `task` (each GPU task
     /// reserves and releases its memory) or `process` (from its first GPU
     /// task until it ends, as one process under the driver interception).
@@ -221,6 +227,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         max_overtakes: a.max_overtakes,
         compute_ceiling: gsched_core::compute::parse_ceiling(&a.compute_ceiling)
             .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?,
+        default_shares: a.task_shares == "default",
     };
     let policy: Policy = a.policy.parse()?;
     let baseline: Policy = a.baseline.parse()?;

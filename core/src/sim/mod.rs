@@ -205,6 +205,7 @@ struct Sim<'a> {
     sms_per_slice: f64,
     /// Compute slices of a whole GPU (of the largest model).
     gpu_slices: f64,
+    default_shares: bool,
     oom: usize,
     mem_integral: f64,
     total_mem: f64,
@@ -333,7 +334,7 @@ impl Sim<'_> {
                     pid: 1,
                     bytes: mem_mib * MIB,
                     warps: shape.warps(),
-                    share: Some(self.share_of(slices)),
+                    share: (!self.default_shares).then(|| self.share_of(slices)),
                     shape: Some(shape),
                 };
                 match self.book.begin(req) {
@@ -523,9 +524,13 @@ pub struct SimOptions {
     /// default, `placement::DEFAULT_MAX_OVERTAKES`).
     pub max_overtakes: Option<u32>,
     /// The node's compute ceiling, thousandths of an instance's capacity
-    /// ([`TaskBook::with_compute_ceiling`]; `None`: memory alone). Each GPU
-    /// task states its demand: its parallelism over its GPU's slices.
+    /// ([`TaskBook::with_compute_ceiling`]; `None`: memory alone).
     pub compute_ceiling: Option<u32>,
+    /// Whether each GPU task states its demand (its parallelism over its
+    /// GPU's slices: what learning from earlier runs gives) or none, so
+    /// the node's default part of its instance counts (what a first run,
+    /// or any run under MPS, where no share can be learned, gets).
+    pub default_shares: bool,
 }
 
 /// Runs `jobs` on the cluster `spec` (a `--sim-gpus` spec) under `policy`.
@@ -638,6 +643,7 @@ pub fn simulate_with(
         reshapes: 0,
         sms_per_slice,
         gpu_slices,
+        default_shares: options.default_shares,
         hold_per_process: options.hold_per_process,
         inst,
         cluster,
