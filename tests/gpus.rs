@@ -15,6 +15,21 @@ fn fake_mps_control() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-mps-control")
 }
 
+/// A GPU config in `dir` giving GPU 0 an MPS daemon of the fake control
+/// program, checked every second.
+fn fake_mps_config(dir: &Path) -> PathBuf {
+    let config = dir.join("gpus.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mps_control = \"{}\"\nmps_check_interval = 1\n[[gpu]]\nindex = 0\nmps = true\n",
+            fake_mps_control().display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 fn instances(g: &Gsched) -> Vec<Value> {
     g.get("/api/v1/instances").unwrap()["instances"]
         .as_array()
@@ -70,15 +85,7 @@ fn ginfo_lists_the_case_paper_layout() {
 #[test]
 fn isolated_jobs_get_the_profile_they_ask_for_and_its_mps_daemon() {
     let work = tempfile::tempdir().unwrap();
-    let config = work.path().join("gpus.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "mps_control = \"{}\"\nmps_check_interval = 1\n[[gpu]]\nindex = 0\nmps = true\n",
-            fake_mps_control().display()
-        ),
-    )
-    .unwrap();
+    let config = fake_mps_config(work.path());
     let mut g = Gsched::start(&[
         "--sim-gpus",
         "1xA100-40GB:2g.10gb,1g.5gb",
@@ -339,15 +346,7 @@ fn shared_work_waits_while_its_instances_mps_server_is_down() {
 #[test]
 fn a_fatal_gpu_error_under_mps_fails_every_job_it_tore_down() {
     let work = tempfile::tempdir().unwrap();
-    let config = work.path().join("gpus.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "mps_control = \"{}\"\nmps_check_interval = 1\n[[gpu]]\nindex = 0\nmps = true\n",
-            fake_mps_control().display()
-        ),
-    )
-    .unwrap();
+    let config = fake_mps_config(work.path());
     let mut args = vec![
         "--sim-gpus".to_string(),
         "1xA100-40GB:3g.20gb".into(),

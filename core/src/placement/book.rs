@@ -301,13 +301,15 @@ impl TaskBook {
         let blind = self.policy.memory_blind();
         // A process with a task running goes on where it is bound: only a
         // process with none is held back by the compute ceiling (so its own
-        // tasks never wait for each other).
+        // tasks never wait for each other). Only a bound process can have
+        // one, so the look at the active tasks is skipped for new ones.
         let ceiling = self.compute_ceiling.filter(|_| {
-            !blind
-                && !self
+            let running = self.pins.contains_key(&(req.job, req.pid))
+                && self
                     .active
                     .values()
-                    .any(|a| a.job == req.job && a.pid == req.pid)
+                    .any(|a| a.job == req.job && a.pid == req.pid);
+            !blind && !running
         });
         let candidates: Vec<usize> = (0..self.instances.len())
             .filter(|&i| {

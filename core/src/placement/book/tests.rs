@@ -406,6 +406,32 @@ enum Op {
     Open(usize),
 }
 
+type Check<'c> = dyn Fn(&TaskBook, &[Placed], &mut Vec<TaskId>) -> Result<(), TestCaseError> + 'c;
+
+/// Opens instances `I0..In`, then ends every live task (and those placed
+/// meanwhile), checking after each step: every waiting task must have been
+/// placed by then.
+fn drain(
+    b: &mut TaskBook,
+    n: usize,
+    check: &Check<'_>,
+    live: &mut Vec<TaskId>,
+) -> Result<(), TestCaseError> {
+    for i in 0..n {
+        let p = b.set_closed(&format!("I{i}"), false);
+        check(b, &p, live)?;
+    }
+    let mut rounds = 0;
+    while let Some(id) = live.pop() {
+        let p = b.end(id).unwrap();
+        check(b, &p, live)?;
+        rounds += 1;
+        prop_assert!(rounds < 10_000);
+    }
+    prop_assert_eq!(b.waiting_len(), 0, "every waiting task was placed");
+    Ok(())
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (1u64..6, 0u32..3, 1u64..12, 0u64..200).prop_map(|(job, pid, gib, warps)| Op::Begin { job, pid, gib, warps }),
@@ -480,18 +506,7 @@ proptest! {
             check(&b, &placed, &mut live)?;
         }
         // Drain: open everything, end every task; waiters get placed and end too.
-        for i in 0..sizes.len() {
-            let p = b.set_closed(&format!("I{i}"), false);
-            check(&b, &p, &mut live)?;
-        }
-        let mut rounds = 0;
-        while let Some(id) = live.pop() {
-            let p = b.end(id).unwrap();
-            check(&b, &p, &mut live)?;
-            rounds += 1;
-            prop_assert!(rounds < 10_000);
-        }
-        prop_assert_eq!(b.waiting_len(), 0, "every waiting task was placed");
+        drain(&mut b, sizes.len(), &check, &mut live)?;
         prop_assert!(b.instances().iter().all(|i| i.reserved_bytes == 0 && i.warps == 0));
     }
 }
@@ -633,18 +648,7 @@ proptest! {
             };
             check(&b, &placed, &mut live)?;
         }
-        for i in 0..3 {
-            let p = b.set_closed(&format!("I{i}"), false);
-            check(&b, &p, &mut live)?;
-        }
-        let mut rounds = 0;
-        while let Some(id) = live.pop() {
-            let p = b.end(id).unwrap();
-            check(&b, &p, &mut live)?;
-            rounds += 1;
-            prop_assert!(rounds < 10_000);
-        }
-        prop_assert_eq!(b.waiting_len(), 0, "every waiting task was placed");
+        drain(&mut b, 3, &check, &mut live)?;
         prop_assert!(b.instances().iter().all(|i| i.compute == 0));
     }
 }
