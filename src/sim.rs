@@ -204,6 +204,14 @@ fn svg(c: &Comparison, title: &str) -> String {
 }
 
 pub fn run(a: SimArgs) -> Result<()> {
+    // A simulation's report piped into `head` stops quietly when the reader
+    // goes, as other filters do, instead of panicking in `println!`. This
+    // process runs no daemon, so dying of SIGPIPE loses nothing.
+    // SAFETY: setting a signal's disposition to its default, before any
+    // other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     if let Some(f) = a.gpu_share {
         if !(f > 0.0 && f <= 1.0) {
             bail!("--gpu-share {f}: must be above 0 and at most 1");

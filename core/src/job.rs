@@ -827,6 +827,26 @@ mod tests {
             refused(&|s| s.umask = Some(0o1777)),
             SpecError::BadUmask(0o1777)
         );
+        // A GPU share is for shared jobs, above 0 and at most a whole GPU
+        // (a REST submission is checked here; gsub reads it first).
+        assert_eq!(
+            refused(&|s| s.gpu.share = Some(0)),
+            SpecError::BadGpuShare(0)
+        );
+        assert_eq!(
+            refused(&|s| s.gpu.share = Some(1001)),
+            SpecError::BadGpuShare(1001)
+        );
+        assert_eq!(
+            refused(&|s| {
+                s.isolated = true;
+                s.gpu.share = Some(500);
+            }),
+            SpecError::GpuShareWithIsolated
+        );
+        let mut s = spec();
+        s.gpu.share = Some(1000);
+        assert!(s.validate().is_ok());
         assert_eq!(
             refused(&|s| {
                 s.environment.insert("A".into(), "x\0y".into());
