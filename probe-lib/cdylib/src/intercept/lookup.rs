@@ -90,6 +90,10 @@ hooks!(
     cuLaunchKernelEx_ptsz,
     cuLaunchCooperativeKernel,
     cuLaunchCooperativeKernel_ptsz,
+    cuCtxSynchronize,
+    cuStreamSynchronize,
+    cuStreamSynchronize_ptsz,
+    cuEventSynchronize,
     cuGetProcAddress,
     cuGetProcAddress_v2,
 );
