@@ -512,21 +512,9 @@ pub struct ResourceUsage {
     /// simulated GPUs, a node without NVML).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_time_usec: Option<u64>,
-    /// How long the job's intercepted CUDA processes waited for the GPU in
-    /// synchronizations, as the interception library timed it
-    /// (microseconds): a stand-in for GPU time where the driver reports
-    /// none per process (under MPS, on MIG instances).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_wait_usec: Option<u64>,
 }
 
 impl ResourceUsage {
-    /// How long the job kept a GPU busy: the driver's GPU time where it
-    /// measured any, else the time its processes waited for the GPU.
-    pub fn gpu_busy_usec(&self) -> Option<u64> {
-        self.gpu_time_usec.filter(|&t| t > 0).or(self.gpu_wait_usec)
-    }
-
     pub fn total_cpu_usec(&self) -> u64 {
         self.user_cpu_usec.saturating_add(self.system_cpu_usec)
     }
@@ -537,7 +525,7 @@ impl Job {
     /// its elapsed time, thousandths ([`crate::compute::share_of_run`]).
     pub fn gpu_share(&self) -> Option<u32> {
         let elapsed = self.end_time? - self.start_time?;
-        crate::compute::share_of_run(self.usage.as_ref()?.gpu_busy_usec(), elapsed)
+        crate::compute::share_of_run(self.usage.as_ref()?.gpu_time_usec, elapsed)
     }
 
     /// The id its submission was answered with: the array's for a task of
@@ -815,20 +803,6 @@ mod tests {
             s.validate(),
             Err(SpecError::ProfileWithoutIsolated(_))
         ));
-    }
-
-    #[test]
-    fn gpu_busy_time_is_the_drivers_where_it_measured_any_else_the_waits() {
-        let u = |time, wait| ResourceUsage {
-            gpu_time_usec: time,
-            gpu_wait_usec: wait,
-            ..ResourceUsage::default()
-        };
-        assert_eq!(u(Some(5), Some(9)).gpu_busy_usec(), Some(5));
-        // Under MPS the driver gives 0 for every process: the waits count.
-        assert_eq!(u(Some(0), Some(9)).gpu_busy_usec(), Some(9));
-        assert_eq!(u(None, Some(9)).gpu_busy_usec(), Some(9));
-        assert_eq!(u(None, None).gpu_busy_usec(), None);
     }
 
     #[test]

@@ -78,16 +78,8 @@ pub enum ProbeRequest {
         task: TaskId,
         warps: u64,
     },
-    /// The calling process's peak GPU memory, reported before it exits,
-    /// with how long it waited for the GPU in synchronizations since its
-    /// placement (microseconds), where the interception timed it.
-    Peak {
-        job: JobId,
-        key: String,
-        bytes: u64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        gpu_wait_usec: Option<u64>,
-    },
+    /// The calling process's peak GPU memory, reported before it exits.
+    Peak { job: JobId, key: String, bytes: u64 },
     /// `srun` starts step `step` of the job: gnoded creates the step's
     /// cgroup below the job's and moves the calling process (a process of
     /// the job, from the socket's credentials) into it, so the tasks it

@@ -403,10 +403,6 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         // Only jobs' processes hold a drain: not the MPS server, nor what
         // runs outside gsched.
         let (b, c) = (Arc::clone(&backend), Arc::clone(&confine));
-        let c2 = Arc::clone(&confine);
-        probe_server.set_gpu_wait(Arc::new(move |job, pid, usec| {
-            c2.add_gpu_wait(job, pid, usec)
-        }));
         probe_server.set_processes_on(Arc::new(move |uuid: &str| {
             let pids = b.processes_on(uuid)?;
             Some(c.jobs_of(&pids).into_iter().map(|(p, _, _)| p).collect())

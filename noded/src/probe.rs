@@ -88,9 +88,6 @@ pub type FreeMemory = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
 /// tell: those of shared jobs that bypassed the interception too.
 pub type ProcessesOn = Arc<dyn Fn(&str) -> Option<Vec<u32>> + Send + Sync>;
 
-/// Counts a job process's wait for the GPU (job, pid, microseconds).
-pub type GpuWait = Arc<dyn Fn(JobId, u32, u64) + Send + Sync>;
-
 /// How often a drain looks again at processes it has no placement for.
 const UNPLACED_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -105,7 +102,6 @@ pub struct ProbeServer {
     runtime: tokio::runtime::Handle,
     free_memory: std::sync::OnceLock<FreeMemory>,
     processes_on: std::sync::OnceLock<ProcessesOn>,
-    gpu_wait: std::sync::OnceLock<GpuWait>,
     state: Mutex<State>,
     mps: BTreeMap<String, String>,
     events: Arc<TaskEvents>,
@@ -167,7 +163,6 @@ impl ProbeServer {
             runtime: tokio::runtime::Handle::current(),
             free_memory: std::sync::OnceLock::new(),
             processes_on: std::sync::OnceLock::new(),
-            gpu_wait: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 book,
                 jobs: HashMap::new(),
@@ -207,12 +202,6 @@ impl ProbeServer {
     /// Lets drains see processes the GPU runs on an instance, placed or not.
     pub fn set_processes_on(&self, f: ProcessesOn) {
         let _ = self.processes_on.set(f);
-    }
-
-    /// Connects where a process's reported wait for the GPU is counted
-    /// (once, at start).
-    pub fn set_gpu_wait(&self, f: GpuWait) {
-        let _ = self.gpu_wait.set(f);
     }
 
     /// Processes the GPU reports on `uuid` (none where it cannot tell).
@@ -794,17 +783,8 @@ impl ProbeServer {
                     }
                     return ProbeReply::Ok;
                 }
-                ProbeRequest::Peak {
-                    job,
-                    bytes,
-                    gpu_wait_usec,
-                    ..
-                } => {
+                ProbeRequest::Peak { job, bytes, .. } => {
                     self.events.send(TaskEvent::Peak(job, bytes));
-                    drop(st);
-                    if let (Some(usec), Some(add)) = (gpu_wait_usec, self.gpu_wait.get()) {
-                        add(job, pid, usec);
-                    }
                     return ProbeReply::Ok;
                 }
                 ProbeRequest::StepBegin { job, step, .. } => {

@@ -232,14 +232,12 @@ impl ProbeClient {
         })
     }
 
-    /// Reports this process's peak GPU memory, and how long it waited for
-    /// the GPU in synchronizations (microseconds) where that was timed.
-    pub fn peak(&mut self, bytes: u64, gpu_wait_usec: Option<u64>) -> Result<(), ProbeError> {
+    /// Reports this process's peak GPU memory.
+    pub fn peak(&mut self, bytes: u64) -> Result<(), ProbeError> {
         self.ok(ProbeRequest::Peak {
             job: self.job,
             key: self.key.clone(),
             bytes,
-            gpu_wait_usec,
         })
     }
 }

@@ -156,7 +156,7 @@ pub(super) async fn past_peaks(conn: &mut SqliteConnection) -> Result<Vec<PastPe
                     r.try_get::<Option<i64>, _>("end_time")?,
                 ) {
                     (Ok(Some(u)), Some(start), Some(end)) => {
-                        gsched_core::compute::share_of_run(u.gpu_busy_usec(), end - start)
+                        gsched_core::compute::share_of_run(u.gpu_time_usec, end - start)
                     }
                     _ => None,
                 },

@@ -39,9 +39,6 @@ pub(super) struct Account {
     pub joined: HashMap<u32, (i32, Scope)>,
     /// GPU busy microseconds per cgroup (the job's own: all of them).
     pub gpu_usec: HashMap<Scope, u64>,
-    /// Microseconds its processes waited for the GPU, per cgroup (the
-    /// job's own: all of them), as their interception library timed it.
-    pub gpu_wait_usec: HashMap<Scope, u64>,
 }
 
 impl Account {
@@ -61,7 +58,6 @@ impl Account {
             user_cpu_usec: c.user_usec,
             system_cpu_usec: c.system_usec,
             gpu_time_usec: gpu_metered.then(|| self.gpu_usec.get(&scope).copied().unwrap_or(0)),
-            gpu_wait_usec: self.gpu_wait_usec.get(&scope).copied(),
         }
     }
 
@@ -76,14 +72,6 @@ impl Account {
         StepUsage {
             batch: self.last.get(&Scope::Batch).copied(),
             steps,
-        }
-    }
-
-    /// Adds a process's wait for the GPU in `scope` (and so in the job).
-    pub fn add_gpu_wait(&mut self, scope: Scope, usec: u64) {
-        *self.gpu_wait_usec.entry(scope).or_default() += usec;
-        if scope != Scope::Job {
-            *self.gpu_wait_usec.entry(Scope::Job).or_default() += usec;
         }
     }
 

@@ -329,28 +329,6 @@ impl Confinement {
         }
     }
 
-    /// Adds the time process `pid` of `job` waited for the GPU (as its
-    /// interception library timed it) to the job and to the step whose
-    /// cgroup holds it. A process in none of the job's cgroups counts
-    /// nothing.
-    pub fn add_gpu_wait(&self, job: JobId, pid: u32, usec: u64) {
-        if !self.tracks() {
-            return;
-        }
-        let scope = self
-            .cgroups
-            .steps(job)
-            .into_iter()
-            .filter(|s| *s != Scope::Job)
-            .find(|s| self.cgroups.pids(job, *s).contains(&(pid as i32)));
-        let Some(scope) = scope else {
-            return;
-        };
-        if let Some(a) = self.accounts().get_mut(&job) {
-            a.add_gpu_wait(scope, usec);
-        }
-    }
-
     /// Takes back the use of the steps that ended before a restart.
     pub fn adopt_steps(&self, job: JobId, ended: BTreeMap<u32, ResourceUsage>) {
         self.accounts().entry(job).or_default().ended = ended;

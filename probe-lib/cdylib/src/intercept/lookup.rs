@@ -90,10 +90,6 @@ hooks!(
     cuLaunchKernelEx_ptsz,
     cuLaunchCooperativeKernel,
     cuLaunchCooperativeKernel_ptsz,
-    cuCtxSynchronize,
-    cuStreamSynchronize,
-    cuStreamSynchronize_ptsz,
-    cuEventSynchronize,
     cuGetProcAddress,
     cuGetProcAddress_v2,
 );

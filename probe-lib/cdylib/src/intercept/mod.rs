@@ -11,10 +11,6 @@
 //!   `CUDA_ERROR_OUT_OF_MEMORY` in this process only. Frees are counted.
 //! - `cuMemGetInfo_v2` and `cuDeviceTotalMem_v2` report the reservation.
 //! - Kernel launches update the task's warps (reported when they rise).
-//! - Synchronizations (`cuCtxSynchronize`, `cuStreamSynchronize`,
-//!   `cuEventSynchronize`) are timed: how long the process waited for the
-//!   GPU is reported at exit, for the job's compute demand where the driver
-//!   measures no per-process GPU time (under MPS, on MIG instances).
 //! - The real functions are found in `libcuda.so.1`; a program that looks
 //!   them up itself, through `dlsym` or `cuGetProcAddress[_v2]`, gets these
 //!   wrappers instead, because both lookups are intercepted and every real
@@ -75,14 +71,6 @@ fn state() -> &'static Mutex<State> {
 
 static MAX_WARPS: AtomicU64 = AtomicU64::new(0);
 
-/// Nanoseconds this process waited in the driver's synchronizations since
-/// it was placed.
-static SYNC_WAIT_NS: AtomicU64 = AtomicU64::new(0);
-
-fn waited(ns: u64) {
-    SYNC_WAIT_NS.fetch_add(ns, Ordering::Relaxed);
-}
-
 /// Bumped in a forked child (pthread_atfork), so the child starts over
 /// without a getpid() on every call.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -109,7 +97,6 @@ fn lock() -> std::sync::MutexGuard<'static, State> {
         st.task = None;
         st.meter = Meter::default();
         MAX_WARPS.store(0, Ordering::Relaxed);
-        SYNC_WAIT_NS.store(0, Ordering::Relaxed);
     }
     st
 }
@@ -165,7 +152,6 @@ fn ensure_placed() {
                 std::env::set_var(k, v);
             }
             st.task = Some(p.task);
-            SYNC_WAIT_NS.store(0, Ordering::Relaxed);
             st.meter = Meter::new(p.bytes.saturating_sub(context));
             st.client = Some(client);
             // SAFETY: registering a plain extern "C" function.
@@ -193,9 +179,8 @@ extern "C" fn at_exit() {
     // Only the peak: the reservation is released when gnoded sees the
     // process gone, after the driver has taken its memory back.
     let peak = st.meter.peak;
-    let wait_usec = SYNC_WAIT_NS.load(Ordering::Relaxed) / 1000;
     if let (Some(_), Some(c)) = (st.task, st.client.as_mut()) {
-        let _ = c.peak(peak, Some(wait_usec));
+        let _ = c.peak(peak);
     }
 }
 

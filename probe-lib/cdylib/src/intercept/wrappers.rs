@@ -7,8 +7,8 @@ use gsched_probe::meter::launch_warps;
 
 use super::lookup::{real, redirect, H};
 use super::{
-    admit, ensure_placed, freed, launched, lock, settle, waited, CUresult,
-    CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
+    admit, ensure_placed, freed, launched, lock, settle, CUresult, CUDA_ERROR_NOT_INITIALIZED,
+    CUDA_SUCCESS,
 };
 
 macro_rules! call_real {
@@ -43,25 +43,6 @@ placing_wrapper!(cuCtxCreate_v3(
     dev: c_int
 ));
 placing_wrapper!(cuCtxCreate_v4(ctx: *mut *mut c_void, params: *mut c_void, flags: c_uint, dev: c_int));
-
-/// A synchronization: the time the driver blocks the caller is time the
-/// process waits for the GPU (its work, or its neighbours').
-macro_rules! waiting_wrapper {
-    ($name:ident($($a:ident: $t:ty),*)) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> CUresult {
-            let t = std::time::Instant::now();
-            let r = call_real!(H::$name, unsafe extern "C" fn($($t),*) -> CUresult, $($a),*);
-            waited(t.elapsed().as_nanos() as u64);
-            r
-        }
-    };
-}
-
-waiting_wrapper!(cuCtxSynchronize());
-waiting_wrapper!(cuStreamSynchronize(stream: *mut c_void));
-waiting_wrapper!(cuStreamSynchronize_ptsz(stream: *mut c_void));
-waiting_wrapper!(cuEventSynchronize(event: *mut c_void));
 
 /// An allocation wrapper: admit, call, settle with the handle at `out`.
 macro_rules! alloc_wrapper {
