@@ -1,18 +1,19 @@
 #!/bin/bash
-# Ran at commit 3a346ed, whose timing of synchronizations was withdrawn
-# (reverted in 8492559) after this run: see docs/hardware.md.
-# Issue 17: compute demands learned under MPS on a real GPU. gsched up with
-# its MPS server on the whole GPU; two kinds of the bench suite, each run
-# twice under the same name: `dense` (keeps the GPU busy) and `cpu_burst`
-# (host work, short GPU bursts). The first run of each is placed with the
-# default demand; the second with what the first measured (its waits for the
-# GPU over its elapsed time, since the driver reports no per-process GPU
-# time under MPS). Carries dist/. Writes check.log.
+# Issue 17: compute demands learned on a real GPU. gsched up on the whole
+# GPU, with its MPS server (MPS=1, the default) or without (MPS=0); two
+# kinds of the bench suite, each run twice under the same name: `dense`
+# (keeps the GPU busy) and `cpu_burst` (host work, short GPU bursts). The
+# first run of each is placed with the default demand; the second with what
+# the first measured. Carries dist/. Writes check.log.
+# Ran with MPS=1 at commit 3a346ed (check.log: its timing of
+# synchronizations, withdrawn after this run, reverted in 8492559) and with
+# MPS=0 at commit 41cbd24 (nomps.log). See docs/hardware.md.
 exec > >(tee "$OUT/check.log") 2>&1
 export PATH=$PWD/dist:$PATH GPUJOB_SCALE=0.5
 S=bench/gpu-jobs
 st=$(mktemp -d /tmp/gl.XXXX); chmod 755 $st
-printf '[[gpu]]\nindex = 0\nmps = true\n' > $st/gpus.toml
+if [ "${MPS:-1}" = 1 ]; then mps=true; else mps=false; fi
+printf '[[gpu]]\nindex = 0\nmps = %s\n' $mps > $st/gpus.toml
 gsched up --state-dir $st/s --listen 127.0.0.1:7821 --node-name gpu1 --kill-wait 2 \
   --heartbeat-interval 1 --gpu-config $st/gpus.toml > $st/up.log 2>&1 &
 UP=$!
