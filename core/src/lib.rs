@@ -17,6 +17,7 @@ pub mod histogram;
 pub mod job;
 pub mod launch;
 pub mod mig;
+pub mod mps_recovery;
 pub mod outcome;
 pub mod pattern;
 pub mod placement;

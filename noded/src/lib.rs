@@ -156,18 +156,14 @@ fn instance_id(state_dir: &Path) -> Result<String> {
     Ok(id)
 }
 
-/// Checks the MPS daemons every `every`, restarts those that died, and
-/// keeps shared work off an instance while its daemon is down.
 /// What the MPS watch needs of the node.
 struct MpsWatch {
     sup: Arc<mps::MpsSupervisor>,
     probe: Arc<probe::ProbeServer>,
     launcher: Arc<launcher::Launcher>,
     confine: Arc<confine::Confinement>,
-    /// Instances whose server is handling a fatal GPU error, with the
-    /// clients it tore down: MPS refuses new clients there until they
-    /// have all exited.
-    recovering: std::sync::Mutex<HashMap<String, Vec<u32>>>,
+    /// Instances whose server is handling a fatal GPU error.
+    recovering: std::sync::Mutex<gsched_core::mps_recovery::MpsRecovery>,
 }
 
 impl MpsWatch {
@@ -179,19 +175,13 @@ impl MpsWatch {
             self.fault(&uuid, &fault);
         }
         let mut recovering = self.recovering.lock().unwrap_or_else(|e| e.into_inner());
-        recovering.retain(|uuid, pids| {
-            let left = pids
-                .iter()
-                .any(|p| spool::process_starttime(*p as i32).is_some());
-            if !left {
-                info!(instance = %uuid, "every client the MPS server tore down has exited");
-            }
-            left
-        });
+        for uuid in recovering.exited(|p| spool::process_starttime(p as i32).is_some()) {
+            info!(instance = %uuid, "every client the MPS server tore down has exited");
+        }
         for (uuid, m) in self.sup.status() {
-            let down =
-                m.state == gsched_core::gpu::MpsState::Down || recovering.contains_key(&uuid);
-            self.probe.set_mps_down(&uuid, down);
+            let down = m.state == gsched_core::gpu::MpsState::Down;
+            self.probe
+                .set_mps_down(&uuid, recovering.closed(&uuid, down));
         }
     }
 
@@ -226,10 +216,13 @@ impl MpsWatch {
         self.recovering
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(uuid.to_string(), fault.torn_down.clone());
+            .fault(uuid, &fault.torn_down);
     }
 }
 
+/// Checks the MPS daemons every `every` ([`MpsWatch::check`]): restarts
+/// those that died, handles fatal GPU errors, and keeps shared work off an
+/// instance while its daemon is down or it recovers from a fault.
 fn watch_mps(watch: MpsWatch, every: Duration) {
     let watch = Arc::new(watch);
     watch.check();
