@@ -41,6 +41,12 @@ pub enum ShareError {
     LimitNotSupported(String),
 }
 
+/// Whether `thousandths` is a GPU share a task may state: above 0, at most
+/// a whole GPU.
+pub fn is_share(thousandths: u32) -> bool {
+    (1..=WHOLE_GPU).contains(&thousandths)
+}
+
 /// Reads a GPU share: a fraction (`0.25`) or a percentage (`25%`) of one
 /// GPU, above 0 and at most 1. Returns thousandths (at least 1).
 pub fn parse_share(text: &str) -> Result<u32, ShareError> {
@@ -151,6 +157,7 @@ mod tests {
         assert_eq!(parse_share(" 1 "), Ok(1000));
         assert_eq!(parse_share("100%"), Ok(1000));
         assert_eq!(parse_share("0.0001"), Ok(1), "at least one thousandth");
+        assert!(is_share(1) && is_share(1000) && !is_share(0) && !is_share(1001));
         assert!(matches!(parse_share("0"), Err(ShareError::OutOfRange(_))));
         assert!(matches!(parse_share("1.5"), Err(ShareError::OutOfRange(_))));
         assert!(matches!(

@@ -377,7 +377,7 @@ impl JobSpec {
             return Err(SpecError::ZeroGpuMem);
         }
         if let Some(share) = self.gpu.share {
-            if share == 0 || share > crate::compute::WHOLE_GPU {
+            if !crate::compute::is_share(share) {
                 return Err(SpecError::BadGpuShare(share));
             }
             if self.isolated {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use gsched_core::compute::WHOLE_GPU;
+use gsched_core::compute::{is_share, WHOLE_GPU};
 use gsched_core::histogram::{LatencyHistogram, PROBE_BOUNDS, WAIT_BOUNDS};
 use gsched_core::job::JobId;
 use gsched_core::placement::{Begin, Placed, PlacementError, TaskBook, TaskId, TaskRequest};
@@ -689,7 +689,7 @@ impl ProbeServer {
                     if pid == 0 {
                         return ProbeReply::error(code::PROTOCOL, "the peer's pid is unknown");
                     }
-                    if let Some(s) = share.filter(|s| !(1..=WHOLE_GPU).contains(s)) {
+                    if let Some(s) = share.filter(|s| !is_share(*s)) {
                         return ProbeReply::error(
                             code::PROTOCOL,
                             format!("job {job}: a GPU share of {s} thousandths is outside 1..={WHOLE_GPU}"),

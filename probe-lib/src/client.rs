@@ -74,7 +74,7 @@ impl ProbeClient {
             Ok(v) => Some(
                 v.parse::<u32>()
                     .ok()
-                    .filter(|s| (1..=gsched_core::compute::WHOLE_GPU).contains(s))
+                    .filter(|s| gsched_core::compute::is_share(*s))
                     .ok_or_else(|| {
                         err(
                             code::PROTOCOL,

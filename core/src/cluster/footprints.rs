@@ -144,7 +144,12 @@ impl Footprints {
     /// The peak (MiB) of the latest earlier finished run of the same job,
     /// and the share of the latest that measured one.
     pub(super) fn learned(&self, job: &Job, jobs: &BTreeMap<JobId, Job>) -> Learned {
-        let mut runs: Vec<(JobId, u64, Option<u32>)> = spec_keys(&job.spec)
+        // The newest run gives the peak; the newest that measured a share,
+        // the share.
+        let mut learned = Learned::default();
+        let (mut peak_from, mut share_from) = (0, 0);
+        let keys = spec_keys(&job.spec);
+        let runs = keys
             .iter()
             .filter_map(|k| self.by_key.get(k))
             .flatten()
@@ -160,13 +165,16 @@ impl Footprints {
                     .flatten()
                     .map(|mib| (id, mib, o.gpu_share())),
                 None => self.retired.get(&id).map(|r| (id, r.mib, r.share)),
-            })
-            .collect();
-        runs.sort_unstable_by_key(|&(id, _, _)| std::cmp::Reverse(id));
-        Learned {
-            mib: runs.first().map(|&(_, mib, _)| mib),
-            share: runs.iter().find_map(|&(_, _, share)| share),
+            });
+        for (id, mib, share) in runs {
+            if id > peak_from {
+                (peak_from, learned.mib) = (id, Some(mib));
+            }
+            if let Some(s) = share.filter(|_| id > share_from) {
+                (share_from, learned.share) = (id, Some(s));
+            }
         }
+        learned
     }
 
     /// How many peaks of jobs no longer in memory are kept (bounded by the

@@ -131,7 +131,7 @@ fn ensure_placed() {
             let job = st.job.clone();
             note(
                 &job,
-                &format!("cannot reach gnoded ({e}); CUDA will see no device"),
+                &format!("cannot use gnoded's probe socket ({e}); CUDA will see no device"),
             );
             std::env::set_var("CUDA_VISIBLE_DEVICES", "");
             return;
