@@ -229,6 +229,47 @@ fn reservations_survive_a_node_restart() {
 }
 
 #[test]
+fn an_isolated_jobs_instance_stays_closed_to_shared_tasks_across_a_node_restart() {
+    let mut g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
+    let marker = g.work.path().join("iso-running");
+    let iso = g.script(
+        "iso.sh",
+        &format!(
+            "#!/bin/sh\ntouch {}\nsleep 4\ndate +%s%3N\n",
+            marker.display()
+        ),
+    );
+    let i = g.submit(&["--mig", "1g.5gb", "-o", "iso.out", &iso]);
+    g.wait_until("the isolated job runs", Duration::from_secs(20), || {
+        marker.exists()
+    });
+    // gsched dies; the isolated job runs on and keeps its instance.
+    g.restart();
+    let shared = g.script(
+        "shared.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 1G -- true\n",
+            bin("gprobe").display()
+        ),
+    );
+    let s = g.submit(&["-o", "/dev/null", &shared]);
+    g.wait_state(i, "COMPLETED", Duration::from_secs(30));
+    g.wait_state(s, "COMPLETED", Duration::from_secs(30));
+    let iso_ended: i64 = std::fs::read_to_string(g.work.path().join("iso.out"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let task = &g.ended_tasks(&format!("?job={s}"), 1)[0];
+    assert!(
+        task["begin_ms"].as_i64().unwrap() >= iso_ended,
+        "the shared task was placed at {} on the instance the isolated job held until {iso_ended}\n{}",
+        task["begin_ms"],
+        g.log()
+    );
+}
+
+#[test]
 fn gprobe_refuses_bad_input_with_a_reason() {
     let run = |args: &[&str], env: &[(&str, &str)]| {
         let mut c = std::process::Command::new(bin("gprobe"));

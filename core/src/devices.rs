@@ -42,6 +42,27 @@ impl fmt::Display for DeviceRule {
     }
 }
 
+impl DeviceRule {
+    /// Reads a rule in the devices controller's form (a line of v1's
+    /// `devices.list`: `c 195:0 rwm`). `None` for anything else, such as
+    /// `a *:* rwm` (every device) or a rule with fewer permissions.
+    pub fn parse(line: &str) -> Option<DeviceRule> {
+        let mut w = line.split_whitespace();
+        let kind = match w.next()? {
+            "c" => DeviceKind::Char,
+            "b" => DeviceKind::Block,
+            _ => return None,
+        };
+        let (major, minor) = w.next()?.split_once(':')?;
+        let num = |s: &str| match s {
+            "*" => Some(None),
+            n => n.parse::<u32>().ok().map(Some),
+        };
+        let (major, minor) = (num(major)?, num(minor)?);
+        (w.next()? == "rwm" && w.next().is_none()).then_some(DeviceRule { kind, major, minor })
+    }
+}
+
 /// The device majors the kernel has registered (`/proc/devices`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceMajors {
@@ -206,6 +227,24 @@ mod tests {
 
     fn lines(rules: &[DeviceRule]) -> Vec<String> {
         rules.iter().map(|r| r.to_string()).collect()
+    }
+
+    #[test]
+    fn rules_read_back_as_written() {
+        for line in ["c 195:0 rwm", "b *:* rwm", "c 1:* rwm"] {
+            let r = DeviceRule::parse(line).expect(line);
+            assert_eq!(r.to_string(), line);
+        }
+        for bad in [
+            "a *:* rwm",
+            "c 195:0 r",
+            "c x:0 rwm",
+            "c 195 rwm",
+            "",
+            "c 1:3 rwm extra",
+        ] {
+            assert_eq!(DeviceRule::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -341,6 +341,7 @@ impl Launcher {
             cgroup_procs: prepared.procs,
             cpus: prepared.cpus,
             memory_limit: prepared.memory_limit,
+            instance: req.instance.as_ref().map(|i| i.uuid.clone()),
         };
         spool
             .write_json(&spool.spec_path(), &spec)
@@ -368,6 +369,7 @@ impl Launcher {
                 tokio::spawn(async move {
                     probe.drained(&uuid).await;
                     if this.jobs().get(&id).is_some_and(|r| r.pgid.is_none()) {
+                        this.confinement().isolate(id, &uuid);
                         let run = this.jobs().get(&id).map_or(0, |r| r.run);
                         if let Err(e) = this.start_shepherd(id, run, limit, warn) {
                             warn!(job = id, error = %e, "cannot start the job");
@@ -377,6 +379,9 @@ impl Launcher {
                 });
                 return Ok(());
             }
+        }
+        if let Some(inst) = &req.instance {
+            self.confinement().isolate(job.id, &inst.uuid);
         }
         self.start_shepherd(job.id, job.run, limit, warn)
     }
@@ -727,7 +732,8 @@ impl Launcher {
                     });
                     let run = spec.as_ref().map_or(0, |s| s.run);
                     if let Some(s) = &spec {
-                        self.confinement().adopt(job, &s.cpus);
+                        self.confinement()
+                            .adopt(job, &s.cpus, s.instance.as_deref());
                     }
                     if let Some(ended) = read_json(&spool.steps_path()) {
                         self.confinement().adopt_steps(job, ended);
@@ -743,6 +749,11 @@ impl Launcher {
                         // The job keeps its key across gnoded restarts.
                         let key = spec.env.get(JOB_KEY_ENV).cloned();
                         let _ = probe.register_job(job, spec.uid, key);
+                        // An isolated job's instance stays closed to shared
+                        // tasks.
+                        if let Some(uuid) = &spec.instance {
+                            probe.hold(uuid, job);
+                        }
                     }
                     info!(job, pid, "adopted running job");
                     let warn = spec.and_then(|s| s.warn_signal);

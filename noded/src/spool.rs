@@ -63,6 +63,10 @@ pub struct ShepherdSpec {
     /// reason of an OUT_OF_MEMORY end.
     #[serde(default)]
     pub memory_limit: Option<String>,
+    /// The instance an isolated job holds (UUID): held again, and closed
+    /// to shared jobs, when gnoded adopts the job after a restart.
+    #[serde(default)]
+    pub instance: Option<String>,
 }
 
 fn default_umask() -> u32 {

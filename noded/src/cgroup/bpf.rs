@@ -8,10 +8,13 @@ use std::path::Path;
 
 use gsched_core::devices::{DeviceKind, DeviceRule};
 
-use super::{CgroupError, Result};
+use super::Result;
 
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_ATTACH: libc::c_long = 8;
+const BPF_PROG_DETACH: libc::c_long = 9;
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+const BPF_PROG_QUERY: libc::c_long = 16;
 const BPF_PROG_TYPE_CGROUP_DEVICE: u32 = 15;
 const BPF_CGROUP_DEVICE: u32 = 6;
 const BPF_F_ALLOW_MULTI: u32 = 2;
@@ -121,20 +124,63 @@ pub fn supported() -> bool {
 
 /// Allows only `rules` to the processes in cgroup `dir` (and below).
 pub fn attach_device_filter(dir: &Path, rules: &[DeviceRule]) -> Result<()> {
-    let fail = |what: &'static str| {
-        move |source| CgroupError {
-            what,
-            path: dir.to_path_buf(),
-            source,
-        }
-    };
-    let prog = load(&program(rules)).map_err(fail("cannot load the device filter for"))?;
-    let cgroup = std::fs::File::open(dir).map_err(fail("cannot open"))?;
+    let cgroup = open_cgroup(dir)?;
+    attach(dir, &cgroup, rules)
+}
+
+/// Replaces the device filter of cgroup `dir` with one allowing `rules`.
+/// The new filter is attached before the old ones go: with both, a device
+/// must pass both, so nothing is allowed in between that neither allows
+/// alone.
+pub fn replace_device_filter(dir: &Path, rules: &[DeviceRule]) -> Result<()> {
+    let cgroup = open_cgroup(dir)?;
+    let old = attached(dir, &cgroup)?;
+    attach(dir, &cgroup, rules)?;
+    for id in old {
+        let mut attr = [0u64; 16];
+        attr[0] = u64::from(id);
+        // Gone meanwhile: nothing to detach.
+        let Ok(fd) = bpf(BPF_PROG_GET_FD_BY_ID, &mut attr) else {
+            continue;
+        };
+        // SAFETY: the kernel just returned this new descriptor to us.
+        let prog = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let mut attr = [0u64; 16];
+        attr[0] = cgroup.as_raw_fd() as u32 as u64 | ((prog.as_raw_fd() as u32 as u64) << 32);
+        attr[1] = u64::from(BPF_CGROUP_DEVICE);
+        bpf(BPF_PROG_DETACH, &mut attr)
+            .map_err(super::error("cannot detach a device filter from", dir))?;
+    }
+    Ok(())
+}
+
+fn open_cgroup(dir: &Path) -> Result<std::fs::File> {
+    std::fs::File::open(dir).map_err(super::error("cannot open", dir))
+}
+
+fn attach(dir: &Path, cgroup: &std::fs::File, rules: &[DeviceRule]) -> Result<()> {
+    let prog =
+        load(&program(rules)).map_err(super::error("cannot load the device filter for", dir))?;
     let mut attr = [0u64; 16];
     attr[0] = cgroup.as_raw_fd() as u32 as u64 | ((prog.as_raw_fd() as u32 as u64) << 32);
     attr[1] = u64::from(BPF_CGROUP_DEVICE) | (u64::from(BPF_F_ALLOW_MULTI) << 32);
-    bpf(BPF_PROG_ATTACH, &mut attr).map_err(fail("cannot attach the device filter to"))?;
+    bpf(BPF_PROG_ATTACH, &mut attr)
+        .map_err(super::error("cannot attach the device filter to", dir))?;
     Ok(())
+}
+
+/// The ids of the device programs attached to `dir` itself (not those
+/// inherited from its parents).
+fn attached(dir: &Path, cgroup: &std::fs::File) -> Result<Vec<u32>> {
+    let mut ids = [0u32; 64];
+    let mut attr = [0u64; 16];
+    attr[0] = cgroup.as_raw_fd() as u32 as u64 | (u64::from(BPF_CGROUP_DEVICE) << 32);
+    attr[2] = ids.as_mut_ptr() as u64;
+    attr[3] = ids.len() as u64;
+    bpf(BPF_PROG_QUERY, &mut attr)
+        .map_err(super::error("cannot list the device filters of", dir))?;
+    let count = (attr[3] as u32 as usize).min(ids.len());
+    Ok(ids[..count].to_vec())
 }
 
 #[cfg(test)]

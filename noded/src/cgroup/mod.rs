@@ -154,6 +154,10 @@ pub trait Cgroups: Send + Sync {
     /// Creates the cgroup of `srun` step `step` below the job's (the job's
     /// limits bound it).
     fn create_step(&self, job: JobId, step: u32) -> Result<()>;
+    /// Replaces the devices a running job may open (its steps' too) with
+    /// `rules`. Processes keep what they opened before; only new opens
+    /// are checked.
+    fn set_devices(&self, job: JobId, rules: &[DeviceRule]) -> Result<()>;
     /// Moves process `pid`, all its threads, into a step of the job.
     fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()>;
     /// The steps whose cgroups exist below the job's.
@@ -186,6 +190,9 @@ impl Cgroups for Unconfined {
         Ok(Vec::new())
     }
     fn create_step(&self, _: JobId, _: u32) -> Result<()> {
+        Ok(())
+    }
+    fn set_devices(&self, _: JobId, _: &[DeviceRule]) -> Result<()> {
         Ok(())
     }
     fn join(&self, _: JobId, _: Scope, _: i32) -> Result<()> {
@@ -347,7 +354,7 @@ pub fn select(config: &CgroupConfig, node_dir: &str) -> std::sync::Arc<dyn Cgrou
     }
 }
 
-fn error<'a>(
+pub(crate) fn error<'a>(
     what: &'static str,
     path: &'a Path,
 ) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {

@@ -126,6 +126,7 @@ fn exercise(cg: &dyn Cgroups, job: JobId) {
         assert_eq!(out.trim(), "zero-denied", "{} device rules", cg.version());
     }
     exercise_step(cg, job, &procs);
+    exercise_device_changes(cg, job, &procs, null);
     let mut child = start_in(&procs, "setsid sleep 300 & sleep 300 & wait");
     wait_for("three processes in the cgroup", || {
         cg.pids(job, Scope::Job).len() >= 3
@@ -188,6 +189,50 @@ fn exercise_step(cg: &dyn Cgroups, job: JobId, procs: &[PathBuf]) {
     assert_eq!(cg.steps(job), vec![Scope::Batch], "{v}");
     cg.kill(job, Scope::Batch);
     let _ = batch.wait();
+}
+
+/// A running job's devices change (an isolated job took a GPU, or gave it
+/// back): the batch step and a step that already exists follow, and
+/// reopening is what is checked.
+fn exercise_device_changes(cg: &dyn Cgroups, job: JobId, procs: &[PathBuf], null: DeviceRule) {
+    if !cg.enforced().devices {
+        return;
+    }
+    let v = cg.version();
+    let zero = DeviceRule {
+        minor: Some(5),
+        ..null
+    };
+    cg.create_step(job, 4).expect("create step 4");
+    let opens_zero = |scope: Scope| {
+        let mut p = start_in(
+            procs,
+            "sleep 0.3; head -c1 /dev/zero >/dev/null 2>&1 && echo zero-opened || echo zero-denied",
+        );
+        if scope != Scope::Batch {
+            cg.join(job, scope, p.id() as i32).unwrap();
+        }
+        let mut out = String::new();
+        std::io::Read::read_to_string(p.stdout.as_mut().unwrap(), &mut out).unwrap();
+        let _ = p.wait();
+        out.trim() == "zero-opened"
+    };
+    cg.set_devices(job, &[null, zero]).expect("allow /dev/zero");
+    assert!(opens_zero(Scope::Batch), "{v}: allowed in the batch step");
+    assert!(
+        opens_zero(Scope::Step(4)),
+        "{v}: allowed in an existing step"
+    );
+    cg.set_devices(job, &[null]).expect("deny /dev/zero again");
+    assert!(!opens_zero(Scope::Batch), "{v}: denied in the batch step");
+    assert!(
+        !opens_zero(Scope::Step(4)),
+        "{v}: denied in an existing step"
+    );
+    // Twice the same: nothing changes.
+    cg.set_devices(job, &[null]).unwrap();
+    assert!(!opens_zero(Scope::Batch), "{v}");
+    assert!(cg.remove(job, Scope::Step(4)), "{v}: step removed");
 }
 
 #[test]

@@ -1,9 +1,11 @@
 //! cgroup v1: one hierarchy per controller (or a few together). A job's
 //! cgroup exists in each hierarchy gnoded uses; its processes join all.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use gsched_core::devices::DeviceRule;
 use gsched_core::job::JobId;
 
 use super::{
@@ -203,6 +205,31 @@ impl Cgroups for CgroupV1 {
         Ok(())
     }
 
+    fn set_devices(&self, job: JobId, rules: &[DeviceRule]) -> Result<()> {
+        let (true, Some(node_dir)) = (self.enforced.devices, self.dir_of("devices")) else {
+            return Ok(());
+        };
+        let dir = self.job_dir(node_dir, job);
+        let list = std::fs::read_to_string(dir.join("devices.list"))
+            .map_err(super::error("cannot read", &dir.join("devices.list")))?;
+        let now: BTreeSet<DeviceRule> = list.lines().filter_map(DeviceRule::parse).collect();
+        let want: BTreeSet<DeviceRule> = rules.iter().copied().collect();
+        // A rule denied at the job is taken from its steps by the kernel.
+        for r in now.difference(&want) {
+            write_file(&dir.join("devices.deny"), &r.to_string())?;
+        }
+        // One allowed must be given to each cgroup, parents first.
+        let added: Vec<&DeviceRule> = want.difference(&now).collect();
+        if !added.is_empty() {
+            for d in std::iter::once(dir.clone()).chain(subdirs(&dir)) {
+                for r in &added {
+                    write_file(&d.join("devices.allow"), &r.to_string())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()> {
         for d in self.hierarchies() {
             let procs = self.scope_dir(d, job, scope).join("cgroup.procs");
@@ -297,6 +324,25 @@ impl Cgroups for CgroupV1 {
             }
         }
     }
+}
+
+/// Every cgroup below `dir`, parents before their children.
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut next = vec![dir.to_path_buf()];
+    while let Some(d) = next.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            // cgroupfs has no links; a directory is a cgroup.
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.push(e.path());
+                next.push(e.path());
+            }
+        }
+    }
+    out
 }
 
 fn oom_kills_below(dir: &Path) -> u64 {

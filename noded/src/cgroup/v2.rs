@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use gsched_core::devices::DeviceRule;
 use gsched_core::job::JobId;
 
 use super::{
@@ -116,6 +117,13 @@ impl Cgroups for CgroupV2 {
         // The job's controllers are on for its children (`try_create`),
         // and its device filter applies below it.
         make_dir(&self.scope_dir(job, Scope::Step(step)))
+    }
+
+    fn set_devices(&self, job: JobId, rules: &[DeviceRule]) -> Result<()> {
+        if !self.enforced.devices {
+            return Ok(());
+        }
+        super::bpf::replace_device_filter(&self.job_dir(job), rules)
     }
 
     fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()> {

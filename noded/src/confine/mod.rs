@@ -4,6 +4,7 @@
 //! get cgroups of their own below the job's (`steps.rs`).
 
 mod account;
+mod devices;
 mod steps;
 
 pub use steps::StepError;
@@ -13,9 +14,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use gsched_core::devices::{
-    allowed_devices, parse_mig_minors, DeviceMajors, DeviceRule, GivenGpus,
-};
 use gsched_core::gpu::Instance;
 use gsched_core::job::{Job, JobId, ResourceUsage, StepUsage};
 use gsched_core::resources::{pick_cpus, JobResources, MemoryLimits, MemoryRequest};
@@ -24,7 +22,10 @@ use tracing::warn;
 
 use crate::cgroup::{CgroupConfig, Cgroups, JobLimits, Scope};
 use account::{vm_size, Account};
+use devices::GpuHolds;
 
+/// Where the kernel lists device majors.
+const PROC_DEVICES: &str = "/proc/devices";
 /// Where the driver lists MIG capability minors.
 const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
 
@@ -33,9 +34,9 @@ pub enum GpuAccess<'a> {
     /// An isolated job: its instance only.
     Instance(&'a Instance),
     /// A shared job, whose tasks gnoded places at run time on any
-    /// instance open to shared work: every instance of the node. (Which
-    /// ones are open changes while it runs; keeping its tasks off the
-    /// instances isolated jobs hold is the placement's work.)
+    /// instance open to shared work: every instance of the node but those
+    /// isolated jobs hold. Which ones those are changes while it runs
+    /// ([`Confinement::isolate`]): its device rules follow.
     Shared,
 }
 
@@ -77,6 +78,10 @@ pub struct Confinement {
     /// GPUs gives no job any NVIDIA device).
     gpus: RwLock<Option<NodeGpus>>,
     accounts: Mutex<HashMap<JobId, Account>>,
+    holds: Mutex<GpuHolds>,
+    /// Where device majors and MIG capability minors are read
+    /// ([`PROC_DEVICES`], [`MIG_MINORS`]; other files in tests).
+    device_files: (PathBuf, PathBuf),
     /// Whether the node measures GPU time (its GPUs give per-process
     /// utilization).
     gpu_metered: std::sync::atomic::AtomicBool,
@@ -97,6 +102,8 @@ impl Confinement {
             taken: Mutex::new(BTreeMap::new()),
             gpus: RwLock::new(None),
             accounts: Mutex::new(HashMap::new()),
+            holds: Mutex::new(GpuHolds::default()),
+            device_files: (PROC_DEVICES.into(), MIG_MINORS.into()),
             gpu_metered: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -132,8 +139,12 @@ impl Confinement {
     pub fn prepare(&self, job: &Job, gpus: GpuAccess<'_>) -> Result<Prepared, String> {
         let need = JobResources::of(&job.spec).map_err(|e| e.to_string())?;
         let enforced = self.cgroups.enforced();
+        let shared = matches!(gpus, GpuAccess::Shared);
+        // Held from the rules to the job's listing as shared, so that an
+        // isolated job taking an instance meanwhile reaches it too.
+        let mut holds = self.holds();
         let devices = if enforced.devices {
-            Some(self.device_rules(gpus)?)
+            Some(self.device_rules(gpus, &holds)?)
         } else {
             None
         };
@@ -162,6 +173,10 @@ impl Confinement {
         };
         match self.cgroups.create(job.id, &limits) {
             Ok(procs) => {
+                if shared {
+                    holds.shared.insert(job.id);
+                }
+                drop(holds);
                 // Counted from its first process on (GPU time too).
                 self.accounts().insert(job.id, Account::default());
                 Ok(Prepared {
@@ -178,28 +193,31 @@ impl Confinement {
         }
     }
 
-    fn device_rules(&self, gpus: GpuAccess<'_>) -> Result<Vec<DeviceRule>, String> {
-        let proc_devices = std::fs::read_to_string("/proc/devices").unwrap_or_default();
-        let majors = DeviceMajors::parse(&proc_devices);
-        let node = self.gpus.read().unwrap_or_else(|p| p.into_inner());
-        let given = match (node.as_ref(), gpus) {
-            (None, _) => GivenGpus::default(),
-            (Some(n), GpuAccess::Instance(i)) => GivenGpus::of([i], &n.mig_ids),
-            (Some(n), GpuAccess::Shared) => GivenGpus::of(&n.instances, &n.mig_ids),
-        };
-        let minors = if given.mig.is_empty() {
-            BTreeMap::new()
-        } else {
-            parse_mig_minors(&std::fs::read_to_string(MIG_MINORS).unwrap_or_default())
-        };
-        allowed_devices(&majors, &minors, &given).map_err(|e| e.to_string())
-    }
-
-    /// Takes back the cores of a job adopted after a restart.
-    pub fn adopt(&self, job: JobId, cpus: &[u32]) {
+    /// Takes back the cores of a job adopted after a restart, and its GPU
+    /// access: the instance it holds (an isolated job), or else the
+    /// instances open to shared jobs now.
+    pub fn adopt(&self, job: JobId, cpus: &[u32], instance: Option<&str>) {
         self.accounts().entry(job).or_default();
         if !cpus.is_empty() {
             self.taken().insert(job, cpus.to_vec());
+        }
+        match instance {
+            Some(uuid) => self.isolate(job, uuid),
+            None => {
+                let mut holds = self.holds();
+                holds.shared.insert(job);
+                if !self.cgroups.enforced().devices {
+                    return;
+                }
+                match self.device_rules(GpuAccess::Shared, &holds) {
+                    Ok(rules) => {
+                        if let Err(e) = self.cgroups.set_devices(job, &rules) {
+                            warn!(job, error = %e, "cannot set the adopted job's GPU devices");
+                        }
+                    }
+                    Err(e) => warn!(job, error = %e, "cannot decide the adopted job's GPU devices"),
+                }
+            }
         }
     }
 
@@ -209,6 +227,7 @@ impl Confinement {
         self.cgroups.remove(job, Scope::Job);
         self.taken().remove(&job);
         self.accounts().remove(&job);
+        self.release(job);
     }
 
     /// Whether the cgroup holds the job's processes (so signals and kills
@@ -338,6 +357,13 @@ impl Confinement {
     /// cgroup is empty, reads its counters (and its steps') and removes
     /// it. Blocks (call it off the async threads).
     pub fn finish(&self, job: JobId) -> Finished {
+        let finished = self.finish_cgroup(job);
+        // Its processes are gone: an instance it held opens.
+        self.release(job);
+        finished
+    }
+
+    fn finish_cgroup(&self, job: JobId) -> Finished {
         if !self.tracks() {
             self.taken().remove(&job);
             self.accounts().remove(&job);
