@@ -37,7 +37,10 @@ case $POLICY in
   exclusive) FLAGS=(--launch-policy exclusive) ;;
   case) FLAGS=() ;;
   case-no-ceiling) FLAGS=(--compute-ceiling off) ;;  # case as before issue 17's ceiling
-  cg:*) FLAGS=(--workers "${POLICY#cg:}") ;;
+  # Memory-blind sharing (Slurm's gres/shard): at most R jobs at once, each
+  # process placed whatever its memory; intercepted, so that isolated jobs
+  # run alone as they do under Slurm.
+  cg:*) FLAGS=(--workers "${POLICY#cg:}" --placement-policy blind) ;;
   *) echo "unknown policy $POLICY" >&2; exit 2 ;;
 esac
 machine="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"

@@ -50,8 +50,6 @@ def main():
             lines.append("#GSCHED --isolated")
         elif a.policy.startswith("case"):
             lines.append(f"#GSCHED --gpu-mem {int((mem + 1) * 1024)}M")
-        elif a.policy.startswith("cg:"):
-            cmd = "env -u LD_PRELOAD GSCHED_INTERCEPT=0 " + cmd
         lines.append(f"exec {cmd}")
         path = os.path.join(a.dir, f"job-{i}.sh")
         with open(path, "w") as f:

@@ -483,7 +483,9 @@ impl TaskBook {
             .get_mut(&id)
             .ok_or(PlacementError::NoSuchTask(id))?;
         let inst = &mut self.instances[a.instance];
-        if inst.free_bytes() < more {
+        // A memory-blind policy lets a task grow as its process allocates,
+        // whatever the others hold: the GPU, not the book, says no.
+        if !self.policy.memory_blind() && inst.free_bytes() < more {
             return Err(PlacementError::Full {
                 instance: inst.uuid.clone(),
                 free: inst.free_bytes(),

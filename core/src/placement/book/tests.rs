@@ -580,6 +580,20 @@ fn memory_blind_and_unceilinged_books_ignore_demands() {
     }
 }
 
+#[test]
+fn only_a_memory_blind_book_lets_a_task_grow_past_its_instance() {
+    let mut b = book(&[40 * G]);
+    let t = placed(b.begin(shared(1, 1, 30 * G, 0))).task;
+    assert!(matches!(
+        b.grow(t, 20 * G),
+        Err(PlacementError::Full { .. })
+    ));
+    let mut blind = TaskBook::new(Box::new(BlindPlacement), vec![("I0".into(), 40 * G)]);
+    let t = placed(blind.begin(shared(1, 1, 30 * G, 0))).task;
+    blind.grow(t, 20 * G).unwrap();
+    assert_eq!(blind.task(t).unwrap().bytes, 50 * G);
+}
+
 #[derive(Debug, Clone)]
 enum ComputeOp {
     Begin { gib: u64, share: u32 },
