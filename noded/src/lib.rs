@@ -26,6 +26,10 @@ use gsched_core::outcome::GpuFault;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+/// How often gnoded looks for job processes that use an instance without a
+/// placement (see `ProbeServer::check_unplaced`).
+const UNPLACED_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub use config::NodeConfig;
 
 /// A started node daemon.
@@ -398,7 +402,12 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         let (b, c) = (Arc::clone(&backend), Arc::clone(&confine));
         probe_server.set_processes_on(Arc::new(move |uuid: &str| {
             let pids = b.processes_on(uuid)?;
-            Some(c.jobs_of(&pids).into_iter().map(|(p, _, _)| p).collect())
+            Some(
+                c.jobs_of(&pids)
+                    .into_iter()
+                    .map(|(p, j, _)| (p, j))
+                    .collect(),
+            )
         }));
     }
     let task_mem = gsched_core::units::parse_mem_mib(&config.default_task_mem)
@@ -427,6 +436,19 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         ),
     }
     tokio::spawn(Arc::clone(&probe_server).serve(probe_listener));
+    {
+        // Processes that use an instance without a placement close it to
+        // new shared processes while they run (NVML: off the async threads).
+        let p = Arc::clone(&probe_server);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(UNPLACED_CHECK);
+            loop {
+                tick.tick().await;
+                let p = Arc::clone(&p);
+                let _ = tokio::task::spawn_blocking(move || p.check_unplaced()).await;
+            }
+        });
+    }
     // Adopting waits for the cgroups of jobs that ended meanwhile to empty:
     // off the async threads.
     let ended = {

@@ -84,9 +84,10 @@ struct State {
 /// Reads the memory physically free on an instance (bytes).
 pub type FreeMemory = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
 
-/// The processes the GPU reports on an instance (by UUID), where it can
-/// tell: those of shared jobs that bypassed the interception too.
-pub type ProcessesOn = Arc<dyn Fn(&str) -> Option<Vec<u32>> + Send + Sync>;
+/// The jobs' processes the GPU reports on an instance (by UUID), as (pid,
+/// job), where it can tell: those of shared jobs that bypassed the
+/// interception too.
+pub type ProcessesOn = Arc<dyn Fn(&str) -> Option<Vec<(u32, JobId)>> + Send + Sync>;
 
 /// How often a drain looks again at processes it has no placement for.
 const UNPLACED_POLL: std::time::Duration = std::time::Duration::from_millis(500);
@@ -204,12 +205,58 @@ impl ProbeServer {
         let _ = self.processes_on.set(f);
     }
 
-    /// Processes the GPU reports on `uuid` (none where it cannot tell).
-    fn processes_on(&self, uuid: &str) -> Vec<u32> {
+    /// Jobs' processes the GPU reports on `uuid` (none where it cannot
+    /// tell).
+    fn processes_on(&self, uuid: &str) -> Vec<(u32, JobId)> {
         self.processes_on
             .get()
             .and_then(|f| f(uuid))
             .unwrap_or_default()
+    }
+
+    /// Looks for processes that use an instance without a placement (a
+    /// shared job that turned the interception off): while one does, no
+    /// new process is bound to that instance, as if its job held it, and
+    /// the log names it. Blocks on the GPU (call it off the async threads).
+    pub fn check_unplaced(&self) {
+        if self.processes_on.get().is_none() {
+            return;
+        }
+        let uuids: Vec<String> = self
+            .lock()
+            .book
+            .instances()
+            .iter()
+            .map(|i| i.uuid.clone())
+            .collect();
+        for uuid in uuids {
+            let mut seen = self.processes_on(&uuid);
+            let mut st = self.lock();
+            // An isolated job's processes on the instance it holds are
+            // where they belong.
+            if let Some(holder) = st.held.get(&uuid) {
+                seen.retain(|(_, job)| job != holder);
+            }
+            let unplaced = st.book.unplaced_on(&uuid, &seen);
+            let was = st
+                .book
+                .instances()
+                .iter()
+                .any(|i| i.uuid == uuid && i.bypassed);
+            let bypassed = !unplaced.is_empty();
+            if was == bypassed {
+                continue;
+            }
+            if unplaced.is_empty() {
+                info!(instance = %uuid, "no process without a placement is left on the instance: shared work is placed there again");
+            } else {
+                warn!(instance = %uuid, processes = ?unplaced, "job processes use the instance without a placement (the interception turned off?): no new shared process is placed there until they end");
+            }
+            let placed = st.book.set_bypassed(&uuid, bypassed);
+            self.deliver(&mut st, placed);
+            drop(st);
+            self.changed.notify_waiters();
+        }
     }
 
     /// Returns once `bytes` are physically free on `instance` (or after
@@ -433,9 +480,15 @@ impl ProbeServer {
             let unplaced = match self.processes_on.get().cloned() {
                 Some(f) => {
                     let u = uuid.to_string();
-                    tokio::task::spawn_blocking(move || f(&u).unwrap_or_default())
-                        .await
-                        .unwrap_or_default()
+                    tokio::task::spawn_blocking(move || {
+                        f(&u)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(pid, _)| pid)
+                            .collect::<Vec<u32>>()
+                    })
+                    .await
+                    .unwrap_or_default()
                 }
                 None => Vec::new(),
             };
@@ -978,7 +1031,8 @@ mod tests {
         let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let r = Arc::clone(&running);
         server.set_processes_on(Arc::new(move |uuid: &str| {
-            (uuid == "GPU-a" && r.load(std::sync::atomic::Ordering::SeqCst)).then(|| vec![4242])
+            (uuid == "GPU-a" && r.load(std::sync::atomic::Ordering::SeqCst))
+                .then(|| vec![(4242, 9)])
         }));
         assert!(server.hold("GPU-a", 7), "a process is on the instance");
         let s = Arc::clone(&server);
@@ -992,6 +1046,42 @@ mod tests {
             .unwrap();
         // Nothing on it: a hold need not wait.
         assert!(!server.hold("GPU-a", 8));
+    }
+
+    #[tokio::test]
+    async fn a_process_without_a_placement_closes_its_instance_while_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 40 * G)]);
+        let (server, _listener) = ProbeServer::bind(
+            dir.path().join("p.sock"),
+            book,
+            BTreeMap::new(),
+            Arc::new(TaskEvents::default()),
+        )
+        .unwrap();
+        let bypassed = |s: &ProbeServer| s.lock().book.instances()[0].bypassed;
+        // Nothing to look at: nothing changes.
+        server.check_unplaced();
+        assert!(!bypassed(&server));
+        let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let r = Arc::clone(&running);
+        server.set_processes_on(Arc::new(move |_: &str| {
+            Some(if r.load(std::sync::atomic::Ordering::SeqCst) {
+                vec![(4242, 9)]
+            } else {
+                Vec::new()
+            })
+        }));
+        server.check_unplaced();
+        assert!(bypassed(&server), "job 9's process has no placement");
+        running.store(false, std::sync::atomic::Ordering::SeqCst);
+        server.check_unplaced();
+        assert!(!bypassed(&server), "open again once it is gone");
+        // The job holding the instance is at home there.
+        server.hold("GPU-a", 9);
+        running.store(true, std::sync::atomic::Ordering::SeqCst);
+        server.check_unplaced();
+        assert!(!bypassed(&server), "an isolated job's own process");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

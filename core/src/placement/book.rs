@@ -271,7 +271,7 @@ impl TaskBook {
         !inst.closed
             && inst.owner.is_none_or(|o| o == req.job)
             && pin.is_none_or(|&p| p == i)
-            && ((!inst.retiring && !inst.mps_down) || pin == Some(&i))
+            && ((!inst.retiring && !inst.mps_down && !inst.bypassed) || pin == Some(&i))
     }
 
     fn choice(&self, req: &TaskRequest, barred: &BTreeSet<usize>) -> Option<usize> {
@@ -677,6 +677,31 @@ impl TaskBook {
     /// process is bound there. Returns the waiting tasks its return placed.
     pub fn set_mps_down(&mut self, uuid: &str, down: bool) -> Vec<Placed> {
         self.restrict(uuid, down, |i| &mut i.mps_down)
+    }
+
+    /// Says whether a process without a placement uses the instance (see
+    /// [`Self::unplaced_on`]): while one does, no new process is bound
+    /// there. Returns the waiting tasks its end placed.
+    pub fn set_bypassed(&mut self, uuid: &str, bypassed: bool) -> Vec<Placed> {
+        self.restrict(uuid, bypassed, |i| &mut i.bypassed)
+    }
+
+    /// Of the jobs' processes the GPU reports on instance `uuid` (pid,
+    /// job), those of jobs with no process bound there: they use the
+    /// instance without a placement (a job that turned the interception
+    /// off). Any process of a job with a process bound there counts as
+    /// placed (`gprobe run` places itself and runs its command).
+    pub fn unplaced_on(&self, uuid: &str, processes: &[(u32, JobId)]) -> Vec<(u32, JobId)> {
+        let placed: BTreeSet<JobId> = self
+            .processes_on(uuid)
+            .into_iter()
+            .map(|(j, _)| j)
+            .collect();
+        processes
+            .iter()
+            .filter(|(_, job)| !placed.contains(job))
+            .copied()
+            .collect()
     }
 
     /// Opens or closes an instance to shared tasks (closed while held or

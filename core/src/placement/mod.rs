@@ -39,6 +39,10 @@ pub struct InstanceLoad {
     /// Its MPS server is down: no new process is bound here until it is
     /// back (a process started now would run without MPS, or not at all).
     pub mps_down: bool,
+    /// A job's process uses it without a placement (it bypassed the
+    /// interception): no new process is bound here until that process is
+    /// gone, as if its job held the instance.
+    pub bypassed: bool,
 }
 
 impl InstanceLoad {
@@ -57,6 +61,7 @@ impl InstanceLoad {
             processes: 0,
             retiring: false,
             mps_down: false,
+            bypassed: false,
         }
     }
 

@@ -594,6 +594,38 @@ fn only_a_memory_blind_book_lets_a_task_grow_past_its_instance() {
     assert_eq!(blind.task(t).unwrap().bytes, 50 * G);
 }
 
+#[test]
+fn a_process_without_a_placement_closes_its_instance_to_new_processes() {
+    let mut b = book(&[40 * G, 40 * G]);
+    let first = placed(b.begin(shared(1, 10, G, 0)));
+    let on = first.instance.clone();
+    // Job 1's other processes, and gprobe's commands, count as placed;
+    // job 2's process on the instance does not.
+    let seen = [(10, 1), (11, 1), (20, 2)];
+    assert_eq!(b.unplaced_on(&on, &seen), vec![(20, 2)]);
+    b.set_bypassed(&on, true);
+    let other = b
+        .instances()
+        .iter()
+        .find(|i| i.uuid != on)
+        .unwrap()
+        .uuid
+        .clone();
+    b.set_closed(&other, true);
+    // Job 1's bound process goes on; a new process waits.
+    placed(b.begin(shared(1, 10, G, 0)));
+    let waiting = match b.begin(shared(3, 30, G, 0)).unwrap() {
+        Begin::Waiting(t) => t,
+        p => panic!("placed beside a process without a placement: {p:?}"),
+    };
+    let now = b.set_bypassed(&on, false);
+    assert_eq!(now.len(), 1);
+    assert_eq!(
+        (now[0].task, now[0].instance.as_str()),
+        (waiting, on.as_str())
+    );
+}
+
 #[derive(Debug, Clone)]
 enum ComputeOp {
     Begin { gib: u64, share: u32 },
