@@ -189,6 +189,54 @@ fn an_isolated_job_waits_for_shared_tasks_to_leave_its_instance() {
     );
 }
 
+/// An isolated job waiting for an instance another isolated job holds takes
+/// it next: shared tasks waiting there are not placed in between (which
+/// would make it wait for them, the GPU mostly idle, in a drain).
+#[test]
+fn an_isolated_job_takes_the_instance_next_when_the_isolated_job_there_ends() {
+    let mut args = vec!["--sim-gpus".to_string(), "1xA100-40GB:1g.5gb".to_string()];
+    args.extend(common::spare_cpus());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let g = Gsched::start(&args);
+    let marker = g.work.path().join("a-running");
+    let a = g.script(
+        "a.sh",
+        &format!("#!/bin/sh\ntouch {}\nsleep 4\n", marker.display()),
+    );
+    let ja = g.submit(&["--mig", "1g.5gb", "-o", "/dev/null", &a]);
+    g.wait_until("isolated job a runs", Duration::from_secs(20), || {
+        marker.exists()
+    });
+    let shared = g.script(
+        "s.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 1G -- true\n",
+            bin("gprobe").display()
+        ),
+    );
+    let js = g.submit(&["-o", "/dev/null", &shared]);
+    g.wait_until("the shared task waits", Duration::from_secs(20), || {
+        g.log().contains("task waits for memory or compute")
+    });
+    let b = g.script("b.sh", "#!/bin/sh\nsleep 1\ndate +%s%3N\n");
+    let jb = g.submit(&["--mig", "1g.5gb", "-o", "b.out", &b]);
+    for j in [ja, jb, js] {
+        g.wait_state(j, "COMPLETED", Duration::from_secs(40));
+    }
+    let b_ended: i64 = std::fs::read_to_string(g.work.path().join("b.out"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let task = &g.ended_tasks(&format!("?job={js}"), 1)[0];
+    assert!(
+        task["begin_ms"].as_i64().unwrap() >= b_ended,
+        "the shared task was placed at {} before isolated job b ended at {b_ended}\n{}",
+        task["begin_ms"],
+        g.log()
+    );
+}
+
 #[test]
 fn reservations_survive_a_node_restart() {
     let mut g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);

@@ -651,6 +651,13 @@ impl Cluster {
 
     /// One launch pass of the policy; applies its decisions.
     pub fn schedule(&mut self, now: i64) -> Vec<Effect> {
+        let mut effects = self.launch_queued(now);
+        // Drains change with launches, and with ends when nothing is queued.
+        effects.extend(self.drain_changes());
+        effects
+    }
+
+    fn launch_queued(&mut self, now: i64) -> Vec<Effect> {
         let mut effects = Vec::new();
         if self.isolated_queue.is_empty() && self.shared_queue.is_empty() {
             self.unexamined.clear();
@@ -765,6 +772,11 @@ impl Cluster {
                     up: n.accepts_launches(),
                     worker_limit: n.worker_limit,
                     workers_used: n.running.len() as u32,
+                    shared_running: n
+                        .running
+                        .iter()
+                        .filter(|id| self.jobs.get(id).is_some_and(|j| !j.spec.isolated))
+                        .count() as u32,
                     total: n.total(),
                     free: self.free_on(n),
                     instances: n
@@ -775,6 +787,7 @@ impl Cluster {
                             isolated_owner: s.isolated_owner,
                             draining_for: s.draining_for,
                             active_tasks: s.active_tasks,
+                            expected_free: self.expected_free(s),
                             retiring: s.retiring,
                         })
                         .collect(),
@@ -809,6 +822,7 @@ impl Cluster {
                     node,
                     instance,
                 } => {
+                    self.forget_drains_for(job);
                     if let Some(slot) = self.slot_mut(&node, &instance) {
                         slot.draining_for = Some(job);
                     }
@@ -851,7 +865,6 @@ impl Cluster {
             };
             self.set_reason(id, reason);
         }
-        effects.extend(self.drain_changes());
         effects
     }
 
@@ -952,6 +965,14 @@ impl Cluster {
             .get_mut(node)
             .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
         n.running.insert(id);
+        if instance.is_some() {
+            // An instance it waited for elsewhere is not needed any more.
+            self.forget_drains_for(id);
+        }
+        let n = self
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
         if let Some(uuid) = instance {
             if let Some(slot) = n.instances.iter_mut().find(|s| s.instance.uuid == uuid) {
                 slot.isolated_owner = Some(id);
@@ -959,6 +980,15 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// No instance is drained for `job` any more.
+    fn forget_drains_for(&mut self, job: JobId) {
+        for s in self.nodes.values_mut().flat_map(|n| n.instances.iter_mut()) {
+            if s.draining_for == Some(job) {
+                s.draining_for = None;
+            }
+        }
     }
 
     /// Takes a job off its node's books (instance and worker).

@@ -33,6 +33,10 @@ pub struct InstanceView<'a> {
     pub draining_for: Option<JobId>,
     /// Non-isolated tasks with reservations on it.
     pub active_tasks: u32,
+    /// When what holds it now (its isolated job, or its non-isolated
+    /// tasks) is expected to have left, unix seconds, where known (time
+    /// limits).
+    pub expected_free: Option<i64>,
     /// Being re-partitioned: not to be given to an isolated job.
     pub retiring: bool,
 }
@@ -44,6 +48,9 @@ pub struct NodeView<'a> {
     pub up: bool,
     pub worker_limit: u32,
     pub workers_used: u32,
+    /// Non-isolated jobs running there: their tasks may be waiting for an
+    /// instance that frees up.
+    pub shared_running: u32,
     /// The node's CPUs and memory, and what running jobs leave free.
     pub total: NodeResources,
     pub free: NodeResources,
@@ -245,7 +252,10 @@ impl LaunchPolicy for CaseLaunch {
                     claimed.insert((ni, ii));
                     let node = &input.nodes[ni];
                     let view = &node.instances[ii];
-                    if view.active_tasks > 0 {
+                    if view.active_tasks > 0 || view.isolated_owner.is_some() {
+                        // Closed to new non-isolated tasks from now on; the
+                        // job starts when the tasks (or the isolated job
+                        // running there) have left.
                         plan.decisions.push(Decision::Drain {
                             job: job.id,
                             node: node.name.into(),
@@ -304,8 +314,15 @@ impl LaunchPolicy for CaseLaunch {
 }
 
 /// The best instance for an isolated job: one already draining for it, else
-/// the smallest that satisfies the request, preferring instances with no
-/// non-isolated tasks (no drain needed), on a node with a worker free.
+/// the smallest that satisfies the request, preferring one free now (no
+/// non-isolated tasks, no isolated job), then the one expected to be free
+/// first, on a node with a worker free. An instance another isolated job
+/// holds may be taken next (drained for this one), so that when that job
+/// ends the instance goes straight to this one instead of filling with
+/// non-isolated tasks it would then have to wait for: where non-isolated
+/// jobs run on the node, and when that job's end is known (a time limit)
+/// or no other instance could ever serve this job (otherwise committing
+/// to one of several held instances could wait for the wrong one).
 fn best_instance(
     nodes: &[NodeView<'_>],
     free: &[u32],
@@ -313,17 +330,30 @@ fn best_instance(
     claimed: &HashSet<(usize, usize)>,
     job: &QueuedJob<'_>,
 ) -> Option<(usize, usize)> {
-    // Preference key: not already draining for this job, memory, needs a
-    // drain, tasks to drain, then position (for a stable choice).
-    type Key = (bool, u64, bool, u32, usize, usize);
+    // Preference key: not already draining for this job, memory, must
+    // wait, expected to be free (unknown last), tasks to drain, then
+    // position (for a stable choice).
+    type Key = (bool, u64, bool, i64, u32, usize, usize);
     let mut best: Option<(Key, (usize, usize))> = None;
+    let only_held_serve = nodes
+        .iter()
+        .filter(|n| n.up)
+        .flat_map(|n| &n.instances)
+        .filter(|v| v.instance.satisfies(job.gpu))
+        .all(|v| v.isolated_owner.is_some());
+    // Taking a held instance next only pays where shared tasks would fill
+    // it in between.
     for (ni, node) in nodes.iter().enumerate() {
         if !node.up || free[ni] == 0 || !job.resources.fits(&room[ni], &node.total) {
             continue;
         }
         for (ii, v) in node.instances.iter().enumerate() {
             let mine = v.draining_for == Some(job.id);
-            if v.isolated_owner.is_some()
+            let held_next = v.isolated_owner.is_some()
+                && node.shared_running > 0
+                && (mine || v.expected_free.is_some() || only_held_serve);
+            if (v.isolated_owner.is_some() && !held_next)
+                || v.isolated_owner == Some(job.id)
                 || v.retiring
                 || (v.draining_for.is_some() && !mine)
                 || claimed.contains(&(ni, ii))
@@ -331,10 +361,14 @@ fn best_instance(
             {
                 continue;
             }
+            let must_wait = v.active_tasks > 0 || v.isolated_owner.is_some();
+            // A drain for this job sticks; taking a held instance next is
+            // weighed again on each pass (one free now goes first).
             let key = (
-                !mine,
+                !(mine && v.isolated_owner.is_none()),
                 v.instance.memory_mib,
-                v.active_tasks > 0,
+                must_wait,
+                v.expected_free.filter(|_| must_wait).unwrap_or(i64::MAX),
                 v.active_tasks,
                 ni,
                 ii,
@@ -378,6 +412,7 @@ mod tests {
                 isolated_owner: None,
                 draining_for: None,
                 active_tasks: 0,
+                expected_free: None,
                 retiring: false,
             })
             .collect()
@@ -396,6 +431,7 @@ mod tests {
             up: true,
             worker_limit: 16,
             workers_used: 0,
+            shared_running: 1,
             total,
             free: total,
             instances: views(&inst),
@@ -458,6 +494,7 @@ mod tests {
             up: true,
             worker_limit: 3,
             workers_used: 0,
+            shared_running: 1,
             total: BIG,
             free: BIG,
             instances: views(&inst),
@@ -527,6 +564,7 @@ mod tests {
             up: true,
             worker_limit: 4,
             workers_used: 1,
+            shared_running: 1,
             total: BIG,
             free: BIG,
             instances: v,
@@ -570,6 +608,7 @@ mod tests {
             up: true,
             worker_limit: 4,
             workers_used: 0,
+            shared_running: 1,
             total: BIG,
             free: BIG,
             instances: v,
@@ -602,6 +641,78 @@ mod tests {
     }
 
     #[test]
+    fn an_instance_held_by_an_isolated_job_is_taken_next_then_the_first_free() {
+        let inst = sim_instances("n", &parse_sim_spec("2xA100-40GB").unwrap());
+        let r = req(None, None);
+        let job = |id| QueuedJob {
+            id,
+            gpu: &r,
+            resources: ONE_CPU,
+        };
+        fn node(v: Vec<InstanceView<'_>>) -> NodeView<'_> {
+            NodeView {
+                name: "n",
+                up: true,
+                worker_limit: 8,
+                workers_used: 1,
+                shared_running: 1,
+                total: BIG,
+                free: BIG,
+                instances: v,
+            }
+        }
+        let plan_for = |v: Vec<InstanceView<'_>>| {
+            CaseLaunch.plan(&LaunchInput {
+                isolated: &[job(7)],
+                shared: &[],
+                nodes: &[node(v)],
+            })
+        };
+        let drained = |p: &LaunchPlan| match &p.decisions[..] {
+            [Decision::Drain {
+                job: 7, instance, ..
+            }] => instance.clone(),
+            d => panic!("{d:?}"),
+        };
+        // One GPU, held by isolated job 3: job 7 takes it next, so that
+        // no shared task fills it when job 3 ends.
+        let mut v = views(&inst[..1]);
+        v[0].isolated_owner = Some(3);
+        let p = plan_for(v.clone());
+        assert_eq!(drained(&p), inst[0].uuid);
+        assert_eq!(p.waiting, vec![(7, PendingReason::Draining)]);
+        // With no shared job on the node there is nothing to keep out:
+        // job 7 waits for whichever instance frees first, as before.
+        let mut alone = node(v);
+        alone.shared_running = 0;
+        let p = CaseLaunch.plan(&LaunchInput {
+            isolated: &[job(7)],
+            shared: &[],
+            nodes: &[alone],
+        });
+        assert!(p.decisions.is_empty(), "{p:?}");
+        // Both must be waited for: the one expected free first.
+        let mut v = views(&inst);
+        v[0].isolated_owner = Some(3);
+        v[0].expected_free = Some(500);
+        v[1].active_tasks = 2;
+        v[1].expected_free = Some(200);
+        assert_eq!(drained(&plan_for(v.clone())), inst[1].uuid);
+        v[1].expected_free = None;
+        assert_eq!(
+            drained(&plan_for(v.clone())),
+            inst[0].uuid,
+            "unknown goes last"
+        );
+        // One free now wins over both.
+        v[1].active_tasks = 0;
+        assert!(matches!(
+            &plan_for(v).decisions[..],
+            [Decision::Launch { job: 7, instance: Some(u), .. }] if *u == inst[1].uuid
+        ));
+    }
+
+    #[test]
     fn impossible_request_and_down_nodes() {
         let inst = sim_instances("n1", &parse_sim_spec("1xA30:1g.6gb*4").unwrap());
         let nodes = vec![NodeView {
@@ -609,6 +720,7 @@ mod tests {
             up: true,
             worker_limit: 16,
             workers_used: 0,
+            shared_running: 1,
             total: BIG,
             free: BIG,
             instances: views(&inst),
@@ -698,11 +810,13 @@ mod tests {
                 let nodes = vec![NodeView {
                     name: "n", up: true, worker_limit: limit,
                     workers_used: s.running.len() as u32,
+                    shared_running: 1,
             total: BIG,
             free: BIG,
                     instances: s.inst.iter().enumerate().map(|(i, inst)| InstanceView {
                         instance: inst, isolated_owner: s.owner[i],
                         draining_for: s.draining[i], active_tasks: s.tasks[i], retiring: false,
+                        expected_free: None,
                     }).collect(),
                 }];
                 let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &sh, nodes: &nodes });
@@ -723,7 +837,8 @@ mod tests {
                         }
                         Decision::Drain { job, instance, .. } => {
                             let i = s.inst.iter().position(|x| x.uuid == instance).unwrap();
-                            prop_assert!(s.owner[i].is_none());
+                            prop_assert!(s.owner[i] != Some(job));
+                            prop_assert!(s.draining[i].is_none() || s.draining[i] == Some(job));
                             s.draining[i] = Some(job);
                         }
                     }

@@ -1,5 +1,6 @@
 //! Drains reach a node as effects: whenever the set of a node's instances
-//! being drained for isolated jobs changes, the whole set is pushed to the
+//! closed to shared tasks (being drained for isolated jobs, or held by
+//! them) changes, the whole set is pushed to the
 //! node (`Effect::Drain`), numbered so the node keeps only the newest when
 //! two cross on the way. A node that registers (restarted, or back from an
 //! outage) is sent its set afresh.
@@ -15,7 +16,10 @@ impl Cluster {
             let now: std::collections::BTreeSet<String> = n
                 .instances
                 .iter()
-                .filter(|s| s.draining_for.is_some())
+                // Held ones too: an instance handed from one isolated job
+                // to the next stays closed in between (the new set and the
+                // launch travel separately).
+                .filter(|s| s.draining_for.is_some() || s.isolated_owner.is_some())
                 .map(|s| s.instance.uuid.clone())
                 .collect();
             if n.drain_sent.as_ref() == Some(&now) {
@@ -39,11 +43,27 @@ impl Cluster {
     /// has not started), or the node has not yet reported who is there.
     pub fn drain_expected_end(&self, slot: &super::InstanceSlot) -> Option<i64> {
         slot.draining_for?;
-        let mut latest: Option<i64> = None;
-        for id in slot.job_bytes.keys() {
+        self.expected_free(slot)
+    }
+
+    /// When what holds an instance now is expected to have left (unix
+    /// seconds): the time-limit end of the isolated job running there, or
+    /// the latest of the shared jobs that reserve memory on it. `None`
+    /// when nothing holds it, or when that cannot be known: a job without a
+    /// time limit (or not started), or a node that has not yet reported
+    /// who is there.
+    pub fn expected_free(&self, slot: &super::InstanceSlot) -> Option<i64> {
+        let limit_end = |id: &crate::job::JobId| {
             let job = self.jobs.get(id)?;
             let limit = i64::try_from(job.spec.time_limit?).ok()?;
-            let end = job.start_time?.saturating_add(limit);
+            Some(job.start_time?.saturating_add(limit))
+        };
+        if let Some(owner) = &slot.isolated_owner {
+            return limit_end(owner);
+        }
+        let mut latest: Option<i64> = None;
+        for id in slot.job_bytes.keys() {
+            let end = limit_end(id)?;
             latest = Some(latest.map_or(end, |l| l.max(end)));
         }
         latest
@@ -110,20 +130,26 @@ mod tests {
         assert!(c.drain_is_current("n1", d[0].2));
         // Nothing changed: nothing sent.
         assert!(drains(&c.schedule(2)).is_empty());
-        // The tasks leave: the job starts, and the drain ends.
+        // The tasks leave: the job starts; its instance stays closed while
+        // it holds it (nothing new is sent), and opens when it ends.
         c.update_instance_use("n1", &Default::default());
         let fx = c.schedule(3);
         assert!(fx.contains(&Effect::Launch {
             job: id,
             node: "n1".into()
         }));
-        let d2 = drains(&fx);
+        assert!(drains(&fx).is_empty(), "{fx:?}");
+        let run = c.job(id).unwrap().run;
+        c.launch_confirmed(id, run);
+        c.job_ended("n1", &crate::cluster::testkit::ended(id, run, 0, 5))
+            .unwrap();
+        let d2 = drains(&c.schedule(6));
         assert_eq!(d2.len(), 1);
         assert!(d2[0].1.is_empty());
         assert!(d2[0].2 > d[0].2);
         assert!(!c.drain_is_current("n1", d[0].2), "the older one is stale");
         // A node that registers again is sent its set afresh.
-        let fx = c.register_node(&registration("n1", &[(id, 1)], vec![]), 4);
+        let fx = c.register_node(&registration("n1", &[], vec![]), 7);
         assert_eq!(drains(&fx).len(), 1);
     }
 
