@@ -7,6 +7,7 @@
 pub mod array;
 pub mod cluster;
 pub mod compute;
+pub mod context;
 pub mod dependency;
 pub mod devices;
 pub mod env;

@@ -40,8 +40,10 @@ pub struct NodeConfig {
     #[serde(default = "default_task_mem")]
     pub default_task_mem: String,
     /// GPU memory a CUDA context takes beyond its allocations, reserved on
-    /// top of each intercepted process's footprint (default: 512M on real
-    /// GPUs, 0 on simulated ones).
+    /// top of each intercepted process's footprint. Default: learned on
+    /// real GPUs from the processes placed here (the driver's per-process
+    /// memory less what each allocated; 640M until measured), 0 on
+    /// simulated ones. Giving it fixes it.
     #[arg(long)]
     #[serde(default)]
     pub context_mem: Option<String>,

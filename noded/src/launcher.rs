@@ -84,7 +84,7 @@ pub struct Launcher {
     probe: std::sync::OnceLock<Arc<crate::probe::ProbeServer>>,
     /// `libgprobe.so` to preload into non-isolated jobs, and the reservation
     /// for a job with no footprint of its own (bytes).
-    interception: std::sync::OnceLock<(PathBuf, u64, u64)>,
+    interception: std::sync::OnceLock<(PathBuf, u64, Arc<crate::context::ContextWatch>)>,
     /// The CA file jobs' tools check an https controller against.
     tls_ca: std::sync::OnceLock<PathBuf>,
     /// Runs that ended and whose spools were removed, newest last.
@@ -133,10 +133,15 @@ impl Launcher {
 
     /// Preloads `lib` into non-isolated jobs (CUDA driver interception);
     /// `default_bytes` is the reservation of a job with no known footprint.
-    /// `context_bytes` is reserved on top of each process's footprint for
-    /// its CUDA context.
-    pub fn set_interception(&self, lib: PathBuf, default_bytes: u64, context_bytes: u64) {
-        let _ = self.interception.set((lib, default_bytes, context_bytes));
+    /// `context` says what is reserved on top of each process's footprint
+    /// for its CUDA context.
+    pub fn set_interception(
+        &self,
+        lib: PathBuf,
+        default_bytes: u64,
+        context: Arc<crate::context::ContextWatch>,
+    ) {
+        let _ = self.interception.set((lib, default_bytes, context));
     }
 
     /// Tells jobs' tools which CA to check an https controller against
@@ -259,12 +264,12 @@ impl Launcher {
             env.insert(PROBE_SOCK_ENV.into(), probe.path().display().to_string());
             env.insert(JOB_KEY_ENV.into(), key);
         }
-        if let Some((lib, default_bytes, context_bytes)) = self.interception.get() {
+        if let Some((lib, default_bytes, context)) = self.interception.get() {
             let lib = lib.display().to_string();
             let with = Interception {
                 lib: &lib,
                 default_bytes: *default_bytes,
-                context_bytes: *context_bytes,
+                context_bytes: context.reserve_bytes(),
             };
             add_interception(
                 &mut env,

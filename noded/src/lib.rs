@@ -6,6 +6,7 @@ pub mod api;
 pub mod cgroup;
 pub mod config;
 pub mod confine;
+pub mod context;
 pub mod fence;
 pub mod gpu;
 pub mod launcher;
@@ -412,12 +413,25 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     }
     let task_mem = gsched_core::units::parse_mem_mib(&config.default_task_mem)
         .with_context(|| format!("invalid --default-task-mem '{}'", config.default_task_mem))?;
-    let context_mem = match &config.context_mem {
-        Some(s) => gsched_core::units::parse_mem_mib(s)
-            .with_context(|| format!("invalid --context-mem '{s}'"))?,
-        None if backend.is_simulated() => 0,
-        None => 512,
-    };
+    let context = Arc::new(context::ContextWatch::new(match &config.context_mem {
+        Some(s) => context::ContextMem::Fixed(
+            gsched_core::units::parse_mem_mib(s)
+                .with_context(|| format!("invalid --context-mem '{s}'"))?,
+        ),
+        None if backend.is_simulated() => context::ContextMem::Fixed(0),
+        None => context::ContextMem::Learned {
+            default_mib: gsched_core::context::DEFAULT_CONTEXT_MIB,
+        },
+    }));
+    probe_server.set_context(Arc::clone(&context));
+    if context.learns() {
+        context::start_sampling(
+            Arc::clone(&context),
+            Arc::clone(&backend),
+            Arc::clone(&probe_server),
+            gpu_models(&instances),
+        );
+    }
     let probe_lib = match &config.probe_lib {
         Some(p) if p.is_file() => Some(p.clone()),
         Some(p) => anyhow::bail!("the probe library {} does not exist", p.display()),
@@ -429,7 +443,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     match probe_lib {
         Some(p) => {
             tracing::info!(lib = %p.display(), "CUDA programs of shared jobs run under the interception library");
-            launcher.set_interception(p, task_mem * 1024 * 1024, context_mem * 1024 * 1024);
+            launcher.set_interception(p, task_mem * 1024 * 1024, context);
         }
         None => tracing::warn!(
             "libgprobe.so not found next to this program: CUDA programs of shared jobs are not intercepted (give --probe-lib)"
@@ -540,4 +554,15 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         mps,
         confine,
     })
+}
+
+/// Each GPU's index and model, once.
+fn gpu_models(instances: &[gsched_core::gpu::Instance]) -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = instances
+        .iter()
+        .map(|i| (i.gpu_index, i.model.clone()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }

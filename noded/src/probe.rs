@@ -103,6 +103,8 @@ pub struct ProbeServer {
     runtime: tokio::runtime::Handle,
     free_memory: std::sync::OnceLock<FreeMemory>,
     processes_on: std::sync::OnceLock<ProcessesOn>,
+    /// Learns the context cost from the processes placed here.
+    context: std::sync::OnceLock<Arc<crate::context::ContextWatch>>,
     state: Mutex<State>,
     mps: BTreeMap<String, String>,
     events: Arc<TaskEvents>,
@@ -164,6 +166,7 @@ impl ProbeServer {
             runtime: tokio::runtime::Handle::current(),
             free_memory: std::sync::OnceLock::new(),
             processes_on: std::sync::OnceLock::new(),
+            context: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 book,
                 jobs: HashMap::new(),
@@ -203,6 +206,20 @@ impl ProbeServer {
     /// Lets drains see processes the GPU runs on an instance, placed or not.
     pub fn set_processes_on(&self, f: ProcessesOn) {
         let _ = self.processes_on.set(f);
+    }
+
+    pub fn set_context(&self, c: Arc<crate::context::ContextWatch>) {
+        let _ = self.context.set(c);
+    }
+
+    /// Every process bound to an instance here (job, pid).
+    pub fn placed_processes(&self) -> Vec<(JobId, u32)> {
+        let st = self.lock();
+        st.book
+            .instances()
+            .iter()
+            .flat_map(|i| st.book.processes_on(&i.uuid))
+            .collect()
     }
 
     /// Jobs' processes the GPU reports on `uuid` (none where it cannot
@@ -425,6 +442,9 @@ impl ProbeServer {
 
     /// The job ended or was cancelled: its reservations go, at once.
     pub fn job_ended(&self, job: JobId) {
+        if let Some(c) = self.context.get() {
+            c.job_ended(job);
+        }
         let mut st = self.lock();
         st.jobs.remove(&job);
         let (gone, placed) = st.book.release_job(job);
@@ -837,6 +857,9 @@ impl ProbeServer {
                     return ProbeReply::Ok;
                 }
                 ProbeRequest::Peak { job, bytes, .. } => {
+                    if let Some(c) = self.context.get() {
+                        c.allocated(job, pid, bytes);
+                    }
                     self.events.send(TaskEvent::Peak(job, bytes));
                     return ProbeReply::Ok;
                 }
@@ -944,6 +967,9 @@ impl ProbeServer {
                 unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
             {
                 let _ = afd.readable().await;
+            }
+            if let Some(c) = this.context.get() {
+                c.ended(job, pid);
             }
             let mut st = this.lock();
             st.watched.remove(&(job, pid));
