@@ -143,8 +143,11 @@ fn unmodified_programs_are_placed_capped_and_measured() {
 
 #[test]
 fn a_neighbour_cannot_take_reserved_memory() {
-    // Two programs on one 4864 MiB instance: the first holds 3 GiB; the
-    // second, reserved 1 GiB, cannot grow past what is left.
+    // Two programs on one 4864 MiB instance: the first holds 3 GiB for 5 s;
+    // the second, reserved 1 GiB, allocates 512 MiB at a time until it
+    // fails. It grows into what is left (1792 MiB), waits there until the
+    // 3 GiB are released, then grows into them too; alone on the
+    // instance, it fails when nothing is left (nothing would free more).
     let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
     let app = build(g.work.path());
     let hold = g.script(
@@ -162,7 +165,16 @@ fn a_neighbour_cannot_take_reserved_memory() {
     let id = g.submit(&["--gpu-mem", "1G", "-o", "n.out", &script]);
     g.wait_state(id, "COMPLETED", Duration::from_secs(30));
     let text = std::fs::read_to_string(g.work.path().join("n.out")).unwrap();
-    // 4864 - 3072 = 1792 MiB left: 1024 reserved + 512 grown = 1536 MiB (3 x 512).
-    assert!(text.contains("allocated 1536 MiB then error 2"), "{text}");
+    // 9 x 512 MiB = 4608 of 4864 MiB; the tenth does not fit.
+    assert!(text.contains("allocated 4608 MiB then error 2"), "{text}");
     g.wait_state(marker_job, "COMPLETED", Duration::from_secs(30));
+    // It waited for the 3 GiB: it never grew into them while reserved.
+    let log = g.log();
+    assert!(log.contains("task waits for memory to grow"), "{log}");
+    assert!(log.contains("task grew after waiting"), "{log}");
+    let hold_end = g.ended_tasks(&format!("?job={marker_job}"), 1)[0]["end_ms"]
+        .as_i64()
+        .unwrap();
+    let mine = &g.ended_tasks(&format!("?job={id}"), 1)[0];
+    assert!(mine["end_ms"].as_i64().unwrap() >= hold_end, "{mine}");
 }

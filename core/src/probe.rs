@@ -64,12 +64,17 @@ pub enum ProbeRequest {
         key: String,
         task: TaskId,
     },
-    /// Grow the task's reservation by `bytes` on its instance.
+    /// Grow the task's reservation by `bytes` on its instance, or by
+    /// `at_least` if only that fits; when neither fits, the reply waits
+    /// until `at_least` does (or says the instance is full when nothing
+    /// there could free memory).
     Grow {
         job: JobId,
         key: String,
         task: TaskId,
         bytes: u64,
+        #[serde(default)]
+        at_least: Option<u64>,
     },
     /// The task's warps now in use.
     Warps {
@@ -117,6 +122,10 @@ pub enum ProbeReply {
         bytes: u64,
     },
     Ok,
+    /// A `Grow` was granted: the reservation grew by `bytes`.
+    Grown {
+        bytes: u64,
+    },
     Error {
         code: i32,
         message: String,

@@ -17,7 +17,9 @@ use anyhow::{bail, Context, Result};
 use gsched_core::compute::{is_share, WHOLE_GPU};
 use gsched_core::histogram::{LatencyHistogram, PROBE_BOUNDS, WAIT_BOUNDS};
 use gsched_core::job::JobId;
-use gsched_core::placement::{Begin, Placed, PlacementError, TaskBook, TaskId, TaskRequest};
+use gsched_core::placement::{
+    Begin, Growth, Placed, PlacementError, TaskBook, TaskId, TaskRequest,
+};
 use gsched_core::probe::{code, encode, frame_len, ProbeReply, ProbeRequest, TaskRecord};
 use gsched_core::wire::{keys_match, InstanceUse};
 use tokio::io::unix::AsyncFd;
@@ -68,6 +70,8 @@ struct State {
     book: TaskBook,
     jobs: HashMap<JobId, JobAuth>,
     waiters: HashMap<TaskId, oneshot::Sender<ProbeReply>>,
+    /// Tasks waiting to grow, and by how much.
+    growers: HashMap<TaskId, (oneshot::Sender<ProbeReply>, u64)>,
     begun: HashMap<TaskId, (Placed, i64)>,
     watched: HashSet<(JobId, u32)>,
     /// Instances gctld is draining for isolated jobs.
@@ -88,6 +92,10 @@ pub type FreeMemory = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
 /// job), where it can tell: those of shared jobs that bypassed the
 /// interception too.
 pub type ProcessesOn = Arc<dyn Fn(&str) -> Option<Vec<(u32, JobId)>> + Send + Sync>;
+
+/// How long a process may wait for room to grow its reservation before
+/// its allocation fails.
+const GROW_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// How often a drain looks again at processes it has no placement for.
 const UNPLACED_POLL: std::time::Duration = std::time::Duration::from_millis(500);
@@ -171,6 +179,7 @@ impl ProbeServer {
                 book,
                 jobs: HashMap::new(),
                 waiters: HashMap::new(),
+                growers: HashMap::new(),
                 begun: HashMap::new(),
                 watched: HashSet::new(),
                 drained_by_controller: HashSet::new(),
@@ -614,7 +623,62 @@ impl ProbeServer {
         st.begun.insert(p.task, (p.clone(), now));
     }
 
+    /// The task's reservation grew: its record follows.
+    fn grew(&self, st: &mut State, task: TaskId) {
+        if let (Some(t), Some(b)) = (st.book.task(task), st.begun.get_mut(&task)) {
+            b.0.bytes = t.bytes;
+        }
+    }
+
+    /// Refuses a growth still waiting after [`GROW_WAIT_LIMIT`]: a process
+    /// may wait for memory its own job's other processes hold (which the
+    /// book cannot see), so the wait is bounded.
+    fn limit_growth_wait(self: &Arc<Self>, task: TaskId) {
+        let this = Arc::clone(self);
+        self.runtime.spawn(async move {
+            tokio::time::sleep(GROW_WAIT_LIMIT).await;
+            let mut st = this.lock();
+            let Some(placed) = st.book.cancel_growth(task) else {
+                return;
+            };
+            if let Some((tx, _)) = st.growers.remove(&task) {
+                warn!(task, "a task waited too long to grow; its allocation fails");
+                let _ = tx.send(ProbeReply::error(
+                    code::FULL,
+                    format!(
+                        "no room to grow into on the instance within {} s",
+                        GROW_WAIT_LIMIT.as_secs()
+                    ),
+                ));
+            }
+            this.deliver(&mut st, placed);
+            drop(st);
+            this.changed.notify_waiters();
+        });
+    }
+
+    /// Answers the tasks whose waiting growth was decided.
+    fn answer_growth(&self, st: &mut State) {
+        for (task, grown) in st.book.take_growth() {
+            let Some((tx, by)) = st.growers.remove(&task) else {
+                continue;
+            };
+            let reply = if grown {
+                self.grew(st, task);
+                info!(task, bytes = by, "task grew after waiting");
+                ProbeReply::Grown { bytes: by }
+            } else {
+                ProbeReply::error(
+                    code::FULL,
+                    "the instance has no room to grow into, and every task on it is waiting to grow",
+                )
+            };
+            let _ = tx.send(reply);
+        }
+    }
+
     fn deliver(&self, st: &mut State, placed: Vec<Placed>) {
+        self.answer_growth(st);
         let now = now_ms();
         let mut orphans = Vec::new();
         for p in placed {
@@ -817,7 +881,11 @@ impl ProbeServer {
                     }
                 }
                 ProbeRequest::Grow {
-                    job, task, bytes, ..
+                    job,
+                    task,
+                    bytes,
+                    at_least,
+                    ..
                 } => {
                     if st.book.task(task).is_none_or(|t| t.job != job) {
                         return ProbeReply::error(
@@ -825,20 +893,23 @@ impl ProbeServer {
                             format!("job {job} has no task {task}"),
                         );
                     }
-                    return match st.book.grow(task, bytes) {
-                        Ok(()) => {
-                            if let (Some(t), Some(b)) =
-                                (st.book.task(task), st.begun.get_mut(&task))
-                            {
-                                b.0.bytes = t.bytes;
-                            }
-                            ProbeReply::Ok
+                    match st.book.grow_or_wait(task, bytes, at_least.unwrap_or(bytes)) {
+                        Ok(Growth::Grown(by)) => {
+                            self.grew(&mut st, task);
+                            return ProbeReply::Grown { bytes: by };
+                        }
+                        Ok(Growth::Waiting) => {
+                            info!(job, task, bytes, "task waits for memory to grow");
+                            let (tx, rx) = oneshot::channel();
+                            st.growers.insert(task, (tx, at_least.unwrap_or(bytes)));
+                            self.limit_growth_wait(task);
+                            rx
                         }
                         Err(e @ PlacementError::Full { .. }) => {
-                            ProbeReply::error(code::FULL, e.to_string())
+                            return ProbeReply::error(code::FULL, e.to_string())
                         }
-                        Err(e) => ProbeReply::error(code::NO_TASK, e.to_string()),
-                    };
+                        Err(e) => return ProbeReply::error(code::NO_TASK, e.to_string()),
+                    }
                 }
                 ProbeRequest::Warps {
                     job, task, warps, ..
@@ -1108,6 +1179,74 @@ mod tests {
         running.store(true, std::sync::atomic::Ordering::SeqCst);
         server.check_unplaced();
         assert!(!bypassed(&server), "an isolated job's own process");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_growth_without_room_waits_until_another_task_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("p.sock");
+        let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 4 * G)]);
+        let (server, listener) = ProbeServer::bind(
+            sock.clone(),
+            book,
+            BTreeMap::new(),
+            Arc::new(TaskEvents::default()),
+        )
+        .unwrap();
+        tokio::spawn(Arc::clone(&server).serve(listener));
+        let me = nix::unistd::getuid().as_raw();
+        let (k1, k2) = (
+            server.register_job(1, me, None).unwrap(),
+            server.register_job(2, me, None).unwrap(),
+        );
+        let task_of = |r: ProbeReply| match r {
+            ProbeReply::Placed { task, .. } => task,
+            r => panic!("{r:?}"),
+        };
+        let (s, k) = (sock.clone(), k1.clone());
+        let t1 = tokio::task::spawn_blocking(move || task_of(call(&s, &begin(1, &k, 3 * G))))
+            .await
+            .unwrap();
+        let (s, k) = (sock.clone(), k2.clone());
+        let t2 = tokio::task::spawn_blocking(move || task_of(call(&s, &begin(2, &k, G))))
+            .await
+            .unwrap();
+        // Job 1 wants 2 GiB more, at least 1: none is free, it waits.
+        let (s, k) = (sock.clone(), k1.clone());
+        let grow = tokio::task::spawn_blocking(move || {
+            let req = ProbeRequest::Grow {
+                job: 1,
+                key: k,
+                task: t1,
+                bytes: 2 * G,
+                at_least: Some(G),
+            };
+            call(&s, &serde_json::to_vec(&req).unwrap())
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert!(!grow.is_finished(), "grew with no room");
+        let (s, k) = (sock.clone(), k2.clone());
+        let end = tokio::task::spawn_blocking(move || {
+            let req = ProbeRequest::End {
+                job: 2,
+                key: k,
+                task: t2,
+            };
+            call(&s, &serde_json::to_vec(&req).unwrap())
+        })
+        .await
+        .unwrap();
+        assert!(matches!(end, ProbeReply::Ok), "{end:?}");
+        let grown = tokio::time::timeout(std::time::Duration::from_secs(5), grow)
+            .await
+            .expect("the growth is answered")
+            .unwrap();
+        assert!(
+            matches!(grown, ProbeReply::Grown { bytes } if bytes == G),
+            "{grown:?}"
+        );
+        assert_eq!(server.usage()["GPU-a"].reserved_bytes, 4 * G);
+        server.job_ended(1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -194,13 +194,20 @@ impl ProbeClient {
     }
 
     /// Grows a task's reservation on its instance (fails with `code::FULL`).
-    pub fn grow(&mut self, task: TaskId, bytes: u64) -> Result<(), ProbeError> {
-        self.ok(ProbeRequest::Grow {
+    /// Grows the task's reservation by `bytes`, or by `at_least` if only
+    /// that fits; waits for room when neither fits now. Returns by how
+    /// much it grew.
+    pub fn grow(&mut self, task: TaskId, bytes: u64, at_least: u64) -> Result<u64, ProbeError> {
+        match self.call(&ProbeRequest::Grow {
             job: self.job,
             key: self.key.clone(),
             task,
             bytes,
-        })
+            at_least: Some(at_least),
+        })? {
+            ProbeReply::Grown { bytes } => Ok(bytes),
+            other => Err(err(code::PROTOCOL, format!("unexpected reply {other:?}"))),
+        }
     }
 
     pub fn warps(&mut self, task: TaskId, warps: u64) -> Result<(), ProbeError> {

@@ -3,6 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
+mod growth;
+
+pub use growth::Growth;
+
 use super::{Begin, InstanceLoad, Placed, PlacementError, PlacementPolicy, TaskId, TaskRequest};
 use crate::job::JobId;
 use crate::sm::SmTable;
@@ -43,6 +47,10 @@ pub struct TaskBook {
     default_share: u32,
     /// (job, pid) → instance index, set by the process's first placement.
     pins: BTreeMap<(JobId, u32), usize>,
+    /// Tasks waiting to grow by so many bytes, in order (`growth.rs`).
+    growing: VecDeque<(TaskId, u64)>,
+    /// Waiting growths decided, not yet taken: (task, grown).
+    grown: Vec<(TaskId, bool)>,
     next: TaskId,
 }
 
@@ -61,6 +69,8 @@ impl TaskBook {
             compute_ceiling: None,
             default_share: crate::compute::DEFAULT_TASK_SHARE,
             pins: BTreeMap::new(),
+            growing: VecDeque::new(),
+            grown: Vec::new(),
             next: 1,
         }
     }
@@ -272,6 +282,7 @@ impl TaskBook {
             && inst.owner.is_none_or(|o| o == req.job)
             && pin.is_none_or(|&p| p == i)
             && ((!inst.retiring && !inst.mps_down && !inst.bypassed) || pin == Some(&i))
+            && !self.growth_pending_on(i)
     }
 
     fn choice(&self, req: &TaskRequest, barred: &BTreeSet<usize>) -> Option<usize> {
@@ -397,6 +408,8 @@ impl TaskBook {
     /// queue: tasks bigger than any open instance's free memory are skipped
     /// without asking the policy.
     fn retry(&mut self) -> Vec<Placed> {
+        // Running processes waiting to grow come before new ones.
+        self.serve_growth();
         let mut placed = Vec::new();
         if self.waiting.is_empty() {
             return placed;

@@ -193,5 +193,5 @@ pub enum PlacementError {
 mod book;
 mod policies;
 
-pub use book::{TaskBook, DEFAULT_MAX_OVERTAKES};
+pub use book::{Growth, TaskBook, DEFAULT_MAX_OVERTAKES};
 pub use policies::{BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement};

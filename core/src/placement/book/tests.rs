@@ -626,6 +626,63 @@ fn a_process_without_a_placement_closes_its_instance_to_new_processes() {
     );
 }
 
+#[test]
+fn a_growth_that_does_not_fit_waits_for_memory_unless_nothing_could_free_it() {
+    let mut b = book(&[40 * G]);
+    let a = placed(b.begin(req(1, 1, 20 * G, 0))).task;
+    let c = placed(b.begin(req(2, 2, 15 * G, 0))).task;
+    // 5 GiB free: 8 does not fit, 4 (at least) does.
+    assert_eq!(b.grow_or_wait(a, 8 * G, 4 * G), Ok(Growth::Grown(4 * G)));
+    // 1 GiB free: a waits to grow by 2.
+    assert_eq!(b.grow_or_wait(a, 3 * G, 2 * G), Ok(Growth::Waiting));
+    // While it waits, no new process is bound there, even one that fits.
+    let waiting = match b.begin(req(3, 3, G / 2, 0)).unwrap() {
+        Begin::Waiting(t) => t,
+        p => panic!("placed ahead of a growth: {p:?}"),
+    };
+    // c waiting too would leave nothing to free memory: refused at once.
+    assert!(matches!(
+        b.grow_or_wait(c, 2 * G, 2 * G),
+        Err(PlacementError::Full { .. })
+    ));
+    assert!(b.take_growth().is_empty());
+    // c ends: a grows first, then the newcomer is placed in what is left.
+    let placed_now = b.end(c).unwrap();
+    assert_eq!(b.take_growth(), vec![(a, true)]);
+    assert_eq!(b.task(a).unwrap().bytes, 26 * G);
+    assert_eq!(placed_now.len(), 1);
+    assert_eq!(placed_now[0].task, waiting);
+}
+
+#[test]
+fn a_waiting_growth_is_refused_when_the_others_end_up_waiting_too() {
+    let mut b = book(&[40 * G]);
+    let a = placed(b.begin(req(1, 1, 20 * G, 0))).task;
+    let c = placed(b.begin(req(2, 2, 19 * G, 0))).task;
+    let d = placed(b.begin(req(3, 3, G, 0))).task;
+    assert_eq!(b.grow_or_wait(a, 2 * G, 2 * G), Ok(Growth::Waiting));
+    assert_eq!(b.grow_or_wait(c, 2 * G, 2 * G), Ok(Growth::Waiting));
+    // d's end frees 1 GiB, not enough for either, and only waiting tasks
+    // are left: the newest growth is refused, and c's end will let a grow.
+    b.end(d).unwrap();
+    assert_eq!(b.take_growth(), vec![(c, false)]);
+    b.end(c).unwrap();
+    assert_eq!(b.take_growth(), vec![(a, true)]);
+    // A growth that waited too long is cancelled; nothing else changes.
+    let f = placed(b.begin(req(5, 5, 17 * G, 0))).task;
+    assert_eq!(b.grow_or_wait(f, 2 * G, 2 * G), Ok(Growth::Waiting));
+    assert_eq!(b.cancel_growth(f), Some(vec![]));
+    assert_eq!(b.cancel_growth(f), None);
+    b.end(f).unwrap();
+    assert!(b.take_growth().is_empty());
+    // A task that ends while it waits is dropped from the growths.
+    let e = placed(b.begin(req(4, 4, 17 * G, 0))).task;
+    assert_eq!(b.grow_or_wait(e, 2 * G, 2 * G), Ok(Growth::Waiting));
+    let (gone, _) = b.release_process(4, 4);
+    assert_eq!(gone, vec![e]);
+    assert_eq!(b.take_growth(), vec![(e, false)]);
+}
+
 #[derive(Debug, Clone)]
 enum ComputeOp {
     Begin { gib: u64, share: u32 },

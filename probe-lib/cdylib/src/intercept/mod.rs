@@ -7,8 +7,9 @@
 //!   placed sees no device at all, so it never touches memory it was not
 //!   given.
 //! - Allocations are counted against the reservation; one that does not fit
-//!   grows the reservation on the same instance, or fails with
-//!   `CUDA_ERROR_OUT_OF_MEMORY` in this process only. Frees are counted.
+//!   grows the reservation on the same instance, waiting for room there
+//!   when gnoded says so, or fails with `CUDA_ERROR_OUT_OF_MEMORY` in this
+//!   process only. Frees are counted.
 //! - `cuMemGetInfo_v2` and `cuDeviceTotalMem_v2` report the reservation.
 //! - Kernel launches update the task's warps (reported when they rise).
 //! - The real functions are found in `libcuda.so.1`; a program that looks
@@ -194,14 +195,12 @@ fn admit(size: u64) -> Result<bool, CUresult> {
     match st.meter.admit(size) {
         Admit::Go => Ok(true),
         Admit::Grow { by, exact } => {
-            let grown = {
-                let c = st.client.as_mut().expect("a placed process has a client");
-                match c.grow(task, by) {
-                    Ok(()) => Ok(by),
-                    Err(_) if exact < by => c.grow(task, exact).map(|_| exact),
-                    Err(e) => Err(e),
-                }
-            };
+            // Waits while gnoded has no room for it yet on the instance.
+            let grown = st
+                .client
+                .as_mut()
+                .expect("a placed process has a client")
+                .grow(task, by, exact);
             match grown {
                 Ok(by) => {
                     st.meter.grown(by);
