@@ -1646,7 +1646,13 @@ mod tests {
             let mut e = ended(
                 id,
                 0,
-                EndCause::GpuFault(GpuFault::of(id, "GPU-a", &hit, Some((474, Some(named))))),
+                EndCause::GpuFault(GpuFault::of(
+                    id,
+                    "GPU-a",
+                    &hit,
+                    Some((474, Some(named))),
+                    &[],
+                )),
             );
             e.end_time = 9;
             c.job_ended("n1", &e).unwrap();

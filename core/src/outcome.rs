@@ -38,17 +38,22 @@ pub struct GpuFault {
     /// MPS named a process of this job as the one with the fatal error (it
     /// may name a neighbour of the real culprit: it cannot tell them apart).
     pub named: bool,
+    /// The Xid errors the driver reported on the instance's GPU around the
+    /// fault (NVML's critical Xid events), oldest first.
+    #[serde(default)]
+    pub xids: Vec<u64>,
 }
 
 impl GpuFault {
     /// The fault as `job` records it: MPS tore down the processes of `hit`
     /// on `instance`; `named` is the process MPS reported the error in and
-    /// its job, where known.
+    /// its job, where known; `xids` the driver's Xid errors on its GPU then.
     pub fn of(
         job: JobId,
         instance: &str,
         hit: &[JobId],
         named: Option<(u32, Option<JobId>)>,
+        xids: &[u64],
     ) -> GpuFault {
         let jobs = hit
             .iter()
@@ -64,11 +69,23 @@ impl GpuFault {
             ),
             None => String::new(),
         };
+        let xid = match xids {
+            [] => String::new(),
+            [x] => format!("; the driver reported Xid {x}"),
+            xs => format!(
+                "; the driver reported Xids {}",
+                xs.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         GpuFault {
             reason: format!(
-                "GPU fault: the MPS server of {instance} tore down every client after a fatal GPU error (jobs hit: {jobs}){culprit}"
+                "GPU fault: the MPS server of {instance} tore down every client after a fatal GPU error (jobs hit: {jobs}){xid}{culprit}"
             ),
             named: named.is_some_and(|(_, j)| j == Some(job)),
+            xids: xids.to_vec(),
         }
     }
 
@@ -311,7 +328,17 @@ mod tests {
 
     #[test]
     fn a_gpu_fault_fails_the_job_whatever_its_script_returned() {
-        let fault = GpuFault::of(4, "GPU-a", &[3, 4], Some((474, Some(3))));
+        let fault = GpuFault::of(4, "GPU-a", &[3, 4], Some((474, Some(3))), &[43]);
+        assert!(
+            fault
+                .reason
+                .contains("(jobs hit: 3, 4); the driver reported Xid 43;"),
+            "{}",
+            fault.reason
+        );
+        assert!(GpuFault::of(4, "GPU-a", &[4], None, &[13, 43])
+            .reason
+            .ends_with("the driver reported Xids 13, 43"));
         assert!(!fault.named, "job 4 was only torn down");
         assert!(fault.reason.contains("GPU-a") && fault.reason.contains("jobs hit: 3, 4"));
         assert!(
@@ -329,7 +356,7 @@ mod tests {
             GpuFault::jobs_hit(&[], &[(5, 1), (2, 7), (5, 8)], &owners),
             vec![2, 5]
         );
-        let named = GpuFault::of(3, "GPU-a", &[3, 4], Some((474, Some(3))));
+        let named = GpuFault::of(3, "GPU-a", &[3, 4], Some((474, Some(3))), &[]);
         assert!(named.named && !named.requeues(true));
         let facts = EndFacts {
             recorded: true,

@@ -169,6 +169,9 @@ struct MpsWatch {
     confine: Arc<confine::Confinement>,
     /// Instances whose server is handling a fatal GPU error.
     recovering: std::sync::Mutex<gsched_core::mps_recovery::MpsRecovery>,
+    /// The driver's recent Xid errors, and each instance's GPU.
+    xids: Arc<gpu::xid::XidLog>,
+    gpu_of: HashMap<String, u32>,
 }
 
 impl MpsWatch {
@@ -207,16 +210,22 @@ impl MpsWatch {
         }
         let hit = GpuFault::jobs_hit(&fault.torn_down, &bound, &owners);
         let named = fault.named.map(|p| (p, owners.get(&p).copied()));
+        let xids = self
+            .gpu_of
+            .get(uuid)
+            .map(|g| self.xids.recent(*g, std::time::Instant::now()))
+            .unwrap_or_default();
         warn!(
             instance = %uuid,
             jobs = ?hit,
             torn_down = ?fault.torn_down,
             named_pid = ?fault.named,
+            ?xids,
             "the MPS server tore down every client after a fatal GPU error: the jobs hit end FAILED (requeued if requeueable and not named); no new shared work there until the torn-down processes exit"
         );
         for job in &hit {
             self.launcher
-                .mark_gpu_fault(*job, &GpuFault::of(*job, uuid, &hit, named));
+                .mark_gpu_fault(*job, &GpuFault::of(*job, uuid, &hit, named, &xids));
         }
         self.recovering
             .lock()
@@ -372,6 +381,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let (probe_server, probe_listener) =
         probe::ProbeServer::bind(sock, book, mps_dirs, Arc::clone(&events))?;
     launcher.set_probe(Arc::clone(&probe_server));
+    let xids = Arc::new(gpu::xid::XidLog::default());
+    if !backend.is_simulated() {
+        gpu::xid::watch(Arc::clone(&xids));
+    }
     if let Some(sup) = &mps {
         watch_mps(
             MpsWatch {
@@ -380,6 +393,11 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
                 launcher: Arc::clone(&launcher),
                 confine: Arc::clone(&confine),
                 recovering: Default::default(),
+                xids,
+                gpu_of: instances
+                    .iter()
+                    .map(|i| (i.uuid.clone(), i.gpu_index))
+                    .collect(),
             },
             Duration::from_secs(gpu_settings.mps_check_interval.max(1)),
         );

@@ -6,6 +6,7 @@ pub mod layout;
 pub mod meter;
 pub mod nvml;
 pub mod simulated;
+pub mod xid;
 
 use gsched_core::gpu::{GpuModel, Instance};
 use serde::Serialize;
