@@ -416,7 +416,8 @@ fn a_fatal_gpu_error_under_mps_fails_every_job_it_tore_down() {
                 .contains("tore down every client after a fatal GPU error")
         },
     );
-    // Their scripts exit 0, but the jobs the fault hit failed.
+    // Their processes were killed and their jobs ended at once, before the
+    // node's next look at the log: the jobs the fault hit failed with it.
     for (id, role) in [(named, "named"), (other, "torn down")] {
         let job = g.wait_state(id, "FAILED", Duration::from_secs(20));
         let reason = job["state_reason"].as_str().unwrap_or_default();

@@ -85,6 +85,7 @@ pub struct Launcher {
     /// `libgprobe.so` to preload into non-isolated jobs, and the reservation
     /// for a job with no footprint of its own (bytes).
     interception: std::sync::OnceLock<(PathBuf, u64, Arc<crate::context::ContextWatch>)>,
+    end_check: std::sync::OnceLock<Arc<dyn Fn() + Send + Sync>>,
     /// The CA file jobs' tools check an https controller against.
     tls_ca: std::sync::OnceLock<PathBuf>,
     /// Runs that ended and whose spools were removed, newest last.
@@ -125,6 +126,7 @@ impl Launcher {
             ended,
             probe: std::sync::OnceLock::new(),
             interception: std::sync::OnceLock::new(),
+            end_check: std::sync::OnceLock::new(),
             tls_ca: std::sync::OnceLock::new(),
             finished_runs: Mutex::new(std::collections::VecDeque::new()),
             confine: std::sync::OnceLock::new(),
@@ -135,6 +137,12 @@ impl Launcher {
     /// `default_bytes` is the reservation of a job with no known footprint.
     /// `context` says what is reserved on top of each process's footprint
     /// for its CUDA context.
+    /// Runs `check` at each job's end before its outcome is read (the MPS
+    /// servers' logs: a fault found there marks the jobs it hit).
+    pub fn set_end_check(&self, check: Arc<dyn Fn() + Send + Sync>) {
+        let _ = self.end_check.set(check);
+    }
+
     pub fn set_interception(
         &self,
         lib: PathBuf,
@@ -638,9 +646,15 @@ impl Launcher {
         // The job ends when its cgroup is empty.
         signal_group(pid, Signal::SIGKILL);
         let confine = Arc::clone(self.confinement());
-        let finished = tokio::task::spawn_blocking(move || confine.finish(job))
-            .await
-            .unwrap_or_default();
+        let check = self.end_check.get().cloned();
+        let finished = tokio::task::spawn_blocking(move || {
+            if let Some(check) = check {
+                check();
+            }
+            confine.finish(job)
+        })
+        .await
+        .unwrap_or_default();
         let spool = self.spool(job);
         record_finished(&spool, &finished);
         let ended = ended_from_spool(job, &spool);

@@ -196,7 +196,8 @@ impl MpsWatch {
     /// The MPS server of `uuid` tore down its clients after a fatal GPU
     /// error: every job with a process among them ends with the fault.
     fn fault(&self, uuid: &str, fault: &mps::MpsFault) {
-        let bound = self.probe.bound_to(uuid);
+        // Torn-down clients are gone by now: those bound there lately count.
+        let bound = self.probe.bound_or_recent(uuid);
         let mut owners: HashMap<u32, JobId> = bound.iter().map(|(j, p)| (*p, *j)).collect();
         let unknown: Vec<u32> = fault
             .torn_down
@@ -240,6 +241,12 @@ impl MpsWatch {
 fn watch_mps(watch: MpsWatch, every: Duration) {
     let watch = Arc::new(watch);
     watch.check();
+    {
+        // A job hit by a fault ends within a moment of it, before the next
+        // check: its end looks at the servers' logs first.
+        let w = Arc::clone(&watch);
+        watch.launcher.set_end_check(Arc::new(move || w.check()));
+    }
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

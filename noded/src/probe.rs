@@ -72,6 +72,9 @@ struct State {
     waiters: HashMap<TaskId, oneshot::Sender<ProbeReply>>,
     /// Tasks waiting to grow, and by how much.
     growers: HashMap<TaskId, (oneshot::Sender<ProbeReply>, u64)>,
+    /// Processes that were bound to an instance and are gone: (when,
+    /// instance, job, pid), for [`RECENTLY_GONE`].
+    gone: Vec<(std::time::Instant, String, JobId, u32)>,
     begun: HashMap<TaskId, (Placed, i64)>,
     watched: HashSet<(JobId, u32)>,
     /// Instances gctld is draining for isolated jobs.
@@ -92,6 +95,10 @@ pub type FreeMemory = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
 /// job), where it can tell: those of shared jobs that bypassed the
 /// interception too.
 pub type ProcessesOn = Arc<dyn Fn(&str) -> Option<Vec<(u32, JobId)>> + Send + Sync>;
+
+/// How long a process that was bound to an instance is remembered after
+/// it is gone (a fault found in an MPS server's log names it later).
+const RECENTLY_GONE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a process may wait for room to grow its reservation before
 /// its allocation fails.
@@ -180,6 +187,7 @@ impl ProbeServer {
                 jobs: HashMap::new(),
                 waiters: HashMap::new(),
                 growers: HashMap::new(),
+                gone: Vec::new(),
                 begun: HashMap::new(),
                 watched: HashSet::new(),
                 drained_by_controller: HashSet::new(),
@@ -456,6 +464,7 @@ impl ProbeServer {
         }
         let mut st = self.lock();
         st.jobs.remove(&job);
+        Self::note_gone(&mut st, job, None);
         let (gone, placed) = st.book.release_job(job);
         st.watched.retain(|(j, _)| *j != job);
         self.finish(&mut st, &gone, true);
@@ -970,6 +979,38 @@ impl ProbeServer {
         self.lock().book.processes_on(uuid)
     }
 
+    /// The processes bound to instance `uuid` now or until less than
+    /// [`RECENTLY_GONE`] ago (job, pid): an MPS server's log names the
+    /// clients it tore down, which are gone by the time it is read.
+    pub fn bound_or_recent(&self, uuid: &str) -> Vec<(JobId, u32)> {
+        let st = self.lock();
+        let now = std::time::Instant::now();
+        let mut out = st.book.processes_on(uuid);
+        for (at, u, job, pid) in &st.gone {
+            if u == uuid && now.duration_since(*at) <= RECENTLY_GONE && !out.contains(&(*job, *pid))
+            {
+                out.push((*job, *pid));
+            }
+        }
+        out
+    }
+
+    /// Remembers the processes of `job` (or only `pid`) bound here as gone
+    /// now, before their pins are dropped.
+    fn note_gone(st: &mut State, job: JobId, pid: Option<u32>) {
+        let now = std::time::Instant::now();
+        st.gone
+            .retain(|(at, ..)| now.duration_since(*at) <= RECENTLY_GONE);
+        let uuids: Vec<String> = st.book.instances().iter().map(|i| i.uuid.clone()).collect();
+        for uuid in uuids {
+            for (j, p) in st.book.processes_on(&uuid) {
+                if j == job && pid.is_none_or(|x| x == p) {
+                    st.gone.push((now, uuid.clone(), j, p));
+                }
+            }
+        }
+    }
+
     pub fn set_mps_down(&self, uuid: &str, down: bool) {
         let mut st = self.lock();
         let was = st
@@ -1044,6 +1085,7 @@ impl ProbeServer {
             }
             let mut st = this.lock();
             st.watched.remove(&(job, pid));
+            Self::note_gone(&mut st, job, Some(pid));
             let (gone, placed) = st.book.release_process(job, pid);
             if !gone.is_empty() {
                 debug!(
@@ -1296,6 +1338,12 @@ mod tests {
         // The job's end releases it, and the record is closed.
         server.job_ended(1);
         assert_eq!(server.usage()["MIG-a"].reserved_bytes, 0);
+        // Unbound, but remembered a while for faults found later.
+        assert!(server.bound_to("MIG-a").is_empty());
+        assert_eq!(
+            server.bound_or_recent("MIG-a"),
+            vec![(1, std::process::id())]
+        );
         let mut ends = 0;
         for e in events.take() {
             if let TaskEvent::Record(r) = e {
