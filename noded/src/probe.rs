@@ -1143,6 +1143,11 @@ mod tests {
         serde_json::from_slice(&b).unwrap()
     }
 
+    /// A probe server on `sock` with `book` and no MPS.
+    fn server_on(sock: std::path::PathBuf, book: TaskBook) -> (Arc<ProbeServer>, UnixListener) {
+        ProbeServer::bind(sock, book, BTreeMap::new(), Arc::new(TaskEvents::default())).unwrap()
+    }
+
     fn begin(job: JobId, key: &str, bytes: u64) -> Vec<u8> {
         serde_json::to_vec(&ProbeRequest::Begin {
             job,
@@ -1159,13 +1164,7 @@ mod tests {
     async fn a_drain_waits_for_processes_it_has_no_placement_for() {
         let dir = tempfile::tempdir().unwrap();
         let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 4 * G)]);
-        let (server, _listener) = ProbeServer::bind(
-            dir.path().join("p.sock"),
-            book,
-            BTreeMap::new(),
-            Arc::new(TaskEvents::default()),
-        )
-        .unwrap();
+        let (server, _listener) = server_on(dir.path().join("p.sock"), book);
         // The GPU reports a process there that gnoded never placed.
         let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let r = Arc::clone(&running);
@@ -1191,13 +1190,7 @@ mod tests {
     async fn a_process_without_a_placement_closes_its_instance_while_it_runs() {
         let dir = tempfile::tempdir().unwrap();
         let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 40 * G)]);
-        let (server, _listener) = ProbeServer::bind(
-            dir.path().join("p.sock"),
-            book,
-            BTreeMap::new(),
-            Arc::new(TaskEvents::default()),
-        )
-        .unwrap();
+        let (server, _listener) = server_on(dir.path().join("p.sock"), book);
         let bypassed = |s: &ProbeServer| s.lock().book.instances()[0].bypassed;
         // Nothing to look at: nothing changes.
         server.check_unplaced();
@@ -1228,13 +1221,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("p.sock");
         let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 4 * G)]);
-        let (server, listener) = ProbeServer::bind(
-            sock.clone(),
-            book,
-            BTreeMap::new(),
-            Arc::new(TaskEvents::default()),
-        )
-        .unwrap();
+        let (server, listener) = server_on(sock.clone(), book);
         tokio::spawn(Arc::clone(&server).serve(listener));
         let me = nix::unistd::getuid().as_raw();
         let (k1, k2) = (
