@@ -1,6 +1,6 @@
 #!/bin/bash
 # GPU packing benchmark (issue 7, docs/benchmarks.md): one policy per call.
-#   bench/gpu-packing.sh POLICY [SEED] [JOBS]   POLICY: exclusive | case | case-no-ceiling | cg:R
+#   bench/gpu-packing.sh POLICY [SEED] [JOBS]   POLICY: exclusive | case | case-no-ceiling | case-ceiling:C | cg:R
 # Runs on a machine with one NVIDIA GPU (MIG disabled: the whole GPU is one
 # instance, with an MPS server of gsched's own), from a tree holding the
 # release binaries and libgprobe.so in dist/ (or BIN=...). Leaves the GPU as
@@ -37,6 +37,7 @@ case $POLICY in
   exclusive) FLAGS=(--launch-policy exclusive) ;;
   case) FLAGS=() ;;
   case-no-ceiling) FLAGS=(--compute-ceiling off) ;;  # case as before issue 17's ceiling
+  case-ceiling:*) FLAGS=(--compute-ceiling "${POLICY#case-ceiling:}") ;;  # case with another ceiling
   # Memory-blind sharing (Slurm's gres/shard): at most R jobs at once, each
   # process placed whatever its memory; intercepted, so that isolated jobs
   # run alone as they do under Slurm.
