@@ -445,8 +445,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    /// Random concurrent begins, ends, exits, growths and isolations:
-    /// no instance is ever over-reserved, nothing is placed on a closed
+    /// Random concurrent begins, ends, exits, growths (waiting where they
+    /// do not fit) and isolations: no instance is ever over-reserved, no
+    /// waiting growth is deadlocked, nothing is placed on a closed
     /// instance, no waiting task is overtaken more than the aging bound,
     /// and once everything active ends and every instance opens, every
     /// waiting task has been placed.
@@ -496,7 +497,8 @@ proptest! {
                     now
                 }
                 Op::Grow(k, g) if !live.is_empty() => {
-                    let _ = b.grow(live[k % live.len()], g * G);
+                    // Growth that does not fit may wait for room.
+                    let _ = b.grow_or_wait(live[k % live.len()], g * G, G);
                     vec![]
                 }
                 Op::Close(i) => b.set_closed(&format!("I{i}"), true),
@@ -504,10 +506,21 @@ proptest! {
                 _ => vec![],
             };
             check(&b, &placed, &mut live)?;
+            // A waiting growth is only ever on an instance where some task
+            // does not wait to grow (else nothing would free memory).
+            for (t, _) in &b.growing {
+                let i = b.active[t].instance;
+                prop_assert!(b.active.iter().any(|(id, a)| a.instance == i
+                    && !b.growing.iter().any(|(g, _)| g == id)), "growths deadlocked on {i}");
+            }
+            for (t, grown) in b.take_growth() {
+                prop_assert!(!grown || b.task(t).is_some(), "grew a task that is gone");
+            }
         }
         // Drain: open everything, end every task; waiters get placed and end too.
         drain(&mut b, sizes.len(), &check, &mut live)?;
         prop_assert!(b.instances().iter().all(|i| i.reserved_bytes == 0 && i.warps == 0));
+        prop_assert!(b.growing.is_empty(), "growths left waiting");
     }
 }
 
