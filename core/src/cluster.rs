@@ -772,11 +772,15 @@ impl Cluster {
                     up: n.accepts_launches(),
                     worker_limit: n.worker_limit,
                     workers_used: n.running.len() as u32,
-                    shared_running: n
-                        .running
-                        .iter()
-                        .filter(|id| self.jobs.get(id).is_some_and(|j| !j.spec.isolated))
-                        .count() as u32,
+                    // Only isolated jobs' placement asks for these two.
+                    shared_running: if iso.is_empty() {
+                        0
+                    } else {
+                        n.running
+                            .iter()
+                            .filter(|id| self.jobs.get(id).is_some_and(|j| !j.spec.isolated))
+                            .count() as u32
+                    },
                     total: n.total(),
                     free: self.free_on(n),
                     instances: n
@@ -787,7 +791,11 @@ impl Cluster {
                             isolated_owner: s.isolated_owner,
                             draining_for: s.draining_for,
                             active_tasks: s.active_tasks,
-                            expected_free: self.expected_free(s),
+                            expected_free: if iso.is_empty() {
+                                None
+                            } else {
+                                self.expected_free(s)
+                            },
                             retiring: s.retiring,
                         })
                         .collect(),
@@ -965,19 +973,13 @@ impl Cluster {
             .get_mut(node)
             .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
         n.running.insert(id);
-        if instance.is_some() {
-            // An instance it waited for elsewhere is not needed any more.
-            self.forget_drains_for(id);
-        }
-        let n = self
-            .nodes
-            .get_mut(node)
-            .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
         if let Some(uuid) = instance {
             if let Some(slot) = n.instances.iter_mut().find(|s| s.instance.uuid == uuid) {
                 slot.isolated_owner = Some(id);
-                slot.draining_for = None;
             }
+            // Neither it nor an instance it waited for elsewhere is drained
+            // for it any more.
+            self.forget_drains_for(id);
         }
         Ok(())
     }

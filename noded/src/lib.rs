@@ -179,9 +179,23 @@ impl MpsWatch {
     /// and tells the probe server which instances take no new process.
     fn check(&self) {
         self.sup.check();
-        for (uuid, fault) in self.sup.faults() {
-            self.fault(&uuid, &fault);
+        self.handle_faults();
+        self.close_while_down_or_recovering();
+    }
+
+    /// Handles the fatal errors the servers logged since the last look;
+    /// returns whether there were any.
+    fn handle_faults(&self) -> bool {
+        let faults = self.sup.faults();
+        for (uuid, fault) in &faults {
+            self.fault(uuid, fault);
         }
+        !faults.is_empty()
+    }
+
+    /// Keeps shared work off instances whose server is down or recovering
+    /// from a fault.
+    fn close_while_down_or_recovering(&self) {
         let mut recovering = self.recovering.lock().unwrap_or_else(|e| e.into_inner());
         for uuid in recovering.exited(|p| spool::process_starttime(p as i32).is_some()) {
             info!(instance = %uuid, "every client the MPS server tore down has exited");
@@ -196,9 +210,16 @@ impl MpsWatch {
     /// The MPS server of `uuid` tore down its clients after a fatal GPU
     /// error: every job with a process among them ends with the fault.
     fn fault(&self, uuid: &str, fault: &mps::MpsFault) {
-        // Torn-down clients are gone by now: those bound there lately count.
-        let bound = self.probe.bound_or_recent(uuid);
-        let mut owners: HashMap<u32, JobId> = bound.iter().map(|(j, p)| (*p, *j)).collect();
+        // Torn-down clients may be gone by now: those bound there lately
+        // name their jobs too. Where MPS lists none, only those bound now
+        // are taken as hit.
+        let bound = self.probe.bound_to(uuid);
+        let mut owners: HashMap<u32, JobId> = self
+            .probe
+            .bound_or_recent(uuid)
+            .iter()
+            .map(|(j, p)| (*p, *j))
+            .collect();
         let unknown: Vec<u32> = fault
             .torn_down
             .iter()
@@ -245,7 +266,11 @@ fn watch_mps(watch: MpsWatch, every: Duration) {
         // A job hit by a fault ends within a moment of it, before the next
         // check: its end looks at the servers' logs first.
         let w = Arc::clone(&watch);
-        watch.launcher.set_end_check(Arc::new(move || w.check()));
+        watch.launcher.set_end_check(Arc::new(move || {
+            if w.handle_faults() {
+                w.close_while_down_or_recovering();
+            }
+        }));
     }
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -475,9 +500,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         ),
     }
     tokio::spawn(Arc::clone(&probe_server).serve(probe_listener));
-    {
+    if !backend.is_simulated() {
         // Processes that use an instance without a placement close it to
-        // new shared processes while they run (NVML: off the async threads).
+        // new shared processes while they run (NVML: off the async threads;
+        // simulated GPUs run no process).
         let p = Arc::clone(&probe_server);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(UNPLACED_CHECK);

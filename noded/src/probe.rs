@@ -231,12 +231,7 @@ impl ProbeServer {
 
     /// Every process bound to an instance here (job, pid).
     pub fn placed_processes(&self) -> Vec<(JobId, u32)> {
-        let st = self.lock();
-        st.book
-            .instances()
-            .iter()
-            .flat_map(|i| st.book.processes_on(&i.uuid))
-            .collect()
+        self.lock().book.bound_processes()
     }
 
     /// Jobs' processes the GPU reports on `uuid` (none where it cannot
@@ -1001,12 +996,19 @@ impl ProbeServer {
         let now = std::time::Instant::now();
         st.gone
             .retain(|(at, ..)| now.duration_since(*at) <= RECENTLY_GONE);
-        let uuids: Vec<String> = st.book.instances().iter().map(|i| i.uuid.clone()).collect();
-        for uuid in uuids {
-            for (j, p) in st.book.processes_on(&uuid) {
-                if j == job && pid.is_none_or(|x| x == p) {
-                    st.gone.push((now, uuid.clone(), j, p));
-                }
+        let pids: Vec<u32> = match pid {
+            Some(p) => vec![p],
+            None => st
+                .book
+                .bound_processes()
+                .into_iter()
+                .filter(|(j, _)| *j == job)
+                .map(|(_, p)| p)
+                .collect(),
+        };
+        for p in pids {
+            if let Some(uuid) = st.book.pinned(job, p).map(String::from) {
+                st.gone.push((now, uuid, job, p));
             }
         }
     }

@@ -37,10 +37,8 @@ impl Cluster {
     }
 
     /// When an instance being drained for an isolated job is expected to be
-    /// free: the latest time-limit end of the shared jobs that reserve
-    /// memory on it (unix seconds). `None` when it is not being drained, or
-    /// when that cannot be known: one of those jobs has no time limit (or
-    /// has not started), or the node has not yet reported who is there.
+    /// free ([`Self::expected_free`]). `None` when it is not being drained,
+    /// or when that cannot be known.
     pub fn drain_expected_end(&self, slot: &super::InstanceSlot) -> Option<i64> {
         slot.draining_for?;
         self.expected_free(slot)

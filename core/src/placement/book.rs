@@ -178,6 +178,11 @@ impl TaskBook {
             .collect()
     }
 
+    /// Every process bound to an instance (job, pid).
+    pub fn bound_processes(&self) -> Vec<(JobId, u32)> {
+        self.pins.keys().copied().collect()
+    }
+
     /// The instance a process is bound to, if its first task was placed.
     pub fn pinned(&self, job: JobId, pid: u32) -> Option<&str> {
         self.pins
