@@ -981,9 +981,11 @@ impl ProbeServer {
         let st = self.lock();
         let now = std::time::Instant::now();
         let mut out = st.book.processes_on(uuid);
+        let bound_now = out.len();
         for (at, u, job, pid) in &st.gone {
-            if u == uuid && now.duration_since(*at) <= RECENTLY_GONE && !out.contains(&(*job, *pid))
-            {
+            // A pid bound now belongs to its current process (pid reuse).
+            let taken = out[..bound_now].iter().any(|(_, p)| p == pid);
+            if u == uuid && now.duration_since(*at) <= RECENTLY_GONE && !taken {
                 out.push((*job, *pid));
             }
         }

@@ -21,9 +21,9 @@ pub enum Growth {
 impl TaskBook {
     /// Grows task `id` by `more` bytes on its instance, or by `at_least`
     /// if only that fits. When neither fits, the task waits to grow by
-    /// `at_least`, unless every other task on its instance already waits
-    /// to grow: then the growth is refused (`Full`), as nothing there
-    /// would free memory.
+    /// `at_least`, unless it could never fit there, or every other task on
+    /// its instance already waits to grow: then the growth is refused
+    /// (`Full`), as nothing there would free memory.
     pub fn grow_or_wait(
         &mut self,
         id: TaskId,
@@ -39,7 +39,11 @@ impl TaskBook {
         if at_least < more && self.grow(id, at_least).is_ok() {
             return Ok(Growth::Grown(at_least));
         }
-        let i = self.active[&id].instance;
+        let (i, bytes) = (self.active[&id].instance, self.active[&id].bytes);
+        // More than the whole instance: no end of other tasks would make room.
+        if bytes.saturating_add(at_least) > self.instances[i].memory_bytes {
+            return Err(full);
+        }
         self.growing.push_back((id, at_least));
         if self.growth_deadlocked(i) {
             self.growing.pop_back();

@@ -646,6 +646,12 @@ fn a_growth_that_does_not_fit_waits_for_memory_unless_nothing_could_free_it() {
     let c = placed(b.begin(req(2, 2, 15 * G, 0))).task;
     // 5 GiB free: 8 does not fit, 4 (at least) does.
     assert_eq!(b.grow_or_wait(a, 8 * G, 4 * G), Ok(Growth::Grown(4 * G)));
+    // More than the instance holds, even alone: refused at
+    // once, not kept waiting.
+    assert!(matches!(
+        b.grow_or_wait(c, 30 * G, 30 * G),
+        Err(PlacementError::Full { .. })
+    ));
     // 1 GiB free: a waits to grow by 2.
     assert_eq!(b.grow_or_wait(a, 3 * G, 2 * G), Ok(Growth::Waiting));
     // While it waits, no new process is bound there, even one that fits.
