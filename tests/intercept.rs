@@ -60,11 +60,13 @@ fn unmodified_programs_are_placed_capped_and_measured() {
         );
         let out = format!("{mode}.out");
         // One states its compute demand (a tenth of the GPU, of which the
-        // 1g.5gb instance offers 142 thousandths); the others count the
-        // node's default, an eighth of their instance.
+        // 1g.5gb instance offers 142 thousandths); the others learn theirs
+        // from the run before: its one kernel took no time, so the least
+        // demand there is. (The node's default for a job nothing is known
+        // about is checked below, in the next test.)
         let (share, expected_share) = match mode {
             "link" => ("10%", 100),
-            _ => ("", 142 / 8),
+            _ => ("", 1),
         };
         let mut args = vec!["-J", "cuda-app", "--gpu-mem", "1G", "-o", &out];
         if !share.is_empty() {
@@ -177,4 +179,45 @@ fn a_neighbour_cannot_take_reserved_memory() {
         .unwrap();
     let mine = &g.ended_tasks(&format!("?job={id}"), 1)[0];
     assert!(mine["end_ms"].as_i64().unwrap() >= hold_end, "{mine}");
+}
+
+#[test]
+fn a_learned_gpu_share_reaches_the_next_runs_task_record() {
+    // The first run keeps its instance busy about half the time it is
+    // placed (ten 100 ms kernels, 100 ms apart, on the fake driver); the
+    // interception library samples its stream and reports it at exit. On
+    // a 1g.5gb instance (142 thousandths of the GPU) that is a share of
+    // about 71: the next run of the same job is placed with it, where a
+    // job nothing is known about counts 142 / 8.
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
+    let app = build(g.work.path());
+    let script = g.script(
+        "busy.sh",
+        &format!("#!/bin/sh\nexec {} link busy 10 100 100\n", app.display()),
+    );
+    let run = |out: &str| {
+        let id = g.submit(&["-J", "busy-app", "--gpu-mem", "1G", "-o", out, &script]);
+        g.wait_state(id, "COMPLETED", Duration::from_secs(30));
+        id
+    };
+    let first = run("first.out");
+    let tasks = g.ended_tasks(&format!("?job={first}"), 1);
+    assert_eq!(tasks[0]["share"], 142 / 8, "nothing learned yet: {tasks:?}");
+    let usage = &g.job(first)["usage"];
+    let (busy, placed) = (
+        usage["gpu_busy_usec"].as_u64().unwrap_or(0),
+        usage["gpu_placed_usec"].as_u64().unwrap_or(0),
+    );
+    // Busy is counted in a whole GPU's time: 1 s on a seventh of one.
+    assert!(
+        (100_000..=200_000).contains(&busy) && (1_900_000..=3_000_000).contains(&placed),
+        "busy {busy} us of {placed} us placed: {usage}"
+    );
+    let second = run("second.out");
+    let tasks = g.ended_tasks(&format!("?job={second}"), 1);
+    let share = tasks[0]["share"].as_u64().unwrap();
+    assert!(
+        (50..=95).contains(&share),
+        "learned share {share}: {tasks:?}"
+    );
 }

@@ -107,6 +107,22 @@ pub fn share_of_run(gpu_time_usec: Option<u64>, elapsed_secs: i64) -> Option<u32
     Some(share.clamp(1, WHOLE_GPU as u128) as u32)
 }
 
+/// The share of a GPU processes kept busy while placed: `busy` (in
+/// microseconds of a whole GPU) over `placed`, in thousandths, at most a
+/// whole GPU. `None` when not measured. A process that never had work in
+/// flight learns the least demand there is (1), not none.
+pub fn share_of_busy(busy: Option<u64>, placed: Option<u64>) -> Option<u32> {
+    let placed = placed.filter(|&p| p > 0)?;
+    let share = (busy? as u128 * WHOLE_GPU as u128).div_ceil(placed as u128);
+    Some(share.clamp(1, WHOLE_GPU as u128) as u32)
+}
+
+/// Microseconds of a whole GPU that `usec` busy on an instance offering
+/// `capacity` thousandths of its GPU come to.
+pub fn whole_gpu_usec(usec: u64, capacity: u32) -> u64 {
+    (usec as u128 * capacity.min(WHOLE_GPU) as u128 / WHOLE_GPU as u128) as u64
+}
+
 /// The part of its GPU an instance offers, in thousandths of the GPU: a
 /// whole GPU 1000, a MIG instance its compute slices over the model's
 /// (a model gsched has no table for counts as whole).
@@ -196,6 +212,36 @@ mod tests {
         assert_eq!(share_of_run(None, 10), None, "nothing measured");
         assert_eq!(share_of_run(Some(0), 10), None, "no sample is no share");
         assert_eq!(share_of_run(Some(5), 0), None);
+    }
+
+    #[test]
+    fn a_busy_share_is_busy_time_over_placed_time() {
+        assert_eq!(share_of_busy(Some(500), Some(1000)), Some(500));
+        assert_eq!(share_of_busy(Some(0), Some(1000)), Some(1), "idle: least");
+        assert_eq!(share_of_busy(Some(5000), Some(1000)), Some(1000), "capped");
+        assert_eq!(share_of_busy(None, Some(1000)), None);
+        assert_eq!(share_of_busy(Some(5), Some(0)), None, "never placed");
+        // Busy all the time on a seventh of a GPU: a seventh of its time.
+        assert_eq!(whole_gpu_usec(7_000, 142), 994);
+        assert_eq!(whole_gpu_usec(7_000, 1000), 7_000);
+    }
+
+    #[test]
+    fn the_interception_s_measure_comes_before_the_driver_s() {
+        let u = |time, busy, placed| crate::job::ResourceUsage {
+            gpu_time_usec: time,
+            gpu_busy_usec: busy,
+            gpu_placed_usec: placed,
+            ..Default::default()
+        };
+        // Busy half the time it was placed, whatever its elapsed time.
+        assert_eq!(
+            u(Some(1_000_000), Some(2_000_000), Some(4_000_000)).gpu_share(10),
+            Some(500)
+        );
+        // Only the driver's: over the elapsed time.
+        assert_eq!(u(Some(1_000_000), None, None).gpu_share(10), Some(100));
+        assert_eq!(u(None, None, None).gpu_share(10), None);
     }
 
     #[test]

@@ -512,20 +512,41 @@ pub struct ResourceUsage {
     /// simulated GPUs, a node without NVML).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_time_usec: Option<u64>,
+    /// How long the job's intercepted processes kept their instances busy
+    /// (work in flight on one of their streams, as the interception library
+    /// sampled it), in microseconds of a whole GPU: a process busy all the
+    /// time on an instance of a seventh of a GPU counts a seventh of its
+    /// time. Measured under MPS and on MIG instances too, where the driver
+    /// gives no GPU time. `None` where no process reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_busy_usec: Option<u64>,
+    /// How long those processes were placed, summed (microseconds): the
+    /// time `gpu_busy_usec` is a part of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_placed_usec: Option<u64>,
 }
 
 impl ResourceUsage {
+    /// The share of a GPU the run's processes kept busy while placed, where
+    /// the interception measured it; else its GPU time over its elapsed
+    /// time (`elapsed_secs`), where the driver measured any. Thousandths
+    /// ([`crate::compute`]).
+    pub fn gpu_share(&self, elapsed_secs: i64) -> Option<u32> {
+        crate::compute::share_of_busy(self.gpu_busy_usec, self.gpu_placed_usec)
+            .or_else(|| crate::compute::share_of_run(self.gpu_time_usec, elapsed_secs))
+    }
+
     pub fn total_cpu_usec(&self) -> u64 {
         self.user_cpu_usec.saturating_add(self.system_cpu_usec)
     }
 }
 
 impl Job {
-    /// The share of a GPU this (finished) run kept busy: its GPU time over
-    /// its elapsed time, thousandths ([`crate::compute::share_of_run`]).
+    /// The share of a GPU this (finished) run kept busy, thousandths
+    /// ([`ResourceUsage::gpu_share`]).
     pub fn gpu_share(&self) -> Option<u32> {
         let elapsed = self.end_time? - self.start_time?;
-        crate::compute::share_of_run(self.usage.as_ref()?.gpu_time_usec, elapsed)
+        self.usage.as_ref()?.gpu_share(elapsed)
     }
 
     /// The id its submission was answered with: the array's for a task of

@@ -83,8 +83,17 @@ pub enum ProbeRequest {
         task: TaskId,
         warps: u64,
     },
-    /// The calling process's peak GPU memory, reported before it exits.
-    Peak { job: JobId, key: String, bytes: u64 },
+    /// The calling process's peak GPU memory, reported before it exits,
+    /// with how long it kept its instance busy (work in flight on one of
+    /// its streams) out of how long it was placed, where the interception
+    /// library measured it (microseconds).
+    Peak {
+        job: JobId,
+        key: String,
+        bytes: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        busy: Option<BusyTime>,
+    },
     /// `srun` starts step `step` of the job: gnoded creates the step's
     /// cgroup below the job's and moves the calling process (a process of
     /// the job, from the socket's credentials) into it, so the tasks it
@@ -94,6 +103,14 @@ pub enum ProbeRequest {
     /// it came from, kills what is left in the step, counts what the step
     /// used and removes its cgroup.
     StepEnd { job: JobId, key: String, step: u32 },
+}
+
+/// How long a process kept its instance busy out of how long it was
+/// placed (microseconds), as its interception library sampled it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BusyTime {
+    pub busy_usec: u64,
+    pub placed_usec: u64,
 }
 
 impl ProbeRequest {

@@ -474,6 +474,12 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         },
     }));
     probe_server.set_context(Arc::clone(&context));
+    {
+        let c = Arc::clone(&confine);
+        probe_server.set_gpu_busy(Arc::new(move |job, pid, busy, placed| {
+            c.add_gpu_busy(job, pid, busy, placed)
+        }));
+    }
     if context.learns() {
         context::start_sampling(
             Arc::clone(&context),

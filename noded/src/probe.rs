@@ -129,7 +129,12 @@ pub struct ProbeServer {
     /// Open connections by uid: each holds a thread.
     limits: Arc<gsched_daemon::limits::ConnectionLimits<u32>>,
     steps: std::sync::OnceLock<std::sync::Weak<dyn StepControl>>,
+    gpu_busy: std::sync::OnceLock<GpuBusy>,
 }
+
+/// Counts what a job's process measured of its GPU use: (job, pid, busy
+/// microseconds of a whole GPU, placed microseconds).
+pub type GpuBusy = Arc<dyn Fn(JobId, u32, u64, u64) + Send + Sync>;
 
 /// What the probe server asks of the node for `srun` steps (the
 /// launcher, which knows the jobs and their cgroups). `pid` is the asking
@@ -207,6 +212,7 @@ impl ProbeServer {
                 PROBE_CONNECTIONS_TOTAL,
             ),
             steps: std::sync::OnceLock::new(),
+            gpu_busy: std::sync::OnceLock::new(),
         });
         Ok((server, listener))
     }
@@ -227,6 +233,12 @@ impl ProbeServer {
 
     pub fn set_context(&self, c: Arc<crate::context::ContextWatch>) {
         let _ = self.context.set(c);
+    }
+
+    /// Connects where a process's measured GPU use is counted (once, at
+    /// start).
+    pub fn set_gpu_busy(&self, f: GpuBusy) {
+        let _ = self.gpu_busy.set(f);
     }
 
     /// Every process bound to an instance here (job, pid).
@@ -931,11 +943,28 @@ impl ProbeServer {
                     }
                     return ProbeReply::Ok;
                 }
-                ProbeRequest::Peak { job, bytes, .. } => {
+                ProbeRequest::Peak {
+                    job, bytes, busy, ..
+                } => {
                     if let Some(c) = self.context.get() {
                         c.allocated(job, pid, bytes);
                     }
                     self.events.send(TaskEvent::Peak(job, bytes));
+                    // Busy time on an instance counts as its part of a GPU.
+                    let capacity = st.book.pinned(job, pid).and_then(|uuid| {
+                        st.book
+                            .instances()
+                            .iter()
+                            .find(|i| i.uuid == uuid)
+                            .map(|i| i.capacity)
+                    });
+                    drop(st);
+                    if let (Some(b), Some(capacity), Some(add)) =
+                        (busy, capacity, self.gpu_busy.get())
+                    {
+                        let whole = gsched_core::compute::whole_gpu_usec(b.busy_usec, capacity);
+                        add(job, pid, whole.min(b.placed_usec), b.placed_usec);
+                    }
                     return ProbeReply::Ok;
                 }
                 ProbeRequest::StepBegin { job, step, .. } => {

@@ -239,12 +239,18 @@ impl ProbeClient {
         })
     }
 
-    /// Reports this process's peak GPU memory.
-    pub fn peak(&mut self, bytes: u64) -> Result<(), ProbeError> {
+    /// Reports this process's peak GPU memory, and how long it kept its
+    /// instance busy while placed where that was measured.
+    pub fn peak(
+        &mut self,
+        bytes: u64,
+        busy: Option<gsched_core::probe::BusyTime>,
+    ) -> Result<(), ProbeError> {
         self.ok(ProbeRequest::Peak {
             job: self.job,
             key: self.key.clone(),
             bytes,
+            busy,
         })
     }
 }

@@ -155,9 +155,7 @@ pub(super) async fn past_peaks(conn: &mut SqliteConnection) -> Result<Vec<PastPe
                     r.try_get::<Option<i64>, _>("start_time")?,
                     r.try_get::<Option<i64>, _>("end_time")?,
                 ) {
-                    (Ok(Some(u)), Some(start), Some(end)) => {
-                        gsched_core::compute::share_of_run(u.gpu_time_usec, end - start)
-                    }
+                    (Ok(Some(u)), Some(start), Some(end)) => u.gpu_share(end - start),
                     _ => None,
                 },
             })

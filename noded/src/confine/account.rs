@@ -39,6 +39,10 @@ pub(super) struct Account {
     pub joined: HashMap<u32, (i32, Scope)>,
     /// GPU busy microseconds per cgroup (the job's own: all of them).
     pub gpu_usec: HashMap<Scope, u64>,
+    /// Per cgroup (the job's own: all of them), how long its processes
+    /// kept their instances busy (microseconds of a whole GPU) and how
+    /// long they were placed, as their interception library measured it.
+    pub gpu_busy: HashMap<Scope, (u64, u64)>,
 }
 
 impl Account {
@@ -58,6 +62,8 @@ impl Account {
             user_cpu_usec: c.user_usec,
             system_cpu_usec: c.system_usec,
             gpu_time_usec: gpu_metered.then(|| self.gpu_usec.get(&scope).copied().unwrap_or(0)),
+            gpu_busy_usec: self.gpu_busy.get(&scope).map(|b| b.0),
+            gpu_placed_usec: self.gpu_busy.get(&scope).map(|b| b.1),
         }
     }
 
@@ -72,6 +78,19 @@ impl Account {
         StepUsage {
             batch: self.last.get(&Scope::Batch).copied(),
             steps,
+        }
+    }
+
+    /// Adds a process's busy time (microseconds of a whole GPU) out of its
+    /// placed time in `scope` (and so in the job).
+    pub fn add_gpu_busy(&mut self, scope: Scope, busy_usec: u64, placed_usec: u64) {
+        for s in [scope, Scope::Job] {
+            let b = self.gpu_busy.entry(s).or_default();
+            b.0 = b.0.saturating_add(busy_usec);
+            b.1 = b.1.saturating_add(placed_usec);
+            if scope == Scope::Job {
+                break;
+            }
         }
     }
 
@@ -130,6 +149,20 @@ mod tests {
         let c = Counters::default();
         assert_eq!(a.usage(Scope::Step(2), &c, true).gpu_time_usec, Some(40));
         assert_eq!(a.usage(Scope::Job, &c, true).gpu_time_usec, Some(42));
+        // Busy time the interception measured: the step's and the job's.
+        assert_eq!(a.usage(Scope::Job, &c, false).gpu_busy_usec, None);
+        a.add_gpu_busy(Scope::Step(2), 5, 10);
+        a.add_gpu_busy(Scope::Batch, 1, 4);
+        let step = a.usage(Scope::Step(2), &c, false);
+        assert_eq!(
+            (step.gpu_busy_usec, step.gpu_placed_usec),
+            (Some(5), Some(10))
+        );
+        let job = a.usage(Scope::Job, &c, false);
+        assert_eq!(
+            (job.gpu_busy_usec, job.gpu_placed_usec),
+            (Some(6), Some(14))
+        );
     }
 
     #[test]

@@ -348,6 +348,27 @@ impl Confinement {
         }
     }
 
+    /// Adds what process `pid` of `job` measured of its own GPU use (busy
+    /// microseconds of a whole GPU, out of placed microseconds) to the job
+    /// and to the step whose cgroup holds it. A process in none of the
+    /// job's cgroups counts nothing.
+    pub fn add_gpu_busy(&self, job: JobId, pid: u32, busy_usec: u64, placed_usec: u64) {
+        if !self.tracks() {
+            return;
+        }
+        let Some(scope) = self
+            .cgroups
+            .steps(job)
+            .into_iter()
+            .find(|s| self.cgroups.pids(job, *s).contains(&(pid as i32)))
+        else {
+            return;
+        };
+        if let Some(a) = self.accounts().get_mut(&job) {
+            a.add_gpu_busy(scope, busy_usec, placed_usec);
+        }
+    }
+
     /// Takes back the use of the steps that ended before a restart.
     pub fn adopt_steps(&self, job: JobId, ended: BTreeMap<u32, ResourceUsage>) {
         self.accounts().entry(job).or_default().ended = ended;

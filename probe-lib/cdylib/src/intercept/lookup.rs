@@ -90,6 +90,10 @@ hooks!(
     cuLaunchKernelEx_ptsz,
     cuLaunchCooperativeKernel,
     cuLaunchCooperativeKernel_ptsz,
+    cuStreamDestroy_v2,
+    cuCtxDestroy_v2,
+    cuDevicePrimaryCtxRelease_v2,
+    cuDevicePrimaryCtxReset_v2,
     cuGetProcAddress,
     cuGetProcAddress_v2,
 );
@@ -122,6 +126,22 @@ fn real_ptr(i: usize, load: bool) -> *mut c_void {
 /// The real function `h` as type `F`, if libcuda has it.
 pub(super) fn real<F: Copy>(h: H) -> Option<F> {
     let p = real_ptr(h as usize, true);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `F` is the C signature of that driver function.
+    Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+/// A real driver function this library does not wrap, as type `F`, if
+/// libcuda has it (looked up on each call: for calls made once).
+pub(super) fn real_named<F: Copy>(name: &CStr) -> Option<F> {
+    let h = libcuda(true);
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: real dlsym on libcuda's handle with a NUL-terminated name.
+    let p = unsafe { real_dlsym()(h, name.as_ptr()) };
     if p.is_null() {
         return None;
     }

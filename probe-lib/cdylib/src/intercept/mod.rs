@@ -11,17 +11,21 @@
 //!   when gnoded says so, or fails with `CUDA_ERROR_OUT_OF_MEMORY` in this
 //!   process only. Frees are counted.
 //! - `cuMemGetInfo_v2` and `cuDeviceTotalMem_v2` report the reservation.
-//! - Kernel launches update the task's warps (reported when they rise).
+//! - Kernel launches update the task's warps (reported when they rise), and
+//!   name the streams whose pending work a sampler thread looks at, to
+//!   measure how long the process keeps its instance busy (`busy`).
 //! - The real functions are found in `libcuda.so.1`; a program that looks
 //!   them up itself, through `dlsym` or `cuGetProcAddress[_v2]`, gets these
 //!   wrappers instead, because both lookups are intercepted and every real
 //!   pointer they return that this library wraps is swapped for its wrapper.
-//! - At exit the process's peak is reported and its task ended.
+//! - At exit the process's peak and busy time are reported and its task
+//!   ended.
 
 // The wrappers are the CUDA driver's own functions, with its names and its
 // contracts: callers must pass what the driver documents for each.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+mod busy;
 mod lookup;
 mod wrappers;
 
@@ -74,7 +78,7 @@ static MAX_WARPS: AtomicU64 = AtomicU64::new(0);
 
 /// Bumped in a forked child (pthread_atfork), so the child starts over
 /// without a getpid() on every call.
-static GENERATION: AtomicU64 = AtomicU64::new(1);
+pub(super) static GENERATION: AtomicU64 = AtomicU64::new(1);
 
 extern "C" fn forked_child() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
@@ -154,6 +158,7 @@ fn ensure_placed() {
             }
             st.task = Some(p.task);
             st.meter = Meter::new(p.bytes.saturating_sub(context));
+            busy::placed();
             st.client = Some(client);
             // SAFETY: registering a plain extern "C" function.
             unsafe { libc::atexit(at_exit) };
@@ -181,7 +186,7 @@ extern "C" fn at_exit() {
     // process gone, after the driver has taken its memory back.
     let peak = st.meter.peak;
     if let (Some(_), Some(c)) = (st.task, st.client.as_mut()) {
-        let _ = c.peak(peak);
+        let _ = c.peak(peak, busy::measured());
     }
 }
 

@@ -7,8 +7,8 @@ use gsched_probe::meter::launch_warps;
 
 use super::lookup::{real, redirect, H};
 use super::{
-    admit, ensure_placed, freed, launched, lock, settle, CUresult, CUDA_ERROR_NOT_INITIALIZED,
-    CUDA_SUCCESS,
+    admit, busy, ensure_placed, freed, launched, lock, settle, CUresult,
+    CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
 };
 
 macro_rules! call_real {
@@ -199,9 +199,11 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> C
 }
 
 /// A kernel-launch wrapper: grid and block dimensions first (after the
-/// function), then the launch's other arguments, passed through.
+/// function), then the launch's other arguments, passed through; `stream`
+/// names the argument that is the stream, `per_thread` whether the null
+/// stream is the thread's own (`_ptsz`).
 macro_rules! launch_wrapper {
-    ($name:ident($($a:ident: $t:ty),*)) => {
+    ($name:ident($($a:ident: $t:ty),*) stream = $stream:ident, per_thread = $pt:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             f: *mut c_void,
@@ -214,29 +216,35 @@ macro_rules! launch_wrapper {
             $($a: $t),*
         ) -> CUresult {
             launched(launch_warps([gx, gy, gz], [bx, by, bz]));
-            call_real!(
+            let r = call_real!(
                 H::$name,
                 unsafe extern "C" fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, $($t),*) -> CUresult,
                 f, gx, gy, gz, bx, by, bz $(, $a)*
-            )
+            );
+            if r == CUDA_SUCCESS {
+                busy::launched($stream, $pt);
+            }
+            r
         }
     };
 }
 
-launch_wrapper!(cuLaunchKernel(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void));
-launch_wrapper!(cuLaunchKernel_ptsz(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void));
-launch_wrapper!(cuLaunchCooperativeKernel(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void));
-launch_wrapper!(cuLaunchCooperativeKernel_ptsz(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void));
+launch_wrapper!(cuLaunchKernel(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) stream = stream, per_thread = false);
+launch_wrapper!(cuLaunchKernel_ptsz(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) stream = stream, per_thread = true);
+launch_wrapper!(cuLaunchCooperativeKernel(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void) stream = stream, per_thread = false);
+launch_wrapper!(cuLaunchCooperativeKernel_ptsz(shared: c_uint, stream: *mut c_void, params: *mut *mut c_void) stream = stream, per_thread = true);
 
 /// The head of `CUlaunchConfig`.
 #[repr(C)]
 pub struct LaunchConfig {
     grid: [c_uint; 3],
     block: [c_uint; 3],
+    shared: c_uint,
+    stream: *mut c_void,
 }
 
 macro_rules! launch_ex_wrapper {
-    ($name:ident) => {
+    ($name:ident, per_thread = $pt:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             config: *const LaunchConfig,
@@ -247,7 +255,7 @@ macro_rules! launch_ex_wrapper {
             if !config.is_null() {
                 launched(launch_warps((*config).grid, (*config).block));
             }
-            call_real!(
+            let r = call_real!(
                 H::$name,
                 unsafe extern "C" fn(
                     *const LaunchConfig,
@@ -259,12 +267,58 @@ macro_rules! launch_ex_wrapper {
                 f,
                 params,
                 extra
-            )
+            );
+            if r == CUDA_SUCCESS && !config.is_null() {
+                busy::launched((*config).stream, $pt);
+            }
+            r
         }
     };
 }
-launch_ex_wrapper!(cuLaunchKernelEx);
-launch_ex_wrapper!(cuLaunchKernelEx_ptsz);
+launch_ex_wrapper!(cuLaunchKernelEx, per_thread = false);
+launch_ex_wrapper!(cuLaunchKernelEx_ptsz, per_thread = true);
+
+/// Streams and contexts the program destroys are forgotten by the busy
+/// sampler first, so that it never queries a destroyed one.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> CUresult {
+    busy::forget_stream(stream);
+    call_real!(
+        H::cuStreamDestroy_v2,
+        unsafe extern "C" fn(*mut c_void) -> CUresult,
+        stream
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: *mut c_void) -> CUresult {
+    busy::forget_context(Some(ctx));
+    call_real!(
+        H::cuCtxDestroy_v2,
+        unsafe extern "C" fn(*mut c_void) -> CUresult,
+        ctx
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
+    busy::forget_context(None);
+    call_real!(
+        H::cuDevicePrimaryCtxRelease_v2,
+        unsafe extern "C" fn(c_int) -> CUresult,
+        dev
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
+    busy::forget_context(None);
+    call_real!(
+        H::cuDevicePrimaryCtxReset_v2,
+        unsafe extern "C" fn(c_int) -> CUresult,
+        dev
+    )
+}
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetProcAddress(

@@ -1,0 +1,224 @@
+//! How long the process keeps its instance busy: the share of its placed
+//! time during which work it launched is still in flight on one of its
+//! streams. Under MPS and on MIG instances the driver reports no
+//! per-process GPU time, so gnoded learns a job's compute demand from this.
+//!
+//! A thread of the library's own samples, every [`SAMPLE`], whether any
+//! stream the process launched a kernel on has work pending
+//! (`cuStreamQuery`), and credits the time since the last sample when one
+//! has. Sampling the state at regular times estimates the busy time without
+//! touching the launches themselves (no events, no synchronization); its
+//! error is a few samples' worth. Like NVML's utilization, it counts time,
+//! not SMs: a kernel that keeps a few SMs busy all the time counts as busy
+//! all the time, and work slowed by neighbours counts longer.
+//!
+//! Not measured: launches on the per-thread default stream (only its own
+//! thread can name it), and processes that never launched a kernel (they
+//! report nothing, so they do not dilute their job's share).
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gsched_core::probe::BusyTime;
+
+use super::lookup::real_named;
+use super::{CUresult, CUDA_SUCCESS, GENERATION};
+
+/// How often the streams are looked at.
+const SAMPLE: Duration = Duration::from_millis(4);
+/// The most one sample may credit (a sampler that was descheduled does not
+/// credit the whole gap).
+const MAX_CREDIT: Duration = Duration::from_millis(20);
+
+const CUDA_ERROR_NOT_READY: CUresult = 600;
+/// `CU_STREAM_PER_THREAD`: names the calling thread's own default stream.
+const STREAM_PER_THREAD: usize = 0x2;
+
+type StreamQuery = unsafe extern "C" fn(*mut c_void) -> CUresult;
+type CtxGet = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
+type CtxSet = unsafe extern "C" fn(*mut c_void) -> CUresult;
+
+#[derive(Default)]
+struct Streams {
+    /// Matches GENERATION unless this is a forked child's inherited copy.
+    generation: u64,
+    /// When the process was placed; nothing is measured before.
+    placed: Option<Instant>,
+    /// (context, stream) the process launched kernels on.
+    known: Vec<(usize, usize)>,
+    sampling: bool,
+    stopped: bool,
+    busy: Duration,
+}
+
+static STREAMS: Mutex<Streams> = Mutex::new(Streams {
+    generation: 0,
+    placed: None,
+    known: Vec::new(),
+    sampling: false,
+    stopped: false,
+    busy: Duration::ZERO,
+});
+
+thread_local! {
+    /// The last stream this thread launched on, with its generation: the
+    /// common case (the same stream again) takes no lock.
+    static LAST: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, usize::MAX)) };
+}
+
+fn streams() -> MutexGuard<'static, Streams> {
+    let mut s = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+    let generation = GENERATION.load(Ordering::Relaxed);
+    if s.generation != generation {
+        // A forked child: no sampler runs here, nothing is known yet.
+        *s = Streams {
+            generation,
+            ..Streams::default()
+        };
+    }
+    s
+}
+
+/// The process was placed: its busy time counts from now.
+pub(super) fn placed() {
+    streams().placed = Some(Instant::now());
+}
+
+/// A kernel was launched on `stream` (`per_thread`: through a `_ptsz`
+/// entry point, where the null stream is the thread's own).
+pub(super) fn launched(stream: *mut c_void, per_thread: bool) {
+    let s = stream as usize;
+    if s == STREAM_PER_THREAD || (per_thread && s == 0) {
+        return;
+    }
+    let generation = GENERATION.load(Ordering::Relaxed);
+    if LAST.with(|l| l.get()) == (generation, s) {
+        return;
+    }
+    let mut st = streams();
+    if st.placed.is_none() || st.stopped {
+        return;
+    }
+    LAST.with(|l| l.set((generation, s)));
+    let Some(get) = real_named::<CtxGet>(c"cuCtxGetCurrent") else {
+        return;
+    };
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the driver's cuCtxGetCurrent with a valid out pointer.
+    if unsafe { get(&mut ctx) } != CUDA_SUCCESS || ctx.is_null() {
+        return;
+    }
+    let key = (ctx as usize, s);
+    if !st.known.contains(&key) {
+        st.known.push(key);
+    }
+    if !st.sampling {
+        st.sampling = true;
+        let generation = st.generation;
+        if std::thread::Builder::new()
+            .name("gprobe-busy".into())
+            .spawn(move || sample(generation))
+            .is_ok()
+        {
+            // Registered now, after the driver's own exit handlers: it runs
+            // before them, so no stream is queried while the driver tears
+            // down.
+            // SAFETY: registering a plain extern "C" function.
+            unsafe { libc::atexit(stop_sampling) };
+        }
+    }
+}
+
+/// The program destroyed `stream`: never query it again.
+pub(super) fn forget_stream(stream: *mut c_void) {
+    let s = stream as usize;
+    streams().known.retain(|k| k.1 != s);
+    LAST.with(|l| l.set((0, usize::MAX)));
+}
+
+/// The program destroyed a context (or released a primary one, which
+/// names none): forget its streams (all of them for `None`); launches
+/// name them again.
+pub(super) fn forget_context(ctx: Option<*mut c_void>) {
+    let mut st = streams();
+    match ctx {
+        Some(c) => st.known.retain(|k| k.0 != c as usize),
+        None => st.known.clear(),
+    }
+    LAST.with(|l| l.set((0, usize::MAX)));
+}
+
+extern "C" fn stop_sampling() {
+    // Never block at exit for long: the sampler holds the lock only for
+    // its queries.
+    for _ in 0..200 {
+        if let Ok(mut st) = STREAMS.try_lock() {
+            st.stopped = true;
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// What was measured, for the report at exit: `None` when the process
+/// launched nothing that could be measured.
+pub(super) fn measured() -> Option<BusyTime> {
+    let st = STREAMS.try_lock().ok()?;
+    if st.generation != GENERATION.load(Ordering::Relaxed) || !st.sampling {
+        return None;
+    }
+    let placed = st.placed?.elapsed();
+    Some(BusyTime {
+        busy_usec: st.busy.min(placed).as_micros() as u64,
+        placed_usec: placed.as_micros() as u64,
+    })
+}
+
+fn sample(generation: u64) {
+    let (Some(query), Some(set)) = (
+        real_named::<StreamQuery>(c"cuStreamQuery"),
+        real_named::<CtxSet>(c"cuCtxSetCurrent"),
+    ) else {
+        return;
+    };
+    let mut last = Instant::now();
+    let mut current: usize = 0;
+    loop {
+        std::thread::sleep(SAMPLE);
+        let mut st = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+        if st.stopped || st.generation != generation {
+            return;
+        }
+        let now = Instant::now();
+        let credit = (now - last).min(MAX_CREDIT);
+        last = now;
+        let mut busy = false;
+        st.known.retain(|&(ctx, stream)| {
+            if busy {
+                return true;
+            }
+            // SAFETY: a context the program created and has not destroyed
+            // (destroying it goes through forget_context first).
+            if ctx != current && unsafe { set(ctx as *mut c_void) } != CUDA_SUCCESS {
+                return false;
+            }
+            current = ctx;
+            // SAFETY: a stream the program launched on and has not
+            // destroyed (destroying it goes through forget_stream first).
+            match unsafe { query(stream as *mut c_void) } {
+                CUDA_SUCCESS => true,
+                CUDA_ERROR_NOT_READY => {
+                    busy = true;
+                    true
+                }
+                // Gone in a way not seen here: not asked again.
+                _ => false,
+            }
+        });
+        if busy {
+            st.busy += credit;
+        }
+    }
+}
