@@ -7,7 +7,10 @@
 # the first measured. Carries dist/. Writes check.log.
 # Ran with MPS=1 at commit 3a346ed (check.log: its timing of
 # synchronizations, withdrawn after this run, reverted in 8492559) and with
-# MPS=0 at commit 41cbd24 (nomps.log). See docs/hardware.md.
+# MPS=0 at commit 41cbd24 (nomps.log); again with both at commit 0bbee46,
+# where the interception samples its streams' pending work (busy-mps.log,
+# busy-nomps.log: usage's gpu_busy_usec against the driver's
+# gpu_time_usec). See docs/hardware.md.
 exec > >(tee "$OUT/check.log") 2>&1
 export PATH=$PWD/dist:$PATH GPUJOB_SCALE=0.5
 S=bench/gpu-jobs
