@@ -188,7 +188,7 @@ fn a_learned_gpu_share_reaches_the_next_runs_task_record() {
     // interception library samples its stream and reports it at exit. On
     // a 1g.5gb instance (142 thousandths of the GPU) that is a share of
     // about 71: the next run of the same job is placed with it, where a
-    // job nothing is known about counts 142 / 8.
+    // job nothing is known about counts 142 * 3 / 8.
     let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb"]);
     let app = build(g.work.path());
     let script = g.script(
@@ -202,7 +202,7 @@ fn a_learned_gpu_share_reaches_the_next_runs_task_record() {
     };
     let first = run("first.out");
     let tasks = g.ended_tasks(&format!("?job={first}"), 1);
-    assert_eq!(tasks[0]["share"], 142 / 8, "nothing learned yet: {tasks:?}");
+    assert_eq!(tasks[0]["share"], 142 * 375 / 1000, "nothing learned yet: {tasks:?}");
     let usage = &g.job(first)["usage"];
     let (busy, placed) = (
         usage["gpu_busy_usec"].as_u64().unwrap_or(0),

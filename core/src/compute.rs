@@ -3,12 +3,22 @@
 //!
 //! A demand is a GPU share in thousandths of a whole GPU (1000: the task
 //! keeps a whole GPU busy all the time). It is stated by the user
-//! (`--gpu-share`), else learned from an earlier run of the same job (its
-//! GPU time over its elapsed time, from the driver's per-process
-//! utilization), else the node's default. An instance offers its part of
-//! its GPU ([`instance_capacity`]: a whole GPU 1000, a 3g of 7 slices 428),
-//! and the node's compute ceiling bounds what the tasks bound to it may
-//! demand together, as a share of that capacity.
+//! (`--gpu-share`), else learned from an earlier run of the same job (the
+//! share of its placed time during which it had work in flight on the GPU,
+//! as the interception library sampled it; else its GPU time over its
+//! elapsed time, from the driver's per-process utilization), else the
+//! node's default. An instance offers its part of its GPU
+//! ([`instance_capacity`]: a whole GPU 1000, a 3g of 7 slices 428), and the
+//! node's compute ceiling bounds what the tasks bound to it may demand
+//! together, as a share of that capacity.
+//!
+//! A share counts time, not SMs: a process that always has a kernel in
+//! flight counts as a whole GPU even when its kernels leave most SMs idle,
+//! so tasks whose shares add up past the instance still gain from running
+//! together. On an H100 the default ceiling of 3 (three times the
+//! instance's time) gave the most throughput of 1, 1.5, 2 and 3 with
+//! learned shares, and the lowest slowdown of memory-blind sharing's
+//! (docs/benchmarks.md).
 
 use crate::gpu::{model, Instance};
 
@@ -17,18 +27,18 @@ pub const WHOLE_GPU: u32 = 1000;
 
 /// The demand of a task nothing is known about, in thousandths of the
 /// instance it runs on (not of a GPU: on a MIG slice as on a whole GPU):
-/// an eighth, so that under the default ceiling eight such tasks share an
-/// instance, as memory-blind sharing with eight jobs per GPU (`cg:8`)
-/// would run them.
-pub const DEFAULT_TASK_SHARE: u32 = 125;
+/// three eighths, so that under the default ceiling (3) eight such tasks
+/// share an instance, as memory-blind sharing with eight jobs per GPU
+/// (`cg:8`) would run them.
+pub const DEFAULT_TASK_SHARE: u32 = 375;
 
 /// The default ceiling as a setting (`--compute-ceiling`): tasks bound to
-/// an instance may together demand all of it, not more.
-pub const DEFAULT_COMPUTE_CEILING: &str = "1";
+/// an instance may together demand three times its time (see above).
+pub const DEFAULT_COMPUTE_CEILING: &str = "3";
 
 /// The default share as a setting (`--default-gpu-share`, a fraction of
 /// the instance), as [`DEFAULT_TASK_SHARE`] says.
-pub const DEFAULT_TASK_SHARE_SETTING: &str = "0.125";
+pub const DEFAULT_TASK_SHARE_SETTING: &str = "0.375";
 
 /// A GPU share that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
