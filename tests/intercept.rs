@@ -202,7 +202,11 @@ fn a_learned_gpu_share_reaches_the_next_runs_task_record() {
     };
     let first = run("first.out");
     let tasks = g.ended_tasks(&format!("?job={first}"), 1);
-    assert_eq!(tasks[0]["share"], 142 * 375 / 1000, "nothing learned yet: {tasks:?}");
+    assert_eq!(
+        tasks[0]["share"],
+        142 * 375 / 1000,
+        "nothing learned yet: {tasks:?}"
+    );
     let usage = &g.job(first)["usage"];
     let (busy, placed) = (
         usage["gpu_busy_usec"].as_u64().unwrap_or(0),

@@ -70,6 +70,9 @@ pub fn pipe_dirs(root: &Path, instances: &[String]) -> Result<Vec<PathBuf>> {
 pub struct MpsSupervisor {
     control: PathBuf,
     servers: Mutex<Vec<MpsServer>>,
+    /// Set by [`MpsSupervisor::quit_all`]: no daemon is (re)started after
+    /// it, so a check running during shutdown cannot leave one behind.
+    quitting: std::sync::atomic::AtomicBool,
 }
 
 struct MpsServer {
@@ -402,12 +405,17 @@ impl MpsSupervisor {
         Ok(MpsSupervisor {
             control,
             servers: Mutex::new(servers),
+            quitting: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// Restarts daemons that died. Returns how many were (re)started.
+    /// Restarts daemons that died. Returns how many were (re)started: none
+    /// once [`MpsSupervisor::quit_all`] has begun.
     pub fn check(&self) -> usize {
         let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        if self.quitting.load(std::sync::atomic::Ordering::SeqCst) {
+            return 0;
+        }
         let mut started = 0;
         for s in servers.iter_mut() {
             if alive(s.daemon) {
@@ -487,9 +495,12 @@ impl MpsSupervisor {
             .and_then(|s| s.daemon.map(|d| d.0))
     }
 
-    /// Tells every daemon `quit` and waits for it to go.
+    /// Tells every daemon `quit` and waits for it to go; none is started
+    /// again after this.
     pub fn quit_all(&self) {
         let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        self.quitting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         for s in servers.iter_mut() {
             s.quit(&self.control);
         }
@@ -545,6 +556,10 @@ mod tests {
         let log = std::fs::read_to_string(dir.path().join("MIG-test-b/log/control.log")).unwrap();
         assert!(log.lines().any(|l| l == "quit"), "{log}");
         assert!(sup.status().values().all(|m| m.state == MpsState::Down));
+        // A check during shutdown (the periodic one, or a job's end) does
+        // not start them again: one did, and outlived gsched.
+        assert_eq!(sup.check(), 0);
+        assert!(find_daemon(&fake(), &dir.path().join("MIG-test-a/pipe")).is_none());
     }
 
     #[test]
