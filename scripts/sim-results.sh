@@ -75,13 +75,14 @@ done
     --baseline exclusive --memory-hold process --json > "$out/h100-measured-case.json"
 echo "$out/h100-measured-*: $(tail -1 "$out/h100-measured-case.txt")"
 # Issue 17's interleaved runs (docs/benchmarks.md): each exclusive trial as a
-# trace, replayed as gsched ran then (the default ceiling; under MPS no share
-# is learned, so every task counts the default), and with each task's
-# parallelism as its learned share, and without a ceiling.
+# trace, replayed as gsched ran then (every task at the default demand,
+# eight to an instance: then an eighth under ceiling 1, now three eighths
+# under ceiling 3, the same), and with each task's parallelism as its
+# learned share, and without a ceiling.
 for t in 1 2 3; do
     python3 bench/gpu-jobs/to_trace.py docs/results/gpu-packing-issue17/regular/gpu-packing-exclusive-$t.json \
         > "$out/h100-issue17-trace-$t.json"
-    for v in "default 1" "parallelism 1" "parallelism off"; do
+    for v in "default 3" "parallelism 1" "parallelism off"; do
         set -- $v
         printf 'trial %s, task shares %-11s ceiling %-3s: %s\n' "$t" "$1" "$2" "$("$G" sim --cluster 1xH100-80GB \
             --trace "$out/h100-issue17-trace-$t.json" --policy case --baseline exclusive --memory-hold process \
@@ -126,7 +127,7 @@ sweep ceiling-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 1-6
 sweep ceiling-calibrated-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 1-6 --gpu-share 0.45
 sweep ceiling-a100.txt --cluster "$A100" --jobs 32 --seed 1
 {
-    for c in off 2 1.5 1 0.75 0.5; do
+    for c in off 3 2 1.5 1 0.75 0.5; do
         printf 'ceiling %-4s %s\n' "$c" "$("$G" sim --sweep --cluster "$A30" --jobs 128 --seed 1 \
             --gpu-share 0.45 --compute-ceiling "$c" | tail -1 | sed 's/.*1:4): //')"
     done
