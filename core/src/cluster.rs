@@ -28,7 +28,7 @@ mod runs;
 mod testkit;
 
 use footprints::Footprints;
-pub use footprints::{Learned, PastPeak, PEAK_HISTORY};
+pub use footprints::{Learned, PastPeak, PEAK_HISTORY, PEAK_WINDOW};
 pub use retention::{kept_finished_since, DEFAULT_MIN_JOB_AGE};
 
 /// An instance on a node and what holds it.
@@ -1600,6 +1600,41 @@ mod tests {
         renamed.user_name = "v".into();
         let (e, _) = c.submit(renamed, 5).unwrap();
         assert_eq!(c.learned_footprint(e), None);
+    }
+
+    #[test]
+    fn a_learned_footprint_grows_at_once_and_shrinks_after_a_window_of_lighter_runs() {
+        let mut c = Cluster::new(Box::new(CaseLaunch));
+        c.register_node(&reg(vec![], vec![]), 0);
+        let run = |c: &mut Cluster, at: i64, gib: u64| {
+            let (id, _) = c.submit(spec(false, false), at).unwrap();
+            c.schedule(at);
+            c.record_peak(id, gib << 30);
+            c.job_ended("n1", &ended(id, 0, EndCause::Exited)).unwrap();
+            id
+        };
+        let next = |c: &mut Cluster, at: i64| {
+            let (id, _) = c.submit(spec(false, false), at).unwrap();
+            let mib = c.learned_footprint(id);
+            c.cancel(id, None, at).unwrap();
+            mib.map(|m| m >> 10)
+        };
+        run(&mut c, 1, 2);
+        assert_eq!(next(&mut c, 2), Some(2));
+        run(&mut c, 3, 8);
+        assert_eq!(next(&mut c, 4), Some(8), "a heavier run counts at once");
+        // Lighter runs: the heavy one still counts while it is among the
+        // latest PEAK_WINDOW (3).
+        run(&mut c, 5, 3);
+        assert_eq!(next(&mut c, 6), Some(8));
+        run(&mut c, 7, 3);
+        assert_eq!(next(&mut c, 8), Some(8));
+        run(&mut c, 9, 4);
+        assert_eq!(next(&mut c, 10), Some(4), "three lighter runs in a row");
+        // A restarted controller learns the same.
+        let (id, _) = c.submit(spec(false, false), 11).unwrap();
+        let r = Cluster::restore(Box::new(CaseLaunch), c.jobs().cloned().collect(), vec![]);
+        assert_eq!(r.learned_footprint(id), Some(4 << 10));
     }
 
     #[test]

@@ -20,6 +20,12 @@ type UserKey = (String, Key);
 /// Earlier runs remembered per key.
 pub const PEAK_HISTORY: usize = 8;
 
+/// How many of the latest earlier runs a learned footprint covers: their
+/// largest peak. A footprint grows at once with a run that peaks higher,
+/// and shrinks only when this many runs in a row peaked lower, so one
+/// light run does not leave the next heavy one short.
+pub const PEAK_WINDOW: usize = 3;
+
 /// A finished job's peak, as the store keeps it for jobs no longer held in
 /// memory (read back when the controller starts).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +43,8 @@ pub struct PastPeak {
 /// What earlier runs of the same job tell about a new one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Learned {
-    /// The GPU memory peak of the latest earlier run, MiB.
+    /// The largest GPU memory peak of the latest [`PEAK_WINDOW`] earlier
+    /// runs, MiB.
     pub mib: Option<u64>,
     /// The GPU share of the latest earlier run that measured one.
     pub share: Option<u32>,
@@ -141,15 +148,12 @@ impl Footprints {
         self.forget_if_unlisted(past.id);
     }
 
-    /// The peak (MiB) of the latest earlier finished run of the same job,
-    /// and the share of the latest that measured one.
+    /// The largest peak (MiB) of the latest [`PEAK_WINDOW`] earlier
+    /// finished runs of the same job, and the share of the latest that
+    /// measured one.
     pub(super) fn learned(&self, job: &Job, jobs: &BTreeMap<JobId, Job>) -> Learned {
-        // The newest run gives the peak; the newest that measured a share,
-        // the share.
-        let mut learned = Learned::default();
-        let (mut peak_from, mut share_from) = (0, 0);
         let keys = spec_keys(&job.spec);
-        let runs = keys
+        let mut runs: Vec<(JobId, u64, Option<u32>)> = keys
             .iter()
             .filter_map(|k| self.by_key.get(k))
             .flatten()
@@ -165,16 +169,15 @@ impl Footprints {
                     .flatten()
                     .map(|mib| (id, mib, o.gpu_share())),
                 None => self.retired.get(&id).map(|r| (id, r.mib, r.share)),
-            });
-        for (id, mib, share) in runs {
-            if id > peak_from {
-                (peak_from, learned.mib) = (id, Some(mib));
-            }
-            if let Some(s) = share.filter(|_| id > share_from) {
-                (share_from, learned.share) = (id, Some(s));
-            }
+            })
+            .collect();
+        // Newest first; a run listed under both keys counts once.
+        runs.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        runs.dedup_by_key(|r| r.0);
+        Learned {
+            mib: runs.iter().take(PEAK_WINDOW).map(|r| r.1).max(),
+            share: runs.iter().find_map(|r| r.2),
         }
-        learned
     }
 
     /// How many peaks of jobs no longer in memory are kept (bounded by the
