@@ -76,13 +76,13 @@ pub fn format(nodes: &[NodeInfo], instances: &[InstanceInfo]) -> String {
 }
 
 /// An instance's drain for an isolated job: `for 12 until 2026-11-24T14:05:31` (when
-/// the shared jobs on it reach their time limits), `for 12 (no limit)`, or
-/// `-`.
+/// the shared jobs on it are expected to have ended: time limits, or their
+/// earlier runs), `for 12 (end unknown)`, or `-`.
 fn drain(i: &InstanceInfo) -> String {
     match (i.draining_for, i.drain_expected_end) {
         (None, _) => "-".into(),
         (Some(j), Some(end)) => format!("for {j} until {}", timestamp(Some(end))),
-        (Some(j), None) => format!("for {j} (no limit)"),
+        (Some(j), None) => format!("for {j} (end unknown)"),
     }
 }
 

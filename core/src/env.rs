@@ -287,6 +287,7 @@ mod tests {
         let learned = Learned {
             mib: Some(2),
             share: Some(300),
+            ..Default::default()
         };
         add_interception(&mut env, &j, false, learned, &with);
         assert_eq!(env["GSCHED_TASK_MEM"], (2u64 << 20).to_string(), "learned");

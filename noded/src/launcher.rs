@@ -286,6 +286,7 @@ impl Launcher {
                 gsched_core::cluster::Learned {
                     mib: req.learned_footprint_mib,
                     share: req.learned_gpu_share,
+                    ..Default::default()
                 },
                 &with,
             );

@@ -45,26 +45,42 @@ impl Cluster {
     }
 
     /// When what holds an instance now is expected to have left (unix
-    /// seconds): the time-limit end of the isolated job running there, or
-    /// the latest of the shared jobs that reserve memory on it. `None`
-    /// when nothing holds it, or when that cannot be known: a job without a
-    /// time limit (or not started), or a node that has not yet reported
-    /// who is there.
+    /// seconds): the expected end ([`Self::expected_end`]) of the isolated
+    /// job running there, or the latest of the shared jobs that reserve
+    /// memory on it. `None` when nothing holds it, or when that cannot be
+    /// known: a job with neither a time limit nor earlier runs (or not
+    /// started), or a node that has not yet reported who is there.
     pub fn expected_free(&self, slot: &super::InstanceSlot) -> Option<i64> {
-        let limit_end = |id: &crate::job::JobId| {
-            let job = self.jobs.get(id)?;
-            let limit = i64::try_from(job.spec.time_limit?).ok()?;
-            Some(job.start_time?.saturating_add(limit))
-        };
         if let Some(owner) = &slot.isolated_owner {
-            return limit_end(owner);
+            return self.expected_end(*owner);
         }
         let mut latest: Option<i64> = None;
         for id in slot.job_bytes.keys() {
-            let end = limit_end(id)?;
+            let end = self.expected_end(*id)?;
             latest = Some(latest.map_or(end, |l| l.max(end)));
         }
         latest
+    }
+
+    /// When a running job is expected to end (unix seconds): at its time
+    /// limit, or sooner where its earlier runs (the longest of the latest
+    /// [`super::PEAK_WINDOW`]) say it will. `None` without either.
+    pub fn expected_end(&self, id: crate::job::JobId) -> Option<i64> {
+        let job = self.jobs.get(&id)?;
+        let start = job.start_time?;
+        let limit_end = job
+            .spec
+            .time_limit
+            .and_then(|l| i64::try_from(l).ok())
+            .map(|l| start.saturating_add(l));
+        let learned_end = self
+            .learned(id)
+            .runtime_secs
+            .map(|r| start.saturating_add(r));
+        match (limit_end, learned_end) {
+            (Some(l), Some(r)) => Some(l.min(r)),
+            (l, r) => l.or(r),
+        }
     }
 
     /// Whether drain `seq` is still the newest for `node` (an older one in
@@ -210,5 +226,36 @@ mod tests {
         ];
         c.update_instance_use("n1", &uses.into_iter().collect());
         assert_eq!(c.drain_expected_end(&slot(&c, k)), None);
+    }
+
+    #[test]
+    fn earlier_runs_tell_when_a_job_is_expected_to_end() {
+        use crate::cluster::testkit::{ended, spec};
+        let mut c = cluster();
+        let limited = |limit: Option<u64>| JobSpec {
+            time_limit: limit,
+            ..spec("same", false)
+        };
+        // Nothing known yet: no limit, no earlier run.
+        let (first, _) = c.submit(limited(None), 0).unwrap();
+        c.schedule(10);
+        assert_eq!(c.expected_end(first), None);
+        // It runs 40 s (and peaked, so it is remembered).
+        c.record_peak(first, 1 << 30);
+        let run = c.job(first).unwrap().run;
+        c.launch_confirmed(first, run);
+        c.job_ended("n1", &ended(first, run, 0, 50)).unwrap();
+        // The next run, started at 100: expected to take as long.
+        let (next, _) = c.submit(limited(None), 60).unwrap();
+        c.schedule(100);
+        assert_eq!(c.expected_end(next), Some(140));
+        // A time limit that ends sooner wins.
+        let (short, _) = c.submit(limited(Some(20)), 101).unwrap();
+        c.schedule(102);
+        assert_eq!(c.expected_end(short), Some(122));
+        // One that ends later does not.
+        let (long, _) = c.submit(limited(Some(600)), 103).unwrap();
+        c.schedule(104);
+        assert_eq!(c.expected_end(long), Some(144));
     }
 }

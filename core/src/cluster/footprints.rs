@@ -38,6 +38,8 @@ pub struct PastPeak {
     pub gpu_mem_peak: u64,
     /// The share of a GPU it kept busy (thousandths), where measured.
     pub gpu_share: Option<u32>,
+    /// How long it ran (seconds), where it started and ended.
+    pub elapsed_secs: Option<i64>,
 }
 
 /// What earlier runs of the same job tell about a new one.
@@ -48,6 +50,9 @@ pub struct Learned {
     pub mib: Option<u64>,
     /// The GPU share of the latest earlier run that measured one.
     pub share: Option<u32>,
+    /// The longest run time of the latest [`PEAK_WINDOW`] earlier runs
+    /// that have one, seconds: when a running job is expected to end.
+    pub runtime_secs: Option<i64>,
 }
 
 /// The peak of a job that left memory, and the keys it is listed under.
@@ -55,6 +60,7 @@ pub struct Learned {
 struct Retired {
     mib: u64,
     share: Option<u32>,
+    elapsed: Option<i64>,
     keys: [UserKey; 2],
 }
 
@@ -65,6 +71,11 @@ pub(super) struct Footprints {
     by_key: HashMap<UserKey, Vec<JobId>>,
     /// Peaks of listed jobs that are no longer in memory.
     retired: HashMap<JobId, Retired>,
+}
+
+/// How long a finished run ran, seconds.
+fn elapsed_of(job: &Job) -> Option<i64> {
+    Some(job.end_time? - job.start_time?).filter(|&e| e >= 0)
 }
 
 fn script_hash(script: &str) -> u64 {
@@ -129,7 +140,16 @@ impl Footprints {
             .any(|k| self.by_key.get(k).is_some_and(|ids| ids.contains(&job.id)));
         if listed {
             let share = job.gpu_share();
-            self.retired.insert(job.id, Retired { mib, share, keys });
+            let elapsed = elapsed_of(job);
+            self.retired.insert(
+                job.id,
+                Retired {
+                    mib,
+                    share,
+                    elapsed,
+                    keys,
+                },
+            );
         }
     }
 
@@ -141,6 +161,7 @@ impl Footprints {
             Retired {
                 mib: past.gpu_mem_peak,
                 share: past.gpu_share,
+                elapsed: past.elapsed_secs,
                 keys: keys.clone(),
             },
         );
@@ -153,7 +174,7 @@ impl Footprints {
     /// measured one.
     pub(super) fn learned(&self, job: &Job, jobs: &BTreeMap<JobId, Job>) -> Learned {
         let keys = spec_keys(&job.spec);
-        let mut runs: Vec<(JobId, u64, Option<u32>)> = keys
+        let mut runs: Vec<(JobId, u64, Option<u32>, Option<i64>)> = keys
             .iter()
             .filter_map(|k| self.by_key.get(k))
             .flatten()
@@ -167,16 +188,20 @@ impl Footprints {
                     && (o.spec.name == job.spec.name || o.spec.script == job.spec.script))
                     .then_some(o.gpu_mem_peak)
                     .flatten()
-                    .map(|mib| (id, mib, o.gpu_share())),
-                None => self.retired.get(&id).map(|r| (id, r.mib, r.share)),
+                    .map(|mib| (id, mib, o.gpu_share(), elapsed_of(o))),
+                None => self
+                    .retired
+                    .get(&id)
+                    .map(|r| (id, r.mib, r.share, r.elapsed)),
             })
             .collect();
         // Newest first; a run listed under both keys counts once.
-        runs.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        runs.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
         runs.dedup_by_key(|r| r.0);
         Learned {
             mib: runs.iter().take(PEAK_WINDOW).map(|r| r.1).max(),
             share: runs.iter().find_map(|r| r.2),
+            runtime_secs: runs.iter().filter_map(|r| r.3).take(PEAK_WINDOW).max(),
         }
     }
 

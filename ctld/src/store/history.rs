@@ -158,6 +158,13 @@ pub(super) async fn past_peaks(conn: &mut SqliteConnection) -> Result<Vec<PastPe
                     (Ok(Some(u)), Some(start), Some(end)) => u.gpu_share(end - start),
                     _ => None,
                 },
+                elapsed_secs: match (
+                    r.try_get::<Option<i64>, _>("start_time")?,
+                    r.try_get::<Option<i64>, _>("end_time")?,
+                ) {
+                    (Some(start), Some(end)) if end >= start => Some(end - start),
+                    _ => None,
+                },
             })
         })
         .collect()

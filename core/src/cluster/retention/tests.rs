@@ -110,12 +110,14 @@ fn a_restarted_controller_numbers_after_purged_jobs_and_keeps_their_peaks() {
             script: "#!/bin/sh\nother\n".into(),
             gpu_mem_peak: 2048,
             gpu_share: Some(400),
+            elapsed_secs: Some(90),
         }],
     );
     let (id, _) = c.submit(spec("train"), 1).unwrap();
     assert_eq!(id, 42);
     assert_eq!(c.learned_footprint(id), Some(2048));
     assert_eq!(c.learned(id).share, Some(400), "the share is kept too");
+    assert_eq!(c.learned(id).runtime_secs, Some(90), "and the run time");
     let mut other = spec("train");
     other.user_name = "v".into();
     let (v, _) = c.submit(other, 1).unwrap();
