@@ -50,6 +50,9 @@ struct Streams {
     known: Vec<(usize, usize)>,
     sampling: bool,
     stopped: bool,
+    /// A context was destroyed: the sampler makes its context current
+    /// again before the next query (a new context may reuse the address).
+    forgot: bool,
     busy: Duration,
 }
 
@@ -59,6 +62,7 @@ static STREAMS: Mutex<Streams> = Mutex::new(Streams {
     known: Vec::new(),
     sampling: false,
     stopped: false,
+    forgot: false,
     busy: Duration::ZERO,
 });
 
@@ -147,6 +151,7 @@ pub(super) fn forget_context(ctx: Option<*mut c_void>) {
         Some(c) => st.known.retain(|k| k.0 != c as usize),
         None => st.known.clear(),
     }
+    st.forgot = true;
     LAST.with(|l| l.set((0, usize::MAX)));
 }
 
@@ -194,6 +199,9 @@ fn sample(generation: u64) {
         let now = Instant::now();
         let credit = (now - last).min(MAX_CREDIT);
         last = now;
+        if std::mem::take(&mut st.forgot) {
+            current = 0;
+        }
         let mut busy = false;
         st.known.retain(|&(ctx, stream)| {
             if busy {
