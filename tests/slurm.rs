@@ -130,8 +130,8 @@ fn sbatch_scripts_options_and_output() {
     let p = g.script(
         "many.sh",
         "#!/bin/bash\n#SBATCH -J many -A acct --qos=high --comment 'a comment' # trailing comment\n\
-         #SBATCH --mem=4G -N 1 -n 2 -c 3 --ntasks-per-node=2 -C a100 -x n9 -w node1\n\
-         #SBATCH --exclusive --reservation=r1 --mail-type=END --mail-user=u@x --wckey=w --gpus-per-node=1\n\
+         #SBATCH --mem=4G -N 1 -n 2 -c 3 --ntasks-per-node=2 -C a100\n\
+         #SBATCH --exclusive --reservation=r1 --mail-type=END --mail-user=u@x --wckey=w\n\
          #SBATCH --open-mode=append --export=ALL --requeue --signal=B:USR1@60 -t 1-00:00:00\n\
          echo $SLURM_NTASKS $SLURM_CPUS_PER_TASK\n",
     );
@@ -168,6 +168,23 @@ fn sbatch_scripts_options_and_output() {
             "Invalid --signal specification",
         ),
         (vec!["--mem=lots", "--wrap", "true"], "--mem=lots"),
+        // More than one allocation can give is refused, never run with
+        // less (multi-node and multi-GPU jobs: issue 18).
+        (vec!["-N", "2", "--wrap", "true"], "runs a job on one node"),
+        (
+            vec!["--nodes=2-4", "--wrap", "true"],
+            "runs a job on one node",
+        ),
+        (vec!["--gpus-per-node=1", "--wrap", "true"], "--gres=gpu:1"),
+        (vec!["--gpus-per-task=1", "--wrap", "true"], "--gres=gpu:1"),
+        (
+            vec!["-w", "node1", "--wrap", "true"],
+            "choosing or excluding nodes",
+        ),
+        (
+            vec!["-x", "n9", "--wrap", "true"],
+            "choosing or excluding nodes",
+        ),
     ] {
         let o = s.run("sbatch", &args, None);
         assert_eq!(o.status.code(), Some(1), "{args:?}");
@@ -461,6 +478,15 @@ fn srun_inside_and_outside_a_job() {
     let o = s.run("srun", &["sh", "-c", "echo outside; exit 2"], None);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stdout(&o), "outside\n");
+    // Two nodes outside a job: refused with the reason (it printed one
+    // line and exited 0, on one node).
+    let o = s.run("srun", &["-N", "2", "hostname"], None);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("runs a job on one node"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -340,6 +340,8 @@ pub enum SpecError {
     BadUmask(u32),
     #[error(transparent)]
     Resources(#[from] crate::resources::ResourceError),
+    #[error(transparent)]
+    Allocation(#[from] crate::allocation::AllocationError),
     #[error("the idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} printable characters")]
     BadIdempotencyKey,
 }
@@ -405,6 +407,7 @@ impl JobSpec {
             }
         }
         crate::resources::JobResources::of(self)?;
+        crate::allocation::check(&self.slurm.other)?;
         self.check_nul_bytes()
     }
 

@@ -4,6 +4,7 @@
 //! the current time in (unix seconds). The daemons (`gsched-ctld`,
 //! `gsched-noded`) and the simulator drive the same functions.
 
+pub mod allocation;
 pub mod array;
 pub mod cluster;
 pub mod compute;

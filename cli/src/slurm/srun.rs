@@ -238,6 +238,11 @@ fn submit_and_wait(a: &Args) -> Result<i32> {
         ntasks: a.ntasks,
         cpus_per_task: a.cpus_per_task,
         gpus: a.gpus.clone(),
+        // The controller refuses more than one node, with the reason.
+        recorded: crate::gsub::RecordedOptions {
+            nodes: a.nodes.clone(),
+            ..Default::default()
+        },
         ..Default::default()
     };
     // The job runs `srun CMD` itself, so that -n tasks start inside it.

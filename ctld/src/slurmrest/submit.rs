@@ -115,6 +115,25 @@ fn gpu_request(tres: &str) -> Result<Option<Option<String>>, String> {
     Ok(found)
 }
 
+/// The node count a submission asks for (`nodes`, a count or `MIN-MAX`,
+/// or `minimum_nodes`), as the recorded `--nodes` option, so that the
+/// controller refuses more than one node as it does for sbatch.
+fn node_count(obj: &serde_json::Map<String, Value>) -> Result<Option<(String, String)>, String> {
+    let nodes = match obj.get("nodes") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(v) => number("nodes", v)?.map(|n| n.to_string()),
+    };
+    let nodes = match nodes {
+        Some(n) => Some(n),
+        None => match obj.get("minimum_nodes") {
+            Some(v) => number("minimum_nodes", v)?.map(|n| n.to_string()),
+            None => None,
+        },
+    };
+    Ok(nodes.map(|n| ("nodes".to_string(), n)))
+}
+
 /// The gsched job a slurmrestd submission describes, and its warnings.
 pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
     let job = match body.get("job") {
@@ -253,7 +272,7 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
             cpus_per_task: small("cpus_per_task")?,
             open_mode: text("open_mode", obj.get("open_mode"))?,
             signal: None,
-            other: BTreeMap::new(),
+            other: node_count(obj)?.into_iter().collect(),
         },
         ..JobSpec::default()
     };
@@ -331,6 +350,24 @@ mod tests {
         .unwrap();
         assert_eq!(plain.time_limit, Some(120));
         assert!(!plain.isolated);
+        // More than one node is recorded, so the controller refuses it.
+        for nodes in [
+            json!({"nodes": "2-4"}),
+            json!({"minimum_nodes": 2}),
+            json!({"nodes": 2}),
+        ] {
+            let mut job = json!({"current_working_directory": "/", "environment": []});
+            job.as_object_mut()
+                .unwrap()
+                .extend(nodes.as_object().unwrap().clone());
+            let (s, _) = job_spec(&json!({"script": "#!/bin/sh\n", "job": job})).unwrap();
+            let e = s.validate().unwrap_err().to_string();
+            assert!(e.contains("one node"), "{nodes}: {e}");
+        }
+        let (one, _) = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
+            "current_working_directory": "/", "environment": [], "nodes": 1}}))
+        .unwrap();
+        one.validate().unwrap();
     }
 
     #[test]
