@@ -300,25 +300,19 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: *mut c_void) -> CUresult {
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
-    busy::forget_context(None);
-    call_real!(
-        H::cuDevicePrimaryCtxRelease_v2,
-        unsafe extern "C" fn(c_int) -> CUresult,
-        dev
-    )
+/// Releasing or resetting a device's primary context names no context:
+/// the sampler forgets every stream (launches name them again).
+macro_rules! primary_ctx_wrapper {
+    ($name:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dev: c_int) -> CUresult {
+            busy::forget_context(None);
+            call_real!(H::$name, unsafe extern "C" fn(c_int) -> CUresult, dev)
+        }
+    };
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
-    busy::forget_context(None);
-    call_real!(
-        H::cuDevicePrimaryCtxReset_v2,
-        unsafe extern "C" fn(c_int) -> CUresult,
-        dev
-    )
-}
+primary_ctx_wrapper!(cuDevicePrimaryCtxRelease_v2);
+primary_ctx_wrapper!(cuDevicePrimaryCtxReset_v2);
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetProcAddress(
