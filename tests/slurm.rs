@@ -152,6 +152,19 @@ fn sbatch_scripts_options_and_output() {
     );
     assert_eq!(acct, "many|acct|a comment|w\n");
 
+    // One GPU per node (or per task, with one task) is the job's one GPU
+    // instance: it runs isolated on the (simulated) GPU.
+    for opt in ["--gpus-per-node=1", "--gpus-per-task=1"] {
+        let id = s.sbatch(&[opt, "-o", "gpu.out", "--wrap", "echo $CUDA_VISIBLE_DEVICES"]);
+        g.wait_state(id, "COMPLETED", T);
+        assert!(
+            s.file("gpu.out").starts_with("GPU-"),
+            "{opt}: {}",
+            s.file("gpu.out")
+        );
+        assert_eq!(g.job(id)["isolated"], true, "{opt}");
+    }
+
     // Malformed input: Slurm's style, exit 1, nothing submitted.
     for (args, needle) in [
         (vec!["--bogus", "x.sh"], "unexpected argument '--bogus'"),
@@ -175,8 +188,11 @@ fn sbatch_scripts_options_and_output() {
             vec!["--nodes=2-4", "--wrap", "true"],
             "runs a job on one node",
         ),
-        (vec!["--gpus-per-node=1", "--wrap", "true"], "--gres=gpu:1"),
-        (vec!["--gpus-per-task=1", "--wrap", "true"], "--gres=gpu:1"),
+        (vec!["--gpus-per-node=2", "--wrap", "true"], "ask for 1"),
+        (
+            vec!["--gpus-per-task=1", "-n", "2", "--wrap", "true"],
+            "a GPU instance per task",
+        ),
         (
             vec!["-w", "node1", "--wrap", "true"],
             "choosing or excluding nodes",

@@ -183,7 +183,8 @@ impl RecordedOptions {
         )
     }
 
-    /// The options given, by their long names.
+    /// The options given, by their long names (GPUs per node or per task
+    /// are not among them: they become the job's GPU request).
     fn given(&self) -> BTreeMap<String, String> {
         let mut m = BTreeMap::new();
         macro_rules! put {
@@ -198,8 +199,6 @@ impl RecordedOptions {
             ntasks_per_node => "ntasks-per-node",
             ntasks_per_gpu => "ntasks-per-gpu",
             cpus_per_gpu => "cpus-per-gpu",
-            gpus_per_node => "gpus-per-node",
-            gpus_per_task => "gpus-per-task",
             exclude => "exclude",
             nodelist => "nodelist",
             exclusive => "exclusive",
@@ -327,7 +326,29 @@ pub fn parse_gpu_request(option: &str, value: &str) -> Result<Option<String>> {
 /// The MIG profile asked for by --mig, --gres or --gpus, which must agree.
 fn requested_profile(opts: &SubmitOptions) -> Result<Option<String>> {
     let mut found: Option<(String, String)> = opts.mig.clone().map(|p| ("--mig".into(), p));
-    for (opt, val) in [("--gres", &opts.gres), ("--gpus", &opts.gpus)] {
+    if let Some(v) = &opts.recorded.gpus_per_task {
+        // One GPU per task is one GPU for the job only when it has one task.
+        let tasks = [
+            opts.ntasks,
+            opts.recorded
+                .ntasks_per_node
+                .as_deref()
+                .and_then(|n| n.parse().ok()),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(1);
+        if tasks > 1 {
+            bail!("--gpus-per-task={v} with {tasks} tasks asks for a GPU instance per task; gsched gives a job one (multi-GPU jobs are not supported yet)");
+        }
+    }
+    for (opt, val) in [
+        ("--gres", &opts.gres),
+        ("--gpus", &opts.gpus),
+        ("--gpus-per-node", &opts.recorded.gpus_per_node),
+        ("--gpus-per-task", &opts.recorded.gpus_per_task),
+    ] {
         let Some(v) = val else { continue };
         if let Some(p) = parse_gpu_request(opt, v)? {
             match &found {
@@ -388,7 +409,12 @@ pub fn build_spec(
     };
     let (user_name, uid, gid) = current_user();
     let profile = requested_profile(opts)?;
-    let wants_gpu = opts.gres.is_some() || opts.gpus.is_some();
+    // A job runs on one node, so one GPU per node (or per task, with one
+    // task) is one GPU instance for the job.
+    let wants_gpu = opts.gres.is_some()
+        || opts.gpus.is_some()
+        || opts.recorded.gpus_per_node.is_some()
+        || opts.recorded.gpus_per_task.is_some();
     Ok(JobSpec {
         name: opts
             .job_name
