@@ -152,6 +152,17 @@ fn sbatch_scripts_options_and_output() {
     );
     assert_eq!(acct, "many|acct|a comment|w\n");
 
+    // -w chooses the node, -x excludes nodes: a job runs only where they
+    // allow, and waits with Slurm's reason where no node does.
+    let on = s.sbatch(&["-w", "node1", "-x", "n9", "--wrap", "true"]);
+    g.wait_state(on, "COMPLETED", T);
+    let off = s.sbatch(&["-x", "node[0-1]", "--wrap", "true"]);
+    g.wait_until("the excluded job waits", T, || {
+        g.job(off)["state_reason"] == "ReqNodeNotAvail"
+    });
+    assert_eq!(g.job(off)["job_state"], "PENDING");
+    s.ok("scancel", &[&off.to_string()]);
+
     // One GPU per node (or per task, with one task) is the job's one GPU
     // instance: it runs isolated on the (simulated) GPU.
     for opt in ["--gpus-per-node=1", "--gpus-per-task=1"] {
@@ -193,13 +204,10 @@ fn sbatch_scripts_options_and_output() {
             vec!["--gpus-per-task=1", "-n", "2", "--wrap", "true"],
             "a GPU instance per task",
         ),
+        (vec!["-w", "node[1-2]", "--wrap", "true"], "names 2 nodes"),
         (
-            vec!["-w", "node1", "--wrap", "true"],
-            "choosing or excluding nodes",
-        ),
-        (
-            vec!["-x", "n9", "--wrap", "true"],
-            "choosing or excluding nodes",
+            vec!["-x", "node[1-", "--wrap", "true"],
+            "unbalanced brackets",
         ),
     ] {
         let o = s.run("sbatch", &args, None);

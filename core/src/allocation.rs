@@ -1,10 +1,13 @@
 //! What one job's allocation may span today: one node, and at most one GPU
-//! instance. Slurm options that ask for more, or for particular nodes, are
-//! refused at submission with the reason, never run with less (issue 18
-//! brings multi-node and multi-GPU allocations). The options arrive as the
-//! job's recorded Slurm options (`SlurmOptions::other`, by long name).
+//! instance, on a node it may choose (`-w`) or exclude (`-x`). Slurm
+//! options that ask for more are refused at submission with the reason,
+//! never run with less (issue 18 brings multi-node and multi-GPU
+//! allocations). The options arrive as the job's recorded Slurm options
+//! (`SlurmOptions::other`, by long name).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::hostlist::{self, HostlistError};
 
 /// A request gsched cannot give a job yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,8 +18,54 @@ pub enum AllocationError {
     BadNodes(String),
     #[error("--{option}={value}: GPUs per node or per task are not supported yet; ask for one GPU instance with --gres=gpu:1 or --gpus=1")]
     GpusPer { option: &'static str, value: String },
-    #[error("--{option}={value}: choosing or excluding nodes is not supported yet; leave the option out")]
-    NodeChoice { option: &'static str, value: String },
+    #[error("--nodelist={value}: names {count} nodes, and gsched runs a job on one node; name one (multi-node jobs are not supported yet)")]
+    NodeList { value: String, count: usize },
+    #[error("--{option}: {source}")]
+    Hostlist {
+        option: &'static str,
+        source: HostlistError,
+    },
+}
+
+/// The nodes a job may run on (`-w`, `-x`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeChoice {
+    /// `-w`: only this node.
+    pub only: Option<String>,
+    /// `-x`: never these.
+    pub except: BTreeSet<String>,
+}
+
+impl NodeChoice {
+    pub fn allows(&self, node: &str) -> bool {
+        self.only.as_deref().is_none_or(|o| o == node) && !self.except.contains(node)
+    }
+}
+
+/// The node choice a job's options make, `None` when they make none.
+pub fn node_choice(
+    other: &BTreeMap<String, String>,
+) -> Result<Option<NodeChoice>, AllocationError> {
+    let names = |option: &'static str| -> Result<Option<Vec<String>>, AllocationError> {
+        other
+            .get(option)
+            .map(|v| {
+                hostlist::expand(v).map_err(|source| AllocationError::Hostlist { option, source })
+            })
+            .transpose()
+    };
+    let only = match names("nodelist")? {
+        None => None,
+        Some(mut n) if n.len() == 1 => n.pop(),
+        Some(n) => {
+            return Err(AllocationError::NodeList {
+                value: other["nodelist"].clone(),
+                count: n.len(),
+            })
+        }
+    };
+    let except: BTreeSet<String> = names("exclude")?.unwrap_or_default().into_iter().collect();
+    Ok((only.is_some() || !except.is_empty()).then_some(NodeChoice { only, except }))
 }
 
 /// Checks a job's recorded Slurm options against what one allocation can
@@ -35,15 +84,7 @@ pub fn check(other: &BTreeMap<String, String>) -> Result<(), AllocationError> {
             });
         }
     }
-    for option in ["nodelist", "exclude"] {
-        if let Some(v) = other.get(option) {
-            return Err(AllocationError::NodeChoice {
-                option,
-                value: v.clone(),
-            });
-        }
-    }
-    Ok(())
+    node_choice(other).map(|_| ())
 }
 
 /// The least number of nodes `N` or `MIN-MAX` asks for (at least 1), or
@@ -91,7 +132,19 @@ mod tests {
     }
 
     #[test]
-    fn gpus_per_node_or_task_and_node_choices_are_refused_not_ignored() {
+    fn a_node_choice_allows_the_chosen_node_and_none_excluded() {
+        assert_eq!(node_choice(&BTreeMap::new()), Ok(None));
+        let w = node_choice(&with("nodelist", "n2")).unwrap().unwrap();
+        assert!(w.allows("n2") && !w.allows("n1"));
+        let x = node_choice(&with("exclude", "n[1,3]")).unwrap().unwrap();
+        assert!(x.allows("n2") && !x.allows("n1") && !x.allows("n3"));
+        let mut both = with("nodelist", "n1");
+        both.insert("exclude".into(), "n1".into());
+        assert!(!node_choice(&both).unwrap().unwrap().allows("n1"));
+    }
+
+    #[test]
+    fn recorded_gpus_per_node_or_task_and_several_chosen_nodes_are_refused() {
         for k in ["gpus-per-node", "gpus-per-task"] {
             let e = check(&with(k, "1")).unwrap_err().to_string();
             assert!(
@@ -99,10 +152,14 @@ mod tests {
                 "{e}"
             );
         }
-        for k in ["nodelist", "exclude"] {
-            let e = check(&with(k, "n2")).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("--{k}=n2:")), "{e}");
-        }
+        // One node may be chosen, any excluded; more than one chosen is
+        // more than one node.
+        assert_eq!(check(&with("nodelist", "n2")), Ok(()));
+        assert_eq!(check(&with("exclude", "n[1-3]")), Ok(()));
+        let e = check(&with("nodelist", "n[1-2]")).unwrap_err().to_string();
+        assert!(e.contains("names 2 nodes") && e.contains("one node"), "{e}");
+        let e = check(&with("exclude", "n[1-")).unwrap_err().to_string();
+        assert!(e.starts_with("--exclude: hostlist 'n[1-'"), "{e}");
         // Options that fit one node pass.
         assert_eq!(check(&with("ntasks-per-node", "2")), Ok(()));
     }

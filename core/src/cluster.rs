@@ -733,6 +733,28 @@ impl Cluster {
             }
         };
         let truncated: bool;
+        // The node choices (-w, -x) of the queued jobs that make one. One
+        // that no longer reads (accepted by an older version) allows no
+        // node: the job waits with ReqNodeNotAvail.
+        let choices: HashMap<JobId, crate::allocation::NodeChoice> = self
+            .isolated_queue
+            .iter()
+            .chain(self.shared_queue.iter())
+            .filter_map(|id| {
+                let other = &self.jobs.get(id)?.spec.slurm.other;
+                if !other.contains_key("nodelist") && !other.contains_key("exclude") {
+                    return None;
+                }
+                let choice = crate::allocation::node_choice(other)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| crate::allocation::NodeChoice {
+                        only: Some(String::new()),
+                        ..Default::default()
+                    });
+                Some((*id, choice))
+            })
+            .collect();
         let mut plan = {
             let iso: Vec<QueuedJob<'_>> = self
                 .isolated_queue
@@ -742,6 +764,7 @@ impl Cluster {
                     id: *id,
                     gpu: &self.jobs[id].spec.gpu,
                     resources: resources_of(&self.jobs[id]),
+                    nodes: choices.get(id),
                 })
                 .collect();
             // Each launch takes a worker: jobs past the free workers cannot
@@ -762,6 +785,7 @@ impl Cluster {
                     id: *id,
                     gpu: &self.jobs[id].spec.gpu,
                     resources: resources_of(&self.jobs[id]),
+                    nodes: choices.get(id),
                 })
                 .collect();
             let nodes: Vec<NodeView<'_>> = self

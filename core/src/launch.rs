@@ -21,6 +21,15 @@ pub struct QueuedJob<'a> {
     pub gpu: &'a GpuRequest,
     /// The CPUs and memory it takes on its node.
     pub resources: JobResources,
+    /// The nodes it may run on (`-w`, `-x`); any when `None`.
+    pub nodes: Option<&'a crate::allocation::NodeChoice>,
+}
+
+impl QueuedJob<'_> {
+    /// Whether it may run on `node` (its `-w`/`-x`).
+    fn may_use(&self, node: &NodeView<'_>) -> bool {
+        self.nodes.is_none_or(|c| c.allows(node.name))
+    }
 }
 
 /// An instance and what currently holds it.
@@ -60,7 +69,7 @@ pub struct NodeView<'a> {
 impl NodeView<'_> {
     /// Whether a job could ever run here (the node is big enough).
     fn could_run(&self, job: &QueuedJob<'_>) -> bool {
-        job.resources.could_fit(&self.total)
+        job.may_use(self) && job.resources.could_fit(&self.total)
     }
 }
 
@@ -180,7 +189,7 @@ impl LaunchPolicy for ExclusiveLaunch {
         for job in jobs {
             let mut best: Option<(u64, usize, usize)> = None;
             for (ni, n) in input.nodes.iter().enumerate().filter(|(_, n)| n.up) {
-                if !job.resources.fits(&room[ni], &n.total) {
+                if !job.may_use(n) || !job.resources.fits(&room[ni], &n.total) {
                     continue;
                 }
                 for (ii, v) in n.instances.iter().enumerate() {
@@ -295,7 +304,11 @@ impl LaunchPolicy for CaseLaunch {
             let Some((ni, _)) = free
                 .iter()
                 .enumerate()
-                .filter(|(i, &f)| f > 0 && job.resources.fits(&room[*i], &input.nodes[*i].total))
+                .filter(|(i, &f)| {
+                    f > 0
+                        && job.may_use(&input.nodes[*i])
+                        && job.resources.fits(&room[*i], &input.nodes[*i].total)
+                })
                 .max_by_key(|(i, &f)| (f, std::cmp::Reverse(*i)))
             else {
                 plan.waiting.push((job.id, unfit_reason(input.nodes, job)));
@@ -337,14 +350,18 @@ fn best_instance(
     let mut best: Option<(Key, (usize, usize))> = None;
     let only_held_serve = nodes
         .iter()
-        .filter(|n| n.up)
+        .filter(|n| n.up && job.may_use(n))
         .flat_map(|n| &n.instances)
         .filter(|v| v.instance.satisfies(job.gpu))
         .all(|v| v.isolated_owner.is_some());
     // Taking a held instance next only pays where shared tasks would fill
     // it in between.
     for (ni, node) in nodes.iter().enumerate() {
-        if !node.up || free[ni] == 0 || !job.resources.fits(&room[ni], &node.total) {
+        if !node.up
+            || free[ni] == 0
+            || !job.may_use(node)
+            || !job.resources.fits(&room[ni], &node.total)
+        {
             continue;
         }
         for (ii, v) in node.instances.iter().enumerate() {
@@ -441,6 +458,7 @@ mod tests {
             id,
             gpu: &none,
             resources: JobResources { cpus, memory },
+            nodes: None,
         };
         // Two jobs that each take every CPU never run together; a job
         // larger than any node can never run.
@@ -507,11 +525,13 @@ mod tests {
                 id: 1,
                 gpu: &small,
                 resources: ONE_CPU,
+                nodes: None,
             },
             QueuedJob {
                 id: 2,
                 gpu: &prof,
                 resources: ONE_CPU,
+                nodes: None,
             },
         ];
         let shared = [
@@ -519,11 +539,13 @@ mod tests {
                 id: 3,
                 gpu: &none,
                 resources: ONE_CPU,
+                nodes: None,
             },
             QueuedJob {
                 id: 4,
                 gpu: &none,
                 resources: ONE_CPU,
+                nodes: None,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
@@ -575,11 +597,13 @@ mod tests {
                 id: 7,
                 gpu: &r,
                 resources: ONE_CPU,
+                nodes: None,
             },
             QueuedJob {
                 id: 8,
                 gpu: &r,
                 resources: ONE_CPU,
+                nodes: None,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
@@ -618,11 +642,13 @@ mod tests {
                 id: 8,
                 gpu: &r,
                 resources: ONE_CPU,
+                nodes: None,
             },
             QueuedJob {
                 id: 7,
                 gpu: &r,
                 resources: ONE_CPU,
+                nodes: None,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
@@ -648,6 +674,7 @@ mod tests {
             id,
             gpu: &r,
             resources: ONE_CPU,
+            nodes: None,
         };
         fn node(v: Vec<InstanceView<'_>>) -> NodeView<'_> {
             NodeView {
@@ -730,6 +757,7 @@ mod tests {
             id: 1,
             gpu: &r,
             resources: ONE_CPU,
+            nodes: None,
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
             isolated: &iso,
@@ -748,6 +776,68 @@ mod tests {
         });
         assert_eq!(plan.rest, Some(PendingReason::NodeDown));
         assert!(plan.decisions.is_empty());
+    }
+
+    #[test]
+    fn jobs_run_only_where_their_node_choice_allows() {
+        use crate::allocation::NodeChoice;
+        let i1 = sim_instances("n1", &parse_sim_spec("1xA100-40GB").unwrap());
+        let i2 = sim_instances("n2", &parse_sim_spec("1xA100-40GB").unwrap());
+        let node = |name, inst| NodeView {
+            name,
+            up: true,
+            worker_limit: 16,
+            workers_used: 0,
+            shared_running: 0,
+            total: BIG,
+            free: BIG,
+            instances: views(inst),
+        };
+        let nodes = vec![node("n1", &i1), node("n2", &i2)];
+        let only = |n: &str| NodeChoice {
+            only: Some(n.into()),
+            ..Default::default()
+        };
+        let (w2, x2, nosuch) = (
+            only("n2"),
+            NodeChoice {
+                except: ["n2".to_string()].into(),
+                ..Default::default()
+            },
+            only("n9"),
+        );
+        let none = GpuRequest::default();
+        let job = |id, nodes| QueuedJob {
+            id,
+            gpu: &none,
+            resources: ONE_CPU,
+            nodes,
+        };
+        let where_ = |p: &LaunchPlan, id: JobId| {
+            p.decisions.iter().find_map(|d| match d {
+                Decision::Launch { job, node, .. } if *job == id => Some(node.clone()),
+                _ => None,
+            })
+        };
+        for policy in [&CaseLaunch as &dyn LaunchPolicy, &ExclusiveLaunch] {
+            // Isolated: -w n2 goes to n2 (n1 would be chosen first).
+            let iso = [job(1, Some(&w2))];
+            let shared = [job(2, Some(&x2)), job(3, Some(&nosuch))];
+            let p = policy.plan(&LaunchInput {
+                isolated: &iso,
+                shared: &shared,
+                nodes: &nodes,
+            });
+            assert_eq!(where_(&p, 1).as_deref(), Some("n2"), "{}", policy.name());
+            assert_eq!(where_(&p, 2).as_deref(), Some("n1"), "{}", policy.name());
+            // A node that is not there: never, with Slurm's reason.
+            assert_eq!(where_(&p, 3), None);
+            assert!(
+                p.waiting.contains(&(3, PendingReason::ReqNodeNotAvail)),
+                "{}: {p:?}",
+                policy.name()
+            );
+        }
     }
 
     #[test]
@@ -804,9 +894,9 @@ mod tests {
                 step += 1;
                 prop_assert!(step < 2000, "no progress");
                 let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], resources: ONE_CPU }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], resources: ONE_CPU, nodes: None }).collect();
                 let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], resources: ONE_CPU }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], resources: ONE_CPU, nodes: None }).collect();
                 let nodes = vec![NodeView {
                     name: "n", up: true, worker_limit: limit,
                     workers_used: s.running.len() as u32,

@@ -16,6 +16,7 @@ pub mod fence;
 pub mod gpu;
 pub mod gpu_time;
 pub mod histogram;
+pub mod hostlist;
 pub mod job;
 pub mod launch;
 pub mod mig;

@@ -1,0 +1,147 @@
+//! Slurm hostlists: `n1,n2`, `n[1-4]`, `gpu[01-16]` (widths kept),
+//! `rack[1-2]-n[1,3]` (each bracket group expands in turn).
+
+/// The most names one hostlist may expand to (a typo such as `n[1-99999999]`
+/// is refused instead of filling memory).
+pub const MAX_HOSTS: usize = 65_536;
+
+/// A hostlist that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostlistError {
+    #[error("hostlist '{0}': unbalanced brackets")]
+    Brackets(String),
+    #[error("hostlist '{list}': '{range}' is not a number or a range LO-HI")]
+    Range { list: String, range: String },
+    #[error("hostlist '{0}' names more than {MAX_HOSTS} hosts")]
+    TooMany(String),
+    #[error("hostlist '{0}' has an empty name")]
+    Empty(String),
+}
+
+/// Every host name `list` names, in order, without repeats.
+pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
+    let mut out: Vec<String> = Vec::new();
+    for item in split_top(list).map_err(|_| HostlistError::Brackets(list.into()))? {
+        let item = item.trim();
+        if item.is_empty() {
+            return Err(HostlistError::Empty(list.into()));
+        }
+        for name in expand_item(list, item)? {
+            if !out.contains(&name) {
+                out.push(name);
+            }
+            if out.len() > MAX_HOSTS {
+                return Err(HostlistError::TooMany(list.into()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Splits at commas outside brackets.
+fn split_top(list: &str) -> Result<Vec<&str>, ()> {
+    let (mut depth, mut start, mut parts) = (0i32, 0, Vec::new());
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if !(0..=1).contains(&depth) {
+            return Err(());
+        }
+    }
+    if depth != 0 {
+        return Err(());
+    }
+    parts.push(&list[start..]);
+    Ok(parts)
+}
+
+/// One item: a prefix, then optionally `[ranges]` and the rest (expanded
+/// in turn).
+fn expand_item(list: &str, item: &str) -> Result<Vec<String>, HostlistError> {
+    let Some(open) = item.find('[') else {
+        return Ok(vec![item.to_string()]);
+    };
+    let close = item[open..]
+        .find(']')
+        .map(|c| open + c)
+        .ok_or_else(|| HostlistError::Brackets(list.into()))?;
+    let (prefix, ranges, rest) = (&item[..open], &item[open + 1..close], &item[close + 1..]);
+    let tails = expand_item(list, rest)?;
+    let mut out = Vec::new();
+    for range in ranges.split(',') {
+        let bad = || HostlistError::Range {
+            list: list.into(),
+            range: range.into(),
+        };
+        let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+        if lo.is_empty() || !lo.bytes().chain(hi.bytes()).all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let (a, b): (u64, u64) = (
+            lo.parse().map_err(|_| bad())?,
+            hi.parse().map_err(|_| bad())?,
+        );
+        if b < a {
+            return Err(bad());
+        }
+        if (b - a) as usize >= MAX_HOSTS {
+            return Err(HostlistError::TooMany(list.into()));
+        }
+        for n in a..=b {
+            for t in &tails {
+                out.push(format!("{prefix}{n:0width$}{t}", width = lo.len()));
+                if out.len() > MAX_HOSTS {
+                    return Err(HostlistError::TooMany(list.into()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostlists_expand_as_slurm_writes_them() {
+        assert_eq!(expand("n1").unwrap(), ["n1"]);
+        assert_eq!(expand("n1,n2").unwrap(), ["n1", "n2"]);
+        assert_eq!(expand("n[1-3]").unwrap(), ["n1", "n2", "n3"]);
+        assert_eq!(expand("gpu[09-11]").unwrap(), ["gpu09", "gpu10", "gpu11"]);
+        assert_eq!(expand("n[1,3-4],m").unwrap(), ["n1", "n3", "n4", "m"]);
+        assert_eq!(
+            expand("r[1-2]-n[1,3]").unwrap(),
+            ["r1-n1", "r1-n3", "r2-n1", "r2-n3"]
+        );
+        assert_eq!(expand("n1,n1").unwrap(), ["n1"], "no repeats");
+    }
+
+    #[test]
+    fn bad_hostlists_are_refused_with_the_reason() {
+        assert_eq!(
+            expand("n[1-3"),
+            Err(HostlistError::Brackets("n[1-3".into()))
+        );
+        assert_eq!(expand("n]1["), Err(HostlistError::Brackets("n]1[".into())));
+        assert!(matches!(expand("n[3-1]"), Err(HostlistError::Range { .. })));
+        assert!(matches!(expand("n[a]"), Err(HostlistError::Range { .. })));
+        assert!(matches!(expand("n[]"), Err(HostlistError::Range { .. })));
+        assert_eq!(expand("n1,,n2"), Err(HostlistError::Empty("n1,,n2".into())));
+        assert_eq!(
+            expand("n[1-99999999]"),
+            Err(HostlistError::TooMany("n[1-99999999]".into()))
+        );
+        assert!(matches!(
+            expand("a[1-300]b[1-300]"),
+            Err(HostlistError::TooMany(_))
+        ));
+    }
+}
