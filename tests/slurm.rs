@@ -457,6 +457,22 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
     assert_eq!(stderr(&o), "scontrol: error: Invalid job id specified\n");
     let o = s.run("scontrol", &["reboot"], None);
     assert_eq!(o.status.code(), Some(1));
+    // Hostlists, as job scripts use them.
+    assert_eq!(
+        s.ok("scontrol", &["show", "hostnames", "n[1-3],gpu[09-10]"]),
+        "n1\nn2\nn3\ngpu09\ngpu10\n"
+    );
+    assert_eq!(
+        s.ok("scontrol", &["show", "hostlist", "n1,n2,n3,login"]),
+        "n[1-3],login\n"
+    );
+    let o = s.run("scontrol", &["show", "hostnames", "n[1-"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unbalanced brackets"), "{}", stderr(&o));
+    // Inside a job, its own node list.
+    let id = s.sbatch(&["-o", "hosts.out", "--wrap", "scontrol show hostnames"]);
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(s.file("hosts.out"), "node1\n");
 
     // sacctmgr and sshare exist and print nothing.
     assert_eq!(s.ok("sacctmgr", &["show", "assoc"]), "");

@@ -1,5 +1,6 @@
 //! Slurm hostlists: `n1,n2`, `n[1-4]`, `gpu[01-16]` (widths kept),
-//! `rack[1-2]-n[1,3]` (each bracket group expands in turn).
+//! `rack[1-2]-n[1,3]` (each bracket group expands in turn); [`expand`]
+//! reads one, [`compress`] writes one.
 
 /// The most names one hostlist may expand to (a typo such as `n[1-99999999]`
 /// is refused instead of filling memory).
@@ -36,6 +37,77 @@ pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
         }
     }
     Ok(out)
+}
+
+/// The hostlist naming `names`: names that differ only in a trailing
+/// number are written as one range (`n1,n2,n3,m` → `n[1-3],m`); zero-padded
+/// numbers keep their width (`gpu[01-02]`). Prefixes keep the order they
+/// first appear in; the numbers under one prefix are sorted.
+pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
+    // (prefix, padded width or 0) -> numbers, in first-seen order.
+    let mut groups: Vec<((String, usize), Vec<u64>)> = Vec::new();
+    let mut plain: Vec<(usize, String)> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let name = name.as_ref();
+        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (prefix, number) = name.split_at(name.len() - digits);
+        match number.parse::<u64>() {
+            Ok(n) if !number.is_empty() => {
+                let width = if number.len() > 1 && number.starts_with('0') {
+                    number.len()
+                } else {
+                    0
+                };
+                let key = (prefix.to_string(), width);
+                match groups.iter_mut().find(|g| g.0 == key) {
+                    Some(g) => g.1.push(n),
+                    None => {
+                        plain.push((i, String::new()));
+                        groups.push((key, vec![n]));
+                    }
+                }
+            }
+            _ => plain.push((i, name.to_string())),
+        }
+    }
+    let mut written = groups.into_iter().map(|((prefix, width), mut nums)| {
+        nums.sort_unstable();
+        nums.dedup();
+        let num = |n: u64| format!("{n:0width$}");
+        if nums.len() == 1 {
+            return format!("{prefix}{}", num(nums[0]));
+        }
+        let mut ranges: Vec<String> = Vec::new();
+        let mut start = nums[0];
+        for w in nums.windows(2) {
+            if w[1] != w[0] + 1 {
+                ranges.push(range(start, w[0], &num));
+                start = w[1];
+            }
+        }
+        ranges.push(range(start, *nums.last().expect("not empty"), &num));
+        format!("{prefix}[{}]", ranges.join(","))
+    });
+    // Groups take the place of their first member.
+    plain
+        .into_iter()
+        .map(|(_, name)| {
+            if name.is_empty() {
+                written.next().unwrap_or_default()
+            } else {
+                name
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn range(a: u64, b: u64, num: &dyn Fn(u64) -> String) -> String {
+    if a == b {
+        num(a)
+    } else {
+        format!("{}-{}", num(a), num(b))
+    }
 }
 
 /// Splits at commas outside brackets.
@@ -122,6 +194,19 @@ mod tests {
             ["r1-n1", "r1-n3", "r2-n1", "r2-n3"]
         );
         assert_eq!(expand("n1,n1").unwrap(), ["n1"], "no repeats");
+    }
+
+    #[test]
+    fn hostlists_are_written_compressed_and_read_back() {
+        assert_eq!(compress(&["n1", "n2", "n3", "m"]), "n[1-3],m");
+        assert_eq!(compress(&["gpu01", "gpu02", "gpu04"]), "gpu[01-02,04]");
+        assert_eq!(compress(&["n9", "n10"]), "n[9-10]");
+        assert_eq!(compress(&["n3", "n1"]), "n[1,3]");
+        assert_eq!(compress(&["login", "n1"]), "login,n1");
+        assert_eq!(compress::<&str>(&[]), "");
+        for list in ["n[1-3],m", "gpu[01-02,04]", "a,b[7-9]"] {
+            assert_eq!(compress(&expand(list).unwrap()), list);
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `scontrol`: `show job`, `show config`, `show partition`; the rest of
 //! Slurm's scontrol answers that it is not supported (docs/slurm.md).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use gsched_core::job::JobState;
 use gsched_core::wire::JobInfo;
 
@@ -122,6 +122,14 @@ fn named_jobs(client: &Client, ids: &[&str]) -> Result<Vec<JobInfo>> {
     Ok(jobs)
 }
 
+/// `scontrol show hostnames LIST`: one host name per line.
+fn print_hostnames(list: &str) -> Result<i32> {
+    for name in gsched_core::hostlist::expand(list)? {
+        println!("{name}");
+    }
+    Ok(0)
+}
+
 pub fn main_with(args: Vec<String>) -> Result<i32> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     let client = Client::from_env();
@@ -194,6 +202,17 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             Ok(0)
         }
+        ["show", "hostnames"] | ["show", "hostname"] => {
+            let list = std::env::var("SLURM_JOB_NODELIST")
+                .context("no hostlist given and SLURM_JOB_NODELIST is not set")?;
+            print_hostnames(&list)
+        }
+        ["show", "hostnames", list] | ["show", "hostname", list] => print_hostnames(list),
+        ["show", "hostlist", list] | ["show", "hostlistsorted", list] => {
+            let names = gsched_core::hostlist::expand(list)?;
+            println!("{}", gsched_core::hostlist::compress(&names));
+            Ok(0)
+        }
         ["show", "partition"] | ["show", "partitions"] => {
             let h = client.health()?;
             let default = h["partition"].as_str().unwrap_or("gpu");
@@ -207,9 +226,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             Ok(0)
         }
-        [] => bail!("no command given (supported: show job [ID], show config, show partition, requeue ID, hold ID, release ID)"),
+        [] => bail!("no command given (supported: show job [ID], show config, show partition, show hostnames [LIST], show hostlist LIST, requeue ID, hold ID, release ID)"),
         [cmd, ..] => bail!(
-            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition, requeue ID, hold ID, release ID); see docs/slurm.md"
+            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition, show hostnames [LIST], show hostlist LIST, requeue ID, hold ID, release ID); see docs/slurm.md"
         ),
     }
 }
