@@ -116,6 +116,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
         if k % 10 == 0 {
             s.isolated = true;
             s.gpu = GpuRequest {
+                model: None,
                 mig_profile: None,
                 mem_mib: Some(4096),
                 share: None,

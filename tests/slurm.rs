@@ -163,6 +163,27 @@ fn sbatch_scripts_options_and_output() {
     assert_eq!(g.job(off)["job_state"], "PENDING");
     s.ok("scancel", &[&off.to_string()]);
 
+    // A GPU model as the type: the (simulated) A100 serves a100; no node
+    // has an H100, so that job waits with Slurm's reason.
+    let a100 = s.sbatch(&[
+        "--gres=gpu:a100:1",
+        "-o",
+        "a100.out",
+        "--wrap",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    g.wait_state(a100, "COMPLETED", T);
+    assert!(
+        s.file("a100.out").starts_with("GPU-"),
+        "{}",
+        s.file("a100.out")
+    );
+    let h100 = s.sbatch(&["--gpus=h100:1", "--wrap", "true"]);
+    g.wait_until("the H100 job waits", T, || {
+        g.job(h100)["state_reason"] == "ReqNodeNotAvail"
+    });
+    s.ok("scancel", &[&h100.to_string()]);
+
     // One GPU per node (or per task, with one task) is the job's one GPU
     // instance: it runs isolated on the (simulated) GPU.
     for opt in ["--gpus-per-node=1", "--gpus-per-task=1"] {

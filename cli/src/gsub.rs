@@ -276,9 +276,10 @@ pub fn clap_message(e: &clap::Error) -> String {
     first.strip_prefix("error: ").unwrap_or(first).to_string()
 }
 
-/// Reads a Slurm GPU request (`--gres=gpu[:PROFILE][:N]` or
-/// `--gpus=[PROFILE:]N`): the MIG profile it names, if any. gsched gives a
-/// job one GPU instance, so N must be 1.
+/// Reads a Slurm GPU request (`--gres=gpu[:TYPE][:N]` or
+/// `--gpus=[TYPE:]N`): the type it names, if any (a MIG profile, or a GPU
+/// model such as `h100`). gsched gives a job one GPU instance, so N must
+/// be 1.
 pub fn parse_gpu_request(option: &str, value: &str) -> Result<Option<String>> {
     let rest = if option == "--gres" {
         let mut parts = value.splitn(2, ':');
@@ -316,14 +317,15 @@ pub fn parse_gpu_request(option: &str, value: &str) -> Result<Option<String>> {
         Err(_) => bail!("{option}={value}: '{count}' is not a GPU count"),
     }
     if let Some(p) = profile {
-        if !gsched_core::gpu::is_profile_name(p) {
-            bail!("{option}={value}: '{p}' is not a MIG profile name (e.g. 1g.5gb, 3g.40gb)");
+        if !gsched_core::gpu::is_profile_name(p) && !gsched_core::gpu::is_gpu_type(p) {
+            bail!("{option}={value}: '{p}' is not a MIG profile (e.g. 1g.5gb, 3g.40gb) or a GPU model (e.g. h100, a100-80gb)");
         }
     }
     Ok(profile.map(str::to_string))
 }
 
-/// The MIG profile asked for by --mig, --gres or --gpus, which must agree.
+/// The GPU type (MIG profile or model) asked for by --mig, --gres or
+/// --gpus, which must agree.
 fn requested_profile(opts: &SubmitOptions) -> Result<Option<String>> {
     let mut found: Option<(String, String)> = opts.mig.clone().map(|p| ("--mig".into(), p));
     if let Some(v) = &opts.recorded.gpus_per_task {
@@ -353,7 +355,7 @@ fn requested_profile(opts: &SubmitOptions) -> Result<Option<String>> {
         if let Some(p) = parse_gpu_request(opt, v)? {
             match &found {
                 Some((o, q)) if !q.eq_ignore_ascii_case(&p) => {
-                    bail!("{o} asks for {q} but {opt} for {p}; give one MIG profile")
+                    bail!("{o} asks for {q} but {opt} for {p}; give one GPU type")
                 }
                 _ => found = Some((opt.into(), p)),
             }
@@ -408,7 +410,19 @@ pub fn build_spec(
         None => cwd.display().to_string(),
     };
     let (user_name, uid, gid) = current_user();
-    let profile = requested_profile(opts)?;
+    if let Some(m) = opts
+        .mig
+        .as_deref()
+        .filter(|m| !gsched_core::gpu::is_profile_name(m))
+    {
+        bail!("--mig={m}: not a MIG profile name (e.g. 1g.5gb, 3g.40gb)");
+    }
+    // The type asked for: a MIG profile, or a GPU model.
+    let (profile, model) = match requested_profile(opts)? {
+        Some(t) if gsched_core::gpu::is_profile_name(&t) => (Some(t), None),
+        Some(t) => (None, Some(t.to_ascii_lowercase())),
+        None => (None, None),
+    };
     // A job runs on one node, so one GPU per node (or per task, with one
     // task) is one GPU instance for the job.
     let wants_gpu = opts.gres.is_some()
@@ -430,6 +444,7 @@ pub fn build_spec(
         submit_host: hostname(),
         isolated: opts.isolated || profile.is_some() || wants_gpu,
         gpu: GpuRequest {
+            model,
             mig_profile: profile,
             mem_mib: mem,
             share,
@@ -689,10 +704,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("only the gpu resource"), "{e}");
-        let e = parse_gpu_request("--gpus", "a100:1")
+        // A model name is a type too; something that is neither is not.
+        assert_eq!(
+            parse_gpu_request("--gpus", "a100:1").unwrap().as_deref(),
+            Some("a100")
+        );
+        let e = parse_gpu_request("--gpus", "a/100:1")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("not a MIG profile name"), "{e}");
+        assert!(
+            e.contains("not a MIG profile") && e.contains("GPU model"),
+            "{e}"
+        );
         assert!(parse_gpu_request("--gres", "gpu:1g.5gb:x").is_err());
         assert!(parse_gpu_request("--gres", "gpu:a:b:c").is_err());
 
@@ -712,6 +735,15 @@ mod tests {
         assert_eq!(s.gpu.mig_profile.as_deref(), Some("1g.5gb"));
         let s = build_spec(&opts(&["--gpus=1", "x.sh"]), "true".into(), "x", cwd).unwrap();
         assert!(s.isolated && s.gpu.mig_profile.is_none());
+        let s = build_spec(
+            &opts(&["--gres=gpu:H100:1", "x.sh"]),
+            "true".into(),
+            "x",
+            cwd,
+        )
+        .unwrap();
+        assert!(s.isolated && s.gpu.mig_profile.is_none());
+        assert_eq!(s.gpu.model.as_deref(), Some("h100"));
         let e = build_spec(
             &opts(&["--mig", "1g.5gb", "--gres=gpu:2g.10gb:1", "x.sh"]),
             "true".into(),
@@ -722,7 +754,7 @@ mod tests {
         .to_string();
         assert_eq!(
             e,
-            "--mig asks for 1g.5gb but --gres for 2g.10gb; give one MIG profile"
+            "--mig asks for 1g.5gb but --gres for 2g.10gb; give one GPU type"
         );
     }
 }

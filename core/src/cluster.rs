@@ -1434,6 +1434,7 @@ mod tests {
             isolated,
             gpu: if isolated {
                 GpuRequest {
+                    model: None,
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
                     share: None,

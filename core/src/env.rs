@@ -192,6 +192,7 @@ mod tests {
                 submit_host: "login".into(),
                 isolated: true,
                 gpu: GpuRequest {
+                    model: None,
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
                     share: None,

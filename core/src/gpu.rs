@@ -179,6 +179,32 @@ impl GpuModel {
 }
 
 /// Whether `s` has the shape of a MIG profile name: `<N>g.<M>gb`, optionally `+me`.
+/// Whether `s` may name a GPU type in a request (`--gres=gpu:TYPE:1`) that
+/// is not a MIG profile: a model such as `h100` or `a100-80gb`. Letters,
+/// digits, `-`, `_` and `.`, at most 64.
+pub fn is_gpu_type(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().any(|b| b.is_ascii_alphabetic())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// Whether GPU type `kind` names `model` (a model table name such as
+/// `H100-80GB`, or the driver's name): its words appear together and in
+/// order among the model name's words, case-insensitively (`h100` and
+/// `h100-80gb` name `H100-80GB`; `a100` does not name an `A1000`).
+pub fn model_matches(model: &str, kind: &str) -> bool {
+    let words = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect()
+    };
+    let (m, k) = (words(model), words(kind));
+    !k.is_empty() && m.windows(k.len()).any(|w| w == k.as_slice())
+}
+
 pub fn is_profile_name(s: &str) -> bool {
     let s = s.strip_suffix("+me").unwrap_or(s);
     let Some((g, mem)) = s.split_once("g.") else {
@@ -287,6 +313,13 @@ impl Instance {
 
     /// Whether this instance satisfies an isolated job's request.
     pub fn satisfies(&self, req: &crate::job::GpuRequest) -> bool {
+        if req
+            .model
+            .as_deref()
+            .is_some_and(|m| !model_matches(&self.model, m))
+        {
+            return false;
+        }
         if let Some(p) = &req.mig_profile {
             return self
                 .profile
@@ -486,9 +519,29 @@ mod tests {
     }
 
     #[test]
+    fn a_gpu_type_names_models_by_their_words() {
+        assert!(model_matches("H100-80GB", "h100"));
+        assert!(model_matches("H100-80GB", "H100-80gb"));
+        assert!(model_matches("NVIDIA H100 80GB HBM3", "h100"));
+        assert!(!model_matches("A1000", "a100"), "a whole word, not a part");
+        assert!(!model_matches("A100-40GB", "a100-80gb"));
+        assert!(!model_matches("A100-40GB", ""));
+        assert!(is_gpu_type("a100-80gb") && is_gpu_type("h100"));
+        assert!(!is_gpu_type("100") && !is_gpu_type("a/b") && !is_gpu_type(""));
+        let h100 = Instance::whole_gpu(0, "GPU-h".into(), model("H100-80GB").unwrap());
+        let a100 = Instance::whole_gpu(1, "GPU-a".into(), model("A100-40GB").unwrap());
+        let want = crate::job::GpuRequest {
+            model: Some("h100".into()),
+            ..Default::default()
+        };
+        assert!(h100.satisfies(&want) && !a100.satisfies(&want));
+    }
+
+    #[test]
     fn satisfies_requests() {
         let inst = sim_instances("n", &parse_sim_spec("1xA100-40GB:2g.10gb,1g.5gb").unwrap());
         let by_profile = GpuRequest {
+            model: None,
             mig_profile: Some("1g.5gb".into()),
             mem_mib: None,
             share: None,
@@ -496,6 +549,7 @@ mod tests {
         assert!(!inst[0].satisfies(&by_profile));
         assert!(inst[1].satisfies(&by_profile));
         let by_mem = GpuRequest {
+            model: None,
             mig_profile: None,
             mem_mib: Some(6000),
             share: None,

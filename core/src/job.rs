@@ -151,6 +151,10 @@ pub struct GpuRequest {
     /// A MIG profile name such as `1g.5gb` (isolated jobs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_profile: Option<String>,
+    /// A GPU model the instance must be of, such as `h100` or `a100-80gb`
+    /// (`--gres=gpu:h100:1`; isolated jobs only; [`crate::gpu::model_matches`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// GPU memory footprint in MiB: the size of instance an isolated job needs,
     /// or the reservation hint of a non-isolated one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -342,6 +346,10 @@ pub enum SpecError {
     Resources(#[from] crate::resources::ResourceError),
     #[error(transparent)]
     Allocation(#[from] crate::allocation::AllocationError),
+    #[error("GPU type '{0}' is not a MIG profile or a model name (letters, digits, '-', '_', '.'; such as h100 or a100-80gb)")]
+    BadGpuType(String),
+    #[error("GPU type '{0}' asks for an instance of its own: only isolated jobs may name one")]
+    GpuTypeWithoutIsolated(String),
     #[error("the idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} printable characters")]
     BadIdempotencyKey,
 }
@@ -373,6 +381,14 @@ impl JobSpec {
             }
             if !self.isolated {
                 return Err(SpecError::ProfileWithoutIsolated(p.clone()));
+            }
+        }
+        if let Some(m) = &self.gpu.model {
+            if !crate::gpu::is_gpu_type(m) {
+                return Err(SpecError::BadGpuType(m.clone()));
+            }
+            if !self.isolated {
+                return Err(SpecError::GpuTypeWithoutIsolated(m.clone()));
             }
         }
         if self.gpu.mem_mib == Some(0) {

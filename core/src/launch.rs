@@ -416,6 +416,7 @@ mod tests {
 
     fn req(profile: Option<&str>, mem: Option<u64>) -> GpuRequest {
         GpuRequest {
+            model: None,
             mig_profile: profile.map(String::from),
             mem_mib: mem,
             share: None,

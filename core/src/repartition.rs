@@ -651,6 +651,7 @@ mod tests {
                 crate::JobSpec {
                     isolated,
                     gpu: crate::job::GpuRequest {
+                        model: None,
                         mig_profile: None,
                         mem_mib: Some(mib),
                         share: None,

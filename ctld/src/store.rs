@@ -595,6 +595,7 @@ mod tests {
                 submit_host: "h".into(),
                 isolated: true,
                 gpu: GpuRequest {
+                    model: None,
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
                     share: None,

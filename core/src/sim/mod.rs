@@ -224,6 +224,7 @@ fn spec_of(j: &SimJob) -> JobSpec {
         submit_host: "sim".into(),
         isolated: j.isolated,
         gpu: GpuRequest {
+            model: None,
             mig_profile: None,
             mem_mib: Some(j.peak_mib().max(1)),
             share: None,

@@ -80,8 +80,9 @@ fn text(field: &str, v: Option<&Value>) -> Result<Option<String>, String> {
     }
 }
 
-/// `gres/gpu[:PROFILE][:N]` (or `gpu:...`): a GPU instance of the job's
-/// own, so an isolated job; the profile when one is named.
+/// `gres/gpu[:TYPE][:N]` (or `gpu:...`): a GPU instance of the job's own,
+/// so an isolated job; the type (MIG profile or GPU model) when one is
+/// named.
 fn gpu_request(tres: &str) -> Result<Option<Option<String>>, String> {
     let mut found = None;
     for part in tres.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -251,7 +252,15 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
         submit_host: "slurmrestd".into(),
         isolated: gpu.is_some(),
         gpu: GpuRequest {
-            mig_profile: gpu.flatten(),
+            // The type named: a MIG profile, else a GPU model (`h100`).
+            model: gpu
+                .clone()
+                .flatten()
+                .filter(|t| !gsched_core::gpu::is_profile_name(t))
+                .map(|t| t.to_ascii_lowercase()),
+            mig_profile: gpu
+                .flatten()
+                .filter(|t| gsched_core::gpu::is_profile_name(t)),
             mem_mib: None,
             share: None,
         },
@@ -340,6 +349,13 @@ mod tests {
         assert!(s.isolated);
         assert_eq!(s.gpu.mig_profile.as_deref(), Some("1g.5gb"));
         assert_eq!(s.slurm.ntasks, Some(2));
+        let (h, _) = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
+            "current_working_directory": "/", "environment": [],
+            "tres_per_node": "gres/gpu:h100:1"}}))
+        .unwrap();
+        assert_eq!(h.gpu.model.as_deref(), Some("h100"));
+        assert!(h.gpu.mig_profile.is_none() && h.isolated);
+        h.validate().unwrap();
         assert!(s.array.is_some());
         assert_eq!(
             w,
