@@ -227,6 +227,14 @@ fn sbatch_scripts_options_and_output() {
         ),
         (vec!["-w", "node[1-2]", "--wrap", "true"], "names 2 nodes"),
         (
+            vec!["--gpus-per-socket=1", "--wrap", "true"],
+            "by CPU socket",
+        ),
+        (
+            vec!["--gpu-bind=map_gpu:0,1", "--wrap", "true"],
+            "--gpu-bind=map_gpu:0,1",
+        ),
+        (
             vec!["-x", "node[1-", "--wrap", "true"],
             "unbalanced brackets",
         ),

@@ -141,6 +141,10 @@ pub struct RecordedOptions {
     pub gpus_per_node: Option<String>,
     #[arg(long, hide = true)]
     pub gpus_per_task: Option<String>,
+    #[arg(long, hide = true)]
+    pub gpus_per_socket: Option<String>,
+    #[arg(long, hide = true)]
+    pub gpu_bind: Option<String>,
     #[arg(short = 'x', long, hide = true)]
     pub exclude: Option<String>,
     #[arg(short = 'w', long, hide = true)]
@@ -173,6 +177,8 @@ impl RecordedOptions {
             cpus_per_gpu,
             gpus_per_node,
             gpus_per_task,
+            gpus_per_socket,
+            gpu_bind,
             exclude,
             nodelist,
             exclusive,
@@ -199,6 +205,8 @@ impl RecordedOptions {
             ntasks_per_node => "ntasks-per-node",
             ntasks_per_gpu => "ntasks-per-gpu",
             cpus_per_gpu => "cpus-per-gpu",
+            gpus_per_socket => "gpus-per-socket",
+            gpu_bind => "gpu-bind",
             exclude => "exclude",
             nodelist => "nodelist",
             exclusive => "exclusive",

@@ -20,6 +20,10 @@ pub enum AllocationError {
     GpusPer { option: &'static str, value: String },
     #[error("--nodelist={value}: names {count} nodes, and gsched runs a job on one node; name one (multi-node jobs are not supported yet)")]
     NodeList { value: String, count: usize },
+    #[error("--gpus-per-socket={0}: gsched does not place GPUs by CPU socket; ask for one GPU instance with --gres=gpu:1")]
+    GpusPerSocket(String),
+    #[error("--gpu-bind={0}: gsched binds a job to its one GPU instance; give none, closest or single:1, or leave the option out")]
+    GpuBind(String),
     #[error("--{option}: {source}")]
     Hostlist {
         option: &'static str,
@@ -82,6 +86,19 @@ pub fn check(other: &BTreeMap<String, String>) -> Result<(), AllocationError> {
                 option,
                 value: v.clone(),
             });
+        }
+    }
+    if let Some(v) = other.get("gpus-per-socket") {
+        return Err(AllocationError::GpusPerSocket(v.clone()));
+    }
+    if let Some(v) = other.get("gpu-bind") {
+        // With one instance, these bind as asked: to it.
+        let fits = matches!(v.trim(), "none" | "closest")
+            || v.trim()
+                .strip_prefix("single:")
+                .is_some_and(|n| n.trim() == "1");
+        if !fits {
+            return Err(AllocationError::GpuBind(v.clone()));
         }
     }
     node_choice(other).map(|_| ())
@@ -162,5 +179,17 @@ mod tests {
         assert!(e.starts_with("--exclude: hostlist 'n[1-'"), "{e}");
         // Options that fit one node pass.
         assert_eq!(check(&with("ntasks-per-node", "2")), Ok(()));
+        // GPU binding: what one instance satisfies passes.
+        for ok in ["none", "closest", "single:1"] {
+            assert_eq!(check(&with("gpu-bind", ok)), Ok(()), "{ok}");
+        }
+        for bad in ["map_gpu:0,1", "single:2", "verbose,closest"] {
+            let e = check(&with("gpu-bind", bad)).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--gpu-bind={bad}:")), "{e}");
+        }
+        let e = check(&with("gpus-per-socket", "1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("socket") && e.contains("--gres=gpu:1"), "{e}");
     }
 }
