@@ -5,9 +5,9 @@
 //! allocations). The options arrive as the job's recorded Slurm options
 //! (`SlurmOptions::other`, by long name).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use crate::hostlist::{self, HostlistError};
+use crate::hostlist::{self, Hostlist, HostlistError};
 
 /// A request gsched cannot give a job yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,13 +36,14 @@ pub enum AllocationError {
 pub struct NodeChoice {
     /// `-w`: only this node.
     pub only: Option<String>,
-    /// `-x`: never these.
-    pub except: BTreeSet<String>,
+    /// `-x`: never these (read, not expanded).
+    pub except: Option<Hostlist>,
 }
 
 impl NodeChoice {
     pub fn allows(&self, node: &str) -> bool {
-        self.only.as_deref().is_none_or(|o| o == node) && !self.except.contains(node)
+        self.only.as_deref().is_none_or(|o| o == node)
+            && !self.except.as_ref().is_some_and(|x| x.contains(node))
     }
 }
 
@@ -50,26 +51,35 @@ impl NodeChoice {
 pub fn node_choice(
     other: &BTreeMap<String, String>,
 ) -> Result<Option<NodeChoice>, AllocationError> {
-    let names = |option: &'static str| -> Result<Option<Vec<String>>, AllocationError> {
+    let read = |option: &'static str| {
         other
             .get(option)
             .map(|v| {
-                hostlist::expand(v).map_err(|source| AllocationError::Hostlist { option, source })
+                Hostlist::parse(v)
+                    .map(|h| (v, h))
+                    .map_err(|source| AllocationError::Hostlist { option, source })
             })
             .transpose()
     };
-    let only = match names("nodelist")? {
+    let only = match read("nodelist")? {
         None => None,
-        Some(mut n) if n.len() == 1 => n.pop(),
-        Some(n) => {
-            return Err(AllocationError::NodeList {
-                value: other["nodelist"].clone(),
-                count: n.len(),
-            })
+        Some((v, _)) => {
+            // Expanded only here, where a valid one names one node.
+            let mut names = hostlist::expand(v).map_err(|source| AllocationError::Hostlist {
+                option: "nodelist",
+                source,
+            })?;
+            if names.len() > 1 {
+                return Err(AllocationError::NodeList {
+                    value: v.clone(),
+                    count: names.len(),
+                });
+            }
+            names.pop()
         }
     };
-    let except: BTreeSet<String> = names("exclude")?.unwrap_or_default().into_iter().collect();
-    Ok((only.is_some() || !except.is_empty()).then_some(NodeChoice { only, except }))
+    let except = read("exclude")?.map(|(_, h)| h);
+    Ok((only.is_some() || except.is_some()).then_some(NodeChoice { only, except }))
 }
 
 /// Checks a job's recorded Slurm options against what one allocation can

@@ -21,14 +21,11 @@ pub enum HostlistError {
 
 /// Every host name `list` names, in order, without repeats.
 pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
+    let mut seen = std::collections::HashSet::new();
     let mut out: Vec<String> = Vec::new();
-    for item in split_top(list).map_err(|_| HostlistError::Brackets(list.into()))? {
-        let item = item.trim();
-        if item.is_empty() {
-            return Err(HostlistError::Empty(list.into()));
-        }
+    for item in items(list)? {
         for name in expand_item(list, item)? {
-            if !out.contains(&name) {
+            if seen.insert(name.clone()) {
                 out.push(name);
             }
             if out.len() > MAX_HOSTS {
@@ -37,6 +34,96 @@ pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
         }
     }
     Ok(out)
+}
+
+/// A hostlist read but not expanded: it answers whether it names a host
+/// without building the names (`-x n[1-60000]` costs its text, not
+/// sixty thousand strings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hostlist {
+    /// Per comma-separated item, its literal text and its bracket groups
+    /// in turn.
+    items: Vec<Vec<Part>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    /// (low, high, width): numbers written zero-padded to width.
+    Numbers(Vec<(u64, u64, usize)>),
+}
+
+impl Hostlist {
+    /// Reads `list`, with the same checks as [`expand`].
+    pub fn parse(list: &str) -> Result<Hostlist, HostlistError> {
+        let parsed = items(list)?
+            .into_iter()
+            .map(|item| parse_item(list, item))
+            .collect::<Result<Vec<_>, _>>()?;
+        let h = Hostlist { items: parsed };
+        if h.len() > MAX_HOSTS {
+            return Err(HostlistError::TooMany(list.into()));
+        }
+        Ok(h)
+    }
+
+    /// How many names it lists, repeats counted (at most [`MAX_HOSTS`]).
+    pub fn len(&self) -> usize {
+        self.items
+            .iter()
+            .map(|parts| {
+                parts.iter().fold(1usize, |n, p| match p {
+                    Part::Text(_) => n,
+                    Part::Numbers(r) => {
+                        n.saturating_mul(r.iter().map(|(a, b, _)| (b - a + 1) as usize).sum())
+                    }
+                })
+            })
+            .fold(0usize, usize::saturating_add)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Whether it names `host`.
+    pub fn contains(&self, host: &str) -> bool {
+        self.items.iter().any(|parts| matches(parts, host))
+    }
+}
+
+fn matches(parts: &[Part], s: &str) -> bool {
+    match parts.split_first() {
+        None => s.is_empty(),
+        Some((Part::Text(t), rest)) => s.strip_prefix(t.as_str()).is_some_and(|r| matches(rest, r)),
+        Some((Part::Numbers(ranges), rest)) => {
+            let digits = s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            (1..=digits.min(20)).any(|k| {
+                let (d, r) = s.split_at(k);
+                d.parse::<u64>().is_ok_and(|n| {
+                    ranges
+                        .iter()
+                        .any(|&(a, b, w)| (a..=b).contains(&n) && format!("{n:0w$}") == d)
+                }) && matches(rest, r)
+            })
+        }
+    }
+}
+
+/// The comma-separated items of `list`, trimmed, none empty.
+fn items(list: &str) -> Result<Vec<&str>, HostlistError> {
+    let parts = split_top(list).map_err(|_| HostlistError::Brackets(list.into()))?;
+    parts
+        .into_iter()
+        .map(|i| {
+            let i = i.trim();
+            if i.is_empty() {
+                Err(HostlistError::Empty(list.into()))
+            } else {
+                Ok(i)
+            }
+        })
+        .collect()
 }
 
 /// The hostlist naming `names`: names that differ only in a trailing
@@ -134,46 +221,73 @@ fn split_top(list: &str) -> Result<Vec<&str>, ()> {
     Ok(parts)
 }
 
-/// One item: a prefix, then optionally `[ranges]` and the rest (expanded
-/// in turn).
-fn expand_item(list: &str, item: &str) -> Result<Vec<String>, HostlistError> {
-    let Some(open) = item.find('[') else {
-        return Ok(vec![item.to_string()]);
-    };
-    let close = item[open..]
-        .find(']')
-        .map(|c| open + c)
-        .ok_or_else(|| HostlistError::Brackets(list.into()))?;
-    let (prefix, ranges, rest) = (&item[..open], &item[open + 1..close], &item[close + 1..]);
-    let tails = expand_item(list, rest)?;
-    let mut out = Vec::new();
-    for range in ranges.split(',') {
-        let bad = || HostlistError::Range {
-            list: list.into(),
-            range: range.into(),
-        };
-        let (lo, hi) = range.split_once('-').unwrap_or((range, range));
-        if lo.is_empty() || !lo.bytes().chain(hi.bytes()).all(|b| b.is_ascii_digit()) {
-            return Err(bad());
+/// One item: literal text and `[ranges]` groups, in turn.
+fn parse_item(list: &str, item: &str) -> Result<Vec<Part>, HostlistError> {
+    let mut parts = Vec::new();
+    let mut rest = item;
+    while let Some(open) = rest.find('[') {
+        let close = rest[open..]
+            .find(']')
+            .map(|c| open + c)
+            .ok_or_else(|| HostlistError::Brackets(list.into()))?;
+        if open > 0 {
+            parts.push(Part::Text(rest[..open].to_string()));
         }
-        let (a, b): (u64, u64) = (
-            lo.parse().map_err(|_| bad())?,
-            hi.parse().map_err(|_| bad())?,
-        );
-        if b < a {
-            return Err(bad());
-        }
-        if (b - a) as usize >= MAX_HOSTS {
-            return Err(HostlistError::TooMany(list.into()));
-        }
-        for n in a..=b {
-            for t in &tails {
-                out.push(format!("{prefix}{n:0width$}{t}", width = lo.len()));
-                if out.len() > MAX_HOSTS {
-                    return Err(HostlistError::TooMany(list.into()));
-                }
+        let mut ranges = Vec::new();
+        for range in rest[open + 1..close].split(',') {
+            let bad = || HostlistError::Range {
+                list: list.into(),
+                range: range.into(),
+            };
+            let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+            if lo.is_empty() || !lo.bytes().chain(hi.bytes()).all(|b| b.is_ascii_digit()) {
+                return Err(bad());
             }
+            let (a, b): (u64, u64) = (
+                lo.parse().map_err(|_| bad())?,
+                hi.parse().map_err(|_| bad())?,
+            );
+            if b < a {
+                return Err(bad());
+            }
+            if (b - a) as usize >= MAX_HOSTS {
+                return Err(HostlistError::TooMany(list.into()));
+            }
+            ranges.push((a, b, lo.len()));
         }
+        parts.push(Part::Numbers(ranges));
+        rest = &rest[close + 1..];
+    }
+    if rest.contains(']') {
+        return Err(HostlistError::Brackets(list.into()));
+    }
+    if !rest.is_empty() {
+        parts.push(Part::Text(rest.to_string()));
+    }
+    Ok(parts)
+}
+
+/// One item's names, each bracket group expanded in turn.
+fn expand_item(list: &str, item: &str) -> Result<Vec<String>, HostlistError> {
+    let mut out = vec![String::new()];
+    for part in parse_item(list, item)? {
+        out = match part {
+            Part::Text(t) => out.into_iter().map(|o| o + &t).collect(),
+            Part::Numbers(ranges) => {
+                let mut next = Vec::new();
+                for o in &out {
+                    for &(a, b, w) in &ranges {
+                        for n in a..=b {
+                            next.push(format!("{o}{n:0w$}"));
+                            if next.len() > MAX_HOSTS {
+                                return Err(HostlistError::TooMany(list.into()));
+                            }
+                        }
+                    }
+                }
+                next
+            }
+        };
     }
     Ok(out)
 }
@@ -207,6 +321,25 @@ mod tests {
         for list in ["n[1-3],m", "gpu[01-02,04]", "a,b[7-9]"] {
             assert_eq!(compress(&expand(list).unwrap()), list);
         }
+    }
+
+    #[test]
+    fn a_read_hostlist_names_what_it_would_expand_to() {
+        for list in ["n[1-3],m", "gpu[09-11]", "r[1-2]-n[1,3]", "n[9-10]", "a1b"] {
+            let h = Hostlist::parse(list).unwrap();
+            for name in expand(list).unwrap() {
+                assert!(h.contains(&name), "{list}: {name}");
+            }
+        }
+        let h = Hostlist::parse("gpu[09-11],n[1-60000]").unwrap();
+        assert!(h.contains("gpu10") && h.contains("n59999"));
+        assert!(!h.contains("gpu9") && !h.contains("gpu12") && !h.contains("n0"));
+        assert!(!h.contains("n60001") && !h.contains("n1x") && !h.contains("m"));
+        assert_eq!(
+            Hostlist::parse("n[1-40000],m[1-40000]"),
+            Err(HostlistError::TooMany("n[1-40000],m[1-40000]".into()))
+        );
+        assert!(Hostlist::parse("n[1-3").is_err() && Hostlist::parse("n1,,m").is_err());
     }
 
     #[test]

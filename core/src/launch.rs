@@ -802,7 +802,7 @@ mod tests {
         let (w2, x2, nosuch) = (
             only("n2"),
             NodeChoice {
-                except: ["n2".to_string()].into(),
+                except: Some(crate::hostlist::Hostlist::parse("n2").unwrap()),
                 ..Default::default()
             },
             only("n9"),
