@@ -218,6 +218,13 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
     for f in ["tres_per_job", "tres_per_node", "tres_per_task"] {
         if let Some(t) = text(f, obj.get(f))? {
             if let Some(g) = gpu_request(&t)? {
+                // One GPU per task is one for the job only with one task.
+                let tasks = small("tasks")?.unwrap_or(1);
+                if f == "tres_per_task" && tasks > 1 {
+                    return Err(format!(
+                        "job.tres_per_task {t} with {tasks} tasks asks for a GPU instance per task; a job gets one (multi-GPU jobs are not supported yet)"
+                    ));
+                }
                 gpu = Some(g);
             }
         }
@@ -354,6 +361,12 @@ mod tests {
             "tres_per_node": "gres/gpu:h100:1"}}))
         .unwrap();
         assert_eq!(h.gpu.model.as_deref(), Some("h100"));
+        // One per task with several tasks: more than one instance.
+        let e = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
+            "current_working_directory": "/", "environment": [], "tasks": 2,
+            "tres_per_task": "gres/gpu:1"}}))
+        .unwrap_err();
+        assert!(e.contains("a GPU instance per task"), "{e}");
         assert!(h.gpu.mig_profile.is_none() && h.isolated);
         h.validate().unwrap();
         assert!(s.array.is_some());
