@@ -119,7 +119,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
                 model: None,
                 mig_profile: None,
                 mem_mib: Some(4096),
-                share: None,
+                ..GpuRequest::default()
             };
         }
         let _ = c.submit(s, 1);

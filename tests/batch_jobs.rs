@@ -260,7 +260,7 @@ fn bad_input_gets_a_clear_error_and_nothing_is_queued() {
         (vec!["-t", "soon"], Some("#!/bin/sh\ntrue\n"), "gsub: error: invalid time limit 'soon': expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED\n"),
         (vec![], Some("echo no shebang\n"), "gsub: error: invalid job: this does not look like a batch script: the first line must start with #! followed by the path to an interpreter\n"),
         (vec![], Some("#!/bin/sh\n#SBATCH --time\ntrue\n"), "gsub: error: script line 2: a value is required for '--time <TIME>' but none was supplied\n"),
-        (vec!["--gres=gpu:2"], Some("#!/bin/sh\ntrue\n"), "gsub: error: --gres=gpu:2: gsched gives a job one GPU instance; ask for 1 (jobs needing more GPUs are not supported yet)\n"),
+        (vec!["--gres=gpu:0"], Some("#!/bin/sh\ntrue\n"), "gsub: error: --gres=gpu:0: a GPU request of 0 is not a GPU request; leave the option out\n"),
         (vec!["--gpu-mem", "lots"], Some("#!/bin/sh\ntrue\n"), "gsub: error: invalid memory size 'lots': expected a number with an optional K, M, G or T suffix (e.g. 500M, 4G)\n"),
         (vec!["missing.sh"], None, "gsub: error: cannot read batch script missing.sh: No such file or directory (os error 2)\n"),
     ];

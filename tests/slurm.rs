@@ -5,71 +5,13 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
+use common::slurm::Slurm;
 use common::{bin, stderr, stdout, Gsched};
 
 const T: Duration = Duration::from_secs(30);
-
-/// A gsched with the Slurm shims installed in its work directory.
-struct Slurm {
-    g: Gsched,
-    shims: PathBuf,
-}
-
-impl Slurm {
-    fn start() -> Slurm {
-        // CPUs to spare: these jobs ask for more cores than this machine
-        // has (tests/confinement.rs tests CPUs as a resource).
-        let mut args = vec!["--sim-gpus".to_string(), "1xA100-40GB".to_string()];
-        args.extend(common::spare_cpus());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let g = Gsched::start(&args);
-        let shims = g.work.path().join("shims");
-        let out = Command::new(bin("gsched"))
-            .arg("slurm-shims")
-            .arg(&shims)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
-        Slurm { g, shims }
-    }
-
-    fn run(&self, name: &str, args: &[&str], stdin: Option<&str>) -> Output {
-        // The shims first on PATH, as users install them.
-        let path = format!(
-            "{}:{}",
-            self.shims.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        self.g.run_program(
-            &self.shims.join(name),
-            args,
-            self.g.work.path(),
-            stdin,
-            &[("PATH", path)],
-        )
-    }
-
-    fn ok(&self, name: &str, args: &[&str]) -> String {
-        let o = self.run(name, args, None);
-        assert!(o.status.success(), "{name} {args:?} failed: {}", stderr(&o));
-        assert_eq!(stderr(&o), "", "{name} {args:?} wrote to stderr");
-        stdout(&o)
-    }
-
-    fn sbatch(&self, args: &[&str]) -> u64 {
-        let mut all = vec!["--parsable"];
-        all.extend_from_slice(args);
-        self.ok("sbatch", &all).trim().parse().unwrap()
-    }
-
-    fn file(&self, name: &str) -> String {
-        std::fs::read_to_string(self.g.work.path().join(name)).unwrap_or_default()
-    }
-}
 
 #[test]
 fn sbatch_scripts_options_and_output() {
@@ -220,11 +162,11 @@ fn sbatch_scripts_options_and_output() {
             vec!["--nodes=2-4", "--wrap", "true"],
             "runs a job on one node",
         ),
-        (vec!["--gpus-per-node=2", "--wrap", "true"], "ask for 1"),
         (
-            vec!["--gpus-per-task=1", "-n", "2", "--wrap", "true"],
-            "a GPU instance per task",
+            vec!["--gres=gpu:2", "--gpus-per-node=3", "--wrap", "true"],
+            "give one count",
         ),
+        (vec!["--gres=gpu:0", "--wrap", "true"], "of 0"),
         (vec!["-w", "node[1-2]", "--wrap", "true"], "names 2 nodes"),
         (
             vec!["--gpus-per-socket=1", "--wrap", "true"],

@@ -190,7 +190,7 @@ impl RecordedOptions {
     }
 
     /// The options given, by their long names (GPUs per node or per task
-    /// are not among them: they become the job's GPU request).
+    /// also become the job's GPU request; kept for `srun`'s split).
     fn given(&self) -> BTreeMap<String, String> {
         let mut m = BTreeMap::new();
         macro_rules! put {
@@ -205,6 +205,8 @@ impl RecordedOptions {
             ntasks_per_node => "ntasks-per-node",
             ntasks_per_gpu => "ntasks-per-gpu",
             cpus_per_gpu => "cpus-per-gpu",
+            gpus_per_node => "gpus-per-node",
+            gpus_per_task => "gpus-per-task",
             gpus_per_socket => "gpus-per-socket",
             gpu_bind => "gpu-bind",
             exclude => "exclude",
@@ -286,9 +288,8 @@ pub fn clap_message(e: &clap::Error) -> String {
 
 /// Reads a Slurm GPU request (`--gres=gpu[:TYPE][:N]` or
 /// `--gpus=[TYPE:]N`): the type it names, if any (a MIG profile, or a GPU
-/// model such as `h100`). gsched gives a job one GPU instance, so N must
-/// be 1.
-pub fn parse_gpu_request(option: &str, value: &str) -> Result<Option<String>> {
+/// model such as `h100`), and the count N (1 when not given).
+pub fn parse_gpu_request(option: &str, value: &str) -> Result<(Option<String>, u32)> {
     let rest = if option == "--gres" {
         let mut parts = value.splitn(2, ':');
         let kind = parts.next().unwrap_or("");
@@ -312,47 +313,44 @@ pub fn parse_gpu_request(option: &str, value: &str) -> Result<Option<String>> {
         _ => bail!(
             "{option}={value}: expected {}",
             if option == "--gres" {
-                "gpu[:PROFILE][:1]"
+                "gpu[:TYPE][:N]"
             } else {
-                "[PROFILE:]1"
+                "[TYPE:]N"
             }
         ),
     };
-    match count.parse::<u32>() {
-        Ok(1) => {}
-        Ok(0) => bail!("{option}={value}: a GPU request of 0 is not a GPU request; leave the option out"),
-        Ok(_) => bail!("{option}={value}: gsched gives a job one GPU instance; ask for 1 (jobs needing more GPUs are not supported yet)"),
+    let count = match count.parse::<u32>() {
+        Ok(0) => {
+            bail!("{option}={value}: a GPU request of 0 is not a GPU request; leave the option out")
+        }
+        Ok(n) => n,
         Err(_) => bail!("{option}={value}: '{count}' is not a GPU count"),
-    }
+    };
     if let Some(p) = profile {
         if !gsched_core::gpu::is_profile_name(p) && !gsched_core::gpu::is_gpu_type(p) {
             bail!("{option}={value}: '{p}' is not a MIG profile (e.g. 1g.5gb, 3g.40gb) or a GPU model (e.g. h100, a100-80gb)");
         }
     }
-    Ok(profile.map(str::to_string))
+    Ok((profile.map(str::to_string), count))
 }
 
-/// The GPU type (MIG profile or model) asked for by --mig, --gres or
-/// --gpus, which must agree.
-fn requested_profile(opts: &SubmitOptions) -> Result<Option<String>> {
-    let mut found: Option<(String, String)> = opts.mig.clone().map(|p| ("--mig".into(), p));
-    if let Some(v) = &opts.recorded.gpus_per_task {
-        // One GPU per task is one GPU for the job only when it has one task.
-        let tasks = [
-            opts.ntasks,
-            opts.recorded
-                .ntasks_per_node
-                .as_deref()
-                .and_then(|n| n.parse().ok()),
-        ]
-        .into_iter()
-        .flatten()
-        .max()
-        .unwrap_or(1);
-        if tasks > 1 {
-            bail!("--gpus-per-task={v} with {tasks} tasks asks for a GPU instance per task; gsched gives a job one (multi-GPU jobs are not supported yet)");
-        }
-    }
+/// What --mig, --gres, --gpus, --gpus-per-node and --gpus-per-task ask
+/// for together: the GPU type (MIG profile or model), which must agree,
+/// and how many instances for the job (per task: times its tasks), which
+/// must agree too. `None` when no GPU is asked for.
+fn requested_gpus(opts: &SubmitOptions) -> Result<Option<(Option<String>, u32)>> {
+    let mut kind: Option<(String, String)> = opts.mig.clone().map(|p| ("--mig".into(), p));
+    let mut count: Option<(&str, u32)> = None;
+    let tasks = gsched_core::allocation::tasks_on_node(&gsched_core::job::SlurmOptions {
+        ntasks: opts.ntasks,
+        other: opts
+            .recorded
+            .ntasks_per_node
+            .iter()
+            .map(|n| ("ntasks-per-node".to_string(), n.clone()))
+            .collect(),
+        ..Default::default()
+    });
     for (opt, val) in [
         ("--gres", &opts.gres),
         ("--gpus", &opts.gpus),
@@ -360,16 +358,30 @@ fn requested_profile(opts: &SubmitOptions) -> Result<Option<String>> {
         ("--gpus-per-task", &opts.recorded.gpus_per_task),
     ] {
         let Some(v) = val else { continue };
-        if let Some(p) = parse_gpu_request(opt, v)? {
-            match &found {
+        let (p, mut n) = parse_gpu_request(opt, v)?;
+        if opt == "--gpus-per-task" {
+            n = n.saturating_mul(tasks);
+        }
+        match count {
+            Some((o, m)) if m != n => {
+                bail!("{o} asks for {m} GPU instances but {opt}={v} for {n}; give one count")
+            }
+            _ => count = Some((opt, n)),
+        }
+        if let Some(p) = p {
+            match &kind {
                 Some((o, q)) if !q.eq_ignore_ascii_case(&p) => {
                     bail!("{o} asks for {q} but {opt} for {p}; give one GPU type")
                 }
-                _ => found = Some((opt.into(), p)),
+                _ => kind = Some((opt.into(), p)),
             }
         }
     }
-    Ok(found.map(|(_, p)| p))
+    let kind = kind.map(|(_, p)| p);
+    Ok(match count {
+        Some((_, n)) => Some((kind, n)),
+        None => kind.map(|k| (Some(k), 1)),
+    })
 }
 
 /// Builds the job spec from merged options.
@@ -425,18 +437,15 @@ pub fn build_spec(
     {
         bail!("--mig={m}: not a MIG profile name (e.g. 1g.5gb, 3g.40gb)");
     }
-    // The type asked for: a MIG profile, or a GPU model.
-    let (profile, model) = match requested_profile(opts)? {
+    // The type asked for (a MIG profile, or a GPU model) and how many.
+    let requested = requested_gpus(opts)?;
+    let (profile, model) = match requested.as_ref().and_then(|r| r.0.clone()) {
         Some(t) if gsched_core::gpu::is_profile_name(&t) => (Some(t), None),
         Some(t) => (None, Some(t.to_ascii_lowercase())),
         None => (None, None),
     };
-    // A job runs on one node, so one GPU per node (or per task, with one
-    // task) is one GPU instance for the job.
-    let wants_gpu = opts.gres.is_some()
-        || opts.gpus.is_some()
-        || opts.recorded.gpus_per_node.is_some()
-        || opts.recorded.gpus_per_task.is_some();
+    let count = requested.as_ref().map(|r| r.1).filter(|n| *n != 1);
+    let wants_gpu = requested.is_some();
     Ok(JobSpec {
         name: opts
             .job_name
@@ -456,6 +465,7 @@ pub fn build_spec(
             mig_profile: profile,
             mem_mib: mem,
             share,
+            count,
         },
         time_limit,
         stdout: opts.output.clone(),
@@ -685,38 +695,27 @@ mod tests {
 
     #[test]
     fn slurm_gpu_requests() {
-        assert_eq!(
-            parse_gpu_request("--gres", "gpu:1g.5gb:1")
-                .unwrap()
-                .as_deref(),
-            Some("1g.5gb")
-        );
-        assert_eq!(
-            parse_gpu_request("--gres", "gpu:3g.40gb")
-                .unwrap()
-                .as_deref(),
-            Some("3g.40gb")
-        );
-        assert_eq!(parse_gpu_request("--gres", "gpu:1").unwrap(), None);
-        assert_eq!(parse_gpu_request("--gres", "gpu").unwrap(), None);
-        assert_eq!(
-            parse_gpu_request("--gpus", "2g.10gb:1").unwrap().as_deref(),
-            Some("2g.10gb")
-        );
-        assert_eq!(parse_gpu_request("--gpus", "1").unwrap(), None);
-        let e = parse_gpu_request("--gres", "gpu:2")
+        let read = |o: &str, v: &str| parse_gpu_request(o, v).unwrap();
+        let typed = |t: &str, n: u32| (Some(t.to_string()), n);
+        assert_eq!(read("--gres", "gpu:1g.5gb:1"), typed("1g.5gb", 1));
+        assert_eq!(read("--gres", "gpu:3g.40gb"), typed("3g.40gb", 1));
+        assert_eq!(read("--gres", "gpu:1"), (None, 1));
+        assert_eq!(read("--gres", "gpu"), (None, 1));
+        assert_eq!(read("--gres", "gpu:2"), (None, 2));
+        assert_eq!(read("--gres", "gpu:h100:4"), typed("h100", 4));
+        assert_eq!(read("--gpus", "2g.10gb:1"), typed("2g.10gb", 1));
+        assert_eq!(read("--gpus", "1"), (None, 1));
+        assert_eq!(read("--gpus", "3"), (None, 3));
+        let e = parse_gpu_request("--gres", "gpu:0")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("one GPU instance"), "{e}");
+        assert!(e.contains("of 0"), "{e}");
         let e = parse_gpu_request("--gres", "nic:1")
             .unwrap_err()
             .to_string();
         assert!(e.contains("only the gpu resource"), "{e}");
         // A model name is a type too; something that is neither is not.
-        assert_eq!(
-            parse_gpu_request("--gpus", "a100:1").unwrap().as_deref(),
-            Some("a100")
-        );
+        assert_eq!(read("--gpus", "a100:1"), typed("a100", 1));
         let e = parse_gpu_request("--gpus", "a/100:1")
             .unwrap_err()
             .to_string();
@@ -763,6 +762,23 @@ mod tests {
         assert_eq!(
             e,
             "--mig asks for 1g.5gb but --gres for 2g.10gb; give one GPU type"
+        );
+        // Several: per node, per task times the tasks; counts must agree.
+        let spec = |args: &[&str]| build_spec(&opts(args), "true".into(), "x", cwd);
+        let s = spec(&["--gres=gpu:2", "x.sh"]).unwrap();
+        assert!(s.isolated && s.gpu.count == Some(2));
+        let s = spec(&["--gpus-per-node=2", "x.sh"]).unwrap();
+        assert_eq!(s.gpu.count, Some(2));
+        let s = spec(&["--gpus-per-task=1", "-n", "4", "x.sh"]).unwrap();
+        assert_eq!(s.gpu.count, Some(4));
+        let s = spec(&["--gpus-per-task=2", "--ntasks-per-node=2", "x.sh"]).unwrap();
+        assert_eq!(s.gpu.count, Some(4));
+        let e = spec(&["--gres=gpu:2", "--gpus-per-task=1", "-n", "3", "x.sh"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--gres asks for 2 GPU instances but --gpus-per-task=1 for 3; give one count"
         );
     }
 }

@@ -1,13 +1,14 @@
-//! What one job's allocation may span today: one node, and at most one GPU
-//! instance, on a node it may choose (`-w`) or exclude (`-x`). Slurm
-//! options that ask for more are refused at submission with the reason,
-//! never run with less (issue 18 brings multi-node and multi-GPU
-//! allocations). The options arrive as the job's recorded Slurm options
-//! (`SlurmOptions::other`, by long name).
+//! What one job's allocation may span today: one node, on a node it may
+//! choose (`-w`) or exclude (`-x`), and one or more GPU instances there
+//! (`JobSpec::gpu`'s count). Slurm options that ask for more are refused
+//! at submission with the reason, never run with less (multi-node
+//! allocations are not built yet). The options arrive as the job's
+//! recorded Slurm options (`SlurmOptions::other`, by long name).
 
 use std::collections::BTreeMap;
 
 use crate::hostlist::{self, Hostlist, HostlistError};
+use crate::job::SlurmOptions;
 
 /// A request gsched cannot give a job yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,13 +17,20 @@ pub enum AllocationError {
     MultiNode(String),
     #[error("--nodes={0}: expected a node count N or a range MIN-MAX")]
     BadNodes(String),
-    #[error("--{option}={value}: GPUs per node or per task are not supported yet; ask for one GPU instance with --gres=gpu:1 or --gpus=1")]
-    GpusPer { option: &'static str, value: String },
+    #[error("--{option}={value}: expected [TYPE:]N, a GPU count N of at least 1")]
+    BadGpusPer { option: &'static str, value: String },
+    #[error("--{option}={value} asks for {asked} GPU instances on the job's node, but its GPU request is for {given}; give one count (--gres=gpu:N, --gpus=N, --gpus-per-node=N or --gpus-per-task=N with -n)")]
+    GpusPer {
+        option: &'static str,
+        value: String,
+        asked: u64,
+        given: usize,
+    },
     #[error("--nodelist={value}: names {count} nodes, and gsched runs a job on one node; name one (multi-node jobs are not supported yet)")]
     NodeList { value: String, count: usize },
-    #[error("--gpus-per-socket={0}: gsched does not place GPUs by CPU socket; ask for one GPU instance with --gres=gpu:1")]
+    #[error("--gpus-per-socket={0}: gsched does not place GPUs by CPU socket; ask for the job's GPU instances with --gres=gpu:N")]
     GpusPerSocket(String),
-    #[error("--gpu-bind={0}: gsched binds a job to its one GPU instance; give none, closest or single:1, or leave the option out")]
+    #[error("--gpu-bind={0}: gsched binds tasks with none, closest or single:N (N tasks per GPU instance); map_gpu, mask_gpu and per_task are not supported")]
     GpuBind(String),
     #[error("--{option}: {source}")]
     Hostlist {
@@ -83,18 +91,27 @@ pub fn node_choice(
 }
 
 /// Checks a job's recorded Slurm options against what one allocation can
-/// give.
-pub fn check(other: &BTreeMap<String, String>) -> Result<(), AllocationError> {
+/// give: one node, and `gpus` GPU instances on it.
+pub fn check(slurm: &SlurmOptions, gpus: usize) -> Result<(), AllocationError> {
+    let other = &slurm.other;
     if let Some(v) = other.get("nodes") {
         if min_nodes(v).ok_or_else(|| AllocationError::BadNodes(v.clone()))? > 1 {
             return Err(AllocationError::MultiNode(v.clone()));
         }
     }
-    for option in ["gpus-per-node", "gpus-per-task"] {
-        if let Some(v) = other.get(option) {
+    let tasks = u64::from(tasks_on_node(slurm));
+    for (option, per) in [("gpus-per-node", 1), ("gpus-per-task", tasks)] {
+        let Some(v) = other.get(option) else { continue };
+        let n = gpu_count(v).ok_or_else(|| AllocationError::BadGpusPer {
+            option,
+            value: v.clone(),
+        })?;
+        if n.saturating_mul(per) != gpus as u64 {
             return Err(AllocationError::GpusPer {
                 option,
                 value: v.clone(),
+                asked: n.saturating_mul(per),
+                given: gpus,
             });
         }
     }
@@ -102,16 +119,57 @@ pub fn check(other: &BTreeMap<String, String>) -> Result<(), AllocationError> {
         return Err(AllocationError::GpusPerSocket(v.clone()));
     }
     if let Some(v) = other.get("gpu-bind") {
-        // With one instance, these bind as asked: to it.
-        let fits = matches!(v.trim(), "none" | "closest")
-            || v.trim()
-                .strip_prefix("single:")
-                .is_some_and(|n| n.trim() == "1");
-        if !fits {
-            return Err(AllocationError::GpuBind(v.clone()));
-        }
+        gpu_bind(v).ok_or_else(|| AllocationError::GpuBind(v.clone()))?;
     }
     node_choice(other).map(|_| ())
+}
+
+/// The tasks a job runs on its one node: `-n`, else `--ntasks-per-node`,
+/// else one.
+pub fn tasks_on_node(slurm: &SlurmOptions) -> u32 {
+    slurm
+        .ntasks
+        .or_else(|| slurm.other.get("ntasks-per-node")?.trim().parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The count N of a `[TYPE:]N` GPU request (`--gpus-per-node`,
+/// `--gpus-per-task`); a type alone is one. `None` when it is not one.
+pub fn gpu_count(v: &str) -> Option<u64> {
+    let count = |n: &str| n.parse::<u64>().ok().filter(|n| *n >= 1);
+    let is_type = |t: &str| !t.is_empty() && !t.bytes().all(|b| b.is_ascii_digit());
+    match v.trim().split(':').collect::<Vec<_>>().as_slice() {
+        [n] if !is_type(n) => count(n),
+        [t] => crate::gpu::is_gpu_type(t).then_some(1),
+        [t, n] if is_type(t) => count(n),
+        _ => None,
+    }
+}
+
+/// How `--gpu-bind` binds tasks to the job's GPU instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuBind {
+    /// Every task sees all of them (`none`, `closest`: gsched's instances
+    /// are already the closest it could give).
+    All,
+    /// Each GPU instance is given to this many tasks in turn, each task
+    /// seeing one (`single:N`).
+    Single(u32),
+}
+
+/// Reads `--gpu-bind=[verbose,]TYPE`; `None` for a binding gsched does not
+/// do.
+pub fn gpu_bind(v: &str) -> Option<GpuBind> {
+    let v = v.trim();
+    let v = v.strip_prefix("verbose,").unwrap_or(v);
+    match v {
+        "none" | "closest" => Some(GpuBind::All),
+        _ => {
+            let n: u32 = v.strip_prefix("single:")?.trim().parse().ok()?;
+            (n >= 1).then_some(GpuBind::Single(n))
+        }
+    }
 }
 
 /// The least number of nodes `N` or `MIN-MAX` asks for (at least 1), or
@@ -138,20 +196,27 @@ mod tests {
         [(k.to_string(), v.to_string())].into_iter().collect()
     }
 
+    fn opts(k: &str, v: &str) -> SlurmOptions {
+        SlurmOptions {
+            other: with(k, v),
+            ..SlurmOptions::default()
+        }
+    }
+
     #[test]
     fn one_node_is_given_more_is_refused_with_the_reason() {
-        assert_eq!(check(&BTreeMap::new()), Ok(()));
-        assert_eq!(check(&with("nodes", "1")), Ok(()));
+        assert_eq!(check(&SlurmOptions::default(), 1), Ok(()));
+        assert_eq!(check(&opts("nodes", "1"), 1), Ok(()));
         // A range that one node satisfies.
-        assert_eq!(check(&with("nodes", "1-4")), Ok(()));
+        assert_eq!(check(&opts("nodes", "1-4"), 1), Ok(()));
         for v in ["2", "2-4"] {
-            let e = check(&with("nodes", v)).unwrap_err();
+            let e = check(&opts("nodes", v), 1).unwrap_err();
             assert_eq!(e, AllocationError::MultiNode(v.into()));
             assert!(e.to_string().contains("one node"), "{e}");
         }
         for v in ["0", "x", "4-2", "1-"] {
             assert_eq!(
-                check(&with("nodes", v)),
+                check(&opts("nodes", v), 1),
                 Err(AllocationError::BadNodes(v.into())),
                 "{v}"
             );
@@ -171,35 +236,58 @@ mod tests {
     }
 
     #[test]
-    fn recorded_gpus_per_node_or_task_and_several_chosen_nodes_are_refused() {
-        for k in ["gpus-per-node", "gpus-per-task"] {
-            let e = check(&with(k, "1")).unwrap_err().to_string();
-            assert!(
-                e.starts_with(&format!("--{k}=1:")) && e.contains("--gres=gpu:1"),
-                "{e}"
-            );
-        }
-        // One node may be chosen, any excluded; more than one chosen is
-        // more than one node.
-        assert_eq!(check(&with("nodelist", "n2")), Ok(()));
-        assert_eq!(check(&with("exclude", "n[1-3]")), Ok(()));
-        let e = check(&with("nodelist", "n[1-2]")).unwrap_err().to_string();
-        assert!(e.contains("names 2 nodes") && e.contains("one node"), "{e}");
-        let e = check(&with("exclude", "n[1-")).unwrap_err().to_string();
-        assert!(e.starts_with("--exclude: hostlist 'n[1-'"), "{e}");
-        // Options that fit one node pass.
-        assert_eq!(check(&with("ntasks-per-node", "2")), Ok(()));
-        // GPU binding: what one instance satisfies passes.
-        for ok in ["none", "closest", "single:1"] {
-            assert_eq!(check(&with("gpu-bind", ok)), Ok(()), "{ok}");
-        }
-        for bad in ["map_gpu:0,1", "single:2", "verbose,closest"] {
-            let e = check(&with("gpu-bind", bad)).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("--gpu-bind={bad}:")), "{e}");
-        }
-        let e = check(&with("gpus-per-socket", "1"))
+    fn gpus_per_node_or_task_must_agree_with_the_gpu_count() {
+        assert_eq!(check(&opts("gpus-per-node", "2"), 2), Ok(()));
+        assert_eq!(check(&opts("gpus-per-node", "h100:2"), 2), Ok(()));
+        assert_eq!(check(&opts("gpus-per-node", "h100"), 1), Ok(()));
+        let e = check(&opts("gpus-per-node", "2"), 1)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("socket") && e.contains("--gres=gpu:1"), "{e}");
+        assert!(
+            e.starts_with("--gpus-per-node=2 asks for 2") && e.contains("is for 1"),
+            "{e}"
+        );
+        // Per task: times the tasks on the node.
+        let mut per_task = opts("gpus-per-task", "1");
+        per_task.ntasks = Some(4);
+        assert_eq!(check(&per_task, 4), Ok(()));
+        assert!(check(&per_task, 1).is_err());
+        per_task.ntasks = None;
+        per_task.other.insert("ntasks-per-node".into(), "2".into());
+        assert_eq!(check(&per_task, 2), Ok(()));
+        for bad in ["0", "x:", "", "a:b:c"] {
+            let e = check(&opts("gpus-per-node", bad), 1).unwrap_err();
+            assert!(
+                matches!(e, AllocationError::BadGpusPer { .. }),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn several_chosen_nodes_and_unsupported_bindings_are_refused() {
+        // One node may be chosen, any excluded; more than one chosen is
+        // more than one node.
+        assert_eq!(check(&opts("nodelist", "n2"), 1), Ok(()));
+        assert_eq!(check(&opts("exclude", "n[1-3]"), 1), Ok(()));
+        let e = check(&opts("nodelist", "n[1-2]"), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("names 2 nodes") && e.contains("one node"), "{e}");
+        let e = check(&opts("exclude", "n[1-"), 1).unwrap_err().to_string();
+        assert!(e.starts_with("--exclude: hostlist 'n[1-'"), "{e}");
+        assert_eq!(check(&opts("ntasks-per-node", "2"), 1), Ok(()));
+        for ok in ["none", "closest", "single:1", "single:2", "verbose,closest"] {
+            assert_eq!(check(&opts("gpu-bind", ok), 2), Ok(()), "{ok}");
+        }
+        assert_eq!(gpu_bind("single:2"), Some(GpuBind::Single(2)));
+        for bad in ["map_gpu:0,1", "single:0", "mask_gpu:0x1", "per_task:1"] {
+            let e = check(&opts("gpu-bind", bad), 1).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--gpu-bind={bad}:")), "{e}");
+        }
+        let e = check(&opts("gpus-per-socket", "1"), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("socket") && e.contains("--gres=gpu:N"), "{e}");
     }
 }

@@ -331,12 +331,12 @@ impl Cluster {
             JobState::Running => {
                 if let Some(node) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
                     node.running.insert(job.id);
-                    if let Some(uuid) = &job.gpu_instance {
-                        if let Some(slot) =
-                            node.instances.iter_mut().find(|s| &s.instance.uuid == uuid)
-                        {
-                            slot.isolated_owner = Some(job.id);
-                        }
+                    for slot in node
+                        .instances
+                        .iter_mut()
+                        .filter(|s| job.gpu_instances.contains(&s.instance.uuid))
+                    {
+                        slot.isolated_owner = Some(job.id);
                     }
                 }
             }
@@ -839,9 +839,9 @@ impl Cluster {
                 Decision::Launch {
                     job,
                     node,
-                    instance,
+                    instances,
                 } => {
-                    if self.start(job, &node, instance, now).is_ok() {
+                    if self.start(job, &node, instances, now).is_ok() {
                         effects.push(Effect::Job {
                             id: job,
                             event: format!("started on {node}"),
@@ -852,11 +852,13 @@ impl Cluster {
                 Decision::Drain {
                     job,
                     node,
-                    instance,
+                    instances,
                 } => {
                     self.forget_drains_for(job);
-                    if let Some(slot) = self.slot_mut(&node, &instance) {
-                        slot.draining_for = Some(job);
+                    for uuid in &instances {
+                        if let Some(slot) = self.slot_mut(&node, uuid) {
+                            slot.draining_for = Some(job);
+                        }
                     }
                 }
             }
@@ -981,13 +983,13 @@ impl Cluster {
         &mut self,
         id: JobId,
         node: &str,
-        instance: Option<String>,
+        instances: Vec<String>,
         now: i64,
     ) -> Result<(), ClusterError> {
         let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
         job.transition(JobState::Running, now)?;
         job.node = Some(node.to_string());
-        job.gpu_instance = instance.clone();
+        job.gpu_instances = instances.clone();
         let isolated = job.spec.isolated;
         self.queue_for(isolated).remove(&id);
         // A new run: an earlier run lost with its node is settled no more.
@@ -997,8 +999,12 @@ impl Cluster {
             .get_mut(node)
             .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
         n.running.insert(id);
-        if let Some(uuid) = instance {
-            if let Some(slot) = n.instances.iter_mut().find(|s| s.instance.uuid == uuid) {
+        if !instances.is_empty() {
+            for slot in n
+                .instances
+                .iter_mut()
+                .filter(|s| instances.contains(&s.instance.uuid))
+            {
                 slot.isolated_owner = Some(id);
             }
             // Neither it nor an instance it waited for elsewhere is drained
@@ -1373,10 +1379,12 @@ impl Cluster {
         for id in &believed {
             let j = &self.jobs[id];
             node.running.insert(*id);
-            if let Some(uuid) = &j.gpu_instance {
-                if let Some(s) = node.instances.iter_mut().find(|s| &s.instance.uuid == uuid) {
-                    s.isolated_owner = Some(*id);
-                }
+            for s in node
+                .instances
+                .iter_mut()
+                .filter(|s| j.gpu_instances.contains(&s.instance.uuid))
+            {
+                s.isolated_owner = Some(*id);
             }
         }
         self.nodes.insert(reg.name.clone(), node);
@@ -1438,6 +1446,7 @@ mod tests {
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
                     share: None,
+                    count: None,
                 }
             } else {
                 GpuRequest::default()
@@ -1476,7 +1485,7 @@ mod tests {
         c.register_node(&reg(vec![], vec![]), 0);
         let (a, _) = c.submit(spec(true, false), 1).unwrap();
         c.schedule(2);
-        let inst = c.job(a).unwrap().gpu_instance.clone();
+        let inst = c.job(a).unwrap().gpu_instances.first().cloned();
         assert!(inst.is_some());
         let fx = c.requeue(a, 3).unwrap();
         assert!(fx
@@ -1571,8 +1580,8 @@ mod tests {
             job: b,
             node: "n1".into()
         }));
-        assert!(c.job(a).unwrap().gpu_instance.is_some());
-        assert_eq!(c.job(b).unwrap().gpu_instance, None);
+        assert_eq!(c.job(a).unwrap().gpu_instances.len(), 1);
+        assert!(c.job(b).unwrap().gpu_instances.is_empty());
         c.job_ended("n1", &ended(a, 0, EndCause::Exited)).unwrap();
         c.job_ended("n1", &ended(b, 2, EndCause::Exited)).unwrap();
         assert_eq!(c.job(a).unwrap().state, JobState::Completed);

@@ -14,8 +14,8 @@ pub struct Placement<'a> {
     pub node: &'a str,
     pub cluster: &'a str,
     pub partition: &'a str,
-    /// The instance an isolated job holds.
-    pub instance: Option<&'a Instance>,
+    /// The instances an isolated job holds, in its device order.
+    pub instances: &'a [Instance],
     /// Controller URL, so tools inside the job can reach it.
     pub controller_url: &'a str,
 }
@@ -98,24 +98,76 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     set("GSCHED_JOB_RUN", &job.run.to_string());
     set("GSCHED_URL", at.controller_url);
     set("GSCHED_ISOLATED", if spec.isolated { "1" } else { "0" });
-    if let Some(inst) = at.instance {
-        let idx = inst.gpu_index.to_string();
-        set("CUDA_VISIBLE_DEVICES", &inst.uuid);
-        set("GPU_DEVICE_ORDINAL", &inst.uuid);
-        set("SLURM_JOB_GPUS", &idx);
-        set("SLURM_STEP_GPUS", &idx);
-        set("SLURM_GPUS_ON_NODE", "1");
-        set("SLURM_GPUS", "1");
-        set("GSCHED_GPU_INSTANCE", &inst.uuid);
-        if let Some(p) = &inst.profile {
-            set("GSCHED_MIG_PROFILE", p);
-        }
-        if let Some(m) = &inst.mps {
-            set("CUDA_MPS_PIPE_DIRECTORY", &m.pipe_dir);
-            set("CUDA_MPS_LOG_DIRECTORY", &m.log_dir);
+    add_devices(&mut env, job, at.instances);
+    env
+}
+
+/// The variables naming an isolated job's GPU instances, as Slurm sets
+/// them: all of them in `CUDA_VISIBLE_DEVICES` (UUIDs; a CUDA process uses
+/// only the first MIG instance it names, so a job on several MIG instances
+/// runs one process per instance: [`task_devices`]), their GPUs' indices
+/// in `SLURM_JOB_GPUS`. An MPS daemon's pipe is handed over only with a
+/// single instance: one daemon serves one instance.
+fn add_devices(env: &mut BTreeMap<String, String>, job: &Job, instances: &[Instance]) {
+    let Some(first) = instances.first() else {
+        return;
+    };
+    let mut set = |k: &str, v: &str| {
+        env.insert(k.to_string(), v.to_string());
+    };
+    let join =
+        |f: &dyn Fn(&Instance) -> String| instances.iter().map(f).collect::<Vec<_>>().join(",");
+    let uuids = join(&|i| i.uuid.clone());
+    let indices = join(&|i| i.gpu_index.to_string());
+    let count = instances.len().to_string();
+    set("CUDA_VISIBLE_DEVICES", &uuids);
+    set("GPU_DEVICE_ORDINAL", &uuids);
+    set("SLURM_JOB_GPUS", &indices);
+    set("SLURM_STEP_GPUS", &indices);
+    set("SLURM_GPUS_ON_NODE", &count);
+    set("SLURM_GPUS", &count);
+    set("GSCHED_GPU_INSTANCE", &uuids);
+    let other = &job.spec.slurm.other;
+    for (option, var) in [
+        ("gpus-per-task", "SLURM_GPUS_PER_TASK"),
+        ("gpus-per-node", "SLURM_GPUS_PER_NODE"),
+        ("gpu-bind", "SLURM_GPU_BIND"),
+    ] {
+        if let Some(v) = other.get(option) {
+            set(var, v);
         }
     }
-    env
+    if instances.iter().all(|i| i.profile == first.profile) {
+        if let Some(p) = &first.profile {
+            set("GSCHED_MIG_PROFILE", p);
+        }
+    }
+    if let (1, Some(m)) = (instances.len(), &first.mps) {
+        set("CUDA_MPS_PIPE_DIRECTORY", &m.pipe_dir);
+        set("CUDA_MPS_LOG_DIRECTORY", &m.log_dir);
+    }
+}
+
+/// The devices task `task` of `tasks` sees, given the job's devices
+/// (`CUDA_VISIBLE_DEVICES`), its `--gpus-per-task` and its `--gpu-bind`:
+/// with GPUs per task, its own consecutive ones; with `single:N`, one,
+/// shared by N tasks in turn; otherwise all of them. `None` when the job's
+/// devices are too few for that task.
+pub fn task_devices(
+    visible: &str,
+    per_task: Option<u64>,
+    bind: Option<crate::allocation::GpuBind>,
+    task: u32,
+) -> Option<String> {
+    let devices: Vec<&str> = visible.split(',').filter(|d| !d.is_empty()).collect();
+    let task = task as usize;
+    let (from, n) = match (bind, per_task) {
+        (Some(crate::allocation::GpuBind::Single(k)), _) => (task / k as usize, 1),
+        (_, Some(g)) => (task * g as usize, g as usize),
+        _ => return Some(visible.to_string()),
+    };
+    let end = from.checked_add(n)?;
+    devices.get(from..end).map(|d| d.join(","))
 }
 
 /// How a node intercepts the CUDA driver of shared jobs.
@@ -196,6 +248,7 @@ mod tests {
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
                     share: None,
+                    count: None,
                 },
                 time_limit: Some(90),
                 ..JobSpec::default()
@@ -211,7 +264,7 @@ mod tests {
             node: "n1",
             cluster: "c",
             partition: "gpu",
-            instance: Some(&inst[1]),
+            instances: std::slice::from_ref(&inst[1]),
             controller_url: "http://127.0.0.1:6817",
         };
         let env = job_environment(&job(), &at);
@@ -237,7 +290,7 @@ mod tests {
         let env = job_environment(
             &job(),
             &Placement {
-                instance: Some(&with_mps),
+                instances: std::slice::from_ref(&with_mps),
                 ..at
             },
         );
@@ -252,12 +305,50 @@ mod tests {
     }
 
     #[test]
+    fn several_instances_are_all_visible_and_split_per_task() {
+        let inst = sim_instances("n1", &parse_sim_spec("2xH100-80GB").unwrap());
+        let mut j = job();
+        j.spec
+            .slurm
+            .other
+            .insert("gpus-per-task".into(), "1".into());
+        let at = Placement {
+            node: "n1",
+            cluster: "c",
+            partition: "gpu",
+            instances: &inst,
+            controller_url: "u",
+        };
+        let env = job_environment(&j, &at);
+        let both = format!("{},{}", inst[0].uuid, inst[1].uuid);
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], both);
+        assert_eq!(env["GPU_DEVICE_ORDINAL"], both);
+        assert_eq!(env["SLURM_JOB_GPUS"], "0,1");
+        assert_eq!(env["SLURM_GPUS_ON_NODE"], "2");
+        assert_eq!(env["SLURM_GPUS_PER_TASK"], "1");
+        assert!(!env.contains_key("GSCHED_MIG_PROFILE"));
+        use crate::allocation::GpuBind;
+        let d = "A,B,C,D";
+        assert_eq!(task_devices(d, Some(1), None, 2).as_deref(), Some("C"));
+        assert_eq!(task_devices(d, Some(2), None, 1).as_deref(), Some("C,D"));
+        assert_eq!(task_devices(d, Some(2), None, 2), None);
+        assert_eq!(task_devices(d, None, None, 7).as_deref(), Some(d));
+        let single = Some(GpuBind::Single(2));
+        assert_eq!(task_devices(d, None, single, 3).as_deref(), Some("B"));
+        assert_eq!(
+            task_devices(d, None, Some(GpuBind::All), 3).as_deref(),
+            Some(d)
+        );
+        assert_eq!(task_devices(d, None, single, 8), None);
+    }
+
+    #[test]
     fn no_device_without_instance() {
         let at = Placement {
             node: "n1",
             cluster: "c",
             partition: "gpu",
-            instance: None,
+            instances: &[],
             controller_url: "u",
         };
         let env = job_environment(&job(), &at);

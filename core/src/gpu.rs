@@ -232,6 +232,12 @@ pub struct Instance {
     pub memory_mib: u64,
     pub sms: u32,
     pub compute_slices: u32,
+    /// The node's GPUs that talk to each other directly (NVLink, or one
+    /// PCIe switch or host bridge, as NVML's topology says) share a link
+    /// domain; `None` where unknown. Several instances for one job are
+    /// taken from one domain where they can be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_domain: Option<u32>,
     /// The instance's MPS control daemon, when its layout asks for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps: Option<Mps>,
@@ -281,6 +287,7 @@ impl Instance {
             memory_mib: m.memory_mib,
             sms: m.sms,
             compute_slices: m.compute_slices,
+            link_domain: None,
             mps: None,
         }
     }
@@ -302,6 +309,7 @@ impl Instance {
             memory_mib: p.memory_mib,
             sms: p.sms,
             compute_slices: p.compute_slices,
+            link_domain: None,
             mps: None,
         }
     }
@@ -331,6 +339,36 @@ impl Instance {
             None => true,
         }
     }
+}
+
+/// Link domains of a node's `n` GPUs: GPUs `connected` directly (NVLink,
+/// one PCIe switch or host bridge), and GPUs connected to those, share
+/// one; numbered from 0 by their lowest GPU.
+pub fn link_domains(n: usize, connected: impl Fn(usize, usize) -> bool) -> Vec<u32> {
+    let mut domain: Vec<usize> = (0..n).collect();
+    fn root(d: &mut [usize], mut i: usize) -> usize {
+        while d[i] != i {
+            d[i] = d[d[i]];
+            i = d[i];
+        }
+        i
+    }
+    for a in 0..n {
+        for b in a + 1..n {
+            if connected(a, b) {
+                let (ra, rb) = (root(&mut domain, a), root(&mut domain, b));
+                domain[ra.max(rb)] = ra.min(rb);
+            }
+        }
+    }
+    let roots: Vec<usize> = (0..n).map(|i| root(&mut domain, i)).collect();
+    let mut numbers: Vec<usize> = roots.clone();
+    numbers.sort();
+    numbers.dedup();
+    roots
+        .iter()
+        .map(|r| numbers.binary_search(r).unwrap_or(0) as u32)
+        .collect()
 }
 
 /// One GPU of a simulated node: a model and, if MIG is on, its instances.
@@ -538,6 +576,17 @@ mod tests {
     }
 
     #[test]
+    fn link_domains_join_connected_gpus() {
+        // 0-2 and 2-3 linked, 1 alone.
+        let links = [(0, 2), (2, 3)];
+        let d = link_domains(4, |a, b| links.contains(&(a, b)));
+        assert_eq!(d, [0, 1, 0, 0]);
+        assert_eq!(link_domains(3, |_, _| false), [0, 1, 2]);
+        assert_eq!(link_domains(2, |_, _| true), [0, 0]);
+        assert!(link_domains(0, |_, _| true).is_empty());
+    }
+
+    #[test]
     fn satisfies_requests() {
         let inst = sim_instances("n", &parse_sim_spec("1xA100-40GB:2g.10gb,1g.5gb").unwrap());
         let by_profile = GpuRequest {
@@ -545,6 +594,7 @@ mod tests {
             mig_profile: Some("1g.5gb".into()),
             mem_mib: None,
             share: None,
+            count: None,
         };
         assert!(!inst[0].satisfies(&by_profile));
         assert!(inst[1].satisfies(&by_profile));
@@ -553,6 +603,7 @@ mod tests {
             mig_profile: None,
             mem_mib: Some(6000),
             share: None,
+            count: None,
         };
         assert!(inst[0].satisfies(&by_mem));
         assert!(!inst[1].satisfies(&by_mem));

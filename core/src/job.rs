@@ -163,6 +163,35 @@ pub struct GpuRequest {
     /// `--gpu-share`: thousandths of a whole GPU ([`crate::compute`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<u32>,
+    /// How many instances (whole GPUs or MIG instances) an isolated job
+    /// holds, all on its node (`--gres=gpu:N`); one when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+/// The most GPU instances one job may ask for.
+pub const MAX_GPUS_PER_JOB: u32 = 64;
+
+impl GpuRequest {
+    /// How many instances the job holds (isolated) or asks for.
+    pub fn instances(&self) -> usize {
+        self.count.unwrap_or(1) as usize
+    }
+
+    /// The GPU type named: the MIG profile, else the model.
+    pub fn kind(&self) -> Option<&str> {
+        self.mig_profile.as_deref().or(self.model.as_deref())
+    }
+
+    /// Slurm's TRES form of an isolated job's request: `gres/gpu:TYPE=N`
+    /// or `gres/gpu=N`.
+    pub fn tres(&self) -> String {
+        let n = self.instances();
+        match self.kind() {
+            Some(k) => format!("gres/gpu:{k}={n}"),
+            None => format!("gres/gpu={n}"),
+        }
+    }
 }
 
 /// What a user submits. The controller validates it with [`JobSpec::validate`].
@@ -350,6 +379,12 @@ pub enum SpecError {
     BadGpuType(String),
     #[error("GPU type '{0}' asks for an instance of its own: only isolated jobs may name one")]
     GpuTypeWithoutIsolated(String),
+    #[error("a GPU count of 0 is not a GPU request; leave the option out")]
+    ZeroGpuCount,
+    #[error("{0} GPU instances are more than one job may hold (at most {MAX_GPUS_PER_JOB})")]
+    GpuCountTooLarge(u32),
+    #[error("a job asking for {0} GPU instances holds them whole: submit it isolated (--isolated; a --gres or --gpus request is)")]
+    GpuCountWithoutIsolated(u32),
     #[error("the idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} printable characters")]
     BadIdempotencyKey,
 }
@@ -394,6 +429,14 @@ impl JobSpec {
         if self.gpu.mem_mib == Some(0) {
             return Err(SpecError::ZeroGpuMem);
         }
+        match self.gpu.count {
+            Some(0) => return Err(SpecError::ZeroGpuCount),
+            Some(n) if n > MAX_GPUS_PER_JOB => return Err(SpecError::GpuCountTooLarge(n)),
+            Some(n) if n > 1 && !self.isolated => {
+                return Err(SpecError::GpuCountWithoutIsolated(n))
+            }
+            _ => {}
+        }
         if let Some(share) = self.gpu.share {
             if !crate::compute::is_share(share) {
                 return Err(SpecError::BadGpuShare(share));
@@ -423,7 +466,7 @@ impl JobSpec {
             }
         }
         crate::resources::JobResources::of(self)?;
-        crate::allocation::check(&self.slurm.other)?;
+        crate::allocation::check(&self.slurm, self.gpu.instances())?;
         self.check_nul_bytes()
     }
 
@@ -477,8 +520,10 @@ pub struct Job {
     pub start_time: Option<i64>,
     pub end_time: Option<i64>,
     pub node: Option<String>,
-    /// UUID of the instance an isolated job holds.
-    pub gpu_instance: Option<String>,
+    /// UUIDs of the instances an isolated job holds, in the order its
+    /// `CUDA_VISIBLE_DEVICES` names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_instances: Vec<String>,
     /// Peak GPU memory reported by the job's probes, MiB.
     pub gpu_mem_peak: Option<u64>,
     /// How many times the job went back to the queue.
@@ -635,7 +680,7 @@ impl Job {
             start_time: None,
             end_time: None,
             node: None,
-            gpu_instance: None,
+            gpu_instances: Vec::new(),
             gpu_mem_peak: None,
             usage: None,
             batch_usage: None,
@@ -664,7 +709,7 @@ impl Job {
             JobState::Pending => {
                 // Back in the queue after a requeue: forget the last run's placement.
                 self.node = None;
-                self.gpu_instance = None;
+                self.gpu_instances.clear();
                 self.start_time = None;
                 self.end_time = None;
                 self.exit_code = None;

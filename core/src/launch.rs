@@ -14,6 +14,8 @@ use crate::gpu::Instance;
 use crate::job::{GpuRequest, JobId};
 use crate::resources::{JobResources, NodeResources};
 
+mod instance_set;
+
 /// A queued job as the launch policy sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct QueuedJob<'a> {
@@ -118,17 +120,19 @@ impl fmt::Display for PendingReason {
 /// One decision of a launch pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Start `job` on `node`, holding `instance` (isolated) or no device.
+    /// Start `job` on `node`, holding `instances` (isolated: one or
+    /// more) or no device (none).
     Launch {
         job: JobId,
         node: String,
-        instance: Option<String>,
+        instances: Vec<String>,
     },
-    /// Stop placing non-isolated tasks on `instance`: `job` will start there.
+    /// Stop placing non-isolated tasks on `instances`: `job` will start
+    /// there once they are all free (the whole set held for it).
     Drain {
         job: JobId,
         node: String,
-        instance: String,
+        instances: Vec<String>,
     },
 }
 
@@ -187,31 +191,15 @@ impl LaunchPolicy for ExclusiveLaunch {
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
         for job in jobs {
-            let mut best: Option<(u64, usize, usize)> = None;
-            for (ni, n) in input.nodes.iter().enumerate().filter(|(_, n)| n.up) {
-                if !job.may_use(n) || !job.resources.fits(&room[ni], &n.total) {
-                    continue;
-                }
-                for (ii, v) in n.instances.iter().enumerate() {
-                    let free = v.isolated_owner.is_none()
-                        && v.draining_for.is_none()
-                        && !claimed.contains(&(ni, ii));
-                    if free
-                        && v.instance.satisfies(job.gpu)
-                        && best.is_none_or(|b| v.instance.memory_mib < b.0)
-                    {
-                        best = Some((v.instance.memory_mib, ni, ii));
-                    }
-                }
-            }
-            match best {
-                Some((_, ni, ii)) => {
-                    claimed.insert((ni, ii));
-                    room[ni].take(&job.resources, &input.nodes[ni].total);
+            match exclusive_choice(input.nodes, &room, &claimed, job) {
+                Some((ni, set)) => {
+                    let node = &input.nodes[ni];
+                    claimed.extend(set.iter().map(|ii| (ni, *ii)));
+                    room[ni].take(&job.resources, &node.total);
                     plan.decisions.push(Decision::Launch {
                         job: job.id,
-                        node: input.nodes[ni].name.into(),
-                        instance: Some(input.nodes[ni].instances[ii].instance.uuid.clone()),
+                        node: node.name.into(),
+                        instances: uuids(node, &set),
                     });
                 }
                 None => plan.waiting.push((job.id, unfit_reason(input.nodes, job))),
@@ -219,6 +207,35 @@ impl LaunchPolicy for ExclusiveLaunch {
         }
         plan
     }
+}
+
+/// The UUIDs of instances `set` of `node`.
+fn uuids(node: &NodeView<'_>, set: &[usize]) -> Vec<String> {
+    set.iter()
+        .map(|ii| node.instances[*ii].instance.uuid.clone())
+        .collect()
+}
+
+/// Where [`ExclusiveLaunch`] starts a job now: the node and its instances
+/// (free, unclaimed, satisfying the request), the smallest for one, the
+/// best set ([`instance_set::best_set`]) for several.
+fn exclusive_choice(
+    nodes: &[NodeView<'_>],
+    room: &[NodeResources],
+    claimed: &HashSet<(usize, usize)>,
+    job: &QueuedJob<'_>,
+) -> Option<(usize, Vec<usize>)> {
+    instance_set::best_on_nodes(
+        nodes,
+        job,
+        |ni, n| n.up && job.may_use(n) && job.resources.fits(&room[ni], &n.total),
+        |ni, ii, v| {
+            v.isolated_owner.is_none()
+                && v.draining_for.is_none()
+                && !claimed.contains(&(ni, ii))
+                && v.instance.satisfies(job.gpu)
+        },
+    )
 }
 
 /// CASE Algorithm 1 with gsched's drain-before-isolate correction.
@@ -256,19 +273,28 @@ impl LaunchPolicy for CaseLaunch {
                 plan.rest = Some(PendingReason::Resources);
                 return plan;
             }
-            match best_instance(input.nodes, &free, &room, &claimed, job) {
-                Some((ni, ii)) => {
-                    claimed.insert((ni, ii));
+            let choice = if job.gpu.instances() > 1 {
+                best_instance_set(input.nodes, &free, &room, &claimed, job)
+            } else {
+                best_instance(input.nodes, &free, &room, &claimed, job)
+                    .map(|(ni, ii)| (ni, vec![ii]))
+            };
+            match choice {
+                Some((ni, set)) => {
+                    claimed.extend(set.iter().map(|ii| (ni, *ii)));
                     let node = &input.nodes[ni];
-                    let view = &node.instances[ii];
-                    if view.active_tasks > 0 || view.isolated_owner.is_some() {
+                    let busy = set.iter().any(|ii| {
+                        let v = &node.instances[*ii];
+                        v.active_tasks > 0 || v.isolated_owner.is_some()
+                    });
+                    if busy {
                         // Closed to new non-isolated tasks from now on; the
                         // job starts when the tasks (or the isolated job
-                        // running there) have left.
+                        // running there) have left all of them.
                         plan.decisions.push(Decision::Drain {
                             job: job.id,
                             node: node.name.into(),
-                            instance: view.instance.uuid.clone(),
+                            instances: uuids(node, &set),
                         });
                         plan.waiting.push((job.id, PendingReason::Draining));
                     } else {
@@ -277,14 +303,19 @@ impl LaunchPolicy for CaseLaunch {
                         plan.decisions.push(Decision::Launch {
                             job: job.id,
                             node: node.name.into(),
-                            instance: Some(view.instance.uuid.clone()),
+                            instances: uuids(node, &set),
                         });
                     }
                 }
                 None => {
+                    let count = job.gpu.instances();
                     let possible = input.nodes.iter().filter(|n| n.up).any(|n| {
                         n.could_run(job)
-                            && n.instances.iter().any(|v| v.instance.satisfies(job.gpu))
+                            && n.instances
+                                .iter()
+                                .filter(|v| v.instance.satisfies(job.gpu))
+                                .count()
+                                >= count
                     });
                     let reason = if possible {
                         PendingReason::Resources
@@ -319,7 +350,7 @@ impl LaunchPolicy for CaseLaunch {
             plan.decisions.push(Decision::Launch {
                 job: job.id,
                 node: input.nodes[ni].name.into(),
-                instance: None,
+                instances: Vec::new(),
             });
         }
         plan
@@ -398,6 +429,25 @@ fn best_instance(
     best.map(|(_, at)| at)
 }
 
+/// The best set of instances for an isolated job asking for several, on a
+/// node with a worker free ([`instance_set::best_set`]): instances no
+/// isolated job holds or waits for, free now or once their shared tasks
+/// are drained.
+fn best_instance_set(
+    nodes: &[NodeView<'_>],
+    free: &[u32],
+    room: &[NodeResources],
+    claimed: &HashSet<(usize, usize)>,
+    job: &QueuedJob<'_>,
+) -> Option<(usize, Vec<usize>)> {
+    instance_set::best_on_nodes(
+        nodes,
+        job,
+        |ni, n| n.up && free[ni] > 0 && job.may_use(n) && job.resources.fits(&room[ni], &n.total),
+        |ni, ii, v| !claimed.contains(&(ni, ii)) && instance_set::could_take(job, v),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,6 +470,7 @@ mod tests {
             mig_profile: profile.map(String::from),
             mem_mib: mem,
             share: None,
+            count: None,
         }
     }
 
@@ -560,17 +611,17 @@ mod tests {
                 Decision::Launch {
                     job: 1,
                     node: "n1".into(),
-                    instance: Some(inst[2].uuid.clone())
+                    instances: vec![inst[2].uuid.clone()]
                 },
                 Decision::Launch {
                     job: 2,
                     node: "n1".into(),
-                    instance: Some(inst[0].uuid.clone())
+                    instances: vec![inst[0].uuid.clone()]
                 },
                 Decision::Launch {
                     job: 3,
                     node: "n1".into(),
-                    instance: None
+                    instances: vec![]
                 },
             ]
         );
@@ -617,7 +668,7 @@ mod tests {
             vec![Decision::Drain {
                 job: 7,
                 node: "n1".into(),
-                instance: inst[0].uuid.clone()
+                instances: vec![inst[0].uuid.clone()]
             }]
         );
         assert_eq!(
@@ -662,7 +713,7 @@ mod tests {
             vec![Decision::Launch {
                 job: 7,
                 node: "n1".into(),
-                instance: Some(inst[0].uuid.clone())
+                instances: vec![inst[0].uuid.clone()]
             }]
         );
     }
@@ -698,8 +749,8 @@ mod tests {
         };
         let drained = |p: &LaunchPlan| match &p.decisions[..] {
             [Decision::Drain {
-                job: 7, instance, ..
-            }] => instance.clone(),
+                job: 7, instances, ..
+            }] if instances.len() == 1 => instances[0].clone(),
             d => panic!("{d:?}"),
         };
         // One GPU, held by isolated job 3: job 7 takes it next, so that
@@ -736,7 +787,7 @@ mod tests {
         v[1].active_tasks = 0;
         assert!(matches!(
             &plan_for(v).decisions[..],
-            [Decision::Launch { job: 7, instance: Some(u), .. }] if *u == inst[1].uuid
+            [Decision::Launch { job: 7, instances, .. }] if *instances == [inst[1].uuid.clone()]
         ));
     }
 
@@ -858,18 +909,19 @@ mod tests {
         owner: Vec<Option<JobId>>,
         draining: Vec<Option<JobId>>,
         tasks: Vec<u32>,
-        running: Vec<(JobId, Option<usize>)>,
+        running: Vec<(JobId, Vec<usize>)>,
         done: HashMap<JobId, u32>,
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
-        /// Random jobs on the CASE A100 layout: an isolated instance never holds
+        /// Random jobs on the CASE A100 layout, some isolated ones asking for
+        /// several instances: each gets what it asked for, an instance never holds
         /// two jobs nor shares with tasks, workers never exceed the limit, and
         /// every job finishes exactly once.
         #[test]
         fn every_job_finishes_once_and_isolation_holds(
-            jobs in proptest::collection::vec((any::<bool>(), 0u8..4), 1..40),
+            jobs in proptest::collection::vec((any::<bool>(), 0u8..6), 1..40),
             limit in 1u32..6,
             finish_order in proptest::collection::vec(any::<usize>(), 200),
             busy in proptest::collection::vec(0u32..3, 5),
@@ -879,7 +931,10 @@ mod tests {
                 0 => req(Some("1g.5gb"), None),
                 1 => req(Some("2g.10gb"), None),
                 2 => req(None, Some(9000)),
-                _ => req(None, Some(100)),
+                3 => req(None, Some(100)),
+                // Several instances (isolated jobs only).
+                4 => GpuRequest { count: Some(2), ..req(Some("1g.5gb"), None) },
+                _ => GpuRequest { count: Some(3), ..req(None, Some(100)) },
             }).collect();
             let mut s = Sim {
                 owner: vec![None; inst.len()],
@@ -913,24 +968,34 @@ mod tests {
                 let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &sh, nodes: &nodes });
                 for d in plan.decisions {
                     match d {
-                        Decision::Launch { job, instance, .. } => {
-                            let idx = instance.map(|u| s.inst.iter().position(|i| i.uuid == u).unwrap());
-                            if let Some(i) = idx {
+                        Decision::Launch { job, instances, .. } => {
+                            let idx: Vec<usize> = instances.iter()
+                                .map(|u| s.inst.iter().position(|i| &i.uuid == u).unwrap()).collect();
+                            let want = if jobs[job as usize].0 { reqs[job as usize].instances() } else { 0 };
+                            prop_assert_eq!(idx.len(), want, "instances given are those asked for");
+                            for &i in &idx {
                                 prop_assert!(s.owner[i].is_none(), "instance held twice");
                                 prop_assert_eq!(s.tasks[i], 0, "isolated job shares with tasks");
                                 prop_assert!(s.draining[i].is_none() || s.draining[i] == Some(job));
                                 prop_assert!(s.inst[i].satisfies(&reqs[job as usize]));
                                 s.owner[i] = Some(job);
-                                s.draining[i] = None;
+                            }
+                            for d in s.draining.iter_mut().filter(|d| **d == Some(job)) {
+                                *d = None;
                             }
                             pending.retain(|&p| p as JobId != job);
                             s.running.push((job, idx));
                         }
-                        Decision::Drain { job, instance, .. } => {
-                            let i = s.inst.iter().position(|x| x.uuid == instance).unwrap();
-                            prop_assert!(s.owner[i] != Some(job));
-                            prop_assert!(s.draining[i].is_none() || s.draining[i] == Some(job));
-                            s.draining[i] = Some(job);
+                        Decision::Drain { job, instances, .. } => {
+                            for d in s.draining.iter_mut().filter(|d| **d == Some(job)) {
+                                *d = None;
+                            }
+                            for u in &instances {
+                                let i = s.inst.iter().position(|x| &x.uuid == u).unwrap();
+                                prop_assert!(s.owner[i] != Some(job));
+                                prop_assert!(s.draining[i].is_none());
+                                s.draining[i] = Some(job);
+                            }
                         }
                     }
                 }
@@ -944,7 +1009,7 @@ mod tests {
                 if !s.running.is_empty() {
                     let k = finish_order[step % finish_order.len()] % s.running.len();
                     let (job, idx) = s.running.remove(k);
-                    if let Some(i) = idx { s.owner[i] = None; }
+                    for i in idx { s.owner[i] = None; }
                     *s.done.entry(job).or_default() += 1;
                 } else if plan.rest.is_none() && plan.waiting.iter().all(|(_, r)| *r == PendingReason::ReqNodeNotAvail) {
                     // Only impossible requests remain.

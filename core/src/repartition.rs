@@ -655,6 +655,7 @@ mod tests {
                         mig_profile: None,
                         mem_mib: Some(mib),
                         share: None,
+                        count: None,
                     },
                     ..crate::JobSpec::default()
                 },

@@ -120,7 +120,9 @@ pub struct DrainRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LaunchRequest {
     pub job: Job,
-    pub instance: Option<Instance>,
+    /// The instances an isolated job holds, in the job's device order.
+    #[serde(default)]
+    pub instances: Vec<Instance>,
     pub cluster: String,
     pub partition: String,
     pub controller_url: String,
@@ -244,7 +246,11 @@ pub struct JobInfo {
     pub standard_error: String,
     pub isolated: bool,
     pub gpu_request: crate::job::GpuRequest,
+    /// The first of `gpu_instances` (kept for clients that read one).
     pub gpu_instance: Option<String>,
+    /// The instances an isolated job holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_instances: Vec<String>,
     /// MiB, from the job's probes.
     pub gpu_mem_peak: Option<u64>,
     pub requeue: bool,
@@ -330,7 +336,8 @@ impl JobInfo {
             standard_error: err,
             isolated: s.isolated,
             gpu_request: s.gpu.clone(),
-            gpu_instance: job.gpu_instance.clone(),
+            gpu_instance: job.gpu_instances.first().cloned(),
+            gpu_instances: job.gpu_instances.clone(),
             gpu_mem_peak: job.gpu_mem_peak,
             requeue: s.requeue,
             restart_cnt: job.restarts,

@@ -484,16 +484,20 @@ impl Controller {
                                 .queue_wait
                                 .observe((start - j.submit_time).max(0) as f64);
                         }
-                        let instance = j.gpu_instance.as_ref().and_then(|u| {
-                            n.instances
-                                .iter()
-                                .find(|s| &s.instance.uuid == u)
-                                .map(|s| s.instance.clone())
-                        });
+                        let instances = j
+                            .gpu_instances
+                            .iter()
+                            .filter_map(|u| {
+                                n.instances
+                                    .iter()
+                                    .find(|s| &s.instance.uuid == u)
+                                    .map(|s| s.instance.clone())
+                            })
+                            .collect();
                         let learned = c.learned(job);
                         let req = LaunchRequest {
                             job: j.clone(),
-                            instance,
+                            instances,
                             cluster: self.config.cluster_name.clone(),
                             partition: j
                                 .spec
@@ -633,7 +637,12 @@ impl Controller {
             "launch",
             job = id,
             run,
-            instance = req.instance.as_ref().map(|i| i.uuid.as_str())
+            instance = req
+                .instances
+                .iter()
+                .map(|i| i.uuid.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
         );
         let mut backoff = Duration::from_millis(500);
         let mut in_doubt = false;

@@ -84,7 +84,7 @@ pub struct JobRuntime {
     pub start_time: Option<i64>,
     pub end_time: Option<i64>,
     pub node: Option<String>,
-    pub gpu_instance: Option<String>,
+    pub gpu_instances: Vec<String>,
     pub gpu_mem_peak: Option<u64>,
     pub restarts: u32,
     pub held: bool,
@@ -107,7 +107,7 @@ impl JobRuntime {
             start_time: job.start_time,
             end_time: job.end_time,
             node: job.node.clone(),
-            gpu_instance: job.gpu_instance.clone(),
+            gpu_instances: job.gpu_instances.clone(),
             gpu_mem_peak: job.gpu_mem_peak,
             restarts: job.restarts,
             held: job.held,
@@ -381,7 +381,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.start_time)
             .bind(job.end_time)
             .bind(&job.node)
-            .bind(&job.gpu_instance)
+            .bind(instances_column(&job.gpu_instances))
             .bind(job.gpu_mem_peak.map(|m| m as i64))
             .bind(job.restarts as i64)
             .bind(job.held)
@@ -402,7 +402,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.start_time)
             .bind(job.end_time)
             .bind(&job.node)
-            .bind(&job.gpu_instance)
+            .bind(instances_column(&job.gpu_instances))
             .bind(job.gpu_mem_peak.map(|m| m as i64))
             .bind(job.restarts as i64)
             .bind(job.held)
@@ -529,6 +529,8 @@ async fn load(
                 memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
                 sms: r.try_get::<i64, _>("sms")? as u32,
                 compute_slices: r.try_get::<i64, _>("compute_slices")? as u32,
+                // Not kept: the node reports it again when it registers.
+                link_domain: None,
                 mps: mps_of(&r)?,
             }));
         }
@@ -553,6 +555,24 @@ async fn load(
         max_job_id,
         past_peaks,
     })
+}
+
+/// The `gpu_instance` column of a job: the UUIDs of its instances, joined
+/// by commas (UUIDs have none); NULL for none.
+fn instances_column(uuids: &[String]) -> Option<String> {
+    (!uuids.is_empty()).then(|| uuids.join(","))
+}
+
+/// The instances a job's `gpu_instance` column names.
+pub(crate) fn instances_of_column(column: Option<String>) -> Vec<String> {
+    column
+        .map(|c| {
+            c.split(',')
+                .filter(|u| !u.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The MPS columns of a `gpu_instances` row.
@@ -599,6 +619,7 @@ mod tests {
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
                     share: None,
+                    count: None,
                 },
                 time_limit: Some(60),
                 stdout: Some("o-%j".into()),

@@ -217,7 +217,12 @@ impl Launcher {
         let span = tracing::info_span!(
             "job",
             job = job.id,
-            instance = req.instance.as_ref().map(|i| i.uuid.as_str())
+            instance = req
+                .instances
+                .iter()
+                .map(|i| i.uuid.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
         );
         let _g = span.enter();
         if self.has_run(job.id, job.run) {
@@ -252,7 +257,7 @@ impl Launcher {
                 node: &self.node,
                 cluster: &req.cluster,
                 partition: &req.partition,
-                instance: req.instance.as_ref(),
+                instances: &req.instances,
                 controller_url: &req.controller_url,
             },
         );
@@ -282,7 +287,7 @@ impl Launcher {
             add_interception(
                 &mut env,
                 job,
-                req.instance.is_some(),
+                !req.instances.is_empty(),
                 gsched_core::cluster::Learned {
                     mib: req.learned_footprint_mib,
                     share: req.learned_gpu_share,
@@ -291,9 +296,9 @@ impl Launcher {
                 &with,
             );
         }
-        let gpus = match &req.instance {
-            Some(i) => GpuAccess::Instance(i),
-            None => GpuAccess::Shared,
+        let gpus = match req.instances.as_slice() {
+            [] => GpuAccess::Shared,
+            some => GpuAccess::Instances(some),
         };
         let started = self
             .confinement()
@@ -355,17 +360,23 @@ impl Launcher {
             cgroup_procs: prepared.procs,
             cpus: prepared.cpus,
             memory_limit: prepared.memory_limit,
-            instance: req.instance.as_ref().map(|i| i.uuid.clone()),
+            instances: req.instances.iter().map(|i| i.uuid.clone()).collect(),
         };
         spool
             .write_json(&spool.spec_path(), &spec)
             .map_err(|e| io("cannot write launch.json", e))?;
         let limit = job.spec.time_limit.map(Duration::from_secs);
         let warn = spec.warn_signal;
-        if let (Some(probe), Some(inst)) = (self.probe.get(), req.instance.as_ref()) {
-            // The instance is closed to shared tasks from now on.
-            if probe.hold(&inst.uuid, job.id) {
-                // Shared tasks are still on it: start when they have left.
+        let uuids: Vec<String> = req.instances.iter().map(|i| i.uuid.clone()).collect();
+        if let (Some(probe), false) = (self.probe.get(), uuids.is_empty()) {
+            // The instances are closed to shared tasks from now on.
+            let busy: Vec<String> = uuids
+                .iter()
+                .filter(|u| probe.hold(u, job.id))
+                .cloned()
+                .collect();
+            if !busy.is_empty() {
+                // Shared tasks are still there: start when they have left.
                 self.jobs().insert(
                     job.id,
                     RunningJob {
@@ -373,17 +384,14 @@ impl Launcher {
                         run: job.run,
                     },
                 );
-                info!("waiting for shared tasks to leave the instance");
-                let (this, probe, uuid, id) = (
-                    Arc::clone(self),
-                    Arc::clone(probe),
-                    inst.uuid.clone(),
-                    job.id,
-                );
+                info!(instances = busy.len(), "waiting for shared tasks to leave");
+                let (this, probe, id) = (Arc::clone(self), Arc::clone(probe), job.id);
                 tokio::spawn(async move {
-                    probe.drained(&uuid).await;
+                    for uuid in &busy {
+                        probe.drained(uuid).await;
+                    }
                     if this.jobs().get(&id).is_some_and(|r| r.pgid.is_none()) {
-                        this.confinement().isolate(id, &uuid);
+                        this.confinement().isolate(id, &uuids);
                         let run = this.jobs().get(&id).map_or(0, |r| r.run);
                         if let Err(e) = this.start_shepherd(id, run, limit, warn) {
                             warn!(job = id, error = %e, "cannot start the job");
@@ -394,8 +402,8 @@ impl Launcher {
                 return Ok(());
             }
         }
-        if let Some(inst) = &req.instance {
-            self.confinement().isolate(job.id, &inst.uuid);
+        if !uuids.is_empty() {
+            self.confinement().isolate(job.id, &uuids);
         }
         self.start_shepherd(job.id, job.run, limit, warn)
     }
@@ -752,8 +760,7 @@ impl Launcher {
                     });
                     let run = spec.as_ref().map_or(0, |s| s.run);
                     if let Some(s) = &spec {
-                        self.confinement()
-                            .adopt(job, &s.cpus, s.instance.as_deref());
+                        self.confinement().adopt(job, &s.cpus, &s.instances);
                     }
                     if let Some(ended) = read_json(&spool.steps_path()) {
                         self.confinement().adopt_steps(job, ended);
@@ -771,7 +778,7 @@ impl Launcher {
                         let _ = probe.register_job(job, spec.uid, key);
                         // An isolated job's instance stays closed to shared
                         // tasks.
-                        if let Some(uuid) = &spec.instance {
+                        for uuid in &spec.instances {
                             probe.hold(uuid, job);
                         }
                     }

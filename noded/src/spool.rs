@@ -63,10 +63,26 @@ pub struct ShepherdSpec {
     /// reason of an OUT_OF_MEMORY end.
     #[serde(default)]
     pub memory_limit: Option<String>,
-    /// The instance an isolated job holds (UUID): held again, and closed
-    /// to shared jobs, when gnoded adopts the job after a restart.
-    #[serde(default)]
-    pub instance: Option<String>,
+    /// The instances an isolated job holds (UUIDs): held again, and
+    /// closed to shared jobs, when gnoded adopts the job after a restart.
+    /// (Specs written before jobs could hold several name one, as
+    /// `instance`.)
+    #[serde(default, alias = "instance", deserialize_with = "one_or_many")]
+    pub instances: Vec<String>,
+}
+
+/// A list of UUIDs, or one UUID (or null) as older specs wrote it.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Option<String>),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) => one.into_iter().collect(),
+        OneOrMany::Many(many) => many,
+    })
 }
 
 fn default_umask() -> u32 {

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod slurm;
+
 pub struct Gsched {
     child: Option<Child>,
     pub url: String,

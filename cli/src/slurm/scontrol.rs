@@ -67,10 +67,10 @@ pub fn show_job(j: &JobInfo) -> String {
         j.slurm.ntasks.unwrap_or(1),
         j.slurm.cpus_per_task.unwrap_or(1)
     ));
-    let gres = match (&j.isolated, &j.gpu_request.mig_profile) {
-        (true, Some(p)) => format!("gres/gpu:{p}=1"),
-        (true, None) => "gres/gpu=1".into(),
-        (false, _) => "(null)".into(),
+    let gres = if j.isolated {
+        j.gpu_request.tres()
+    } else {
+        "(null)".into()
     };
     lines.push(format!("   TresPerNode={gres}"));
     lines.push(format!(

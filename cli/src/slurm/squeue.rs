@@ -176,14 +176,15 @@ fn value(j: &JobInfo, id: &str, letter: char) -> String {
     }
 }
 
-/// `gres/gpu:PROFILE:1` for isolated jobs, `N/A` otherwise.
+/// `gres/gpu:TYPE:N` for isolated jobs, `N/A` otherwise.
 fn gres(j: &JobInfo) -> String {
     if !j.isolated {
         return "N/A".into();
     }
-    match &j.gpu_request.mig_profile {
-        Some(p) => format!("gres/gpu:{p}:1"),
-        None => "gres/gpu:1".into(),
+    let n = j.gpu_request.instances();
+    match j.gpu_request.kind() {
+        Some(k) => format!("gres/gpu:{k}:{n}"),
+        None => format!("gres/gpu:{n}"),
     }
 }
 

@@ -33,9 +33,16 @@ pub struct Args {
     /// Accepted; gsched does not bind tasks to CPUs.
     #[arg(long = "cpu-bind")]
     pub cpu_bind: Option<String>,
-    /// Accepted inside a job (the job's GPU instance is its GPUs).
+    /// Accepted inside a job (the job's GPU instances are its GPUs).
     #[arg(short = 'G', long = "gpus")]
     pub gpus: Option<String>,
+    /// GPUs each task sees, from the job's (default: the job's
+    /// SLURM_GPUS_PER_TASK).
+    #[arg(long = "gpus-per-task")]
+    pub gpus_per_task: Option<String>,
+    /// none, closest, or single:N (N tasks per GPU); default: the job's.
+    #[arg(long = "gpu-bind")]
+    pub gpu_bind: Option<String>,
     #[arg(short = 'J', long = "job-name")]
     pub job_name: Option<String>,
     /// Prefix lines with the task number (accepted, not done).
@@ -144,6 +151,49 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     ran.map(|_| worst)
 }
 
+/// The devices each of `ntasks` tasks sees, where the job's GPUs are
+/// split among them (`--gpus-per-task`, `--gpu-bind=single:N`, from srun's
+/// options or the job's); `None` when every task sees all of the job's.
+fn task_gpus(a: &Args, ntasks: u32) -> Result<Option<Vec<String>>> {
+    use gsched_core::allocation::{gpu_bind, gpu_count};
+    let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") else {
+        return Ok(None);
+    };
+    let per_task = match a
+        .gpus_per_task
+        .clone()
+        .or_else(|| std::env::var("SLURM_GPUS_PER_TASK").ok())
+    {
+        Some(v) => Some(gpu_count(&v).with_context(|| {
+            format!("--gpus-per-task={v}: expected [TYPE:]N, a GPU count of at least 1")
+        })?),
+        None => None,
+    };
+    let bind = match a
+        .gpu_bind
+        .clone()
+        .or_else(|| std::env::var("SLURM_GPU_BIND").ok())
+    {
+        Some(v) => Some(gpu_bind(&v).with_context(|| {
+            format!("--gpu-bind={v}: gsched binds with none, closest or single:N")
+        })?),
+        None => None,
+    };
+    if per_task.is_none() && !matches!(bind, Some(gsched_core::allocation::GpuBind::Single(_))) {
+        return Ok(None);
+    }
+    (0..ntasks)
+        .map(|t| {
+            gsched_core::env::task_devices(&visible, per_task, bind, t).with_context(|| {
+                format!(
+                    "task {t} of {ntasks} would need GPUs beyond the job's ({visible}); ask for fewer tasks or fewer GPUs per task"
+                )
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
 /// Starts the `ntasks` tasks of a step and waits for them all: the highest
 /// exit status, and a signal that ended one.
 fn start_and_wait(
@@ -153,9 +203,14 @@ fn start_and_wait(
     job: u64,
     open: &dyn Fn(&str, u32) -> Result<std::fs::File>,
 ) -> Result<(i32, Option<i32>)> {
+    let devices = task_gpus(a, ntasks)?;
     let mut children = Vec::new();
     for rank in 0..ntasks {
         let mut cmd = Command::new(&a.command[0]);
+        if let Some(d) = devices.as_ref().map(|d| &d[rank as usize]) {
+            cmd.env("CUDA_VISIBLE_DEVICES", d)
+                .env("GPU_DEVICE_ORDINAL", d);
+        }
         cmd.args(&a.command[1..])
             .env("SLURM_PROCID", rank.to_string())
             .env("SLURM_LOCALID", rank.to_string())

@@ -168,6 +168,60 @@ mod tests {
     }
 
     #[test]
+    fn a_job_on_several_instances_drains_them_all_and_holds_them_across_a_restart() {
+        let mut c = cluster();
+        let uuids: Vec<String> = c
+            .node("n1")
+            .unwrap()
+            .instances
+            .iter()
+            .map(|s| s.instance.uuid.clone())
+            .collect();
+        // Shared tasks on the first instance only.
+        let busy = [(
+            uuids[0].clone(),
+            crate::wire::InstanceUse {
+                tasks: 1,
+                ..Default::default()
+            },
+        )];
+        c.update_instance_use("n1", &busy.into_iter().collect());
+        let two = JobSpec {
+            isolated: true,
+            gpu: GpuRequest {
+                count: Some(2),
+                ..GpuRequest::default()
+            },
+            ..crate::cluster::testkit::spec("two", false)
+        };
+        let (id, _) = c.submit(two, 0).unwrap();
+        let fx = c.schedule(1);
+        // Both are closed to shared tasks, the free one too: it would
+        // fill while the other drains.
+        let d = drains(&fx);
+        assert_eq!(d.len(), 1, "{fx:?}");
+        let mut closed = d[0].1.clone();
+        closed.sort();
+        assert_eq!(closed, uuids);
+        assert!(!fx.iter().any(|e| matches!(e, Effect::Launch { .. })));
+        c.update_instance_use("n1", &Default::default());
+        let fx = c.schedule(2);
+        assert!(fx.contains(&Effect::Launch {
+            job: id,
+            node: "n1".into()
+        }));
+        let mut held = c.job(id).unwrap().gpu_instances.clone();
+        held.sort();
+        assert_eq!(held, uuids);
+        // The controller restarts: both stay the job's.
+        let jobs: Vec<_> = c.jobs().cloned().collect();
+        let nodes: Vec<_> = c.nodes().cloned().collect();
+        let c = crate::cluster::Cluster::restore(Box::new(crate::launch::CaseLaunch), jobs, nodes);
+        let n = c.node("n1").unwrap();
+        assert!(n.instances.iter().all(|s| s.isolated_owner == Some(id)));
+    }
+
+    #[test]
     fn a_drain_is_expected_to_end_when_the_jobs_on_it_reach_their_limits() {
         let mut c = cluster();
         let limited = |name: &str, limit: Option<u64>| JobSpec {

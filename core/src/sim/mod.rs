@@ -228,6 +228,7 @@ fn spec_of(j: &SimJob) -> JobSpec {
             mig_profile: None,
             mem_mib: Some(j.peak_mib().max(1)),
             share: None,
+            count: None,
         },
         ..JobSpec::default()
     }
@@ -484,7 +485,10 @@ impl Sim<'_> {
         }
         for cid in launched {
             let j = self.by_cid[&cid];
-            let inst = self.cluster.job(cid).and_then(|x| x.gpu_instance.clone());
+            let inst = self
+                .cluster
+                .job(cid)
+                .and_then(|x| x.gpu_instances.first().cloned());
             let index = inst.as_deref().map(|u| self.uuid_index(u));
             if let (Policy::Exclusive, Some(uuid)) = (self.policy, inst.as_deref()) {
                 // Slurm: the job holds its instance for its whole life.

@@ -62,10 +62,10 @@ fn exit_code(j: &JobInfo) -> Value {
 
 /// `gpu:PROFILE:N` for the job's GPU request.
 fn gpu_tres(j: &JobInfo) -> String {
-    match (&j.gpu_request.mig_profile, j.isolated) {
-        (Some(p), _) => format!("gres/gpu:{p}=1"),
-        (None, true) => "gres/gpu=1".into(),
-        (None, false) => String::new(),
+    if j.isolated {
+        j.gpu_request.tres()
+    } else {
+        String::new()
     }
 }
 
@@ -80,11 +80,9 @@ pub fn job(j: &JobInfo, cluster: &str, profile: Option<&str>) -> Value {
         ),
         None => (None, None, None),
     };
-    let gres_detail: Vec<String> = j
-        .gpu_instance
-        .as_deref()
-        .filter(|_| j.job_state == JobState::Running)
-        .map(|_| vec![format!("gpu:{}:1", profile.unwrap_or("gpu"))])
+    let gres_detail: Vec<String> = Some(j.gpu_instances.len())
+        .filter(|n| *n > 0 && j.job_state == JobState::Running)
+        .map(|n| vec![format!("gpu:{}:{n}", profile.unwrap_or("gpu"))])
         .unwrap_or_default();
     let tres = gpu_tres(j);
     let tres_req = if tres.is_empty() {

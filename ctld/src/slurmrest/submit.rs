@@ -80,10 +80,10 @@ fn text(field: &str, v: Option<&Value>) -> Result<Option<String>, String> {
     }
 }
 
-/// `gres/gpu[:TYPE][:N]` (or `gpu:...`): a GPU instance of the job's own,
-/// so an isolated job; the type (MIG profile or GPU model) when one is
-/// named.
-fn gpu_request(tres: &str) -> Result<Option<Option<String>>, String> {
+/// `gres/gpu[:TYPE][:N]` (or `gpu:...`): GPU instances of the job's own,
+/// so an isolated job: the type (MIG profile or GPU model) when one is
+/// named, and the count N (1 when not given).
+fn gpu_request(tres: &str) -> Result<Option<(Option<String>, u32)>, String> {
     let mut found = None;
     for part in tres.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let g = part.strip_prefix("gres/").unwrap_or(part);
@@ -93,7 +93,11 @@ fn gpu_request(tres: &str) -> Result<Option<Option<String>>, String> {
         {
             continue;
         }
-        let g = g.split_once('=').map(|(a, _)| a).unwrap_or(g);
+        // `gres/gpu=2` (slurmrestd's TRES form) or `gres/gpu:2`.
+        let (g, eq_count) = match g.split_once('=') {
+            Some((a, n)) => (a, Some(n)),
+            None => (g, None),
+        };
         let Some(rest) = g.strip_prefix("gpu") else {
             return Err(format!(
                 "tres {part}: gsched knows only the gpu resource (gres/gpu[:PROFILE][:N])"
@@ -104,14 +108,20 @@ fn gpu_request(tres: &str) -> Result<Option<Option<String>>, String> {
             .iter()
             .find(|f| !f.is_empty() && f.parse::<u32>().is_err())
             .map(|p| p.to_string());
-        if let Some(n) = fields.iter().find_map(|f| f.parse::<u32>().ok()) {
-            if n != 1 {
-                return Err(format!(
-                    "tres {part}: a job gets one GPU instance; ask for 1"
-                ));
-            }
-        }
-        found = Some(profile);
+        let count =
+            match eq_count.or_else(|| fields.iter().copied().find(|f| f.parse::<u32>().is_ok())) {
+                None => 1,
+                Some(n) => match n.trim().parse::<u32>() {
+                    Ok(0) => {
+                        return Err(format!(
+                            "tres {part}: a GPU count of 0 is not a GPU request; leave it out"
+                        ))
+                    }
+                    Ok(n) => n,
+                    Err(_) => return Err(format!("tres {part}: '{n}' is not a GPU count")),
+                },
+            };
+        found = Some((profile, count));
     }
     Ok(found)
 }
@@ -215,17 +225,19 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
         }
     };
     let mut gpu = None;
+    let mut gpus_per_task = None;
     for f in ["tres_per_job", "tres_per_node", "tres_per_task"] {
         if let Some(t) = text(f, obj.get(f))? {
-            if let Some(g) = gpu_request(&t)? {
-                // One GPU per task is one for the job only with one task.
-                let tasks = small("tasks")?.unwrap_or(1);
-                if f == "tres_per_task" && tasks > 1 {
-                    return Err(format!(
-                        "job.tres_per_task {t} with {tasks} tasks asks for a GPU instance per task; a job gets one (multi-GPU jobs are not supported yet)"
-                    ));
-                }
-                gpu = Some(g);
+            if let Some((kind, n)) = gpu_request(&t)? {
+                // Per task: that many for each of the job's tasks, all on
+                // its one node.
+                let count = if f == "tres_per_task" {
+                    gpus_per_task = Some(n.to_string());
+                    n.saturating_mul(small("tasks")?.unwrap_or(1).max(1))
+                } else {
+                    n
+                };
+                gpu = Some((kind, count));
             }
         }
     }
@@ -262,14 +274,16 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
             // The type named: a MIG profile, else a GPU model (`h100`).
             model: gpu
                 .clone()
-                .flatten()
+                .and_then(|g| g.0)
                 .filter(|t| !gsched_core::gpu::is_profile_name(t))
                 .map(|t| t.to_ascii_lowercase()),
             mig_profile: gpu
-                .flatten()
+                .clone()
+                .and_then(|g| g.0)
                 .filter(|t| gsched_core::gpu::is_profile_name(t)),
             mem_mib: None,
             share: None,
+            count: gpu.map(|g| g.1).filter(|n| *n != 1),
         },
         time_limit: minutes.map(|m| m as u64 * 60),
         stdout: text("standard_output", obj.get("standard_output"))?,
@@ -288,7 +302,10 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
             cpus_per_task: small("cpus_per_task")?,
             open_mode: text("open_mode", obj.get("open_mode"))?,
             signal: None,
-            other: node_count(obj)?.into_iter().collect(),
+            other: node_count(obj)?
+                .into_iter()
+                .chain(gpus_per_task.map(|g| ("gpus-per-task".to_string(), g)))
+                .collect(),
         },
         ..JobSpec::default()
     };
@@ -361,12 +378,24 @@ mod tests {
             "tres_per_node": "gres/gpu:h100:1"}}))
         .unwrap();
         assert_eq!(h.gpu.model.as_deref(), Some("h100"));
-        // One per task with several tasks: more than one instance.
-        let e = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
+        // One per task with several tasks: one instance per task.
+        let (t, _) = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
             "current_working_directory": "/", "environment": [], "tasks": 2,
             "tres_per_task": "gres/gpu:1"}}))
+        .unwrap();
+        assert_eq!(t.gpu.count, Some(2));
+        assert_eq!(t.slurm.other["gpus-per-task"], "1");
+        t.validate().unwrap();
+        let (n, _) = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
+            "current_working_directory": "/", "environment": [],
+            "tres_per_job": "gres/gpu=4"}}))
+        .unwrap();
+        assert_eq!(n.gpu.count, Some(4));
+        let e = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
+            "current_working_directory": "/", "environment": [],
+            "tres_per_job": "gres/gpu:0"}}))
         .unwrap_err();
-        assert!(e.contains("a GPU instance per task"), "{e}");
+        assert!(e.contains("count of 0"), "{e}");
         assert!(h.gpu.mig_profile.is_none() && h.isolated);
         h.validate().unwrap();
         assert!(s.array.is_some());

@@ -256,7 +256,7 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
         start_time: row.try_get("start_time")?,
         end_time: row.try_get("end_time")?,
         node: row.try_get("node")?,
-        gpu_instance: row.try_get("gpu_instance")?,
+        gpu_instances: super::instances_of_column(row.try_get("gpu_instance")?),
         gpu_mem_peak: row
             .try_get::<Option<i64>, _>("gpu_mem_peak")?
             .map(|m| m as u64),

@@ -18,8 +18,8 @@ use super::{Confinement, GpuAccess};
 pub(super) struct GpuHolds {
     /// Jobs given [`GpuAccess::Shared`] that have not ended.
     pub(super) shared: BTreeSet<JobId>,
-    /// Instances held by running isolated jobs (job → UUID).
-    pub(super) held: BTreeMap<JobId, String>,
+    /// Instances held by running isolated jobs (job → UUIDs).
+    pub(super) held: BTreeMap<JobId, Vec<String>>,
     /// The rules shared jobs were last given.
     pub(super) shared_rules: Option<Vec<DeviceRule>>,
 }
@@ -40,12 +40,12 @@ impl Confinement {
         let node = self.gpus.read().unwrap_or_else(|p| p.into_inner());
         let given = match (node.as_ref(), gpus) {
             (None, _) => GivenGpus::default(),
-            (Some(n), GpuAccess::Instance(i)) => GivenGpus::of([i], &n.mig_ids),
+            (Some(n), GpuAccess::Instances(i)) => GivenGpus::of(i, &n.mig_ids),
             (Some(n), GpuAccess::Shared) => {
                 let open = n
                     .instances
                     .iter()
-                    .filter(|i| !holds.held.values().any(|u| *u == i.uuid));
+                    .filter(|i| !holds.held.values().flatten().any(|u| *u == i.uuid));
                 GivenGpus::of(open, &n.mig_ids)
             }
         };
@@ -57,12 +57,12 @@ impl Confinement {
         allowed_devices(&majors, &minors, &given).map_err(|e| e.to_string())
     }
 
-    /// Isolated job `job` holds instance `uuid` from now on: no shared job
-    /// may open it (a process that has it open already is the drain's to
-    /// wait for). It is open to them again when `job` ends.
-    pub fn isolate(&self, job: JobId, uuid: &str) {
+    /// Isolated job `job` holds instances `uuids` from now on: no shared
+    /// job may open them (a process that has one open already is the
+    /// drain's to wait for). They are open to them again when `job` ends.
+    pub fn isolate(&self, job: JobId, uuids: &[String]) {
         let mut holds = self.holds();
-        holds.held.insert(job, uuid.to_string());
+        holds.held.insert(job, uuids.to_vec());
         self.give_shared_jobs(&mut holds);
     }
 
@@ -216,15 +216,15 @@ mod tests {
         );
 
         confine
-            .prepare(&job(isolated), GpuAccess::Instance(&instances[0]))
+            .prepare(&job(isolated), GpuAccess::Instances(&instances[..1]))
             .unwrap();
-        confine.isolate(isolated, &gpu0);
+        confine.isolate(isolated, std::slice::from_ref(&gpu0));
         let first_now = cg.last(first);
         assert!(!has(&first_now, "c 195:0 rwm"), "{first_now:?}");
         assert!(has(&first_now, "c 195:1 rwm") && has(&first_now, "c 195:255 rwm"));
         confine.prepare(&job(later), GpuAccess::Shared).unwrap();
         assert_eq!(cg.last(later), first_now, "a job started meanwhile");
-        confine.adopt(adopted, &[], None);
+        confine.adopt(adopted, &[], &[]);
         assert_eq!(cg.last(adopted), first_now, "a job adopted meanwhile");
         let isolated_own = cg.last(isolated);
         assert!(has(&isolated_own, "c 195:0 rwm") && !has(&isolated_own, "c 195:1 rwm"));
@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(cg.last(later), first_now, "an ended job is left alone");
 
         // An isolated job adopted after a restart closes its instance too.
-        confine.adopt(5, &[], Some(&gpu1));
+        confine.adopt(5, &[], std::slice::from_ref(&gpu1));
         assert!(!has(&cg.last(first), "c 195:1 rwm"));
         assert!(has(&cg.last(first), "c 195:0 rwm"));
     }

@@ -31,8 +31,8 @@ const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
 
 /// The GPUs a job may open.
 pub enum GpuAccess<'a> {
-    /// An isolated job: its instance only.
-    Instance(&'a Instance),
+    /// An isolated job: its instances only.
+    Instances(&'a [Instance]),
     /// A shared job, whose tasks gnoded places at run time on any
     /// instance open to shared work: every instance of the node but those
     /// isolated jobs hold. Which ones those are changes while it runs
@@ -196,14 +196,14 @@ impl Confinement {
     /// Takes back the cores of a job adopted after a restart, and its GPU
     /// access: the instance it holds (an isolated job), or else the
     /// instances open to shared jobs now.
-    pub fn adopt(&self, job: JobId, cpus: &[u32], instance: Option<&str>) {
+    pub fn adopt(&self, job: JobId, cpus: &[u32], instances: &[String]) {
         self.accounts().entry(job).or_default();
         if !cpus.is_empty() {
             self.taken().insert(job, cpus.to_vec());
         }
-        match instance {
-            Some(uuid) => self.isolate(job, uuid),
-            None => {
+        match instances {
+            [_, ..] => self.isolate(job, instances),
+            [] => {
                 let mut holds = self.holds();
                 holds.shared.insert(job);
                 if !self.cgroups.enforced().devices {

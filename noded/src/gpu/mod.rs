@@ -27,6 +27,11 @@ pub struct GpuInfo {
     pub sms: u32,
     /// `None` when the GPU does not support MIG.
     pub mig: Option<MigMode>,
+    /// The GPUs that talk directly (NVLink, one PCIe switch or host
+    /// bridge) share one ([`gsched_core::gpu::link_domains`]); `None` where
+    /// the backend cannot tell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_domain: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -190,6 +195,7 @@ pub fn inventory(backend: &dyn GpuBackend) -> Result<Vec<Instance>, BackendError
                     memory_mib: d.memory_total_mib,
                     sms: d.sms,
                     compute_slices: d.slices,
+                    link_domain: g.link_domain,
                     mps: None,
                 });
             }
@@ -203,6 +209,7 @@ pub fn inventory(backend: &dyn GpuBackend) -> Result<Vec<Instance>, BackendError
                 memory_mib: g.memory_total_mib,
                 sms: g.sms,
                 compute_slices: table.map(|t| t.compute_slices).unwrap_or(7),
+                link_domain: g.link_domain,
                 mps: None,
             });
         }

@@ -186,7 +186,12 @@ impl GpuBackend for NvmlGpus {
                 // MIG-enabled GPUs report no attributes on the parent.
                 sms: if sms == 0 { self.sms_fallback(&d) } else { sms },
                 mig,
+                link_domain: None,
             });
+        }
+        let domains = gsched_core::gpu::link_domains(out.len(), |a, b| self.linked(a, b));
+        for (g, d) in out.iter_mut().zip(domains) {
+            g.link_domain = Some(d);
         }
         Ok(out)
     }
@@ -478,6 +483,29 @@ impl GpuBackend for NvmlGpus {
 }
 
 impl NvmlGpus {
+    /// Whether GPUs `a` and `b` (indices) talk directly: over NVLink, or
+    /// under one PCIe switch or host bridge. What NVML cannot tell counts
+    /// as not.
+    fn linked(&self, a: usize, b: usize) -> bool {
+        use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
+        let (Ok(da), Ok(db)) = (self.device(a as u32), self.device(b as u32)) else {
+            return false;
+        };
+        if matches!(
+            da.p2p_status(&db, P2pCapabilitiesIndex::NvLink),
+            Ok(P2pStatus::Ok)
+        ) {
+            return true;
+        }
+        matches!(
+            da.topology_common_ancestor(db),
+            Ok(TopologyLevel::Internal
+                | TopologyLevel::Single
+                | TopologyLevel::Multiple
+                | TopologyLevel::HostBridge)
+        )
+    }
+
     /// SM count of a GPU whose attributes are unreadable (MIG enabled): the
     /// full-GPU profile's.
     fn sms_fallback(&self, d: &Device<'_>) -> u32 {

@@ -169,6 +169,7 @@ impl GpuBackend for SimulatedGpus {
                     current: g.mig,
                     pending: g.mig,
                 }),
+                link_domain: None,
             })
             .collect())
     }
