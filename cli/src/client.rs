@@ -374,6 +374,24 @@ impl Client {
     }
 
     /// Holds (`true`) or releases a pending job.
+    /// Changes a pending job (`scontrol update JobId=...`).
+    pub fn update_job(&self, id: JobId, update: &gsched_core::cluster::JobUpdate) -> Result<()> {
+        let body = serde_json::to_value(update)?;
+        self.request::<serde_json::Value>("PATCH", &format!("/api/v1/jobs/{id}"), &[], Some(&body))
+            .map(|_| ())
+    }
+
+    /// Drains, downs or resumes a node (administrators only).
+    pub fn set_node_state(
+        &self,
+        name: &str,
+        change: &gsched_core::cluster::NodeStateChange,
+    ) -> Result<()> {
+        let body = serde_json::to_value(change)?;
+        self.post(&format!("/api/v1/nodes/{name}/state"), &body)
+            .map(|_| ())
+    }
+
     pub fn set_held(&self, id: JobId, held: bool) -> Result<()> {
         let op = if held { "hold" } else { "release" };
         self.post(&format!("/api/v1/jobs/{id}/{op}"), &serde_json::json!({}))

@@ -19,8 +19,12 @@ use crate::wire::{JobEnded, NodeRegistration};
 
 mod drains;
 mod footprints;
+mod job_update;
 mod launching;
+mod node_admin;
+pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
+pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};
 mod leases;
 mod retention;
 mod runs;
@@ -90,6 +94,8 @@ impl InstanceSlot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
     pub name: String,
+    /// An administrator's drain or down, with the reason.
+    pub admin: Option<NodeAdmin>,
     pub url: String,
     pub cpus: u32,
     pub memory_mib: u64,
@@ -122,7 +128,7 @@ pub fn resources_of(job: &Job) -> JobResources {
 impl Node {
     /// Whether jobs may be launched onto the node now.
     pub fn accepts_launches(&self) -> bool {
-        self.up && !self.unconfirmed
+        self.up && !self.unconfirmed && self.admin.is_none()
     }
 
     /// The node's CPUs and memory.
@@ -133,12 +139,20 @@ impl Node {
         }
     }
 
-    /// The node's state in Slurm's words: DOWN, IDLE, MIXED or ALLOCATED
-    /// (every job slot used).
+    /// The node's state in Slurm's words: DOWN, DRAINED (drained by an
+    /// administrator, no job left), DRAINING (jobs left), IDLE, MIXED or
+    /// ALLOCATED (every job slot used).
     pub fn state_name(&self) -> &'static str {
         let used = self.running.len() as u32;
-        if !self.up {
+        let admin = self.admin.as_ref().map(|a| a.state);
+        if !self.up || admin == Some(AdminState::Down) {
             "DOWN"
+        } else if admin == Some(AdminState::Drain) {
+            if used == 0 {
+                "DRAINED"
+            } else {
+                "DRAINING"
+            }
         } else if used == 0 {
             "IDLE"
         } else if used >= self.worker_limit {
@@ -156,6 +170,9 @@ pub enum Effect {
     Job { id: JobId, event: String },
     /// Persist this node and its instances.
     Node { name: String },
+    /// Persist the job's spec: it changed while pending (`scontrol
+    /// update`).
+    JobSpec { id: JobId },
     /// Ask the node to start the job.
     Launch { job: JobId, node: String },
     /// Ask the node to kill a run of the job the controller does not own
@@ -212,6 +229,9 @@ pub enum ClusterError {
     InstanceBusy(String),
     #[error(transparent)]
     Transition(#[from] IllegalTransition),
+    /// A request refused, in words the user can act on.
+    #[error("{0}")]
+    Refused(String),
 }
 
 pub const SIGTERM: i32 = 15;
@@ -1356,6 +1376,8 @@ impl Cluster {
         let old = self.nodes.remove(&reg.name);
         let mut node = Node {
             name: reg.name.clone(),
+            // A node that registers again stays drained or down.
+            admin: old.as_ref().and_then(|o| o.admin.clone()),
             url: reg.url.clone(),
             cpus: reg.cpus,
             memory_mib: reg.memory_mib,

@@ -356,7 +356,7 @@ impl JobInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
     pub name: String,
-    /// Slurm's words: IDLE, MIXED, ALLOCATED or DOWN.
+    /// Slurm's words: IDLE, MIXED, ALLOCATED, DRAINING, DRAINED or DOWN.
     pub state: String,
     pub cpus: u32,
     pub memory_mib: u64,
@@ -367,6 +367,9 @@ pub struct NodeInfo {
     /// Where the controller reaches the node's gnoded (Slurm's NodeAddr).
     #[serde(default)]
     pub url: String,
+    /// An administrator's drain or down: why, by whom, since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<crate::cluster::NodeAdmin>,
 }
 
 /// A GPU instance as the REST API and `ginfo --json` show it.
@@ -419,6 +422,7 @@ impl NodeInfo {
             running_jobs: n.running.iter().copied().collect(),
             gpu_instances: n.instances.len(),
             url: n.url.clone(),
+            admin: n.admin.clone(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gsched_core::cluster::{Cluster, ClusterError, Effect, LaunchAnswer, LaunchNext};
+use gsched_core::cluster::{AdminState, Cluster, ClusterError, Effect, LaunchAnswer, LaunchNext};
 use gsched_core::job::{JobId, JobSpec};
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
@@ -197,15 +197,34 @@ impl Controller {
         self.lock().job(id).is_some()
     }
 
-    /// Accepts a job; returns once it is on disk.
-    pub async fn submit(&self, spec: JobSpec) -> Result<JobId, CtlError> {
-        if let Some(p) = &spec.partition {
+    /// Refuses a partition (list) naming one the controller does not have.
+    fn check_partition(&self, partition: Option<&str>) -> Result<(), CtlError> {
+        if let Some(p) = partition {
             let all = self.config.all_partitions();
             // Slurm takes a list: the job may run in any of them.
             if let Some(bad) = p.split(',').find(|x| !all.iter().any(|a| a == x)) {
                 return Err(CtlError::UnknownPartition(bad.to_string(), all.join(", ")));
             }
         }
+        Ok(())
+    }
+
+    /// `scontrol update JobId=...`: changes a pending job (see
+    /// `Cluster::update_pending`); returns once it is on disk.
+    pub async fn update_job(
+        self: &Arc<Self>,
+        id: JobId,
+        update: &gsched_core::cluster::JobUpdate,
+        admin: bool,
+    ) -> Result<(), CtlError> {
+        self.check_partition(update.partition.as_deref())?;
+        self.operate(|c, _| c.update_pending(id, update, admin))
+            .await
+    }
+
+    /// Accepts a job; returns once it is on disk.
+    pub async fn submit(&self, spec: JobSpec) -> Result<JobId, CtlError> {
+        self.check_partition(spec.partition.as_deref())?;
         let now = unix_now();
         let (id, ids, pending) = {
             let mut c = self.lock();
@@ -305,6 +324,18 @@ impl Controller {
     /// `scontrol hold` / `scontrol release`.
     pub async fn set_held(self: &Arc<Self>, id: JobId, held: bool) -> Result<(), CtlError> {
         self.operate(|c, _| c.set_held(id, held)).await
+    }
+
+    /// An administrator drains, downs or resumes a node.
+    pub async fn set_node_state(
+        self: &Arc<Self>,
+        name: &str,
+        change: &gsched_core::cluster::NodeStateChange,
+        by: &str,
+    ) -> Result<(), CtlError> {
+        info!(node = name, ?change, by, "node state set");
+        self.operate(|c, now| c.set_node_state(name, change, by, now))
+            .await
     }
 
     /// `scontrol requeue`: the job is PENDING again when this returns.
@@ -449,6 +480,12 @@ impl Controller {
             let mut writes = Vec::new();
             for e in effects {
                 match e {
+                    Effect::JobSpec { id } => {
+                        self.touch([id], now);
+                        if let Some(j) = c.job(id) {
+                            writes.push(Write::JobSpec(Box::new(j.clone())));
+                        }
+                    }
                     Effect::Job { id, event } => {
                         self.touch([id], now);
                         if let Some(j) = c.job(id) {
@@ -470,8 +507,13 @@ impl Controller {
                                 time: now,
                                 job_id: None,
                                 node: Some(name),
-                                kind: if n.up { "NODE_UP" } else { "NODE_DOWN" }.into(),
-                                detail: None,
+                                kind: match (n.up, n.admin.as_ref().map(|a| a.state)) {
+                                    (false, _) | (true, Some(AdminState::Down)) => "NODE_DOWN",
+                                    (true, Some(AdminState::Drain)) => "NODE_DRAIN",
+                                    (true, None) => "NODE_UP",
+                                }
+                                .into(),
+                                detail: n.admin.as_ref().map(|a| a.reason.clone()),
                             });
                         }
                     }

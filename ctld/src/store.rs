@@ -9,7 +9,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use gsched_core::cluster::PastPeak;
-use gsched_core::cluster::{InstanceSlot, Node};
+use gsched_core::cluster::{AdminState, InstanceSlot, Node, NodeAdmin};
 use gsched_core::gpu::{Instance, Mps, MpsState};
 use gsched_core::job::{Job, JobId, JobState};
 use gsched_core::probe::TaskRecord;
@@ -58,6 +58,9 @@ pub enum Write {
     NewJob(Box<Job>),
     /// A job's state, times and placement changed.
     JobState(Box<JobRuntime>),
+    /// A pending job's spec changed (`scontrol update`): the columns that
+    /// may (its script and environment never do).
+    JobSpec(Box<Job>),
     /// A node and its instances.
     Node(Box<Node>),
     /// A task reservation began or ended (upsert by job and task).
@@ -388,6 +391,22 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .execute(&mut *conn)
             .await?;
         }
+        Write::JobSpec(job) => {
+            let s = &job.spec;
+            let mut rest = s.clone();
+            rest.script = String::new();
+            rest.environment.clear();
+            sqlx::query(
+                "UPDATE jobs SET name = ?, time_limit = ?, partition = ?, spec = ? WHERE id = ?",
+            )
+            .bind(&s.name)
+            .bind(s.time_limit.map(|t| t as i64))
+            .bind(&s.partition)
+            .bind(json(&rest))
+            .bind(job.id as i64)
+            .execute(&mut *conn)
+            .await?;
+        }
         Write::JobState(job) => {
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
@@ -418,11 +437,14 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
         }
         Write::Node(node) => {
             sqlx::query(
-                "INSERT INTO nodes (name, url, cpus, memory_mib, worker_limit, up, updated_at)
-                 VALUES (?,?,?,?,?,?, unixepoch())
+                "INSERT INTO nodes (name, url, cpus, memory_mib, worker_limit, up, updated_at,
+                   admin_state, admin_reason, admin_by, admin_since)
+                 VALUES (?,?,?,?,?,?, unixepoch(), ?,?,?,?)
                  ON CONFLICT(name) DO UPDATE SET url = excluded.url, cpus = excluded.cpus,
                    memory_mib = excluded.memory_mib, worker_limit = excluded.worker_limit,
-                   up = excluded.up, updated_at = excluded.updated_at",
+                   up = excluded.up, updated_at = excluded.updated_at,
+                   admin_state = excluded.admin_state, admin_reason = excluded.admin_reason,
+                   admin_by = excluded.admin_by, admin_since = excluded.admin_since",
             )
             .bind(&node.name)
             .bind(&node.url)
@@ -430,6 +452,10 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(node.memory_mib as i64)
             .bind(node.worker_limit as i64)
             .bind(node.up)
+            .bind(node.admin.as_ref().map(|a| a.state.as_str()))
+            .bind(node.admin.as_ref().map(|a| &a.reason))
+            .bind(node.admin.as_ref().map(|a| &a.by))
+            .bind(node.admin.as_ref().map(|a| a.since))
             .execute(&mut *conn)
             .await?;
             sqlx::query("DELETE FROM gpu_instances WHERE node = ?")
@@ -534,8 +560,24 @@ async fn load(
                 mps: mps_of(&r)?,
             }));
         }
+        let admin = match row.try_get::<Option<String>, _>("admin_state")? {
+            None => None,
+            Some(state) => Some(NodeAdmin {
+                // A state this version does not know holds the node as a
+                // drain would.
+                state: AdminState::parse(&state).unwrap_or(AdminState::Drain),
+                reason: row
+                    .try_get::<Option<String>, _>("admin_reason")?
+                    .unwrap_or_default(),
+                by: row
+                    .try_get::<Option<String>, _>("admin_by")?
+                    .unwrap_or_default(),
+                since: row.try_get::<Option<i64>, _>("admin_since")?.unwrap_or(0),
+            }),
+        };
         nodes.push(Node {
             name,
+            admin,
             url: row.try_get("url")?,
             cpus: row.try_get::<i64, _>("cpus")? as u32,
             memory_mib: row.try_get::<i64, _>("memory_mib")? as u64,

@@ -12,6 +12,7 @@ pub mod sinfo;
 pub mod squeue;
 pub mod srun;
 pub mod sstat;
+pub mod update;
 
 /// The command names a shim directory holds.
 pub const COMMANDS: &[&str] = &[

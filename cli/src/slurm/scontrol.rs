@@ -202,6 +202,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             Ok(0)
         }
+        ["update", words @ ..] if !words.is_empty() => super::update::update(&client, words),
         ["show", "hostnames"] | ["show", "hostname"] => {
             let list = std::env::var("SLURM_JOB_NODELIST")
                 .context("no hostlist given and SLURM_JOB_NODELIST is not set")?;
@@ -226,9 +227,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             Ok(0)
         }
-        [] => bail!("no command given (supported: show job [ID], show config, show partition, show hostnames [LIST], show hostlist LIST, requeue ID, hold ID, release ID)"),
+        [] => bail!("no command given (supported: show job [ID], show config, show partition, show hostnames [LIST], show hostlist LIST, requeue ID, hold ID, release ID, update NodeName=.. State=.., update JobId=.. FIELD=..)"),
         [cmd, ..] => bail!(
-            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition, show hostnames [LIST], show hostlist LIST, requeue ID, hold ID, release ID); see docs/slurm.md"
+            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition, show hostnames [LIST], show hostlist LIST, requeue ID, hold ID, release ID, update NodeName=.. State=.., update JobId=.. FIELD=..); see docs/slurm.md"
         ),
     }
 }

@@ -26,6 +26,9 @@ pub struct Args {
     pub format: Option<String>,
     #[arg(short = 'p', long = "partition")]
     pub partition: Option<String>,
+    /// Why nodes are down or drained, by whom and since when.
+    #[arg(short = 'R', long = "list-reasons")]
+    pub reasons: bool,
 }
 
 const DEFAULT: &str = "%9P %.5a %.10l %.6D %.6t %N";
@@ -46,15 +49,53 @@ fn header(c: char) -> Option<&'static str> {
     })
 }
 
-fn short_state(s: &str) -> String {
-    match s {
+/// sinfo's short state: `down*` for a node not responding, `down` for one
+/// an administrator set down.
+fn short_state(n: &NodeInfo) -> String {
+    match n.state.as_str() {
         "IDLE" => "idle",
         "MIXED" => "mix",
         "ALLOCATED" => "alloc",
+        "DRAINED" => "drain",
+        "DRAINING" => "drng",
+        "DOWN" if n.admin.is_some() => "down",
         "DOWN" => "down*",
         other => return other.to_ascii_lowercase(),
     }
     .into()
+}
+
+/// `sinfo -R`: the nodes down or drained, grouped by reason.
+fn reasons(nodes: &[NodeInfo], noheader: bool) -> String {
+    let mut out = String::new();
+    if !noheader {
+        out.push_str(&format!(
+            "{:<20} {:<9} {:<19} {}\n",
+            "REASON", "USER", "TIMESTAMP", "NODELIST"
+        ));
+    }
+    let mut groups: Vec<((String, String, String), Vec<String>)> = Vec::new();
+    for n in nodes {
+        let key = match (&n.admin, n.state.as_str()) {
+            (Some(a), _) => (
+                a.reason.clone(),
+                a.by.clone(),
+                super::format::timestamp(Some(a.since)),
+            ),
+            (None, "DOWN") => ("Not responding".into(), "gsched".into(), "Unknown".into()),
+            _ => continue,
+        };
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, names)) => names.push(n.name.clone()),
+            None => groups.push((key, vec![n.name.clone()])),
+        }
+    }
+    for ((reason, user, time), names) in groups {
+        let reason: String = reason.chars().take(20).collect();
+        let list = gsched_core::hostlist::compress(&names);
+        out.push_str(&format!("{reason:<20} {user:<9} {time:<19} {list}\n"));
+    }
+    out
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
@@ -67,6 +108,10 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         .map_err(|e| anyhow::anyhow!("Invalid node format specification '{fmt}': {e}"))?;
     let client = Client::from_env();
     let nodes: Vec<NodeInfo> = client.nodes()?;
+    if a.reasons {
+        print!("{}", reasons(&nodes, a.noheader));
+        return Ok(0);
+    }
     // One partition, the default, holds every node.
     let health = client.health()?;
     let default = health["partition"].as_str().unwrap_or("gpu").to_string();
@@ -93,9 +138,10 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         // Nodes grouped by state, as sinfo does.
         let mut g: Vec<(String, Vec<&NodeInfo>)> = Vec::new();
         for n in &nodes {
-            match g.iter_mut().find(|(s, _)| *s == n.state) {
+            let state = short_state(n);
+            match g.iter_mut().find(|(s, _)| *s == state) {
                 Some((_, v)) => v.push(n),
-                None => g.push((n.state.clone(), vec![n])),
+                None => g.push((state, vec![n])),
             }
         }
         g.into_iter().map(|(_, v)| v).collect()
@@ -118,15 +164,15 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
 /// One line: `group` of nodes in the partition shown as `shown`.
 fn row(pieces: &[Piece], group: &[&NodeInfo], shown: &str) -> String {
     let first = group[0];
-    let names: Vec<&str> = group.iter().map(|n| n.name.as_str()).collect();
+    let names: Vec<String> = group.iter().map(|n| n.name.clone()).collect();
     render(pieces, |c| match c {
         'P' => shown.to_string(),
         'a' => "up".into(),
         'l' => "infinite".into(),
         'D' => group.len().to_string(),
-        't' => short_state(&first.state),
+        't' => short_state(first),
         'T' => first.state.to_ascii_lowercase(),
-        'N' => names.join(","),
+        'N' => gsched_core::hostlist::compress(&names),
         'c' => first.cpus.to_string(),
         'm' => first.memory_mib.to_string(),
         'G' => "(null)".into(),

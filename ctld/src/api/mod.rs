@@ -37,6 +37,7 @@ impl From<CtlError> for ApiError {
             CtlError::Cluster(ClusterError::NotPending(_)) => StatusCode::CONFLICT,
             CtlError::Cluster(ClusterError::NoSuchStep(..)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
+            CtlError::Cluster(ClusterError::Refused(_)) => StatusCode::BAD_REQUEST,
             CtlError::UnknownPartition(..) => StatusCode::BAD_REQUEST,
             CtlError::Fence(_) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
@@ -55,7 +56,10 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/tokens", post(access::issue_token))
         .route("/api/v1/whoami", get(access::whoami))
         .route("/api/v1/jobs", post(submit).get(listing::list_jobs))
-        .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
+        .route(
+            "/api/v1/jobs/{id}",
+            get(get_job).delete(cancel_job).patch(update_job),
+        )
         .route("/api/v1/jobs/{id}/script", get(job_script))
         .route("/api/v1/jobs/{id}/events", get(job_events))
         .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
@@ -64,6 +68,7 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/jobs/{id}/steps/{step}/end", post(end_step))
         .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/nodes", get(list_nodes))
+        .route("/api/v1/nodes/{name}/state", post(set_node_state))
         .route("/api/v1/instances", get(list_instances))
         .route("/api/v1/utilization", get(utilization))
         .route("/api/v1/tasks", get(list_tasks))
@@ -287,6 +292,21 @@ async fn end_step(
     Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
 }
 
+/// `scontrol update JobId=...`: changes a pending job, for its owner (who
+/// may only lower its time limit) or an administrator.
+async fn update_job(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Path(id): Path<String>,
+    Body(update): Body<gsched_core::cluster::JobUpdate>,
+) -> Result<Json<JobInfo>, ApiError> {
+    let jid = owned_job(&ctl, &caller, &id)?;
+    ctl.update_job(jid, &update, caller.admin).await?;
+    let c = ctl.lock();
+    let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
+    Ok(Json(JobInfo::new(j, &ctl.config.partition, unix_now())))
+}
+
 async fn hold_job(
     State(ctl): Ctl,
     Extension(caller): Who,
@@ -312,6 +332,29 @@ async fn set_held(
     let jid = owned_job(ctl, caller, id)?;
     ctl.set_held(jid, held).await?;
     Ok(Json(serde_json::json!({ "job_id": jid, "held": held })))
+}
+
+/// `scontrol update NodeName=... State=DRAIN|DOWN|RESUME Reason=...`:
+/// administrators only.
+async fn set_node_state(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Path(name): Path<String>,
+    Body(change): Body<gsched_core::cluster::NodeStateChange>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if !caller.admin {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Access/permission denied: only an administrator may change node {name}'s state ({} is not one)",
+                caller.user
+            ),
+        ));
+    }
+    ctl.set_node_state(&name, &change, &caller.user).await?;
+    let c = ctl.lock();
+    let node = c.node(&name).map(NodeInfo::new);
+    Ok(Json(serde_json::json!({ "node": node })))
 }
 
 async fn list_nodes(State(ctl): Ctl) -> Json<serde_json::Value> {

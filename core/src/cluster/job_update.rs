@@ -1,0 +1,180 @@
+//! `scontrol update JobId=... TimeLimit=/Partition=/Name=/Dependency=` on
+//! a pending job: the new spec is checked as a submission is, and a user
+//! may lower a time limit but only an administrator may raise it (Slurm's
+//! rule).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Cluster, ClusterError, Effect};
+use crate::dependency::Dependency;
+use crate::job::{JobId, JobState};
+
+/// The fields to change; `None` leaves one as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobUpdate {
+    /// Seconds; `Some(None)` is UNLIMITED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<Option<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// `Some(None)` removes the job's dependency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<Option<Dependency>>,
+}
+
+impl JobUpdate {
+    pub fn is_empty(&self) -> bool {
+        *self == JobUpdate::default()
+    }
+}
+
+impl Cluster {
+    /// Changes pending job `id` (an administrator's change when `admin`).
+    /// The partition must be one the caller checked exists.
+    pub fn update_pending(
+        &mut self,
+        id: JobId,
+        update: &JobUpdate,
+        admin: bool,
+    ) -> Result<Vec<Effect>, ClusterError> {
+        let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if job.state != JobState::Pending {
+            return Err(ClusterError::NotPending(id));
+        }
+        if update.is_empty() {
+            return Err(ClusterError::Refused(
+                "nothing to change: give TimeLimit=, Name=, Partition= or Dependency=".into(),
+            ));
+        }
+        let mut spec = job.spec.clone();
+        let mut changed = Vec::new();
+        if let Some(limit) = update.time_limit {
+            let longer = match (spec.time_limit, limit) {
+                (_, None) => spec.time_limit.is_some(),
+                (None, Some(_)) => false,
+                (Some(old), Some(new)) => new > old,
+            };
+            if longer && !admin {
+                return Err(ClusterError::Refused(format!(
+                    "Access/permission denied: only an administrator may raise job {id}'s time limit; you may lower it"
+                )));
+            }
+            spec.time_limit = limit;
+            changed.push("TimeLimit");
+        }
+        if let Some(name) = &update.name {
+            spec.name = name.clone();
+            changed.push("Name");
+        }
+        if let Some(p) = &update.partition {
+            spec.partition = Some(p.clone());
+            changed.push("Partition");
+        }
+        if let Some(d) = &update.dependency {
+            if let Some(unknown) = d
+                .iter()
+                .flat_map(|d| d.job_ids())
+                .find(|j| !self.jobs.contains_key(j))
+            {
+                return Err(ClusterError::DependencyOnUnknownJob(unknown));
+            }
+            if d.iter().flat_map(|d| d.job_ids()).any(|j| j == id) {
+                return Err(ClusterError::Refused(format!(
+                    "Job dependency problem: job {id} cannot depend on itself"
+                )));
+            }
+            spec.dependency = d.clone();
+            changed.push("Dependency");
+        }
+        spec.validate()?;
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.spec = spec;
+        // Looked at again on the next pass (a dependency may be met, or a
+        // limit fit where it did not).
+        self.unexamined.push(id);
+        Ok(vec![
+            Effect::JobSpec { id },
+            Effect::Job {
+                id,
+                event: format!("updated: {}", changed.join(", ")),
+            },
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::testkit::{cluster, launch, spec};
+
+    fn limited(secs: u64) -> crate::job::JobSpec {
+        crate::job::JobSpec {
+            time_limit: Some(secs),
+            ..spec("a", false)
+        }
+    }
+
+    #[test]
+    fn a_pending_job_is_changed_and_a_user_may_only_lower_its_limit() {
+        let mut c = cluster();
+        let (a, _) = c.submit(limited(600), 0).unwrap();
+        c.set_held(a, true).unwrap();
+        let lower = JobUpdate {
+            time_limit: Some(Some(60)),
+            name: Some("renamed".into()),
+            ..Default::default()
+        };
+        let fx = c.update_pending(a, &lower, false).unwrap();
+        assert!(fx.contains(&Effect::JobSpec { id: a }));
+        let j = c.job(a).unwrap();
+        assert_eq!(
+            (j.spec.time_limit, j.spec.name.as_str()),
+            (Some(60), "renamed")
+        );
+        for raise in [Some(600), None] {
+            let up = JobUpdate {
+                time_limit: Some(raise),
+                ..Default::default()
+            };
+            let e = c.update_pending(a, &up, false).unwrap_err().to_string();
+            assert!(e.contains("only an administrator may raise"), "{e}");
+            c.update_pending(a, &up, true).unwrap();
+        }
+        assert_eq!(c.job(a).unwrap().spec.time_limit, None);
+    }
+
+    #[test]
+    fn bad_or_late_updates_are_refused_and_change_nothing() {
+        let mut c = cluster();
+        let (a, _) = c.submit(spec("a", false), 0).unwrap();
+        let (b, _) = c.submit(spec("b", false), 0).unwrap();
+        c.set_held(b, true).unwrap();
+        let dep = |ids: &str| JobUpdate {
+            dependency: Some(Some(Dependency::parse(&format!("afterok:{ids}")).unwrap())),
+            ..Default::default()
+        };
+        assert!(matches!(
+            c.update_pending(b, &dep("999"), false),
+            Err(ClusterError::DependencyOnUnknownJob(999))
+        ));
+        assert!(c.update_pending(b, &dep(&b.to_string()), false).is_err());
+        let bad_name = JobUpdate {
+            name: Some("x\u{7}".into()),
+            ..Default::default()
+        };
+        assert!(c.update_pending(b, &bad_name, false).is_err());
+        assert_eq!(c.job(b).unwrap().spec.name, "b");
+        assert!(c.update_pending(b, &JobUpdate::default(), false).is_err());
+        c.update_pending(b, &dep(&a.to_string()), false).unwrap();
+        assert!(c.job(b).unwrap().spec.dependency.is_some());
+        // Once running, no more.
+        launch(&mut c, 1);
+        assert!(matches!(
+            c.update_pending(a, &bad_name, false),
+            Err(ClusterError::NotPending(_))
+        ));
+    }
+}

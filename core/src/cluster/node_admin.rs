@@ -1,0 +1,200 @@
+//! An administrator's hold on a node (`scontrol update NodeName=X
+//! State=DRAIN|DOWN|RESUME Reason=...`): a drained node finishes its jobs
+//! and takes no new ones; a node set down takes none and loses the jobs on
+//! it (killed there; requeued where they allow it, NODE_FAIL otherwise);
+//! resume opens it again.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Cluster, ClusterError, Effect};
+use crate::job::{JobId, JobState};
+
+/// What an administrator set on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAdmin {
+    pub state: AdminState,
+    /// Why, as the administrator gave it (Slurm requires one).
+    pub reason: String,
+    /// Who set it (user name) and when (unix seconds): sinfo -R's USER
+    /// and TIMESTAMP.
+    pub by: String,
+    pub since: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminState {
+    Drain,
+    Down,
+}
+
+impl AdminState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Drain => "drain",
+            AdminState::Down => "down",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AdminState> {
+        match s {
+            "drain" => Some(AdminState::Drain),
+            "down" => Some(AdminState::Down),
+            _ => None,
+        }
+    }
+}
+
+/// What an administrator asks of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum NodeStateChange {
+    Drain { reason: String },
+    Down { reason: String },
+    Resume,
+}
+
+/// The longest reason kept.
+pub const MAX_REASON_LEN: usize = 256;
+
+impl Cluster {
+    /// Applies an administrator's change to node `name` (by user `by`).
+    pub fn set_node_state(
+        &mut self,
+        name: &str,
+        change: &NodeStateChange,
+        by: &str,
+        now: i64,
+    ) -> Result<Vec<Effect>, ClusterError> {
+        if let NodeStateChange::Drain { reason } | NodeStateChange::Down { reason } = change {
+            if reason.trim().is_empty() {
+                return Err(ClusterError::Refused(
+                    "You must specify a reason when DOWNING or DRAINING a node. Request denied"
+                        .into(),
+                ));
+            }
+            if reason.len() > MAX_REASON_LEN || reason.chars().any(char::is_control) {
+                return Err(ClusterError::Refused(format!(
+                    "a node's reason must be at most {MAX_REASON_LEN} printable characters"
+                )));
+            }
+        }
+        let node = self
+            .nodes
+            .get_mut(name)
+            .ok_or_else(|| ClusterError::UnknownNode(name.into()))?;
+        let mut effects = vec![Effect::Node { name: name.into() }];
+        node.admin = match change {
+            NodeStateChange::Resume => None,
+            NodeStateChange::Drain { reason } | NodeStateChange::Down { reason } => {
+                Some(NodeAdmin {
+                    state: if matches!(change, NodeStateChange::Down { .. }) {
+                        AdminState::Down
+                    } else {
+                        AdminState::Drain
+                    },
+                    reason: reason.trim().to_string(),
+                    by: by.to_string(),
+                    since: now,
+                })
+            }
+        };
+        if let NodeStateChange::Down { reason } = change {
+            let running: Vec<JobId> = node.running.iter().copied().collect();
+            for id in running {
+                let run = self.jobs[&id].run;
+                effects.extend(self.lose_or_unlaunch(id, now));
+                // Its processes there are killed: the run is no longer the
+                // controller's.
+                effects.push(Effect::StopRun {
+                    job: id,
+                    node: name.into(),
+                    run: Some(run),
+                });
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    if j.state == JobState::NodeFail {
+                        j.reason = Some(format!("node {name} set down: {}", reason.trim()));
+                    }
+                }
+            }
+        }
+        Ok(effects)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::testkit::{cluster, launch, spec};
+
+    #[test]
+    fn a_drained_node_finishes_its_jobs_and_takes_no_new_ones() {
+        let mut c = cluster();
+        let (a, _) = c.submit(spec("a", false), 0).unwrap();
+        assert_eq!(launch(&mut c, 1), [a]);
+        let drain = NodeStateChange::Drain {
+            reason: "bad fan".into(),
+        };
+        c.set_node_state("n1", &drain, "root", 2).unwrap();
+        assert_eq!(c.node("n1").unwrap().state_name(), "DRAINING");
+        let (b, _) = c.submit(spec("b", false), 3).unwrap();
+        assert!(launch(&mut c, 4).is_empty());
+        assert_eq!(c.job(a).unwrap().state, JobState::Running);
+        let run = c.job(a).unwrap().run;
+        c.job_ended("n1", &crate::cluster::testkit::ended(a, run, 0, 5))
+            .unwrap();
+        assert_eq!(c.node("n1").unwrap().state_name(), "DRAINED");
+        assert!(launch(&mut c, 6).is_empty());
+        c.set_node_state("n1", &NodeStateChange::Resume, "root", 7)
+            .unwrap();
+        assert_eq!(launch(&mut c, 8), [b]);
+    }
+
+    #[test]
+    fn a_node_set_down_loses_its_jobs_and_kills_them_there() {
+        let mut c = cluster();
+        let (kept, _) = c.submit(spec("kept", true), 0).unwrap();
+        let (lost, _) = c.submit(spec("lost", false), 0).unwrap();
+        launch(&mut c, 1);
+        let down = NodeStateChange::Down {
+            reason: "reboot".into(),
+        };
+        let fx = c.set_node_state("n1", &down, "root", 2).unwrap();
+        for id in [kept, lost] {
+            assert!(
+                fx.iter()
+                    .any(|e| matches!(e, Effect::StopRun { job, run: Some(_), .. } if *job == id)),
+                "{fx:?}"
+            );
+        }
+        // Requeued where it allows it, NODE_FAIL otherwise.
+        assert_eq!(c.job(kept).unwrap().state, JobState::Pending);
+        assert_eq!(c.job(lost).unwrap().state, JobState::NodeFail);
+        assert!(c
+            .job(lost)
+            .unwrap()
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("reboot"));
+        assert_eq!(c.node("n1").unwrap().state_name(), "DOWN");
+        assert!(launch(&mut c, 3).is_empty());
+    }
+
+    #[test]
+    fn a_reason_is_required_and_unknown_nodes_are_refused() {
+        let mut c = cluster();
+        let e = c
+            .set_node_state(
+                "n1",
+                &NodeStateChange::Drain { reason: " ".into() },
+                "root",
+                1,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("specify a reason"), "{e}");
+        assert!(c
+            .set_node_state("n9", &NodeStateChange::Resume, "root", 1)
+            .is_err());
+    }
+}
