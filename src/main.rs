@@ -167,6 +167,10 @@ struct UpArgs {
     /// only accounting (sacct, gacct) shows it; 0 keeps them all (MinJobAge).
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MIN_JOB_AGE)]
     min_job_age: u64,
+    /// Whether jobs that give neither --requeue nor --no-requeue go back to
+    /// the queue when their node is lost (Slurm's JobRequeue).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    job_requeue: bool,
     /// Serve the API over TLS with this certificate chain (PEM); with --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -215,6 +219,7 @@ async fn up(args: UpArgs) -> Result<()> {
             durability: args.durability,
             admins: args.admins,
             min_job_age: args.min_job_age,
+            job_requeue: args.job_requeue,
             tls_cert: args.tls_cert.clone(),
             tls_key: args.tls_key,
             allow_plain_http: args.allow_plain_http,

@@ -165,8 +165,9 @@ fn running_job_lost_in_a_crash_ends_node_fail_or_is_requeued() {
         "long.sh",
         "#!/bin/sh\necho start >> starts-$SLURM_JOB_ID.txt\nsleep 300\n",
     );
-    let plain = g.submit(&[&script]);
-    let requeue = g.submit(&["--requeue", &script]);
+    let plain = g.submit(&["--no-requeue", &script]);
+    // Requeued: as Slurm's JobRequeue=1, the default.
+    let requeue = g.submit(&[&script]);
     g.wait_state(plain, "RUNNING", T);
     g.wait_state(requeue, "RUNNING", T);
     g.wait_until("both jobs started", T, || {

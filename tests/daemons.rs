@@ -175,7 +175,9 @@ impl Pair {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let body = json!({
             "name": "d", "script": script, "working_dir": self.dir.path().display().to_string(),
-            "user_name": "u", "uid": uid, "gid": gid, "environment": {"PATH": "/usr/bin:/bin"}
+            "user_name": "u", "uid": uid, "gid": gid, "environment": {"PATH": "/usr/bin:/bin"},
+            // These tests follow a lost node's jobs to NODE_FAIL.
+            "requeue": false
         });
         let r: Value = self
             .api("POST", "/api/v1/jobs")

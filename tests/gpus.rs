@@ -366,10 +366,11 @@ fn a_fatal_gpu_error_under_mps_fails_every_job_it_tore_down() {
             bin("gprobe").display()
         ),
     );
-    // Three shared jobs on the instance; the last asked for requeue.
+    // Three shared jobs on the instance; the second asked not to be
+    // requeued, the last is requeued (the default, as Slurm's JobRequeue).
     let named = g.submit(&["-o", "/dev/null", &script]);
-    let other = g.submit(&["-o", "/dev/null", &script]);
-    let requeueable = g.submit(&["--requeue", "-o", "/dev/null", &script]);
+    let other = g.submit(&["--no-requeue", "-o", "/dev/null", &script]);
+    let requeueable = g.submit(&["-o", "/dev/null", &script]);
     let mut pids = Vec::new();
     g.wait_until("three tasks are placed", Duration::from_secs(20), || {
         let tasks = g.tasks("");

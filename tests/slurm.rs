@@ -80,6 +80,15 @@ fn sbatch_scripts_options_and_output() {
     let id = s.sbatch(&["-o", "many.out", &p]);
     g.wait_state(id, "COMPLETED", T);
     assert_eq!(s.file("many.out"), "2 3\n");
+    // Without -n (or --ntasks-per-node) Slurm sets no task count.
+    let bare = s.sbatch(&[
+        "-o",
+        "bare.out",
+        "--wrap",
+        "echo n=${SLURM_NTASKS-unset} p=${SLURM_NPROCS-unset}",
+    ]);
+    g.wait_state(bare, "COMPLETED", T);
+    assert_eq!(s.file("bare.out"), "n=unset p=unset\n");
     let acct = s.ok(
         "sacct",
         &[
@@ -214,6 +223,17 @@ fn arrays_ids_throttle_and_environment() {
         lines[1],
         format!("{a}_[2,4,6%1] PD JobArrayTaskLimit"),
         "{q}"
+    );
+    // -r: one line per task, pending ones too.
+    let r = s.ok("squeue", &["-r", "-h", "-o", "%i %t"]);
+    assert_eq!(r, format!("{a}_0 R\n{a}_2 PD\n{a}_4 PD\n{a}_6 PD\n"), "{r}");
+    // An id Slurm does not know is an error, not an empty list.
+    let o = s.run("squeue", &["-j", "424242"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("Invalid job id specified"),
+        "{}",
+        stderr(&o)
     );
     // One task at a time, to the end.
     g.wait_until("the array ends", Duration::from_secs(60), || {
@@ -423,6 +443,18 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
     let j = s.ok("scontrol", &["show", "job", &done.to_string()]);
     assert!(j.starts_with(&format!("JobId={done} JobName=ok\n")), "{j}");
     assert!(j.contains("JobState=COMPLETED"), "{j}");
+    // The fields Slurm 22.05 prints that clients read (it ran as root).
+    for field in [
+        "\n   UserId=root(0) GroupId=root(0) ",
+        "\n   Priority=",
+        " Requeue=1 ",
+        "\n   NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ",
+        "\n   Command=(null)\n",
+        "\n   StdIn=/dev/null\n",
+        "\n   BatchHost=node1\n",
+    ] {
+        assert!(j.contains(field), "{field:?} missing:\n{j}");
+    }
     let o = s.run("scontrol", &["show", "job", "424242"], None);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o), "scontrol: error: Invalid job id specified\n");

@@ -62,7 +62,8 @@ pub struct SubmitOptions {
     /// Put the job back in the queue if its node fails.
     #[arg(long)]
     pub requeue: bool,
-    /// Do not requeue the job if its node fails (the default).
+    /// Do not requeue the job if its node fails. Without either option the
+    /// controller's default holds (requeue, as Slurm's JobRequeue=1).
     #[arg(long, conflicts_with = "requeue")]
     pub no_requeue: bool,
     /// Print only the job id.
@@ -470,7 +471,12 @@ pub fn build_spec(
         time_limit,
         stdout: opts.output.clone(),
         stderr: opts.error.clone(),
-        requeue: opts.requeue,
+        // Neither: the controller's default (Slurm's JobRequeue).
+        requeue: match (opts.requeue, opts.no_requeue) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
         partition: opts.partition.clone(),
         array,
         dependency,
@@ -486,6 +492,7 @@ pub fn build_spec(
             cpus_per_task: opts.cpus_per_task,
             open_mode: opts.open_mode.clone(),
             signal: opts.signal.clone(),
+            command: None,
             other: opts.recorded.given(),
         },
         ..JobSpec::default()
@@ -602,9 +609,17 @@ pub fn submit_main(prog: &str, args: Vec<String>) -> Result<()> {
         }
     };
     let script = String::from_utf8(script).context("the batch script is not valid UTF-8")?;
-    let opts = cli.over(directive_options(&script)?);
     let cwd = std::env::current_dir().context("cannot determine the current directory")?;
-    let spec = build_spec(&opts, script, &default_name, &cwd)?;
+    let command = match &cli.wrap {
+        Some(_) => None,
+        None => cli
+            .script
+            .first()
+            .map(|p| cwd.join(p).display().to_string()),
+    };
+    let opts = cli.over(directive_options(&script)?);
+    let mut spec = build_spec(&opts, script, &default_name, &cwd)?;
+    spec.slurm.command = command;
     let id = Client::from_env().submit(&spec)?;
     match (opts.parsable, &opts.clusters) {
         (true, Some(c)) => println!("{id};{c}"),

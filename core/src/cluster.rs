@@ -262,6 +262,9 @@ pub struct Cluster {
     purged: HashMap<JobState, u64>,
     /// Runs given up with their node, whose real end may still be reported.
     lost_runs: HashMap<JobId, runs::LostRun>,
+    /// Whether a job that says neither `--requeue` nor `--no-requeue`
+    /// requeues when its node is lost (Slurm's JobRequeue; on by default).
+    job_requeue: bool,
 }
 
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
@@ -302,7 +305,14 @@ impl Cluster {
             submissions: HashMap::new(),
             purged: HashMap::new(),
             lost_runs: HashMap::new(),
+            job_requeue: true,
         }
+    }
+
+    /// Sets the requeue default of jobs that state none (Slurm's
+    /// JobRequeue): applies to jobs accepted from now on.
+    pub fn set_job_requeue(&mut self, requeue: bool) {
+        self.job_requeue = requeue;
     }
 
     /// Rebuilds the state from stored jobs and nodes (all nodes start down
@@ -566,10 +576,11 @@ impl Cluster {
     /// acknowledging, and withdraws it with [`Cluster::withdraw`] if that fails.
     pub fn submit(
         &mut self,
-        spec: JobSpec,
+        mut spec: JobSpec,
         now: i64,
     ) -> Result<(JobId, Vec<Effect>), ClusterError> {
         spec.validate()?;
+        spec.requeue.get_or_insert(self.job_requeue);
         if let Some(&id) = spec
             .idempotency_key
             .as_ref()
@@ -1100,7 +1111,7 @@ impl Cluster {
             return Ok(self.lose(id, ended.end_time));
         }
         if let crate::outcome::EndCause::GpuFault(f) = &ended.outcome.cause {
-            if f.requeues(job.spec.requeue) {
+            if f.requeues(job.spec.requeues()) {
                 self.release(id);
                 return Ok(self.requeue_after_failure(
                     id,
@@ -1289,7 +1300,7 @@ impl Cluster {
         }
         self.note_lost_run(id);
         let job = self.jobs.get_mut(&id).expect("caller checked");
-        if job.spec.requeue {
+        if job.spec.requeues() {
             self.requeue_after_failure(id, now, "NodeFailRequeued", "requeued after node failure")
         } else {
             job.transition(JobState::NodeFail, now)
@@ -1473,7 +1484,7 @@ mod tests {
             } else {
                 GpuRequest::default()
             },
-            requeue,
+            requeue: Some(requeue),
             ..JobSpec::default()
         }
     }

@@ -52,6 +52,35 @@ pub enum Verdict {
 #[error("invalid dependency specification '{0}': expected TYPE:JOBID[:JOBID...] with TYPE after, afterany, afterok or afternotok, joined by ',' (all) or '?' (any), or singleton")]
 pub struct DependencyError(pub String);
 
+impl Condition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Condition::After => "after",
+            Condition::AfterAny => "afterany",
+            Condition::AfterOk => "afterok",
+            Condition::AfterNotOk => "afternotok",
+        }
+    }
+}
+
+/// Slurm's text form, as `--dependency` takes it.
+impl std::fmt::Display for Dependency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = self
+            .terms
+            .iter()
+            .map(|t| {
+                let ids: Vec<String> = t.jobs.iter().map(|j| j.to_string()).collect();
+                format!("{}:{}", t.condition.as_str(), ids.join(":"))
+            })
+            .collect();
+        if self.singleton {
+            parts.push("singleton".into());
+        }
+        f.write_str(&parts.join(if self.any { "?" } else { "," }))
+    }
+}
+
 impl Dependency {
     pub fn parse(spec: &str) -> Result<Dependency, DependencyError> {
         let bad = || DependencyError(spec.to_string());
@@ -202,6 +231,16 @@ mod tests {
         assert!(!d.any);
         assert!(Dependency::parse("afterok:1?afternotok:2").unwrap().any);
         assert!(Dependency::parse("singleton").unwrap().singleton);
+        // Written back as Slurm writes it, and read again the same.
+        for text in [
+            "afterok:12:13,afterany:14",
+            "afterok:1?afternotok:2",
+            "singleton",
+        ] {
+            let d = Dependency::parse(text).unwrap();
+            assert_eq!(d.to_string(), text);
+            assert_eq!(Dependency::parse(&d.to_string()).unwrap(), d);
+        }
         assert_eq!(
             Dependency::parse("afterok:7_3").unwrap().terms[0].jobs,
             vec![7]

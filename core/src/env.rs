@@ -56,9 +56,16 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     set("SLURM_JOB_USER", &spec.user_name);
     set("SLURM_JOB_UID", &spec.uid.to_string());
     set("SLURM_JOB_GID", &spec.gid.to_string());
-    let ntasks = spec.slurm.ntasks.unwrap_or(1).to_string();
-    set("SLURM_NTASKS", &ntasks);
-    set("SLURM_NPROCS", &ntasks);
+    // As Slurm: only when tasks were asked for (-n, --ntasks-per-node).
+    let per_node = spec.slurm.other.get("ntasks-per-node");
+    if spec.slurm.ntasks.is_some() || per_node.is_some() {
+        let ntasks = crate::allocation::tasks_on_node(&spec.slurm).to_string();
+        set("SLURM_NTASKS", &ntasks);
+        set("SLURM_NPROCS", &ntasks);
+    }
+    if let Some(n) = per_node {
+        set("SLURM_NTASKS_PER_NODE", n);
+    }
     match spec.slurm.open_mode.as_deref() {
         Some("append") => set("SLURM_OPEN_MODE", "a"),
         Some("truncate") => set("SLURM_OPEN_MODE", "t"),

@@ -227,9 +227,11 @@ pub struct JobSpec {
     /// Error file pattern; `None` means the output file.
     #[serde(default)]
     pub stderr: Option<String>,
-    /// Requeue instead of NODE_FAIL when the node is lost.
+    /// Requeue instead of NODE_FAIL when the node is lost (`--requeue`,
+    /// `--no-requeue`); `None`: the controller's default (Slurm's
+    /// JobRequeue, on unless configured off), set when it accepts the job.
     #[serde(default)]
-    pub requeue: bool,
+    pub requeue: Option<bool>,
     #[serde(default)]
     pub partition: Option<String>,
     /// An array request (`--array`): the controller makes one job per index.
@@ -285,6 +287,10 @@ pub struct SlurmOptions {
     /// `--signal=[B:]SIG[@SECS]` as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
+    /// The batch script's path as submitted (scontrol's `Command=`);
+    /// `None` for `--wrap` or a script read from standard input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     /// Other options accepted and recorded as given (`--constraint`, ...).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub other: BTreeMap<String, String>,
@@ -390,6 +396,12 @@ pub enum SpecError {
 }
 
 impl JobSpec {
+    /// Whether the job goes back to the queue when its node is lost (its
+    /// `requeue`, as the controller settled it at submission).
+    pub fn requeues(&self) -> bool {
+        self.requeue == Some(true)
+    }
+
     /// Checks a submission; nothing is stored unless this passes.
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.script.trim().is_empty() {

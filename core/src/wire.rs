@@ -255,6 +255,12 @@ pub struct JobInfo {
     pub gpu_mem_peak: Option<u64>,
     pub requeue: bool,
     pub restart_cnt: u32,
+    /// Held by its user (`--hold`, `scontrol hold`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
+    /// What it waits for (`--dependency`), as Slurm writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<String>,
     /// The job's array and its index in it, for array tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayTask>,
@@ -339,8 +345,10 @@ impl JobInfo {
             gpu_instance: job.gpu_instances.first().cloned(),
             gpu_instances: job.gpu_instances.clone(),
             gpu_mem_peak: job.gpu_mem_peak,
-            requeue: s.requeue,
+            requeue: s.requeues(),
             restart_cnt: job.restarts,
+            held: job.held,
+            dependency: s.dependency.as_ref().map(|d| d.to_string()),
             array: s.array_task.clone(),
             slurm: s.slurm.clone(),
             steps: job.steps.clone(),

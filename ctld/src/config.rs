@@ -75,6 +75,12 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MIN_JOB_AGE)]
     #[serde(default = "default_min_job_age")]
     pub min_job_age: u64,
+    /// Whether a job that gives neither --requeue nor --no-requeue goes back
+    /// to the queue when its node is lost (Slurm's JobRequeue, on by
+    /// default).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    #[serde(default = "default_job_requeue")]
+    pub job_requeue: bool,
     /// Serve the TCP API over TLS with this certificate chain (PEM, leaf
     /// first); with --tls-key.
     #[arg(long, requires = "tls_key")]
@@ -120,6 +126,7 @@ impl Default for CtldConfig {
             token_max_lifetime: default_token_max_lifetime(),
             socket: None,
             min_job_age: default_min_job_age(),
+            job_requeue: default_job_requeue(),
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
@@ -163,6 +170,10 @@ fn default_auth_exempt() -> Vec<String> {
 fn default_token_max_lifetime() -> u64 {
     86400
 }
+fn default_job_requeue() -> bool {
+    true
+}
+
 fn default_min_job_age() -> u64 {
     gsched_core::cluster::DEFAULT_MIN_JOB_AGE
 }

@@ -86,6 +86,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     );
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
     cluster.restore_history(loaded.max_job_id, loaded.past_peaks);
+    cluster.set_job_requeue(config.job_requeue);
     let endpoint = Endpoint::from_flags(
         config.tls_cert.as_deref(),
         config.tls_key.as_deref(),

@@ -665,7 +665,7 @@ mod tests {
                 },
                 time_limit: Some(60),
                 stdout: Some("o-%j".into()),
-                requeue: true,
+                requeue: Some(true),
                 partition: Some("gpu".into()),
                 ..JobSpec::default()
             },

@@ -9,77 +9,116 @@ use super::format::{elapsed_long, timestamp};
 use super::ids::{fetch, parse_refs};
 use crate::client::{ApiError, Client};
 
-/// `scontrol show job`'s text for one job.
+/// The priority `scontrol show job` and `squeue %Q` show: gsched's queue
+/// is first come, first served (isolated jobs first), so as Slurm's
+/// priority/basic it falls by one with each later job; a held job's is 0.
+pub fn priority(j: &JobInfo) -> u64 {
+    const TOP: u64 = 4_294_901_759;
+    if j.held {
+        0
+    } else {
+        TOP.saturating_sub(j.job_id.saturating_sub(1)).max(1)
+    }
+}
+
+/// `scontrol show job`'s text for one job, in Slurm 22.05's layout (the
+/// fields gsched has).
 pub fn show_job(j: &JobInfo) -> String {
-    let mut lines = Vec::new();
+    let null = |v: Option<&str>| v.filter(|v| !v.is_empty()).unwrap_or("(null)").to_string();
+    let other = |k: &str| j.slurm.other.get(k).map(String::as_str);
     let array = match &j.array {
         Some(t) => format!(" ArrayJobId={} ArrayTaskId={}", t.array_job_id, t.task_id),
         None => String::new(),
     };
-    lines.push(format!("JobId={} JobName={}{array}", j.job_id, j.name));
-    lines.push(format!(
-        "   UserId={}({}) GroupId={} Account={} QOS={}",
-        j.user_name,
-        j.user_id,
-        j.group_id,
-        j.slurm.account.as_deref().unwrap_or("(null)"),
-        j.slurm.qos.as_deref().unwrap_or("normal")
-    ));
     let reason = match j.job_state {
         JobState::Pending => j.state_reason.clone().unwrap_or_else(|| "None".into()),
         _ => "None".into(),
     };
-    lines.push(format!(
-        "   JobState={} Reason={reason} Dependency=(null)",
-        j.state_name()
-    ));
-    lines.push(format!(
-        "   Requeue={} Restarts={} ExitCode={}:{}",
-        u8::from(j.requeue),
-        j.restart_cnt,
-        j.exit_code.unwrap_or(0),
-        j.exit_signal.unwrap_or(0)
-    ));
-    lines.push(format!(
-        "   RunTime={} TimeLimit={}",
-        elapsed_long(j.elapsed),
-        j.time_limit
-            .map(|m| elapsed_long(m as i64 * 60))
-            .unwrap_or_else(|| "UNLIMITED".into())
-    ));
-    lines.push(format!(
-        "   SubmitTime={} StartTime={} EndTime={}",
-        timestamp(Some(j.submit_time)),
-        timestamp(j.start_time),
-        timestamp(j.end_time)
-    ));
-    lines.push(format!(
-        "   Partition={} NodeList={}",
-        j.partition,
-        if j.nodes.is_empty() {
-            "(null)"
-        } else {
-            &j.nodes
-        }
-    ));
-    lines.push(format!(
-        "   NumNodes=1 NumTasks={} CPUs/Task={}",
-        j.slurm.ntasks.unwrap_or(1),
-        j.slurm.cpus_per_task.unwrap_or(1)
-    ));
+    let tasks = gsched_core::allocation::tasks_on_node(&j.slurm);
+    let per_task = j.slurm.cpus_per_task.unwrap_or(1);
+    let cpus = tasks * per_task;
+    let mut tres = format!("cpu={cpus},node=1");
+    if j.isolated {
+        tres.push_str(&format!(",gres/gpu={}", j.gpu_request.instances()));
+    }
     let gres = if j.isolated {
         j.gpu_request.tres()
     } else {
         "(null)".into()
     };
-    lines.push(format!("   TresPerNode={gres}"));
-    lines.push(format!(
-        "   Comment={}",
-        j.slurm.comment.as_deref().unwrap_or("(null)")
-    ));
-    lines.push(format!("   WorkDir={}", j.current_working_directory));
-    lines.push(format!("   StdErr={}", j.standard_error));
-    lines.push(format!("   StdOut={}", j.standard_output));
+    let lines = [
+        format!("JobId={} JobName={}{array}", j.job_id, j.name),
+        format!(
+            "   UserId={}({}) GroupId={}({}) MCS_label=N/A",
+            j.user_name,
+            j.user_id,
+            crate::identity::group_name(j.group_id),
+            j.group_id
+        ),
+        format!(
+            "   Priority={} Nice=0 Account={} QOS={}",
+            priority(j),
+            null(j.slurm.account.as_deref()),
+            j.slurm.qos.as_deref().unwrap_or("normal")
+        ),
+        format!(
+            "   JobState={} Reason={reason} Dependency={}",
+            j.state_name(),
+            null(j.dependency.as_deref())
+        ),
+        format!(
+            "   Requeue={} Restarts={} BatchFlag=1 Reboot=0 ExitCode={}:{}",
+            u8::from(j.requeue),
+            j.restart_cnt,
+            j.exit_code.unwrap_or(0),
+            j.exit_signal.unwrap_or(0)
+        ),
+        format!(
+            "   RunTime={} TimeLimit={} TimeMin=N/A",
+            elapsed_long(j.elapsed),
+            j.time_limit
+                .map(|m| elapsed_long(m as i64 * 60))
+                .unwrap_or_else(|| "UNLIMITED".into())
+        ),
+        format!(
+            "   SubmitTime={} EligibleTime={}",
+            timestamp(Some(j.submit_time)),
+            timestamp(Some(j.submit_time))
+        ),
+        format!(
+            "   StartTime={} EndTime={} Deadline=N/A",
+            timestamp(j.start_time),
+            timestamp(j.end_time)
+        ),
+        format!("   Partition={}", j.partition),
+        format!(
+            "   ReqNodeList={} ExcNodeList={}",
+            null(other("nodelist")),
+            null(other("exclude"))
+        ),
+        format!("   NodeList={}", null(Some(&j.nodes))),
+        format!("   BatchHost={}", null(Some(&j.nodes))),
+        format!(
+            "   NumNodes=1 NumCPUs={cpus} NumTasks={tasks} CPUs/Task={per_task} ReqB:S:C:T=0:0:*:*"
+        ),
+        format!("   TRES={tres}"),
+        format!(
+            "   MinCPUsNode={per_task} MinMemoryNode={} MinTmpDiskNode=0",
+            other("mem").unwrap_or("0")
+        ),
+        format!(
+            "   Features={} DelayBoot=00:00:00",
+            null(other("constraint"))
+        ),
+        "   OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)".to_string(),
+        format!("   Command={}", null(j.slurm.command.as_deref())),
+        format!("   WorkDir={}", j.current_working_directory),
+        format!("   Comment={}", null(j.slurm.comment.as_deref())),
+        format!("   StdErr={}", j.standard_error),
+        "   StdIn=/dev/null".to_string(),
+        format!("   StdOut={}", j.standard_output),
+        format!("   TresPerNode={gres}"),
+    ];
     lines.join("\n") + "\n\n"
 }
 

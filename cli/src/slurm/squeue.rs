@@ -21,7 +21,7 @@ pub struct Args {
     pub help: Option<bool>,
     #[arg(short = 'h', long = "noheader")]
     pub noheader: bool,
-    /// Output format (`%i %t %T %j %u %M %L %D %C %m %b %R %P %N`).
+    /// Output format (`%i %t %T %j %u %M %L %D %C %m %b %R %P %N %Q`).
     #[arg(short = 'o', long = "format")]
     pub format: Option<String>,
     /// States (comma list, or `all`).
@@ -44,6 +44,9 @@ pub struct Args {
     /// Clusters (only this one exists).
     #[arg(short = 'M', long = "clusters")]
     pub clusters: Option<String>,
+    /// One line per array task (pending tasks are not collapsed).
+    #[arg(short = 'r', long = "array")]
+    pub array: bool,
 }
 
 const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
@@ -120,6 +123,7 @@ fn header(letter: char) -> Option<&'static str> {
         'b' => "TRES_PER_NODE",
         'R' => "NODELIST(REASON)",
         'P' => "PARTITION",
+        'Q' => "PRIORITY",
         'N' => "NODELIST",
         'A' => "JOBID",
         'a' => "ACCOUNT",
@@ -168,6 +172,7 @@ fn value(j: &JobInfo, id: &str, letter: char) -> String {
         }
         'r' => j.state_reason.clone().unwrap_or_else(|| "None".into()),
         'P' => j.partition.clone(),
+        'Q' => super::scontrol::priority(j).to_string(),
         'N' => j.nodes.clone(),
         'a' => j.slurm.account.clone().unwrap_or_default(),
         'q' => j.slurm.qos.clone().unwrap_or_else(|| "normal".into()),
@@ -253,7 +258,15 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     if let Some(n) = &a.name {
         extra.push(("name", n.clone()));
     }
-    let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
+    let client = Client::from_env();
+    let mut jobs = fetch(&client, &refs, &extra)?;
+    if jobs.is_empty()
+        && !refs.is_empty()
+        && fetch(&client, &refs, &[("state", "all".into())])?.is_empty()
+    {
+        // Slurm: a job id it does not know is an error, not an empty list.
+        bail!("slurm_load_jobs error: Invalid job id specified");
+    }
     if let Some(p) = &a.partition {
         let parts: Vec<&str> = p.split(',').collect();
         jobs.retain(|j| parts.contains(&j.partition.as_str()));
@@ -264,7 +277,12 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         out.push_str(&render(&pieces, |l| header(l).unwrap_or("").to_string()));
         out.push('\n');
     }
-    for (j, collapsed) in group_pending_arrays(&jobs) {
+    let rows: Vec<(&JobInfo, Option<String>)> = if a.array {
+        jobs.iter().map(|j| (j, None)).collect()
+    } else {
+        group_pending_arrays(&jobs)
+    };
+    for (j, collapsed) in rows {
         let id = collapsed.unwrap_or_else(|| j.display_id());
         out.push_str(&render(&pieces, |l| value(j, &id, l)));
         out.push('\n');

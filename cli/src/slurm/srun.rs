@@ -89,7 +89,10 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
         None => Client::from_env()
             .jobs(&[("id", job.to_string()), ("state", "all".into())])
             .ok()
-            .and_then(|j| j.first().and_then(|j| j.slurm.ntasks))
+            .and_then(|j| {
+                j.first()
+                    .map(|j| gsched_core::allocation::tasks_on_node(&j.slurm))
+            })
             .unwrap_or(1),
     };
     if ntasks == 0 {

@@ -101,24 +101,57 @@ impl Cluster {
         };
         if let NodeStateChange::Down { reason } = change {
             let running: Vec<JobId> = node.running.iter().copied().collect();
+            let why = format!("node {name} set down: {}", reason.trim());
             for id in running {
-                let run = self.jobs[&id].run;
-                effects.extend(self.lose_or_unlaunch(id, now));
-                // Its processes there are killed: the run is no longer the
-                // controller's.
-                effects.push(Effect::StopRun {
-                    job: id,
-                    node: name.into(),
-                    run: Some(run),
-                });
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    if j.state == JobState::NodeFail {
-                        j.reason = Some(format!("node {name} set down: {}", reason.trim()));
-                    }
-                }
+                effects.extend(self.stop_for_down(id, name, &why, now));
             }
         }
         Ok(effects)
+    }
+}
+
+impl Cluster {
+    /// A job running on a node set down: requeued where it allows it (it
+    /// starts again only once the node reports this run ended, as with
+    /// `scontrol requeue`), NODE_FAIL otherwise; its processes are killed
+    /// there either way.
+    fn stop_for_down(&mut self, id: JobId, node: &str, why: &str, now: i64) -> Vec<Effect> {
+        let Some(job) = self.jobs.get(&id) else {
+            return vec![];
+        };
+        if job.state != JobState::Running {
+            return vec![];
+        }
+        if job.spec.requeues() {
+            let mut effects = self.requeue(id, now).unwrap_or_default();
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.reason = Some("NodeDown".into());
+            }
+            effects.push(Effect::Job {
+                id,
+                event: format!("requeued: {why}"),
+            });
+            return effects;
+        }
+        let run = job.run;
+        self.release(id);
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.transition(JobState::NodeFail, now)
+            .expect("running job");
+        job.reason = Some(why.to_string());
+        vec![
+            Effect::Job {
+                id,
+                event: format!("ended NODE_FAIL: {why}"),
+            },
+            // The run is no longer the controller's: its end, when the
+            // node reports it, changes nothing.
+            Effect::StopRun {
+                job: id,
+                node: node.into(),
+                run: Some(run),
+            },
+        ]
     }
 }
 
@@ -160,13 +193,14 @@ mod tests {
             reason: "reboot".into(),
         };
         let fx = c.set_node_state("n1", &down, "root", 2).unwrap();
-        for id in [kept, lost] {
-            assert!(
-                fx.iter()
-                    .any(|e| matches!(e, Effect::StopRun { job, run: Some(_), .. } if *job == id)),
-                "{fx:?}"
-            );
-        }
+        // Killed there: the requeued one as scontrol requeue does it, the
+        // other as a run no longer the controller's.
+        assert!(fx
+            .iter()
+            .any(|e| matches!(e, Effect::Signal { job, cancel: true, .. } if *job == kept)));
+        assert!(fx
+            .iter()
+            .any(|e| matches!(e, Effect::StopRun { job, run: Some(_), .. } if *job == lost)));
         // Requeued where it allows it, NODE_FAIL otherwise.
         assert_eq!(c.job(kept).unwrap().state, JobState::Pending);
         assert_eq!(c.job(lost).unwrap().state, JobState::NodeFail);
@@ -179,6 +213,16 @@ mod tests {
             .contains("reboot"));
         assert_eq!(c.node("n1").unwrap().state_name(), "DOWN");
         assert!(launch(&mut c, 3).is_empty());
+        // Back: the requeued job waits for its old run's end before it
+        // starts again; the failed one stays failed when its end comes.
+        c.set_node_state("n1", &NodeStateChange::Resume, "root", 4)
+            .unwrap();
+        assert!(launch(&mut c, 5).is_empty(), "old run not yet ended");
+        for (id, run) in [(kept, 1), (lost, 1)] {
+            let _ = c.job_ended("n1", &crate::cluster::testkit::ended(id, run, 137, 6));
+        }
+        assert_eq!(launch(&mut c, 7), [kept]);
+        assert_eq!(c.job(lost).unwrap().state, JobState::NodeFail);
     }
 
     #[test]

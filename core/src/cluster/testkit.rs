@@ -17,7 +17,7 @@ pub fn spec(name: &str, requeue: bool) -> JobSpec {
         uid: 1,
         gid: 1,
         submit_host: "h".into(),
-        requeue,
+        requeue: Some(requeue),
         ..JobSpec::default()
     }
 }

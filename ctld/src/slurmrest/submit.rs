@@ -288,12 +288,17 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
         time_limit: minutes.map(|m| m as u64 * 60),
         stdout: text("standard_output", obj.get("standard_output"))?,
         stderr: text("standard_error", obj.get("standard_error"))?,
-        requeue: flag("requeue")?,
+        // Absent: the controller's default (JobRequeue).
+        requeue: match obj.get("requeue") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(flag("requeue")?),
+        },
         partition: text("partition", obj.get("partition"))?,
         array,
         hold: flag("hold")?,
         dependency,
         slurm: SlurmOptions {
+            command: None,
             account: text("account", obj.get("account"))?,
             qos: text("qos", obj.get("qos"))?,
             comment: text("comment", obj.get("comment"))?,
