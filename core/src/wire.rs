@@ -415,6 +415,10 @@ pub struct InstanceInfo {
     /// The instance's MPS control daemon, when it has one.
     #[serde(default)]
     pub mps: Option<crate::gpu::Mps>,
+    /// Its GPU's link domain (NVLink or one PCIe switch), where the node
+    /// knows it ([`crate::gpu::Instance::link_domain`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_domain: Option<u32>,
 }
 
 impl NodeInfo {
@@ -484,6 +488,7 @@ impl InstanceInfo {
             active_tasks: s.active_tasks,
             worker_limit: i.worker_limit(),
             mps: i.mps.clone(),
+            link_domain: i.link_domain,
         }
     }
 }
