@@ -171,11 +171,29 @@ fn jobs_that_each_need_every_cpu_never_overlap() {
         spans[1].0 >= spans[0].1 || spans[0].0 >= spans[1].1,
         "jobs overlapped: {spans:?}"
     );
-    // More CPUs than any node has: never starts.
-    let id = submit(&g, script, json!({"cpus_per_task": n + 1}));
-    g.wait_until("a reason for the oversized job", T, || {
-        g.job(id)["state_reason"] == "ReqNodeNotAvail"
+    // More CPUs than any node has: refused at submission, as Slurm does.
+    let body = json!({
+        "name": "too big", "script": script,
+        "working_dir": g.work.path().display().to_string(),
+        "user_name": "nobody", "uid": NOBODY, "gid": NOBODY,
+        "slurm": {"cpus_per_task": n + 1},
     });
+    match common::api(
+        "POST",
+        &format!("{}/api/v1/jobs", g.url),
+        &common::token(&g.url),
+    )
+    .send_json(body)
+    {
+        Err(ureq::Error::Status(400, r)) => {
+            let text = r.into_string().unwrap();
+            assert!(
+                text.contains("Requested node configuration is not available"),
+                "{text}"
+            );
+        }
+        other => panic!("an oversized job was accepted: {other:?}"),
+    }
 }
 
 #[test]

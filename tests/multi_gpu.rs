@@ -101,13 +101,14 @@ fn several_gpus_are_given_whole_and_split_per_task() {
     mig.sort();
     assert_eq!(s.file("mig.out"), mig.concat());
 
-    // More than any node has: never runs, with Slurm's reason.
-    let id = s.sbatch(&["--gres=gpu:h100:3", "--wrap", "true"]);
-    let j = g.wait_state(id, "PENDING", T);
-    std::thread::sleep(Duration::from_secs(2));
-    let j2 = g.wait_state(id, "PENDING", T);
-    assert_eq!(j2["state_reason"], "ReqNodeNotAvail", "{j} {j2}");
-    s.ok("scancel", &[&id.to_string()]);
+    // More than any node has: refused at submission, as Slurm does.
+    let o = s.run("sbatch", &["--gres=gpu:h100:3", "--wrap", "true"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("Requested node configuration is not available (node1: 2 GPU instance(s) of type h100 of the 3 asked for)"),
+        "{}",
+        common::stderr(&o)
+    );
 
     // Counts that disagree are refused at submission, naming both.
     let o = s.run(

@@ -104,18 +104,30 @@ fn sbatch_scripts_options_and_output() {
     assert_eq!(acct, "many|acct|a comment|w\n");
 
     // -w chooses the node, -x excludes nodes: a job runs only where they
-    // allow, and waits with Slurm's reason where no node does.
+    // allow, and is refused, as Slurm refuses it, where no known node does.
     let on = s.sbatch(&["-w", "node1", "-x", "n9", "--wrap", "true"]);
     g.wait_state(on, "COMPLETED", T);
-    let off = s.sbatch(&["-x", "node[0-1]", "--wrap", "true"]);
-    g.wait_until("the excluded job waits", T, || {
-        g.job(off)["state_reason"] == "ReqNodeNotAvail"
-    });
-    assert_eq!(g.job(off)["job_state"], "PENDING");
-    s.ok("scancel", &[&off.to_string()]);
+    let unavailable = |args: &[&str]| {
+        let o = s.run("sbatch", args, None);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&o).contains("Requested node configuration is not available"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    };
+    unavailable(&["-x", "node[0-1]", "--wrap", "true"]);
+    // A node that is down stays a node jobs may wait for.
+    s.ok(
+        "scontrol",
+        &["update", "NodeName=node1", "State=DOWN", "Reason=test"],
+    );
+    let later = s.sbatch(&["-w", "node1", "--wrap", "true"]);
+    s.ok("scontrol", &["update", "NodeName=node1", "State=RESUME"]);
+    g.wait_state(later, "COMPLETED", T);
 
     // A GPU model as the type: the (simulated) A100 serves a100; no node
-    // has an H100, so that job waits with Slurm's reason.
+    // has an H100, so that job is refused.
     let a100 = s.sbatch(&[
         "--gres=gpu:a100:1",
         "-o",
@@ -129,11 +141,7 @@ fn sbatch_scripts_options_and_output() {
         "{}",
         s.file("a100.out")
     );
-    let h100 = s.sbatch(&["--gpus=h100:1", "--wrap", "true"]);
-    g.wait_until("the H100 job waits", T, || {
-        g.job(h100)["state_reason"] == "ReqNodeNotAvail"
-    });
-    s.ok("scancel", &[&h100.to_string()]);
+    unavailable(&["--gpus=h100:1", "--wrap", "true"]);
 
     // One GPU per node (or per task, with one task) is the job's one GPU
     // instance: it runs isolated on the (simulated) GPU.

@@ -30,6 +30,7 @@ mod retention;
 mod runs;
 #[cfg(test)]
 mod testkit;
+mod unsatisfiable;
 
 use footprints::Footprints;
 pub use footprints::{Learned, PastPeak, PEAK_HISTORY, PEAK_WINDOW};
@@ -265,6 +266,9 @@ pub struct Cluster {
     /// Whether a job that says neither `--requeue` nor `--no-requeue`
     /// requeues when its node is lost (Slurm's JobRequeue; on by default).
     job_requeue: bool,
+    /// Refuse at submission what no known node could ever run
+    /// (`unsatisfiable.rs`).
+    refuse_unsatisfiable: bool,
 }
 
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
@@ -306,6 +310,7 @@ impl Cluster {
             purged: HashMap::new(),
             lost_runs: HashMap::new(),
             job_requeue: true,
+            refuse_unsatisfiable: false,
         }
     }
 
@@ -589,6 +594,7 @@ impl Cluster {
             // A retry of a submission already accepted: the same job.
             return Ok((id, Vec::new()));
         }
+        self.check_satisfiable(&spec)?;
         if let Some(d) = &spec.dependency {
             if let Some(id) = d.job_ids().find(|id| !self.jobs.contains_key(id)) {
                 return Err(ClusterError::DependencyOnUnknownJob(id));

@@ -87,6 +87,9 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
     cluster.restore_history(loaded.max_job_id, loaded.past_peaks);
     cluster.set_job_requeue(config.job_requeue);
+    // gnoded does not re-partition MIG yet: a profile no node has now is
+    // one no node will have.
+    cluster.set_refuse_unsatisfiable(true);
     let endpoint = Endpoint::from_flags(
         config.tls_cert.as_deref(),
         config.tls_key.as_deref(),

@@ -1,0 +1,130 @@
+//! A submission no known node could ever run is refused at once, as
+//! Slurm refuses it (`Requested node configuration is not available`),
+//! instead of waiting forever with `ReqNodeNotAvail`. Known nodes are every
+//! node that ever registered (down ones too). With none known yet (a
+//! controller whose nodes have not registered), every job is accepted.
+//! Off unless the controller turns it on: the simulator's re-partitioning
+//! creates profiles no current layout has.
+
+use super::{resources_of, Cluster, ClusterError, Node};
+use crate::job::{Job, JobSpec};
+
+impl Cluster {
+    /// Turns the check on or off (see the module).
+    pub fn set_refuse_unsatisfiable(&mut self, on: bool) {
+        self.refuse_unsatisfiable = on;
+    }
+
+    /// Refuses `spec` when no known node could ever run it.
+    pub(super) fn check_satisfiable(&self, spec: &JobSpec) -> Result<(), ClusterError> {
+        if !self.refuse_unsatisfiable || self.nodes.is_empty() {
+            return Ok(());
+        }
+        let probe = Job::new(0, spec.clone(), 0);
+        let resources = resources_of(&probe);
+        let choice = crate::allocation::node_choice(&spec.slurm.other)
+            .ok()
+            .flatten();
+        let mut why = Vec::new();
+        for n in self.nodes.values() {
+            match unfit(n, spec, &resources, choice.as_ref()) {
+                None => return Ok(()),
+                Some(reason) => why.push(format!("{}: {reason}", n.name)),
+            }
+        }
+        Err(ClusterError::Refused(format!(
+            "Requested node configuration is not available ({})",
+            why.join("; ")
+        )))
+    }
+}
+
+/// Why `node` could never run the job, `None` when it could.
+fn unfit(
+    node: &Node,
+    spec: &JobSpec,
+    resources: &crate::resources::JobResources,
+    choice: Option<&crate::allocation::NodeChoice>,
+) -> Option<String> {
+    if choice.is_some_and(|c| !c.allows(&node.name)) {
+        return Some("not allowed by -w/-x".into());
+    }
+    if !resources.could_fit(&node.total()) {
+        return Some(format!(
+            "has {} CPUs and {} MiB, the job asks {}",
+            node.cpus,
+            node.memory_mib,
+            resources.describe()
+        ));
+    }
+    if spec.isolated {
+        let want = spec.gpu.instances();
+        let have = node
+            .instances
+            .iter()
+            .filter(|s| s.instance.satisfies(&spec.gpu))
+            .count();
+        if have < want {
+            let kind = spec.gpu.kind().unwrap_or("any");
+            return Some(format!(
+                "{have} GPU instance(s) of type {kind} of the {want} asked for"
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cluster::testkit::{cluster, spec};
+    use crate::cluster::ClusterError;
+    use crate::job::{GpuRequest, JobSpec};
+
+    fn gpus(count: u32, kind: Option<&str>) -> JobSpec {
+        JobSpec {
+            isolated: true,
+            gpu: GpuRequest {
+                count: Some(count),
+                model: kind.map(String::from),
+                ..GpuRequest::default()
+            },
+            ..spec("g", false)
+        }
+    }
+
+    #[test]
+    fn what_no_known_node_could_run_is_refused_at_submission() {
+        let mut c = cluster();
+        // Off: accepted (to wait).
+        c.submit(gpus(3, None), 0).unwrap();
+        c.set_refuse_unsatisfiable(true);
+        // n1 has two 1g.5gb instances of an A100.
+        c.submit(gpus(2, None), 0).unwrap();
+        c.submit(gpus(1, Some("a100")), 0).unwrap();
+        for bad in [gpus(3, None), gpus(1, Some("h100"))] {
+            match c.submit(bad, 0) {
+                Err(ClusterError::Refused(m)) => {
+                    assert!(
+                        m.starts_with("Requested node configuration is not available (n1: "),
+                        "{m}"
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut far = spec("w", false);
+        far.slurm.other.insert("nodelist".into(), "n9".into());
+        assert!(c.submit(far, 0).is_err());
+        let mut big = spec("cpus", false);
+        big.slurm.ntasks = Some(1000);
+        let e = c.submit(big, 0).unwrap_err().to_string();
+        assert!(e.contains("64 CPUs"), "{e}");
+    }
+
+    #[test]
+    fn with_no_node_known_everything_is_accepted() {
+        let mut c = crate::cluster::Cluster::new(Box::new(crate::launch::CaseLaunch));
+        c.set_refuse_unsatisfiable(true);
+        c.submit(gpus(64, Some("h100")), 0).unwrap();
+    }
+}
