@@ -33,7 +33,7 @@ impl Cluster {
             }
         }
         Err(ClusterError::Refused(format!(
-            "Requested node configuration is not available ({})",
+            "Batch job submission failed: Requested node configuration is not available ({})",
             why.join("; ")
         )))
     }
@@ -105,7 +105,7 @@ mod tests {
             match c.submit(bad, 0) {
                 Err(ClusterError::Refused(m)) => {
                     assert!(
-                        m.starts_with("Requested node configuration is not available (n1: "),
+                        m.starts_with("Batch job submission failed: Requested node configuration is not available (n1: "),
                         "{m}"
                     );
                 }
