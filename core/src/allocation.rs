@@ -32,6 +32,8 @@ pub enum AllocationError {
     GpusPerSocket(String),
     #[error("--gpu-bind={0}: gsched binds tasks with none, closest or single:N (N tasks per GPU instance); map_gpu, mask_gpu and per_task are not supported")]
     GpuBind(String),
+    #[error("--exclusive={0}: gsched gives a node to a job alone (--exclusive) or to its user's jobs (--exclusive=user); mcs and topo are not supported")]
+    Exclusive(String),
     #[error("--{option}: {source}")]
     Hostlist {
         option: &'static str,
@@ -120,6 +122,10 @@ pub fn check(slurm: &SlurmOptions, gpus: usize) -> Result<(), AllocationError> {
     }
     if let Some(v) = other.get("gpu-bind") {
         gpu_bind(v).ok_or_else(|| AllocationError::GpuBind(v.clone()))?;
+    }
+    if let Some(v) = other.get("exclusive") {
+        crate::launch::NodeSharing::parse(v)
+            .ok_or_else(|| AllocationError::Exclusive(v.clone()))?;
     }
     node_choice(other).map(|_| ())
 }
@@ -285,6 +291,11 @@ mod tests {
             let e = check(&opts("gpu-bind", bad), 1).unwrap_err().to_string();
             assert!(e.starts_with(&format!("--gpu-bind={bad}:")), "{e}");
         }
+        for ok in ["exclusive", "user"] {
+            assert_eq!(check(&opts("exclusive", ok), 1), Ok(()), "{ok}");
+        }
+        let e = check(&opts("exclusive", "mcs"), 1).unwrap_err().to_string();
+        assert!(e.starts_with("--exclusive=mcs:"), "{e}");
         let e = check(&opts("gpus-per-socket", "1"), 1)
             .unwrap_err()
             .to_string();

@@ -117,6 +117,15 @@ pub struct Node {
     pub drain_seq: u64,
 }
 
+/// How a job shares its node (`--exclusive[=user]`).
+pub fn node_sharing(job: &Job) -> Option<crate::launch::NodeSharing> {
+    job.spec
+        .slurm
+        .other
+        .get("exclusive")
+        .and_then(|v| crate::launch::NodeSharing::parse(v))
+}
+
 /// The CPUs and memory a job takes on its node. A job stored before its
 /// request was checked and found wanting takes one CPU and no memory.
 pub fn resources_of(job: &Job) -> JobResources {
@@ -800,6 +809,8 @@ impl Cluster {
                 .map(|id| QueuedJob {
                     id: *id,
                     gpu: &self.jobs[id].spec.gpu,
+                    uid: self.jobs[id].spec.uid,
+                    sharing: node_sharing(&self.jobs[id]),
                     resources: resources_of(&self.jobs[id]),
                     nodes: choices.get(id),
                 })
@@ -821,6 +832,8 @@ impl Cluster {
                 .map(|id| QueuedJob {
                     id: *id,
                     gpu: &self.jobs[id].spec.gpu,
+                    uid: self.jobs[id].spec.uid,
+                    sharing: node_sharing(&self.jobs[id]),
                     resources: resources_of(&self.jobs[id]),
                     nodes: choices.get(id),
                 })
@@ -830,6 +843,7 @@ impl Cluster {
                 .values()
                 .map(|n| NodeView {
                     name: &n.name,
+                    occupancy: self.occupancy(n),
                     up: n.accepts_launches(),
                     worker_limit: n.worker_limit,
                     workers_used: n.running.len() as u32,
@@ -1058,6 +1072,20 @@ impl Cluster {
                 s.draining_for = None;
             }
         }
+    }
+
+    /// Who runs on `node`, against `--exclusive` jobs.
+    fn occupancy(&self, node: &Node) -> crate::launch::NodeOccupancy {
+        let mut o = crate::launch::NodeOccupancy::default();
+        for job in node.running.iter().filter_map(|id| self.jobs.get(id)) {
+            o.users.push(job.spec.uid);
+            match node_sharing(job) {
+                Some(crate::launch::NodeSharing::Alone) => o.alone = true,
+                Some(crate::launch::NodeSharing::UserOnly) => o.user_only = Some(job.spec.uid),
+                None => {}
+            }
+        }
+        o
     }
 
     /// Takes a job off its node's books (instance and worker).

@@ -15,6 +15,9 @@ use crate::job::{GpuRequest, JobId};
 use crate::resources::{JobResources, NodeResources};
 
 mod instance_set;
+mod node_sharing;
+
+pub use node_sharing::{NodeOccupancy, NodeSharing};
 
 /// A queued job as the launch policy sees it.
 #[derive(Debug, Clone, Copy)]
@@ -25,12 +28,40 @@ pub struct QueuedJob<'a> {
     pub resources: JobResources,
     /// The nodes it may run on (`-w`, `-x`); any when `None`.
     pub nodes: Option<&'a crate::allocation::NodeChoice>,
+    /// Its user, and how it shares its node (`--exclusive[=user]`).
+    pub uid: u32,
+    pub sharing: Option<NodeSharing>,
 }
 
 impl QueuedJob<'_> {
     /// Whether it may run on `node` (its `-w`/`-x`).
     fn may_use(&self, node: &NodeView<'_>) -> bool {
         self.nodes.is_none_or(|c| c.allows(node.name))
+    }
+
+    /// Whether it may start on `node` now: its `-w`/`-x`, and who runs
+    /// there as of this pass, `occupancy` (`--exclusive`,
+    /// [`node_sharing::admits`]).
+    fn may_join(&self, node: &NodeView<'_>, occupancy: &NodeOccupancy) -> bool {
+        self.may_use(node) && node_sharing::admits(occupancy, self)
+    }
+}
+
+/// Each node's occupancy at the start of a pass, for the pass to update.
+fn occupancies(nodes: &[NodeView<'_>]) -> Vec<NodeOccupancy> {
+    nodes.iter().map(|n| n.occupancy.clone()).collect()
+}
+
+/// After `job` started on a node in a pass (`o`: its occupancy): a job
+/// with the node alone (or for its user) leaves nothing of it to later
+/// jobs of the pass, and a later job wanting a node alone does not take
+/// one started on in it.
+fn note_start(job: &QueuedJob<'_>, o: &mut NodeOccupancy) {
+    o.users.push(job.uid);
+    match job.sharing {
+        Some(NodeSharing::Alone) => o.alone = true,
+        Some(NodeSharing::UserOnly) => o.user_only = Some(job.uid),
+        None => {}
     }
 }
 
@@ -66,6 +97,8 @@ pub struct NodeView<'a> {
     pub total: NodeResources,
     pub free: NodeResources,
     pub instances: Vec<InstanceView<'a>>,
+    /// Who runs there, against `--exclusive` jobs.
+    pub occupancy: NodeOccupancy,
 }
 
 impl NodeView<'_> {
@@ -190,19 +223,24 @@ impl LaunchPolicy for ExclusiveLaunch {
         jobs.sort_by_key(|j| j.id);
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
+        let mut occupancy = occupancies(input.nodes);
         for job in jobs {
-            match exclusive_choice(input.nodes, &room, &claimed, job) {
+            match exclusive_choice(input.nodes, &room, &claimed, &occupancy, job) {
                 Some((ni, set)) => {
                     let node = &input.nodes[ni];
                     claimed.extend(set.iter().map(|ii| (ni, *ii)));
                     room[ni].take(&job.resources, &node.total);
+                    note_start(job, &mut occupancy[ni]);
                     plan.decisions.push(Decision::Launch {
                         job: job.id,
                         node: node.name.into(),
                         instances: uuids(node, &set),
                     });
                 }
-                None => plan.waiting.push((job.id, unfit_reason(input.nodes, job))),
+                None => {
+                    node_sharing::hold_for(job, input.nodes, &mut occupancy);
+                    plan.waiting.push((job.id, unfit_reason(input.nodes, job)))
+                }
             }
         }
         plan
@@ -223,12 +261,13 @@ fn exclusive_choice(
     nodes: &[NodeView<'_>],
     room: &[NodeResources],
     claimed: &HashSet<(usize, usize)>,
+    occupancy: &[NodeOccupancy],
     job: &QueuedJob<'_>,
 ) -> Option<(usize, Vec<usize>)> {
     instance_set::best_on_nodes(
         nodes,
         job,
-        |ni, n| n.up && job.may_use(n) && job.resources.fits(&room[ni], &n.total),
+        |ni, n| n.up && job.may_join(n, &occupancy[ni]) && job.resources.fits(&room[ni], &n.total),
         |ni, ii, v| {
             v.isolated_owner.is_none()
                 && v.draining_for.is_none()
@@ -267,17 +306,23 @@ impl LaunchPolicy for CaseLaunch {
         // Instances claimed (launched on or drained) during this pass.
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
+        let mut occupancy = occupancies(input.nodes);
 
         for job in input.isolated {
             if free.iter().all(|&f| f == 0) {
                 plan.rest = Some(PendingReason::Resources);
                 return plan;
             }
+            let pass = Pass {
+                free: &free,
+                room: &room,
+                claimed: &claimed,
+                occupancy: &occupancy,
+            };
             let choice = if job.gpu.instances() > 1 {
-                best_instance_set(input.nodes, &free, &room, &claimed, job)
+                best_instance_set(input.nodes, &pass, job)
             } else {
-                best_instance(input.nodes, &free, &room, &claimed, job)
-                    .map(|(ni, ii)| (ni, vec![ii]))
+                best_instance(input.nodes, &pass, job).map(|(ni, ii)| (ni, vec![ii]))
             };
             match choice {
                 Some((ni, set)) => {
@@ -300,6 +345,7 @@ impl LaunchPolicy for CaseLaunch {
                     } else {
                         free[ni] -= 1;
                         room[ni].take(&job.resources, &node.total);
+                        note_start(job, &mut occupancy[ni]);
                         plan.decisions.push(Decision::Launch {
                             job: job.id,
                             node: node.name.into(),
@@ -308,6 +354,7 @@ impl LaunchPolicy for CaseLaunch {
                     }
                 }
                 None => {
+                    node_sharing::hold_for(job, input.nodes, &mut occupancy);
                     let count = job.gpu.instances();
                     let possible = input.nodes.iter().filter(|n| n.up).any(|n| {
                         n.could_run(job)
@@ -337,16 +384,18 @@ impl LaunchPolicy for CaseLaunch {
                 .enumerate()
                 .filter(|(i, &f)| {
                     f > 0
-                        && job.may_use(&input.nodes[*i])
+                        && job.may_join(&input.nodes[*i], &occupancy[*i])
                         && job.resources.fits(&room[*i], &input.nodes[*i].total)
                 })
                 .max_by_key(|(i, &f)| (f, std::cmp::Reverse(*i)))
             else {
+                node_sharing::hold_for(job, input.nodes, &mut occupancy);
                 plan.waiting.push((job.id, unfit_reason(input.nodes, job)));
                 continue;
             };
             free[ni] -= 1;
             room[ni].take(&job.resources, &input.nodes[ni].total);
+            note_start(job, &mut occupancy[ni]);
             plan.decisions.push(Decision::Launch {
                 job: job.id,
                 node: input.nodes[ni].name.into(),
@@ -369,11 +418,15 @@ impl LaunchPolicy for CaseLaunch {
 /// to one of several held instances could wait for the wrong one).
 fn best_instance(
     nodes: &[NodeView<'_>],
-    free: &[u32],
-    room: &[NodeResources],
-    claimed: &HashSet<(usize, usize)>,
+    pass: &Pass<'_>,
     job: &QueuedJob<'_>,
 ) -> Option<(usize, usize)> {
+    let Pass {
+        free,
+        room,
+        claimed,
+        occupancy,
+    } = *pass;
     // Preference key: not already draining for this job, memory, must
     // wait, expected to be free (unknown last), tasks to drain, then
     // position (for a stable choice).
@@ -390,7 +443,7 @@ fn best_instance(
     for (ni, node) in nodes.iter().enumerate() {
         if !node.up
             || free[ni] == 0
-            || !job.may_use(node)
+            || !job.may_join(node, &occupancy[ni])
             || !job.resources.fits(&room[ni], &node.total)
         {
             continue;
@@ -435,17 +488,29 @@ fn best_instance(
 /// are drained.
 fn best_instance_set(
     nodes: &[NodeView<'_>],
-    free: &[u32],
-    room: &[NodeResources],
-    claimed: &HashSet<(usize, usize)>,
+    pass: &Pass<'_>,
     job: &QueuedJob<'_>,
 ) -> Option<(usize, Vec<usize>)> {
     instance_set::best_on_nodes(
         nodes,
         job,
-        |ni, n| n.up && free[ni] > 0 && job.may_use(n) && job.resources.fits(&room[ni], &n.total),
-        |ni, ii, v| !claimed.contains(&(ni, ii)) && instance_set::could_take(job, v),
+        |ni, n| {
+            n.up && pass.free[ni] > 0
+                && job.may_join(n, &pass.occupancy[ni])
+                && job.resources.fits(&pass.room[ni], &n.total)
+        },
+        |ni, ii, v| !pass.claimed.contains(&(ni, ii)) && instance_set::could_take(job, v),
     )
+}
+
+/// What a launch pass has used of each node so far (by node index): free
+/// workers, free CPUs and memory, the instances claimed, who runs there.
+#[derive(Clone, Copy)]
+struct Pass<'p> {
+    free: &'p [u32],
+    room: &'p [NodeResources],
+    claimed: &'p HashSet<(usize, usize)>,
+    occupancy: &'p [NodeOccupancy],
 }
 
 #[cfg(test)]
@@ -497,6 +562,7 @@ mod tests {
         };
         let nodes = vec![NodeView {
             name: "n1",
+            occupancy: Default::default(),
             up: true,
             worker_limit: 16,
             workers_used: 0,
@@ -509,6 +575,8 @@ mod tests {
         let job = |id, cpus, memory| QueuedJob {
             id,
             gpu: &none,
+            uid: 0,
+            sharing: None,
             resources: JobResources { cpus, memory },
             nodes: None,
         };
@@ -561,6 +629,7 @@ mod tests {
         );
         let nodes = vec![NodeView {
             name: "n1",
+            occupancy: Default::default(),
             up: true,
             worker_limit: 3,
             workers_used: 0,
@@ -576,12 +645,16 @@ mod tests {
             QueuedJob {
                 id: 1,
                 gpu: &small,
+                uid: 0,
+                sharing: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
             QueuedJob {
                 id: 2,
                 gpu: &prof,
+                uid: 0,
+                sharing: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -590,12 +663,16 @@ mod tests {
             QueuedJob {
                 id: 3,
                 gpu: &none,
+                uid: 0,
+                sharing: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
             QueuedJob {
                 id: 4,
                 gpu: &none,
+                uid: 0,
+                sharing: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -635,6 +712,7 @@ mod tests {
         v[0].active_tasks = 2;
         let nodes = vec![NodeView {
             name: "n1",
+            occupancy: Default::default(),
             up: true,
             worker_limit: 4,
             workers_used: 1,
@@ -648,12 +726,16 @@ mod tests {
             QueuedJob {
                 id: 7,
                 gpu: &r,
+                uid: 0,
+                sharing: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
             QueuedJob {
                 id: 8,
                 gpu: &r,
+                uid: 0,
+                sharing: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -681,6 +763,7 @@ mod tests {
         v[0].draining_for = Some(7);
         let nodes = vec![NodeView {
             name: "n1",
+            occupancy: Default::default(),
             up: true,
             worker_limit: 4,
             workers_used: 0,
@@ -693,12 +776,16 @@ mod tests {
             QueuedJob {
                 id: 8,
                 gpu: &r,
+                uid: 0,
+                sharing: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
             QueuedJob {
                 id: 7,
                 gpu: &r,
+                uid: 0,
+                sharing: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -725,12 +812,15 @@ mod tests {
         let job = |id| QueuedJob {
             id,
             gpu: &r,
+            uid: 0,
+            sharing: None,
             resources: ONE_CPU,
             nodes: None,
         };
         fn node(v: Vec<InstanceView<'_>>) -> NodeView<'_> {
             NodeView {
                 name: "n",
+                occupancy: Default::default(),
                 up: true,
                 worker_limit: 8,
                 workers_used: 1,
@@ -796,6 +886,7 @@ mod tests {
         let inst = sim_instances("n1", &parse_sim_spec("1xA30:1g.6gb*4").unwrap());
         let nodes = vec![NodeView {
             name: "n1",
+            occupancy: Default::default(),
             up: true,
             worker_limit: 16,
             workers_used: 0,
@@ -808,6 +899,8 @@ mod tests {
         let iso = [QueuedJob {
             id: 1,
             gpu: &r,
+            uid: 0,
+            sharing: None,
             resources: ONE_CPU,
             nodes: None,
         }];
@@ -818,6 +911,7 @@ mod tests {
         });
         assert_eq!(plan.waiting, vec![(1, PendingReason::ReqNodeNotAvail)]);
         let down = vec![NodeView {
+            occupancy: Default::default(),
             up: false,
             ..nodes[0].clone()
         }];
@@ -837,6 +931,7 @@ mod tests {
         let i2 = sim_instances("n2", &parse_sim_spec("1xA100-40GB").unwrap());
         let node = |name, inst| NodeView {
             name,
+            occupancy: Default::default(),
             up: true,
             worker_limit: 16,
             workers_used: 0,
@@ -862,6 +957,8 @@ mod tests {
         let job = |id, nodes| QueuedJob {
             id,
             gpu: &none,
+            uid: 0,
+            sharing: None,
             resources: ONE_CPU,
             nodes,
         };
@@ -950,11 +1047,11 @@ mod tests {
                 step += 1;
                 prop_assert!(step < 2000, "no progress");
                 let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], resources: ONE_CPU, nodes: None }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None }).collect();
                 let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], resources: ONE_CPU, nodes: None }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None }).collect();
                 let nodes = vec![NodeView {
-                    name: "n", up: true, worker_limit: limit,
+                    name: "n", occupancy: Default::default(), up: true, worker_limit: limit,
                     workers_used: s.running.len() as u32,
                     shared_running: 1,
             total: BIG,

@@ -179,6 +179,7 @@ mod tests {
         };
         NodeView {
             name: "n",
+            occupancy: Default::default(),
             up: true,
             worker_limit: 8,
             workers_used: 0,
@@ -197,6 +198,8 @@ mod tests {
         QueuedJob {
             id: 9,
             gpu,
+            uid: 0,
+            sharing: None,
             resources: JobResources {
                 cpus: 1,
                 memory: MemoryRequest::Unspecified,

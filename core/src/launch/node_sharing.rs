@@ -1,0 +1,194 @@
+//! `--exclusive` (a node to the job alone) and `--exclusive=user` (a node
+//! shared only with the same user's jobs): which nodes a job is admitted
+//! to, given who runs there now.
+
+use super::{NodeView, QueuedJob};
+
+/// How a job shares its node (`--exclusive[=user]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeSharing {
+    /// No other job on the node while it runs.
+    Alone,
+    /// Only jobs of the same user beside it.
+    UserOnly,
+}
+
+impl NodeSharing {
+    /// Reads the recorded `--exclusive` value: `None` for one gsched does
+    /// not do (`mcs`, `topo`).
+    pub fn parse(value: &str) -> Option<NodeSharing> {
+        match value.trim() {
+            "" | "exclusive" => Some(NodeSharing::Alone),
+            "user" => Some(NodeSharing::UserOnly),
+            _ => None,
+        }
+    }
+}
+
+/// What holds a node now against jobs that would join it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeOccupancy {
+    /// The users (uids) of the jobs running there.
+    pub users: Vec<u32>,
+    /// A running job has it alone.
+    pub alone: bool,
+    /// Running jobs share it only with these users' jobs (`--exclusive=user`).
+    pub user_only: Option<u32>,
+}
+
+/// Whether `job` may join a node occupied as `o`.
+pub fn admits(o: &NodeOccupancy, job: &QueuedJob<'_>) -> bool {
+    if o.alone || o.user_only.is_some_and(|u| u != job.uid) {
+        return false;
+    }
+    match job.sharing {
+        None => true,
+        Some(NodeSharing::Alone) => o.users.is_empty(),
+        Some(NodeSharing::UserOnly) => o.users.iter().all(|u| *u == job.uid),
+    }
+}
+
+/// A job wanting a node alone (or for its user) that could not start in
+/// this pass keeps the node that will empty first (fewest jobs) from
+/// later jobs of the pass, so a stream of other jobs cannot starve it.
+pub fn hold_for(job: &QueuedJob<'_>, nodes: &[NodeView<'_>], occupancy: &mut [NodeOccupancy]) {
+    let Some(sharing) = job.sharing else {
+        return;
+    };
+    let best = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.up && n.could_run(job))
+        .min_by_key(|(ni, _)| occupancy[*ni].users.len());
+    if let Some((ni, _)) = best {
+        match sharing {
+            NodeSharing::Alone => occupancy[ni].alone = true,
+            NodeSharing::UserOnly => occupancy[ni].user_only = Some(job.uid),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::GpuRequest;
+    use crate::launch::{
+        CaseLaunch, Decision, ExclusiveLaunch, LaunchInput, LaunchPolicy, PendingReason,
+    };
+    use crate::resources::{JobResources, MemoryRequest, NodeResources};
+
+    fn node(name: &str, occupancy: NodeOccupancy) -> NodeView<'_> {
+        let big = NodeResources {
+            cpus: 64,
+            memory_mib: 1 << 20,
+        };
+        NodeView {
+            name,
+            up: true,
+            worker_limit: 8,
+            workers_used: occupancy.users.len() as u32,
+            shared_running: occupancy.users.len() as u32,
+            total: big,
+            free: big,
+            instances: Vec::new(),
+            occupancy,
+        }
+    }
+
+    fn job(id: u64, uid: u32, sharing: Option<NodeSharing>, gpu: &GpuRequest) -> QueuedJob<'_> {
+        QueuedJob {
+            id,
+            gpu,
+            resources: JobResources {
+                cpus: 1,
+                memory: MemoryRequest::Unspecified,
+            },
+            nodes: None,
+            uid,
+            sharing,
+        }
+    }
+
+    #[test]
+    fn who_may_join_a_node() {
+        let g = GpuRequest::default();
+        let used_by = |users: &[u32]| NodeOccupancy {
+            users: users.to_vec(),
+            ..Default::default()
+        };
+        let alone = job(1, 7, Some(NodeSharing::Alone), &g);
+        let mine = job(2, 7, Some(NodeSharing::UserOnly), &g);
+        let plain = job(3, 8, None, &g);
+        assert!(admits(&used_by(&[]), &alone));
+        assert!(!admits(&used_by(&[7]), &alone));
+        assert!(admits(&used_by(&[7, 7]), &mine));
+        assert!(!admits(&used_by(&[7, 8]), &mine));
+        assert!(admits(&used_by(&[7]), &plain));
+        let held = |alone, user_only| NodeOccupancy {
+            users: vec![7],
+            alone,
+            user_only,
+        };
+        assert!(!admits(&held(true, None), &plain));
+        assert!(!admits(&held(false, Some(7)), &plain));
+        assert!(admits(&held(false, Some(7)), &job(4, 7, None, &g)));
+    }
+
+    #[test]
+    fn a_job_alone_is_not_joined_in_the_same_pass_and_is_not_starved() {
+        let g = GpuRequest::default();
+        let free = [node("n1", NodeOccupancy::default())];
+        let shared = [job(1, 7, Some(NodeSharing::Alone), &g), job(2, 8, None, &g)];
+        let p = CaseLaunch.plan(&LaunchInput {
+            isolated: &[],
+            shared: &shared,
+            nodes: &free,
+        });
+        let launched: Vec<u64> = p
+            .decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Launch { job, .. } => Some(*job),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(launched, [1], "{p:?}");
+        assert!(p.waiting.contains(&(2, PendingReason::Resources)), "{p:?}");
+        // A node in use: the job alone waits with Resources, and the node
+        // is kept from the jobs behind it (they would starve it).
+        let busy = [node(
+            "n1",
+            NodeOccupancy {
+                users: vec![8],
+                ..Default::default()
+            },
+        )];
+        let p = CaseLaunch.plan(&LaunchInput {
+            isolated: &[],
+            shared: &shared,
+            nodes: &busy,
+        });
+        assert!(p.decisions.is_empty(), "{p:?}");
+        assert!(p.waiting.contains(&(1, PendingReason::Resources)));
+        assert!(p.waiting.contains(&(2, PendingReason::Resources)));
+        // Two nodes, one busy: the job alone takes the idle one.
+        let two = [busy[0].clone(), node("n2", NodeOccupancy::default())];
+        let p = ExclusiveLaunch.plan(&LaunchInput {
+            isolated: &[],
+            shared: &shared[..1],
+            nodes: &two,
+        });
+        // (ExclusiveLaunch needs an instance per job: these nodes have
+        // none, so it waits; CaseLaunch runs it on n2.)
+        assert!(p.decisions.is_empty());
+        let p = CaseLaunch.plan(&LaunchInput {
+            isolated: &[],
+            shared: &shared[..1],
+            nodes: &two,
+        });
+        assert!(
+            matches!(&p.decisions[..], [Decision::Launch { node, .. }] if node == "n2"),
+            "{p:?}"
+        );
+    }
+}
