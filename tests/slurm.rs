@@ -525,6 +525,25 @@ fn srun_inside_and_outside_a_job() {
              {id}.0|sh|COMPLETED|0:0\n{id}.1|sh|FAILED|5:0\n{id}.2|sh|COMPLETED|0:0\n{id}.3|cat|COMPLETED|0:0\n"
         )
     );
+    // --label, --kill-on-bad-exit (the killed task's 128+9 is the highest
+    // status, as Slurm's srun reports it), -w and --ntasks-per-node within
+    // the job's one node.
+    let p = g.script(
+        "more.sh",
+        "#!/bin/sh\n#SBATCH -n 2 -o more.out\n\
+         srun -l sh -c 'echo hi; echo err >&2' 2>&1 | sort\n\
+         srun -K -n 2 sh -c 'if [ $SLURM_PROCID = 0 ]; then exit 3; fi; sleep 300'\n\
+         echo kill=$?\n\
+         srun -w node1 --ntasks-per-node=1 sh -c 'echo one $SLURM_NTASKS'\n\
+         srun -w node9 true || echo refused\n",
+    );
+    let id = s.sbatch(&[&p]);
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(
+        s.file("more.out"),
+        "0: err\n0: hi\n1: err\n1: hi\nkill=137\none 1\nsrun: error: -w node9: the job's allocation is node node1 (a job runs on one node)\nrefused\n"
+    );
+
     // Outside a job: submits, waits, prints the output, returns the status.
     let o = s.run("srun", &["sh", "-c", "echo outside; exit 2"], None);
     assert_eq!(o.status.code(), Some(2));

@@ -2,7 +2,7 @@
 //! and per-task output files; outside a job, submit the command as a job
 //! and wait for it, as Slurm's srun does.
 
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -45,9 +45,19 @@ pub struct Args {
     pub gpu_bind: Option<String>,
     #[arg(short = 'J', long = "job-name")]
     pub job_name: Option<String>,
-    /// Prefix lines with the task number (accepted, not done).
+    /// Prefix each line a task writes with its number (`0: `).
     #[arg(short = 'l', long = "label")]
     pub label: bool,
+    /// When a task ends with a non-zero status, kill the others (`-K`,
+    /// `--kill-on-bad-exit[=1]`; `=0` turns it off).
+    #[arg(short = 'K', long = "kill-on-bad-exit", num_args = 0..=1, default_missing_value = "1", value_name = "0|1")]
+    pub kill_on_bad_exit: Option<u8>,
+    /// Inside a job: its node (a job runs on one node).
+    #[arg(short = 'w', long = "nodelist")]
+    pub nodelist: Option<String>,
+    /// Inside a job: tasks on its one node (the task count).
+    #[arg(long = "ntasks-per-node")]
+    pub ntasks_per_node: Option<u32>,
     #[arg(short = 't', long = "time")]
     pub time: Option<String>,
     #[arg(short = 'p', long = "partition")]
@@ -82,9 +92,21 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
             bail!("gsched runs a job on one node; -N {n} cannot be given");
         }
     }
-    // The task count: -n, else the job's; when only SLURM_JOB_ID is left in
-    // the environment, the controller's record of the job.
-    let ntasks = match a.ntasks.or(env_u64("SLURM_NTASKS").map(|n| n as u32)) {
+    if let Some(w) = &a.nodelist {
+        let here = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+        let names = gsched_core::hostlist::expand(w)?;
+        if names != [here.clone()] {
+            bail!("-w {w}: the job's allocation is node {here} (a job runs on one node)");
+        }
+    }
+    // The task count: -n (or --ntasks-per-node, the job having one node),
+    // else the job's; when only SLURM_JOB_ID is left in the environment,
+    // the controller's record of the job.
+    let ntasks = match a
+        .ntasks
+        .or(a.ntasks_per_node)
+        .or(env_u64("SLURM_NTASKS").map(|n| n as u32))
+    {
         Some(n) => n,
         None => Client::from_env()
             .jobs(&[("id", job.to_string()), ("state", "all".into())])
@@ -208,6 +230,7 @@ fn start_and_wait(
 ) -> Result<(i32, Option<i32>)> {
     let devices = task_gpus(a, ntasks)?;
     let mut children = Vec::new();
+    let mut labels = Vec::new();
     for rank in 0..ntasks {
         let mut cmd = Command::new(&a.command[0]);
         if let Some(d) = devices.as_ref().map(|d| &d[rank as usize]) {
@@ -238,26 +261,98 @@ fn start_and_wait(
                 cmd.stderr(out.try_clone()?);
             }
             cmd.stdout(out);
+        } else if a.label {
+            cmd.stdout(Stdio::piped());
         }
         if let Some(p) = &a.error {
             cmd.stderr(open(p, rank)?);
+        } else if a.label && a.output.is_none() {
+            cmd.stderr(Stdio::piped());
         }
-        let child = cmd
+        let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", a.command[0]))?;
+        if let Some(out) = child.stdout.take() {
+            labels.push(label_lines(out, rank, false));
+        }
+        if let Some(err) = child.stderr.take() {
+            labels.push(label_lines(err, rank, true));
+        }
         children.push(child);
     }
+    let ended = wait_all(children, a.kill_on_bad_exit.unwrap_or(0) != 0);
+    for l in labels {
+        let _ = l.join();
+    }
+    ended
+}
+
+/// Waits for every task: the highest exit status, and a signal that ended
+/// one. With `kill_on_bad_exit`, the first task to end with a non-zero
+/// status (or a signal) has the others killed.
+fn wait_all(mut children: Vec<Child>, kill_on_bad_exit: bool) -> Result<(i32, Option<i32>)> {
+    use std::os::unix::process::ExitStatusExt;
     let mut worst = 0;
     let mut signal = None;
-    for mut c in children {
-        let s = c.wait().context("cannot wait for a task")?;
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = s.signal() {
-            signal = Some(sig);
+    let mut killed = false;
+    while !children.is_empty() {
+        let mut still = Vec::new();
+        for mut c in children {
+            match c.try_wait().context("cannot wait for a task")? {
+                Some(s) => {
+                    if let Some(sig) = s.signal() {
+                        signal = Some(sig);
+                    }
+                    worst = worst.max(code_of(s));
+                }
+                None => still.push(c),
+            }
         }
-        worst = worst.max(code_of(s));
+        children = still;
+        if kill_on_bad_exit && worst != 0 && !killed {
+            killed = true;
+            for c in &mut children {
+                let _ = c.kill();
+            }
+        }
+        if !children.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
     Ok((worst, signal))
+}
+
+/// Copies a task's output to srun's own, each line prefixed with the
+/// task's number (`srun --label`).
+fn label_lines(
+    from: impl std::io::Read + Send + 'static,
+    rank: u32,
+    stderr: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        let mut lines = std::io::BufReader::new(from);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match lines.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let mut text = format!("{rank}: ").into_bytes();
+                    text.extend_from_slice(&line);
+                    if !text.ends_with(b"\n") {
+                        text.push(b'\n');
+                    }
+                    // One write per line, so lines of tasks do not mix.
+                    let _ = if stderr {
+                        std::io::stderr().lock().write_all(&text)
+                    } else {
+                        std::io::stdout().lock().write_all(&text)
+                    };
+                }
+            }
+        }
+    })
 }
 
 /// The job's node daemon, to give step `step` a cgroup of its own: this
@@ -314,18 +409,19 @@ fn submit_and_wait(a: &Args) -> Result<i32> {
     let spec = crate::gsub::build_spec(&opts, script, "srun", &cwd)?;
     let client = Client::from_env();
     let id = client.submit(&spec)?;
+    // The output is copied as the job writes it.
+    let mut shown = 0u64;
     let job = loop {
         let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
-        match jobs.into_iter().next() {
-            Some(j) if j.job_state.is_final() => break j,
-            _ => std::thread::sleep(std::time::Duration::from_millis(200)),
+        let done = jobs.into_iter().next().filter(|j| j.job_state.is_final());
+        shown = copy_new_output(&out, shown);
+        match done {
+            Some(j) => break j,
+            None => std::thread::sleep(std::time::Duration::from_millis(200)),
         }
     };
-    if let Ok(text) = std::fs::read(&out) {
-        use std::io::Write;
-        let _ = std::io::stdout().write_all(&text);
-        let _ = std::fs::remove_file(&out);
-    }
+    copy_new_output(&out, shown);
+    let _ = std::fs::remove_file(&out);
     if job.job_state != gsched_core::job::JobState::Completed {
         eprintln!(
             "srun: error: job {id}: {}{}",
@@ -340,6 +436,24 @@ fn submit_and_wait(a: &Args) -> Result<i32> {
         (Some(c), _) => c,
         _ => 1,
     })
+}
+
+/// Writes to srun's standard output what file `path` holds past byte
+/// `from`; returns the new end.
+fn copy_new_output(path: &std::path::Path, from: u64) -> u64 {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return from;
+    };
+    if f.seek(SeekFrom::Start(from)).is_err() {
+        return from;
+    }
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&buf);
+    let _ = out.flush();
+    from + buf.len() as u64
 }
 
 /// Quotes a word for `sh` when it needs it.
