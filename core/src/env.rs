@@ -66,6 +66,15 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     if let Some(n) = per_node {
         set("SLURM_NTASKS_PER_NODE", n);
     }
+    if spec.slurm.ntasks.is_some() || per_node.is_some() {
+        // One node: all of them there.
+        let tasks = crate::allocation::tasks_on_node(&spec.slurm).to_string();
+        set("SLURM_TASKS_PER_NODE", &tasks);
+    }
+    if let Ok(r) = crate::resources::JobResources::of(spec) {
+        set("SLURM_CPUS_ON_NODE", &r.cpus.to_string());
+        set("SLURM_JOB_CPUS_PER_NODE", &r.cpus.to_string());
+    }
     match spec.slurm.open_mode.as_deref() {
         Some("append") => set("SLURM_OPEN_MODE", "a"),
         Some("truncate") => set("SLURM_OPEN_MODE", "t"),
@@ -280,6 +289,21 @@ mod tests {
         assert_eq!(env["SLURM_JOB_NODELIST"], "n1");
         assert_eq!(env["SLURM_SUBMIT_DIR"], "/w");
         assert_eq!(env["SLURM_JOB_TIME_LIMIT"], "2");
+        // No task option: no task count (as Slurm); one CPU on the node.
+        assert!(!env.contains_key("SLURM_NTASKS") && !env.contains_key("SLURM_TASKS_PER_NODE"));
+        assert_eq!(env["SLURM_CPUS_ON_NODE"], "1");
+        let mut tasks = job();
+        tasks.spec.slurm.ntasks = Some(3);
+        tasks.spec.slurm.cpus_per_task = Some(2);
+        let env3 = job_environment(&tasks, &at);
+        assert_eq!(
+            (
+                env3["SLURM_NTASKS"].as_str(),
+                env3["SLURM_TASKS_PER_NODE"].as_str(),
+                env3["SLURM_CPUS_ON_NODE"].as_str()
+            ),
+            ("3", "3", "6")
+        );
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], inst[1].uuid);
         assert_eq!(env["SLURM_JOB_GPUS"], "0");
         assert_eq!(env["GSCHED_MIG_PROFILE"], "1g.5gb");

@@ -246,6 +246,12 @@ fn start_and_wait(
             .env("SLURM_STEP_NUM_TASKS", ntasks.to_string())
             .env("SLURM_STEP_ID", step_id)
             .env("SLURM_STEPID", step_id)
+            .env("SLURM_STEP_NUM_NODES", "1")
+            .env("SLURM_STEP_TASKS_PER_NODE", ntasks.to_string())
+            .env(
+                "SLURM_STEP_NODELIST",
+                std::env::var("SLURMD_NODENAME").unwrap_or_default(),
+            )
             .env("SLURM_JOB_ID", job.to_string())
             .env("SLURM_JOBID", job.to_string());
         if let Some(c) = a.cpus_per_task {
