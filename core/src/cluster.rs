@@ -22,6 +22,8 @@ mod footprints;
 mod job_update;
 mod launching;
 mod node_admin;
+#[cfg(test)]
+mod proptests;
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
 pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};
@@ -1090,10 +1092,16 @@ impl Cluster {
 
     /// Takes a job off its node's books (instance and worker).
     fn release(&mut self, id: JobId) {
-        let Some(job) = self.jobs.get(&id) else {
+        let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else {
             return;
         };
-        if let Some(n) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
+        self.release_on(&node, id);
+    }
+
+    /// Takes job `id` off node `node`'s books (a requeued job's old run:
+    /// the job itself no longer names the node).
+    fn release_on(&mut self, node: &str, id: JobId) {
+        if let Some(n) = self.nodes.get_mut(node) {
             n.running.remove(&id);
             for s in &mut n.instances {
                 if s.isolated_owner == Some(id) {
@@ -1123,7 +1131,7 @@ impl Cluster {
             // The run a requeue stopped: free its worker and instance; the
             // job itself is already pending again.
             self.requeued_runs.remove(&id);
-            self.release(id);
+            self.release_on(node, id);
             return Ok(vec![Effect::Job {
                 id,
                 event: "previous run ended".into(),
@@ -1327,11 +1335,13 @@ impl Cluster {
     /// A running job's processes are gone: NODE_FAIL, or back to the queue
     /// if it asked for requeue.
     fn lose(&mut self, id: JobId, now: i64) -> Vec<Effect> {
-        self.release(id);
-        if self.requeued_runs.remove(&id).is_some() {
-            // Already pending again: only its old run was lost.
+        if let Some(node) = self.requeued_runs.remove(&id) {
+            // Already pending again: only its old run was lost, and with
+            // it what it held on its node.
+            self.release_on(&node, id);
             return vec![];
         }
+        self.release(id);
         self.note_lost_run(id);
         let job = self.jobs.get_mut(&id).expect("caller checked");
         if job.spec.requeues() {

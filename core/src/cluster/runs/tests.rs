@@ -173,3 +173,34 @@ fn a_restarted_controller_still_records_how_a_lost_run_ended() {
     let j = c.job(id).unwrap();
     assert_eq!((j.state, j.end_time), (JobState::Completed, Some(22)));
 }
+
+#[test]
+fn a_requeued_runs_worker_and_instance_are_freed_when_it_ends_or_is_lost() {
+    // (Found by cluster::proptests: the job no longer names its old node
+    // once it is pending again, so its old node kept the worker and the
+    // instance.)
+    let isolated = crate::job::JobSpec {
+        isolated: true,
+        ..spec(true)
+    };
+    for lost in [false, true] {
+        let mut c = testkit::cluster();
+        let (id, _) = c.submit(isolated.clone(), 1).unwrap();
+        testkit::launch(&mut c, 2);
+        c.requeue(id, 3).unwrap();
+        let held = |c: &Cluster| {
+            let n = c.node("n1").unwrap();
+            (
+                n.running.contains(&id),
+                n.instances.iter().any(|s| s.isolated_owner == Some(id)),
+            )
+        };
+        assert_eq!(held(&c), (true, true), "held until the old run ends");
+        if lost {
+            c.node_down("n1", 4);
+        } else {
+            c.job_ended("n1", &ended(id, 1, 143, 4)).unwrap();
+        }
+        assert_eq!(held(&c), (false, false), "lost={lost}");
+    }
+}
