@@ -38,7 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn job_spec(kind: u8, uid: u32) -> JobSpec {
     let mut s = JobSpec {
         uid,
-        requeue: Some(kind % 2 == 0),
+        requeue: Some(kind.is_multiple_of(2)),
         ..spec("p", false)
     };
     match kind {
