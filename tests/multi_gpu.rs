@@ -70,13 +70,14 @@ fn several_gpus_are_given_whole_and_split_per_task() {
         "srun -l sh -c 'echo $SLURM_PROCID=$CUDA_VISIBLE_DEVICES' | sort",
     ]);
     g.wait_state(id, "COMPLETED", T);
+    // (-l labels each line with its task: "0: 0=GPU-...".)
     let out = s.file("tasks.out");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     let seen: Vec<&str> = lines.iter().map(|l| l.split_once('=').unwrap().1).collect();
     assert_ne!(seen[0], seen[1], "two tasks on one GPU: {out}");
     assert!(
-        lines[0].starts_with("0=") && lines[1].starts_with("1="),
+        lines[0].starts_with("0: 0=") && lines[1].starts_with("1: 1="),
         "{out}"
     );
 

@@ -848,3 +848,59 @@ fn filters_by_user_name_time_and_partition() {
     g.wait_state(id, "COMPLETED", T);
     assert_eq!(s.file("opts.out"), "2\n");
 }
+
+#[test]
+fn salloc_holds_an_allocation_for_a_command_and_its_steps() {
+    let s = Slurm::start();
+    let g = &s.g;
+    let o = s.run(
+        "salloc",
+        &[
+            "-n",
+            "2",
+            "-J",
+            "inter",
+            "sh",
+            "-c",
+            "echo id=$SLURM_JOB_ID; srun sh -c 'echo task $SLURM_PROCID' | sort; exit 3",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let out = stdout(&o);
+    let id: u64 = out
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("id="))
+        .expect(&out)
+        .parse()
+        .unwrap();
+    assert_eq!(out, format!("id={id}\ntask 0\ntask 1\n"));
+    let err = stderr(&o);
+    for line in [
+        format!("salloc: Pending job allocation {id}\n"),
+        format!("salloc: Granted job allocation {id}\n"),
+        format!("salloc: Relinquishing job allocation {id}\n"),
+    ] {
+        assert!(err.contains(&line), "{line:?} not in {err}");
+    }
+    // srun ran its step in the job's cgroup (it says so when it cannot).
+    assert!(!err.contains("warning"), "{err}");
+    // The job ends with the command's status; the srun was its step.
+    let j = g.wait_state(id, "FAILED", T);
+    assert_eq!(j["exit_code"], 3);
+    assert_eq!(
+        s.ok(
+            "sacct",
+            &[
+                "-j",
+                &id.to_string(),
+                "-P",
+                "-n",
+                "-o",
+                "JobID,JobName,State"
+            ]
+        ),
+        format!("{id}|inter|FAILED\n{id}.batch|batch|FAILED\n{id}.0|sh|COMPLETED\n")
+    );
+}

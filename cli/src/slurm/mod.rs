@@ -6,6 +6,7 @@
 pub mod format;
 pub mod ids;
 pub mod sacct;
+pub mod salloc;
 pub mod scancel;
 pub mod scontrol;
 pub mod sinfo;
@@ -16,8 +17,8 @@ pub mod update;
 
 /// The command names a shim directory holds.
 pub const COMMANDS: &[&str] = &[
-    "sbatch", "squeue", "scancel", "sacct", "sstat", "sinfo", "srun", "scontrol", "sacctmgr",
-    "sshare",
+    "sbatch", "squeue", "scancel", "sacct", "sstat", "sinfo", "srun", "salloc", "scontrol",
+    "sacctmgr", "sshare",
 ];
 
 /// Runs Slurm command `name` with `args`; returns its exit status.
@@ -31,6 +32,7 @@ pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
         "sstat" => sstat::main_with(args),
         "sinfo" => sinfo::main_with(args),
         "srun" => srun::main_with(args),
+        "salloc" => salloc::main_with(args),
         "scontrol" => scontrol::main_with(args),
         // Accounting and fair-share databases do not exist in gsched: both
         // answer with nothing, successfully (what clients accept).
