@@ -280,6 +280,10 @@ pub struct Cluster {
     /// Refuse at submission what no known node could ever run
     /// (`unsatisfiable.rs`).
     refuse_unsatisfiable: bool,
+    /// Jobs with `--exclusive[=user]` that may be on a node's books (a
+    /// superset: each is checked against the node), so a launch pass finds
+    /// the nodes they hold without looking at every running job.
+    sharing_jobs: BTreeSet<JobId>,
 }
 
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
@@ -322,6 +326,7 @@ impl Cluster {
             lost_runs: HashMap::new(),
             job_requeue: true,
             refuse_unsatisfiable: false,
+            sharing_jobs: BTreeSet::new(),
         }
     }
 
@@ -375,6 +380,9 @@ impl Cluster {
         match job.state {
             JobState::Pending => self.enqueue(job.id, job.spec.isolated),
             JobState::Running => {
+                if node_sharing(job).is_some() {
+                    self.sharing_jobs.insert(job.id);
+                }
                 if let Some(node) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
                     node.running.insert(job.id);
                     for slot in node
@@ -840,12 +848,14 @@ impl Cluster {
                     nodes: choices.get(id),
                 })
                 .collect();
+            // Who runs where matters to jobs that want a node alone.
+            let with_users = iso.iter().chain(shared.iter()).any(|j| j.sharing.is_some());
             let nodes: Vec<NodeView<'_>> = self
                 .nodes
                 .values()
                 .map(|n| NodeView {
                     name: &n.name,
-                    occupancy: self.occupancy(n),
+                    occupancy: self.occupancy(n, with_users),
                     up: n.accepts_launches(),
                     worker_limit: n.worker_limit,
                     workers_used: n.running.len() as u32,
@@ -1044,6 +1054,9 @@ impl Cluster {
         job.node = Some(node.to_string());
         job.gpu_instances = instances.clone();
         let isolated = job.spec.isolated;
+        if node_sharing(job).is_some() {
+            self.sharing_jobs.insert(id);
+        }
         self.queue_for(isolated).remove(&id);
         // A new run: an earlier run lost with its node is settled no more.
         self.lost_runs.remove(&id);
@@ -1076,11 +1089,25 @@ impl Cluster {
         }
     }
 
-    /// Who runs on `node`, against `--exclusive` jobs.
-    fn occupancy(&self, node: &Node) -> crate::launch::NodeOccupancy {
+    /// Who runs on `node`, against `--exclusive` jobs: whether a job there
+    /// holds it alone (or for its user), and, where `with_users` (some
+    /// queued job asks for a node alone), the users of every job there.
+    fn occupancy(&self, node: &Node, with_users: bool) -> crate::launch::NodeOccupancy {
         let mut o = crate::launch::NodeOccupancy::default();
-        for job in node.running.iter().filter_map(|id| self.jobs.get(id)) {
-            o.users.push(job.spec.uid);
+        if with_users {
+            o.users = node
+                .running
+                .iter()
+                .filter_map(|id| self.jobs.get(id))
+                .map(|j| j.spec.uid)
+                .collect();
+        }
+        for job in self
+            .sharing_jobs
+            .iter()
+            .filter(|id| node.running.contains(id))
+            .filter_map(|id| self.jobs.get(id))
+        {
             match node_sharing(job) {
                 Some(crate::launch::NodeSharing::Alone) => o.alone = true,
                 Some(crate::launch::NodeSharing::UserOnly) => o.user_only = Some(job.spec.uid),
@@ -1101,6 +1128,7 @@ impl Cluster {
     /// Takes job `id` off node `node`'s books (a requeued job's old run:
     /// the job itself no longer names the node).
     fn release_on(&mut self, node: &str, id: JobId) {
+        self.sharing_jobs.remove(&id);
         if let Some(n) = self.nodes.get_mut(node) {
             n.running.remove(&id);
             for s in &mut n.instances {

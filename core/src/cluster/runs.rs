@@ -134,6 +134,9 @@ impl Cluster {
                 if let Some(n) = self.nodes.get_mut(node) {
                     n.running.insert(id);
                 }
+                if self.jobs.get(&id).and_then(super::node_sharing).is_some() {
+                    self.sharing_jobs.insert(id);
+                }
             }
             // NODE_FAIL: the run stays remembered as lost. If this stop
             // kills it, its end comes back Cancelled and is not the job's;
