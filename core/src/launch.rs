@@ -15,8 +15,10 @@ use crate::job::{GpuRequest, JobId};
 use crate::resources::{JobResources, NodeResources};
 
 mod instance_set;
+mod most_free;
 mod node_sharing;
 
+use node_sharing::Occupancies;
 pub use node_sharing::{NodeOccupancy, NodeSharing};
 
 /// A queued job as the launch policy sees it.
@@ -42,26 +44,9 @@ impl QueuedJob<'_> {
     /// Whether it may start on `node` now: its `-w`/`-x`, and who runs
     /// there as of this pass, `occupancy` (`--exclusive`,
     /// [`node_sharing::admits`]).
-    fn may_join(&self, node: &NodeView<'_>, occupancy: &NodeOccupancy) -> bool {
-        self.may_use(node) && node_sharing::admits(occupancy, self)
-    }
-}
-
-/// Each node's occupancy at the start of a pass, for the pass to update.
-fn occupancies(nodes: &[NodeView<'_>]) -> Vec<NodeOccupancy> {
-    nodes.iter().map(|n| n.occupancy.clone()).collect()
-}
-
-/// After `job` started on a node in a pass (`o`: its occupancy): a job
-/// with the node alone (or for its user) leaves nothing of it to later
-/// jobs of the pass, and a later job wanting a node alone does not take
-/// one started on in it.
-fn note_start(job: &QueuedJob<'_>, o: &mut NodeOccupancy) {
-    o.users.push(job.uid);
-    match job.sharing {
-        Some(NodeSharing::Alone) => o.alone = true,
-        Some(NodeSharing::UserOnly) => o.user_only = Some(job.uid),
-        None => {}
+    #[inline]
+    fn may_join(&self, node: &NodeView<'_>, occupancy: &Occupancies, ni: usize) -> bool {
+        self.may_use(node) && occupancy.admits(ni, self)
     }
 }
 
@@ -223,14 +208,14 @@ impl LaunchPolicy for ExclusiveLaunch {
         jobs.sort_by_key(|j| j.id);
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
-        let mut occupancy = occupancies(input.nodes);
+        let mut occupancy = Occupancies::of(input.nodes);
         for job in jobs {
             match exclusive_choice(input.nodes, &room, &claimed, &occupancy, job) {
                 Some((ni, set)) => {
                     let node = &input.nodes[ni];
                     claimed.extend(set.iter().map(|ii| (ni, *ii)));
                     room[ni].take(&job.resources, &node.total);
-                    note_start(job, &mut occupancy[ni]);
+                    occupancy.note_start(ni, job);
                     plan.decisions.push(Decision::Launch {
                         job: job.id,
                         node: node.name.into(),
@@ -238,7 +223,7 @@ impl LaunchPolicy for ExclusiveLaunch {
                     });
                 }
                 None => {
-                    node_sharing::hold_for(job, input.nodes, &mut occupancy);
+                    occupancy.hold_for(job, input.nodes);
                     plan.waiting.push((job.id, unfit_reason(input.nodes, job)))
                 }
             }
@@ -261,13 +246,13 @@ fn exclusive_choice(
     nodes: &[NodeView<'_>],
     room: &[NodeResources],
     claimed: &HashSet<(usize, usize)>,
-    occupancy: &[NodeOccupancy],
+    occupancy: &Occupancies,
     job: &QueuedJob<'_>,
 ) -> Option<(usize, Vec<usize>)> {
     instance_set::best_on_nodes(
         nodes,
         job,
-        |ni, n| n.up && job.may_join(n, &occupancy[ni]) && job.resources.fits(&room[ni], &n.total),
+        |ni, n| n.up && job.may_join(n, occupancy, ni) && job.resources.fits(&room[ni], &n.total),
         |ni, ii, v| {
             v.isolated_owner.is_none()
                 && v.draining_for.is_none()
@@ -306,10 +291,12 @@ impl LaunchPolicy for CaseLaunch {
         // Instances claimed (launched on or drained) during this pass.
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
-        let mut occupancy = occupancies(input.nodes);
+        let mut occupancy = Occupancies::of(input.nodes);
 
+        // Free workers left on all nodes (not counted again for each job).
+        let mut workers_left: u64 = free.iter().map(|&f| u64::from(f)).sum();
         for job in input.isolated {
-            if free.iter().all(|&f| f == 0) {
+            if workers_left == 0 {
                 plan.rest = Some(PendingReason::Resources);
                 return plan;
             }
@@ -344,8 +331,9 @@ impl LaunchPolicy for CaseLaunch {
                         plan.waiting.push((job.id, PendingReason::Draining));
                     } else {
                         free[ni] -= 1;
+                        workers_left -= 1;
                         room[ni].take(&job.resources, &node.total);
-                        note_start(job, &mut occupancy[ni]);
+                        occupancy.note_start(ni, job);
                         plan.decisions.push(Decision::Launch {
                             job: job.id,
                             node: node.name.into(),
@@ -354,7 +342,7 @@ impl LaunchPolicy for CaseLaunch {
                     }
                 }
                 None => {
-                    node_sharing::hold_for(job, input.nodes, &mut occupancy);
+                    occupancy.hold_for(job, input.nodes);
                     let count = job.gpu.instances();
                     let possible = input.nodes.iter().filter(|n| n.up).any(|n| {
                         n.could_run(job)
@@ -374,28 +362,26 @@ impl LaunchPolicy for CaseLaunch {
             }
         }
 
+        // Shared jobs go to the node with the most free workers.
+        let mut most_free = most_free::MostFree::new(&free);
         for job in input.shared {
-            if free.iter().all(|&f| f == 0) {
+            if !most_free.any(&free) {
                 plan.rest = Some(PendingReason::Resources);
                 return plan;
             }
-            let Some((ni, _)) = free
-                .iter()
-                .enumerate()
-                .filter(|(i, &f)| {
-                    f > 0
-                        && job.may_join(&input.nodes[*i], &occupancy[*i])
-                        && job.resources.fits(&room[*i], &input.nodes[*i].total)
-                })
-                .max_by_key(|(i, &f)| (f, std::cmp::Reverse(*i)))
-            else {
-                node_sharing::hold_for(job, input.nodes, &mut occupancy);
+            let anywhere = job.nodes.is_none() && occupancy.admits_anywhere(job);
+            let Some(ni) = most_free.pick(&free, |i| {
+                (anywhere || job.may_join(&input.nodes[i], &occupancy, i))
+                    && job.resources.fits(&room[i], &input.nodes[i].total)
+            }) else {
+                occupancy.hold_for(job, input.nodes);
                 plan.waiting.push((job.id, unfit_reason(input.nodes, job)));
                 continue;
             };
             free[ni] -= 1;
+            most_free.set(ni, free[ni]);
             room[ni].take(&job.resources, &input.nodes[ni].total);
-            note_start(job, &mut occupancy[ni]);
+            occupancy.note_start(ni, job);
             plan.decisions.push(Decision::Launch {
                 job: job.id,
                 node: input.nodes[ni].name.into(),
@@ -443,7 +429,7 @@ fn best_instance(
     for (ni, node) in nodes.iter().enumerate() {
         if !node.up
             || free[ni] == 0
-            || !job.may_join(node, &occupancy[ni])
+            || !job.may_join(node, occupancy, ni)
             || !job.resources.fits(&room[ni], &node.total)
         {
             continue;
@@ -496,7 +482,7 @@ fn best_instance_set(
         job,
         |ni, n| {
             n.up && pass.free[ni] > 0
-                && job.may_join(n, &pass.occupancy[ni])
+                && job.may_join(n, pass.occupancy, ni)
                 && job.resources.fits(&pass.room[ni], &n.total)
         },
         |ni, ii, v| !pass.claimed.contains(&(ni, ii)) && instance_set::could_take(job, v),
@@ -510,7 +496,7 @@ struct Pass<'p> {
     free: &'p [u32],
     room: &'p [NodeResources],
     claimed: &'p HashSet<(usize, usize)>,
-    occupancy: &'p [NodeOccupancy],
+    occupancy: &'p Occupancies,
 }
 
 #[cfg(test)]

@@ -48,22 +48,68 @@ pub fn admits(o: &NodeOccupancy, job: &QueuedJob<'_>) -> bool {
     }
 }
 
-/// A job wanting a node alone (or for its user) that could not start in
-/// this pass keeps the node that will empty first (fewest jobs) from
-/// later jobs of the pass, so a stream of other jobs cannot starve it.
-pub fn hold_for(job: &QueuedJob<'_>, nodes: &[NodeView<'_>], occupancy: &mut [NodeOccupancy]) {
-    let Some(sharing) = job.sharing else {
-        return;
-    };
-    let best = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.up && n.could_run(job))
-        .min_by_key(|(ni, _)| occupancy[*ni].users.len());
-    if let Some((ni, _)) = best {
-        match sharing {
-            NodeSharing::Alone => occupancy[ni].alone = true,
-            NodeSharing::UserOnly => occupancy[ni].user_only = Some(job.uid),
+/// Each node's occupancy through one launch pass, by node index.
+pub(super) struct Occupancies {
+    nodes: Vec<NodeOccupancy>,
+    /// Some node is held alone or for a user: jobs without `--exclusive`
+    /// must look (until then they need not, which keeps a pass over
+    /// thousands of nodes as fast as without the option).
+    held: bool,
+}
+
+impl Occupancies {
+    /// The nodes' occupancy at the start of a pass.
+    pub(super) fn of(nodes: &[NodeView<'_>]) -> Occupancies {
+        let nodes: Vec<NodeOccupancy> = nodes.iter().map(|n| n.occupancy.clone()).collect();
+        let held = nodes.iter().any(|o| o.alone || o.user_only.is_some());
+        Occupancies { nodes, held }
+    }
+
+    /// Whether `job` may join node `ni` now ([`admits`]).
+    #[inline]
+    pub(super) fn admits(&self, ni: usize, job: &QueuedJob<'_>) -> bool {
+        self.admits_anywhere(job) || admits(&self.nodes[ni], job)
+    }
+
+    /// Whether `job` may join any node, as far as who runs there goes:
+    /// it does not want one alone, and no node is held.
+    #[inline]
+    pub(super) fn admits_anywhere(&self, job: &QueuedJob<'_>) -> bool {
+        !self.held && job.sharing.is_none()
+    }
+
+    /// `job` started on node `ni` in this pass: a job with the node alone
+    /// (or for its user) leaves nothing of it to later jobs of the pass, and
+    /// a later job wanting a node alone does not take one started on in it.
+    pub(super) fn note_start(&mut self, ni: usize, job: &QueuedJob<'_>) {
+        let o = &mut self.nodes[ni];
+        o.users.push(job.uid);
+        match job.sharing {
+            Some(NodeSharing::Alone) => o.alone = true,
+            Some(NodeSharing::UserOnly) => o.user_only = Some(job.uid),
+            None => return,
+        }
+        self.held = true;
+    }
+
+    /// A job wanting a node alone (or for its user) that could not start
+    /// in this pass keeps the node that will empty first (fewest jobs) from
+    /// later jobs of the pass, so a stream of other jobs cannot starve it.
+    pub(super) fn hold_for(&mut self, job: &QueuedJob<'_>, nodes: &[NodeView<'_>]) {
+        let Some(sharing) = job.sharing else {
+            return;
+        };
+        let best = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.up && n.could_run(job))
+            .min_by_key(|(ni, _)| self.nodes[*ni].users.len());
+        if let Some((ni, _)) = best {
+            match sharing {
+                NodeSharing::Alone => self.nodes[ni].alone = true,
+                NodeSharing::UserOnly => self.nodes[ni].user_only = Some(job.uid),
+            }
+            self.held = true;
         }
     }
 }
