@@ -119,6 +119,18 @@ pub struct Node {
     pub drain_seq: u64,
 }
 
+/// A queued job as the launch policy sees it (`nodes`: its `-w`/`-x`).
+fn queued<'a>(job: &'a Job, nodes: Option<&'a crate::allocation::NodeChoice>) -> QueuedJob<'a> {
+    QueuedJob {
+        id: job.id,
+        gpu: &job.spec.gpu,
+        uid: job.spec.uid,
+        sharing: node_sharing(job),
+        resources: resources_of(job),
+        nodes,
+    }
+}
+
 /// How a job shares its node (`--exclusive[=user]`).
 pub fn node_sharing(job: &Job) -> Option<crate::launch::NodeSharing> {
     job.spec
@@ -816,14 +828,7 @@ impl Cluster {
                 .isolated_queue
                 .iter()
                 .filter(|id| eligible(id))
-                .map(|id| QueuedJob {
-                    id: *id,
-                    gpu: &self.jobs[id].spec.gpu,
-                    uid: self.jobs[id].spec.uid,
-                    sharing: node_sharing(&self.jobs[id]),
-                    resources: resources_of(&self.jobs[id]),
-                    nodes: choices.get(id),
-                })
+                .map(|id| queued(&self.jobs[id], choices.get(id)))
                 .collect();
             // Each launch takes a worker: jobs past the free workers cannot
             // start in this pass (they get the pass's `rest` reason).
@@ -839,14 +844,7 @@ impl Cluster {
                 .iter()
                 .filter(|id| eligible(id))
                 .take(free_workers)
-                .map(|id| QueuedJob {
-                    id: *id,
-                    gpu: &self.jobs[id].spec.gpu,
-                    uid: self.jobs[id].spec.uid,
-                    sharing: node_sharing(&self.jobs[id]),
-                    resources: resources_of(&self.jobs[id]),
-                    nodes: choices.get(id),
-                })
+                .map(|id| queued(&self.jobs[id], choices.get(id)))
                 .collect();
             // Who runs where matters to jobs that want a node alone.
             let with_users = iso.iter().chain(shared.iter()).any(|j| j.sharing.is_some());
