@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::slurm::Slurm;
-use common::{bin, stderr, stdout, Gsched};
+use common::{stderr, stdout};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -712,15 +711,7 @@ fn hold_and_release() {
 
 #[test]
 fn partitions_from_config() {
-    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB", "--partitions", "debug,long"]);
-    let shims = g.work.path().join("shims");
-    let out = Command::new(bin("gsched"))
-        .arg("slurm-shims")
-        .arg(&shims)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let s = Slurm { g, shims };
+    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--partitions", "debug,long"]);
     // sinfo.c: the default partition carries a '*'.
     assert_eq!(
         s.ok("sinfo", &["-o", "%P"]),

@@ -133,7 +133,7 @@ fn add_devices(env: &mut BTreeMap<String, String>, job: &Job, instances: &[Insta
     };
     let join =
         |f: &dyn Fn(&Instance) -> String| instances.iter().map(f).collect::<Vec<_>>().join(",");
-    let uuids = join(&|i| i.uuid.clone());
+    let uuids = crate::gpu::uuid_list(instances);
     let indices = join(&|i| i.gpu_index.to_string());
     let count = instances.len().to_string();
     set("CUDA_VISIBLE_DEVICES", &uuids);

@@ -341,6 +341,15 @@ impl Instance {
     }
 }
 
+/// The UUIDs of `instances`, comma-joined (logs and spans).
+pub fn uuid_list(instances: &[Instance]) -> String {
+    instances
+        .iter()
+        .map(|i| i.uuid.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Link domains of a node's `n` GPUs: GPUs `connected` directly (NVLink,
 /// one PCIe switch or host bridge), and GPUs connected to those, share
 /// one; numbered from 0 by their lowest GPU.

@@ -679,12 +679,7 @@ impl Controller {
             "launch",
             job = id,
             run,
-            instance = req
-                .instances
-                .iter()
-                .map(|i| i.uuid.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
+            instance = gsched_core::gpu::uuid_list(&req.instances)
         );
         let mut backoff = Duration::from_millis(500);
         let mut in_doubt = false;

@@ -217,12 +217,7 @@ impl Launcher {
         let span = tracing::info_span!(
             "job",
             job = job.id,
-            instance = req
-                .instances
-                .iter()
-                .map(|i| i.uuid.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
+            instance = gsched_core::gpu::uuid_list(&req.instances)
         );
         let _g = span.enter();
         if self.has_run(job.id, job.run) {

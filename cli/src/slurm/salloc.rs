@@ -17,11 +17,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
 use gsched_core::job::JobState;
 
 use crate::client::Client;
-use crate::gsub::{build_spec, clap_message, SubmitOptions};
+use crate::gsub::{build_spec, SubmitOptions};
 
 /// The batch step: says it started, then runs the command (`$2...`, else
 /// the user's shell) on the pipes in the private directory `$1`.
@@ -33,19 +32,7 @@ d=\"$1\"; shift\n\
 exec \"$@\" < \"$d/in\" > \"$d/out\" 2> \"$d/err\"\n";
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
-    let mut cli =
-        match SubmitOptions::try_parse_from(std::iter::once("salloc".to_string()).chain(args)) {
-            Ok(c) => c,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-                ) =>
-            {
-                e.exit()
-            }
-            Err(e) => bail!("{}", clap_message(&e)),
-        };
+    let mut cli: SubmitOptions = super::parse("salloc", args)?;
     if cli.wrap.is_some() {
         bail!("--wrap is sbatch's; give salloc the command itself");
     }

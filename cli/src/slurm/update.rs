@@ -60,20 +60,22 @@ fn update_nodes(client: &Client, kv: &[(String, &str)]) -> Result<i32> {
     for name in names {
         client
             .set_node_state(&name, &change)
-            .map_err(|e| match e.downcast_ref::<ApiError>() {
-                Some(a) if a.status == 404 => {
-                    anyhow::anyhow!("slurm_update error: Invalid node name specified ({name})")
-                }
-                Some(a) if a.status == 403 => {
-                    anyhow::anyhow!(
-                        "slurm_update error: Access/permission denied ({})",
-                        a.message
-                    )
-                }
-                _ => e,
-            })?;
+            .map_err(|e| refused(e, 404, &format!("Invalid node name specified ({name})")))?;
     }
     Ok(0)
+}
+
+/// An update the controller refused, in Slurm's words: `status` means
+/// `what`; 403 is Slurm's access error; anything else as it came.
+fn refused(e: anyhow::Error, status: u16, what: &str) -> anyhow::Error {
+    match e.downcast_ref::<ApiError>() {
+        Some(a) if a.status == status => anyhow::anyhow!("slurm_update error: {what}"),
+        Some(a) if a.status == 403 => anyhow::anyhow!(
+            "slurm_update error: Access/permission denied ({})",
+            a.message
+        ),
+        _ => e,
+    }
 }
 
 /// What `TimeLimit=`, `Name=`, `Partition=` and `Dependency=` ask.
@@ -118,22 +120,14 @@ fn update_job(client: &Client, kv: &[(String, &str)]) -> Result<i32> {
         bail!("slurm_update error: Invalid job id specified");
     }
     for j in &jobs {
+        let late = format!(
+            "Job is no longer pending execution (job {} is {})",
+            j.display_id(),
+            j.job_state.as_str()
+        );
         client
             .update_job(j.job_id, &update)
-            .map_err(|e| match e.downcast_ref::<ApiError>() {
-                Some(a) if a.status == 409 => anyhow::anyhow!(
-                    "slurm_update error: Job is no longer pending execution (job {} is {})",
-                    j.display_id(),
-                    j.job_state.as_str()
-                ),
-                Some(a) if a.status == 403 => {
-                    anyhow::anyhow!(
-                        "slurm_update error: Access/permission denied ({})",
-                        a.message
-                    )
-                }
-                _ => e,
-            })?;
+            .map_err(|e| refused(e, 409, &late))?;
     }
     Ok(0)
 }

@@ -167,16 +167,20 @@ mod tests {
         assert_eq!(drains(&fx).len(), 1);
     }
 
-    #[test]
-    fn a_job_on_several_instances_drains_them_all_and_holds_them_across_a_restart() {
-        let mut c = cluster();
-        let uuids: Vec<String> = c
-            .node("n1")
+    /// The UUIDs of `node`'s instances.
+    fn uuids_of(c: &crate::cluster::Cluster, node: &str) -> Vec<String> {
+        c.node(node)
             .unwrap()
             .instances
             .iter()
             .map(|s| s.instance.uuid.clone())
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_job_on_several_instances_drains_them_all_and_holds_them_across_a_restart() {
+        let mut c = cluster();
+        let uuids = uuids_of(&c, "n1");
         // Shared tasks on the first instance only.
         let busy = [(
             uuids[0].clone(),
@@ -232,13 +236,7 @@ mod tests {
         let (b, _) = c.submit(limited("b", Some(300)), 0).unwrap();
         let (u, _) = c.submit(limited("u", None), 0).unwrap();
         c.schedule(10);
-        let uuids: Vec<String> = c
-            .node("n1")
-            .unwrap()
-            .instances
-            .iter()
-            .map(|s| s.instance.uuid.clone())
-            .collect();
+        let uuids = uuids_of(&c, "n1");
         let on = |jobs: &[u64]| crate::wire::InstanceUse {
             tasks: jobs.len() as u32,
             jobs: jobs.iter().map(|j| (*j, 1 << 30)).collect(),
