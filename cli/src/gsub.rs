@@ -37,12 +37,13 @@ pub struct SubmitOptions {
     /// MIG profile of the isolated instance (e.g. 1g.5gb); implies --isolated.
     #[arg(long, value_name = "PROFILE")]
     pub mig: Option<String>,
-    /// Slurm's GPU request: `gpu[:PROFILE][:1]`, an isolated instance (of
-    /// that MIG profile, if given); implies --isolated.
-    #[arg(long, value_name = "gpu[:PROFILE][:1]")]
+    /// Slurm's GPU request: `gpu[:TYPE][:N]`, N isolated instances on the
+    /// job's node (of that MIG profile or GPU model, if given); implies
+    /// --isolated.
+    #[arg(long, value_name = "gpu[:TYPE][:N]")]
     pub gres: Option<String>,
-    /// Slurm's GPU count: `[PROFILE:]1`, like --gres; implies --isolated.
-    #[arg(short = 'G', long, value_name = "[PROFILE:]1")]
+    /// Slurm's GPU count: `[TYPE:]N`, like --gres; implies --isolated.
+    #[arg(short = 'G', long, value_name = "[TYPE:]N")]
     pub gpus: Option<String>,
     /// Job name (default: the script's file name).
     #[arg(short = 'J', long = "job-name")]
