@@ -6,8 +6,8 @@
 //! Off unless the controller turns it on: the simulator's re-partitioning
 //! creates profiles no current layout has.
 
-use super::{resources_of, Cluster, ClusterError, Node};
-use crate::job::{Job, JobSpec};
+use super::{Cluster, ClusterError, Node};
+use crate::job::JobSpec;
 
 impl Cluster {
     /// Turns the check on or off (see the module).
@@ -20,8 +20,12 @@ impl Cluster {
         if !self.refuse_unsatisfiable || self.nodes.is_empty() {
             return Ok(());
         }
-        let probe = Job::new(0, spec.clone(), 0);
-        let resources = resources_of(&probe);
+        // Validated already: the request reads.
+        let resources =
+            crate::resources::JobResources::of(spec).unwrap_or(crate::resources::JobResources {
+                cpus: 1,
+                memory: crate::resources::MemoryRequest::Unspecified,
+            });
         let choice = crate::allocation::node_choice(&spec.slurm.other)
             .ok()
             .flatten();
