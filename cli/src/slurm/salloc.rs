@@ -22,12 +22,11 @@ use gsched_core::job::JobState;
 use crate::client::Client;
 use crate::gsub::{build_spec, SubmitOptions};
 
-/// The batch step: says it started, then runs the command (`$2...`, else
-/// the user's shell) on the pipes in the private directory `$1`.
+/// The batch step: runs the command (`$2...`, else the user's shell) on
+/// the pipes in the private directory `$1`.
 const HOLDER: &str = "#!/bin/sh\n\
 # gsched salloc: the interactive command, run inside the allocation\n\
 d=\"$1\"; shift\n\
-: > \"$d/started\"\n\
 [ $# -gt 0 ] || set -- \"${SHELL:-/bin/sh}\"\n\
 exec \"$@\" < \"$d/in\" > \"$d/out\" 2> \"$d/err\"\n";
 
@@ -73,55 +72,27 @@ fn allocate_and_run(opts: SubmitOptions, command: &[String], dir: &Path) -> Resu
     let client = Client::from_env();
     let id = client.submit(&spec)?;
     eprintln!("salloc: Pending job allocation {id}");
-    if !wait_started(&client, id, dir)? {
-        return Ok(1);
-    }
-    eprintln!("salloc: Granted job allocation {id}");
-    let to_job = match open_input(&client, id, dir)? {
-        Some(f) => f,
-        None => return Ok(1),
+    let run = || -> Result<i32> {
+        let Some(to_job) = open_input(&client, id, dir)? else {
+            return Ok(1);
+        };
+        eprintln!("salloc: Granted job allocation {id}");
+        connect(dir, to_job)?;
+        let job = wait_final(&client, id)?;
+        eprintln!("salloc: Relinquishing job allocation {id}");
+        Ok(super::srun::exit_status(&job))
     };
-    connect(dir, to_job)?;
-    let job = wait_final(&client, id)?;
-    eprintln!("salloc: Relinquishing job allocation {id}");
-    Ok(match (job.exit_code, job.exit_signal) {
-        (_, Some(sig)) if sig > 0 => 128 + sig,
-        (Some(c), _) => c,
-        _ => 1,
+    run().inspect_err(|_| {
+        // Nothing is left to use the allocation: it is given back.
+        let _ = client.cancel(&id.to_string(), None);
     })
 }
 
-/// Waits until the job's command is about to start (`true`), or the job
-/// ended first (`false`, after saying why).
-fn wait_started(client: &Client, id: u64, dir: &Path) -> Result<bool> {
-    let mut said_waiting = false;
-    loop {
-        if dir.join("started").exists() {
-            return Ok(true);
-        }
-        let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
-        if let Some(j) = jobs.first() {
-            if j.job_state.is_final() {
-                eprintln!(
-                    "salloc: error: job {id} ended {} before its command started ({}); salloc needs the allocation on this host (jobs across hosts are not built yet)",
-                    j.job_state.as_str(),
-                    j.state_reason.as_deref().unwrap_or("no reason")
-                );
-                return Ok(false);
-            }
-            if j.job_state == JobState::Pending && !said_waiting {
-                said_waiting = true;
-                eprintln!("salloc: job {id} queued and waiting for resources");
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Opens the command's input pipe once the job has opened it (it does so
-/// first), or `None` if the job ended before it did.
+/// Opens the command's input pipe once the job has opened it (its command
+/// is about to start), or `None` (after saying why) if the job ended first.
 fn open_input(client: &Client, id: u64, dir: &Path) -> Result<Option<std::fs::File>> {
     use std::os::unix::fs::OpenOptionsExt;
+    let mut said_waiting = false;
     loop {
         let opened = std::fs::OpenOptions::new()
             .write(true)
@@ -141,12 +112,19 @@ fn open_input(client: &Client, id: u64, dir: &Path) -> Result<Option<std::fs::Fi
             Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
                 // No reader yet.
                 let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
-                if let Some(j) = jobs.first().filter(|j| j.job_state.is_final()) {
-                    eprintln!(
-                        "salloc: error: job {id} ended {} before its command started",
-                        j.job_state.as_str()
-                    );
-                    return Ok(None);
+                if let Some(j) = jobs.first() {
+                    if j.job_state.is_final() {
+                        eprintln!(
+                            "salloc: error: job {id} ended {} before its command started ({}); salloc needs the allocation on this host (jobs across hosts are not built yet)",
+                            j.job_state.as_str(),
+                            j.state_reason.as_deref().unwrap_or("no reason")
+                        );
+                        return Ok(None);
+                    }
+                    if j.job_state == JobState::Pending && !said_waiting {
+                        said_waiting = true;
+                        eprintln!("salloc: job {id} queued and waiting for resources");
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }

@@ -184,21 +184,15 @@ fn task_gpus(a: &Args, ntasks: u32) -> Result<Option<Vec<String>>> {
     let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") else {
         return Ok(None);
     };
-    let per_task = match a
-        .gpus_per_task
-        .clone()
-        .or_else(|| std::env::var("SLURM_GPUS_PER_TASK").ok())
-    {
+    // srun's own option, else the job's.
+    let given = |o: &Option<String>, var: &str| o.clone().or_else(|| std::env::var(var).ok());
+    let per_task = match given(&a.gpus_per_task, "SLURM_GPUS_PER_TASK") {
         Some(v) => Some(gpu_count(&v).with_context(|| {
             format!("--gpus-per-task={v}: expected [TYPE:]N, a GPU count of at least 1")
         })?),
         None => None,
     };
-    let bind = match a
-        .gpu_bind
-        .clone()
-        .or_else(|| std::env::var("SLURM_GPU_BIND").ok())
-    {
+    let bind = match given(&a.gpu_bind, "SLURM_GPU_BIND") {
         Some(v) => Some(gpu_bind(&v).with_context(|| {
             format!("--gpu-bind={v}: gsched binds with none, closest or single:N")
         })?),
@@ -433,15 +427,22 @@ fn submit_and_wait(a: &Args) -> Result<i32> {
             "srun: error: job {id}: {}{}",
             job.job_state.as_str(),
             job.state_reason
+                .as_deref()
                 .map(|r| format!(" ({r})"))
                 .unwrap_or_default()
         );
     }
-    Ok(match (job.exit_code, job.exit_signal) {
+    Ok(exit_status(&job))
+}
+
+/// The status a command waiting for a job exits with: the job's exit
+/// code, 128 + the signal that ended it, or 1 when it has neither.
+pub(super) fn exit_status(job: &gsched_core::wire::JobInfo) -> i32 {
+    match (job.exit_code, job.exit_signal) {
         (_, Some(sig)) if sig > 0 => 128 + sig,
         (Some(c), _) => c,
         _ => 1,
-    })
+    }
 }
 
 /// Writes to srun's standard output what file `path` holds past byte
