@@ -800,52 +800,39 @@ impl Cluster {
                 None => true,
             }
         };
-        let truncated: bool;
-        // The node choices (-w, -x) of the queued jobs that make one. One
-        // that no longer reads (accepted by an older version) allows no
-        // node: the job waits with ReqNodeNotAvail.
-        let choices: HashMap<JobId, crate::allocation::NodeChoice> = self
+        // The jobs this pass considers: every eligible isolated one, and the
+        // eligible shared ones up to the free workers (each launch takes a
+        // worker: jobs past them cannot start in this pass; they get the
+        // pass's `rest` reason).
+        let iso_ids: Vec<JobId> = self
             .isolated_queue
             .iter()
-            .chain(self.shared_queue.iter())
-            .filter_map(|id| {
-                let other = &self.jobs.get(id)?.spec.slurm.other;
-                if !other.contains_key("nodelist") && !other.contains_key("exclude") {
-                    return None;
-                }
-                let choice = crate::allocation::node_choice(other)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| crate::allocation::NodeChoice {
-                        only: Some(String::new()),
-                        ..Default::default()
-                    });
-                Some((*id, choice))
-            })
+            .filter(|id| eligible(id))
+            .copied()
             .collect();
+        let free_workers: usize = self
+            .nodes
+            .values()
+            .filter(|n| n.accepts_launches())
+            .map(|n| n.worker_limit.saturating_sub(n.running.len() as u32) as usize)
+            .sum();
+        let truncated = self.shared_queue.len() > free_workers;
+        let shared_ids: Vec<JobId> = self
+            .shared_queue
+            .iter()
+            .filter(|id| eligible(id))
+            .take(free_workers)
+            .copied()
+            .collect();
+        let choices = self.node_choices(iso_ids.iter().chain(shared_ids.iter()));
         let mut plan = {
-            let iso: Vec<QueuedJob<'_>> = self
-                .isolated_queue
-                .iter()
-                .filter(|id| eligible(id))
-                .map(|id| queued(&self.jobs[id], choices.get(id)))
-                .collect();
-            // Each launch takes a worker: jobs past the free workers cannot
-            // start in this pass (they get the pass's `rest` reason).
-            let free_workers: usize = self
-                .nodes
-                .values()
-                .filter(|n| n.accepts_launches())
-                .map(|n| n.worker_limit.saturating_sub(n.running.len() as u32) as usize)
-                .sum();
-            truncated = self.shared_queue.len() > free_workers;
-            let shared: Vec<QueuedJob<'_>> = self
-                .shared_queue
-                .iter()
-                .filter(|id| eligible(id))
-                .take(free_workers)
-                .map(|id| queued(&self.jobs[id], choices.get(id)))
-                .collect();
+            let view = |ids: &[JobId]| -> Vec<QueuedJob<'_>> {
+                ids.iter()
+                    .map(|id| queued(&self.jobs[id], choices.get(id)))
+                    .collect()
+            };
+            let iso = view(&iso_ids);
+            let shared = view(&shared_ids);
             // Who runs where matters to jobs that want a node alone.
             let with_users = iso.iter().chain(shared.iter()).any(|j| j.sharing.is_some());
             let nodes: Vec<NodeView<'_>> = self
@@ -1085,6 +1072,30 @@ impl Cluster {
                 s.draining_for = None;
             }
         }
+    }
+
+    /// The node choices (-w, -x) of the jobs `ids` that make one. One that
+    /// no longer reads (accepted by an older version) allows no node: the
+    /// job waits with ReqNodeNotAvail.
+    fn node_choices<'i>(
+        &self,
+        ids: impl Iterator<Item = &'i JobId>,
+    ) -> HashMap<JobId, crate::allocation::NodeChoice> {
+        ids.filter_map(|id| {
+            let other = &self.jobs.get(id)?.spec.slurm.other;
+            if !other.contains_key("nodelist") && !other.contains_key("exclude") {
+                return None;
+            }
+            let choice = crate::allocation::node_choice(other)
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| crate::allocation::NodeChoice {
+                    only: Some(String::new()),
+                    ..Default::default()
+                });
+            Some((*id, choice))
+        })
+        .collect()
     }
 
     /// Who runs on `node`, against `--exclusive` jobs: whether a job there

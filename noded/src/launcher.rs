@@ -362,7 +362,7 @@ impl Launcher {
             .map_err(|e| io("cannot write launch.json", e))?;
         let limit = job.spec.time_limit.map(Duration::from_secs);
         let warn = spec.warn_signal;
-        let uuids: Vec<String> = req.instances.iter().map(|i| i.uuid.clone()).collect();
+        let uuids = spec.instances.clone();
         if let (Some(probe), false) = (self.probe.get(), uuids.is_empty()) {
             // The instances are closed to shared tasks from now on.
             let busy: Vec<String> = uuids

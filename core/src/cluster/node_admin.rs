@@ -108,13 +108,13 @@ impl Cluster {
         }
         Ok(effects)
     }
-}
 
-impl Cluster {
     /// A job running on a node set down: requeued where it allows it (it
     /// starts again only once the node reports this run ended, as with
     /// `scontrol requeue`), NODE_FAIL otherwise; its processes are killed
-    /// there either way.
+    /// there either way. A NODE_FAIL run is remembered as lost with its
+    /// node (`runs.rs`): if it ended on its own before the kill reached it,
+    /// the node's report gives the job its real end.
     fn stop_for_down(&mut self, id: JobId, node: &str, why: &str, now: i64) -> Vec<Effect> {
         let Some(job) = self.jobs.get(&id) else {
             return vec![];
@@ -134,6 +134,7 @@ impl Cluster {
             return effects;
         }
         let run = job.run;
+        self.note_lost_run(id);
         self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked above");
         job.transition(JobState::NodeFail, now)
@@ -144,8 +145,8 @@ impl Cluster {
                 id,
                 event: format!("ended NODE_FAIL: {why}"),
             },
-            // The run is no longer the controller's: its end, when the
-            // node reports it, changes nothing.
+            // The run is no longer the controller's: killed, its end
+            // (cancelled) changes nothing.
             Effect::StopRun {
                 job: id,
                 node: node.into(),
@@ -218,11 +219,41 @@ mod tests {
         c.set_node_state("n1", &NodeStateChange::Resume, "root", 4)
             .unwrap();
         assert!(launch(&mut c, 5).is_empty(), "old run not yet ended");
-        for (id, run) in [(kept, 1), (lost, 1)] {
-            let _ = c.job_ended("n1", &crate::cluster::testkit::ended(id, run, 137, 6));
+        // (Both were killed by the stop: their ends come back cancelled.)
+        for id in [kept, lost] {
+            let mut killed = crate::cluster::testkit::ended(id, 1, 0, 6);
+            killed.outcome = crate::outcome::ProcessOutcome {
+                exit_code: None,
+                signal: Some(9),
+                cause: crate::outcome::EndCause::Cancelled,
+            };
+            let _ = c.job_ended("n1", &killed);
         }
         assert_eq!(launch(&mut c, 7), [kept]);
         assert_eq!(c.job(lost).unwrap().state, JobState::NodeFail);
+    }
+
+    #[test]
+    fn a_run_that_ended_on_its_own_before_the_kill_keeps_its_real_end() {
+        use crate::outcome::{EndCause, ProcessOutcome};
+        let mut c = cluster();
+        let (done, _) = c.submit(spec("done", false), 0).unwrap();
+        let (killed, _) = c.submit(spec("killed", false), 0).unwrap();
+        launch(&mut c, 1);
+        let down = NodeStateChange::Down { reason: "r".into() };
+        c.set_node_state("n1", &down, "root", 2).unwrap();
+        // One had exited 0 before the stop arrived; the stop killed the other.
+        c.job_ended("n1", &crate::cluster::testkit::ended(done, 1, 0, 2))
+            .unwrap();
+        let mut cancelled = crate::cluster::testkit::ended(killed, 1, 0, 3);
+        cancelled.outcome = ProcessOutcome {
+            exit_code: None,
+            signal: Some(9),
+            cause: EndCause::Cancelled,
+        };
+        let _ = c.job_ended("n1", &cancelled);
+        assert_eq!(c.job(done).unwrap().state, JobState::Completed);
+        assert_eq!(c.job(killed).unwrap().state, JobState::NodeFail);
     }
 
     #[test]

@@ -66,6 +66,18 @@ fn job_spec(kind: u8, uid: u32) -> JobSpec {
 
 const NODES: [&str; 2] = ["n1", "n2"];
 
+/// The end a node reports for a run it killed on the controller's order
+/// (a cancel, or a stop of a run the controller gave up).
+fn killed(job: JobId, run: u32, at: i64) -> crate::wire::JobEnded {
+    let mut e = ended(job, run, 0, at);
+    e.outcome = crate::outcome::ProcessOutcome {
+        exit_code: None,
+        signal: Some(9),
+        cause: crate::outcome::EndCause::Cancelled,
+    };
+    e
+}
+
 /// Applies effects as the nodes would: launches confirmed, runs that are
 /// signalled or stopped end (reported at the next step).
 fn apply(c: &mut Cluster, fx: Vec<Effect>, ending: &mut Vec<(JobId, String, u32)>) {
@@ -171,7 +183,7 @@ proptest! {
             let now = t as i64 + 1;
             // The runs that were signalled end now.
             for (job, node, run) in std::mem::take(&mut ending) {
-                let fx = c.job_ended(&node, &ended(job, run, 137, now)).unwrap_or_default();
+                let fx = c.job_ended(&node, &killed(job, run, now)).unwrap_or_default();
                 apply(&mut c, fx, &mut ending);
             }
             match o {
@@ -218,7 +230,7 @@ proptest! {
         for _ in 0..500 {
             now += 1;
             for (job, node, run) in std::mem::take(&mut ending) {
-                let fx = c.job_ended(&node, &ended(job, run, 137, now)).unwrap_or_default();
+                let fx = c.job_ended(&node, &killed(job, run, now)).unwrap_or_default();
                 apply(&mut c, fx, &mut ending);
             }
             let fx = c.schedule(now);
