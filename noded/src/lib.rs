@@ -389,22 +389,11 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?;
     let default_share = gsched_core::compute::parse_share(&config.default_gpu_share)
         .with_context(|| format!("invalid --default-gpu-share '{}'", config.default_gpu_share))?;
-    let mut book = gsched_core::placement::TaskBook::new(
-        placement,
-        instances
-            .iter()
-            .map(|i| (i.uuid.clone(), i.memory_mib * 1024 * 1024))
-            .collect(),
-    )
-    .starting_at(probe::now_ms() as u64 * 1024)
-    .with_max_overtakes(config.max_overtakes)
-    .with_compute_ceiling(compute_ceiling)
-    .with_default_share(default_share);
-    for i in &instances {
-        book = book
-            .with_sms(&i.uuid, i.sms)
-            .with_capacity(&i.uuid, gsched_core::compute::instance_capacity(i));
-    }
+    let book = gsched_core::placement::TaskBook::of_instances(placement, &instances)
+        .starting_at(probe::now_ms() as u64 * 1024)
+        .with_max_overtakes(config.max_overtakes)
+        .with_compute_ceiling(compute_ceiling)
+        .with_default_share(default_share);
     let mps_dirs = instances
         .iter()
         .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))

@@ -1,5 +1,8 @@
 //! The probe server: a unix socket where the processes of non-isolated jobs
-//! ask for GPU placements (CASE Algorithm 2, in `gsched_core::placement`).
+//! ask for GPU placements. It is transport: every decision (placement,
+//! holds, drains, settling, growths) is made by the node's
+//! [`NodeBook`] in gsched-core, and this server carries out the events it
+//! returns (answers to waiting callers, records for gctld).
 //!
 //! Every request carries its job id and the job's secret; the peer's uid
 //! (from the socket) must be the job's user, and its pid, also from the
@@ -18,7 +21,7 @@ use gsched_core::compute::{is_share, WHOLE_GPU};
 use gsched_core::histogram::{LatencyHistogram, PROBE_BOUNDS, WAIT_BOUNDS};
 use gsched_core::job::JobId;
 use gsched_core::placement::{
-    Begin, Growth, Placed, PlacementError, TaskBook, TaskId, TaskRequest,
+    Begin, Growth, NodeBook, NodeEvent, Placed, PlacementError, TaskBook, TaskId, TaskRequest,
 };
 use gsched_core::probe::{code, encode, frame_len, ProbeReply, ProbeRequest, TaskRecord};
 use gsched_core::wire::{keys_match, InstanceUse};
@@ -66,26 +69,16 @@ struct JobAuth {
     uid: u32,
 }
 
+/// The node's placement state (decisions, in gsched-core) and what this
+/// transport keeps around it: the jobs allowed to ask, the callers waiting
+/// for an answer, and the processes watched.
 struct State {
-    book: TaskBook,
+    node: NodeBook,
     jobs: HashMap<JobId, JobAuth>,
     waiters: HashMap<TaskId, oneshot::Sender<ProbeReply>>,
-    /// Tasks waiting to grow, and by how much.
-    growers: HashMap<TaskId, (oneshot::Sender<ProbeReply>, u64)>,
-    /// Processes that were bound to an instance and are gone: (when,
-    /// instance, job, pid), for [`RECENTLY_GONE`].
-    gone: Vec<(std::time::Instant, String, JobId, u32)>,
-    begun: HashMap<TaskId, (Placed, i64)>,
+    /// Tasks waiting to grow (the book knows by how much).
+    growers: HashMap<TaskId, oneshot::Sender<ProbeReply>>,
     watched: HashSet<(JobId, u32)>,
-    /// Instances gctld is draining for isolated jobs.
-    drained_by_controller: HashSet<String>,
-    /// The newest drain set applied since the node last registered.
-    drain_seq: u64,
-    /// Instances held by isolated jobs running here.
-    held: HashMap<String, JobId>,
-    /// Instances where a process that died (or whose job ended) held
-    /// memory, and when: placements there check the device's free memory.
-    settling: HashMap<String, std::time::Instant>,
 }
 
 /// Reads the memory physically free on an instance (bytes).
@@ -96,10 +89,6 @@ pub type FreeMemory = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
 /// interception too.
 pub type ProcessesOn = Arc<dyn Fn(&str) -> Option<Vec<(u32, JobId)>> + Send + Sync>;
 
-/// How long a process that was bound to an instance is remembered after
-/// it is gone (a fault found in an MPS server's log names it later).
-const RECENTLY_GONE: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// How long a process may wait for room to grow its reservation before
 /// its allocation fails.
 const GROW_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
@@ -109,8 +98,9 @@ const UNPLACED_POLL: std::time::Duration = std::time::Duration::from_millis(500)
 
 /// How long a placed task may wait for memory its predecessor still holds
 /// physically (a process that has exited, whose memory the driver or MPS
-/// server has not yet returned).
-const PHYSICAL_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+/// server has not yet returned): as long as the instance settles.
+const PHYSICAL_WAIT: std::time::Duration =
+    std::time::Duration::from_millis(gsched_core::placement::SETTLE_MS as u64);
 
 pub struct ProbeServer {
     path: PathBuf,
@@ -188,17 +178,11 @@ impl ProbeServer {
             processes_on: std::sync::OnceLock::new(),
             context: std::sync::OnceLock::new(),
             state: Mutex::new(State {
-                book,
+                node: NodeBook::new(book),
                 jobs: HashMap::new(),
                 waiters: HashMap::new(),
                 growers: HashMap::new(),
-                gone: Vec::new(),
-                begun: HashMap::new(),
                 watched: HashSet::new(),
-                drained_by_controller: HashSet::new(),
-                drain_seq: 0,
-                held: HashMap::new(),
-                settling: HashMap::new(),
             }),
             mps,
             events,
@@ -243,7 +227,7 @@ impl ProbeServer {
 
     /// Every process bound to an instance here (job, pid).
     pub fn placed_processes(&self) -> Vec<(JobId, u32)> {
-        self.lock().book.bound_processes()
+        self.lock().node.tasks().bound_processes()
     }
 
     /// Jobs' processes the GPU reports on `uuid` (none where it cannot
@@ -265,36 +249,24 @@ impl ProbeServer {
         }
         let uuids: Vec<String> = self
             .lock()
-            .book
+            .node
+            .tasks()
             .instances()
             .iter()
             .map(|i| i.uuid.clone())
             .collect();
         for uuid in uuids {
-            let mut seen = self.processes_on(&uuid);
+            let seen = self.processes_on(&uuid);
             let mut st = self.lock();
-            // An isolated job's processes on the instance it holds are
-            // where they belong.
-            if let Some(holder) = st.held.get(&uuid) {
-                seen.retain(|(_, job)| job != holder);
-            }
-            let unplaced = st.book.unplaced_on(&uuid, &seen);
-            let was = st
-                .book
-                .instances()
-                .iter()
-                .any(|i| i.uuid == uuid && i.bypassed);
-            let bypassed = !unplaced.is_empty();
-            if was == bypassed {
+            let Some(unplaced) = st.node.note_processes(&uuid, seen, now_ms()) else {
                 continue;
-            }
+            };
             if unplaced.is_empty() {
                 info!(instance = %uuid, "no process without a placement is left on the instance: shared work is placed there again");
             } else {
                 warn!(instance = %uuid, processes = ?unplaced, "job processes use the instance without a placement (the interception turned off?): no new shared process is placed there until they end");
             }
-            let placed = st.book.set_bypassed(&uuid, bypassed);
-            self.deliver(&mut st, placed);
+            self.dispatch(&mut st);
             drop(st);
             self.changed.notify_waiters();
         }
@@ -310,11 +282,7 @@ impl ProbeServer {
         };
         // Only where a dead process's memory may still be returning: the
         // common path makes no device query.
-        let settling = self
-            .lock()
-            .settling
-            .get(instance)
-            .is_some_and(|t| t.elapsed() < PHYSICAL_WAIT);
+        let settling = self.lock().node.settling(instance, now_ms());
         if !settling {
             return;
         }
@@ -415,36 +383,14 @@ impl ProbeServer {
         for r in records {
             let alive =
                 running.contains(&r.job) && crate::spool::process_starttime(r.pid as i32).is_some();
-            let req = TaskRequest {
-                job: r.job,
-                pid: r.pid,
-                bytes: r.bytes,
-                warps: r.warps,
-                share: Some(r.share).filter(|&s| s > 0),
-                shape: None,
-            };
-            if alive && st.book.restore(r.task, &req, &r.instance) {
-                let p = Placed {
-                    task: r.task,
-                    job: r.job,
-                    pid: r.pid,
-                    instance: r.instance.clone(),
-                    bytes: r.bytes,
-                    warps: r.warps,
-                    share: r.share,
-                };
-                st.begun.insert(r.task, (p, r.begin_ms));
+            if st.node.restore(&r, alive, now) {
                 if st.watched.insert((r.job, r.pid)) {
                     self.watch_process(r.job, r.pid);
                 }
                 info!(job = r.job, task = r.task, instance = %r.instance, bytes = r.bytes, "reservation restored");
-            } else {
-                self.events.send(TaskEvent::Record(TaskRecord {
-                    end_ms: Some(now.max(r.begin_ms)),
-                    ..r
-                }));
             }
         }
+        self.dispatch(&mut st);
     }
 
     /// Lets a job use the probe socket; returns its secret. `key` is given
@@ -471,24 +417,9 @@ impl ProbeServer {
         }
         let mut st = self.lock();
         st.jobs.remove(&job);
-        Self::note_gone(&mut st, job, None);
-        let (gone, placed) = st.book.release_job(job);
         st.watched.retain(|(j, _)| *j != job);
-        self.finish(&mut st, &gone, true);
-        self.deliver(&mut st, placed);
-        let held: Vec<String> = st
-            .held
-            .iter()
-            .filter(|(_, j)| **j == job)
-            .map(|(u, _)| u.clone())
-            .collect();
-        for uuid in held {
-            st.held.remove(&uuid);
-            if !st.drained_by_controller.contains(&uuid) {
-                let placed = st.book.set_closed(&uuid, false);
-                self.deliver(&mut st, placed);
-            }
-        }
+        st.node.job_ended(job, now_ms());
+        self.dispatch(&mut st);
         drop(st);
         self.changed.notify_waiters();
     }
@@ -497,13 +428,8 @@ impl ProbeServer {
     /// Returns whether anything still runs on it: shared tasks, or
     /// processes the GPU reports there (see [`Self::drained`]).
     pub fn hold(&self, uuid: &str, job: JobId) -> bool {
-        let tasks = {
-            let mut st = self.lock();
-            st.held.insert(uuid.to_string(), job);
-            st.book.set_closed(uuid, true);
-            st.book.tasks_on(uuid)
-        };
-        tasks > 0 || !self.processes_on(uuid).is_empty()
+        let tasks = self.lock().node.hold(uuid, job);
+        tasks || !self.processes_on(uuid).is_empty()
     }
 
     /// Returns once no shared task is left on `uuid` and the GPU reports
@@ -513,7 +439,7 @@ impl ProbeServer {
         let mut said = false;
         loop {
             let notified = self.changed.notified();
-            if self.lock().book.tasks_on(uuid) > 0 {
+            if self.lock().node.tasks().tasks_on(uuid) > 0 {
                 debug!(
                     instance = uuid,
                     "waiting for shared tasks to leave the instance"
@@ -553,7 +479,7 @@ impl ProbeServer {
 
     /// Whether `uuid` has shared tasks on it now.
     pub fn busy(&self, uuid: &str) -> bool {
-        self.lock().book.tasks_on(uuid) > 0
+        self.lock().node.tasks().tasks_on(uuid) > 0
     }
 
     /// The instances gctld drains for isolated jobs (the full set), as
@@ -562,29 +488,15 @@ impl ProbeServer {
     /// applied.
     pub fn set_drained(&self, uuids: &[String], seq: u64) -> bool {
         let mut st = self.lock();
-        if seq <= st.drain_seq {
-            return false;
-        }
-        st.drain_seq = seq;
-        let now: HashSet<String> = uuids.iter().cloned().collect();
-        let before = std::mem::take(&mut st.drained_by_controller);
-        for u in now.difference(&before) {
-            st.book.set_closed(u, true);
-        }
-        for u in before.difference(&now) {
-            if !st.held.contains_key(u) {
-                let placed = st.book.set_closed(u, false);
-                self.deliver(&mut st, placed);
-            }
-        }
-        st.drained_by_controller = now;
-        true
+        let applied = st.node.set_drained(uuids, seq, now_ms());
+        self.dispatch(&mut st);
+        applied
     }
 
     /// The node registered: the controller numbers drain sets afresh
     /// (a restarted controller starts again from 1).
     pub fn reset_drain_seq(&self) {
-        self.lock().drain_seq = 0;
+        self.lock().node.reset_drain_seq();
     }
 
     /// Records one request: a round trip unless it waited for memory, and
@@ -610,17 +522,17 @@ impl ProbeServer {
     /// Tasks and reserved bytes per instance.
     pub fn usage(&self) -> BTreeMap<String, InstanceUse> {
         let st = self.lock();
-        st.book
-            .instances()
+        let book = st.node.tasks();
+        book.instances()
             .iter()
             .map(|i| {
                 (
                     i.uuid.clone(),
                     InstanceUse {
-                        tasks: st.book.tasks_on(&i.uuid),
+                        tasks: book.tasks_on(&i.uuid),
                         reserved_bytes: i.reserved_bytes,
                         warps: i.warps,
-                        jobs: st.book.reservations_on(&i.uuid),
+                        jobs: book.reservations_on(&i.uuid),
                         used_bytes: self
                             .free_memory
                             .get()
@@ -632,20 +544,6 @@ impl ProbeServer {
             .collect()
     }
 
-    /// Records placements and answers the tasks that waited for them.
-    /// Records that a placement began.
-    fn began(&self, st: &mut State, p: &Placed, now: i64) {
-        self.events.send(TaskEvent::Record(record(p, now, None)));
-        st.begun.insert(p.task, (p.clone(), now));
-    }
-
-    /// The task's reservation grew: its record follows.
-    fn grew(&self, st: &mut State, task: TaskId) {
-        if let (Some(t), Some(b)) = (st.book.task(task), st.begun.get_mut(&task)) {
-            b.0.bytes = t.bytes;
-        }
-    }
-
     /// Refuses a growth still waiting after [`GROW_WAIT_LIMIT`]: a process
     /// may wait for memory its own job's other processes hold (which the
     /// book cannot see), so the wait is bounded.
@@ -654,10 +552,10 @@ impl ProbeServer {
         self.runtime.spawn(async move {
             tokio::time::sleep(GROW_WAIT_LIMIT).await;
             let mut st = this.lock();
-            let Some(placed) = st.book.cancel_growth(task) else {
+            if !st.node.cancel_growth(task, now_ms()) {
                 return;
-            };
-            if let Some((tx, _)) = st.growers.remove(&task) {
+            }
+            if let Some(tx) = st.growers.remove(&task) {
                 warn!(task, "a task waited too long to grow; its allocation fails");
                 let _ = tx.send(ProbeReply::error(
                     code::FULL,
@@ -667,72 +565,55 @@ impl ProbeServer {
                     ),
                 ));
             }
-            this.deliver(&mut st, placed);
+            this.dispatch(&mut st);
             drop(st);
             this.changed.notify_waiters();
         });
     }
 
-    /// Answers the tasks whose waiting growth was decided.
-    fn answer_growth(&self, st: &mut State) {
-        for (task, grown) in st.book.take_growth() {
-            let Some((tx, by)) = st.growers.remove(&task) else {
-                continue;
-            };
-            let reply = if grown {
-                self.grew(st, task);
-                info!(task, bytes = by, "task grew after waiting");
-                ProbeReply::Grown { bytes: by }
-            } else {
-                ProbeReply::error(
-                    code::FULL,
-                    "the instance has no room to grow into, and every task on it is waiting to grow",
-                )
-            };
-            let _ = tx.send(reply);
-        }
-    }
-
-    fn deliver(&self, st: &mut State, placed: Vec<Placed>) {
-        self.answer_growth(st);
-        let now = now_ms();
-        let mut orphans = Vec::new();
-        for p in placed {
-            self.began(st, &p, now);
-            info!(job = p.job, task = p.task, instance = %p.instance, bytes = p.bytes, "task placed after waiting");
-            let reply = self.placed_reply(&p);
-            let delivered = st
-                .waiters
-                .remove(&p.task)
-                .is_some_and(|tx| tx.send(reply).is_ok());
-            if !delivered {
-                // The asker is gone: give the place back.
-                orphans.push(p.task);
+    /// Carries out what the node's book decided: records go to gctld,
+    /// waiting callers get their answers (a placement nobody waits for any
+    /// more is given back), and callers of tasks that are gone get none.
+    fn dispatch(&self, st: &mut State) {
+        loop {
+            let events = st.node.take_events();
+            if events.is_empty() {
+                return;
             }
-        }
-        for t in orphans {
-            if let Ok(more) = st.book.end(t) {
-                self.finish(st, &[t], false);
-                self.deliver(st, more);
-            }
-        }
-    }
-
-    /// Records the end of reservations; `died`: their process is gone (or
-    /// its job ended), so its memory may still be on its way back.
-    fn finish(&self, st: &mut State, tasks: &[TaskId], died: bool) {
-        let now = now_ms();
-        let settled = std::time::Instant::now();
-        for t in tasks {
-            st.waiters.remove(t);
-            if let Some((p, begin)) = st.begun.remove(t) {
-                if died {
-                    st.settling.insert(p.instance.clone(), settled);
+            for e in events {
+                match e {
+                    NodeEvent::Record(r) => self.events.send(TaskEvent::Record(r)),
+                    NodeEvent::Gone(task) => {
+                        st.waiters.remove(&task);
+                    }
+                    NodeEvent::Growth { task, grown, bytes } => {
+                        let Some(tx) = st.growers.remove(&task) else {
+                            continue;
+                        };
+                        let reply = if grown {
+                            info!(task, bytes, "task grew after waiting");
+                            ProbeReply::Grown { bytes }
+                        } else {
+                            ProbeReply::error(
+                                code::FULL,
+                                "the instance has no room to grow into, and every task on it is waiting to grow",
+                            )
+                        };
+                        let _ = tx.send(reply);
+                    }
+                    NodeEvent::Placed(p) => {
+                        info!(job = p.job, task = p.task, instance = %p.instance, bytes = p.bytes, "task placed after waiting");
+                        let reply = self.placed_reply(&p);
+                        let delivered = st
+                            .waiters
+                            .remove(&p.task)
+                            .is_some_and(|tx| tx.send(reply).is_ok());
+                        if !delivered {
+                            // The asker is gone: give the place back.
+                            st.node.abandon(p.task, now_ms());
+                        }
+                    }
                 }
-                let mut r = record(&p, begin, Some(now.max(begin)));
-                // The final size, if it grew.
-                r.bytes = r.bytes.max(p.bytes);
-                self.events.send(TaskEvent::Record(r));
             }
         }
     }
@@ -851,16 +732,20 @@ impl ProbeServer {
                     if st.watched.insert((job, pid)) {
                         self.watch_process(job, pid);
                     }
-                    match st.book.begin(TaskRequest {
-                        job,
-                        pid,
-                        bytes,
-                        warps,
-                        share,
-                        shape,
-                    }) {
+                    let begun = st.node.begin(
+                        TaskRequest {
+                            job,
+                            pid,
+                            bytes,
+                            warps,
+                            share,
+                            shape,
+                        },
+                        now_ms(),
+                    );
+                    self.dispatch(&mut st);
+                    match begun {
                         Ok(Begin::Placed(p)) => {
-                            self.began(&mut st, &p, now_ms());
                             debug!(job, task = p.task, instance = %p.instance, bytes, "task placed");
                             let reply = self.placed_reply(&p);
                             drop(st);
@@ -879,16 +764,15 @@ impl ProbeServer {
                     }
                 }
                 ProbeRequest::End { job, task, .. } => {
-                    if st.book.task(task).is_none_or(|t| t.job != job) {
+                    if !st.node.owns(job, task) {
                         return ProbeReply::error(
                             code::NO_TASK,
                             format!("job {job} has no task {task}"),
                         );
                     }
-                    match st.book.end(task) {
-                        Ok(placed) => {
-                            self.finish(&mut st, &[task], false);
-                            self.deliver(&mut st, placed);
+                    match st.node.end(task, now_ms()) {
+                        Ok(()) => {
+                            self.dispatch(&mut st);
                             drop(st);
                             self.changed.notify_waiters();
                             return ProbeReply::Ok;
@@ -903,21 +787,20 @@ impl ProbeServer {
                     at_least,
                     ..
                 } => {
-                    if st.book.task(task).is_none_or(|t| t.job != job) {
+                    if !st.node.owns(job, task) {
                         return ProbeReply::error(
                             code::NO_TASK,
                             format!("job {job} has no task {task}"),
                         );
                     }
-                    match st.book.grow_or_wait(task, bytes, at_least.unwrap_or(bytes)) {
+                    match st.node.grow(task, bytes, at_least.unwrap_or(bytes)) {
                         Ok(Growth::Grown(by)) => {
-                            self.grew(&mut st, task);
                             return ProbeReply::Grown { bytes: by };
                         }
                         Ok(Growth::Waiting) => {
                             info!(job, task, bytes, "task waits for memory to grow");
                             let (tx, rx) = oneshot::channel();
-                            st.growers.insert(task, (tx, at_least.unwrap_or(bytes)));
+                            st.growers.insert(task, tx);
                             self.limit_growth_wait(task);
                             rx
                         }
@@ -930,17 +813,13 @@ impl ProbeServer {
                 ProbeRequest::Warps {
                     job, task, warps, ..
                 } => {
-                    if st.book.task(task).is_none_or(|t| t.job != job) {
+                    if !st.node.owns(job, task) {
                         return ProbeReply::error(
                             code::NO_TASK,
                             format!("job {job} has no task {task}"),
                         );
                     }
-                    let _ = st.book.set_warps(task, warps);
-                    // The record keeps the most the task launched.
-                    if let Some(b) = st.begun.get_mut(&task) {
-                        b.0.warps = b.0.warps.max(warps);
-                    }
+                    st.node.set_warps(task, warps);
                     return ProbeReply::Ok;
                 }
                 ProbeRequest::Peak {
@@ -951,9 +830,9 @@ impl ProbeServer {
                     }
                     self.events.send(TaskEvent::Peak(job, bytes));
                     // Busy time on an instance counts as its part of a GPU.
-                    let capacity = st.book.pinned(job, pid).and_then(|uuid| {
-                        st.book
-                            .instances()
+                    let book = st.node.tasks();
+                    let capacity = book.pinned(job, pid).and_then(|uuid| {
+                        book.instances()
                             .iter()
                             .find(|i| i.uuid == uuid)
                             .map(|i| i.capacity)
@@ -995,63 +874,24 @@ impl ProbeServer {
         }
     }
 
-    /// Says whether an instance's MPS server is down: while it is, no new
-    /// process of a shared job is placed there (its log says so once per
-    /// change).
     /// The processes bound to instance `uuid` (job, pid).
     pub fn bound_to(&self, uuid: &str) -> Vec<(JobId, u32)> {
-        self.lock().book.processes_on(uuid)
+        self.lock().node.tasks().processes_on(uuid)
     }
 
     /// The processes bound to instance `uuid` now or until less than
-    /// [`RECENTLY_GONE`] ago (job, pid): an MPS server's log names the
+    /// [`gsched_core::placement::RECENTLY_GONE_MS`] ago (job, pid): an MPS server's log names the
     /// clients it tore down, which are gone by the time it is read.
     pub fn bound_or_recent(&self, uuid: &str) -> Vec<(JobId, u32)> {
-        let st = self.lock();
-        let now = std::time::Instant::now();
-        let mut out = st.book.processes_on(uuid);
-        let bound_now = out.len();
-        for (at, u, job, pid) in &st.gone {
-            // A pid bound now belongs to its current process (pid reuse).
-            let taken = out[..bound_now].iter().any(|(_, p)| p == pid);
-            if u == uuid && now.duration_since(*at) <= RECENTLY_GONE && !taken {
-                out.push((*job, *pid));
-            }
-        }
-        out
+        self.lock().node.bound_or_recent(uuid, now_ms())
     }
 
-    /// Remembers the processes of `job` (or only `pid`) bound here as gone
-    /// now, before their pins are dropped.
-    fn note_gone(st: &mut State, job: JobId, pid: Option<u32>) {
-        let now = std::time::Instant::now();
-        st.gone
-            .retain(|(at, ..)| now.duration_since(*at) <= RECENTLY_GONE);
-        let pids: Vec<u32> = match pid {
-            Some(p) => vec![p],
-            None => st
-                .book
-                .bound_processes()
-                .into_iter()
-                .filter(|(j, _)| *j == job)
-                .map(|(_, p)| p)
-                .collect(),
-        };
-        for p in pids {
-            if let Some(uuid) = st.book.pinned(job, p).map(String::from) {
-                st.gone.push((now, uuid, job, p));
-            }
-        }
-    }
-
+    /// Says whether an instance's MPS server is down: while it is, no new
+    /// process of a shared job is placed there (its log says so once per
+    /// change).
     pub fn set_mps_down(&self, uuid: &str, down: bool) {
         let mut st = self.lock();
-        let was = st
-            .book
-            .instances()
-            .iter()
-            .any(|i| i.uuid == uuid && i.mps_down);
-        if was == down {
+        if !st.node.set_mps_down(uuid, down, now_ms()) {
             return;
         }
         if down {
@@ -1059,8 +899,7 @@ impl ProbeServer {
         } else {
             info!(instance = %uuid, "the instance's MPS server is back: shared work is placed there again");
         }
-        let placed = st.book.set_mps_down(uuid, down);
-        self.deliver(&mut st, placed);
+        self.dispatch(&mut st);
         drop(st);
         self.changed.notify_waiters();
     }
@@ -1118,35 +957,19 @@ impl ProbeServer {
             }
             let mut st = this.lock();
             st.watched.remove(&(job, pid));
-            Self::note_gone(&mut st, job, Some(pid));
-            let (gone, placed) = st.book.release_process(job, pid);
-            if !gone.is_empty() {
+            let gone = st.node.process_exited(job, pid, now_ms());
+            if gone > 0 {
                 debug!(
                     job,
                     pid,
-                    tasks = gone.len(),
+                    tasks = gone,
                     "process exited; its reservations are released"
                 );
             }
-            this.finish(&mut st, &gone, true);
-            this.deliver(&mut st, placed);
+            this.dispatch(&mut st);
             drop(st);
             this.changed.notify_waiters();
         });
-    }
-}
-
-fn record(p: &Placed, begin_ms: i64, end_ms: Option<i64>) -> TaskRecord {
-    TaskRecord {
-        job: p.job,
-        task: p.task,
-        pid: p.pid,
-        instance: p.instance.clone(),
-        bytes: p.bytes,
-        warps: p.warps,
-        share: p.share,
-        begin_ms,
-        end_ms,
     }
 }
 
@@ -1224,7 +1047,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 40 * G)]);
         let (server, _listener) = server_on(dir.path().join("p.sock"), book);
-        let bypassed = |s: &ProbeServer| s.lock().book.instances()[0].bypassed;
+        let bypassed = |s: &ProbeServer| s.lock().node.tasks().instances()[0].bypassed;
         // Nothing to look at: nothing changes.
         server.check_unplaced();
         assert!(!bypassed(&server));

@@ -75,6 +75,28 @@ impl TaskBook {
         }
     }
 
+    /// A book over a node's instances as the GPU layer reports them: each
+    /// with its memory, SMs and the part of its GPU it offers. gnoded and
+    /// the simulator both build theirs here.
+    pub fn of_instances(
+        policy: Box<dyn PlacementPolicy>,
+        instances: &[crate::gpu::Instance],
+    ) -> TaskBook {
+        let mut book = TaskBook::new(
+            policy,
+            instances
+                .iter()
+                .map(|i| (i.uuid.clone(), i.memory_mib * 1024 * 1024))
+                .collect(),
+        );
+        for i in instances {
+            book = book
+                .with_sms(&i.uuid, i.sms)
+                .with_capacity(&i.uuid, crate::compute::instance_capacity(i));
+        }
+        book
+    }
+
     /// Sets how many times a waiting task may be overtaken (0: never; a
     /// task waits behind every earlier one that could use its instance).
     pub fn with_max_overtakes(mut self, n: u32) -> TaskBook {

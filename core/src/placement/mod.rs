@@ -1,11 +1,13 @@
 //! Placing probed GPU tasks on a node's instances (CASE Algorithm 2).
 //!
-//! [`TaskBook`] is the node's whole placement state: each instance's
-//! reservations and in-use warps, which instances are held or being drained
-//! for isolated jobs, the process-to-instance pins, and the FIFO of waiting
-//! tasks. It is pure: the probe server in gnoded feeds it requests and
-//! releases and carries out what it returns. The choice among instances is a
-//! [`PlacementPolicy`].
+//! [`TaskBook`] keeps each instance's reservations and in-use warps, which
+//! instances are closed, the process-to-instance pins, and the queue of
+//! waiting tasks. [`NodeBook`] is the node's whole placement state around
+//! it: holds for isolated jobs, the controller's drains, settling after a
+//! process dies, processes recently gone, records and waiting growths. Both
+//! are pure: gnoded's probe server and the simulator feed the `NodeBook`
+//! requests and releases and carry out the events it returns. The choice
+//! among instances is a [`PlacementPolicy`].
 
 use crate::job::JobId;
 use crate::sm::{KernelShape, SmTable};
@@ -191,7 +193,9 @@ pub enum PlacementError {
 }
 
 mod book;
+mod node;
 mod policies;
 
 pub use book::{Growth, TaskBook, DEFAULT_MAX_OVERTAKES};
+pub use node::{NodeBook, NodeEvent, RECENTLY_GONE_MS, SETTLE_MS};
 pub use policies::{BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement};

@@ -24,8 +24,8 @@ use crate::launch::{CaseLaunch, ExclusiveLaunch, LaunchPolicy};
 use crate::mig::MigPlacement;
 use crate::outcome::{EndCause, ProcessOutcome};
 use crate::placement::{
-    Begin, BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement, Placed,
-    PlacementError, TaskBook, TaskId, TaskRequest,
+    Begin, BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement, NodeBook, NodeEvent,
+    Placed, PlacementError, TaskBook, TaskId, TaskRequest,
 };
 use crate::repartition::DemandRepartition;
 use crate::sm::KernelShape;
@@ -193,7 +193,12 @@ struct Sim<'a> {
     deferred: Vec<usize>,
     reshapes: usize,
     cluster: Cluster,
-    book: TaskBook,
+    /// The node's placement state, driven as gnoded's probe server drives
+    /// it.
+    node: NodeBook,
+    /// Isolated jobs launched onto instances that shared tasks still used:
+    /// they start once those have left, as on a live node.
+    starting: Vec<usize>,
     state: Vec<JobState>,
     by_cid: BTreeMap<JobId, usize>,
     running: Vec<Run>,
@@ -339,7 +344,9 @@ impl Sim<'_> {
                     share: (!self.default_shares).then(|| self.share_of(slices)),
                     shape: Some(shape),
                 };
-                match self.book.begin(req) {
+                let begun = self.node.begin(req, self.now_ms());
+                self.carry_out();
+                match begun {
                     Ok(Begin::Placed(p)) => self.placed(p),
                     Ok(Begin::Waiting(_)) => {}
                     Err(PlacementError::Overflow { instance, .. }) => {
@@ -363,6 +370,33 @@ impl Sim<'_> {
     fn share_of(&self, slices: f64) -> u32 {
         let share = slices / self.gpu_slices * crate::compute::WHOLE_GPU as f64;
         (share.round() as u32).clamp(1, crate::compute::WHOLE_GPU)
+    }
+
+    /// The virtual clock in milliseconds, the node book's time.
+    fn now_ms(&self) -> i64 {
+        (self.now * 1000.0) as i64
+    }
+
+    /// Carries out what the node's book decided: waiting tasks it placed
+    /// start (records and answers have no one to go to here).
+    fn carry_out(&mut self) {
+        loop {
+            let placed: Vec<Placed> = self
+                .node
+                .take_events()
+                .into_iter()
+                .filter_map(|e| match e {
+                    NodeEvent::Placed(p) => Some(p),
+                    _ => None,
+                })
+                .collect();
+            if placed.is_empty() {
+                return;
+            }
+            for p in placed {
+                self.placed(p);
+            }
+        }
     }
 
     fn placed(&mut self, p: Placed) {
@@ -406,14 +440,14 @@ impl Sim<'_> {
             self.oom += 1;
         }
         let cid = st.cid;
-        let (_, mut placed) = self.book.release_job(cid);
-        if let (Policy::Exclusive, Some(i)) = (self.policy, st.instance) {
+        let instance = st.instance;
+        let now = self.now_ms();
+        self.node.job_ended(cid, now);
+        if let (Policy::Exclusive, Some(i)) = (self.policy, instance) {
             let uuid = self.inst[i].uuid.clone();
-            placed.extend(self.book.set_owner(&uuid, None));
+            self.node.set_owner(&uuid, None, now);
         }
-        for p in placed {
-            self.placed(p);
-        }
+        self.carry_out();
         let run = self.cluster.job(cid).map_or(0, |j| j.run);
         let _ = self.cluster.job_ended(
             NODE,
@@ -444,7 +478,7 @@ impl Sim<'_> {
                 (
                     i.uuid.clone(),
                     InstanceUse {
-                        tasks: self.book.tasks_on(&i.uuid),
+                        tasks: self.node.tasks().tasks_on(&i.uuid),
                         ..InstanceUse::default()
                     },
                 )
@@ -452,50 +486,46 @@ impl Sim<'_> {
             .collect();
         self.cluster.update_instance_use(NODE, &uses);
         let effects = self.cluster.schedule(self.now as i64);
+        let now = self.now_ms();
         let mut launched = Vec::new();
         for e in effects {
-            if let Effect::Launch { job, .. } = e {
-                // The simulated node has every launch at once.
-                let run = self.cluster.job(job).map_or(0, |j| j.run);
-                self.cluster.launch_confirmed(job, run);
-                launched.push(job);
+            match e {
+                Effect::Launch { job, .. } => {
+                    // The simulated node has every launch at once.
+                    let run = self.cluster.job(job).map_or(0, |j| j.run);
+                    self.cluster.launch_confirmed(job, run);
+                    launched.push(job);
+                }
+                // Under exclusive every job owns its instance (below);
+                // nothing is drained for isolated jobs.
+                Effect::Drain { instances, seq, .. } if self.policy != Policy::Exclusive => {
+                    self.node.set_drained(&instances, seq, now);
+                }
+                _ => {}
             }
         }
-        // Close instances held or drained for isolated jobs to shared tasks.
-        let closed: Vec<(String, bool)> = self
-            .cluster
-            .node(NODE)
-            .map(|n| {
-                n.instances
-                    .iter()
-                    .map(|s| {
-                        // Under exclusive every job holds its instance as
-                        // its owner (below), not closed to it.
-                        let held = self.policy != Policy::Exclusive
-                            && (s.isolated_owner.is_some() || s.draining_for.is_some());
-                        (s.instance.uuid.clone(), held)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        for (uuid, c) in closed {
-            for p in self.book.set_closed(&uuid, c) {
-                self.placed(p);
-            }
-        }
+        self.carry_out();
         for cid in launched {
             let j = self.by_cid[&cid];
-            let inst = self
+            let insts = self
                 .cluster
                 .job(cid)
-                .and_then(|x| x.gpu_instances.first().cloned());
+                .map(|x| x.gpu_instances.clone())
+                .unwrap_or_default();
+            let inst = insts.first().cloned();
             let index = inst.as_deref().map(|u| self.uuid_index(u));
+            let mut busy = false;
             if let (Policy::Exclusive, Some(uuid)) = (self.policy, inst.as_deref()) {
                 // Slurm: the job holds its instance for its whole life.
-                for p in self.book.set_owner(uuid, Some(cid)) {
-                    self.placed(p);
+                self.node.set_owner(uuid, Some(cid), now);
+            } else {
+                // As gnoded does: the instances are closed to shared tasks,
+                // and the job starts once none is left there.
+                for uuid in &insts {
+                    busy |= self.node.hold(uuid, cid);
                 }
             }
+            self.carry_out();
             self.decisions.push(format!(
                 "launch {} {}",
                 self.jobs[j].name,
@@ -504,6 +534,31 @@ impl Sim<'_> {
             let st = &mut self.state[j];
             st.instance = index;
             st.started = true;
+            if busy {
+                self.starting.push(j);
+            } else {
+                self.advance(j);
+            }
+        }
+    }
+
+    /// Starts the isolated jobs whose instances shared tasks have left.
+    fn start_drained(&mut self) {
+        let ready: Vec<usize> = self
+            .starting
+            .iter()
+            .copied()
+            .filter(|&j| {
+                let cid = self.state[j].cid;
+                self.cluster.job(cid).is_none_or(|x| {
+                    x.gpu_instances
+                        .iter()
+                        .all(|u| self.node.tasks().tasks_on(u) == 0)
+                })
+            })
+            .collect();
+        self.starting.retain(|j| !ready.contains(j));
+        for j in ready {
             self.advance(j);
         }
     }
@@ -601,20 +656,9 @@ pub fn simulate_with(
         Policy::Exclusive => Box::new(ExclusivePlacement),
         Policy::Cg(_) => Box::new(BlindPlacement),
     };
-    let mut book = TaskBook::new(
-        placement,
-        inst.iter()
-            .map(|i| (i.uuid.clone(), i.memory_mib * MIB))
-            .collect(),
-    );
-    for i in &inst {
-        book = book.with_sms(&i.uuid, i.sms);
-    }
+    let mut book = TaskBook::of_instances(placement, &inst);
     if let Some(n) = options.max_overtakes {
         book = book.with_max_overtakes(n);
-    }
-    for i in &inst {
-        book = book.with_capacity(&i.uuid, crate::compute::instance_capacity(i));
     }
     book = book.with_compute_ceiling(options.compute_ceiling);
     // A GPU's compute slices (of the largest model), for tasks' demands.
@@ -652,7 +696,8 @@ pub fn simulate_with(
         hold_per_process: options.hold_per_process,
         inst,
         cluster,
-        book,
+        node: NodeBook::new(book),
+        starting: Vec::new(),
         state: vec![JobState::default(); jobs.len()],
         by_cid: BTreeMap::new(),
         running: Vec::new(),
@@ -730,10 +775,9 @@ pub fn simulate_with(
         let mut next_phase = Vec::new();
         for r in done {
             if let Some(task) = r.task {
-                if let Ok(placed) = sim.book.end(task) {
-                    for p in placed {
-                        sim.placed(p);
-                    }
+                let now = sim.now_ms();
+                if sim.node.end(task, now).is_ok() {
+                    sim.carry_out();
                 }
             }
             next_phase.push(r.job);
@@ -753,6 +797,7 @@ pub fn simulate_with(
             sim.state[j].phase += 1;
             sim.advance(j);
         }
+        sim.start_drained();
         sim.create_due();
         sim.schedule();
     }
@@ -841,6 +886,9 @@ pub fn compare(policy: SimResult, baseline: SimResult) -> Comparison {
         baseline,
     }
 }
+
+#[cfg(test)]
+mod parity;
 
 #[cfg(test)]
 mod tests {

@@ -37,7 +37,7 @@ impl Sim<'_> {
                 repartition::Use::Retiring
             } else if isolated {
                 repartition::Use::Isolated
-            } else if self.book.is_idle(&inst.uuid) {
+            } else if self.node.tasks().is_idle(&inst.uuid) {
                 repartition::Use::Idle
             } else {
                 repartition::Use::Shared
@@ -55,7 +55,8 @@ impl Sim<'_> {
                 });
             }
         }
-        let demand = repartition::Demand::of(self.cluster.jobs(), self.book.waiting_len() > 0);
+        let demand =
+            repartition::Demand::of(self.cluster.jobs(), self.node.tasks().waiting_len() > 0);
         let gpu_of = |k: usize| self.layout[k].map(|(g, _)| g);
         let plans: Vec<Reshape> = policy.plan(&gpus, &demand);
         for r in plans {
@@ -69,7 +70,8 @@ impl Sim<'_> {
                 .map(|&i| self.inst[live[i]].uuid.clone())
                 .collect();
             for uuid in &retire {
-                self.book.set_retiring(uuid, true);
+                let now = self.now_ms();
+                self.node.set_retiring(uuid, true, now);
                 self.cluster.set_retiring(NODE, uuid, true);
             }
             self.retiring.push(Retiring {
@@ -86,14 +88,18 @@ impl Sim<'_> {
     fn finish_reshapes(&mut self) {
         let mut k = 0;
         while k < self.retiring.len() {
-            if !self.retiring[k].retire.iter().all(|u| self.book.is_idle(u)) {
+            if !self.retiring[k]
+                .retire
+                .iter()
+                .all(|u| self.node.tasks().is_idle(u))
+            {
                 k += 1;
                 continue;
             }
             let r = self.retiring.swap_remove(k);
             let mut gone = Vec::new();
             for uuid in &r.retire {
-                self.book.remove_instance(uuid);
+                self.node.remove_instance(uuid);
                 let i = self.uuid_index(uuid);
                 self.alive[i] = false;
                 gone.extend(self.layout[i].map(|(_, p)| p));
@@ -154,14 +160,15 @@ impl Sim<'_> {
             let _ = self.cluster.reshape_node(NODE, &[], fresh.clone());
             for inst in fresh {
                 let sms = Some(inst.sms);
-                for p in self.book.add_instance(
+                let now = self.now_ms();
+                self.node.add_instance(
                     &inst.uuid,
                     inst.memory_mib * MIB,
                     sms,
                     crate::compute::instance_capacity(&inst),
-                ) {
-                    self.placed(p);
-                }
+                    now,
+                );
+                self.carry_out();
             }
         }
         for j in std::mem::take(&mut self.deferred) {

@@ -1,0 +1,482 @@
+//! The node's placement state machine: the [`TaskBook`] and everything the
+//! node keeps around it. Instances held by isolated jobs running here and
+//! instances the controller drains are closed to shared tasks; an instance
+//! where a process died holding memory is *settling* for a while (the
+//! memory may still be on its way back); processes recently gone are
+//! remembered (an MPS server's log names the clients it tore down after
+//! they are gone); reservations that began are kept for their records; and
+//! growths wait for room.
+//!
+//! It is pure: the time comes in as an argument (unix milliseconds), and
+//! what the caller must carry out comes back as [`NodeEvent`]s, taken with
+//! [`NodeBook::take_events`] after each call. gnoded's probe server (which
+//! owns the sockets, the waiting callers, the process watchers and NVML)
+//! and the simulator drive the same `NodeBook` through the same calls, so
+//! the simulator runs the node's rules rather than a copy of them.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{Begin, Growth, Placed, PlacementError, TaskBook, TaskId, TaskRequest};
+use crate::job::JobId;
+use crate::probe::TaskRecord;
+
+/// How long a process that was bound to an instance is remembered after
+/// it is gone (ms).
+pub const RECENTLY_GONE_MS: i64 = 60_000;
+
+/// How long after a process died holding memory on an instance a
+/// placement there checks that the memory is physically free (ms).
+pub const SETTLE_MS: i64 = 20_000;
+
+/// What the node must carry out after a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// A task that waited is placed: answer its process. If it cannot be
+    /// answered (the process gave up), call [`NodeBook::abandon`].
+    Placed(Placed),
+    /// A reservation began or ended: tell the controller.
+    Record(TaskRecord),
+    /// A waiting growth was decided: grown by `bytes`, or refused (every
+    /// task on its instance waits to grow, or its process is gone).
+    Growth {
+        task: TaskId,
+        grown: bool,
+        bytes: u64,
+    },
+    /// The task is gone (ended, released, or dropped while waiting):
+    /// whatever waits for its answer gets none.
+    Gone(TaskId),
+}
+
+/// A process bound to an instance and gone: when, where, whose.
+#[derive(Debug, Clone)]
+struct GoneProcess {
+    at_ms: i64,
+    instance: String,
+    job: JobId,
+    pid: u32,
+}
+
+/// The node's placement state: see the module documentation.
+pub struct NodeBook {
+    book: TaskBook,
+    /// Instances held by isolated jobs running here.
+    held: HashMap<String, JobId>,
+    /// Instances the controller drains for isolated jobs (its newest set).
+    drained: HashSet<String>,
+    /// The number of the newest drain set applied since the node last
+    /// registered.
+    drain_seq: u64,
+    /// Instances where a process died holding memory, and when (ms).
+    settling: HashMap<String, i64>,
+    gone: Vec<GoneProcess>,
+    /// Reservations that began, and when (ms): their records.
+    begun: HashMap<TaskId, (Placed, i64)>,
+    /// Tasks waiting to grow, and by how much.
+    growers: HashMap<TaskId, u64>,
+    events: Vec<NodeEvent>,
+}
+
+impl NodeBook {
+    pub fn new(book: TaskBook) -> NodeBook {
+        NodeBook {
+            book,
+            held: HashMap::new(),
+            drained: HashSet::new(),
+            drain_seq: 0,
+            settling: HashMap::new(),
+            gone: Vec::new(),
+            begun: HashMap::new(),
+            growers: HashMap::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// The reservations, pins and instances, to read.
+    pub fn tasks(&self) -> &TaskBook {
+        &self.book
+    }
+
+    /// What the calls since the last take ask the caller to carry out, in
+    /// order.
+    pub fn take_events(&mut self) -> Vec<NodeEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Whether `task` is an active task of `job`.
+    pub fn owns(&self, job: JobId, task: TaskId) -> bool {
+        self.book.task(task).is_some_and(|t| t.job == job)
+    }
+
+    /// A task asks for a place: placed now (its record follows as an
+    /// event), queued, or refused when it can never fit.
+    pub fn begin(&mut self, req: TaskRequest, now_ms: i64) -> Result<Begin, PlacementError> {
+        let begin = self.book.begin(req)?;
+        if let Begin::Placed(p) = &begin {
+            self.began(p, now_ms);
+        }
+        Ok(begin)
+    }
+
+    /// A task ended; the waiting tasks this made room for are placed.
+    pub fn end(&mut self, task: TaskId, now_ms: i64) -> Result<(), PlacementError> {
+        let placed = self.book.end(task)?;
+        self.finish(&[task], false, now_ms);
+        self.deliver(placed, now_ms);
+        Ok(())
+    }
+
+    /// A placed task whose process could not be told (it gave up waiting):
+    /// its place is given back.
+    pub fn abandon(&mut self, task: TaskId, now_ms: i64) {
+        if let Ok(more) = self.book.end(task) {
+            self.finish(&[task], false, now_ms);
+            self.deliver(more, now_ms);
+        }
+    }
+
+    /// Grows a task's reservation by `bytes`, or by `at_least` if only that
+    /// fits, or waits for room ([`NodeEvent::Growth`] answers it later).
+    pub fn grow(
+        &mut self,
+        task: TaskId,
+        bytes: u64,
+        at_least: u64,
+    ) -> Result<Growth, PlacementError> {
+        let growth = self.book.grow_or_wait(task, bytes, at_least)?;
+        match growth {
+            Growth::Grown(_) => self.grew(task),
+            Growth::Waiting => {
+                self.growers.insert(task, at_least);
+            }
+        }
+        Ok(growth)
+    }
+
+    /// Stops a waiting growth that waited too long. Returns whether it was
+    /// waiting (the caller then refuses it).
+    pub fn cancel_growth(&mut self, task: TaskId, now_ms: i64) -> bool {
+        let Some(placed) = self.book.cancel_growth(task) else {
+            return false;
+        };
+        let waited = self.growers.remove(&task).is_some();
+        self.deliver(placed, now_ms);
+        waited
+    }
+
+    /// The task launched kernels of `warps` warps; its record keeps the most.
+    pub fn set_warps(&mut self, task: TaskId, warps: u64) {
+        let _ = self.book.set_warps(task, warps);
+        if let Some(b) = self.begun.get_mut(&task) {
+            b.0.warps = b.0.warps.max(warps);
+        }
+    }
+
+    /// A process exited: its tasks (active or waiting) are released, its
+    /// instance settles. Returns how many tasks it had.
+    pub fn process_exited(&mut self, job: JobId, pid: u32, now_ms: i64) -> usize {
+        self.note_gone(job, Some(pid), now_ms);
+        let (gone, placed) = self.book.release_process(job, pid);
+        self.finish(&gone, true, now_ms);
+        self.deliver(placed, now_ms);
+        gone.len()
+    }
+
+    /// A job ended or was cancelled: its reservations go at once, and the
+    /// instances it held open again unless the controller drains them.
+    pub fn job_ended(&mut self, job: JobId, now_ms: i64) {
+        self.note_gone(job, None, now_ms);
+        let (gone, placed) = self.book.release_job(job);
+        self.finish(&gone, true, now_ms);
+        self.deliver(placed, now_ms);
+        let held: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, j)| **j == job)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uuid in held {
+            self.held.remove(&uuid);
+            if !self.drained.contains(&uuid) {
+                let placed = self.book.set_closed(&uuid, false);
+                self.deliver(placed, now_ms);
+            }
+        }
+    }
+
+    /// An isolated job takes `uuid`: no new placements there from now on.
+    /// Returns whether shared tasks still run on it (the job starts once
+    /// they have left).
+    pub fn hold(&mut self, uuid: &str, job: JobId) -> bool {
+        self.held.insert(uuid.to_string(), job);
+        // Closing places nothing.
+        let _ = self.book.set_closed(uuid, true);
+        self.book.tasks_on(uuid) > 0
+    }
+
+    /// The isolated job holding `uuid`, if any.
+    pub fn holder(&self, uuid: &str) -> Option<JobId> {
+        self.held.get(uuid).copied()
+    }
+
+    /// The instances the controller drains (the full set), as drain set
+    /// number `seq`: a set older than the newest applied since the node
+    /// last registered changes nothing. Returns whether it was applied.
+    pub fn set_drained(&mut self, uuids: &[String], seq: u64, now_ms: i64) -> bool {
+        if seq <= self.drain_seq {
+            return false;
+        }
+        self.drain_seq = seq;
+        let now: HashSet<String> = uuids.iter().cloned().collect();
+        let before = std::mem::take(&mut self.drained);
+        for u in now.difference(&before) {
+            let _ = self.book.set_closed(u, true);
+        }
+        for u in before.difference(&now) {
+            if !self.held.contains_key(u) {
+                let placed = self.book.set_closed(u, false);
+                self.deliver(placed, now_ms);
+            }
+        }
+        self.drained = now;
+        true
+    }
+
+    /// The node registered: the controller numbers drain sets afresh.
+    pub fn reset_drain_seq(&mut self) {
+        self.drain_seq = 0;
+    }
+
+    /// Says whether an instance's MPS server is down (no new process is
+    /// bound there while it is). Returns whether that changed.
+    pub fn set_mps_down(&mut self, uuid: &str, down: bool, now_ms: i64) -> bool {
+        let was = self
+            .book
+            .instances()
+            .iter()
+            .any(|i| i.uuid == uuid && i.mps_down);
+        if was == down {
+            return false;
+        }
+        let placed = self.book.set_mps_down(uuid, down);
+        self.deliver(placed, now_ms);
+        true
+    }
+
+    /// Gives the instance `uuid` to `job` alone (Slurm's exclusive use), or
+    /// back to everyone with `None`.
+    pub fn set_owner(&mut self, uuid: &str, owner: Option<JobId>, now_ms: i64) {
+        let placed = self.book.set_owner(uuid, owner);
+        self.deliver(placed, now_ms);
+    }
+
+    /// Marks an instance as being re-partitioned (no new process is bound
+    /// to it; those bound go on until they exit), or back in use.
+    pub fn set_retiring(&mut self, uuid: &str, retiring: bool, now_ms: i64) {
+        let placed = self.book.set_retiring(uuid, retiring);
+        self.deliver(placed, now_ms);
+    }
+
+    /// Drops an idle instance (destroyed by a re-partition); refused when
+    /// it is unknown or not idle.
+    pub fn remove_instance(&mut self, uuid: &str) -> bool {
+        let removed = self.book.remove_instance(uuid);
+        if removed {
+            self.settling.remove(uuid);
+            self.drained.remove(uuid);
+        }
+        removed
+    }
+
+    /// Adds an instance made by a re-partition (see
+    /// [`TaskBook::add_instance`]); waiting tasks may be placed on it.
+    pub fn add_instance(
+        &mut self,
+        uuid: &str,
+        memory_bytes: u64,
+        sms: Option<u32>,
+        capacity: u32,
+        now_ms: i64,
+    ) {
+        let placed = self.book.add_instance(uuid, memory_bytes, sms, capacity);
+        self.deliver(placed, now_ms);
+    }
+
+    /// The jobs' processes the GPU reports on `uuid` (pid, job): those with
+    /// no placement there (a shared job that turned the interception off)
+    /// close the instance to new processes while they run; the isolated
+    /// job holding it is where it belongs. Returns the processes without a
+    /// placement when that closed or reopened the instance, `None` when
+    /// nothing changed.
+    pub fn note_processes(
+        &mut self,
+        uuid: &str,
+        mut seen: Vec<(u32, JobId)>,
+        now_ms: i64,
+    ) -> Option<Vec<(u32, JobId)>> {
+        if let Some(holder) = self.held.get(uuid) {
+            seen.retain(|(_, job)| job != holder);
+        }
+        let unplaced = self.book.unplaced_on(uuid, &seen);
+        let bypassed = !unplaced.is_empty();
+        let was = self
+            .book
+            .instances()
+            .iter()
+            .any(|i| i.uuid == uuid && i.bypassed);
+        if was == bypassed {
+            return None;
+        }
+        let placed = self.book.set_bypassed(uuid, bypassed);
+        self.deliver(placed, now_ms);
+        Some(unplaced)
+    }
+
+    /// Puts back a reservation recorded before a restart when its process
+    /// is `alive` and it fits as it was; otherwise its record is closed (a
+    /// [`NodeEvent::Record`] with its end). Returns whether it was restored.
+    pub fn restore(&mut self, r: &TaskRecord, alive: bool, now_ms: i64) -> bool {
+        let req = TaskRequest {
+            job: r.job,
+            pid: r.pid,
+            bytes: r.bytes,
+            warps: r.warps,
+            share: Some(r.share).filter(|&s| s > 0),
+            shape: None,
+        };
+        if alive && self.book.restore(r.task, &req, &r.instance) {
+            let p = Placed {
+                task: r.task,
+                job: r.job,
+                pid: r.pid,
+                instance: r.instance.clone(),
+                bytes: r.bytes,
+                warps: r.warps,
+                share: r.share,
+            };
+            self.begun.insert(r.task, (p, r.begin_ms));
+            return true;
+        }
+        self.events.push(NodeEvent::Record(TaskRecord {
+            end_ms: Some(now_ms.max(r.begin_ms)),
+            ..r.clone()
+        }));
+        false
+    }
+
+    /// Whether a process died holding memory on `instance` less than
+    /// [`SETTLE_MS`] ago: a placement there should check that its memory is
+    /// physically free.
+    pub fn settling(&self, instance: &str, now_ms: i64) -> bool {
+        self.settling
+            .get(instance)
+            .is_some_and(|&at| now_ms - at < SETTLE_MS)
+    }
+
+    /// The processes bound to `uuid` now, or until less than
+    /// [`RECENTLY_GONE_MS`] ago (job, pid).
+    pub fn bound_or_recent(&self, uuid: &str, now_ms: i64) -> Vec<(JobId, u32)> {
+        let mut out = self.book.processes_on(uuid);
+        let bound_now = out.len();
+        for g in &self.gone {
+            // A pid bound now belongs to its current process (pid reuse).
+            let taken = out[..bound_now].iter().any(|(_, p)| *p == g.pid);
+            if g.instance == uuid && now_ms - g.at_ms <= RECENTLY_GONE_MS && !taken {
+                out.push((g.job, g.pid));
+            }
+        }
+        out
+    }
+
+    // Below: the book-keeping every call above shares.
+
+    fn began(&mut self, p: &Placed, now_ms: i64) {
+        self.events.push(NodeEvent::Record(record(p, now_ms, None)));
+        self.begun.insert(p.task, (p.clone(), now_ms));
+    }
+
+    /// The task's reservation grew: its end record carries the new size.
+    fn grew(&mut self, task: TaskId) {
+        if let (Some(t), Some(b)) = (self.book.task(task), self.begun.get_mut(&task)) {
+            b.0.bytes = t.bytes;
+        }
+    }
+
+    /// Answers decided growths, then the tasks placed.
+    fn deliver(&mut self, placed: Vec<Placed>, now_ms: i64) {
+        for (task, grown) in self.book.take_growth() {
+            let Some(bytes) = self.growers.remove(&task) else {
+                continue;
+            };
+            if grown {
+                self.grew(task);
+            }
+            self.events.push(NodeEvent::Growth { task, grown, bytes });
+        }
+        for p in placed {
+            self.began(&p, now_ms);
+            self.events.push(NodeEvent::Placed(p));
+        }
+    }
+
+    /// Records the end of reservations; `died`: their process is gone (or
+    /// its job ended), so its memory may still be on its way back.
+    fn finish(&mut self, tasks: &[TaskId], died: bool, now_ms: i64) {
+        for t in tasks {
+            self.events.push(NodeEvent::Gone(*t));
+            if let Some((p, begin)) = self.begun.remove(t) {
+                if died {
+                    self.settling.insert(p.instance.clone(), now_ms);
+                }
+                self.events.push(NodeEvent::Record(record(
+                    &p,
+                    begin,
+                    Some(now_ms.max(begin)),
+                )));
+            }
+        }
+    }
+
+    /// Remembers the processes of `job` (or only `pid`) bound here as gone
+    /// now, before their pins are dropped.
+    fn note_gone(&mut self, job: JobId, pid: Option<u32>, now_ms: i64) {
+        self.gone.retain(|g| now_ms - g.at_ms <= RECENTLY_GONE_MS);
+        let pids: Vec<u32> = match pid {
+            Some(p) => vec![p],
+            None => self
+                .book
+                .bound_processes()
+                .into_iter()
+                .filter(|(j, _)| *j == job)
+                .map(|(_, p)| p)
+                .collect(),
+        };
+        for pid in pids {
+            if let Some(instance) = self.book.pinned(job, pid).map(String::from) {
+                self.gone.push(GoneProcess {
+                    at_ms: now_ms,
+                    instance,
+                    job,
+                    pid,
+                });
+            }
+        }
+    }
+}
+
+fn record(p: &Placed, begin_ms: i64, end_ms: Option<i64>) -> TaskRecord {
+    TaskRecord {
+        job: p.job,
+        task: p.task,
+        pid: p.pid,
+        instance: p.instance.clone(),
+        bytes: p.bytes,
+        warps: p.warps,
+        share: p.share,
+        begin_ms,
+        end_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,322 @@
+use super::*;
+use crate::placement::CasePlacement;
+use proptest::prelude::*;
+
+const G: u64 = 1 << 30;
+
+fn node(sizes: &[u64]) -> NodeBook {
+    NodeBook::new(TaskBook::new(
+        Box::new(CasePlacement),
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("I{i}"), *s))
+            .collect(),
+    ))
+}
+
+fn req(job: JobId, pid: u32, bytes: u64) -> TaskRequest {
+    TaskRequest {
+        job,
+        pid,
+        bytes,
+        warps: 0,
+        share: None,
+        shape: None,
+    }
+}
+
+fn placed(b: Result<Begin, PlacementError>) -> Placed {
+    match b.unwrap() {
+        Begin::Placed(p) => p,
+        other => panic!("not placed: {other:?}"),
+    }
+}
+
+/// The tasks placed after waiting, in order.
+fn placed_events(events: &[NodeEvent]) -> Vec<(JobId, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            NodeEvent::Placed(p) => Some((p.job, p.instance.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn records(events: &[NodeEvent]) -> Vec<TaskRecord> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            NodeEvent::Record(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_placement_and_its_end_each_make_a_record() {
+    let mut n = node(&[4 * G]);
+    let p = placed(n.begin(req(1, 10, G), 1_000));
+    let ev = n.take_events();
+    assert_eq!(records(&ev).len(), 1);
+    assert_eq!(records(&ev)[0].begin_ms, 1_000);
+    assert_eq!(records(&ev)[0].end_ms, None);
+    n.end(p.task, 2_500).unwrap();
+    let ev = n.take_events();
+    assert!(ev.contains(&NodeEvent::Gone(p.task)));
+    let r = records(&ev);
+    assert_eq!((r[0].begin_ms, r[0].end_ms), (1_000, Some(2_500)));
+    assert!(
+        !n.settling("I0", 2_500),
+        "an ended task leaves nothing behind"
+    );
+    assert!(n.end(p.task, 3_000).is_err(), "ended once");
+}
+
+#[test]
+fn a_held_instance_takes_no_task_until_its_job_ends() {
+    let mut n = node(&[4 * G]);
+    let p = placed(n.begin(req(1, 10, G), 0));
+    assert!(n.hold("I0", 7), "a shared task is still there");
+    assert_eq!(n.holder("I0"), Some(7));
+    assert_eq!(n.begin(req(2, 20, G), 1).unwrap(), Begin::Waiting(2));
+    n.end(p.task, 2).unwrap();
+    assert!(placed_events(&n.take_events()).is_empty(), "still held");
+    assert!(!n.hold("I0", 7), "empty now: the isolated job may start");
+    n.job_ended(7, 3);
+    assert_eq!(placed_events(&n.take_events()), vec![(2, "I0".into())]);
+    assert_eq!(n.holder("I0"), None);
+}
+
+#[test]
+fn an_instance_handed_from_one_isolated_job_to_the_next_stays_closed() {
+    let mut n = node(&[4 * G]);
+    n.hold("I0", 7);
+    // The controller drains it for the next isolated job.
+    assert!(n.set_drained(&["I0".into()], 1, 0));
+    assert_eq!(n.begin(req(2, 20, G), 1).unwrap(), Begin::Waiting(1));
+    n.job_ended(7, 2);
+    assert!(
+        placed_events(&n.take_events()).is_empty(),
+        "the drain keeps it closed between the two"
+    );
+    n.hold("I0", 8);
+    assert!(n.set_drained(&[], 2, 3));
+    assert!(placed_events(&n.take_events()).is_empty(), "held by job 8");
+    n.job_ended(8, 4);
+    assert_eq!(placed_events(&n.take_events()), vec![(2, "I0".into())]);
+}
+
+#[test]
+fn an_older_drain_set_changes_nothing_until_the_node_registers_again() {
+    let mut n = node(&[4 * G, 4 * G]);
+    assert!(n.set_drained(&["I0".into()], 5, 0));
+    assert!(!n.set_drained(&[], 4, 1), "crossed on the way: older");
+    assert!(n.tasks().instances()[0].closed);
+    n.reset_drain_seq();
+    assert!(
+        n.set_drained(&[], 1, 2),
+        "a restarted controller starts at 1"
+    );
+    assert!(!n.tasks().instances()[0].closed);
+}
+
+#[test]
+fn a_process_that_dies_holding_memory_leaves_its_instance_settling() {
+    let mut n = node(&[4 * G]);
+    let _ = placed(n.begin(req(1, 10, 3 * G), 0));
+    assert_eq!(n.begin(req(2, 20, 3 * G), 1).unwrap(), Begin::Waiting(2));
+    assert_eq!(n.process_exited(1, 10, 1_000), 1);
+    let ev = n.take_events();
+    assert_eq!(placed_events(&ev), vec![(2, "I0".into())]);
+    assert!(n.settling("I0", 1_000 + SETTLE_MS - 1));
+    assert!(!n.settling("I0", 1_000 + SETTLE_MS));
+    // The dead process is still named for a while (an MPS fault report).
+    assert_eq!(n.bound_or_recent("I0", 2_000), vec![(2, 20), (1, 10)]);
+    assert_eq!(
+        n.bound_or_recent("I0", 1_000 + RECENTLY_GONE_MS + 1),
+        vec![(2, 20)]
+    );
+}
+
+#[test]
+fn a_reused_pid_is_named_once_for_its_current_process() {
+    let mut n = node(&[4 * G]);
+    let _ = placed(n.begin(req(1, 10, G), 0));
+    n.process_exited(1, 10, 1);
+    let _ = placed(n.begin(req(2, 10, G), 2));
+    assert_eq!(n.bound_or_recent("I0", 3), vec![(2, 10)]);
+}
+
+#[test]
+fn a_waiting_growth_is_answered_when_room_is_freed_and_its_record_grows() {
+    let mut n = node(&[4 * G]);
+    let a = placed(n.begin(req(1, 10, 2 * G), 0));
+    let b = placed(n.begin(req(2, 20, 2 * G), 0));
+    n.take_events();
+    assert_eq!(n.grow(a.task, G, G).unwrap(), Growth::Waiting);
+    n.end(b.task, 5).unwrap();
+    let ev = n.take_events();
+    assert!(ev.contains(&NodeEvent::Growth {
+        task: a.task,
+        grown: true,
+        bytes: G
+    }));
+    n.end(a.task, 6).unwrap();
+    let r = records(&n.take_events());
+    assert_eq!(r[0].bytes, 3 * G, "the end record carries the grown size");
+}
+
+#[test]
+fn a_growth_that_waited_too_long_is_cancelled_once() {
+    let mut n = node(&[4 * G]);
+    let a = placed(n.begin(req(1, 10, 2 * G), 0));
+    let _b = placed(n.begin(req(2, 20, 2 * G), 0));
+    assert_eq!(n.grow(a.task, G, G).unwrap(), Growth::Waiting);
+    assert!(n.cancel_growth(a.task, 1));
+    assert!(!n.cancel_growth(a.task, 2), "no longer waiting");
+}
+
+#[test]
+fn a_restored_reservation_counts_and_a_dead_ones_record_is_closed() {
+    let mut n = node(&[4 * G]);
+    let rec = |task, pid| TaskRecord {
+        job: 1,
+        task,
+        pid,
+        instance: "I0".into(),
+        bytes: 3 * G,
+        warps: 0,
+        share: 0,
+        begin_ms: 100,
+        end_ms: None,
+    };
+    assert!(n.restore(&rec(50, 10), true, 1_000));
+    assert!(n.take_events().is_empty());
+    assert_eq!(
+        n.begin(req(2, 20, 3 * G), 1_001).unwrap(),
+        Begin::Waiting(51)
+    );
+    assert!(!n.restore(&rec(60, 11), false, 1_002));
+    let r = records(&n.take_events());
+    assert_eq!((r[0].task, r[0].end_ms), (60, Some(1_002)));
+    n.end(50, 2_000).unwrap();
+    let r = records(&n.take_events());
+    assert_eq!(r[0].begin_ms, 100, "the restored record keeps its begin");
+}
+
+#[test]
+fn a_process_without_a_placement_closes_its_instance_but_the_holders_do_not() {
+    let mut n = node(&[4 * G, 4 * G]);
+    let seen = vec![(99, 5)];
+    assert_eq!(n.note_processes("I0", seen.clone(), 0), Some(seen.clone()));
+    assert_eq!(n.note_processes("I0", seen.clone(), 1), None, "no change");
+    assert_eq!(placed(n.begin(req(2, 20, G), 2)).instance, "I1");
+    assert_eq!(n.note_processes("I0", vec![], 3), Some(vec![]));
+    n.hold("I1", 5);
+    assert_eq!(n.note_processes("I1", seen, 4), None, "its own instance");
+}
+
+#[test]
+fn an_instance_whose_mps_server_is_down_takes_nothing_until_it_is_back() {
+    let mut n = node(&[4 * G]);
+    assert!(n.set_mps_down("I0", true, 0));
+    assert!(!n.set_mps_down("I0", true, 0));
+    assert_eq!(n.begin(req(1, 10, G), 1).unwrap(), Begin::Waiting(1));
+    assert!(n.set_mps_down("I0", false, 2));
+    assert_eq!(placed_events(&n.take_events()), vec![(1, "I0".into())]);
+}
+
+#[test]
+fn a_placed_task_nobody_waits_for_any_more_gives_its_place_back() {
+    let mut n = node(&[4 * G]);
+    let a = placed(n.begin(req(1, 10, 3 * G), 0));
+    assert_eq!(n.begin(req(2, 20, 3 * G), 0).unwrap(), Begin::Waiting(2));
+    assert_eq!(n.begin(req(3, 30, 3 * G), 0).unwrap(), Begin::Waiting(3));
+    n.end(a.task, 1).unwrap();
+    let ev = n.take_events();
+    assert_eq!(placed_events(&ev), vec![(2, "I0".into())]);
+    n.abandon(2, 2);
+    assert_eq!(placed_events(&n.take_events()), vec![(3, "I0".into())]);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Begin { job: u64, pid: u32, gib: u64 },
+    End(usize),
+    Exit { job: u64, pid: u32 },
+    Hold { inst: usize, job: u64 },
+    JobEnded(u64),
+    Drain(Vec<usize>),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1u64..6, 1u32..4, 1u64..4).prop_map(|(job, pid, gib)| Op::Begin { job, pid, gib }),
+        3 => (0usize..16).prop_map(Op::End),
+        1 => (1u64..6, 1u32..4).prop_map(|(job, pid)| Op::Exit { job, pid }),
+        1 => (0usize..2, 100u64..103).prop_map(|(inst, job)| Op::Hold { inst, job }),
+        1 => prop_oneof![1u64..6, 100u64..103].prop_map(Op::JobEnded),
+        1 => proptest::collection::vec(0usize..2, 0..3).prop_map(Op::Drain),
+    ]
+}
+
+proptest! {
+    /// Whatever happens, no instance holds more than its memory, no shared
+    /// task is placed on an instance that is held or drained, and every
+    /// reservation's record ends once.
+    #[test]
+    fn nothing_is_over_reserved_or_placed_on_a_closed_instance(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut n = node(&[4 * G, 4 * G]);
+        let mut active: Vec<TaskId> = Vec::new();
+        let mut open_records = std::collections::HashSet::new();
+        let mut seq = 0;
+        let mut drained: Vec<String> = Vec::new();
+        for (t, o) in ops.into_iter().enumerate() {
+            let now = t as i64;
+            match o {
+                Op::Begin { job, pid, gib } => {
+                    if let Ok(Begin::Placed(p)) = n.begin(req(job, pid, gib * G), now) {
+                        active.push(p.task);
+                    }
+                }
+                Op::End(k) if !active.is_empty() => {
+                    let task = active.remove(k % active.len());
+                    let _ = n.end(task, now);
+                }
+                Op::End(_) => {}
+                Op::Exit { job, pid } => { n.process_exited(job, pid, now); }
+                Op::Hold { inst, job } => { n.hold(&format!("I{inst}"), job); }
+                Op::JobEnded(job) => n.job_ended(job, now),
+                Op::Drain(set) => {
+                    seq += 1;
+                    drained = set.iter().map(|i| format!("I{i}")).collect();
+                    n.set_drained(&drained, seq, now);
+                }
+            }
+            for e in n.take_events() {
+                match e {
+                    NodeEvent::Placed(p) => {
+                        prop_assert!(n.holder(&p.instance).is_none(), "placed on a held instance");
+                        prop_assert!(!drained.contains(&p.instance), "placed on a drained instance");
+                        active.push(p.task);
+                    }
+                    NodeEvent::Record(r) if r.end_ms.is_none() => {
+                        prop_assert!(open_records.insert(r.task), "began twice");
+                    }
+                    NodeEvent::Record(r) => {
+                        prop_assert!(open_records.remove(&r.task), "ended without a begin, or twice");
+                    }
+                    NodeEvent::Gone(task) => active.retain(|t| *t != task),
+                    NodeEvent::Growth { .. } => {}
+                }
+            }
+            for i in n.tasks().instances() {
+                prop_assert!(i.reserved_bytes <= i.memory_bytes);
+                let held_or_drained = n.holder(&i.uuid).is_some() || drained.contains(&i.uuid);
+                prop_assert_eq!(i.closed, held_or_drained);
+            }
+        }
+    }
+}
