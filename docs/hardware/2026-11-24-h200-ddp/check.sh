@@ -27,7 +27,7 @@ cat $OUT/instances.json
 wait_all() { for i in $(seq 240); do [ "$(./squeue -h | wc -l)" = 0 ] && return; sleep 1; done; echo "jobs still queued"; ./squeue; }
 export PATH=$st:$PATH
 N=$(nvidia-smi -L | grep -c '^GPU')
-./sbatch -J ddp-torchrun --gres=gpu:$N -o torchrun.out --wrap "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS|SLURM_GPUS_ON_NODE|GPU_DEVICE_ORDINAL)=' | sort; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT python3 -m torch.distributed.run --standalone --nproc_per_node=$N ddp_step.py 2>&1 | grep -E '^rank|via P2P|via SHM|NVLS|Channel 00/0 :|NCCL version' | head -40"
+./sbatch -J ddp-torchrun --gres=gpu:$N -o torchrun.out --wrap "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS|SLURM_GPUS_ON_NODE|GPU_DEVICE_ORDINAL)=' | sort; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT python3 -m torch.distributed.run --standalone --nproc_per_node=$N ddp_step.py 2>&1 | grep -E '^rank|NVLS|Channel 00/0 :|NCCL version' | head -40"
 wait_all
 ./sbatch -J ddp-srun --gpus-per-task=1 -n $N -o srun.out --wrap "MASTER_PORT=29512 srun python3 ddp_step.py 2>&1 | sort"
 wait_all
