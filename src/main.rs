@@ -132,6 +132,13 @@ struct UpArgs {
     /// Seconds between node heartbeats.
     #[arg(long, default_value_t = 5)]
     heartbeat_interval: u64,
+    /// MIG re-partitioning: `none`, or `demand[:N]` (the node's MIG GPUs
+    /// are re-made for what waits: idle instances split or merged).
+    #[arg(long, default_value = "none", value_name = "POLICY")]
+    repartition: String,
+    /// Seconds a simulated GPU takes to change its MIG layout.
+    #[arg(long, default_value_t = gsched_noded::config::DEFAULT_MIG_RECONFIG_SECS, value_name = "SECS")]
+    mig_reconfig_secs: f64,
     /// Commit durability: normal survives process crashes, full also power loss.
     #[arg(long, value_enum, default_value = "normal")]
     durability: Durability,
@@ -220,6 +227,7 @@ async fn up(args: UpArgs) -> Result<()> {
             admins: args.admins,
             min_job_age: args.min_job_age,
             job_requeue: args.job_requeue,
+            repartition: args.repartition,
             tls_cert: args.tls_cert.clone(),
             tls_key: args.tls_key,
             allow_plain_http: args.allow_plain_http,
@@ -249,6 +257,7 @@ async fn up(args: UpArgs) -> Result<()> {
             cgroup_config: args.cgroup_config,
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,
+            mig_reconfig_secs: args.mig_reconfig_secs,
             // One process: no partition can part the node from its
             // controller, so there is nothing to fence against.
             fence_timeout: Some(0),

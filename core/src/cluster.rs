@@ -24,9 +24,11 @@ mod launching;
 mod node_admin;
 #[cfg(test)]
 mod proptests;
+mod reshapes;
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
 pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};
+pub use reshapes::ReshapeOrder;
 mod leases;
 mod retention;
 mod runs;
@@ -117,6 +119,9 @@ pub struct Node {
     /// registered) and its number (see `drains.rs`). Not stored.
     pub drain_sent: Option<BTreeSet<String>>,
     pub drain_seq: u64,
+    /// The GPUs whose MIG layout the node changes when asked (from its
+    /// registration; not stored).
+    pub reshape_gpus: BTreeSet<u32>,
 }
 
 /// A queued job as the launch policy sees it (`nodes`: its `-w`/`-x`).
@@ -214,6 +219,11 @@ pub enum Effect {
         instances: Vec<String>,
         seq: u64,
     },
+    /// Ask the node to re-partition one of its GPUs (`reshapes.rs`).
+    Reshape {
+        node: String,
+        order: reshapes::ReshapeOrder,
+    },
     /// Ask the node to signal (or cancel) the job.
     Signal {
         job: JobId,
@@ -296,6 +306,11 @@ pub struct Cluster {
     /// superset: each is checked against the node), so a launch pass finds
     /// the nodes they hold without looking at every running job.
     sharing_jobs: BTreeSet<JobId>,
+    /// Decides MIG re-partitions (`reshapes.rs`); `None`: layouts stay.
+    repartition: Option<Box<dyn crate::repartition::RepartitionPolicy>>,
+    /// Reshapes sent to each node and not yet reported done.
+    reshapes: BTreeMap<String, Vec<reshapes::ReshapeOrder>>,
+    reshape_seq: u64,
 }
 
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
@@ -339,6 +354,9 @@ impl Cluster {
             job_requeue: true,
             refuse_unsatisfiable: false,
             sharing_jobs: BTreeSet::new(),
+            repartition: None,
+            reshapes: BTreeMap::new(),
+            reshape_seq: 0,
         }
     }
 
@@ -722,6 +740,8 @@ impl Cluster {
         let mut effects = self.launch_queued(now);
         // Drains change with launches, and with ends when nothing is queued.
         effects.extend(self.drain_changes());
+        // What still waits may need another MIG layout.
+        effects.extend(self.plan_reshapes());
         effects
     }
 
@@ -1466,6 +1486,7 @@ impl Cluster {
             }
         });
         let old = self.nodes.remove(&reg.name);
+        self.forget_reshapes(&reg.name);
         let mut node = Node {
             name: reg.name.clone(),
             // A node that registers again stays drained or down.
@@ -1485,6 +1506,7 @@ impl Cluster {
             instance_id: reg.instance_id.clone(),
             drain_sent: None,
             drain_seq: old.as_ref().map_or(0, |o| o.drain_seq),
+            reshape_gpus: reg.reshape_gpus.iter().copied().collect(),
         };
         // Keep the books of jobs we believe run there.
         let believed: Vec<JobId> = old

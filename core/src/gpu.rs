@@ -170,6 +170,15 @@ pub fn model(name: &str) -> Option<&'static GpuModel> {
     MODELS.iter().find(|m| m.name == n)
 }
 
+/// The memory of MIG profile `name` (the first model that has it: a
+/// profile's name gives its memory, so models agree).
+pub fn profile_memory_mib(name: &str) -> Option<u64> {
+    MODELS
+        .iter()
+        .find_map(|m| m.profile(name))
+        .map(|p| p.memory_mib)
+}
+
 impl GpuModel {
     pub fn profile(&self, name: &str) -> Option<&'static MigProfile> {
         self.profiles
@@ -238,6 +247,11 @@ pub struct Instance {
     /// taken from one domain where they can be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_domain: Option<u32>,
+    /// The memory slice where a MIG instance starts on its GPU (its
+    /// placement), where the node reported it: re-partitioning plans
+    /// layouts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_start: Option<u32>,
     /// The instance's MPS control daemon, when its layout asks for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps: Option<Mps>,
@@ -288,6 +302,7 @@ impl Instance {
             sms: m.sms,
             compute_slices: m.compute_slices,
             link_domain: None,
+            mig_start: None,
             mps: None,
         }
     }
@@ -310,6 +325,7 @@ impl Instance {
             sms: p.sms,
             compute_slices: p.compute_slices,
             link_domain: None,
+            mig_start: None,
             mps: None,
         }
     }
@@ -483,13 +499,16 @@ pub fn sim_instances(node: &str, gpus: &[SimGpu]) -> Vec<Instance> {
             None => out.push(Instance::whole_gpu(i as u32, gpu_uuid, g.model)),
             Some(layout) => {
                 for p in layout {
-                    out.push(Instance::mig(
-                        sim_mig_uuid(node, i, p),
-                        i as u32,
-                        gpu_uuid.clone(),
-                        g.model.name,
-                        p.profile,
-                    ))
+                    out.push(Instance {
+                        mig_start: Some(p.start),
+                        ..Instance::mig(
+                            sim_mig_uuid(node, i, p),
+                            i as u32,
+                            gpu_uuid.clone(),
+                            g.model.name,
+                            p.profile,
+                        )
+                    })
                 }
             }
         }

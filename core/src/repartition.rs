@@ -14,7 +14,8 @@
 //! ideally the smallest that holds them; shared work packs better into
 //! fewer, larger instances (one pool of memory instead of several that each
 //! strand a remainder). So while isolated jobs wait and no instance of the
-//! size they need is open, an idle larger instance is split; while only
+//! size they need is open, an idle larger instance is split, or, where none
+//! is larger, idle smaller instances are merged into one of that size; while only
 //! shared work waits, idle neighbouring instances are merged, up to a
 //! profile of `max_pool_slices` compute slices. It touches idle instances
 //! only: draining busy ones to reshape them was tried in the simulator and
@@ -81,10 +82,20 @@ impl Demand {
         };
         for j in jobs {
             let pending = j.state == JobState::Pending;
-            let mib = j.spec.gpu.mem_mib.unwrap_or(0);
+            let gpu = &j.spec.gpu;
+            // A job asking for a MIG profile needs that profile's memory.
+            let mib = gpu
+                .mem_mib
+                .or_else(|| {
+                    gpu.mig_profile
+                        .as_deref()
+                        .and_then(crate::gpu::profile_memory_mib)
+                })
+                .unwrap_or(0);
             if j.spec.isolated {
                 if pending {
-                    demand.isolated_mib.push(mib);
+                    let n = gpu.instances().max(1);
+                    demand.isolated_mib.extend(std::iter::repeat_n(mib, n));
                 }
             } else if pending || j.state == JobState::Running {
                 demand.shared_backlog |= pending;
@@ -246,6 +257,57 @@ impl DemandRepartition {
         best.map(|(_, r)| r)
     }
 
+    /// Merges idle instances into the smallest instance that holds an
+    /// isolated job of `mib`, when no idle instance is that large: the
+    /// region where the fewest instances go, then the lowest GPU and start.
+    fn merge_for(&self, gpus: &[GpuUse], mib: u64) -> Option<Reshape> {
+        let mut best: Option<((usize, usize, u32), Reshape)> = None;
+        for (gi, g) in gpus.iter().enumerate() {
+            let Some(want) = smallest_holding(g.model, mib) else {
+                continue;
+            };
+            for &start in want.starts {
+                let region = MigPlacement {
+                    profile: want,
+                    start,
+                };
+                let mask = region.mask();
+                let inside: Vec<usize> = (0..g.instances.len())
+                    .filter(|&k| g.instances[k].placement.mask() & mask != 0)
+                    .collect();
+                // Every instance touching the region lies inside it and is
+                // idle; the region's slices are free once they go.
+                let ok = !inside.is_empty()
+                    && inside.iter().all(|&k| {
+                        let i = &g.instances[k];
+                        i.placement.mask() & !mask == 0 && i.state == Use::Idle
+                    });
+                if !ok {
+                    continue;
+                }
+                let kept: Vec<MigPlacement> = (0..g.instances.len())
+                    .filter(|k| !inside.contains(k))
+                    .map(|k| g.instances[k].placement)
+                    .collect();
+                if check_create(g.model, &kept, want, start).is_err() {
+                    continue;
+                }
+                let key = (inside.len(), gi, start);
+                if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                    best = Some((
+                        key,
+                        Reshape {
+                            gpu: gi,
+                            retire: inside,
+                            create: vec![region],
+                        },
+                    ));
+                }
+            }
+        }
+        best.map(|(_, r)| r)
+    }
+
     /// Merges idle neighbouring instances of one GPU into one larger
     /// instance: the smallest result, then the lowest position.
     fn merge(&self, gi: usize, g: &GpuUse) -> Option<Reshape> {
@@ -392,7 +454,8 @@ impl RepartitionPolicy for DemandRepartition {
                 if work.claim_right_sized(mib) {
                     continue;
                 }
-                let Some(r) = self.split(&work.gpus, mib, demand.largest_shared_mib) else {
+                let split = self.split(&work.gpus, mib, demand.largest_shared_mib);
+                let Some(r) = split.or_else(|| self.merge_for(&work.gpus, mib)) else {
                     break;
                 };
                 out.push(work.apply(r, true));

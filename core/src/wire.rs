@@ -42,6 +42,10 @@ pub struct NodeRegistration {
     /// The node's heartbeat interval, ms (0: not said).
     #[serde(default)]
     pub heartbeat_ms: u64,
+    /// The GPUs (by index) whose MIG layout the node changes when the
+    /// controller asks (`POST /v1/reshape`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reshape_gpus: Vec<u32>,
 }
 
 /// The controller's answer to a registration.
@@ -114,6 +118,39 @@ pub struct HeartbeatReply {
 pub struct DrainRequest {
     pub instances: Vec<String>,
     pub seq: u64,
+}
+
+/// One MIG instance to create: its profile and the memory slice where it
+/// starts on its GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigSlot {
+    pub profile: String,
+    pub start: u32,
+}
+
+/// `POST /v1/reshape` on a node: re-partition GPU `gpu`. The `retire`
+/// instances take no new work and are destroyed once nothing uses them;
+/// then `create` are made in their place. `seq` names the order in the
+/// node's report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReshapeRequest {
+    pub seq: u64,
+    pub gpu: u32,
+    pub retire: Vec<String>,
+    pub create: Vec<MigSlot>,
+}
+
+/// `POST /internal/v1/nodes/reshaped`: what a node's re-partition did.
+/// `removed` are gone and `added` exist; `error` says why it stopped short
+/// (what was not removed is in use again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReshapeReport {
+    pub node: String,
+    pub seq: u64,
+    pub removed: Vec<String>,
+    pub added: Vec<crate::gpu::Instance>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Start a job on the node.
@@ -419,6 +456,13 @@ pub struct InstanceInfo {
     /// knows it ([`crate::gpu::Instance::link_domain`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_domain: Option<u32>,
+    /// Being re-partitioned: no new work goes there, and it is destroyed
+    /// once idle.
+    #[serde(default)]
+    pub retiring: bool,
+    /// Where a MIG instance starts on its GPU (memory slice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_start: Option<u32>,
 }
 
 impl NodeInfo {
@@ -489,6 +533,8 @@ impl InstanceInfo {
             worker_limit: i.worker_limit(),
             mps: i.mps.clone(),
             link_domain: i.link_domain,
+            retiring: s.retiring,
+            mig_start: i.mig_start,
         }
     }
 }

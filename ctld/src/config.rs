@@ -81,6 +81,12 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     #[serde(default = "default_job_requeue")]
     pub job_requeue: bool,
+    /// MIG re-partitioning: `none`, or `demand[:N]` (split or merge idle
+    /// instances of nodes' MIG GPUs for what waits; N, 1-8, the largest
+    /// instance merged for shared work in compute slices, default 2).
+    #[arg(long, default_value = "none", value_name = "POLICY")]
+    #[serde(default = "default_repartition")]
+    pub repartition: String,
     /// Serve the TCP API over TLS with this certificate chain (PEM, leaf
     /// first); with --tls-key.
     #[arg(long, requires = "tls_key")]
@@ -127,6 +133,7 @@ impl Default for CtldConfig {
             socket: None,
             min_job_age: default_min_job_age(),
             job_requeue: default_job_requeue(),
+            repartition: default_repartition(),
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
@@ -169,6 +176,9 @@ fn default_auth_exempt() -> Vec<String> {
 }
 fn default_token_max_lifetime() -> u64 {
     86400
+}
+fn default_repartition() -> String {
+    "none".into()
 }
 fn default_job_requeue() -> bool {
     true

@@ -574,6 +574,37 @@ impl Controller {
                             });
                         }
                     }
+                    Effect::Reshape { node, order } => {
+                        if let Some(n) = c.node(&node) {
+                            writes.push(Write::Event {
+                                time: now,
+                                job_id: None,
+                                node: Some(node.clone()),
+                                kind: "RESHAPE".into(),
+                                detail: Some(format!(
+                                    "gpu {}: retire {} for {}",
+                                    order.gpu,
+                                    order.retire.join(","),
+                                    order
+                                        .create
+                                        .iter()
+                                        .map(|s| format!("{}@{}", s.profile, s.start))
+                                        .collect::<Vec<_>>()
+                                        .join(",")
+                                )),
+                            });
+                            rpcs.push(Rpc::Reshape {
+                                url: n.url.clone(),
+                                node,
+                                req: gsched_core::wire::ReshapeRequest {
+                                    seq: order.seq,
+                                    gpu: order.gpu,
+                                    retire: order.retire,
+                                    create: order.create,
+                                },
+                            });
+                        }
+                    }
                     Effect::Drain {
                         node,
                         instances,
@@ -635,6 +666,7 @@ impl Controller {
         match rpc {
             Rpc::Launch { url, req } => self.send_launch(url, req).await,
             Rpc::Drain { url, node, req } => self.send_drain(url, node, req).await,
+            Rpc::Reshape { url, node, req } => self.send_reshape(url, node, req).await,
             Rpc::Signal { url, job, req } => {
                 // A signal can overtake the launch it follows: the node then does
                 // not know the job yet (404), so try again for a little while.
@@ -781,6 +813,81 @@ impl Controller {
                 return;
             }
         }
+    }
+
+    /// Sends a reshape order to its node. One the node refuses is settled
+    /// as undone (its instances are in use again); one that cannot reach
+    /// the node is sent again while it is still in flight (a node that
+    /// registers again forgets it).
+    async fn send_reshape(
+        self: Arc<Self>,
+        url: String,
+        node: String,
+        req: gsched_core::wire::ReshapeRequest,
+    ) {
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            let res = self
+                .http
+                .post(format!("{url}/v1/reshape"))
+                .header(CLUSTER_KEY_HEADER, &self.key)
+                .json(&req)
+                .send()
+                .await;
+            let refused = match res {
+                Ok(r) if r.status().is_success() => return,
+                Ok(r) if r.status().is_client_error() => {
+                    let why = r.text().await.unwrap_or_default();
+                    Some(format!("node refused it: {why}"))
+                }
+                Ok(r) => {
+                    warn!(node = %node, seq = req.seq, status = %r.status(), "could not send the reshape; will retry");
+                    None
+                }
+                Err(e) => {
+                    warn!(node = %node, seq = req.seq, error = %error_chain(&e), "could not send the reshape; will retry");
+                    None
+                }
+            };
+            if let Some(why) = refused {
+                warn!(node = %node, seq = req.seq, %why, "reshape not done");
+                let done = self.lock().reshape_done(&node, req.seq, &[], Vec::new());
+                if let Ok(effects) = done {
+                    if let Err(e) = self.execute(effects).await {
+                        warn!(error = %e, "could not record the undone reshape");
+                    }
+                }
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+            let in_flight = self
+                .lock()
+                .reshapes_on(&node)
+                .iter()
+                .any(|o| o.seq == req.seq);
+            if !in_flight {
+                return;
+            }
+        }
+    }
+
+    /// A node reports a reshape carried out (or stopped short).
+    pub async fn reshaped(
+        self: &Arc<Self>,
+        report: gsched_core::wire::ReshapeReport,
+    ) -> Result<(), CtlError> {
+        if let Some(e) = &report.error {
+            warn!(node = %report.node, seq = report.seq, error = %e, "a reshape stopped short");
+        } else {
+            info!(node = %report.node, seq = report.seq, removed = report.removed.len(), added = report.added.len(), "reshape done");
+        }
+        let effects =
+            self.lock()
+                .reshape_done(&report.node, report.seq, &report.removed, report.added)?;
+        self.execute(effects).await?;
+        self.wake.notify_one();
+        Ok(())
     }
 
     /// The cluster's GPU use now.
@@ -931,6 +1038,11 @@ enum Rpc {
         url: String,
         node: String,
         req: DrainRequest,
+    },
+    Reshape {
+        url: String,
+        node: String,
+        req: gsched_core::wire::ReshapeRequest,
     },
     Signal {
         url: String,

@@ -87,8 +87,13 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
     cluster.restore_history(loaded.max_job_id, loaded.past_peaks);
     cluster.set_job_requeue(config.job_requeue);
-    // gnoded does not re-partition MIG yet: a profile no node has now is
-    // one no node will have.
+    let repartition = gsched_core::repartition::repartition_policy(&config.repartition)
+        .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?;
+    cluster.set_repartition(
+        repartition.map(|p| Box::new(p) as Box<dyn gsched_core::repartition::RepartitionPolicy>),
+    );
+    // What no known node could ever run is refused (with re-partitioning,
+    // what no layout of a node's MIG GPUs could give).
     cluster.set_refuse_unsatisfiable(true);
     let endpoint = Endpoint::from_flags(
         config.tls_cert.as_deref(),

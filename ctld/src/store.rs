@@ -557,6 +557,7 @@ async fn load(
                 compute_slices: r.try_get::<i64, _>("compute_slices")? as u32,
                 // Not kept: the node reports it again when it registers.
                 link_domain: None,
+                mig_start: None,
                 mps: mps_of(&r)?,
             }));
         }
@@ -589,6 +590,7 @@ async fn load(
             instance_id: String::new(),
             drain_sent: None,
             drain_seq: 0,
+            reshape_gpus: Default::default(),
         });
     }
     Ok(Loaded {

@@ -16,6 +16,8 @@ pub struct NodeApi {
     pub launcher: Arc<Launcher>,
     /// Where drain sets go (none without a probe server).
     pub probe: Option<Arc<crate::probe::ProbeServer>>,
+    /// Carries out the controller's MIG re-partitions.
+    pub reshaper: Arc<crate::reshape::Reshaper>,
     pub lease: Arc<crate::fence::NodeLease>,
     pub key: String,
 }
@@ -40,6 +42,7 @@ pub fn router(api: Arc<NodeApi>) -> Router {
         .route("/v1/jobs", post(launch).get(list))
         .route("/v1/jobs/{id}/signal", post(signal))
         .route("/v1/drain", post(drain))
+        .route("/v1/reshape", post(reshape))
         .with_state(api)
 }
 
@@ -94,4 +97,23 @@ async fn drain(
         }
     }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The controller's re-partition of one GPU: accepted (carried out in the
+/// background, reported when done) or refused with the reason.
+async fn reshape(
+    State(api): St,
+    h: HeaderMap,
+    Body(req): Body<gsched_core::wire::ReshapeRequest>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&api.key, &h)?;
+    use crate::reshape::ReshapeError;
+    match api.reshaper.accept(req) {
+        Ok(()) => Ok(StatusCode::ACCEPTED),
+        Err(e @ ReshapeError::Busy(_)) => Err(ApiError::new(StatusCode::CONFLICT, e.to_string())),
+        Err(e) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            e.to_string(),
+        )),
+    }
 }

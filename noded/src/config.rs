@@ -98,6 +98,11 @@ pub struct NodeConfig {
     #[arg(long, default_value_t = 5)]
     #[serde(default = "default_heartbeat")]
     pub heartbeat_interval: u64,
+    /// Seconds a simulated GPU takes to change its MIG layout when the
+    /// controller re-partitions it (real GPUs take what they take).
+    #[arg(long, default_value_t = DEFAULT_MIG_RECONFIG_SECS, value_name = "SECS")]
+    #[serde(default = "default_mig_reconfig")]
+    pub mig_reconfig_secs: f64,
     /// Seconds without an answer from the controller after which the node
     /// kills its jobs (self-fencing), so they never run on after the
     /// controller has requeued them elsewhere. Must be below gctld's
@@ -166,4 +171,10 @@ fn default_kill_wait() -> u64 {
 }
 fn default_heartbeat() -> u64 {
     5
+}
+/// The reconfiguration time the simulator assumes (`gsched sim
+/// --reconfig-secs`), for the simulated backend (docs/simulator.md).
+pub const DEFAULT_MIG_RECONFIG_SECS: f64 = 5.0;
+fn default_mig_reconfig() -> f64 {
+    DEFAULT_MIG_RECONFIG_SECS
 }

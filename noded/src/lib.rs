@@ -13,6 +13,7 @@ pub mod launcher;
 pub mod link;
 pub mod mps;
 pub mod probe;
+pub mod reshape;
 pub mod shepherd;
 pub mod spool;
 
@@ -69,7 +70,7 @@ fn memory_mib() -> u64 {
 
 /// The GPU and MIG instance ids of each MIG instance (for its device
 /// rules).
-fn mig_ids(
+pub(crate) fn mig_ids(
     backend: &dyn gpu::GpuBackend,
     instances: &[gsched_core::gpu::Instance],
 ) -> std::collections::HashMap<String, (u32, u32, u32)> {
@@ -542,9 +543,24 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let addr = listener.local_addr()?;
     let lease = Arc::new(fence::NodeLease::open(state_dir));
     tokio::spawn(Arc::clone(&lease).watch(Arc::clone(&launcher)));
+    let inventory = Arc::new(std::sync::RwLock::new(instances.clone()));
+    let reshaper = Arc::new(reshape::Reshaper::new(
+        name.clone(),
+        Arc::clone(&backend),
+        Arc::clone(&probe_server),
+        Arc::clone(&confine),
+        Arc::clone(&inventory),
+        reshape::reshapeable_gpus(
+            &instances,
+            backend.is_simulated() || gpu_settings.allow_mig_reconfigure,
+            &mps_gpus,
+        ),
+        Duration::from_secs_f64(config.mig_reconfig_secs.clamp(0.0, 3600.0)),
+    ));
     let app = api::router(Arc::new(api::NodeApi {
         launcher: Arc::clone(&launcher),
         probe: Some(Arc::clone(&probe_server)),
+        reshaper: Arc::clone(&reshaper),
         lease: Arc::clone(&lease),
         key: key.clone(),
     }));
@@ -577,6 +593,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         ended: Vec::new(),
         fence_timeout_ms: config.fence_timeout.map(|s| s.saturating_mul(1000)),
         heartbeat_ms: config.heartbeat_interval.max(1).saturating_mul(1000),
+        reshape_gpus: reshaper.reshapeable().iter().copied().collect(),
     };
     let mut link = link::ControllerLink::new(
         identity,
@@ -590,7 +607,13 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     if let Some(m) = &mps {
         link = link.with_mps(Arc::clone(m));
     }
-    let link = Arc::new(link.with_probe(probe_server));
+    let link = Arc::new(link.with_probe(probe_server).with_inventory(inventory));
+    {
+        let l = Arc::clone(&link);
+        reshaper.set_report(Arc::new(move |r| {
+            tokio::spawn(Arc::clone(&l).report_reshape(r));
+        }));
+    }
     tokio::spawn(Arc::clone(&link).report_tasks(events));
     tokio::spawn(link.run(ended_rx, ended));
     tracing::info!(%addr, %url, node = %name, "gnoded listening");

@@ -29,6 +29,9 @@ pub struct ControllerLink {
     pub mps: Option<Arc<MpsSupervisor>>,
     /// The probe server, whose per-instance use goes with heartbeats.
     pub probe: Option<Arc<crate::probe::ProbeServer>>,
+    /// The node's instances now (re-partitions change them): what a
+    /// registration reports.
+    inventory: Option<Arc<std::sync::RwLock<Vec<gsched_core::gpu::Instance>>>>,
     http: reqwest::Client,
 }
 
@@ -51,8 +54,38 @@ impl ControllerLink {
             lease,
             mps: None,
             probe: None,
+            inventory: None,
             http,
         }
+    }
+
+    /// Registers the instances `inventory` holds at the time.
+    pub fn with_inventory(
+        mut self,
+        inventory: Arc<std::sync::RwLock<Vec<gsched_core::gpu::Instance>>>,
+    ) -> Self {
+        self.inventory = Some(inventory);
+        self
+    }
+
+    /// Tells the controller what a reshape did, until it has heard it (or
+    /// the node registers again, which reports the instances anyway).
+    pub async fn report_reshape(self: Arc<Self>, report: gsched_core::wire::ReshapeReport) {
+        let mut backoff = Duration::from_millis(250);
+        for _ in 0..20 {
+            match self.post("/internal/v1/nodes/reshaped", &report).await {
+                Ok(_) => return,
+                Err(e) => {
+                    warn!(seq = report.seq, error = %e, "could not report a reshape; will retry");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        warn!(
+            seq = report.seq,
+            "gave up reporting a reshape; the next registration reports the instances"
+        );
     }
 
     async fn post<T: serde::Serialize>(
@@ -139,6 +172,9 @@ impl ControllerLink {
             ended: ended.to_vec(),
             ..self.identity.clone()
         };
+        if let Some(inv) = &self.inventory {
+            reg.instances = inv.read().unwrap_or_else(|p| p.into_inner()).clone();
+        }
         if let Some(mps) = &self.mps {
             let now = mps.status();
             for i in &mut reg.instances {

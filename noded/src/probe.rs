@@ -477,6 +477,42 @@ impl ProbeServer {
         }
     }
 
+    /// Marks an instance as being re-partitioned (no new process is bound
+    /// there), or back in use.
+    pub fn set_retiring(&self, uuid: &str, retiring: bool) {
+        let mut st = self.lock();
+        st.node.set_retiring(uuid, retiring, now_ms());
+        self.dispatch(&mut st);
+    }
+
+    /// Whether nothing of a shared job uses `uuid` (no task, no bound
+    /// process) and no isolated job holds it.
+    pub fn idle(&self, uuid: &str) -> bool {
+        let st = self.lock();
+        st.node.tasks().is_idle(uuid) && st.node.holder(uuid).is_none()
+    }
+
+    /// Drops an idle instance the node destroyed; false (and nothing
+    /// changes) when it is not idle.
+    pub fn remove_instance(&self, uuid: &str) -> bool {
+        self.lock().node.remove_instance(uuid)
+    }
+
+    /// Adds an instance the node created; waiting tasks may go there.
+    pub fn add_instance(&self, i: &gsched_core::gpu::Instance) {
+        let mut st = self.lock();
+        st.node.add_instance(
+            &i.uuid,
+            i.memory_mib * 1024 * 1024,
+            Some(i.sms),
+            gsched_core::compute::instance_capacity(i),
+            now_ms(),
+        );
+        self.dispatch(&mut st);
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
     /// Whether `uuid` has shared tasks on it now.
     pub fn busy(&self, uuid: &str) -> bool {
         self.lock().node.tasks().tasks_on(uuid) > 0

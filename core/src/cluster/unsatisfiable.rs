@@ -3,8 +3,10 @@
 //! instead of waiting forever with `ReqNodeNotAvail`. Known nodes are every
 //! node that ever registered (down ones too). With none known yet (a
 //! controller whose nodes have not registered), every job is accepted.
-//! Off unless the controller turns it on: the simulator's re-partitioning
-//! creates profiles no current layout has.
+//! Off unless the controller turns it on (the simulator's re-partitioning
+//! creates profiles no current layout has). Where the controller
+//! re-partitions MIG GPUs (`reshapes.rs`), a MIG GPU counts for the most
+//! instances of the request any layout of its model could give.
 
 use super::{Cluster, ClusterError, Node};
 use crate::job::JobSpec;
@@ -31,7 +33,7 @@ impl Cluster {
             .flatten();
         let mut why = Vec::new();
         for n in self.nodes.values() {
-            match unfit(n, spec, &resources, choice.as_ref()) {
+            match unfit(n, spec, &resources, choice.as_ref(), self.repartitions()) {
                 None => return Ok(()),
                 Some(reason) => why.push(format!("{}: {reason}", n.name)),
             }
@@ -49,6 +51,7 @@ fn unfit(
     spec: &JobSpec,
     resources: &crate::resources::JobResources,
     choice: Option<&crate::allocation::NodeChoice>,
+    repartitions: bool,
 ) -> Option<String> {
     if choice.is_some_and(|c| !c.allows(&node.name)) {
         return Some("not allowed by -w/-x".into());
@@ -63,11 +66,14 @@ fn unfit(
     }
     if spec.isolated {
         let want = spec.gpu.instances();
-        let have = node
-            .instances
-            .iter()
-            .filter(|s| s.instance.satisfies(&spec.gpu))
-            .count();
+        let have = if repartitions {
+            could_make(node, &spec.gpu)
+        } else {
+            node.instances
+                .iter()
+                .filter(|s| s.instance.satisfies(&spec.gpu))
+                .count()
+        };
         if have < want {
             let kind = spec.gpu.kind().unwrap_or("any");
             return Some(format!(
@@ -76,6 +82,43 @@ fn unfit(
         }
     }
     None
+}
+
+/// How many instances satisfying `req` the node could offer once its MIG
+/// GPUs are re-partitioned: for each MIG GPU, the most of one profile
+/// that serves the request; whole GPUs as they are.
+fn could_make(node: &Node, req: &crate::job::GpuRequest) -> usize {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut have = 0;
+    for s in &node.instances {
+        let i = &s.instance;
+        let table = crate::gpu::model(&i.model).filter(|_| i.profile.is_some());
+        let Some(model) = table else {
+            have += usize::from(i.satisfies(req));
+            continue;
+        };
+        if !seen.insert(i.gpu_uuid.clone()) {
+            continue;
+        }
+        have += model
+            .profiles
+            .iter()
+            .filter(|p| !p.name.contains('+'))
+            .filter(|p| {
+                let as_instance = crate::gpu::Instance::mig(
+                    String::new(),
+                    i.gpu_index,
+                    i.gpu_uuid.clone(),
+                    &i.model,
+                    p,
+                );
+                as_instance.satisfies(req)
+            })
+            .map(|p| p.max_count as usize)
+            .max()
+            .unwrap_or(0);
+    }
+    have
 }
 
 #[cfg(test)]

@@ -647,6 +647,7 @@ pub fn simulate_with(
             ended: vec![],
             fence_timeout_ms: None,
             heartbeat_ms: 0,
+            reshape_gpus: Vec::new(),
         },
         0,
     );

@@ -53,6 +53,17 @@ pub(super) async fn heartbeat(
     Ok(Json(HeartbeatReply { known }))
 }
 
+/// A node's report of a reshape it carried out.
+pub(super) async fn reshaped(
+    State(ctl): Ctl,
+    headers: HeaderMap,
+    Body(report): Body<gsched_core::wire::ReshapeReport>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&ctl.key, &headers)?;
+    ctl.reshaped(report).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 pub(super) async fn tasks_reported(
     State(ctl): Ctl,
     headers: HeaderMap,

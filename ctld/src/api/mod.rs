@@ -74,6 +74,7 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/tasks", get(list_tasks))
         .route("/internal/v1/tasks", post(internal::tasks_reported))
         .route("/internal/v1/nodes/register", post(internal::register))
+        .route("/internal/v1/nodes/reshaped", post(internal::reshaped))
         .route(
             "/internal/v1/nodes/{name}/heartbeat",
             post(internal::heartbeat),

@@ -196,6 +196,7 @@ pub fn inventory(backend: &dyn GpuBackend) -> Result<Vec<Instance>, BackendError
                     sms: d.sms,
                     compute_slices: d.slices,
                     link_domain: g.link_domain,
+                    mig_start: Some(d.start),
                     mps: None,
                 });
             }
@@ -210,6 +211,7 @@ pub fn inventory(backend: &dyn GpuBackend) -> Result<Vec<Instance>, BackendError
                 sms: g.sms,
                 compute_slices: table.map(|t| t.compute_slices).unwrap_or(7),
                 link_domain: g.link_domain,
+                mig_start: None,
                 mps: None,
             });
         }

@@ -1,0 +1,269 @@
+//! MIG re-partitioning, decided by the controller and carried out by the
+//! nodes (issue 19). With a [`RepartitionPolicy`] set, each launch pass
+//! asks it, from the queues and every up node's MIG GPUs, what to re-make;
+//! each reshape marks its instances retiring (no launch goes there, and the
+//! node binds no new process to them) and reaches the node as an
+//! [`Effect::Reshape`]. The node destroys the instances once nothing uses
+//! them, creates the new ones and reports both ([`Cluster::reshape_done`]).
+//! One reshape per GPU is in flight at a time; a node that registers again
+//! (restarted) reports its real instances, which replace the books.
+
+use super::{Cluster, ClusterError, Effect};
+use crate::gpu::Instance;
+use crate::mig::MigPlacement;
+use crate::repartition::{Demand, GpuUse, InstanceUse, RepartitionPolicy, Use};
+use crate::wire::MigSlot;
+
+/// A reshape sent to a node and not yet reported done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReshapeOrder {
+    pub seq: u64,
+    pub gpu: u32,
+    pub retire: Vec<String>,
+    pub create: Vec<MigSlot>,
+}
+
+impl Cluster {
+    /// Re-partitions MIG GPUs with `policy` from now on (`None`: never).
+    pub fn set_repartition(&mut self, policy: Option<Box<dyn RepartitionPolicy>>) {
+        self.repartition = policy;
+    }
+
+    /// Whether MIG layouts may change (a policy is set).
+    pub fn repartitions(&self) -> bool {
+        self.repartition.is_some()
+    }
+
+    /// The reshapes sent to `node` and not yet done.
+    pub fn reshapes_on(&self, node: &str) -> &[ReshapeOrder] {
+        self.reshapes.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// Asks the policy for new reshapes; marks their instances retiring
+    /// and returns one [`Effect::Reshape`] each.
+    pub(super) fn plan_reshapes(&mut self) -> Vec<Effect> {
+        let effects = self.new_reshapes();
+        self.note_reconfiguring();
+        effects
+    }
+
+    fn new_reshapes(&mut self) -> Vec<Effect> {
+        let Some(policy) = self.repartition.as_deref() else {
+            return Vec::new();
+        };
+        let demand = Demand::of(self.jobs.values(), false);
+        if demand.isolated_mib.is_empty() && !demand.shared_backlog {
+            return Vec::new();
+        }
+        let mut orders = Vec::new();
+        for n in self.nodes.values().filter(|n| n.accepts_launches()) {
+            let in_flight = self.reshapes.get(&n.name);
+            let (gpus, uuids) = mig_gpus(n, in_flight.map_or(&[], Vec::as_slice));
+            if gpus.is_empty() {
+                continue;
+            }
+            let views: Vec<GpuUse> = gpus.iter().map(|(_, g)| g.clone()).collect();
+            for r in policy.plan(&views, &demand) {
+                let Some((gpu_index, _)) = gpus.get(r.gpu) else {
+                    continue;
+                };
+                // Only live instances are retired (never one being made).
+                let retire: Vec<String> = r
+                    .retire
+                    .iter()
+                    .filter_map(|&i| uuids[r.gpu].get(i).cloned())
+                    .collect();
+                if retire.len() != r.retire.len() || retire.is_empty() {
+                    continue;
+                }
+                orders.push((n.name.clone(), *gpu_index, retire, r.create));
+            }
+        }
+        let mut effects = Vec::new();
+        for (node, gpu, retire, create) in orders {
+            self.reshape_seq += 1;
+            for uuid in &retire {
+                self.set_retiring(&node, uuid, true);
+            }
+            let order = ReshapeOrder {
+                seq: self.reshape_seq,
+                gpu,
+                retire,
+                create: create
+                    .iter()
+                    .map(|p| MigSlot {
+                        profile: p.profile.name.into(),
+                        start: p.start,
+                    })
+                    .collect(),
+            };
+            effects.push(Effect::Reshape {
+                node: node.clone(),
+                order: order.clone(),
+            });
+            self.reshapes.entry(node).or_default().push(order);
+        }
+        effects
+    }
+
+    /// Pending isolated jobs that no instance serves now, but one a
+    /// reshape in flight makes would: they wait with `MigReconfiguring`.
+    fn note_reconfiguring(&mut self) {
+        if self.reshapes.values().all(Vec::is_empty) {
+            return;
+        }
+        let mut waiting = Vec::new();
+        for id in &self.isolated_queue {
+            let Some(job) = self.jobs.get(id) else {
+                continue;
+            };
+            let req = &job.spec.gpu;
+            let served_now = self.nodes.values().filter(|n| n.up).any(|n| {
+                n.instances
+                    .iter()
+                    .any(|s| !s.retiring && s.instance.satisfies(req))
+            });
+            if served_now {
+                continue;
+            }
+            let coming = self.reshapes.iter().any(|(name, orders)| {
+                let Some(n) = self.nodes.get(name) else {
+                    return false;
+                };
+                orders.iter().any(|o| {
+                    let Some(like) = n.instances.iter().find(|s| s.instance.gpu_index == o.gpu)
+                    else {
+                        return false;
+                    };
+                    let model = crate::gpu::model(&like.instance.model);
+                    o.create.iter().any(|c| {
+                        model.and_then(|m| m.profile(&c.profile)).is_some_and(|p| {
+                            Instance::mig(
+                                String::new(),
+                                o.gpu,
+                                like.instance.gpu_uuid.clone(),
+                                &like.instance.model,
+                                p,
+                            )
+                            .satisfies(req)
+                        })
+                    })
+                })
+            });
+            if coming {
+                waiting.push(*id);
+            }
+        }
+        for id in waiting {
+            self.set_reason(id, "MigReconfiguring");
+        }
+    }
+
+    /// A node carried out reshape `seq`: `removed` instances are gone and
+    /// `added` exist. Unknown orders (already settled, or from before the
+    /// node registered again) change nothing.
+    pub fn reshape_done(
+        &mut self,
+        node: &str,
+        seq: u64,
+        removed: &[String],
+        added: Vec<Instance>,
+    ) -> Result<Vec<Effect>, ClusterError> {
+        if !self.nodes.contains_key(node) {
+            return Err(ClusterError::UnknownNode(node.into()));
+        }
+        let orders = self.reshapes.entry(node.to_string()).or_default();
+        let Some(k) = orders.iter().position(|o| o.seq == seq) else {
+            return Ok(Vec::new());
+        };
+        let order = orders.remove(k);
+        // What was not removed (the node gave up) is in use again.
+        for uuid in order.retire.iter().filter(|u| !removed.contains(u)) {
+            self.set_retiring(node, uuid, false);
+        }
+        self.reshape_node(node, removed, added)?;
+        Ok(vec![Effect::Node { name: node.into() }])
+    }
+
+    /// A node registered: its books start from what it reported.
+    pub(super) fn forget_reshapes(&mut self, node: &str) {
+        self.reshapes.remove(node);
+    }
+}
+
+/// The node's MIG GPUs as the policy sees them, by GPU index, and for
+/// each the UUIDs of its live instances in the same order. Instances being
+/// created by an order in flight come last, as `Creating`; a GPU with an
+/// order in flight is shown (its room counts) but the policy never plans
+/// over retiring or creating instances.
+fn mig_gpus(
+    node: &super::Node,
+    in_flight: &[ReshapeOrder],
+) -> (Vec<(u32, GpuUse)>, Vec<Vec<String>>) {
+    let mut gpus: Vec<(u32, GpuUse)> = Vec::new();
+    let mut uuids: Vec<Vec<String>> = Vec::new();
+    for s in &node.instances {
+        let i = &s.instance;
+        if !node.reshape_gpus.contains(&i.gpu_index) {
+            continue;
+        }
+        let (Some(profile), Some(start)) = (i.profile.as_deref(), i.mig_start) else {
+            continue;
+        };
+        let Some(model) = crate::gpu::model(&i.model) else {
+            continue;
+        };
+        let Some(profile) = model.profile(profile) else {
+            continue;
+        };
+        let state = if s.retiring {
+            Use::Retiring
+        } else if s.isolated_owner.is_some() || s.draining_for.is_some() {
+            Use::Isolated
+        } else if s.active_tasks == 0 && s.job_bytes.is_empty() {
+            Use::Idle
+        } else {
+            Use::Shared
+        };
+        let k = match gpus.iter().position(|(g, _)| *g == i.gpu_index) {
+            Some(k) => k,
+            None => {
+                gpus.push((
+                    i.gpu_index,
+                    GpuUse {
+                        model,
+                        instances: Vec::new(),
+                    },
+                ));
+                uuids.push(Vec::new());
+                gpus.len() - 1
+            }
+        };
+        gpus[k].1.instances.push(InstanceUse {
+            placement: MigPlacement { profile, start },
+            state,
+        });
+        uuids[k].push(i.uuid.clone());
+    }
+    for o in in_flight {
+        let Some(k) = gpus.iter().position(|(g, _)| *g == o.gpu) else {
+            continue;
+        };
+        let model = gpus[k].1.model;
+        for c in &o.create {
+            if let Some(profile) = model.profile(&c.profile) {
+                gpus[k].1.instances.push(InstanceUse {
+                    placement: MigPlacement {
+                        profile,
+                        start: c.start,
+                    },
+                    state: Use::Creating,
+                });
+            }
+        }
+    }
+    (gpus, uuids)
+}
+
+#[cfg(test)]
+mod tests;

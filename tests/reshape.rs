@@ -1,0 +1,110 @@
+//! Live MIG re-partitioning (issue 19, item 2) on simulated GPUs: an A100
+//! laid out as seven 1g.5gb instances, an isolated job asking for a
+//! 3g.20gb instance, and `--repartition demand`: the controller orders a
+//! reshape, gnoded retires idle instances, destroys them, creates the
+//! 3g.20gb one (after the configured reconfiguration delay) and reports it;
+//! the job runs there. A shared job running on another instance keeps
+//! running throughout, and its instance is never touched.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bin, Gsched};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+
+fn instances(g: &Gsched) -> Vec<Value> {
+    g.get("/api/v1/instances").unwrap()["instances"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn an_isolated_job_gets_a_profile_made_for_it_while_shared_work_runs_on() {
+    let mut args = vec![
+        "--sim-gpus",
+        "1xA100-40GB:1g.5gb*7",
+        "--repartition",
+        "demand",
+        "--mig-reconfig-secs",
+        "0.5",
+    ];
+    let spare = common::spare_cpus();
+    args.extend(spare.iter().map(String::as_str));
+    let g = Gsched::start(&args);
+    let before = instances(&g);
+    assert_eq!(before.len(), 7);
+    assert!(before.iter().all(|i| i["profile"] == "1g.5gb"));
+
+    // A shared job holds a task on one instance for a while.
+    let shared = g.script(
+        "shared.sh",
+        &format!(
+            "#!/bin/sh\nexec {} run --mem 1G -- sleep 6\n",
+            bin("gprobe").display()
+        ),
+    );
+    let sid = g.submit(&["-J", "shared", "-o", "/dev/null", &shared]);
+    g.wait_until("the shared task is placed", T, || {
+        instances(&g).iter().any(|i| i["active_tasks"] == 1)
+    });
+    let busy = instances(&g)
+        .into_iter()
+        .find(|i| i["active_tasks"] == 1)
+        .unwrap()["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // An isolated job asks for a profile no instance has: it is accepted
+    // (a reshape can make it), not refused.
+    let iso = g.script(
+        "iso.sh",
+        "#!/bin/sh\necho \"$CUDA_VISIBLE_DEVICES\" > \"$SLURM_SUBMIT_DIR/iso.out\"\n",
+    );
+    let iid = g.submit(&["--isolated", "--gres=gpu:3g.20gb:1", "-J", "iso", &iso]);
+    let done = g.wait_state(iid, "COMPLETED", T);
+    let got = done["gpu_instances"][0].as_str().unwrap().to_string();
+
+    let after = instances(&g);
+    let made = after
+        .iter()
+        .find(|i| i["uuid"] == got.as_str())
+        .expect("the job's instance is listed");
+    assert_eq!(made["profile"], "3g.20gb", "{made}");
+    assert!(made["mig_start"].as_u64().is_some(), "{made}");
+    // 8 memory slices: the 3g.20gb took four, at most four 1g.5gb remain.
+    let small = after.iter().filter(|i| i["profile"] == "1g.5gb").count();
+    assert!((3..=4).contains(&small), "{after:?}");
+    // The shared job's instance was never retired, and the job ran on to
+    // its end.
+    assert!(
+        after.iter().any(|i| i["uuid"] == busy.as_str()),
+        "{after:?}"
+    );
+    let s = g.wait_state(sid, "COMPLETED", T);
+    assert_eq!(s["exit_code"], 0);
+    assert!(
+        g.log().contains("reshape done"),
+        "the controller heard the report"
+    );
+}
+
+#[test]
+fn without_repartitioning_a_profile_no_layout_has_is_refused() {
+    let mut args = vec!["--sim-gpus", "1xA100-40GB:1g.5gb*7"];
+    let spare = common::spare_cpus();
+    args.extend(spare.iter().map(String::as_str));
+    let g = Gsched::start(&args);
+    let iso = g.script("iso.sh", "#!/bin/sh\ntrue\n");
+    let out = g.cli("gsub", &["--isolated", "--gres=gpu:3g.20gb:1", &iso]);
+    assert!(!out.status.success());
+    assert!(
+        common::stderr(&out).contains("Requested node configuration is not available"),
+        "{}",
+        common::stderr(&out)
+    );
+}
