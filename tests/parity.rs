@@ -7,55 +7,19 @@ mod common;
 use std::time::Duration;
 
 use common::{bin, Gsched};
-use gsched_core::sim::{simulate, Phase, Policy, SimJob};
 
-/// (name, GiB, seconds). Two 1g.5gb instances (4864 MiB): j1 and j2 take
-/// one each, j3 must wait for j2, and j4, whose 1 GiB fits next to j1,
-/// goes ahead of the waiting j3 (a task that fits is not held behind one
-/// that does not); when j2 ends, j3 is placed. j1 runs long enough, and j2
-/// long enough, that a slow machine (late launches) still finds them there
-/// when j3 and j4 come: only j2 ending before j4 asks would change the
-/// decisions.
-const JOBS: &[(&str, u64, f64)] = &[
-    ("j1", 3, 12.0),
-    ("j2", 3, 4.0),
-    ("j3", 3, 1.0),
-    ("j4", 1, 1.0),
-];
-const SPEC: &str = "1xA100-40GB:1g.5gb*2";
+use gsched_core::sim::parity::{JOBS, SPEC};
 
+/// The simulator's placements, with instances by their index in the node.
 fn simulated() -> Vec<(String, usize)> {
-    let jobs: Vec<SimJob> = JOBS
-        .iter()
-        .enumerate()
-        .map(|(k, (name, gib, secs))| SimJob {
-            name: name.to_string(),
-            isolated: false,
-            footprint_mib: gib * 1024,
-            submit: k as f64 * 0.3,
-            phases: vec![Phase::Gpu {
-                mem_mib: gib * 1024,
-                slices: 0.5,
-                secs: *secs,
-            }],
-        })
-        .collect();
-    let r = simulate(SPEC, Policy::Case, &jobs).unwrap();
     let uuids: Vec<String> =
         gsched_core::gpu::sim_instances("sim", &gsched_core::gpu::parse_sim_spec(SPEC).unwrap())
             .into_iter()
             .map(|i| i.uuid)
             .collect();
-    r.decisions
-        .iter()
-        .filter_map(|d| d.strip_prefix("place "))
-        .map(|d| {
-            let (name, uuid) = d.split_once(" on ").unwrap();
-            (
-                name.to_string(),
-                uuids.iter().position(|u| u == uuid).unwrap(),
-            )
-        })
+    gsched_core::sim::parity::simulated()
+        .into_iter()
+        .map(|(name, uuid)| (name, uuids.iter().position(|u| *u == uuid).unwrap()))
         .collect()
 }
 

@@ -271,27 +271,9 @@ impl DemandRepartition {
                     profile: want,
                     start,
                 };
-                let mask = region.mask();
-                let inside: Vec<usize> = (0..g.instances.len())
-                    .filter(|&k| g.instances[k].placement.mask() & mask != 0)
-                    .collect();
-                // Every instance touching the region lies inside it and is
-                // idle; the region's slices are free once they go.
-                let ok = !inside.is_empty()
-                    && inside.iter().all(|&k| {
-                        let i = &g.instances[k];
-                        i.placement.mask() & !mask == 0 && i.state == Use::Idle
-                    });
-                if !ok {
+                let Some(inside) = idle_region(g, region).filter(|v| !v.is_empty()) else {
                     continue;
-                }
-                let kept: Vec<MigPlacement> = (0..g.instances.len())
-                    .filter(|k| !inside.contains(k))
-                    .map(|k| g.instances[k].placement)
-                    .collect();
-                if check_create(g.model, &kept, want, start).is_err() {
-                    continue;
-                }
+                };
                 let key = (inside.len(), gi, start);
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((
@@ -315,33 +297,18 @@ impl DemandRepartition {
         for p in plain_profiles(g.model).filter(|p| p.compute_slices <= self.max_pool_slices) {
             for &start in p.starts {
                 let region = MigPlacement { profile: p, start };
-                let mask = region.mask();
-                let inside: Vec<usize> = (0..g.instances.len())
-                    .filter(|&k| g.instances[k].placement.mask() & mask != 0)
-                    .collect();
-                // Every instance touching the region lies inside it, is idle,
-                // and is smaller than the result; at least two go; the result
-                // has at least their compute slices.
-                let ok = inside.len() >= 2
-                    && inside.iter().all(|&k| {
-                        let i = &g.instances[k];
-                        i.placement.mask() & !mask == 0
-                            && i.state == Use::Idle
-                            && i.placement.profile.memory_mib < p.memory_mib
-                    });
-                // No compute is given up to gain memory.
-                let slices: u32 = inside
-                    .iter()
-                    .map(|&k| g.instances[k].placement.profile.compute_slices)
-                    .sum();
-                if !ok || p.compute_slices < slices {
+                let Some(inside) = idle_region(g, region) else {
                     continue;
-                }
-                let kept: Vec<MigPlacement> = (0..g.instances.len())
-                    .filter(|k| !inside.contains(k))
-                    .map(|k| g.instances[k].placement)
-                    .collect();
-                if check_create(g.model, &kept, p, start).is_err() {
+                };
+                // At least two go, each smaller than the result, which has
+                // at least their compute slices (no compute is given up to
+                // gain memory).
+                let instances = || inside.iter().map(|&k| g.instances[k].placement.profile);
+                let slices: u32 = instances().map(|q| q.compute_slices).sum();
+                if inside.len() < 2
+                    || instances().any(|q| q.memory_mib >= p.memory_mib)
+                    || p.compute_slices < slices
+                {
                     continue;
                 }
                 let key = (p.compute_slices, start);
@@ -359,6 +326,29 @@ impl DemandRepartition {
         }
         best.map(|(_, r)| r)
     }
+}
+
+/// The instances of `g` inside `region`, when every instance touching it
+/// lies inside it and is idle, and `region` can be created once they go.
+fn idle_region(g: &GpuUse, region: MigPlacement) -> Option<Vec<usize>> {
+    let mask = region.mask();
+    let inside: Vec<usize> = (0..g.instances.len())
+        .filter(|&k| g.instances[k].placement.mask() & mask != 0)
+        .collect();
+    let contained = inside.iter().all(|&k| {
+        let i = &g.instances[k];
+        i.placement.mask() & !mask == 0 && i.state == Use::Idle
+    });
+    if !contained {
+        return None;
+    }
+    let kept: Vec<MigPlacement> = (0..g.instances.len())
+        .filter(|k| !inside.contains(k))
+        .map(|k| g.instances[k].placement)
+        .collect();
+    check_create(g.model, &kept, region.profile, region.start)
+        .is_ok()
+        .then_some(inside)
 }
 
 /// The GPUs as they will be once the reshapes planned so far in a pass are

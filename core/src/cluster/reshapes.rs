@@ -51,7 +51,11 @@ impl Cluster {
         let Some(policy) = self.repartition.as_deref() else {
             return Vec::new();
         };
-        let demand = Demand::of(self.jobs.values(), false);
+        // The queues and what runs: not every job the controller remembers.
+        let queued = self.isolated_queue.iter().chain(self.shared_queue.iter());
+        let running = self.nodes.values().flat_map(|n| n.running.iter());
+        let ids: std::collections::BTreeSet<&crate::job::JobId> = queued.chain(running).collect();
+        let demand = Demand::of(ids.into_iter().filter_map(|id| self.jobs.get(id)), false);
         if demand.isolated_mib.is_empty() && !demand.shared_backlog {
             return Vec::new();
         }

@@ -888,8 +888,7 @@ pub fn compare(policy: SimResult, baseline: SimResult) -> Comparison {
     }
 }
 
-#[cfg(test)]
-mod parity;
+pub mod parity;
 
 #[cfg(test)]
 mod tests {
