@@ -93,6 +93,59 @@ fn an_isolated_job_gets_a_profile_made_for_it_while_shared_work_runs_on() {
     );
 }
 
+/// The MIG instances listed overlap nowhere on their GPU: each one's
+/// memory slices (from its placement and profile) are its own.
+fn assert_legal(instances: &[Value]) {
+    let model = gsched_core::gpu::model("A100-40GB").unwrap();
+    let mut used = 0u32;
+    for i in instances {
+        let p = model.profile(i["profile"].as_str().unwrap()).unwrap();
+        let start = i["mig_start"].as_u64().expect("placement reported") as u32;
+        let mask = ((1u32 << p.memory_slices) - 1) << start;
+        assert_eq!(used & mask, 0, "overlapping instances: {instances:?}");
+        used |= mask;
+    }
+}
+
+#[test]
+fn a_restart_in_the_middle_of_a_reshape_leaves_a_legal_layout_and_the_job_runs() {
+    let mut args = vec![
+        "--sim-gpus",
+        "1xA100-40GB:1g.5gb*7",
+        "--repartition",
+        "demand",
+        "--mig-reconfig-secs",
+        "3",
+    ];
+    let spare = common::spare_cpus();
+    args.extend(spare.iter().map(String::as_str));
+    let mut g = Gsched::start(&args);
+    let iso = g.script("iso.sh", "#!/bin/sh
+true
+");
+    let id = g.submit(&["--isolated", "--gres=gpu:3g.20gb:1", "-J", "iso", &iso]);
+    // Killed between destroying the old instances and making the new one
+    // (the reconfiguration takes 3 s).
+    g.wait_until("a retired instance is destroyed", T, || {
+        g.log().contains("instance destroyed")
+    });
+    assert!(!g.log().contains("instance created"), "too late to interrupt");
+    g.restart();
+    let after = instances(&g);
+    assert!(!after.is_empty());
+    assert_legal(&after);
+    // The job was never started; it runs once a reshape is done.
+    let done = g.wait_state(id, "COMPLETED", T);
+    assert_eq!(done["restart_cnt"], 0, "{done}");
+    let now = instances(&g);
+    assert_legal(&now);
+    let got = done["gpu_instances"][0].as_str().unwrap();
+    assert!(
+        now.iter().any(|i| i["uuid"] == got && i["profile"] == "3g.20gb"),
+        "{now:?}"
+    );
+}
+
 #[test]
 fn without_repartitioning_a_profile_no_layout_has_is_refused() {
     let mut args = vec!["--sim-gpus", "1xA100-40GB:1g.5gb*7"];
