@@ -120,16 +120,22 @@ fn a_restart_in_the_middle_of_a_reshape_leaves_a_legal_layout_and_the_job_runs()
     let spare = common::spare_cpus();
     args.extend(spare.iter().map(String::as_str));
     let mut g = Gsched::start(&args);
-    let iso = g.script("iso.sh", "#!/bin/sh
+    let iso = g.script(
+        "iso.sh",
+        "#!/bin/sh
 true
-");
+",
+    );
     let id = g.submit(&["--isolated", "--gres=gpu:3g.20gb:1", "-J", "iso", &iso]);
     // Killed between destroying the old instances and making the new one
     // (the reconfiguration takes 3 s).
     g.wait_until("a retired instance is destroyed", T, || {
         g.log().contains("instance destroyed")
     });
-    assert!(!g.log().contains("instance created"), "too late to interrupt");
+    assert!(
+        !g.log().contains("instance created"),
+        "too late to interrupt"
+    );
     g.restart();
     let after = instances(&g);
     assert!(!after.is_empty());
@@ -141,7 +147,8 @@ true
     assert_legal(&now);
     let got = done["gpu_instances"][0].as_str().unwrap();
     assert!(
-        now.iter().any(|i| i["uuid"] == got && i["profile"] == "3g.20gb"),
+        now.iter()
+            .any(|i| i["uuid"] == got && i["profile"] == "3g.20gb"),
         "{now:?}"
     );
 }
@@ -160,4 +167,63 @@ fn without_repartitioning_a_profile_no_layout_has_is_refused() {
         "{}",
         common::stderr(&out)
     );
+}
+
+#[test]
+fn a_gpu_served_by_mps_gets_servers_for_its_new_instances_and_quits_the_old() {
+    let fake =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-mps-control");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpus.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mps_control = \"{}\"\nmps_check_interval = 1\n[[gpu]]\nindex = 0\nmps = true\n",
+            fake.display()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let mut args = vec![
+        "--sim-gpus",
+        "1xA100-40GB:1g.5gb*7",
+        "--gpu-config",
+        &config,
+        "--repartition",
+        "demand",
+        "--mig-reconfig-secs",
+        "0.2",
+    ];
+    let spare = common::spare_cpus();
+    args.extend(spare.iter().map(String::as_str));
+    let mut g = Gsched::start(&args);
+    let log_dir = |i: &Value| i["mps"]["log_dir"].as_str().unwrap().to_string();
+    let before = instances(&g);
+    assert!(
+        before.iter().all(|i| i["mps"]["state"] == "running"),
+        "{before:?}"
+    );
+    let iso = g.script("iso.sh", "#!/bin/sh\ntrue\n");
+    let id = g.submit(&["--isolated", "--gres=gpu:3g.20gb:1", "-J", "iso", &iso]);
+    let done = g.wait_state(id, "COMPLETED", T);
+    let got = done["gpu_instances"][0].as_str().unwrap();
+    let after = instances(&g);
+    let made = after.iter().find(|i| i["uuid"] == got).unwrap();
+    assert_eq!(made["mps"]["state"], "running", "{made}");
+    let log = std::fs::read_to_string(format!("{}/control.log", log_dir(made))).unwrap();
+    assert!(log.contains(&format!("started for {got}")), "{log}");
+    // Each retired instance's server was told to quit.
+    let gone: Vec<&Value> = before
+        .iter()
+        .filter(|b| !after.iter().any(|a| a["uuid"] == b["uuid"]))
+        .collect();
+    assert!(!gone.is_empty());
+    for b in gone {
+        let log = std::fs::read_to_string(format!("{}/control.log", log_dir(b))).unwrap();
+        assert!(log.lines().any(|l| l == "quit"), "{}: {log}", b["uuid"]);
+    }
+    // A clean stop quits the daemons it started since, too.
+    assert!(g.terminate());
+    let log = std::fs::read_to_string(format!("{}/control.log", log_dir(made))).unwrap();
+    assert!(log.lines().any(|l| l == "quit"), "{log}");
 }

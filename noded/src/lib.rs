@@ -172,7 +172,8 @@ struct MpsWatch {
     recovering: std::sync::Mutex<gsched_core::mps_recovery::MpsRecovery>,
     /// The driver's recent Xid errors, and each instance's GPU.
     xids: Arc<gpu::xid::XidLog>,
-    gpu_of: HashMap<String, u32>,
+    /// The node's instances (re-partitions change them): each one's GPU.
+    inventory: Arc<std::sync::RwLock<Vec<gsched_core::gpu::Instance>>>,
 }
 
 impl MpsWatch {
@@ -233,10 +234,15 @@ impl MpsWatch {
         }
         let hit = GpuFault::jobs_hit(&fault.torn_down, &bound, &owners);
         let named = fault.named.map(|p| (p, owners.get(&p).copied()));
-        let xids = self
-            .gpu_of
-            .get(uuid)
-            .map(|g| self.xids.recent(*g, std::time::Instant::now()))
+        let gpu = self
+            .inventory
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|i| i.uuid == uuid)
+            .map(|i| i.gpu_index);
+        let xids = gpu
+            .map(|g| self.xids.recent(g, std::time::Instant::now()))
             .unwrap_or_default();
         warn!(
             instance = %uuid,
@@ -403,6 +409,8 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let (probe_server, probe_listener) =
         probe::ProbeServer::bind(sock, book, mps_dirs, Arc::clone(&events))?;
     launcher.set_probe(Arc::clone(&probe_server));
+    // The instances as the node registers them (re-partitions change them).
+    let inventory = Arc::new(std::sync::RwLock::new(instances.clone()));
     let xids = Arc::new(gpu::xid::XidLog::default());
     if !backend.is_simulated() {
         gpu::xid::watch(Arc::clone(&xids));
@@ -416,10 +424,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
                 confine: Arc::clone(&confine),
                 recovering: Default::default(),
                 xids,
-                gpu_of: instances
-                    .iter()
-                    .map(|i| (i.uuid.clone(), i.gpu_index))
-                    .collect(),
+                inventory: Arc::clone(&inventory),
             },
             Duration::from_secs(gpu_settings.mps_check_interval.max(1)),
         );
@@ -543,8 +548,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let addr = listener.local_addr()?;
     let lease = Arc::new(fence::NodeLease::open(state_dir));
     tokio::spawn(Arc::clone(&lease).watch(Arc::clone(&launcher)));
-    let inventory = Arc::new(std::sync::RwLock::new(instances.clone()));
-    let reshaper = Arc::new(reshape::Reshaper::new(
+    let reshaper = reshape::Reshaper::new(
         name.clone(),
         Arc::clone(&backend),
         Arc::clone(&probe_server),
@@ -553,10 +557,14 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         reshape::reshapeable_gpus(
             &instances,
             backend.is_simulated() || gpu_settings.allow_mig_reconfigure,
-            &mps_gpus,
         ),
         Duration::from_secs_f64(config.mig_reconfig_secs.clamp(0.0, 3600.0)),
-    ));
+    );
+    let reshaper = match &mps {
+        Some(sup) => reshaper.with_mps(Arc::clone(sup), mps_gpus.clone()),
+        None => reshaper,
+    };
+    let reshaper = Arc::new(reshaper);
     let app = api::router(Arc::new(api::NodeApi {
         launcher: Arc::clone(&launcher),
         probe: Some(Arc::clone(&probe_server)),

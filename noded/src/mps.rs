@@ -69,6 +69,8 @@ pub fn pipe_dirs(root: &Path, instances: &[String]) -> Result<Vec<PathBuf>> {
 /// The MPS control daemons of this node.
 pub struct MpsSupervisor {
     control: PathBuf,
+    /// Where the daemons' directories are.
+    root: PathBuf,
     servers: Mutex<Vec<MpsServer>>,
     /// Set by [`MpsSupervisor::quit_all`]: no daemon is (re)started after
     /// it, so a check running during shutdown cannot leave one behind.
@@ -299,6 +301,41 @@ fn run_bounded(
 }
 
 impl MpsServer {
+    /// The server of `uuid` with its pipe directory, its daemon started
+    /// (or adopted) where it can be.
+    fn started(control: &Path, uuid: &str, pipe_dir: PathBuf) -> MpsServer {
+        let log_dir = pipe_dir.with_file_name("log");
+        // Faults logged before this start are not this run's to report.
+        let log_read = std::fs::symlink_metadata(log_dir.join(SERVER_LOG))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let mut s = MpsServer {
+            instance: uuid.to_string(),
+            pipe_dir,
+            log_dir,
+            daemon: None,
+            log_read,
+            log_error: None,
+        };
+        if let Err(e) = s.ensure_started(control) {
+            warn!(instance = %uuid, error = format!("{e:#}"), "MPS control daemon did not start; will retry");
+        }
+        s
+    }
+
+    /// Its directories and whether its daemon runs.
+    fn status(&self) -> Mps {
+        Mps {
+            pipe_dir: self.pipe_dir.display().to_string(),
+            log_dir: self.log_dir.display().to_string(),
+            state: if alive(self.daemon) {
+                MpsState::Running
+            } else {
+                MpsState::Down
+            },
+        }
+    }
+
     fn env(&self, cmd: &mut Command) {
         cmd.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
             .env("CUDA_MPS_LOG_DIRECTORY", &self.log_dir)
@@ -384,29 +421,48 @@ impl MpsSupervisor {
     pub fn start(control: PathBuf, root: &Path, instances: &[String]) -> Result<MpsSupervisor> {
         let mut servers = Vec::new();
         for (uuid, pipe_dir) in instances.iter().zip(pipe_dirs(root, instances)?) {
-            let log_dir = pipe_dir.with_file_name("log");
-            // Faults logged before this start are not this run's to report.
-            let log_read = std::fs::symlink_metadata(log_dir.join(SERVER_LOG))
-                .map(|m| m.len())
-                .unwrap_or(0);
-            let mut s = MpsServer {
-                instance: uuid.clone(),
-                pipe_dir,
-                log_dir,
-                daemon: None,
-                log_read,
-                log_error: None,
-            };
-            if let Err(e) = s.ensure_started(&control) {
-                warn!(instance = %uuid, error = format!("{e:#}"), "MPS control daemon did not start; will retry");
-            }
-            servers.push(s);
+            servers.push(MpsServer::started(&control, uuid, pipe_dir));
         }
         Ok(MpsSupervisor {
             control,
+            root: root.to_path_buf(),
             servers: Mutex::new(servers),
             quitting: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Starts (or adopts) a daemon for an instance made after start (a MIG
+    /// re-partition); returns its directories and state. One that cannot
+    /// start is retried by [`MpsSupervisor::check`], as at start.
+    pub fn add(&self, uuid: &str) -> Result<Mps> {
+        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        if self.quitting.load(std::sync::atomic::Ordering::SeqCst) {
+            bail!("gnoded is shutting down: no MPS daemon is started");
+        }
+        let mut names: Vec<String> = servers
+            .iter()
+            .map(|s| s.instance.clone())
+            .filter(|i| i != uuid)
+            .collect();
+        names.push(uuid.to_string());
+        let pipe_dir = pipe_dirs(&self.root, &names)?
+            .pop()
+            .context("no pipe directory")?;
+        servers.retain(|s| s.instance != uuid);
+        let s = MpsServer::started(&self.control, uuid, pipe_dir);
+        let mps = s.status();
+        servers.push(s);
+        Ok(mps)
+    }
+
+    /// Tells the daemon of an instance about to be destroyed `quit`, and
+    /// forgets it.
+    pub fn remove(&self, uuid: &str) {
+        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = servers.iter().position(|s| s.instance == uuid) {
+            let mut s = servers.remove(k);
+            s.quit(&self.control);
+        }
     }
 
     /// Restarts daemons that died. Returns how many were (re)started: none
@@ -468,21 +524,7 @@ impl MpsSupervisor {
         let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
         servers
             .iter()
-            .map(|s| {
-                let state = if alive(s.daemon) {
-                    MpsState::Running
-                } else {
-                    MpsState::Down
-                };
-                (
-                    s.instance.clone(),
-                    Mps {
-                        pipe_dir: s.pipe_dir.display().to_string(),
-                        log_dir: s.log_dir.display().to_string(),
-                        state,
-                    },
-                )
-            })
+            .map(|s| (s.instance.clone(), s.status()))
             .collect()
     }
 

@@ -111,7 +111,8 @@ pub struct ProbeServer {
     /// Learns the context cost from the processes placed here.
     context: std::sync::OnceLock<Arc<crate::context::ContextWatch>>,
     state: Mutex<State>,
-    mps: BTreeMap<String, String>,
+    /// Each instance's MPS pipe directory (re-partitions change them).
+    mps: std::sync::RwLock<BTreeMap<String, String>>,
     events: Arc<TaskEvents>,
     changed: Notify,
     /// Probe round trips and placement waits, for the heartbeat.
@@ -184,7 +185,7 @@ impl ProbeServer {
                 growers: HashMap::new(),
                 watched: HashSet::new(),
             }),
-            mps,
+            mps: std::sync::RwLock::new(mps),
             events,
             changed: Notify::new(),
             latency: Mutex::new((
@@ -513,6 +514,16 @@ impl ProbeServer {
         self.changed.notify_waiters();
     }
 
+    /// Sets (or, with `None`, forgets) the MPS pipe directory processes
+    /// placed on `uuid` are given.
+    pub fn set_mps_pipe(&self, uuid: &str, pipe_dir: Option<String>) {
+        let mut m = self.mps.write().unwrap_or_else(|e| e.into_inner());
+        match pipe_dir {
+            Some(d) => m.insert(uuid.to_string(), d),
+            None => m.remove(uuid),
+        };
+    }
+
     /// Whether `uuid` has shared tasks on it now.
     pub fn busy(&self, uuid: &str) -> bool {
         self.lock().node.tasks().tasks_on(uuid) > 0
@@ -658,7 +669,12 @@ impl ProbeServer {
         ProbeReply::Placed {
             task: p.task,
             instance: p.instance.clone(),
-            mps_pipe_dir: self.mps.get(&p.instance).cloned(),
+            mps_pipe_dir: self
+                .mps
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&p.instance)
+                .cloned(),
             bytes: p.bytes,
         }
     }

@@ -8,10 +8,14 @@
 //! controller gets a [`ReshapeReport`]. MIG mode is never changed, and an
 //! instance with a process on it is never destroyed.
 //!
-//! Only GPUs in MIG mode, whose layout the backend may change (simulated
-//! GPUs, or NVML with `allow_mig_reconfigure`) and whose instances run no
-//! MPS server, are offered to the controller for re-partitioning
-//! ([`Reshaper::reshapeable`]); an order for another is refused. A
+//! Where the GPU's instances run MPS servers, a retired instance's server
+//! is told `quit` once no shared process is left there, before the
+//! instance is destroyed, and each new instance gets one.
+//!
+//! Only GPUs in MIG mode whose layout the backend may change (simulated
+//! GPUs, or NVML with `allow_mig_reconfigure`) are offered to the
+//! controller for re-partitioning ([`Reshaper::reshapeable`]); an order
+//! for another is refused. A
 //! restarted gnoded applies its `gpus.toml` layout again (the simulated
 //! backend starts from its configured layout), registers what exists, and
 //! the controller forgets the orders it had sent.
@@ -45,6 +49,8 @@ pub struct Reshaper {
     /// The node's instances as it registers them.
     inventory: Arc<RwLock<Vec<Instance>>>,
     reshapeable: BTreeSet<u32>,
+    /// The node's MPS daemons, and the GPUs whose instances have one.
+    mps: Option<(Arc<crate::mps::MpsSupervisor>, BTreeSet<u32>)>,
     /// How long the simulated backend takes to reconfigure a GPU.
     sim_delay: Duration,
     /// GPUs with a reshape under way.
@@ -55,7 +61,7 @@ pub struct Reshaper {
 /// Why an order is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ReshapeError {
-    #[error("GPU {0} is not re-partitioned by this node (not in MIG mode, MIG changes not allowed in gpus.toml, or its instances run MPS servers)")]
+    #[error("GPU {0} is not re-partitioned by this node (not in MIG mode, or MIG changes not allowed in gpus.toml)")]
     NotReshapeable(u32),
     #[error("GPU {0} has a reshape under way")]
     Busy(u32),
@@ -84,10 +90,25 @@ impl Reshaper {
             confine,
             inventory,
             reshapeable,
+            mps: None,
             sim_delay,
             busy: Mutex::new(BTreeSet::new()),
             report: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Gives the instances of `gpus` MPS daemons from `sup`.
+    pub fn with_mps(mut self, sup: Arc<crate::mps::MpsSupervisor>, gpus: BTreeSet<u32>) -> Self {
+        self.mps = Some((sup, gpus));
+        self
+    }
+
+    /// The MPS daemons, where GPU `gpu`'s instances have them.
+    fn mps_of(&self, gpu: u32) -> Option<&crate::mps::MpsSupervisor> {
+        self.mps
+            .as_ref()
+            .filter(|(_, gpus)| gpus.contains(&gpu))
+            .map(|(s, _)| s.as_ref())
     }
 
     /// The GPUs this node re-partitions when asked.
@@ -160,7 +181,17 @@ impl Reshaper {
             added: Vec::new(),
             error: None,
         };
-        if !self.wait_empty(&req.retire).await {
+        let start = std::time::Instant::now();
+        let emptied = self
+            .wait_until(start, || self.books_empty(&req.retire))
+            .await
+            && {
+                // No shared process is left: their MPS servers may go.
+                self.quit_mps(req.gpu, &req.retire).await;
+                self.wait_until(start, || self.gpu_empty(&req.retire)).await
+            };
+        if !emptied {
+            self.restart_mps(req.gpu, &req.retire).await;
             for uuid in &req.retire {
                 self.probe.set_retiring(uuid, false);
             }
@@ -191,28 +222,77 @@ impl Reshaper {
         })
     }
 
-    /// Waits until nothing uses `uuids`: no task, bound process or
-    /// isolated job in the books, no job process the GPU reports there.
-    async fn wait_empty(&self, uuids: &[String]) -> bool {
-        let start = std::time::Instant::now();
+    /// Waits until `done` says so, up to [`EMPTY_WITHIN`] after `start`.
+    async fn wait_until(&self, start: std::time::Instant, mut done: impl FnMut() -> bool) -> bool {
         loop {
-            let books_empty = uuids.iter().all(|u| self.probe.idle(u));
-            if books_empty {
-                let (b, us) = (Arc::clone(&self.backend), uuids.to_vec());
-                let on_gpu = tokio::task::spawn_blocking(move || {
-                    us.iter()
-                        .any(|u| b.processes_on(u).is_some_and(|p| !p.is_empty()))
-                })
-                .await
-                .unwrap_or(true);
-                if !on_gpu {
-                    return true;
-                }
+            if done() {
+                return true;
             }
             if start.elapsed() > EMPTY_WITHIN {
                 return false;
             }
             tokio::time::sleep(EMPTY_POLL).await;
+        }
+    }
+
+    /// No task, bound process or isolated job on `uuids` in the books.
+    fn books_empty(&self, uuids: &[String]) -> bool {
+        uuids.iter().all(|u| self.probe.idle(u))
+    }
+
+    /// No process on `uuids` as the GPU reports (NVML; brief, so called
+    /// from the async loop).
+    fn gpu_empty(&self, uuids: &[String]) -> bool {
+        !uuids
+            .iter()
+            .any(|u| self.backend.processes_on(u).is_some_and(|p| !p.is_empty()))
+    }
+
+    /// Quits the MPS servers of instances about to go.
+    async fn quit_mps(self: &Arc<Self>, gpu: u32, uuids: &[String]) {
+        if self.mps_of(gpu).is_none() {
+            return;
+        }
+        let (this, us) = (Arc::clone(self), uuids.to_vec());
+        let _ = tokio::task::spawn_blocking(move || {
+            for u in &us {
+                this.probe.set_mps_pipe(u, None);
+                if let Some(sup) = this.mps_of(gpu) {
+                    sup.remove(u);
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Gives instances that stay (a reshape given up) their MPS servers
+    /// back.
+    async fn restart_mps(self: &Arc<Self>, gpu: u32, uuids: &[String]) {
+        if self.mps_of(gpu).is_none() {
+            return;
+        }
+        let (this, us) = (Arc::clone(self), uuids.to_vec());
+        let _ = tokio::task::spawn_blocking(move || {
+            for u in &us {
+                this.start_mps(gpu, u);
+            }
+        })
+        .await;
+    }
+
+    /// Starts the MPS server of instance `uuid` of `gpu` where its GPU has
+    /// them; its pipe goes to the probe server. Returns its state.
+    fn start_mps(&self, gpu: u32, uuid: &str) -> Option<gsched_core::gpu::Mps> {
+        let sup = self.mps_of(gpu)?;
+        match sup.add(uuid) {
+            Ok(m) => {
+                self.probe.set_mps_pipe(uuid, Some(m.pipe_dir.clone()));
+                Some(m)
+            }
+            Err(e) => {
+                tracing::warn!(instance = %uuid, error = format!("{e:#}"), "no MPS server for the instance");
+                None
+            }
         }
     }
 
@@ -245,9 +325,11 @@ impl Reshaper {
                 .backend
                 .create_instance(req.gpu, &slot.profile, slot.start)
                 .map_err(|e| format!("cannot create {} at {}: {e}", slot.profile, slot.start))?;
-            let instance = self
+            let mut instance = self
                 .instance_of(req.gpu, &made)
                 .ok_or_else(|| format!("GPU {} is not in the inventory", req.gpu))?;
+            // Its MPS server first: no process is placed there without it.
+            instance.mps = self.start_mps(req.gpu, &instance.uuid);
             self.probe.add_instance(&instance);
             self.inventory_change(|inv| inv.push(instance.clone()));
             info!(node = %self.node, instance = %instance.uuid, profile = %slot.profile, start = slot.start, "instance created");
@@ -321,13 +403,8 @@ impl Reshaper {
 }
 
 /// Which of the inventory's GPUs may be re-partitioned: MIG instances
-/// there (with their placement known), a backend that may change them, and
-/// no MPS server on them.
-pub fn reshapeable_gpus(
-    instances: &[Instance],
-    may_change: bool,
-    mps_gpus: &BTreeSet<u32>,
-) -> BTreeSet<u32> {
+/// there (with their placement known), and a backend that may change them.
+pub fn reshapeable_gpus(instances: &[Instance], may_change: bool) -> BTreeSet<u32> {
     if !may_change {
         return BTreeSet::new();
     }
@@ -335,7 +412,6 @@ pub fn reshapeable_gpus(
         .iter()
         .filter(|i| i.profile.is_some() && i.mig_start.is_some())
         .map(|i| i.gpu_index)
-        .filter(|g| !mps_gpus.contains(g))
         .collect()
 }
 
@@ -372,7 +448,7 @@ mod tests {
             Arc::new(crate::probe::TaskEvents::default()),
         )
         .unwrap();
-        let reshapeable = reshapeable_gpus(&instances, true, &BTreeSet::new());
+        let reshapeable = reshapeable_gpus(&instances, true);
         let reshaper = Arc::new(Reshaper::new(
             "n1".into(),
             Arc::clone(&backend),
@@ -502,9 +578,8 @@ mod tests {
             n.reshaper.accept(order(&[])),
             Err(ReshapeError::Empty)
         ));
-        // MPS-served GPUs and backends that may not change are not offered.
+        // Backends that may not change layouts offer nothing.
         let inv = crate::gpu::inventory(&*n.backend).unwrap();
-        assert!(reshapeable_gpus(&inv, true, &[0].into()).is_empty());
-        assert!(reshapeable_gpus(&inv, false, &BTreeSet::new()).is_empty());
+        assert!(reshapeable_gpus(&inv, false).is_empty());
     }
 }
