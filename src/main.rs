@@ -36,7 +36,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Show this machine's GPUs, MIG mode, profile table and instances as NVML sees them.
     Hw(hw::HwArgs),
-    /// MIG layouts: `gsched mig plan --model MODEL PROFILE[,PROFILE...]`.
+    /// MIG layouts: `gsched mig plan` (offline), and `show`, `freeze`, `thaw`, `apply` on a running cluster.
     Mig(mig::MigArgs),
     /// Simulate a workload under a policy and a baseline (virtual clock).
     Sim(sim::SimArgs),

@@ -227,3 +227,122 @@ fn a_gpu_served_by_mps_gets_servers_for_its_new_instances_and_quits_the_old() {
     let log = std::fs::read_to_string(format!("{}/control.log", log_dir(made))).unwrap();
     assert!(log.lines().any(|l| l == "quit"), "{log}");
 }
+
+#[test]
+fn an_administrator_applies_freezes_and_shows_a_layout() {
+    let mut args = vec![
+        "--sim-gpus",
+        "1xA100-40GB:1g.5gb*7",
+        "--repartition",
+        "demand",
+        "--mig-reconfig-secs",
+        "0.2",
+    ];
+    let spare = common::spare_cpus();
+    args.extend(spare.iter().map(String::as_str));
+    let g = Gsched::start(&args);
+    let show = || -> Value {
+        let out = g.cli("gsched", &["mig", "show", "--json"]);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        serde_json::from_str::<Value>(&common::stdout(&out)).unwrap()[0]["gpus"][0].clone()
+    };
+    assert_eq!(show()["frozen"], false);
+    assert_eq!(show()["reshapeable"], true);
+
+    // A layout that cannot exist is refused, naming why; nothing changes.
+    let out = g.cli(
+        "gsched",
+        &["mig", "apply", "node1", "0", "3g.20gb,3g.20gb,3g.20gb"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        common::stderr(&out).contains("3g.20gb"),
+        "{}",
+        common::stderr(&out)
+    );
+
+    let out = g.cli(
+        "gsched",
+        &["mig", "apply", "node1", "0", "3g.20gb,1g.5gb*4"],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        common::stdout(&out).contains("reshape"),
+        "{}",
+        common::stdout(&out)
+    );
+    g.wait_until("the layout is applied", T, || {
+        let gpu = show();
+        gpu["reshaping"].as_array().unwrap().is_empty()
+            && gpu["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["profile"] == "3g.20gb" && i["start"] == 4)
+    });
+    let text = common::stdout(&g.cli("gsched", &["mig", "show", "node1"]));
+    assert!(text.contains("re-partitioned on demand"), "{text}");
+    assert_eq!(text.matches("1g.5gb").count(), 4, "{text}");
+
+    // Frozen, the policy leaves the GPU alone: a job needing a 2g.10gb
+    // waits; thawed, the GPU is re-made for it and it runs.
+    let out = g.cli("gsched", &["mig", "freeze", "node1", "0"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(show()["frozen"], true);
+    let iso = g.script("iso.sh", "#!/bin/sh\ntrue\n");
+    let id = g.submit(&["--isolated", "--gres=gpu:2g.10gb:1", "-J", "iso", &iso]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(g.job(id)["job_state"], "PENDING");
+    assert!(show()["reshaping"].as_array().unwrap().is_empty());
+    // Only an administrator changes a layout.
+    let user = common::api("POST", &format!("{}/api/v1/tokens", g.url), &g.token)
+        .send_json(serde_json::json!({"user": "nobody"}))
+        .unwrap()
+        .into_json::<Value>()
+        .unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = common::api("POST", &format!("{}/api/v1/nodes/node1/mig", g.url), &user)
+        .send_json(serde_json::json!({"gpu": 0, "frozen": false}));
+    match r {
+        Err(ureq::Error::Status(403, _)) => {}
+        other => panic!("a user thawed a GPU: {other:?}"),
+    }
+    assert_eq!(show()["frozen"], true);
+    let out = g.cli("gsched", &["mig", "thaw", "node1", "0"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    g.wait_state(id, "COMPLETED", T);
+}
+
+#[test]
+fn a_gpu_fixed_in_gpus_toml_is_not_re_partitioned() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpus.toml");
+    std::fs::write(&config, "[[gpu]]\nindex = 0\nrepartition = \"fixed\"\n").unwrap();
+    let config = config.display().to_string();
+    let mut args = vec![
+        "--sim-gpus",
+        "1xA100-40GB:1g.5gb*7",
+        "--gpu-config",
+        &config,
+        "--repartition",
+        "demand",
+    ];
+    let spare = common::spare_cpus();
+    args.extend(spare.iter().map(String::as_str));
+    let g = Gsched::start(&args);
+    let text = common::stdout(&g.cli("gsched", &["mig", "show", "node1"]));
+    assert!(text.contains("layout fixed"), "{text}");
+    let out = g.cli("gsched", &["mig", "apply", "node1", "0", "7g.40gb"]);
+    assert!(!out.status.success());
+    assert!(
+        common::stderr(&out).contains("does not re-partition GPU 0"),
+        "{}",
+        common::stderr(&out)
+    );
+    // Nothing on the node could ever make a 3g.20gb: refused at submission.
+    let iso = g.script("iso.sh", "#!/bin/sh\ntrue\n");
+    let out = g.cli("gsub", &["--isolated", "--gres=gpu:3g.20gb:1", &iso]);
+    assert!(!out.status.success(), "{}", common::stdout(&out));
+}

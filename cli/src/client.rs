@@ -415,6 +415,24 @@ impl Client {
         Ok(self.get::<Nodes>("/api/v1/nodes")?.nodes)
     }
 
+    /// A node's MIG GPUs: layouts, states, frozen, reshapes under way.
+    pub fn mig(&self, node: &str) -> Result<gsched_core::wire::MigNodeInfo> {
+        self.get(&format!("/api/v1/nodes/{node}/mig"))
+    }
+
+    /// Freezes, thaws or lays out one of a node's GPUs (administrators).
+    pub fn change_mig(
+        &self,
+        node: &str,
+        change: &gsched_core::wire::MigChange,
+    ) -> Result<gsched_core::wire::MigNodeInfo> {
+        let v = self.post(
+            &format!("/api/v1/nodes/{node}/mig"),
+            &serde_json::to_value(change)?,
+        )?;
+        Ok(serde_json::from_value(v)?)
+    }
+
     pub fn instances(&self) -> Result<Vec<InstanceInfo>> {
         #[derive(Deserialize)]
         struct Instances {

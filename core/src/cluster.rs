@@ -122,6 +122,9 @@ pub struct Node {
     /// The GPUs whose MIG layout the node changes when asked (from its
     /// registration; not stored).
     pub reshape_gpus: BTreeSet<u32>,
+    /// GPUs an administrator froze: the re-partitioning policy leaves
+    /// their layout alone (stored).
+    pub mig_frozen: BTreeSet<u32>,
 }
 
 /// A queued job as the launch policy sees it (`nodes`: its `-w`/`-x`).
@@ -1507,6 +1510,10 @@ impl Cluster {
             drain_sent: None,
             drain_seq: old.as_ref().map_or(0, |o| o.drain_seq),
             reshape_gpus: reg.reshape_gpus.iter().copied().collect(),
+            mig_frozen: old
+                .as_ref()
+                .map(|o| o.mig_frozen.clone())
+                .unwrap_or_default(),
         };
         // Keep the books of jobs we believe run there.
         let believed: Vec<JobId> = old

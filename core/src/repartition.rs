@@ -61,13 +61,37 @@ pub struct GpuUse {
 /// The work waiting for GPU instances.
 #[derive(Debug, Clone, Default)]
 pub struct Demand {
-    /// Footprints (MiB) of pending isolated jobs, in queue order.
-    pub isolated_mib: Vec<u64>,
+    /// What pending isolated jobs need, one per instance, in queue order.
+    pub isolated: Vec<IsolatedNeed>,
     /// Shared jobs wait to start, or shared tasks wait for memory.
     pub shared_backlog: bool,
     /// The largest footprint (MiB) of a shared job that waits or runs: a
     /// split never leaves the cluster without an instance that holds it.
     pub largest_shared_mib: u64,
+}
+
+/// One instance a pending isolated job needs: of MIG profile `profile`
+/// where it names one, else the smallest holding `mib`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsolatedNeed {
+    pub mib: u64,
+    pub profile: Option<String>,
+}
+
+impl From<u64> for IsolatedNeed {
+    fn from(mib: u64) -> IsolatedNeed {
+        IsolatedNeed { mib, profile: None }
+    }
+}
+
+impl IsolatedNeed {
+    /// The profile of model `m` that serves it (`None`: none does).
+    fn profile_on(&self, m: &'static GpuModel) -> Option<&'static MigProfile> {
+        match &self.profile {
+            Some(name) => m.profile(name),
+            None => smallest_holding(m, self.mib),
+        }
+    }
 }
 
 impl Demand {
@@ -95,7 +119,11 @@ impl Demand {
             if j.spec.isolated {
                 if pending {
                     let n = gpu.instances().max(1);
-                    demand.isolated_mib.extend(std::iter::repeat_n(mib, n));
+                    let need = IsolatedNeed {
+                        mib,
+                        profile: gpu.mig_profile.clone(),
+                    };
+                    demand.isolated.extend(std::iter::repeat_n(need, n));
                 }
             } else if pending || j.state == JobState::Running {
                 demand.shared_backlog |= pending;
@@ -180,7 +208,7 @@ impl DemandRepartition {
     /// Splits the idle instance, larger than an isolated job of `mib`
     /// needs, that gives up the least memory; the job's instance comes
     /// first in `create`.
-    fn split(&self, gpus: &[GpuUse], mib: u64, keep_mib: u64) -> Option<Reshape> {
+    fn split(&self, gpus: &[GpuUse], need: &IsolatedNeed, keep_mib: u64) -> Option<Reshape> {
         let holding = |gi: usize, ii: usize| {
             gpus.iter().enumerate().any(|(g, gpu)| {
                 gpu.instances
@@ -192,7 +220,7 @@ impl DemandRepartition {
         // The one with the least memory (the least shared capacity lost).
         let mut best: Option<((u64, usize, usize), Reshape)> = None;
         for (gi, g) in gpus.iter().enumerate() {
-            let Some(want) = smallest_holding(g.model, mib) else {
+            let Some(want) = need.profile_on(g.model) else {
                 continue;
             };
             for (ii, inst) in g.instances.iter().enumerate() {
@@ -260,10 +288,10 @@ impl DemandRepartition {
     /// Merges idle instances into the smallest instance that holds an
     /// isolated job of `mib`, when no idle instance is that large: the
     /// region where the fewest instances go, then the lowest GPU and start.
-    fn merge_for(&self, gpus: &[GpuUse], mib: u64) -> Option<Reshape> {
+    fn merge_for(&self, gpus: &[GpuUse], need: &IsolatedNeed) -> Option<Reshape> {
         let mut best: Option<((usize, usize, u32), Reshape)> = None;
         for (gi, g) in gpus.iter().enumerate() {
-            let Some(want) = smallest_holding(g.model, mib) else {
+            let Some(want) = need.profile_on(g.model) else {
                 continue;
             };
             for &start in want.starts {
@@ -407,18 +435,22 @@ impl Working {
         }
     }
 
-    /// Takes an open (or coming) instance that holds `mib` and is no bigger
-    /// than the smallest profile that does: the launch policy gives it to
-    /// the job (draining it if need be). Whether there was one.
-    fn claim_right_sized(&mut self, mib: u64) -> bool {
+    /// Takes an open (or coming) instance that serves `need` (its profile,
+    /// or one that holds its memory and is no bigger than the smallest
+    /// profile that does): the launch policy gives it to the job (draining
+    /// it if need be). Whether there was one.
+    fn claim_right_sized(&mut self, need: &IsolatedNeed) -> bool {
         for g in &mut self.gpus {
-            let Some(want) = smallest_holding(g.model, mib) else {
+            let Some(want) = need.profile_on(g.model) else {
                 continue;
             };
             let found = g.instances.iter_mut().find(|i| {
-                matches!(i.state, Use::Idle | Use::Shared | Use::Creating)
-                    && i.placement.profile.memory_mib >= mib
-                    && i.placement.profile.memory_mib <= want.memory_mib
+                let p = i.placement.profile;
+                let serves = match need.profile {
+                    Some(_) => p.name == want.name,
+                    None => p.memory_mib >= need.mib && p.memory_mib <= want.memory_mib,
+                };
+                matches!(i.state, Use::Idle | Use::Shared | Use::Creating) && serves
             });
             if let Some(i) = found {
                 i.state = Use::Isolated;
@@ -437,15 +469,15 @@ impl RepartitionPolicy for DemandRepartition {
     fn plan(&self, gpus: &[GpuUse], demand: &Demand) -> Vec<Reshape> {
         let mut work = Working::new(gpus);
         let mut out = Vec::new();
-        if !demand.isolated_mib.is_empty() {
+        if !demand.isolated.is_empty() {
             // Isolated jobs first (as in the launch policy), in queue order;
             // no merges while they wait.
-            for &mib in &demand.isolated_mib {
-                if work.claim_right_sized(mib) {
+            for need in &demand.isolated {
+                if work.claim_right_sized(need) {
                     continue;
                 }
-                let split = self.split(&work.gpus, mib, demand.largest_shared_mib);
-                let Some(r) = split.or_else(|| self.merge_for(&work.gpus, mib)) else {
+                let split = self.split(&work.gpus, need, demand.largest_shared_mib);
+                let Some(r) = split.or_else(|| self.merge_for(&work.gpus, need)) else {
                     break;
                 };
                 out.push(work.apply(r, true));
@@ -519,7 +551,7 @@ mod tests {
         use Use::*;
         let g = gpu("A30", "1g.6gb*4", &[Shared, Shared, Idle, Idle]);
         let d = Demand {
-            isolated_mib: vec![],
+            isolated: vec![],
             shared_backlog: true,
             largest_shared_mib: 0,
         };
@@ -536,7 +568,7 @@ mod tests {
     fn merges_never_touch_isolated_or_exceed_the_pool_limit() {
         use Use::*;
         let d = Demand {
-            isolated_mib: vec![],
+            isolated: vec![],
             shared_backlog: true,
             largest_shared_mib: 0,
         };
@@ -573,7 +605,7 @@ mod tests {
             &[Shared, Shared, Idle, Idle, Idle],
         );
         let d = Demand {
-            isolated_mib: vec![],
+            isolated: vec![],
             shared_backlog: true,
             largest_shared_mib: 0,
         };
@@ -595,7 +627,7 @@ mod tests {
     fn isolated_jobs_split_a_larger_instance_when_none_fits_them_snugly() {
         use Use::*;
         let d = Demand {
-            isolated_mib: vec![2048],
+            isolated: vec![2048.into()],
             shared_backlog: true,
             largest_shared_mib: 0,
         };
@@ -617,7 +649,7 @@ mod tests {
         // One split per waiting job: three jobs, two idle 2g instances make
         // four 1g; an instance being created counts as room.
         let d3 = Demand {
-            isolated_mib: vec![2048; 3],
+            isolated: vec![2048.into(); 3],
             shared_backlog: false,
             largest_shared_mib: 0,
         };
@@ -645,7 +677,7 @@ mod tests {
         use Use::*;
         let g = gpu("A30", "2g.12gb,1g.6gb*2", &[Idle, Isolated, Isolated]);
         let mut d = Demand {
-            isolated_mib: vec![2048],
+            isolated: vec![2048.into()],
             shared_backlog: true,
             largest_shared_mib: 8000,
         };
@@ -670,7 +702,7 @@ mod tests {
                     let n = parse_layout(model(m).unwrap(), layout).unwrap().len();
                     let g = gpu(m, layout, &vec![Idle; n]);
                     let d = Demand {
-                        isolated_mib: iso.clone(),
+                        isolated: iso.iter().map(|&m| m.into()).collect(),
                         shared_backlog: true,
                         largest_shared_mib: 0,
                     };
@@ -725,7 +757,8 @@ mod tests {
             job(5, false, 12000, JobState::Completed),
         ];
         let d = Demand::of(jobs.iter(), false);
-        assert_eq!(d.isolated_mib, vec![3000, 1000]);
+        let mib: Vec<u64> = d.isolated.iter().map(|n| n.mib).collect();
+        assert_eq!(mib, vec![3000, 1000]);
         assert!(!d.shared_backlog, "no shared job pending, no task waiting");
         assert_eq!(d.largest_shared_mib, 9000, "ended jobs do not count");
         assert!(Demand::of(jobs.iter(), true).shared_backlog);

@@ -153,6 +153,56 @@ pub struct ReshapeReport {
     pub error: Option<String>,
 }
 
+/// `GET /api/v1/nodes/{name}/mig`: a node's MIG GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigNodeInfo {
+    pub node: String,
+    pub gpus: Vec<MigGpuInfo>,
+}
+
+/// One GPU of a node, as re-partitioning sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigGpuInfo {
+    pub index: u32,
+    pub model: String,
+    /// The node changes its layout when asked.
+    pub reshapeable: bool,
+    /// An administrator froze its layout: the policy leaves it alone.
+    pub frozen: bool,
+    /// Its instances by placement: `state` is idle, shared, isolated,
+    /// draining or retiring.
+    pub instances: Vec<MigInstanceInfo>,
+    /// Reshapes sent to the node and not yet done: `(seq, retire, create)`.
+    pub reshaping: Vec<MigSlotsInFlight>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInstanceInfo {
+    pub uuid: String,
+    pub profile: Option<String>,
+    pub start: Option<u32>,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigSlotsInFlight {
+    pub seq: u64,
+    pub retire: Vec<String>,
+    pub create: Vec<MigSlot>,
+}
+
+/// `POST /api/v1/nodes/{name}/mig` (administrators): freeze or thaw GPU
+/// `gpu`'s layout, or apply `layout` (`3g.20gb,1g.5gb*4`) to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigChange {
+    pub gpu: u32,
+    #[serde(default)]
+    pub frozen: Option<bool>,
+    #[serde(default)]
+    pub layout: Option<String>,
+}
+
 /// Start a job on the node.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LaunchRequest {

@@ -338,6 +338,22 @@ impl Controller {
             .await
     }
 
+    /// An administrator's MIG change on one of a node's GPUs.
+    pub async fn change_mig(
+        self: &Arc<Self>,
+        name: &str,
+        change: &gsched_core::wire::MigChange,
+        by: &str,
+    ) -> Result<(), CtlError> {
+        info!(node = name, ?change, by, "MIG change");
+        self.operate(|c, _| match (&change.layout, change.frozen) {
+            (Some(layout), _) => c.order_layout(name, change.gpu, layout),
+            (None, Some(frozen)) => c.set_mig_frozen(name, change.gpu, frozen),
+            (None, None) => Ok(Vec::new()),
+        })
+        .await
+    }
+
     /// `scontrol requeue`: the job is PENDING again when this returns.
     pub async fn requeue(self: &Arc<Self>, id: JobId) -> Result<(), CtlError> {
         self.operate(|c, now| c.requeue(id, now)).await

@@ -438,13 +438,14 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
         Write::Node(node) => {
             sqlx::query(
                 "INSERT INTO nodes (name, url, cpus, memory_mib, worker_limit, up, updated_at,
-                   admin_state, admin_reason, admin_by, admin_since)
-                 VALUES (?,?,?,?,?,?, unixepoch(), ?,?,?,?)
+                   admin_state, admin_reason, admin_by, admin_since, mig_frozen)
+                 VALUES (?,?,?,?,?,?, unixepoch(), ?,?,?,?,?)
                  ON CONFLICT(name) DO UPDATE SET url = excluded.url, cpus = excluded.cpus,
                    memory_mib = excluded.memory_mib, worker_limit = excluded.worker_limit,
                    up = excluded.up, updated_at = excluded.updated_at,
                    admin_state = excluded.admin_state, admin_reason = excluded.admin_reason,
-                   admin_by = excluded.admin_by, admin_since = excluded.admin_since",
+                   admin_by = excluded.admin_by, admin_since = excluded.admin_since,
+                   mig_frozen = excluded.mig_frozen",
             )
             .bind(&node.name)
             .bind(&node.url)
@@ -456,6 +457,13 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(node.admin.as_ref().map(|a| &a.reason))
             .bind(node.admin.as_ref().map(|a| &a.by))
             .bind(node.admin.as_ref().map(|a| a.since))
+            .bind((!node.mig_frozen.is_empty()).then(|| {
+                node.mig_frozen
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }))
             .execute(&mut *conn)
             .await?;
             sqlx::query("DELETE FROM gpu_instances WHERE node = ?")
@@ -591,6 +599,10 @@ async fn load(
             drain_sent: None,
             drain_seq: 0,
             reshape_gpus: Default::default(),
+            mig_frozen: row
+                .try_get::<Option<String>, _>("mig_frozen")?
+                .map(|s| s.split(',').filter_map(|g| g.trim().parse().ok()).collect())
+                .unwrap_or_default(),
         });
     }
     Ok(Loaded {

@@ -557,7 +557,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         reshape::reshapeable_gpus(
             &instances,
             backend.is_simulated() || gpu_settings.allow_mig_reconfigure,
-        ),
+        )
+        .difference(&gpu_settings.fixed_gpus())
+        .copied()
+        .collect(),
         Duration::from_secs_f64(config.mig_reconfig_secs.clamp(0.0, 3600.0)),
     );
     let reshaper = match &mps {

@@ -69,7 +69,7 @@ pub enum ReshapeError {
     UnknownInstance(String, u32),
     #[error("MIG profile {0} does not exist on GPU {1}")]
     UnknownProfile(String, u32),
-    #[error("a reshape retires at least one instance")]
+    #[error("a reshape retires or creates at least one instance")]
     Empty,
 }
 
@@ -127,7 +127,7 @@ impl Reshaper {
         if !self.reshapeable.contains(&req.gpu) {
             return Err(ReshapeError::NotReshapeable(req.gpu));
         }
-        if req.retire.is_empty() {
+        if req.retire.is_empty() && req.create.is_empty() {
             return Err(ReshapeError::Empty);
         }
         {
@@ -574,8 +574,12 @@ mod tests {
             n.reshaper.accept(bad_profile),
             Err(ReshapeError::UnknownProfile(..))
         ));
+        let nothing = ReshapeRequest {
+            create: Vec::new(),
+            ..order(&[])
+        };
         assert!(matches!(
-            n.reshaper.accept(order(&[])),
+            n.reshaper.accept(nothing),
             Err(ReshapeError::Empty)
         ));
         // Backends that may not change layouts offer nothing.

@@ -56,7 +56,7 @@ impl Cluster {
         let running = self.nodes.values().flat_map(|n| n.running.iter());
         let ids: std::collections::BTreeSet<&crate::job::JobId> = queued.chain(running).collect();
         let demand = Demand::of(ids.into_iter().filter_map(|id| self.jobs.get(id)), false);
-        if demand.isolated_mib.is_empty() && !demand.shared_backlog {
+        if demand.isolated.is_empty() && !demand.shared_backlog {
             return Vec::new();
         }
         let mut orders = Vec::new();
@@ -83,31 +83,10 @@ impl Cluster {
                 orders.push((n.name.clone(), *gpu_index, retire, r.create));
             }
         }
-        let mut effects = Vec::new();
-        for (node, gpu, retire, create) in orders {
-            self.reshape_seq += 1;
-            for uuid in &retire {
-                self.set_retiring(&node, uuid, true);
-            }
-            let order = ReshapeOrder {
-                seq: self.reshape_seq,
-                gpu,
-                retire,
-                create: create
-                    .iter()
-                    .map(|p| MigSlot {
-                        profile: p.profile.name.into(),
-                        start: p.start,
-                    })
-                    .collect(),
-            };
-            effects.push(Effect::Reshape {
-                node: node.clone(),
-                order: order.clone(),
-            });
-            self.reshapes.entry(node).or_default().push(order);
-        }
-        effects
+        orders
+            .into_iter()
+            .map(|(node, gpu, retire, create)| self.send_reshape(node, gpu, retire, create))
+            .collect()
     }
 
     /// Pending isolated jobs that no instance serves now, but one a
@@ -189,6 +168,211 @@ impl Cluster {
         Ok(vec![Effect::Node { name: node.into() }])
     }
 
+    /// Freezes (or thaws) the layout of GPU `gpu` of `node`: the policy
+    /// leaves a frozen GPU alone; an administrator may still apply a
+    /// layout to it.
+    pub fn set_mig_frozen(
+        &mut self,
+        node: &str,
+        gpu: u32,
+        frozen: bool,
+    ) -> Result<Vec<Effect>, ClusterError> {
+        let n = self
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
+        if !n.instances.iter().any(|s| s.instance.gpu_index == gpu) {
+            return Err(ClusterError::Refused(format!(
+                "node {node} has no GPU {gpu}"
+            )));
+        }
+        let changed = if frozen {
+            n.mig_frozen.insert(gpu)
+        } else {
+            n.mig_frozen.remove(&gpu)
+        };
+        Ok(if changed {
+            vec![Effect::Node { name: node.into() }]
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// An administrator's layout for GPU `gpu` of `node` (`3g.20gb,1g.5gb*4`):
+    /// the instances the layout keeps in place stay, the others retire and
+    /// go once nothing uses them, and the missing ones are made. Refused
+    /// when the node does not re-partition that GPU, a reshape of it is
+    /// under way, the layout cannot exist, or an instance it would remove
+    /// is held or drained for an isolated job. Returns the reshape (none
+    /// when the GPU has the layout already).
+    pub fn order_layout(
+        &mut self,
+        node: &str,
+        gpu: u32,
+        layout: &str,
+    ) -> Result<Vec<Effect>, ClusterError> {
+        let refused = |why: String| Err(ClusterError::Refused(why));
+        let n = self
+            .nodes
+            .get(node)
+            .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
+        if !n.reshape_gpus.contains(&gpu) {
+            return refused(format!(
+                "node {node} does not re-partition GPU {gpu} (not in MIG mode, or MIG changes not allowed in its gpus.toml)"
+            ));
+        }
+        if self.reshapes_on(node).iter().any(|o| o.gpu == gpu) {
+            return refused(format!(
+                "a reshape of GPU {gpu} of node {node} is under way"
+            ));
+        }
+        let slots: Vec<&super::InstanceSlot> = n
+            .instances
+            .iter()
+            .filter(|s| s.instance.gpu_index == gpu)
+            .collect();
+        let Some(model) = slots
+            .first()
+            .and_then(|s| crate::gpu::model(&s.instance.model))
+        else {
+            return refused(format!("GPU {gpu} of node {node} has no known MIG table"));
+        };
+        let mut existing = Vec::new();
+        for s in &slots {
+            let (Some(p), Some(start)) = (s.instance.profile.as_deref(), s.instance.mig_start)
+            else {
+                return refused(format!(
+                    "the placement of instance {} is not known",
+                    s.instance.uuid
+                ));
+            };
+            let Some(profile) = model.profile(p) else {
+                return refused(format!(
+                    "instance {} has a profile {p} {} does not have",
+                    s.instance.uuid, model.name
+                ));
+            };
+            existing.push(MigPlacement { profile, start });
+        }
+        let desired = crate::mig::parse_profiles(model, layout)
+            .map_err(|e| ClusterError::Refused(e.to_string()))?;
+        let change = crate::mig::reconcile(model, &existing, &desired)
+            .map_err(|e| ClusterError::Refused(e.to_string()))?;
+        if change.is_noop() {
+            return Ok(Vec::new());
+        }
+        for &k in &change.destroy {
+            let s = slots[k];
+            if let Some(job) = s.isolated_owner.or(s.draining_for) {
+                return refused(format!(
+                    "instance {} is held for job {job}: wait for it to end, or choose a layout that keeps it",
+                    s.instance.uuid
+                ));
+            }
+        }
+        let retire: Vec<String> = change
+            .destroy
+            .iter()
+            .map(|&k| slots[k].instance.uuid.clone())
+            .collect();
+        Ok(vec![self.send_reshape(
+            node.to_string(),
+            gpu,
+            retire,
+            change.create,
+        )])
+    }
+
+    /// Records a reshape order, marks its instances retiring, and returns
+    /// the effect that sends it.
+    fn send_reshape(
+        &mut self,
+        node: String,
+        gpu: u32,
+        retire: Vec<String>,
+        create: Vec<MigPlacement>,
+    ) -> Effect {
+        self.reshape_seq += 1;
+        for uuid in &retire {
+            self.set_retiring(&node, uuid, true);
+        }
+        let order = ReshapeOrder {
+            seq: self.reshape_seq,
+            gpu,
+            retire,
+            create: create
+                .iter()
+                .map(|p| MigSlot {
+                    profile: p.profile.name.into(),
+                    start: p.start,
+                })
+                .collect(),
+        };
+        self.reshapes
+            .entry(node.clone())
+            .or_default()
+            .push(order.clone());
+        Effect::Reshape { node, order }
+    }
+
+    /// Node `node`'s GPUs as re-partitioning sees them.
+    pub fn mig_info(&self, node: &str) -> Option<crate::wire::MigNodeInfo> {
+        use crate::wire::{MigGpuInfo, MigInstanceInfo, MigSlotsInFlight};
+        let n = self.nodes.get(node)?;
+        let mut gpus: Vec<MigGpuInfo> = Vec::new();
+        for s in &n.instances {
+            let i = &s.instance;
+            let k = match gpus.iter().position(|g| g.index == i.gpu_index) {
+                Some(k) => k,
+                None => {
+                    gpus.push(MigGpuInfo {
+                        index: i.gpu_index,
+                        model: i.model.clone(),
+                        reshapeable: n.reshape_gpus.contains(&i.gpu_index),
+                        frozen: n.mig_frozen.contains(&i.gpu_index),
+                        instances: Vec::new(),
+                        reshaping: self
+                            .reshapes_on(node)
+                            .iter()
+                            .filter(|o| o.gpu == i.gpu_index)
+                            .map(|o| MigSlotsInFlight {
+                                seq: o.seq,
+                                retire: o.retire.clone(),
+                                create: o.create.clone(),
+                            })
+                            .collect(),
+                    });
+                    gpus.len() - 1
+                }
+            };
+            let state = if s.retiring {
+                "retiring"
+            } else if s.isolated_owner.is_some() {
+                "isolated"
+            } else if s.draining_for.is_some() {
+                "draining"
+            } else if s.active_tasks == 0 && s.job_bytes.is_empty() {
+                "idle"
+            } else {
+                "shared"
+            };
+            gpus[k].instances.push(MigInstanceInfo {
+                uuid: i.uuid.clone(),
+                profile: i.profile.clone(),
+                start: i.mig_start,
+                state: state.into(),
+            });
+        }
+        for g in &mut gpus {
+            g.instances.sort_by_key(|i| i.start);
+        }
+        gpus.sort_by_key(|g| g.index);
+        Some(crate::wire::MigNodeInfo {
+            node: node.into(),
+            gpus,
+        })
+    }
+
     /// A node registered: its books start from what it reported.
     pub(super) fn forget_reshapes(&mut self, node: &str) {
         self.reshapes.remove(node);
@@ -208,7 +392,7 @@ fn mig_gpus(
     let mut uuids: Vec<Vec<String>> = Vec::new();
     for s in &node.instances {
         let i = &s.instance;
-        if !node.reshape_gpus.contains(&i.gpu_index) {
+        if !node.reshape_gpus.contains(&i.gpu_index) || node.mig_frozen.contains(&i.gpu_index) {
             continue;
         }
         let (Some(profile), Some(start)) = (i.profile.as_deref(), i.mig_start) else {

@@ -5,8 +5,9 @@
 //! controller whose nodes have not registered), every job is accepted.
 //! Off unless the controller turns it on (the simulator's re-partitioning
 //! creates profiles no current layout has). Where the controller
-//! re-partitions MIG GPUs (`reshapes.rs`), a MIG GPU counts for the most
-//! instances of the request any layout of its model could give.
+//! re-partitions MIG GPUs (`reshapes.rs`), a MIG GPU its node re-partitions
+//! counts for the most instances of the request any layout of its model
+//! could give.
 
 use super::{Cluster, ClusterError, Node};
 use crate::job::JobSpec;
@@ -85,14 +86,15 @@ fn unfit(
 }
 
 /// How many instances satisfying `req` the node could offer once its MIG
-/// GPUs are re-partitioned: for each MIG GPU, the most of one profile
-/// that serves the request; whole GPUs as they are.
+/// GPUs are re-partitioned: for each GPU the node re-partitions, the most
+/// of one profile that serves the request; other GPUs as they are.
 fn could_make(node: &Node, req: &crate::job::GpuRequest) -> usize {
     let mut seen = std::collections::BTreeSet::new();
     let mut have = 0;
     for s in &node.instances {
         let i = &s.instance;
-        let table = crate::gpu::model(&i.model).filter(|_| i.profile.is_some());
+        let table = crate::gpu::model(&i.model)
+            .filter(|_| i.profile.is_some() && node.reshape_gpus.contains(&i.gpu_index));
         let Some(model) = table else {
             have += usize::from(i.satisfies(req));
             continue;

@@ -69,6 +69,10 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/nodes/{name}/state", post(set_node_state))
+        .route(
+            "/api/v1/nodes/{name}/mig",
+            get(node_mig).post(change_node_mig),
+        )
         .route("/api/v1/instances", get(list_instances))
         .route("/api/v1/utilization", get(utilization))
         .route("/api/v1/tasks", get(list_tasks))
@@ -356,6 +360,43 @@ async fn set_node_state(
     let c = ctl.lock();
     let node = c.node(&name).map(NodeInfo::new);
     Ok(Json(serde_json::json!({ "node": node })))
+}
+
+/// A node's MIG GPUs: layouts, states, frozen, reshapes under way.
+async fn node_mig(
+    State(ctl): Ctl,
+    Path(name): Path<String>,
+) -> Result<Json<gsched_core::wire::MigNodeInfo>, ApiError> {
+    ctl.lock()
+        .mig_info(&name)
+        .map(Json)
+        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("unknown node '{name}'")))
+}
+
+/// An administrator freezes, thaws or lays out one of a node's GPUs.
+async fn change_node_mig(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Path(name): Path<String>,
+    Body(change): Body<gsched_core::wire::MigChange>,
+) -> Result<Json<gsched_core::wire::MigNodeInfo>, ApiError> {
+    if !caller.admin {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Access/permission denied: only an administrator may change node {name}'s MIG layout ({} is not one)",
+                caller.user
+            ),
+        ));
+    }
+    if change.frozen.is_some() == change.layout.is_some() {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "give either \"frozen\" or \"layout\"".into(),
+        ));
+    }
+    ctl.change_mig(&name, &change, &caller.user).await?;
+    node_mig(State(ctl), Path(name)).await
 }
 
 async fn list_nodes(State(ctl): Ctl) -> Json<serde_json::Value> {

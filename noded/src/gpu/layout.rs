@@ -44,6 +44,20 @@ pub struct GpuLayout {
     /// One MPS control daemon per instance of this GPU.
     #[serde(default)]
     pub mps: bool,
+    /// Whether the controller's re-partitioning may change this GPU's
+    /// layout: `demand` (the default, where it may change at all) or
+    /// `fixed`.
+    #[serde(default)]
+    pub repartition: Repartition,
+}
+
+/// A GPU's re-partitioning setting in `gpus.toml`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Repartition {
+    #[default]
+    Demand,
+    Fixed,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -70,6 +84,15 @@ impl GpuSettings {
             }
         }
         Ok(s)
+    }
+
+    /// GPUs whose layout stays as it is (`repartition = "fixed"`).
+    pub fn fixed_gpus(&self) -> BTreeSet<u32> {
+        self.gpu
+            .iter()
+            .filter(|g| g.repartition == Repartition::Fixed)
+            .map(|g| g.index)
+            .collect()
     }
 
     /// GPUs whose instances get an MPS control daemon.
@@ -312,5 +335,27 @@ mod tests {
         );
         assert!(toml::from_str::<GpuSettings>("[[gpu]]\nindex = 0\nmig = 3").is_err());
         assert!(toml::from_str::<GpuSettings>("[[gpu]]\nindex = 0\nmsp = true").is_err());
+    }
+}
+
+#[cfg(test)]
+mod repartition_tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_may_be_kept_out_of_re_partitioning() {
+        let s: GpuSettings = toml::from_str(
+            "[[gpu]]\nindex = 0\nrepartition = \"fixed\"\n[[gpu]]\nindex = 1\nrepartition = \"demand\"\n[[gpu]]\nindex = 2\n",
+        )
+        .unwrap();
+        assert_eq!(s.fixed_gpus(), [0].into());
+        let bad =
+            toml::from_str::<GpuSettings>("[[gpu]]\nindex = 0\nrepartition = \"sometimes\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            bad.contains("sometimes") || bad.contains("variant"),
+            "{bad}"
+        );
     }
 }

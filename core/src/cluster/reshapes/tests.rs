@@ -152,3 +152,90 @@ fn a_profile_no_layout_has_is_refused_only_where_layouts_stay() {
     c.set_repartition(None);
     assert!(c.submit(isolated("3g.20gb"), 1).is_err(), "layouts stay");
 }
+
+#[test]
+fn a_frozen_gpu_is_left_alone_by_the_policy() {
+    let mut c = seven_small();
+    c.set_mig_frozen("n1", 0, true).unwrap();
+    c.submit(isolated("3g.20gb"), 1).unwrap();
+    assert!(orders(&c.schedule(2)).is_empty());
+    assert!(
+        c.set_mig_frozen("n1", 0, true).unwrap().is_empty(),
+        "no change"
+    );
+    assert!(c.set_mig_frozen("n1", 7, true).is_err(), "no such GPU");
+    c.set_mig_frozen("n1", 0, false).unwrap();
+    assert_eq!(orders(&c.schedule(3)).len(), 1);
+}
+
+#[test]
+fn an_administrators_layout_keeps_what_it_can_and_makes_the_rest() {
+    let mut c = seven_small();
+    let fx = c.order_layout("n1", 0, "3g.20gb,1g.5gb*4").unwrap();
+    let o = orders(&fx);
+    assert_eq!(o.len(), 1);
+    // The four 1g.5gb at slices 0-3 stay; those at 4, 5 and 6 make room
+    // for the 3g.20gb at 4.
+    assert_eq!(o[0].retire.len(), 3, "{o:?}");
+    assert_eq!(
+        o[0].create,
+        vec![MigSlot {
+            profile: "3g.20gb".into(),
+            start: 4
+        }]
+    );
+    assert!(
+        c.order_layout("n1", 0, "7g.40gb").is_err(),
+        "one reshape of a GPU at a time"
+    );
+    c.reshape_done("n1", o[0].seq, &[], Vec::new()).unwrap();
+    assert!(
+        c.order_layout("n1", 0, "1g.5gb*7").unwrap().is_empty(),
+        "nothing to do"
+    );
+    assert!(
+        c.order_layout("n1", 0, "3g.20gb,3g.20gb,1g.5gb").is_err(),
+        "impossible"
+    );
+    assert!(
+        c.order_layout("n1", 0, "9g.1gb").is_err(),
+        "unknown profile"
+    );
+    assert!(
+        c.order_layout("n1", 1, "7g.40gb").is_err(),
+        "no such GPU offered"
+    );
+}
+
+#[test]
+fn an_instance_held_for_an_isolated_job_is_never_ordered_away() {
+    let mut c = seven_small();
+    let (id, _) = c.submit(isolated("1g.5gb"), 1).unwrap();
+    c.schedule(2);
+    let held = c.job(id).unwrap().gpu_instances[0].clone();
+    let err = c.order_layout("n1", 0, "7g.40gb").unwrap_err();
+    assert!(err.to_string().contains(&held), "{err}");
+    assert!(c.reshapes_on("n1").is_empty());
+    assert!(c.node("n1").unwrap().instances.iter().all(|s| !s.retiring));
+}
+
+#[test]
+fn a_job_naming_a_profile_gets_that_profile_made() {
+    // A 3g.20gb and four 1g.5gb; a job asks for a 2g.10gb by name: the
+    // GPU is re-made with a 2g.10gb (a 1g.10gb holds as much memory but
+    // is not what it asked for).
+    let mut c = cluster();
+    let mut reg = registration("n1", &[], Vec::new());
+    reg.instances = sim_instances(
+        "n1",
+        &parse_sim_spec("1xA100-40GB:3g.20gb,1g.5gb*4").unwrap(),
+    );
+    reg.reshape_gpus = vec![0];
+    c.register_node(&reg, 0);
+    let policy = repartition_policy("demand").unwrap().unwrap();
+    c.set_repartition(Some(Box::new(policy)));
+    c.submit(isolated("2g.10gb"), 1).unwrap();
+    let o = orders(&c.schedule(2));
+    assert_eq!(o.len(), 1, "{o:?}");
+    assert!(o[0].create.iter().any(|s| s.profile == "2g.10gb"), "{o:?}");
+}
