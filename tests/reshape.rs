@@ -240,14 +240,14 @@ fn an_administrator_applies_freezes_and_shows_a_layout() {
     ];
     let spare = common::spare_cpus();
     args.extend(spare.iter().map(String::as_str));
-    let g = Gsched::start(&args);
-    let show = || -> Value {
+    let mut g = Gsched::start(&args);
+    let show = |g: &Gsched| -> Value {
         let out = g.cli("gsched", &["mig", "show", "--json"]);
         assert!(out.status.success(), "{}", common::stderr(&out));
         serde_json::from_str::<Value>(&common::stdout(&out)).unwrap()[0]["gpus"][0].clone()
     };
-    assert_eq!(show()["frozen"], false);
-    assert_eq!(show()["reshapeable"], true);
+    assert_eq!(show(&g)["frozen"], false);
+    assert_eq!(show(&g)["reshapeable"], true);
 
     // A layout that cannot exist is refused, naming why; nothing changes.
     let out = g.cli(
@@ -272,7 +272,7 @@ fn an_administrator_applies_freezes_and_shows_a_layout() {
         common::stdout(&out)
     );
     g.wait_until("the layout is applied", T, || {
-        let gpu = show();
+        let gpu = show(&g);
         gpu["reshaping"].as_array().unwrap().is_empty()
             && gpu["instances"]
                 .as_array()
@@ -288,12 +288,12 @@ fn an_administrator_applies_freezes_and_shows_a_layout() {
     // waits; thawed, the GPU is re-made for it and it runs.
     let out = g.cli("gsched", &["mig", "freeze", "node1", "0"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
-    assert_eq!(show()["frozen"], true);
+    assert_eq!(show(&g)["frozen"], true);
     let iso = g.script("iso.sh", "#!/bin/sh\ntrue\n");
     let id = g.submit(&["--isolated", "--gres=gpu:2g.10gb:1", "-J", "iso", &iso]);
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(g.job(id)["job_state"], "PENDING");
-    assert!(show()["reshaping"].as_array().unwrap().is_empty());
+    assert!(show(&g)["reshaping"].as_array().unwrap().is_empty());
     // Only an administrator changes a layout.
     let user = common::api("POST", &format!("{}/api/v1/tokens", g.url), &g.token)
         .send_json(serde_json::json!({"user": "nobody"}))
@@ -309,10 +309,17 @@ fn an_administrator_applies_freezes_and_shows_a_layout() {
         Err(ureq::Error::Status(403, _)) => {}
         other => panic!("a user thawed a GPU: {other:?}"),
     }
-    assert_eq!(show()["frozen"], true);
+    assert_eq!(show(&g)["frozen"], true);
     let out = g.cli("gsched", &["mig", "thaw", "node1", "0"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     g.wait_state(id, "COMPLETED", T);
+    // A freeze is kept across a restart.
+    assert!(g
+        .cli("gsched", &["mig", "freeze", "node1", "0"])
+        .status
+        .success());
+    g.restart();
+    assert_eq!(show(&g)["frozen"], true);
 }
 
 #[test]
