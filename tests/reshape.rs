@@ -76,9 +76,9 @@ fn an_isolated_job_gets_a_profile_made_for_it_while_shared_work_runs_on() {
         .expect("the job's instance is listed");
     assert_eq!(made["profile"], "3g.20gb", "{made}");
     assert!(made["mig_start"].as_u64().is_some(), "{made}");
-    // 8 memory slices: the 3g.20gb took four, at most four 1g.5gb remain.
-    let small = after.iter().filter(|i| i["profile"] == "1g.5gb").count();
-    assert!((3..=4).contains(&small), "{after:?}");
+    // The layout is legal; what else was merged (the policy pools idle
+    // instances while shared work waits) is the policy's choice.
+    assert_legal(&after);
     // The shared job's instance was never retired, and the job ran on to
     // its end.
     assert!(

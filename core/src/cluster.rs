@@ -58,6 +58,8 @@ pub struct InstanceSlot {
     pub used_bytes: Option<u64>,
     /// Being re-partitioned: no isolated job is given it.
     pub retiring: bool,
+    /// Processes bound to it, as the node last reported.
+    pub processes: u32,
 }
 
 impl InstanceSlot {
@@ -91,6 +93,7 @@ impl InstanceSlot {
             job_bytes: BTreeMap::new(),
             used_bytes: None,
             retiring: false,
+            processes: 0,
         }
     }
 }
@@ -125,6 +128,8 @@ pub struct Node {
     /// GPUs an administrator froze: the re-partitioning policy leaves
     /// their layout alone (stored).
     pub mig_frozen: BTreeSet<u32>,
+    /// Shared tasks waiting for a place on the node (its heartbeats).
+    pub tasks_waiting: u32,
 }
 
 /// A queued job as the launch policy sees it (`nodes`: its `-w`/`-x`).
@@ -494,8 +499,16 @@ impl Cluster {
             slot.warps = u.warps;
             slot.job_bytes = u.jobs;
             slot.used_bytes = u.used_bytes;
+            slot.processes = u.processes;
         }
         freed
+    }
+
+    /// The shared tasks waiting for a place on `node`, as it last said.
+    pub fn set_tasks_waiting(&mut self, node: &str, waiting: u32) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.tasks_waiting = waiting;
+        }
     }
 
     /// Notes reservations a node reported as begun (task records arrive
@@ -740,11 +753,15 @@ impl Cluster {
 
     /// One launch pass of the policy; applies its decisions.
     pub fn schedule(&mut self, now: i64) -> Vec<Effect> {
-        let mut effects = self.launch_queued(now);
+        // MIG layouts are re-made for what waits before the launch policy
+        // hands out instances (an isolated job then gets a right-sized
+        // instance rather than an oversized one), and retiring instances
+        // are launched onto by nobody.
+        let mut effects = self.new_reshapes();
+        effects.extend(self.launch_queued(now));
         // Drains change with launches, and with ends when nothing is queued.
         effects.extend(self.drain_changes());
-        // What still waits may need another MIG layout.
-        effects.extend(self.plan_reshapes());
+        self.note_reconfiguring();
         effects
     }
 
@@ -1514,6 +1531,7 @@ impl Cluster {
                 .as_ref()
                 .map(|o| o.mig_frozen.clone())
                 .unwrap_or_default(),
+            tasks_waiting: 0,
         };
         // Keep the books of jobs we believe run there.
         let believed: Vec<JobId> = old

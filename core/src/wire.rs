@@ -73,6 +73,9 @@ pub struct Heartbeat {
     /// Shared tasks and their reservations on each instance.
     #[serde(default)]
     pub instances: std::collections::BTreeMap<String, InstanceUse>,
+    /// Shared tasks waiting for a place on the node.
+    #[serde(default)]
+    pub tasks_waiting: u32,
     /// Probe requests, read to answered, since the node started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_round_trip: Option<crate::histogram::LatencyHistogram>,
@@ -102,6 +105,10 @@ pub struct InstanceUse {
     /// the node can read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_bytes: Option<u64>,
+    /// Processes bound to it (a process's first placement binds it there
+    /// until it exits), with or without a task now.
+    #[serde(default)]
+    pub processes: u32,
 }
 
 /// The controller's answer to a heartbeat.

@@ -411,6 +411,7 @@ impl Controller {
                     c.update_mps(node, &hb.mps);
                 }
                 freed = c.update_instance_use(node, &hb.instances);
+                c.set_tasks_waiting(node, hb.tasks_waiting);
                 c.note_usage(node, &hb.usage, &hb.steps);
                 freed |= c.node_heard(node);
                 effects = c.reconcile_runs(node, &hb.running, &hb.runs);

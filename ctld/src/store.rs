@@ -603,6 +603,7 @@ async fn load(
                 .try_get::<Option<String>, _>("mig_frozen")?
                 .map(|s| s.split(',').filter_map(|g| g.trim().parse().ok()).collect())
                 .unwrap_or_default(),
+            tasks_waiting: 0,
         });
     }
     Ok(Loaded {

@@ -263,6 +263,7 @@ impl ControllerLink {
                         runs,
                         mps: self.mps_states(),
                         instances: self.probe.as_ref().map(|p| p.usage()).unwrap_or_default(),
+                        tasks_waiting: self.probe.as_ref().map_or(0, |p| p.tasks_waiting()),
                         probe_round_trip: latency.as_ref().map(|l| l.0.clone()),
                         placement_wait: latency.map(|l| l.1),
                         usage: self.launcher.usage_so_far(),

@@ -524,6 +524,11 @@ impl ProbeServer {
         };
     }
 
+    /// Shared tasks waiting for a place.
+    pub fn tasks_waiting(&self) -> u32 {
+        self.lock().node.tasks().waiting_len() as u32
+    }
+
     /// Whether `uuid` has shared tasks on it now.
     pub fn busy(&self, uuid: &str) -> bool {
         self.lock().node.tasks().tasks_on(uuid) > 0
@@ -580,6 +585,7 @@ impl ProbeServer {
                         reserved_bytes: i.reserved_bytes,
                         warps: i.warps,
                         jobs: book.reservations_on(&i.uuid),
+                        processes: i.processes,
                         used_bytes: self
                             .free_memory
                             .get()

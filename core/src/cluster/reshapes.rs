@@ -41,13 +41,7 @@ impl Cluster {
 
     /// Asks the policy for new reshapes; marks their instances retiring
     /// and returns one [`Effect::Reshape`] each.
-    pub(super) fn plan_reshapes(&mut self) -> Vec<Effect> {
-        let effects = self.new_reshapes();
-        self.note_reconfiguring();
-        effects
-    }
-
-    fn new_reshapes(&mut self) -> Vec<Effect> {
+    pub(super) fn new_reshapes(&mut self) -> Vec<Effect> {
         let Some(policy) = self.repartition.as_deref() else {
             return Vec::new();
         };
@@ -55,7 +49,8 @@ impl Cluster {
         let queued = self.isolated_queue.iter().chain(self.shared_queue.iter());
         let running = self.nodes.values().flat_map(|n| n.running.iter());
         let ids: std::collections::BTreeSet<&crate::job::JobId> = queued.chain(running).collect();
-        let demand = Demand::of(ids.into_iter().filter_map(|id| self.jobs.get(id)), false);
+        let waiting = self.nodes.values().any(|n| n.up && n.tasks_waiting > 0);
+        let demand = Demand::of(ids.into_iter().filter_map(|id| self.jobs.get(id)), waiting);
         if demand.isolated.is_empty() && !demand.shared_backlog {
             return Vec::new();
         }
@@ -91,7 +86,7 @@ impl Cluster {
 
     /// Pending isolated jobs that no instance serves now, but one a
     /// reshape in flight makes would: they wait with `MigReconfiguring`.
-    fn note_reconfiguring(&mut self) {
+    pub(super) fn note_reconfiguring(&mut self) {
         if self.reshapes.values().all(Vec::is_empty) {
             return;
         }
@@ -351,7 +346,7 @@ impl Cluster {
                 "isolated"
             } else if s.draining_for.is_some() {
                 "draining"
-            } else if s.active_tasks == 0 && s.job_bytes.is_empty() {
+            } else if s.active_tasks == 0 && s.processes == 0 && s.job_bytes.is_empty() {
                 "idle"
             } else {
                 "shared"
@@ -408,7 +403,7 @@ fn mig_gpus(
             Use::Retiring
         } else if s.isolated_owner.is_some() || s.draining_for.is_some() {
             Use::Isolated
-        } else if s.active_tasks == 0 && s.job_bytes.is_empty() {
+        } else if s.active_tasks == 0 && s.processes == 0 && s.job_bytes.is_empty() {
             Use::Idle
         } else {
             Use::Shared

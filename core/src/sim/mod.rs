@@ -170,8 +170,19 @@ struct JobState {
 
 /// A re-partition waiting for its instances to empty.
 struct Retiring {
+    seq: u64,
     gpu: usize,
     retire: Vec<String>,
+    create: Vec<MigPlacement>,
+}
+
+/// A re-partition whose old instances are gone: its new ones are ready
+/// at `at`, when the order is reported done.
+struct Creating {
+    at: f64,
+    seq: u64,
+    gpu: usize,
+    removed: Vec<String>,
     create: Vec<MigPlacement>,
 }
 
@@ -184,11 +195,10 @@ struct Sim<'a> {
     alive: Vec<bool>,
     layout: Vec<Option<(usize, MigPlacement)>>,
     gpus: Vec<SimGpu>,
-    repartition: Option<DemandRepartition>,
     reconfig_secs: f64,
     retiring: Vec<Retiring>,
-    /// Instances being created: (ready at, GPU, placements).
-    creating: Vec<(f64, usize, Vec<MigPlacement>)>,
+    /// Re-partitions making their new instances.
+    creating: Vec<Creating>,
     /// Jobs whose GPU task fits no instance until those exist.
     deferred: Vec<usize>,
     reshapes: usize,
@@ -468,26 +478,29 @@ impl Sim<'_> {
 
     /// Tells the controller state what the node sees, then launches.
     fn schedule(&mut self) {
-        self.repartition();
-        let uses: BTreeMap<String, InstanceUse> = self
-            .inst
+        self.finish_reshapes();
+        let book = self.node.tasks();
+        let uses: BTreeMap<String, InstanceUse> = book
+            .instances()
             .iter()
-            .zip(&self.alive)
-            .filter(|(_, &alive)| alive)
-            .map(|(i, _)| {
+            .map(|i| {
                 (
                     i.uuid.clone(),
                     InstanceUse {
-                        tasks: self.node.tasks().tasks_on(&i.uuid),
+                        tasks: book.tasks_on(&i.uuid),
+                        processes: i.processes,
                         ..InstanceUse::default()
                     },
                 )
             })
             .collect();
+        let waiting = book.waiting_len() as u32;
         self.cluster.update_instance_use(NODE, &uses);
+        self.cluster.set_tasks_waiting(NODE, waiting);
         let effects = self.cluster.schedule(self.now as i64);
         let now = self.now_ms();
         let mut launched = Vec::new();
+        let mut reshapes = Vec::new();
         for e in effects {
             match e {
                 Effect::Launch { job, .. } => {
@@ -501,6 +514,7 @@ impl Sim<'_> {
                 Effect::Drain { instances, seq, .. } if self.policy != Policy::Exclusive => {
                     self.node.set_drained(&instances, seq, now);
                 }
+                Effect::Reshape { order, .. } => reshapes.push(order),
                 _ => {}
             }
         }
@@ -539,6 +553,9 @@ impl Sim<'_> {
             } else {
                 self.advance(j);
             }
+        }
+        for order in reshapes {
+            self.reshape_ordered(order);
         }
     }
 
@@ -632,6 +649,9 @@ pub fn simulate_with(
         Policy::Exclusive => Some(inst.len() as u32),
         Policy::Cg(r) => Some(r * inst.len() as u32),
     };
+    let repartition = options
+        .repartition
+        .filter(|_| matches!(policy, Policy::Case | Policy::MgbSm));
     let mut cluster = Cluster::new(launch);
     cluster.register_node(
         &NodeRegistration {
@@ -647,10 +667,23 @@ pub fn simulate_with(
             ended: vec![],
             fence_timeout_ms: None,
             heartbeat_ms: 0,
-            reshape_gpus: Vec::new(),
+            // The controller plans re-partitions of every MIG GPU, as
+            // for a live node that offers them.
+            reshape_gpus: match repartition {
+                Some(_) => layout
+                    .iter()
+                    .filter_map(|l| l.map(|(g, _)| g as u32))
+                    .collect::<std::collections::BTreeSet<u32>>()
+                    .into_iter()
+                    .collect(),
+                None => Vec::new(),
+            },
         },
         0,
     );
+    if let Some(p) = repartition {
+        cluster.set_repartition(Some(Box::new(p)));
+    }
     let placement: Box<dyn crate::placement::PlacementPolicy> = match policy {
         Policy::Case => Box::new(CasePlacement),
         Policy::MgbSm => Box::new(MgbSmPlacement),
@@ -676,16 +709,12 @@ pub fn simulate_with(
         .fold(f64::INFINITY, f64::min);
     let total_mem = inst.iter().map(|i| i.memory_mib).sum::<u64>().max(1) as f64;
     let initial = inst.clone();
-    let repartition = options
-        .repartition
-        .filter(|_| matches!(policy, Policy::Case | Policy::MgbSm));
     let mut sim = Sim {
         policy,
         jobs,
         alive: vec![true; inst.len()],
         layout,
         gpus,
-        repartition,
         reconfig_secs: options.reconfig_secs.max(0.0),
         retiring: Vec::new(),
         creating: Vec::new(),
@@ -750,7 +779,7 @@ pub fn simulate_with(
         let create_next = sim
             .creating
             .iter()
-            .map(|(at, _, _)| *at)
+            .map(|c| c.at)
             .fold(f64::INFINITY, f64::min);
         let t = gpu_next.min(timer_next).min(sub_next).min(create_next);
         if !t.is_finite() {
