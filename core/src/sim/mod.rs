@@ -140,7 +140,9 @@ pub fn lower_bound(jobs: &[SimJob], instances: &[Instance]) -> f64 {
 pub enum SimError {
     #[error(transparent)]
     Cluster(#[from] crate::gpu::SimSpecError),
-    #[error("job '{0}' needs {1} MiB, more than any instance has")]
+    #[error(
+        "job '{0}' needs {1} MiB, more than any instance has (or, re-partitioning, could have)"
+    )]
     TooBig(String, u64),
     #[error("the simulation stopped with {0} jobs unfinished (nothing left to happen)")]
     Stuck(usize),
@@ -634,7 +636,28 @@ pub fn simulate_with(
         })
         .collect();
     debug_assert_eq!(layout.len(), inst.len());
-    let biggest = inst.iter().map(|i| i.memory_mib).max().unwrap_or(0);
+    // Re-partitioning may make a MIG GPU's largest profile.
+    let remade = |g: &SimGpu| {
+        g.model
+            .profiles
+            .iter()
+            .filter(|p| !p.name.contains('+'))
+            .map(|p| p.memory_mib)
+            .max()
+            .unwrap_or(0)
+    };
+    let repartitions =
+        options.repartition.is_some() && matches!(policy, Policy::Case | Policy::MgbSm);
+    let biggest = inst
+        .iter()
+        .map(|i| i.memory_mib)
+        .chain(
+            gpus.iter()
+                .filter(|g| repartitions && g.layout.is_some())
+                .map(remade),
+        )
+        .max()
+        .unwrap_or(0);
     if let Some(j) = jobs.iter().find(|j| j.peak_mib() > biggest) {
         return Err(SimError::TooBig(j.name.clone(), j.peak_mib()));
     }
