@@ -23,6 +23,9 @@ work=$(mktemp -d)
 chmod 755 "$work"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 bin=$(dirname "$G")
+# The simulated node has CPUs to spare: so must the live one (each job
+# takes a CPU; this machine may have two).
+echo 'constrain_cores = false' > "$work/cgroup.toml"
 
 trace="$work/trace.csv"
 echo 'job,isolated,submit,kind,secs,mem_mib,slices' > "$trace"
@@ -40,7 +43,7 @@ live_once() {
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     "$G" up --state-dir "$state" --listen "127.0.0.1:$port" --node-name n1 \
         --sim-gpus "$SPEC" --repartition demand --mig-reconfig-secs "$D" \
-        --heartbeat-interval 1 --kill-wait 1 > "$work/up-$1.log" 2>&1 &
+        --heartbeat-interval 1 --kill-wait 1 --cpus 64 --cgroup-config "$work/cgroup.toml" > "$work/up-$1.log" 2>&1 &
     local up=$!
     export GSCHED_URL="http://127.0.0.1:$port"
     for _ in $(seq 100); do
