@@ -2,8 +2,9 @@
 # Issue 19, item 5: the live daemons on the simulated backend against the
 # simulator, on one trace with MIG re-partitioning and the same
 # reconfiguration time. The trace: an A100 laid out as 3g.20gb + 4x 1g.5gb
-# and, submitted one a second, four isolated jobs of 9000 MiB (a 2g.10gb
-# each, 6 s) and four of 3000 MiB (a 1g.5gb each, 4 s), alternating (one a
+# and, submitted one a second, four isolated jobs of 9000 MiB (the policy
+# makes a 1g.10gb for each, 6 s) and four of 3000 MiB (a 1g.5gb each, 4 s),
+# alternating (one a
 # second, so that both see each arrival in its own scheduling pass: live
 # submissions cannot be simultaneous). Live, each job is `sleep`: an
 # isolated job runs alone on its instance, as the simulator's isolated GPU

@@ -92,6 +92,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
                 ended: vec![],
                 fence_timeout_ms: None,
                 heartbeat_ms: 0,
+                reshape_keep: Default::default(),
                 reshape_gpus: Vec::new(),
             },
             0,

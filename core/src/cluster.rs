@@ -130,6 +130,8 @@ pub struct Node {
     pub mig_frozen: BTreeSet<u32>,
     /// Shared tasks waiting for a place on the node (its heartbeats).
     pub tasks_waiting: u32,
+    /// Per GPU, the instances re-partitioning must leave (registration).
+    pub reshape_keep: BTreeMap<u32, Vec<(String, u32)>>,
 }
 
 /// A queued job as the launch policy sees it (`nodes`: its `-w`/`-x`).
@@ -1532,6 +1534,7 @@ impl Cluster {
                 .map(|o| o.mig_frozen.clone())
                 .unwrap_or_default(),
             tasks_waiting: 0,
+            reshape_keep: reg.reshape_keep.clone(),
         };
         // Keep the books of jobs we believe run there.
         let believed: Vec<JobId> = old

@@ -56,6 +56,33 @@ pub struct InstanceUse {
 pub struct GpuUse {
     pub model: &'static GpuModel,
     pub instances: Vec<InstanceUse>,
+    /// Bounds an administrator set: at least this many instances of the
+    /// profile stay on the GPU (a reshape never takes it below, or further
+    /// below, that).
+    pub keep: Vec<(&'static MigProfile, u32)>,
+}
+
+impl GpuUse {
+    /// Whether retiring `retire` (indices) and creating `create` respects
+    /// the GPU's bounds.
+    fn keeps(&self, retire: &[usize], create: &[MigPlacement]) -> bool {
+        self.keep.iter().all(|&(p, n)| {
+            let count = |it: &mut dyn Iterator<Item = &'static MigProfile>| {
+                it.filter(|q| q.name == p.name).count() as u32
+            };
+            let before = count(&mut self.instances.iter().map(|i| i.placement.profile));
+            let kept = count(
+                &mut self
+                    .instances
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| !retire.contains(k))
+                    .map(|(_, i)| i.placement.profile),
+            );
+            let after = kept + count(&mut create.iter().map(|c| c.profile));
+            after >= n.min(before)
+        })
+    }
 }
 
 /// The work waiting for GPU instances.
@@ -269,6 +296,9 @@ impl DemandRepartition {
                     // The last instance the largest shared job fits in.
                     continue;
                 }
+                if !g.keeps(&[ii], &create) {
+                    continue;
+                }
                 let key = (p.profile.memory_mib, gi, ii);
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((
@@ -302,6 +332,9 @@ impl DemandRepartition {
                 let Some(inside) = idle_region(g, region).filter(|v| !v.is_empty()) else {
                     continue;
                 };
+                if !g.keeps(&inside, &[region]) {
+                    continue;
+                }
                 let key = (inside.len(), gi, start);
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((
@@ -336,6 +369,7 @@ impl DemandRepartition {
                 if inside.len() < 2
                     || instances().any(|q| q.memory_mib >= p.memory_mib)
                     || p.compute_slices < slices
+                    || !g.keeps(&inside, &[region])
                 {
                     continue;
                 }
@@ -535,7 +569,37 @@ mod tests {
                 .zip(states)
                 .map(|(placement, &state)| InstanceUse { placement, state })
                 .collect(),
+            keep: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_bound_keeps_instances_a_reshape_would_take() {
+        use Use::*;
+        // Two idle 1g.6gb and a shared one on an A30; shared work waits:
+        // the two idle ones would be merged into a 2g.12gb.
+        let d = Demand {
+            isolated: vec![],
+            shared_backlog: true,
+            largest_shared_mib: 0,
+        };
+        let free = gpu("A30", "1g.6gb*4", &[Idle, Idle, Shared, Shared]);
+        assert_eq!(DEMAND2.plan(std::slice::from_ref(&free), &d).len(), 1);
+        // Keep at least three 1g.6gb: no merge.
+        let m = model("A30").unwrap();
+        let kept = GpuUse {
+            keep: vec![(m.profile("1g.6gb").unwrap(), 3)],
+            ..free
+        };
+        assert!(DEMAND2.plan(std::slice::from_ref(&kept), &d).is_empty());
+        // An isolated job needing a 2g.12gb does not get it by merging
+        // either.
+        let iso = Demand {
+            isolated: vec![11000.into()],
+            shared_backlog: false,
+            largest_shared_mib: 0,
+        };
+        assert!(DEMAND2.plan(&[kept], &iso).is_empty());
     }
 
     fn names(v: &[MigPlacement]) -> Vec<String> {

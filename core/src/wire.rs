@@ -46,6 +46,10 @@ pub struct NodeRegistration {
     /// controller asks (`POST /v1/reshape`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reshape_gpus: Vec<u32>,
+    /// Per GPU, the instances its re-partitioning must leave: (profile,
+    /// at least how many) (`keep` in `gpus.toml`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub reshape_keep: std::collections::BTreeMap<u32, Vec<(String, u32)>>,
 }
 
 /// The controller's answer to a registration.

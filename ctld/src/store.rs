@@ -604,6 +604,7 @@ async fn load(
                 .map(|s| s.split(',').filter_map(|g| g.trim().parse().ok()).collect())
                 .unwrap_or_default(),
             tasks_waiting: 0,
+            reshape_keep: Default::default(),
         });
     }
     Ok(Loaded {

@@ -548,6 +548,12 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let addr = listener.local_addr()?;
     let lease = Arc::new(fence::NodeLease::open(state_dir));
     tokio::spawn(Arc::clone(&lease).watch(Arc::clone(&launcher)));
+    let reshape_keep = gpu_settings.keep_bounds(|gpu| {
+        instances
+            .iter()
+            .find(|i| i.gpu_index == gpu && i.profile.is_some())
+            .and_then(|i| gsched_core::gpu::model(&i.model))
+    })?;
     let reshaper = reshape::Reshaper::new(
         name.clone(),
         Arc::clone(&backend),
@@ -605,6 +611,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         fence_timeout_ms: config.fence_timeout.map(|s| s.saturating_mul(1000)),
         heartbeat_ms: config.heartbeat_interval.max(1).saturating_mul(1000),
         reshape_gpus: reshaper.reshapeable().iter().copied().collect(),
+        reshape_keep,
     };
     let mut link = link::ControllerLink::new(
         identity,

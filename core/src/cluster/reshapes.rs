@@ -416,6 +416,13 @@ fn mig_gpus(
                     GpuUse {
                         model,
                         instances: Vec::new(),
+                        keep: node
+                            .reshape_keep
+                            .get(&i.gpu_index)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|(p, n)| model.profile(p).map(|p| (p, *n)))
+                            .collect(),
                     },
                 ));
                 uuids.push(Vec::new());

@@ -42,6 +42,7 @@ pub fn registration(
         ended,
         fence_timeout_ms: None,
         heartbeat_ms: 0,
+        reshape_keep: Default::default(),
         reshape_gpus: Vec::new(),
     }
 }

@@ -692,6 +692,7 @@ pub fn simulate_with(
             heartbeat_ms: 0,
             // The controller plans re-partitions of every MIG GPU, as
             // for a live node that offers them.
+            reshape_keep: Default::default(),
             reshape_gpus: match repartition {
                 Some(_) => layout
                     .iter()

@@ -49,6 +49,10 @@ pub struct GpuLayout {
     /// `fixed`.
     #[serde(default)]
     pub repartition: Repartition,
+    /// Instances re-partitioning must leave on this GPU: `PROFILE*N` (at
+    /// least N of PROFILE) or `PROFILE` (at least one).
+    #[serde(default)]
+    pub keep: Vec<String>,
 }
 
 /// A GPU's re-partitioning setting in `gpus.toml`.
@@ -93,6 +97,39 @@ impl GpuSettings {
             .filter(|g| g.repartition == Repartition::Fixed)
             .map(|g| g.index)
             .collect()
+    }
+
+    /// The bounds of each GPU (`keep`), checked against its model's
+    /// profiles: (profile, at least how many). `model_of` gives a GPU's
+    /// MIG table.
+    pub fn keep_bounds(
+        &self,
+        model_of: impl Fn(u32) -> Option<&'static gsched_core::gpu::GpuModel>,
+    ) -> Result<std::collections::BTreeMap<u32, Vec<(String, u32)>>> {
+        let mut out = std::collections::BTreeMap::new();
+        for g in self.gpu.iter().filter(|g| !g.keep.is_empty()) {
+            let Some(m) = model_of(g.index) else {
+                bail!("GPU {}: keep is set, but the GPU has no MIG table", g.index);
+            };
+            let mut bounds = Vec::new();
+            for item in &g.keep {
+                let (name, n) = match item.split_once('*') {
+                    Some((p, n)) => (p.trim(), n.trim().parse::<u32>().ok()),
+                    None => (item.trim(), Some(1)),
+                };
+                let Some(n) = n.filter(|n| *n >= 1) else {
+                    bail!(
+                        "GPU {}: keep entry '{item}' is not PROFILE or PROFILE*N",
+                        g.index
+                    );
+                };
+                let p = gsched_core::mig::profile_of(m, name)
+                    .map_err(|e| anyhow::anyhow!("GPU {}: keep: {e}", g.index))?;
+                bounds.push((p.name.to_string(), n));
+            }
+            out.insert(g.index, bounds);
+        }
+        Ok(out)
     }
 
     /// GPUs whose instances get an MPS control daemon.

@@ -239,3 +239,22 @@ fn a_job_naming_a_profile_gets_that_profile_made() {
     assert_eq!(o.len(), 1, "{o:?}");
     assert!(o[0].create.iter().any(|s| s.profile == "2g.10gb"), "{o:?}");
 }
+
+#[test]
+fn a_nodes_bounds_reach_the_policy() {
+    // Keep all seven 1g.5gb: the 3g.20gb job cannot be made; without the
+    // bound it is (see above).
+    let mut c = cluster();
+    let mut reg = registration("n1", &[], Vec::new());
+    reg.instances = sim_instances("n1", &parse_sim_spec("1xA100-40GB:1g.5gb*7").unwrap());
+    reg.reshape_gpus = vec![0];
+    reg.reshape_keep = [(0, vec![("1g.5gb".to_string(), 7)])].into();
+    c.register_node(&reg, 0);
+    let policy = repartition_policy("demand").unwrap().unwrap();
+    c.set_repartition(Some(Box::new(policy)));
+    c.submit(isolated("3g.20gb"), 1).unwrap();
+    assert!(orders(&c.schedule(2)).is_empty());
+    reg.reshape_keep = [(0, vec![("1g.5gb".to_string(), 3)])].into();
+    c.register_node(&reg, 3);
+    assert_eq!(orders(&c.schedule(4)).len(), 1, "three 1g.5gb are left");
+}
