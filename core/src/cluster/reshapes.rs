@@ -138,8 +138,10 @@ impl Cluster {
     }
 
     /// A node carried out reshape `seq`: `removed` instances are gone and
-    /// `added` exist. Unknown orders (already settled, or from before the
-    /// node registered again) change nothing.
+    /// `added` exist. The node is the truth about its instances: a report
+    /// of an order the controller does not know (it restarted meanwhile, and
+    /// the node registered again in the middle of the reshape) still
+    /// updates the books, for what they still hold and lack.
     pub fn reshape_done(
         &mut self,
         node: &str,
@@ -152,7 +154,7 @@ impl Cluster {
         }
         let orders = self.reshapes.entry(node.to_string()).or_default();
         let Some(k) = orders.iter().position(|o| o.seq == seq) else {
-            return Ok(Vec::new());
+            return Ok(self.unknown_reshape_done(node, removed, added));
         };
         let order = orders.remove(k);
         // What was not removed (the node gave up) is in use again.
@@ -366,6 +368,29 @@ impl Cluster {
             node: node.into(),
             gpus,
         })
+    }
+
+    /// Books the instances an unknown order removed and added, where they
+    /// still differ from the report.
+    fn unknown_reshape_done(
+        &mut self,
+        node: &str,
+        removed: &[String],
+        added: Vec<Instance>,
+    ) -> Vec<Effect> {
+        let Some(n) = self.nodes.get(node) else {
+            return Vec::new();
+        };
+        let has = |u: &str| n.instances.iter().any(|s| s.instance.uuid == u);
+        let gone: Vec<String> = removed.iter().filter(|u| has(u)).cloned().collect();
+        let new: Vec<Instance> = added.into_iter().filter(|i| !has(&i.uuid)).collect();
+        if gone.is_empty() && new.is_empty() {
+            return Vec::new();
+        }
+        match self.reshape_node(node, &gone, new) {
+            Ok(()) => vec![Effect::Node { name: node.into() }],
+            Err(_) => Vec::new(),
+        }
     }
 
     /// A node registered: its books start from what it reported.

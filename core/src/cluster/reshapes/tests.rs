@@ -105,9 +105,9 @@ fn a_reshape_that_stopped_short_leaves_what_it_kept_in_use() {
     let insts = &c.node("n1").unwrap().instances;
     assert_eq!(insts.len(), 7, "nothing removed");
     assert!(insts.iter().all(|s| !s.retiring), "in use again");
-    // A report for an order that is settled changes nothing.
+    // The same report again changes nothing.
     assert!(c
-        .reshape_done("n1", o.seq, &o.retire, Vec::new())
+        .reshape_done("n1", o.seq, &[], Vec::new())
         .unwrap()
         .is_empty());
     assert_eq!(c.node("n1").unwrap().instances.len(), 7);
@@ -123,8 +123,31 @@ fn a_node_that_registers_again_forgets_its_orders() {
     c.register_node(&reg, 3);
     assert!(c.reshapes_on("n1").is_empty());
     assert!(c.node("n1").unwrap().instances.iter().all(|s| !s.retiring));
+    // The node finished the reshape after registering (the controller
+    // restarted mid-reshape): its report still updates the books, once.
+    let gpu = c.node("n1").unwrap().instances[0].instance.gpu_uuid.clone();
+    let made = Instance {
+        mig_start: Some(4),
+        ..Instance::mig(
+            "MIG-new".into(),
+            0,
+            gpu,
+            "A100-40GB",
+            crate::gpu::model("A100-40GB")
+                .unwrap()
+                .profile("3g.20gb")
+                .unwrap(),
+        )
+    };
+    let fx = c
+        .reshape_done("n1", o.seq, &o.retire, vec![made.clone()])
+        .unwrap();
+    assert!(!fx.is_empty());
+    let insts = &c.node("n1").unwrap().instances;
+    assert_eq!(insts.len(), 7 - o.retire.len() + 1);
+    assert!(insts.iter().any(|s| s.instance.uuid == "MIG-new"));
     assert!(c
-        .reshape_done("n1", o.seq, &o.retire, Vec::new())
+        .reshape_done("n1", o.seq, &o.retire, vec![made])
         .unwrap()
         .is_empty());
 }
