@@ -15,6 +15,15 @@ use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
 
+/// `gsched up` on simulated GPUs with `extra` flags, and CPUs to spare
+/// (each job takes one; this machine may have two).
+fn start(extra: &[&str]) -> Gsched {
+    let spare = common::spare_cpus();
+    let mut args = extra.to_vec();
+    args.extend(spare.iter().map(String::as_str));
+    Gsched::start(&args)
+}
+
 fn instances(g: &Gsched) -> Vec<Value> {
     g.get("/api/v1/instances").unwrap()["instances"]
         .as_array()
@@ -24,17 +33,14 @@ fn instances(g: &Gsched) -> Vec<Value> {
 
 #[test]
 fn an_isolated_job_gets_a_profile_made_for_it_while_shared_work_runs_on() {
-    let mut args = vec![
+    let g = start(&[
         "--sim-gpus",
         "1xA100-40GB:1g.5gb*7",
         "--repartition",
         "demand",
         "--mig-reconfig-secs",
         "0.5",
-    ];
-    let spare = common::spare_cpus();
-    args.extend(spare.iter().map(String::as_str));
-    let g = Gsched::start(&args);
+    ]);
     let before = instances(&g);
     assert_eq!(before.len(), 7);
     assert!(before.iter().all(|i| i["profile"] == "1g.5gb"));
@@ -109,17 +115,14 @@ fn assert_legal(instances: &[Value]) {
 
 #[test]
 fn a_restart_in_the_middle_of_a_reshape_leaves_a_legal_layout_and_the_job_runs() {
-    let mut args = vec![
+    let mut g = start(&[
         "--sim-gpus",
         "1xA100-40GB:1g.5gb*7",
         "--repartition",
         "demand",
         "--mig-reconfig-secs",
         "3",
-    ];
-    let spare = common::spare_cpus();
-    args.extend(spare.iter().map(String::as_str));
-    let mut g = Gsched::start(&args);
+    ]);
     let iso = g.script(
         "iso.sh",
         "#!/bin/sh
@@ -155,10 +158,7 @@ true
 
 #[test]
 fn without_repartitioning_a_profile_no_layout_has_is_refused() {
-    let mut args = vec!["--sim-gpus", "1xA100-40GB:1g.5gb*7"];
-    let spare = common::spare_cpus();
-    args.extend(spare.iter().map(String::as_str));
-    let g = Gsched::start(&args);
+    let g = start(&["--sim-gpus", "1xA100-40GB:1g.5gb*7"]);
     let iso = g.script("iso.sh", "#!/bin/sh\ntrue\n");
     let out = g.cli("gsub", &["--isolated", "--gres=gpu:3g.20gb:1", &iso]);
     assert!(!out.status.success());
@@ -184,7 +184,7 @@ fn a_gpu_served_by_mps_gets_servers_for_its_new_instances_and_quits_the_old() {
     )
     .unwrap();
     let config = config.display().to_string();
-    let mut args = vec![
+    let mut g = start(&[
         "--sim-gpus",
         "1xA100-40GB:1g.5gb*7",
         "--gpu-config",
@@ -193,10 +193,7 @@ fn a_gpu_served_by_mps_gets_servers_for_its_new_instances_and_quits_the_old() {
         "demand",
         "--mig-reconfig-secs",
         "0.2",
-    ];
-    let spare = common::spare_cpus();
-    args.extend(spare.iter().map(String::as_str));
-    let mut g = Gsched::start(&args);
+    ]);
     let log_dir = |i: &Value| i["mps"]["log_dir"].as_str().unwrap().to_string();
     let before = instances(&g);
     assert!(
@@ -230,17 +227,14 @@ fn a_gpu_served_by_mps_gets_servers_for_its_new_instances_and_quits_the_old() {
 
 #[test]
 fn an_administrator_applies_freezes_and_shows_a_layout() {
-    let mut args = vec![
+    let mut g = start(&[
         "--sim-gpus",
         "1xA100-40GB:1g.5gb*7",
         "--repartition",
         "demand",
         "--mig-reconfig-secs",
         "0.2",
-    ];
-    let spare = common::spare_cpus();
-    args.extend(spare.iter().map(String::as_str));
-    let mut g = Gsched::start(&args);
+    ]);
     let show = |g: &Gsched| -> Value {
         let out = g.cli("gsched", &["mig", "show", "--json"]);
         assert!(out.status.success(), "{}", common::stderr(&out));
@@ -328,17 +322,14 @@ fn a_gpu_fixed_in_gpus_toml_is_not_re_partitioned() {
     let config = dir.path().join("gpus.toml");
     std::fs::write(&config, "[[gpu]]\nindex = 0\nrepartition = \"fixed\"\n").unwrap();
     let config = config.display().to_string();
-    let mut args = vec![
+    let g = start(&[
         "--sim-gpus",
         "1xA100-40GB:1g.5gb*7",
         "--gpu-config",
         &config,
         "--repartition",
         "demand",
-    ];
-    let spare = common::spare_cpus();
-    args.extend(spare.iter().map(String::as_str));
-    let g = Gsched::start(&args);
+    ]);
     let text = common::stdout(&g.cli("gsched", &["mig", "show", "node1"]));
     assert!(text.contains("layout fixed"), "{text}");
     let out = g.cli("gsched", &["mig", "apply", "node1", "0", "7g.40gb"]);
