@@ -45,12 +45,19 @@ impl Cluster {
         let Some(policy) = self.repartition.as_deref() else {
             return Vec::new();
         };
-        // The queues and what runs: not every job the controller remembers.
+        // The queues (isolated ones in id order, as the policy takes them)
+        // and what runs: not every job the controller remembers. (A
+        // requeued job whose old run is still ending is on its node's books
+        // too: it counts once, as pending.)
         let queued = self.isolated_queue.iter().chain(self.shared_queue.iter());
-        let running = self.nodes.values().flat_map(|n| n.running.iter());
-        let ids: std::collections::BTreeSet<&crate::job::JobId> = queued.chain(running).collect();
+        let running = self
+            .nodes
+            .values()
+            .flat_map(|n| n.running.iter())
+            .filter(|id| !self.isolated_queue.contains(id) && !self.shared_queue.contains(id));
         let waiting = self.nodes.values().any(|n| n.up && n.tasks_waiting > 0);
-        let demand = Demand::of(ids.into_iter().filter_map(|id| self.jobs.get(id)), waiting);
+        let jobs = queued.chain(running).filter_map(|id| self.jobs.get(id));
+        let demand = Demand::of(jobs, waiting);
         if demand.isolated.is_empty() && !demand.shared_backlog {
             return Vec::new();
         }
