@@ -188,7 +188,7 @@ impl Reshaper {
             && {
                 // No shared process is left: their MPS servers may go.
                 self.quit_mps(req.gpu, &req.retire).await;
-                self.wait_until(start, || self.gpu_empty(&req.retire)).await
+                self.wait_gpu_empty(start, &req.retire).await
             };
         if !emptied {
             self.restart_mps(req.gpu, &req.retire).await;
@@ -240,12 +240,25 @@ impl Reshaper {
         uuids.iter().all(|u| self.probe.idle(u))
     }
 
-    /// No process on `uuids` as the GPU reports (NVML; brief, so called
-    /// from the async loop).
-    fn gpu_empty(&self, uuids: &[String]) -> bool {
-        !uuids
-            .iter()
-            .any(|u| self.backend.processes_on(u).is_some_and(|p| !p.is_empty()))
+    /// Waits, up to [`EMPTY_WITHIN`] after `start`, until the GPU reports no
+    /// process on `uuids` (NVML: off the async threads).
+    async fn wait_gpu_empty(&self, start: std::time::Instant, uuids: &[String]) -> bool {
+        loop {
+            let (b, us) = (Arc::clone(&self.backend), uuids.to_vec());
+            let empty = tokio::task::spawn_blocking(move || {
+                !us.iter()
+                    .any(|u| b.processes_on(u).is_some_and(|p| !p.is_empty()))
+            })
+            .await
+            .unwrap_or(false);
+            if empty {
+                return true;
+            }
+            if start.elapsed() > EMPTY_WITHIN {
+                return false;
+            }
+            tokio::time::sleep(EMPTY_POLL).await;
+        }
     }
 
     /// Quits the MPS servers of instances about to go.

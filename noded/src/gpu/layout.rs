@@ -111,21 +111,15 @@ impl GpuSettings {
             let Some(m) = model_of(g.index) else {
                 bail!("GPU {}: keep is set, but the GPU has no MIG table", g.index);
             };
-            let mut bounds = Vec::new();
-            for item in &g.keep {
-                let (name, n) = match item.split_once('*') {
-                    Some((p, n)) => (p.trim(), n.trim().parse::<u32>().ok()),
-                    None => (item.trim(), Some(1)),
-                };
-                let Some(n) = n.filter(|n| *n >= 1) else {
-                    bail!(
-                        "GPU {}: keep entry '{item}' is not PROFILE or PROFILE*N",
-                        g.index
-                    );
-                };
-                let p = gsched_core::mig::profile_of(m, name)
-                    .map_err(|e| anyhow::anyhow!("GPU {}: keep: {e}", g.index))?;
-                bounds.push((p.name.to_string(), n));
+            // `PROFILE*N` as a layout reads it: N instances of PROFILE.
+            let profiles = gsched_core::mig::parse_profiles(m, &g.keep.join(","))
+                .map_err(|e| anyhow::anyhow!("GPU {}: keep: {e}", g.index))?;
+            let mut bounds: Vec<(String, u32)> = Vec::new();
+            for p in profiles {
+                match bounds.iter_mut().find(|(name, _)| name == p.name) {
+                    Some((_, n)) => *n += 1,
+                    None => bounds.push((p.name.to_string(), 1)),
+                }
             }
             out.insert(g.index, bounds);
         }
