@@ -502,13 +502,7 @@ impl ProbeServer {
     /// Adds an instance the node created; waiting tasks may go there.
     pub fn add_instance(&self, i: &gsched_core::gpu::Instance) {
         let mut st = self.lock();
-        st.node.add_instance(
-            &i.uuid,
-            i.memory_mib * 1024 * 1024,
-            Some(i.sms),
-            gsched_core::compute::instance_capacity(i),
-            now_ms(),
-        );
+        st.node.add_instance(i, now_ms());
         self.dispatch(&mut st);
         drop(st);
         self.changed.notify_waiters();

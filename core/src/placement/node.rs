@@ -288,17 +288,16 @@ impl NodeBook {
         removed
     }
 
-    /// Adds an instance made by a re-partition (see
-    /// [`TaskBook::add_instance`]); waiting tasks may be placed on it.
-    pub fn add_instance(
-        &mut self,
-        uuid: &str,
-        memory_bytes: u64,
-        sms: Option<u32>,
-        capacity: u32,
-        now_ms: i64,
-    ) {
-        let placed = self.book.add_instance(uuid, memory_bytes, sms, capacity);
+    /// Adds an instance made by a re-partition, sized as the GPU layer
+    /// reports it (as [`TaskBook::of_instances`] does); waiting tasks may
+    /// be placed on it.
+    pub fn add_instance(&mut self, i: &crate::gpu::Instance, now_ms: i64) {
+        let placed = self.book.add_instance(
+            &i.uuid,
+            i.memory_mib * 1024 * 1024,
+            Some(i.sms),
+            crate::compute::instance_capacity(i),
+        );
         self.deliver(placed, now_ms);
     }
 

@@ -6,7 +6,7 @@
 //! replacements appear `reconfig_secs` later, when the order is reported
 //! done (`Cluster::reshape_done`).
 
-use super::{Creating, Retiring, Sim, MIB, NODE};
+use super::{Creating, Retiring, Sim, NODE};
 use crate::cluster::ReshapeOrder;
 use crate::gpu::{sim_gpu_uuid, sim_mig_uuid, Instance};
 use crate::mig::MigPlacement;
@@ -129,13 +129,7 @@ impl Sim<'_> {
                 .reshape_done(NODE, c.seq, &c.removed, fresh.clone());
             for inst in fresh {
                 let now = self.now_ms();
-                self.node.add_instance(
-                    &inst.uuid,
-                    inst.memory_mib * MIB,
-                    Some(inst.sms),
-                    crate::compute::instance_capacity(&inst),
-                    now,
-                );
+                self.node.add_instance(&inst, now);
                 self.carry_out();
             }
         }
