@@ -73,6 +73,11 @@ impl Cluster {
                 let Some((gpu_index, _)) = gpus.get(r.gpu) else {
                     continue;
                 };
+                // One reshape of a GPU at a time (the node refuses a second):
+                // its instances being made still count as room above.
+                if in_flight.is_some_and(|o| o.iter().any(|o| o.gpu == *gpu_index)) {
+                    continue;
+                }
                 // Only live instances are retired (never one being made).
                 let retire: Vec<String> = r
                     .retire
