@@ -567,7 +567,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         .difference(&gpu_settings.fixed_gpus())
         .copied()
         .collect(),
-        Duration::from_secs_f64(config.mig_reconfig_secs.clamp(0.0, 3600.0)),
+        mig_reconfig_delay(config.mig_reconfig_secs)?,
     );
     let reshaper = match &mps {
         Some(sup) => reshaper.with_mps(Arc::clone(sup), mps_gpus.clone()),
@@ -643,6 +643,14 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     })
 }
 
+/// `--mig-reconfig-secs` as a duration: 0 to 3600 seconds.
+fn mig_reconfig_delay(secs: f64) -> Result<Duration> {
+    if !(0.0..=3600.0).contains(&secs) {
+        anyhow::bail!("--mig-reconfig-secs {secs}: expected seconds from 0 to 3600");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
 /// Each GPU's index and model, once.
 fn gpu_models(instances: &[gsched_core::gpu::Instance]) -> Vec<(u32, String)> {
     let mut out: Vec<(u32, String)> = instances
@@ -652,4 +660,19 @@ fn gpu_models(instances: &[gsched_core::gpu::Instance]) -> Vec<(u32, String)> {
     out.sort();
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod reconfig_tests {
+    #[test]
+    fn the_reconfiguration_delay_is_checked() {
+        assert_eq!(
+            super::mig_reconfig_delay(0.5).unwrap(),
+            std::time::Duration::from_millis(500)
+        );
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 3601.0] {
+            let e = super::mig_reconfig_delay(bad).unwrap_err().to_string();
+            assert!(e.contains("--mig-reconfig-secs"), "{e}");
+        }
+    }
 }
