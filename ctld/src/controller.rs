@@ -832,11 +832,11 @@ impl Controller {
         }
     }
 
-    /// Sends a reshape order to its node. One the node refuses is settled
-    /// as undone (its instances are in use again), except for a refusal
-    /// because a reshape of the GPU is under way (an earlier try of this
-    /// one); one that cannot reach the node is sent again while it is still
-    /// in flight (a node that registers again forgets it).
+    /// Sends a reshape order to its node (a node answers a resend of an
+    /// order it took as it did the first). One the node refuses is settled
+    /// as undone (its instances are in use again); one that cannot reach
+    /// the node is sent again while it is still in flight (a node that
+    /// registers again forgets it).
     async fn send_reshape(
         self: Arc<Self>,
         url: String,
@@ -854,12 +854,6 @@ impl Controller {
                 .await;
             let refused = match res {
                 Ok(r) if r.status().is_success() => return,
-                // A reshape of that GPU is under way there: this order,
-                // taken by an earlier try whose answer was lost (the
-                // controller sends one per GPU at a time). Its report
-                // settles it; undoing it now could hand out instances the
-                // node is about to destroy.
-                Ok(r) if r.status() == reqwest::StatusCode::CONFLICT => return,
                 Ok(r) if r.status().is_client_error() => {
                     let why = r.text().await.unwrap_or_default();
                     Some(format!("node refused it: {why}"))

@@ -53,8 +53,8 @@ pub struct Reshaper {
     mps: Option<(Arc<crate::mps::MpsSupervisor>, BTreeSet<u32>)>,
     /// How long the simulated backend takes to reconfigure a GPU.
     sim_delay: Duration,
-    /// GPUs with a reshape under way.
-    busy: Mutex<BTreeSet<u32>>,
+    /// Reshapes under way (by order number) and the instances they retire.
+    running: Mutex<std::collections::BTreeMap<u64, Vec<String>>>,
     report: std::sync::OnceLock<Report>,
 }
 
@@ -63,8 +63,8 @@ pub struct Reshaper {
 pub enum ReshapeError {
     #[error("GPU {0} is not re-partitioned by this node (not in MIG mode, or MIG changes not allowed in gpus.toml)")]
     NotReshapeable(u32),
-    #[error("GPU {0} has a reshape under way")]
-    Busy(u32),
+    #[error("instance {0} is being re-partitioned by another order")]
+    Busy(String),
     #[error("instance {0} is not one of GPU {1}'s")]
     UnknownInstance(String, u32),
     #[error("MIG profile {0} does not exist on GPU {1}")]
@@ -92,7 +92,7 @@ impl Reshaper {
             reshapeable,
             mps: None,
             sim_delay,
-            busy: Mutex::new(BTreeSet::new()),
+            running: Mutex::new(Default::default()),
             report: std::sync::OnceLock::new(),
         }
     }
@@ -124,6 +124,10 @@ impl Reshaper {
     /// Takes an order: checks it, retires its instances and carries it out
     /// in the background.
     pub fn accept(self: &Arc<Self>, req: ReshapeRequest) -> Result<(), ReshapeError> {
+        if self.lock_running().contains_key(&req.seq) {
+            // A resend of an order under way (its first answer was lost).
+            return Ok(());
+        }
         if !self.reshapeable.contains(&req.gpu) {
             return Err(ReshapeError::NotReshapeable(req.gpu));
         }
@@ -150,8 +154,16 @@ impl Reshaper {
                 }
             }
         }
-        if !self.lock_busy().insert(req.gpu) {
-            return Err(ReshapeError::Busy(req.gpu));
+        {
+            let mut running = self.lock_running();
+            if let Some(u) = req
+                .retire
+                .iter()
+                .find(|u| running.values().any(|r| r.contains(u)))
+            {
+                return Err(ReshapeError::Busy(u.clone()));
+            }
+            running.insert(req.seq, req.retire.clone());
         }
         for uuid in &req.retire {
             self.probe.set_retiring(uuid, true);
@@ -159,9 +171,9 @@ impl Reshaper {
         info!(node = %self.node, seq = req.seq, gpu = req.gpu, retire = ?req.retire, "reshape accepted: its instances take no new work");
         let this = Arc::clone(self);
         tokio::spawn(async move {
-            let gpu = req.gpu;
+            let seq = req.seq;
             let report = this.carry_out(req).await;
-            this.lock_busy().remove(&gpu);
+            this.lock_running().remove(&seq);
             if let Some(r) = this.report.get() {
                 r(report);
             }
@@ -169,8 +181,10 @@ impl Reshaper {
         Ok(())
     }
 
-    fn lock_busy(&self) -> std::sync::MutexGuard<'_, BTreeSet<u32>> {
-        self.busy.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_running(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, Vec<String>>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn carry_out(self: &Arc<Self>, req: ReshapeRequest) -> ReshapeReport {
@@ -526,12 +540,16 @@ mod tests {
             &[9],
         );
         n.reshaper.accept(order(&retire)).unwrap();
+        n.reshaper
+            .accept(order(&retire))
+            .expect("a resend of the order under way is taken as the first was");
+        let other = ReshapeRequest {
+            seq: 2,
+            ..order(&retire[..1])
+        };
         assert!(
-            matches!(
-                n.reshaper.accept(order(&retire)),
-                Err(ReshapeError::Busy(0))
-            ),
-            "one reshape of a GPU at a time"
+            matches!(n.reshaper.accept(other), Err(ReshapeError::Busy(u)) if u == retire[0]),
+            "an instance is in one reshape at a time"
         );
         tokio::time::sleep(Duration::from_millis(800)).await;
         assert_eq!(uuids(&*n.backend), all, "nothing destroyed while in use");

@@ -5,7 +5,8 @@
 //! node binds no new process to them) and reaches the node as an
 //! [`Effect::Reshape`]. The node destroys the instances once nothing uses
 //! them, creates the new ones and reports both ([`Cluster::reshape_done`]).
-//! One reshape per GPU is in flight at a time; a node that registers again
+//! Several reshapes of one GPU may be in flight (each retires its own idle
+//! instances; the node runs them side by side); a node that registers again
 //! (restarted) reports its real instances, which replace the books.
 
 use super::{Cluster, ClusterError, Effect};
@@ -73,11 +74,6 @@ impl Cluster {
                 let Some((gpu_index, _)) = gpus.get(r.gpu) else {
                     continue;
                 };
-                // One reshape of a GPU at a time (the node refuses a second):
-                // its instances being made still count as room above.
-                if in_flight.is_some_and(|o| o.iter().any(|o| o.gpu == *gpu_index)) {
-                    continue;
-                }
                 // Only live instances are retired (never one being made).
                 let retire: Vec<String> = r
                     .retire
