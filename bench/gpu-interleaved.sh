@@ -18,10 +18,14 @@ OUT=${OUT:-$ROOT/gpu-out}/$BATCH
 mkdir -p "$OUT"
 declare -A n
 alone=
+# A second call into the same OUT reuses the alone times of the first.
+[ -s "$OUT/alone-first.txt" ] && alone=$OUT/alone-first.txt
 for p in "$@"; do
   learn=0
   case $p in learn:*) learn=1; p=${p#learn:} ;; esac
   tag=${p/:/-}
+  # Trials go on from those of an earlier call into the same OUT.
+  [ -z "${n[$tag]:-}" ] && n[$tag]=$(ls "$OUT"/gpu-packing-"$tag"-[0-9]*.json 2>/dev/null | wc -l)
   if [ $learn = 1 ]; then trial=learn; else n[$tag]=$(( ${n[$tag]:-0} + 1 )); trial=${n[$tag]}; fi
   keep=0
   [ $learn = 1 ] || [ -e "$OUT/.learned-$tag" ] && keep=1

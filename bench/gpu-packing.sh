@@ -1,6 +1,6 @@
 #!/bin/bash
 # GPU packing benchmark (issue 7, docs/benchmarks.md): one policy per call.
-#   bench/gpu-packing.sh POLICY [SEED] [JOBS]   POLICY: exclusive | case | case-no-ceiling | case-ceiling:C | cg:R
+#   bench/gpu-packing.sh POLICY [SEED] [JOBS]   POLICY: exclusive | case | case-no-ceiling | case-ceiling:C | case-no-early | cg:R
 # Runs on a machine with one NVIDIA GPU (MIG disabled: the whole GPU is one
 # instance, with an MPS server of gsched's own), from a tree holding the
 # release binaries and libgprobe.so in dist/ (or BIN=...). Leaves the GPU as
@@ -33,15 +33,18 @@ else
 fi
 BATCH_FLAGS=()
 [ "$BATCH" = tight ] && BATCH_FLAGS=(--tight)
+# Only case starts isolated jobs early (their GPU work held until the GPU is
+# theirs): Slurm, which exclusive and cg:R stand for, cannot.
 case $POLICY in
-  exclusive) FLAGS=(--launch-policy exclusive) ;;
+  exclusive) FLAGS=(--launch-policy exclusive --early-start-secs 0) ;;
   case) FLAGS=() ;;
+  case-no-early) FLAGS=(--early-start-secs 0) ;;  # case as before early starts
   case-no-ceiling) FLAGS=(--compute-ceiling off) ;;  # case as before issue 17's ceiling
   case-ceiling:*) FLAGS=(--compute-ceiling "${POLICY#case-ceiling:}") ;;  # case with another ceiling
   # Memory-blind sharing (Slurm's gres/shard): at most R jobs at once, each
   # process placed whatever its memory; intercepted, so that isolated jobs
   # run alone as they do under Slurm.
-  cg:*) FLAGS=(--workers "${POLICY#cg:}" --placement-policy blind) ;;
+  cg:*) FLAGS=(--workers "${POLICY#cg:}" --placement-policy blind --early-start-secs 0) ;;
   *) echo "unknown policy $POLICY" >&2; exit 2 ;;
 esac
 machine="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"

@@ -28,6 +28,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller and a node daemon for this machine in one process.
@@ -178,6 +180,10 @@ struct UpArgs {
     /// the queue when their node is lost (Slurm's JobRequeue).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     job_requeue: bool,
+    /// How many seconds before its instances are expected free an isolated
+    /// job may start (its GPU work waits until they are; 0: never).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    early_start_secs: u64,
     /// Serve the API over TLS with this certificate chain (PEM); with --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -227,6 +233,7 @@ async fn up(args: UpArgs) -> Result<()> {
             admins: args.admins,
             min_job_age: args.min_job_age,
             job_requeue: args.job_requeue,
+            early_start_secs: args.early_start_secs,
             repartition: args.repartition,
             tls_cert: args.tls_cert.clone(),
             tls_key: args.tls_key,

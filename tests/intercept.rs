@@ -225,3 +225,50 @@ fn a_learned_gpu_share_reaches_the_next_runs_task_record() {
         "learned share {share}: {tasks:?}"
     );
 }
+
+#[test]
+fn an_isolated_job_started_early_waits_for_the_gpu_at_its_first_cuda_call() {
+    // One whole GPU. Job A holds it for 6 s; job B, isolated too, starts
+    // early (A's time limit ends within the early-start window): its script
+    // runs while A does, but its first CUDA call returns only once A has
+    // ended and the GPU is B's.
+    common::bin("libgprobe.so");
+    let g = Gsched::start(&["--sim-gpus", "1xH100-80GB", "--early-start-secs", "600"]);
+    let app = build(g.work.path());
+    let w = g.work.path().display().to_string();
+    let uuid = g.get("/api/v1/instances").unwrap()["instances"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let a = g.script(
+        "a.sh",
+        &format!("#!/bin/sh\nsleep 6\ndate +%s%N > {w}/a.end\n"),
+    );
+    let first = g.submit(&["--isolated", "-t", "5", "-o", "a.out", &a]);
+    g.wait_state(first, "RUNNING", Duration::from_secs(20));
+    let b = g.script(
+        "b.sh",
+        &format!(
+            "#!/bin/sh\ndate +%s%N > {w}/b.start\n{} link bench 1\ndate +%s%N > {w}/b.cuda\n",
+            app.display()
+        ),
+    );
+    let second = g.submit(&["--isolated", "-t", "5", "-o", "b.out", &b]);
+    g.wait_state(second, "COMPLETED", Duration::from_secs(60));
+    g.wait_state(first, "COMPLETED", Duration::from_secs(10));
+    let read = |name: &str| -> u128 {
+        let text = std::fs::read_to_string(g.work.path().join(name)).unwrap();
+        text.trim().parse().unwrap()
+    };
+    let (a_end, b_start, b_cuda) = (read("a.end"), read("b.start"), read("b.cuda"));
+    assert!(b_start < a_end, "B started while A ran");
+    assert!(b_cuda > a_end, "B's CUDA work waited for A to end");
+    let out = std::fs::read_to_string(g.work.path().join("b.out")).unwrap();
+    assert!(
+        out.contains(&format!("fake cuInit: CUDA_VISIBLE_DEVICES={uuid}")),
+        "{out}"
+    );
+    let log = g.log();
+    assert!(log.contains("started early"), "{log}");
+    assert!(log.contains("its instances are free"), "{log}");
+}

@@ -18,6 +18,7 @@ use crate::resources::{JobResources, MemoryRequest, NodeResources};
 use crate::wire::{JobEnded, NodeRegistration};
 
 mod drains;
+mod early_start;
 mod footprints;
 mod job_update;
 mod launching;
@@ -212,8 +213,13 @@ pub enum Effect {
     /// Persist the job's spec: it changed while pending (`scontrol
     /// update`).
     JobSpec { id: JobId },
-    /// Ask the node to start the job.
-    Launch { job: JobId, node: String },
+    /// Ask the node to start the job; `early`: its instances are still in
+    /// use (see `wire::LaunchRequest::early`).
+    Launch {
+        job: JobId,
+        node: String,
+        early: bool,
+    },
     /// Ask the node to kill a run of the job the controller does not own
     /// (any run when `run` is unknown).
     StopRun {
@@ -309,6 +315,10 @@ pub struct Cluster {
     /// Whether a job that says neither `--requeue` nor `--no-requeue`
     /// requeues when its node is lost (Slurm's JobRequeue; on by default).
     job_requeue: bool,
+    /// How far ahead (seconds) an isolated job may start while its
+    /// instances are still in use ([`crate::launch::EarlyStart`]); `None`:
+    /// never.
+    early_start_secs: Option<i64>,
     /// Refuse at submission what no known node could ever run
     /// (`unsatisfiable.rs`).
     refuse_unsatisfiable: bool,
@@ -362,6 +372,7 @@ impl Cluster {
             purged: HashMap::new(),
             lost_runs: HashMap::new(),
             job_requeue: true,
+            early_start_secs: None,
             refuse_unsatisfiable: false,
             sharing_jobs: BTreeSet::new(),
             repartition: None,
@@ -374,6 +385,15 @@ impl Cluster {
     /// JobRequeue): applies to jobs accepted from now on.
     pub fn set_job_requeue(&mut self, requeue: bool) {
         self.job_requeue = requeue;
+    }
+
+    /// Lets isolated jobs start up to `secs` seconds before their instances
+    /// are expected free (`None` or 0: never; see
+    /// [`crate::launch::EarlyStart`]).
+    pub fn set_early_start(&mut self, secs: Option<u64>) {
+        self.early_start_secs = secs
+            .filter(|s| *s > 0)
+            .map(|s| i64::try_from(s).unwrap_or(i64::MAX));
     }
 
     /// Rebuilds the state from stored jobs and nodes (all nodes start down
@@ -430,7 +450,7 @@ impl Cluster {
                         .iter_mut()
                         .filter(|s| job.gpu_instances.contains(&s.instance.uuid))
                     {
-                        slot.isolated_owner = Some(job.id);
+                        early_start::book_running_on(slot, job, &self.jobs);
                     }
                 }
             }
@@ -915,10 +935,22 @@ impl Cluster {
                         .collect(),
                 })
                 .collect();
+            let opted_out: HashSet<JobId> = match self.early_start_secs {
+                Some(_) => iso_ids
+                    .iter()
+                    .filter(|id| crate::env::intercept_off(&self.jobs[id].spec.environment))
+                    .copied()
+                    .collect(),
+                None => HashSet::new(),
+            };
             self.policy.plan(&LaunchInput {
                 isolated: &iso,
                 shared: &shared,
                 nodes: &nodes,
+                early: self.early_start_secs.map(|secs| crate::launch::EarlyStart {
+                    until: now.saturating_add(secs),
+                    opted_out: &opted_out,
+                }),
             })
         };
         if truncated && plan.rest.is_none() {
@@ -936,7 +968,30 @@ impl Cluster {
                             id: job,
                             event: format!("started on {node}"),
                         });
-                        effects.push(Effect::Launch { job, node });
+                        effects.push(Effect::Launch {
+                            job,
+                            node,
+                            early: false,
+                        });
+                    }
+                }
+                Decision::EarlyStart {
+                    job,
+                    node,
+                    instances,
+                } => {
+                    if self.start(job, &node, instances, now).is_ok() {
+                        effects.push(Effect::Job {
+                            id: job,
+                            event: format!(
+                                "started early on {node}: its GPU work waits until its instances are free"
+                            ),
+                        });
+                        effects.push(Effect::Launch {
+                            job,
+                            node,
+                            early: true,
+                        });
                     }
                 }
                 Decision::Drain {
@@ -1093,16 +1148,28 @@ impl Cluster {
             .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
         n.running.insert(id);
         if !instances.is_empty() {
+            // Started early on an instance another isolated job still
+            // holds, it waits for it (drained for it) and takes it over
+            // when that one ends.
+            let mut waits_for = Vec::new();
             for slot in n
                 .instances
                 .iter_mut()
                 .filter(|s| instances.contains(&s.instance.uuid))
             {
-                slot.isolated_owner = Some(id);
+                match slot.isolated_owner {
+                    Some(other) if other != id => waits_for.push(slot.instance.uuid.clone()),
+                    _ => slot.isolated_owner = Some(id),
+                }
             }
             // Neither it nor an instance it waited for elsewhere is drained
             // for it any more.
             self.forget_drains_for(id);
+            for uuid in waits_for {
+                if let Some(slot) = self.slot_mut(node, &uuid) {
+                    slot.draining_for = Some(id);
+                }
+            }
         }
         Ok(())
     }
@@ -1182,12 +1249,17 @@ impl Cluster {
         self.sharing_jobs.remove(&id);
         if let Some(n) = self.nodes.get_mut(node) {
             n.running.remove(&id);
+            let running = &n.running;
             for s in &mut n.instances {
-                if s.isolated_owner == Some(id) {
-                    s.isolated_owner = None;
-                }
                 if s.draining_for == Some(id) {
                     s.draining_for = None;
+                }
+                if s.isolated_owner == Some(id) {
+                    // Handed to the job started early for it, if one waits.
+                    s.isolated_owner = s.draining_for.filter(|j| running.contains(j));
+                    if s.isolated_owner.is_some() {
+                        s.draining_for = None;
+                    }
                 }
             }
         }
@@ -1548,7 +1620,7 @@ impl Cluster {
                 .iter_mut()
                 .filter(|s| j.gpu_instances.contains(&s.instance.uuid))
             {
-                s.isolated_owner = Some(*id);
+                early_start::book_running_on(s, j, &self.jobs);
             }
         }
         self.nodes.insert(reg.name.clone(), node);
@@ -1669,7 +1741,8 @@ mod tests {
         assert_eq!(c.job(a).unwrap().state, JobState::Pending);
         assert!(c.schedule(5).contains(&Effect::Launch {
             job: a,
-            node: "n1".into()
+            node: "n1".into(),
+            early: false
         }));
         assert_eq!(c.job(a).unwrap().state, JobState::Running);
     }
@@ -1699,7 +1772,8 @@ mod tests {
         c.job_ended("n1", &ended(a, 137, EndCause::Exited)).unwrap();
         assert!(c.schedule(6).contains(&Effect::Launch {
             job: a,
-            node: "n1".into()
+            node: "n1".into(),
+            early: false
         }));
     }
 
@@ -1738,11 +1812,13 @@ mod tests {
         let fx = c.schedule(2);
         assert!(fx.contains(&Effect::Launch {
             job: a,
-            node: "n1".into()
+            node: "n1".into(),
+            early: false
         }));
         assert!(fx.contains(&Effect::Launch {
             job: b,
-            node: "n1".into()
+            node: "n1".into(),
+            early: false
         }));
         assert_eq!(c.job(a).unwrap().gpu_instances.len(), 1);
         assert!(c.job(b).unwrap().gpu_instances.is_empty());
@@ -2047,7 +2123,8 @@ mod tests {
         c.register_node(&reg(vec![], vec![]), 7);
         assert!(c.schedule(8).contains(&Effect::Launch {
             job: b,
-            node: "n1".into()
+            node: "n1".into(),
+            early: false
         }));
     }
 

@@ -217,14 +217,10 @@ pub fn add_interception(
     if let Some(share) = job.spec.gpu.share.or(learned.share) {
         env.insert(TASK_SHARE_ENV.into(), share.to_string());
     }
-    if env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0") {
+    if intercept_off(env) {
         return;
     }
-    let preload = match env.get("LD_PRELOAD") {
-        Some(p) if !p.is_empty() => format!("{} {p}", with.lib),
-        _ => with.lib.to_string(),
-    };
-    env.insert("LD_PRELOAD".into(), preload);
+    preload_first(env, with.lib);
     let bytes = job
         .spec
         .gpu
@@ -234,6 +230,36 @@ pub fn add_interception(
         .unwrap_or(with.default_bytes);
     env.insert("GSCHED_TASK_MEM".into(), bytes.to_string());
     env.insert("GSCHED_CONTEXT_MEM".into(), with.context_bytes.to_string());
+}
+
+/// Makes a job's environment hold its processes at their first CUDA call
+/// until gnoded gives the job its instances (an isolated job started
+/// early, see `wire::LaunchRequest::early`): the interception library is
+/// preloaded first and [`crate::probe::GATE_ENV`] set. Returns false, and
+/// changes nothing, when the job turned the interception off
+/// (`GSCHED_INTERCEPT=0`): it cannot be held, so it must not start early.
+pub fn add_gate(env: &mut BTreeMap<String, String>, lib: &str) -> bool {
+    if intercept_off(env) {
+        return false;
+    }
+    preload_first(env, lib);
+    env.insert(crate::probe::GATE_ENV.into(), "1".into());
+    true
+}
+
+/// Whether a job's environment turns the interception off
+/// (`GSCHED_INTERCEPT=0`).
+pub fn intercept_off(env: &BTreeMap<String, String>) -> bool {
+    env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0")
+}
+
+/// Puts `lib` first in `LD_PRELOAD`.
+fn preload_first(env: &mut BTreeMap<String, String>, lib: &str) {
+    let preload = match env.get("LD_PRELOAD") {
+        Some(p) if !p.is_empty() => format!("{lib} {p}"),
+        _ => lib.to_string(),
+    };
+    env.insert("LD_PRELOAD".into(), preload);
 }
 
 #[cfg(test)]
@@ -454,5 +480,16 @@ mod tests {
                 "{holds} {opt_out} {isolated}"
             );
         }
+    }
+
+    #[test]
+    fn a_job_started_early_is_held_at_its_first_cuda_call_unless_it_opted_out() {
+        let mut env = BTreeMap::from([("LD_PRELOAD".to_string(), "/x.so".to_string())]);
+        assert!(add_gate(&mut env, "/l/libgprobe.so"));
+        assert_eq!(env["LD_PRELOAD"], "/l/libgprobe.so /x.so");
+        assert_eq!(env[crate::probe::GATE_ENV], "1");
+        let mut off = BTreeMap::from([("GSCHED_INTERCEPT".to_string(), "0".to_string())]);
+        assert!(!add_gate(&mut off, "/l/libgprobe.so"));
+        assert!(!off.contains_key("LD_PRELOAD") && !off.contains_key(crate::probe::GATE_ENV));
     }
 }

@@ -104,11 +104,38 @@ fn unfit_reason(nodes: &[NodeView<'_>], job: &QueuedJob<'_>) -> PendingReason {
 }
 
 /// The state a launch pass decides on. Queues are in priority order.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct LaunchInput<'a> {
     pub isolated: &'a [QueuedJob<'a>],
     pub shared: &'a [QueuedJob<'a>],
     pub nodes: &'a [NodeView<'a>],
+    /// Whether isolated jobs may start early, and until when; `None`: never.
+    pub early: Option<EarlyStart<'a>>,
+}
+
+/// Which isolated jobs may start while their instances are still in use:
+/// those whose instances are all expected free by `until` (unix seconds;
+/// [`InstanceView::expected_free`]), except the `opted_out` (a job that
+/// turned the interception off cannot be held at its first CUDA call).
+/// The node starts such a job's processes at once, with no GPU device, and
+/// lets them use their instances when they are free: the job's start-up
+/// (interpreter, imports, data loading) overlaps the work before it.
+#[derive(Debug, Clone, Copy)]
+pub struct EarlyStart<'a> {
+    pub until: i64,
+    pub opted_out: &'a HashSet<JobId>,
+}
+
+impl EarlyStart<'_> {
+    /// Whether `job` may start early on `set` of `node`'s instances.
+    fn allows(&self, job: JobId, node: &NodeView<'_>, set: &[usize]) -> bool {
+        !self.opted_out.contains(&job)
+            && set.iter().all(|ii| {
+                node.instances[*ii]
+                    .expected_free
+                    .is_some_and(|t| t <= self.until)
+            })
+    }
 }
 
 /// Why a job is still pending, in Slurm's words where Slurm has one.
@@ -141,6 +168,15 @@ pub enum Decision {
     /// Start `job` on `node`, holding `instances` (isolated: one or
     /// more) or no device (none).
     Launch {
+        job: JobId,
+        node: String,
+        instances: Vec<String>,
+    },
+    /// Start isolated `job` on `node` now, although `instances` are still
+    /// in use (expected free soon, [`EarlyStart`]): closed to new
+    /// non-isolated tasks, they become the job's once what is there has
+    /// left; until then its processes wait at their first CUDA call.
+    EarlyStart {
         job: JobId,
         node: String,
         instances: Vec<String>,
@@ -305,6 +341,7 @@ impl LaunchPolicy for CaseLaunch {
                 room: &room,
                 claimed: &claimed,
                 occupancy: &occupancy,
+                early: input.early.as_ref(),
             };
             let choice = if job.gpu.instances() > 1 {
                 best_instance_set(input.nodes, &pass, job)
@@ -319,7 +356,12 @@ impl LaunchPolicy for CaseLaunch {
                         let v = &node.instances[*ii];
                         v.active_tasks > 0 || v.isolated_owner.is_some()
                     });
-                    if busy {
+                    let early = busy
+                        && input
+                            .early
+                            .as_ref()
+                            .is_some_and(|e| e.allows(job.id, node, &set));
+                    if busy && !early {
                         // Closed to new non-isolated tasks from now on; the
                         // job starts when the tasks (or the isolated job
                         // running there) have left all of them.
@@ -334,10 +376,19 @@ impl LaunchPolicy for CaseLaunch {
                         workers_left -= 1;
                         room[ni].take(&job.resources, &node.total);
                         occupancy.note_start(ni, job);
-                        plan.decisions.push(Decision::Launch {
-                            job: job.id,
-                            node: node.name.into(),
-                            instances: uuids(node, &set),
+                        let (job, node, instances) = (job.id, node.name.into(), uuids(node, &set));
+                        plan.decisions.push(if early {
+                            Decision::EarlyStart {
+                                job,
+                                node,
+                                instances,
+                            }
+                        } else {
+                            Decision::Launch {
+                                job,
+                                node,
+                                instances,
+                            }
                         });
                     }
                 }
@@ -412,6 +463,7 @@ fn best_instance(
         room,
         claimed,
         occupancy,
+        early,
     } = *pass;
     // Preference key: not already draining for this job, memory, must
     // wait, expected to be free (unknown last), tasks to drain, then
@@ -436,9 +488,11 @@ fn best_instance(
         }
         for (ii, v) in node.instances.iter().enumerate() {
             let mine = v.draining_for == Some(job.id);
+            // Or where the job may start there early.
             let held_next = v.isolated_owner.is_some()
-                && node.shared_running > 0
-                && (mine || v.expected_free.is_some() || only_held_serve);
+                && ((node.shared_running > 0
+                    && (mine || v.expected_free.is_some() || only_held_serve))
+                    || early.is_some_and(|e| e.allows(job.id, node, &[ii])));
             if (v.isolated_owner.is_some() && !held_next)
                 || v.isolated_owner == Some(job.id)
                 || v.retiring
@@ -497,6 +551,7 @@ struct Pass<'p> {
     room: &'p [NodeResources],
     claimed: &'p HashSet<(usize, usize)>,
     occupancy: &'p Occupancies,
+    early: Option<&'p EarlyStart<'p>>,
 }
 
 #[cfg(test)]
@@ -576,6 +631,7 @@ mod tests {
         ];
         for policy in [&CaseLaunch as &dyn LaunchPolicy, &ExclusiveLaunch] {
             let plan = policy.plan(&LaunchInput {
+                early: None,
                 isolated: &[],
                 shared: &shared,
                 nodes: &nodes,
@@ -585,7 +641,7 @@ mod tests {
                 .iter()
                 .filter_map(|d| match d {
                     Decision::Launch { job, .. } => Some(*job),
-                    Decision::Drain { .. } => None,
+                    Decision::Drain { .. } | Decision::EarlyStart { .. } => None,
                 })
                 .collect();
             assert_eq!(launched, [1], "{}", policy.name());
@@ -599,6 +655,7 @@ mod tests {
             job(7, 1, Unspecified),
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &[],
             shared: &shared,
             nodes: &nodes,
@@ -664,6 +721,7 @@ mod tests {
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &iso,
             shared: &shared,
             nodes: &nodes,
@@ -727,6 +785,7 @@ mod tests {
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &iso,
             shared: &[],
             nodes: &nodes,
@@ -777,6 +836,7 @@ mod tests {
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &iso,
             shared: &[],
             nodes: &nodes,
@@ -818,6 +878,7 @@ mod tests {
         }
         let plan_for = |v: Vec<InstanceView<'_>>| {
             CaseLaunch.plan(&LaunchInput {
+                early: None,
                 isolated: &[job(7)],
                 shared: &[],
                 nodes: &[node(v)],
@@ -841,6 +902,7 @@ mod tests {
         let mut alone = node(v);
         alone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &[job(7)],
             shared: &[],
             nodes: &[alone],
@@ -868,6 +930,98 @@ mod tests {
     }
 
     #[test]
+    fn an_isolated_job_starts_early_only_where_its_instance_is_free_soon() {
+        let inst = sim_instances("n", &parse_sim_spec("1xA100-40GB").unwrap());
+        let r = req(None, None);
+        let job = |id| QueuedJob {
+            id,
+            gpu: &r,
+            uid: 0,
+            sharing: None,
+            resources: ONE_CPU,
+            nodes: None,
+        };
+        fn node(v: Vec<InstanceView<'_>>, workers_used: u32) -> NodeView<'_> {
+            NodeView {
+                name: "n",
+                occupancy: Default::default(),
+                up: true,
+                worker_limit: 2,
+                workers_used,
+                shared_running: 1,
+                total: BIG,
+                free: BIG,
+                instances: v,
+            }
+        }
+        let none = HashSet::new();
+        let opted_out = HashSet::from([7]);
+        let plan = |v: Vec<InstanceView<'_>>, workers_used, until, out| {
+            CaseLaunch.plan(&LaunchInput {
+                isolated: &[job(7)],
+                shared: &[],
+                nodes: &[node(v, workers_used)],
+                early: Some(EarlyStart {
+                    until,
+                    opted_out: out,
+                }),
+            })
+        };
+        let mut v = views(&inst);
+        v[0].isolated_owner = Some(3);
+        v[0].expected_free = Some(100);
+        let p = plan(v.clone(), 1, 120, &none);
+        assert!(
+            matches!(&p.decisions[..], [Decision::EarlyStart { job: 7, instances, .. }] if *instances == [inst[0].uuid.clone()]),
+            "{p:?}"
+        );
+        assert!(p.waiting.is_empty(), "it runs: {p:?}");
+        // With no shared job on the node too.
+        let mut lone = node(v.clone(), 1);
+        lone.shared_running = 0;
+        let p = CaseLaunch.plan(&LaunchInput {
+            isolated: &[job(7)],
+            shared: &[],
+            nodes: &[lone],
+            early: Some(EarlyStart {
+                until: 120,
+                opted_out: &none,
+            }),
+        });
+        assert!(
+            matches!(&p.decisions[..], [Decision::EarlyStart { job: 7, .. }]),
+            "{p:?}"
+        );
+        // Free later than the window, or when: drained for it as before.
+        for (free, until) in [(Some(200), 120), (None, 120)] {
+            v[0].expected_free = free;
+            let p = plan(v.clone(), 1, until, &none);
+            assert!(
+                matches!(&p.decisions[..], [Decision::Drain { job: 7, .. }]),
+                "{p:?}"
+            );
+        }
+        // A job that turned the interception off cannot be held: it waits.
+        v[0].expected_free = Some(100);
+        let p = plan(v.clone(), 1, 120, &opted_out);
+        assert!(
+            matches!(&p.decisions[..], [Decision::Drain { job: 7, .. }]),
+            "{p:?}"
+        );
+        // It takes a worker: with none free it does not even drain.
+        let p = plan(v.clone(), 2, 120, &none);
+        assert!(p.decisions.is_empty(), "{p:?}");
+        // Shared tasks expected to leave soon count the same.
+        v[0].isolated_owner = None;
+        v[0].active_tasks = 3;
+        let p = plan(v, 1, 120, &none);
+        assert!(
+            matches!(&p.decisions[..], [Decision::EarlyStart { job: 7, .. }]),
+            "{p:?}"
+        );
+    }
+
+    #[test]
     fn impossible_request_and_down_nodes() {
         let inst = sim_instances("n1", &parse_sim_spec("1xA30:1g.6gb*4").unwrap());
         let nodes = vec![NodeView {
@@ -891,6 +1045,7 @@ mod tests {
             nodes: None,
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &iso,
             shared: &[],
             nodes: &nodes,
@@ -902,6 +1057,7 @@ mod tests {
             ..nodes[0].clone()
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &iso,
             shared: &[],
             nodes: &down,
@@ -959,6 +1115,7 @@ mod tests {
             let iso = [job(1, Some(&w2))];
             let shared = [job(2, Some(&x2)), job(3, Some(&nosuch))];
             let p = policy.plan(&LaunchInput {
+                early: None,
                 isolated: &iso,
                 shared: &shared,
                 nodes: &nodes,
@@ -1048,7 +1205,7 @@ mod tests {
                         expected_free: None,
                     }).collect(),
                 }];
-                let plan = CaseLaunch.plan(&LaunchInput { isolated: &iso, shared: &sh, nodes: &nodes });
+                let plan = CaseLaunch.plan(&LaunchInput { early: None, isolated: &iso, shared: &sh, nodes: &nodes });
                 for d in plan.decisions {
                     match d {
                         Decision::Launch { job, instances, .. } => {
@@ -1069,6 +1226,7 @@ mod tests {
                             pending.retain(|&p| p as JobId != job);
                             s.running.push((job, idx));
                         }
+                        Decision::EarlyStart { .. } => prop_assert!(false, "early starts are off"),
                         Decision::Drain { job, instances, .. } => {
                             for d in s.draining.iter_mut().filter(|d| **d == Some(job)) {
                                 *d = None;

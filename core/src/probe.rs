@@ -18,6 +18,11 @@ pub const JOB_ID_ENV: &str = "GSCHED_JOB_ID";
 /// by gnoded from `--gpu-share` or the job's earlier runs).
 pub const TASK_SHARE_ENV: &str = "GSCHED_TASK_SHARE";
 
+/// Set in the environment of an isolated job started early: its
+/// processes wait at their first CUDA call until gnoded opens its
+/// instances to them (`ProbeRequest::Gate`).
+pub const GATE_ENV: &str = "GSCHED_GPU_GATE";
+
 /// Largest message either side accepts.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 
@@ -103,6 +108,11 @@ pub enum ProbeRequest {
     /// it came from, kills what is left in the step, counts what the step
     /// used and removes its cgroup.
     StepEnd { job: JobId, key: String, step: u32 },
+    /// An isolated job started early (its instances were still in use
+    /// when it started): the reply comes once its instances are its own
+    /// and its processes may open them (`GATE_ENV`). Answered at once for
+    /// any other job of the node.
+    Gate { job: JobId, key: String },
 }
 
 /// How long a process kept its instance busy out of how long it was
@@ -122,7 +132,8 @@ impl ProbeRequest {
             | ProbeRequest::Warps { job, key, .. }
             | ProbeRequest::Peak { job, key, .. }
             | ProbeRequest::StepBegin { job, key, .. }
-            | ProbeRequest::StepEnd { job, key, .. } => (*job, key),
+            | ProbeRequest::StepEnd { job, key, .. }
+            | ProbeRequest::Gate { job, key } => (*job, key),
         }
     }
 }

@@ -236,6 +236,15 @@ pub struct LaunchRequest {
     /// own gsched and Slurm commands authenticate on the TCP API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_token: Option<String>,
+    /// Start the job's processes now although its instances are still in
+    /// use (shared tasks, or the isolated job before it, about to leave):
+    /// they wait at their first CUDA call, through the interception
+    /// library, until the instances are the job's alone. A node that
+    /// cannot hold them there (no probe socket or no library, or the job
+    /// turned the interception off) starts the job when the instances are
+    /// free, as without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub early: bool,
 }
 
 /// Signal a job, or cancel it (SIGCONT, SIGTERM, then SIGKILL after the grace).

@@ -81,6 +81,14 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     #[serde(default = "default_job_requeue")]
     pub job_requeue: bool,
+    /// How many seconds before its instances are expected free (from time
+    /// limits and earlier runs) an isolated job may start: its processes
+    /// start at once with no GPU and wait at their first CUDA call, through
+    /// the interception library, until the instances are its own, so its
+    /// start-up overlaps the work before it. 0 turns it off.
+    #[arg(long, default_value_t = default_early_start_secs(), value_name = "SECS")]
+    #[serde(default = "default_early_start_secs")]
+    pub early_start_secs: u64,
     /// MIG re-partitioning: `none`, or `demand[:N]` (split or merge idle
     /// instances of nodes' MIG GPUs for what waits; N, 1-8, the largest
     /// instance merged for shared work in compute slices, default 2).
@@ -133,6 +141,7 @@ impl Default for CtldConfig {
             socket: None,
             min_job_age: default_min_job_age(),
             job_requeue: default_job_requeue(),
+            early_start_secs: default_early_start_secs(),
             repartition: default_repartition(),
             tls_cert: None,
             tls_key: None,
@@ -182,6 +191,9 @@ fn default_repartition() -> String {
 }
 fn default_job_requeue() -> bool {
     true
+}
+fn default_early_start_secs() -> u64 {
+    30
 }
 
 fn default_min_job_age() -> u64 {

@@ -534,7 +534,7 @@ impl Controller {
                             });
                         }
                     }
-                    Effect::Launch { job, node } => {
+                    Effect::Launch { job, node, early } => {
                         let (Some(j), Some(n)) = (c.job(job), c.node(&node)) else {
                             continue;
                         };
@@ -567,6 +567,7 @@ impl Controller {
                             learned_footprint_mib: learned.mib,
                             learned_gpu_share: learned.share,
                             job_token: self.job_token(j),
+                            early,
                         };
                         rpcs.push(Rpc::Launch {
                             url: n.url.clone(),

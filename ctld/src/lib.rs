@@ -87,6 +87,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
     cluster.restore_history(loaded.max_job_id, loaded.past_peaks);
     cluster.set_job_requeue(config.job_requeue);
+    cluster.set_early_start(Some(config.early_start_secs));
     let repartition = gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?;
     cluster.set_repartition(

@@ -291,15 +291,19 @@ impl Launcher {
                 &with,
             );
         }
-        let gpus = match req.instances.as_slice() {
-            [] => GpuAccess::Shared,
-            some => GpuAccess::Instances(some),
+        // Started early, the job opens no GPU until its instances are its
+        // own (see `begin`).
+        let early = req.early && !req.instances.is_empty() && self.gate(&mut env);
+        let gpus = match (req.instances.as_slice(), early) {
+            ([], _) => GpuAccess::Shared,
+            (_, true) => GpuAccess::Instances(&[]),
+            (some, false) => GpuAccess::Instances(some),
         };
         let started = self
             .confinement()
             .prepare(job, gpus)
             .map_err(LaunchError::Refused)
-            .and_then(|prepared| self.begin(req, &spool, env, prepared));
+            .and_then(|prepared| self.begin(req, &spool, env, prepared, early));
         if started.is_err() {
             // Nothing of this run is left to run or to report later: its
             // cgroup (and anything in it), its probe key and its spool go.
@@ -312,14 +316,17 @@ impl Launcher {
         started
     }
 
-    /// Writes the launch spec and starts the shepherd (or waits for the
-    /// job's instance to drain first).
+    /// Writes the launch spec and starts the shepherd, or waits for the
+    /// job's instances to be free first (shared tasks, or the isolated job
+    /// before it, still there); started `early`, the job starts at once and
+    /// its processes wait at their first CUDA call instead.
     fn begin(
         self: &Arc<Self>,
         req: &LaunchRequest,
         spool: &JobSpool,
         env: std::collections::BTreeMap<String, String>,
         prepared: crate::confine::Prepared,
+        early: bool,
     ) -> Result<(), LaunchError> {
         let job = &req.job;
         let io = |what: &str, e: std::io::Error| {
@@ -370,6 +377,18 @@ impl Launcher {
                 .filter(|u| probe.hold(u, job.id))
                 .cloned()
                 .collect();
+            if !busy.is_empty() && early {
+                std::fs::write(spool.gate_path(), b"")
+                    .map_err(|e| io("cannot write the GPU gate marker", e))?;
+                probe.close_gate(job.id);
+                self.start_shepherd(job.id, job.run, limit, warn)?;
+                info!(
+                    instances = busy.len(),
+                    "started early: its processes wait at their first CUDA call until the instances are free"
+                );
+                self.open_when_free(job.id, job.run, uuids, busy);
+                return Ok(());
+            }
             if !busy.is_empty() {
                 // Shared tasks are still there: start when they have left.
                 self.jobs().insert(
@@ -383,7 +402,9 @@ impl Launcher {
                 let (this, probe, id) = (Arc::clone(self), Arc::clone(probe), job.id);
                 tokio::spawn(async move {
                     for uuid in &busy {
-                        probe.drained(uuid).await;
+                        if !probe.drained_for(uuid, id).await {
+                            return; // it ended meanwhile
+                        }
                     }
                     if this.jobs().get(&id).is_some_and(|r| r.pgid.is_none()) {
                         this.confinement().isolate(id, &uuids);
@@ -397,10 +418,55 @@ impl Launcher {
                 return Ok(());
             }
         }
-        if !uuids.is_empty() {
+        if early {
+            // Free by the time it came: given at once.
+            self.confinement().give_instances(job.id, &uuids);
+        } else if !uuids.is_empty() {
             self.confinement().isolate(job.id, &uuids);
         }
         self.start_shepherd(job.id, job.run, limit, warn)
+    }
+
+    /// Opens the instances `uuids` to job `id` (run `run`, started early)
+    /// once `busy` of them are free: its device rules open them and its
+    /// processes waiting at their first CUDA call go ahead.
+    fn open_when_free(
+        self: &Arc<Self>,
+        id: JobId,
+        run: u32,
+        uuids: Vec<String>,
+        busy: Vec<String>,
+    ) {
+        let Some(probe) = self.probe.get().cloned() else {
+            return;
+        };
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            for uuid in &busy {
+                if !probe.drained_for(uuid, id).await {
+                    return; // it ended meanwhile
+                }
+            }
+            if this.jobs().get(&id).is_none_or(|r| r.run != run) {
+                return;
+            }
+            this.confinement().give_instances(id, &uuids);
+            let _ = std::fs::remove_file(this.spool(id).gate_path());
+            info!(job = id, "its instances are free: its GPU work goes ahead");
+            probe.open_gate(id);
+        });
+    }
+
+    /// Adds the GPU gate to a job's environment when this node can hold
+    /// its processes (a probe socket and the interception library) and the
+    /// job did not turn the interception off.
+    fn gate(&self, env: &mut std::collections::BTreeMap<String, String>) -> bool {
+        match (self.probe.get(), self.interception.get()) {
+            (Some(_), Some((lib, _, _))) => {
+                gsched_core::env::add_gate(env, &lib.display().to_string())
+            }
+            _ => false,
+        }
     }
 
     /// Whether run `run` of `job` runs here or already ran here.
@@ -723,6 +789,7 @@ impl Launcher {
         // Shepherds by their command line, for jobs whose pid file was never
         // written (gnoded died between starting the shepherd and writing it).
         let by_cmdline = crate::spool::shepherds_under(&self.spool_root);
+        let mut gated = Vec::new();
         for entry in dir.flatten() {
             let Some(job) = JobSpool::job_of(&entry.path()) else {
                 continue;
@@ -771,10 +838,16 @@ impl Launcher {
                         // The job keeps its key across gnoded restarts.
                         let key = spec.env.get(JOB_KEY_ENV).cloned();
                         let _ = probe.register_job(job, spec.uid, key);
-                        // An isolated job's instance stays closed to shared
-                        // tasks.
-                        for uuid in &spec.instances {
-                            probe.hold(uuid, job);
+                        if spool.gate_path().exists() {
+                            // Started early and still waiting: it takes its
+                            // instances after the jobs that hold them.
+                            gated.push((job, run, spec.instances.clone()));
+                        } else {
+                            // An isolated job's instance stays closed to
+                            // shared tasks.
+                            for uuid in &spec.instances {
+                                probe.hold(uuid, job);
+                            }
                         }
                     }
                     info!(job, pid, "adopted running job");
@@ -789,6 +862,16 @@ impl Launcher {
                     }
                     ended.push(ended_from_spool(job, &spool))
                 }
+            }
+        }
+        if let Some(probe) = self.probe.get() {
+            for (job, run, instances) in gated {
+                probe.close_gate(job);
+                for uuid in &instances {
+                    probe.hold(uuid, job);
+                }
+                info!(job, "adopted while it waits for its instances");
+                self.open_when_free(job, run, instances.clone(), instances);
             }
         }
         ended

@@ -79,6 +79,9 @@ struct State {
     /// Tasks waiting to grow (the book knows by how much).
     growers: HashMap<TaskId, oneshot::Sender<ProbeReply>>,
     watched: HashSet<(JobId, u32)>,
+    /// Isolated jobs started early whose instances are not yet theirs, with
+    /// their processes waiting for them (`ProbeRequest::Gate`).
+    gates: HashMap<JobId, Vec<oneshot::Sender<ProbeReply>>>,
 }
 
 /// Reads the memory physically free on an instance (bytes).
@@ -184,6 +187,7 @@ impl ProbeServer {
                 waiters: HashMap::new(),
                 growers: HashMap::new(),
                 watched: HashSet::new(),
+                gates: HashMap::new(),
             }),
             mps: std::sync::RwLock::new(mps),
             events,
@@ -418,6 +422,7 @@ impl ProbeServer {
         }
         let mut st = self.lock();
         st.jobs.remove(&job);
+        st.gates.remove(&job);
         st.watched.retain(|(j, _)| *j != job);
         st.node.job_ended(job, now_ms());
         self.dispatch(&mut st);
@@ -433,17 +438,26 @@ impl ProbeServer {
         tasks || !self.processes_on(uuid).is_empty()
     }
 
-    /// Returns once no shared task is left on `uuid` and the GPU reports
-    /// no process there: a process that bypassed the interception has no
-    /// placement, but an isolated job does not start next to it either.
-    pub async fn drained(&self, uuid: &str) {
+    /// Returns true once isolated job `job` holds `uuid` (an isolated job
+    /// that held it before has ended), no shared task is left there and the
+    /// GPU reports no process there: a process that bypassed the
+    /// interception has no placement, but an isolated job does not start
+    /// next to it either. Returns false if `job` ends meanwhile.
+    pub async fn drained_for(&self, uuid: &str, job: JobId) -> bool {
         let mut said = false;
         loop {
             let notified = self.changed.notified();
-            if self.lock().node.tasks().tasks_on(uuid) > 0 {
+            let (running, free) = {
+                let st = self.lock();
+                (st.jobs.contains_key(&job), st.node.free_for(uuid, job))
+            };
+            if !running {
+                return false; // it ended while it waited
+            }
+            if !free {
                 debug!(
                     instance = uuid,
-                    "waiting for shared tasks to leave the instance"
+                    "waiting for shared tasks or the isolated job before to leave the instance"
                 );
                 notified.await;
                 continue;
@@ -465,7 +479,7 @@ impl ProbeServer {
                 None => Vec::new(),
             };
             if unplaced.is_empty() {
-                return;
+                return true;
             }
             if !std::mem::replace(&mut said, true) {
                 warn!(
@@ -662,6 +676,20 @@ impl ProbeServer {
                     }
                 }
             }
+        }
+    }
+
+    /// Isolated job `job` starts early: its processes' `Gate` requests
+    /// wait until [`Self::open_gate`].
+    pub fn close_gate(&self, job: JobId) {
+        self.lock().gates.entry(job).or_default();
+    }
+
+    /// Job `job`'s instances are its own: its processes may use them.
+    pub fn open_gate(&self, job: JobId) {
+        let waiting = self.lock().gates.remove(&job).unwrap_or_default();
+        for tx in waiting {
+            let _ = tx.send(ProbeReply::Ok);
         }
     }
 
@@ -906,6 +934,15 @@ impl ProbeServer {
                     drop(st);
                     return self.step(job, step, pid, false);
                 }
+                ProbeRequest::Gate { job, .. } => match st.gates.get_mut(&job) {
+                    None => return ProbeReply::Ok,
+                    Some(waiting) => {
+                        debug!(job, pid, "waits for its instances (started early)");
+                        let (tx, rx) = oneshot::channel();
+                        waiting.push(tx);
+                        rx
+                    }
+                },
             }
         };
         WAITED.with(|w| w.set(true));
@@ -1082,15 +1119,20 @@ mod tests {
         }));
         assert!(server.hold("GPU-a", 7), "a process is on the instance");
         let s = Arc::clone(&server);
-        let drained = tokio::spawn(async move { s.drained("GPU-a").await });
+        server.register_job(7, 0, None).unwrap();
+        let drained = tokio::spawn(async move { s.drained_for("GPU-a", 7).await });
         tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
         assert!(!drained.is_finished(), "drained while a process ran there");
         running.store(false, std::sync::atomic::Ordering::SeqCst);
         tokio::time::timeout(std::time::Duration::from_secs(5), drained)
             .await
             .expect("drained once the process ended")
-            .unwrap();
-        // Nothing on it: a hold need not wait.
+            .unwrap()
+            .then_some(())
+            .expect("free for job 7");
+        // Job 8 started early waits for job 7; then nothing is on it.
+        assert!(server.hold("GPU-a", 8), "job 7 holds it");
+        server.job_ended(7);
         assert!(!server.hold("GPU-a", 8));
     }
 

@@ -149,6 +149,11 @@ impl JobSpool {
     pub fn steps_path(&self) -> PathBuf {
         self.dir.join("steps.json")
     }
+    /// Present while the job, started early, waits for its instances
+    /// (gnoded opens them to it when they are free, after a restart too).
+    pub fn gate_path(&self) -> PathBuf {
+        self.dir.join("gpu-gate")
+    }
     fn marker(&self, what: &str) -> PathBuf {
         self.dir.join(what)
     }

@@ -34,6 +34,10 @@ fn err(code: i32, message: impl Into<String>) -> ProbeError {
     }
 }
 
+/// How many times (a second apart) a process waiting for its instances
+/// tries gnoded again when its connection breaks.
+pub const GATE_RECONNECT_TRIES: u32 = 120;
+
 /// Where a task was placed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
@@ -237,6 +241,35 @@ impl ProbeClient {
             key: self.key.clone(),
             step,
         })
+    }
+
+    /// For an isolated job started early: returns once its instances are
+    /// its own (gnoded answers when they are free). Rides out a gnoded
+    /// restart (it waits again after adopting the job) for up to
+    /// [`GATE_RECONNECT_TRIES`] seconds.
+    pub fn wait_gate(&mut self) -> Result<(), ProbeError> {
+        let req = ProbeRequest::Gate {
+            job: self.job,
+            key: self.key.clone(),
+        };
+        let mut tries = 0;
+        loop {
+            match self.call(&req) {
+                Ok(ProbeReply::Ok) => return Ok(()),
+                Ok(other) => {
+                    return Err(err(code::PROTOCOL, format!("unexpected reply {other:?}")))
+                }
+                Err(e) if e.code == code::UNAVAILABLE && tries < GATE_RECONNECT_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                    if let Ok(fresh) = ProbeClient::connect(&self.sock, self.job, self.key.clone())
+                    {
+                        self.stream = fresh.stream;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Reports this process's peak GPU memory, and how long it kept its

@@ -150,7 +150,8 @@ mod tests {
         let fx = c.schedule(3);
         assert!(fx.contains(&Effect::Launch {
             job: id,
-            node: "n1".into()
+            node: "n1".into(),
+            early: false
         }));
         assert!(drains(&fx).is_empty(), "{fx:?}");
         let run = c.job(id).unwrap().run;
@@ -212,7 +213,8 @@ mod tests {
         let fx = c.schedule(2);
         assert!(fx.contains(&Effect::Launch {
             job: id,
-            node: "n1".into()
+            node: "n1".into(),
+            early: false
         }));
         let mut held = c.job(id).unwrap().gpu_instances.clone();
         held.sort();

@@ -186,6 +186,7 @@ mod tests {
         let free = [node("n1", NodeOccupancy::default())];
         let shared = [job(1, 7, Some(NodeSharing::Alone), &g), job(2, 8, None, &g)];
         let p = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &[],
             shared: &shared,
             nodes: &free,
@@ -210,6 +211,7 @@ mod tests {
             },
         )];
         let p = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &[],
             shared: &shared,
             nodes: &busy,
@@ -220,6 +222,7 @@ mod tests {
         // Two nodes, one busy: the job alone takes the idle one.
         let two = [busy[0].clone(), node("n2", NodeOccupancy::default())];
         let p = ExclusiveLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &[],
             shared: &shared[..1],
             nodes: &two,
@@ -228,6 +231,7 @@ mod tests {
         // none, so it waits; CaseLaunch runs it on n2.)
         assert!(p.decisions.is_empty());
         let p = CaseLaunch.plan(&LaunchInput {
+            early: None,
             isolated: &[],
             shared: &shared[..1],
             nodes: &two,

@@ -62,6 +62,9 @@ pub struct NodeBook {
     book: TaskBook,
     /// Instances held by isolated jobs running here.
     held: HashMap<String, JobId>,
+    /// Isolated jobs started early on an instance another isolated job
+    /// still holds: each takes it over when that job ends.
+    next_holder: HashMap<String, JobId>,
     /// Instances the controller drains for isolated jobs (its newest set).
     drained: HashSet<String>,
     /// The number of the newest drain set applied since the node last
@@ -82,6 +85,7 @@ impl NodeBook {
         NodeBook {
             book,
             held: HashMap::new(),
+            next_holder: HashMap::new(),
             drained: HashSet::new(),
             drain_seq: 0,
             settling: HashMap::new(),
@@ -189,6 +193,7 @@ impl NodeBook {
         let (gone, placed) = self.book.release_job(job);
         self.finish(&gone, true, now_ms);
         self.deliver(placed, now_ms);
+        self.next_holder.retain(|_, j| *j != job);
         let held: Vec<String> = self
             .held
             .iter()
@@ -197,7 +202,11 @@ impl NodeBook {
             .collect();
         for uuid in held {
             self.held.remove(&uuid);
-            if !self.drained.contains(&uuid) {
+            if let Some(next) = self.next_holder.remove(&uuid) {
+                // Handed straight to the job started early for it: it stays
+                // closed to shared tasks.
+                self.held.insert(uuid, next);
+            } else if !self.drained.contains(&uuid) {
                 let placed = self.book.set_closed(&uuid, false);
                 self.deliver(placed, now_ms);
             }
@@ -205,13 +214,28 @@ impl NodeBook {
     }
 
     /// An isolated job takes `uuid`: no new placements there from now on.
-    /// Returns whether shared tasks still run on it (the job starts once
-    /// they have left).
+    /// Returns whether it must wait before using it: shared tasks still
+    /// run there, or another isolated job holds it (this one takes it over
+    /// when that one ends, see [`Self::job_ended`]).
     pub fn hold(&mut self, uuid: &str, job: JobId) -> bool {
-        self.held.insert(uuid.to_string(), job);
         // Closing places nothing.
         let _ = self.book.set_closed(uuid, true);
-        self.book.tasks_on(uuid) > 0
+        match self.held.get(uuid) {
+            Some(&other) if other != job => {
+                self.next_holder.insert(uuid.to_string(), job);
+                true
+            }
+            _ => {
+                self.held.insert(uuid.to_string(), job);
+                self.book.tasks_on(uuid) > 0
+            }
+        }
+    }
+
+    /// Whether `job` may use `uuid` now: it holds it and no shared task is
+    /// left there.
+    pub fn free_for(&self, uuid: &str, job: JobId) -> bool {
+        self.held.get(uuid) == Some(&job) && self.book.tasks_on(uuid) == 0
     }
 
     /// The isolated job holding `uuid`, if any.
@@ -284,6 +308,7 @@ impl NodeBook {
         if removed {
             self.settling.remove(uuid);
             self.drained.remove(uuid);
+            self.next_holder.remove(uuid);
         }
         removed
     }

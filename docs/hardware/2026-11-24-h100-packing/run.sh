@@ -8,7 +8,9 @@
 # measured at the same scale. Results: $OUT/BATCH-TAG.tar.gz.
 export GPUJOB_SCALE=${GPUJOB_SCALE:-0.5}
 export BIN=$PWD/dist
-R=$(mktemp -d /tmp/gp.XXXX)
+# R=DIR (on the device) lets a second call go on with the first's trials.
+R=${R:-$(mktemp -d /tmp/gp.XXXX)}
+mkdir -p "$R"
 nvidia-smi -L
 nvidia-smi --query-gpu=mig.mode.current,compute_mode,memory.total,driver_version --format=csv,noheader
 OUT=$R bash bench/gpu-interleaved.sh "$@"

@@ -90,6 +90,32 @@ impl Confinement {
         holds.shared_rules = Some(rules);
     }
 
+    /// Isolated job `job`, started early with no GPU device, may open its
+    /// instances `uuids` now that they are its own; shared jobs may not.
+    pub fn give_instances(&self, job: JobId, uuids: &[String]) {
+        let mut holds = self.holds();
+        if self.cgroups.enforced().devices {
+            let instances: Vec<gsched_core::gpu::Instance> = {
+                let node = self.gpus.read().unwrap_or_else(|p| p.into_inner());
+                node.iter()
+                    .flat_map(|n| &n.instances)
+                    .filter(|i| uuids.contains(&i.uuid))
+                    .cloned()
+                    .collect()
+            };
+            match self.device_rules(GpuAccess::Instances(&instances), &holds) {
+                Ok(rules) => {
+                    if let Err(e) = self.cgroups.set_devices(job, &rules) {
+                        warn!(job, error = %e, "cannot give the job its GPU devices");
+                    }
+                }
+                Err(e) => warn!(job, error = %e, "cannot decide the job's GPU devices"),
+            }
+        }
+        holds.held.insert(job, uuids.to_vec());
+        self.give_shared_jobs(&mut holds);
+    }
+
     /// The job's GPU access ends: an instance it held opens to shared jobs.
     pub(super) fn release(&self, job: JobId) {
         let mut holds = self.holds();
@@ -248,5 +274,56 @@ mod tests {
         confine.adopt(5, &[], std::slice::from_ref(&gpu1));
         assert!(!has(&cg.last(first), "c 195:1 rwm"));
         assert!(has(&cg.last(first), "c 195:0 rwm"));
+    }
+
+    /// An isolated job started early opens no GPU until its instance is
+    /// given to it; then it opens that one, and shared jobs lose it.
+    #[test]
+    fn a_job_started_early_opens_its_instance_only_once_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let devices = dir.path().join("devices");
+        std::fs::write(
+            &devices,
+            "Character devices:\n  1 mem\n195 nvidia-frontend\n235 nvidia-uvm\n\nBlock devices:\n",
+        )
+        .unwrap();
+        let cg = Arc::new(Recorder::default());
+        let mut confine = Confinement::new(
+            Arc::clone(&cg) as Arc<dyn Cgroups>,
+            CgroupConfig::default(),
+            1024,
+            BTreeSet::from([0]),
+        );
+        confine.device_files = (devices, dir.path().join("no-mig-minors"));
+        let instances = gsched_core::gpu::sim_instances(
+            "n",
+            &gsched_core::gpu::parse_sim_spec("2xH100-80GB").unwrap(),
+        );
+        let gpu0 = instances[0].uuid.clone();
+        confine.set_gpus(Some(NodeGpus {
+            instances,
+            mig_ids: Default::default(),
+        }));
+        let job = |id| Job::new(id, JobSpec::default(), 0);
+        confine.prepare(&job(1), GpuAccess::Shared).unwrap();
+        confine.prepare(&job(2), GpuAccess::Instances(&[])).unwrap();
+        let gated = cg.last(2);
+        assert!(
+            gated.as_ref().is_some_and(|r| !r
+                .iter()
+                .any(|x| x.starts_with("c 195:") || x.starts_with("c 235:"))),
+            "no GPU device while it waits: {gated:?}"
+        );
+        confine.give_instances(2, std::slice::from_ref(&gpu0));
+        let given = cg.last(2);
+        assert!(
+            has(&given, "c 195:0 rwm") && !has(&given, "c 195:1 rwm"),
+            "{given:?}"
+        );
+        let shared = cg.last(1);
+        assert!(
+            !has(&shared, "c 195:0 rwm") && has(&shared, "c 195:1 rwm"),
+            "{shared:?}"
+        );
     }
 }

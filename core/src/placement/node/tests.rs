@@ -109,6 +109,38 @@ fn an_instance_handed_from_one_isolated_job_to_the_next_stays_closed() {
 }
 
 #[test]
+fn a_job_started_early_takes_the_instance_over_when_its_holder_ends() {
+    let mut n = node(&[4 * G]);
+    assert!(!n.hold("I0", 7));
+    assert!(n.free_for("I0", 7));
+    // Job 8 starts early: it waits, and job 7 keeps the instance.
+    assert!(n.hold("I0", 8), "held by job 7");
+    assert_eq!(n.holder("I0"), Some(7));
+    assert!(!n.free_for("I0", 8));
+    assert_eq!(n.begin(req(2, 20, G), 1).unwrap(), Begin::Waiting(1));
+    n.job_ended(7, 2);
+    assert_eq!(n.holder("I0"), Some(8), "handed over");
+    assert!(n.free_for("I0", 8));
+    assert!(
+        placed_events(&n.take_events()).is_empty(),
+        "closed to shared tasks between the two"
+    );
+    n.job_ended(8, 3);
+    assert_eq!(placed_events(&n.take_events()), vec![(2, "I0".into())]);
+}
+
+#[test]
+fn a_job_started_early_and_cancelled_takes_nothing_over() {
+    let mut n = node(&[4 * G]);
+    n.hold("I0", 7);
+    assert!(n.hold("I0", 8));
+    n.job_ended(8, 1);
+    n.job_ended(7, 2);
+    assert_eq!(n.holder("I0"), None);
+    assert!(!n.tasks().instances()[0].closed);
+}
+
+#[test]
 fn an_older_drain_set_changes_nothing_until_the_node_registers_again() {
     let mut n = node(&[4 * G, 4 * G]);
     assert!(n.set_drained(&["I0".into()], 5, 0));

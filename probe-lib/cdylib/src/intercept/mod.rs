@@ -6,6 +6,9 @@
 //!   to the instance before the driver reads it. A process that cannot be
 //!   placed sees no device at all, so it never touches memory it was not
 //!   given.
+//! - In an isolated job started early (`GSCHED_GPU_GATE`), the first CUDA
+//!   call waits instead until gnoded says the job's instances are its own
+//!   (the job before it has left them); nothing is reserved or counted.
 //! - Allocations are counted against the reservation; one that does not fit
 //!   grows the reservation on the same instance, waiting for room there
 //!   when gnoded says so, or fails with `CUDA_ERROR_OUT_OF_MEMORY` in this
@@ -142,6 +145,20 @@ fn ensure_placed() {
             return;
         }
     };
+    if std::env::var_os(gsched_core::probe::GATE_ENV).is_some() {
+        // An isolated job started early: its instances may still be in use
+        // (and its device rules closed); wait until they are its own. It
+        // holds them whole: nothing to reserve or count.
+        if let Err(e) = client.wait_gate() {
+            let job = st.job.clone();
+            note(
+                &job,
+                &format!("cannot wait for the job's GPU instances ({e}); CUDA will see no device"),
+            );
+            std::env::set_var("CUDA_VISIBLE_DEVICES", "");
+        }
+        return;
+    }
     let env_bytes = |name: &str, default: u64| {
         std::env::var(name)
             .ok()
