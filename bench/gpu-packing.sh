@@ -95,6 +95,7 @@ cp "$st/alone.txt" "$OUT/alone.txt"
 gacct -j "$list" >"$OUT/gacct-$OTAG.txt" 2>&1
 cp "$st/jobs.json" "$OUT/jobs-$OTAG.json"
 grep -E 'task (placed|waits)' "$st/up.log" | tail -n 400 >"$OUT/placements-$OTAG.log" 2>/dev/null
+grep -E 'started early|instances are free|waiting for shared tasks' "$st/up.log" >"$OUT/early-$OTAG.log" 2>/dev/null
 tail -n 3 "$st"/jobs/*.out >"$OUT/jobs-$OTAG.txt" 2>&1
 kill -TERM $UP; wait $UP; trap - EXIT
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [d.pop(k) for k in ('rows','memory_mib_samples')]; print(json.dumps(d, indent=1))" \
