@@ -38,7 +38,7 @@ mod testkit;
 mod unsatisfiable;
 
 use footprints::Footprints;
-pub use footprints::{Learned, PastPeak, PEAK_HISTORY, PEAK_WINDOW};
+pub use footprints::{Learned, PastRun, PEAK_HISTORY, PEAK_WINDOW};
 pub use retention::{kept_finished_since, DEFAULT_MIN_JOB_AGE};
 
 /// An instance on a node and what holds it.
@@ -421,7 +421,7 @@ impl Cluster {
                 c.submissions
                     .insert((job.spec.uid, k.clone()), job.submitted_as());
             }
-            if job.gpu_mem_peak.is_some() {
+            if job.gpu_mem_peak.is_some() || (job.state.is_final() && job.start_time.is_some()) {
                 c.footprints.note(&job);
             }
             let lost = job.state == JobState::NodeFail;
@@ -1321,6 +1321,8 @@ impl Cluster {
         job.reason = reason;
         (job.exit_code, job.exit_signal) = ended.outcome.recorded_exit();
         job.record_usage(ended.usage, &ended.steps);
+        // Its run time tells when the next run's instance will be free.
+        self.footprints.note(job);
         Ok(vec![Effect::Job {
             id,
             event: format!("ended {state}"),

@@ -80,12 +80,12 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         db = %db.display(),
         jobs = loaded.jobs.len(),
         max_job_id = loaded.max_job_id,
-        past_peaks = loaded.past_peaks.len(),
+        past_runs = loaded.past_runs.len(),
         nodes = loaded.nodes.len(),
         "store loaded"
     );
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
-    cluster.restore_history(loaded.max_job_id, loaded.past_peaks);
+    cluster.restore_history(loaded.max_job_id, loaded.past_runs);
     cluster.set_job_requeue(config.job_requeue);
     cluster.set_early_start(Some(config.early_start_secs));
     let repartition = gsched_core::repartition::repartition_policy(&config.repartition)

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use gsched_core::cluster::PastPeak;
+use gsched_core::cluster::PastRun;
 use gsched_core::cluster::{AdminState, InstanceSlot, Node, NodeAdmin};
 use gsched_core::gpu::{Instance, Mps, MpsState};
 use gsched_core::job::{Job, JobId, JobState};
@@ -146,7 +146,7 @@ pub struct Loaded {
     /// The highest job id ever given.
     pub max_job_id: JobId,
     /// Footprints learned from finished jobs.
-    pub past_peaks: Vec<PastPeak>,
+    pub past_runs: Vec<PastRun>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -541,7 +541,7 @@ async fn load(
 ) -> Result<Loaded, StoreError> {
     let jobs = history::held_jobs(conn, keep_finished_since).await?;
     let max_job_id = history::max_job_id(conn).await?;
-    let past_peaks = history::past_peaks(conn).await?;
+    let past_runs = history::past_runs(conn).await?;
     let mut nodes = Vec::new();
     for row in sqlx::query("SELECT * FROM nodes ORDER BY name")
         .fetch_all(&mut *conn)
@@ -611,7 +611,7 @@ async fn load(
         jobs,
         nodes,
         max_job_id,
-        past_peaks,
+        past_runs,
     })
 }
 
@@ -770,12 +770,19 @@ mod tests {
             "the recent finished job and the pending one"
         );
         assert_eq!(loaded.max_job_id, 4);
-        let peaks: Vec<(JobId, u64)> = loaded
-            .past_peaks
+        let peaks: Vec<(JobId, Option<u64>, Option<i64>)> = loaded
+            .past_runs
             .iter()
-            .map(|p| (p.id, p.gpu_mem_peak))
+            .map(|p| (p.id, p.gpu_mem_peak, p.elapsed_secs))
             .collect();
-        assert_eq!(peaks, vec![(1, 100), (2, 200), (3, 300)]);
+        assert_eq!(
+            peaks,
+            vec![
+                (1, Some(100), Some(1)),
+                (2, Some(200), Some(1)),
+                (3, Some(300), Some(1))
+            ]
+        );
 
         let all = JobQuery::default();
         let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();

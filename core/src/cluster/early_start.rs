@@ -143,4 +143,26 @@ mod tests {
         c.job_ended("n1", &ended(a, run, 0, 3)).unwrap();
         assert_eq!(launches(&c.schedule(4)), [(b, false)]);
     }
+
+    #[test]
+    fn an_isolated_jobs_earlier_run_time_lets_the_next_job_start_early() {
+        // No time limits: only the first run of "a" (10 s, no GPU peak:
+        // isolated jobs report none) says when its second run will end.
+        let mut c = one_gpu(30);
+        let unlimited = |name: &str| JobSpec {
+            isolated: true,
+            ..spec(name, false)
+        };
+        c.submit(spec("s", false), 0).unwrap();
+        let (a1, _) = c.submit(unlimited("a"), 0).unwrap();
+        c.schedule(0);
+        let run = c.job(a1).unwrap().run;
+        c.job_ended("n1", &ended(a1, run, 0, 10)).unwrap();
+        assert_eq!(c.learned(a1 + 10).runtime_secs, None, "no such job");
+        let (a2, _) = c.submit(unlimited("a"), 11).unwrap();
+        assert_eq!(c.learned(a2).runtime_secs, Some(10));
+        assert_eq!(launches(&c.schedule(12)), [(a2, false)]);
+        let (b, _) = c.submit(unlimited("b"), 12).unwrap();
+        assert_eq!(launches(&c.schedule(13)), [(b, true)]);
+    }
 }

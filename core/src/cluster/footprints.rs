@@ -1,8 +1,10 @@
-//! Footprint learning: the GPU memory peaks, and the GPU shares (compute
-//! demand, [`crate::compute`]), of earlier runs of "the same job" (same
-//! user, and the same job name or the same script), kept per key so a new
-//! job's footprint is found without walking the job history, and kept for
-//! jobs that have left the controller's memory.
+//! Footprint learning: the GPU memory peaks, the GPU shares (compute
+//! demand, [`crate::compute`]) and the run times of earlier runs of "the
+//! same job" (same user, and the same job name or the same script), kept
+//! per key so a new job's footprint is found without walking the job
+//! history, and kept for jobs that have left the controller's memory.
+//! Every run that started is listed (an isolated job reports no peak, but
+//! its run time tells when its instance will be free).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,16 +28,16 @@ pub const PEAK_HISTORY: usize = 8;
 /// light run does not leave the next heavy one short.
 pub const PEAK_WINDOW: usize = 3;
 
-/// A finished job's peak, as the store keeps it for jobs no longer held in
+/// A finished run, as the store keeps it for jobs no longer held in
 /// memory (read back when the controller starts).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PastPeak {
+pub struct PastRun {
     pub id: JobId,
     pub user_name: String,
     pub name: String,
     pub script: String,
-    /// MiB.
-    pub gpu_mem_peak: u64,
+    /// Its GPU memory peak, MiB, where its processes reported one.
+    pub gpu_mem_peak: Option<u64>,
     /// The share of a GPU it kept busy (thousandths), where measured.
     pub gpu_share: Option<u32>,
     /// How long it ran (seconds), where it started and ended.
@@ -55,10 +57,11 @@ pub struct Learned {
     pub runtime_secs: Option<i64>,
 }
 
-/// The peak of a job that left memory, and the keys it is listed under.
+/// What is learned from a job that left memory, and the keys it is
+/// listed under.
 #[derive(Debug, Clone)]
 struct Retired {
-    mib: u64,
+    mib: Option<u64>,
     share: Option<u32>,
     elapsed: Option<i64>,
     keys: [UserKey; 2],
@@ -66,7 +69,7 @@ struct Retired {
 
 #[derive(Debug, Default)]
 pub(super) struct Footprints {
-    /// Jobs with a recorded peak, per key, oldest first (at most
+    /// Jobs with a recorded peak or a run, per key, oldest first (at most
     /// [`PEAK_HISTORY`]).
     by_key: HashMap<UserKey, Vec<JobId>>,
     /// Peaks of listed jobs that are no longer in memory.
@@ -97,7 +100,7 @@ fn spec_keys(spec: &JobSpec) -> [UserKey; 2] {
 }
 
 impl Footprints {
-    /// Lists `job` (which has a peak) under its keys.
+    /// Lists `job` (which has a peak, or has run) under its keys.
     pub(super) fn note(&mut self, job: &Job) {
         self.list(job.id, spec_keys(&job.spec));
     }
@@ -133,7 +136,7 @@ impl Footprints {
 
     /// `job` leaves memory: its peak stays while a key lists it.
     pub(super) fn retire(&mut self, job: &Job) {
-        let Some(mib) = job.gpu_mem_peak else { return };
+        let mib = job.gpu_mem_peak;
         let keys = spec_keys(&job.spec);
         let listed = keys
             .iter()
@@ -153,8 +156,8 @@ impl Footprints {
         }
     }
 
-    /// A finished job's peak read back from the store.
-    pub(super) fn remember(&mut self, past: PastPeak) {
+    /// A finished run read back from the store.
+    pub(super) fn remember(&mut self, past: PastRun) {
         let keys = keys(&past.user_name, &past.name, &past.script);
         self.retired.insert(
             past.id,
@@ -170,11 +173,13 @@ impl Footprints {
     }
 
     /// The largest peak (MiB) of the latest [`PEAK_WINDOW`] earlier
-    /// finished runs of the same job, and the share of the latest that
-    /// measured one.
+    /// finished runs of the same job that reported one, the share of the
+    /// latest that measured one, and the longest run time of the latest
+    /// [`PEAK_WINDOW`] that ran.
     pub(super) fn learned(&self, job: &Job, jobs: &BTreeMap<JobId, Job>) -> Learned {
         let keys = spec_keys(&job.spec);
-        let mut runs: Vec<(JobId, u64, Option<u32>, Option<i64>)> = keys
+        type Run = (JobId, Option<u64>, Option<u32>, Option<i64>);
+        let mut runs: Vec<Run> = keys
             .iter()
             .filter_map(|k| self.by_key.get(k))
             .flatten()
@@ -186,9 +191,7 @@ impl Footprints {
                 Some(o) => (o.state.is_final()
                     && o.spec.user_name == job.spec.user_name
                     && (o.spec.name == job.spec.name || o.spec.script == job.spec.script))
-                    .then_some(o.gpu_mem_peak)
-                    .flatten()
-                    .map(|mib| (id, mib, o.gpu_share(), elapsed_of(o))),
+                    .then(|| (id, o.gpu_mem_peak, o.gpu_share(), elapsed_of(o))),
                 None => self
                     .retired
                     .get(&id)
@@ -199,7 +202,7 @@ impl Footprints {
         runs.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
         runs.dedup_by_key(|r| r.0);
         Learned {
-            mib: runs.iter().take(PEAK_WINDOW).map(|r| r.1).max(),
+            mib: runs.iter().filter_map(|r| r.1).take(PEAK_WINDOW).max(),
             share: runs.iter().find_map(|r| r.2),
             runtime_secs: runs.iter().filter_map(|r| r.3).take(PEAK_WINDOW).max(),
         }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{Cluster, PastPeak};
+use super::{Cluster, PastRun};
 use crate::job::{Job, JobId, JobState};
 
 /// Slurm's default `MinJobAge`, seconds.
@@ -107,7 +107,7 @@ impl Cluster {
     /// the store knows of the jobs that left it. New jobs are numbered
     /// after `max_id` (the highest id ever given), and `peaks` are earlier
     /// runs' footprints.
-    pub fn restore_history(&mut self, max_id: JobId, peaks: Vec<PastPeak>) {
+    pub fn restore_history(&mut self, max_id: JobId, peaks: Vec<PastRun>) {
         self.next_id = self.next_id.max(max_id.saturating_add(1));
         self.shed_environments();
         for p in peaks {

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use gsched_core::cluster::PastPeak;
+use gsched_core::cluster::PastRun;
 use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
@@ -121,16 +121,16 @@ pub(super) async fn max_job_id(conn: &mut SqliteConnection) -> Result<JobId, Sto
     Ok(max.unwrap_or(0).max(0) as JobId)
 }
 
-/// The peaks footprint learning needs: of finished jobs, the latest
+/// The runs footprint learning needs: of finished jobs that started, the latest
 /// [`PEAK_HISTORY`](gsched_core::cluster::PEAK_HISTORY) per user and job
 /// name and per user and script.
-pub(super) async fn past_peaks(conn: &mut SqliteConnection) -> Result<Vec<PastPeak>, StoreError> {
+pub(super) async fn past_runs(conn: &mut SqliteConnection) -> Result<Vec<PastRun>, StoreError> {
     let mut q = QueryBuilder::<Sqlite>::new(
         "SELECT id, user_name, name, script, gpu_mem_peak, usage, start_time, end_time FROM (
            SELECT id, user_name, name, script, gpu_mem_peak, usage, start_time, end_time,
              row_number() OVER (PARTITION BY user_name, name ORDER BY id DESC) AS by_name,
              row_number() OVER (PARTITION BY user_name, script ORDER BY id DESC) AS by_script
-           FROM jobs WHERE gpu_mem_peak IS NOT NULL AND state IN ",
+           FROM jobs WHERE (gpu_mem_peak IS NOT NULL OR start_time IS NOT NULL) AND state IN ",
     );
     push_list(&mut q, final_states(), |q, s| {
         q.push_bind(s);
@@ -143,12 +143,14 @@ pub(super) async fn past_peaks(conn: &mut SqliteConnection) -> Result<Vec<PastPe
     let rows = q.build().fetch_all(&mut *conn).await?;
     rows.iter()
         .map(|r| {
-            Ok(PastPeak {
+            Ok(PastRun {
                 id: r.try_get::<i64, _>("id")? as JobId,
                 user_name: r.try_get("user_name")?,
                 name: r.try_get("name")?,
                 script: r.try_get("script")?,
-                gpu_mem_peak: r.try_get::<i64, _>("gpu_mem_peak")?.max(0) as u64,
+                gpu_mem_peak: r
+                    .try_get::<Option<i64>, _>("gpu_mem_peak")?
+                    .map(|m| m.max(0) as u64),
                 // A usage that does not read only loses the learned share.
                 gpu_share: match (
                     optional_json::<gsched_core::job::ResourceUsage>(r, "usage"),

@@ -103,12 +103,12 @@ fn a_restarted_controller_numbers_after_purged_jobs_and_keeps_their_peaks() {
     let mut c = Cluster::restore(Box::new(CaseLaunch), vec![], vec![]);
     c.restore_history(
         41,
-        vec![PastPeak {
+        vec![PastRun {
             id: 41,
             user_name: "u".into(),
             name: "train".into(),
             script: "#!/bin/sh\nother\n".into(),
-            gpu_mem_peak: 2048,
+            gpu_mem_peak: Some(2048),
             gpu_share: Some(400),
             elapsed_secs: Some(90),
         }],
