@@ -272,3 +272,52 @@ fn an_isolated_job_started_early_waits_for_the_gpu_at_its_first_cuda_call() {
     assert!(log.contains("started early"), "{log}");
     assert!(log.contains("its instances are free"), "{log}");
 }
+
+#[test]
+fn a_job_started_early_waits_again_after_gsched_restarts() {
+    // As above, but gsched is killed (-9) and started again while B waits
+    // for the GPU: the jobs run on under their shepherds, the controller
+    // keeps A as the holder and B as the job waiting for it, and the
+    // restarted gnoded holds B back again until A has ended.
+    common::bin("libgprobe.so");
+    let mut g = Gsched::start(&["--sim-gpus", "1xH100-80GB", "--early-start-secs", "600"]);
+    let app = build(g.work.path());
+    let w = g.work.path().display().to_string();
+    let a = g.script(
+        "a.sh",
+        &format!("#!/bin/sh\nsleep 10\ndate +%s%N > {w}/a.end\n"),
+    );
+    let first = g.submit(&["--isolated", "-t", "5", "-o", "a.out", &a]);
+    g.wait_state(first, "RUNNING", Duration::from_secs(20));
+    let b = g.script(
+        "b.sh",
+        &format!(
+            "#!/bin/sh\ndate +%s%N > {w}/b.start\n{} link bench 1\ndate +%s%N > {w}/b.cuda\n",
+            app.display()
+        ),
+    );
+    let second = g.submit(&["--isolated", "-t", "5", "-o", "b.out", &b]);
+    let started = g.work.path().join("b.start");
+    g.wait_until("B starts early", Duration::from_secs(20), || {
+        started.exists()
+    });
+    g.restart();
+    g.wait_state(second, "COMPLETED", Duration::from_secs(60));
+    g.wait_state(first, "COMPLETED", Duration::from_secs(10));
+    let read = |name: &str| -> u128 {
+        let text = std::fs::read_to_string(g.work.path().join(name)).unwrap();
+        text.trim().parse().unwrap()
+    };
+    let (a_end, b_start, b_cuda) = (read("a.end"), read("b.start"), read("b.cuda"));
+    assert!(b_start < a_end, "B started while A ran");
+    assert!(
+        b_cuda > a_end,
+        "B's CUDA work waited for A to end, across the restart\n{}",
+        g.log()
+    );
+    let log = g.log();
+    assert!(
+        log.contains("adopted while it waits for its instances"),
+        "{log}"
+    );
+}
