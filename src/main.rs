@@ -153,6 +153,19 @@ struct UpArgs {
     /// Launch policy: `case` or `exclusive`.
     #[arg(long, default_value = "case")]
     launch_policy: String,
+    /// Which pending job goes first: `basic` (first come, first served) or
+    /// `multifactor` (weighted age and job size, less nice).
+    #[arg(long, default_value = "basic", value_name = "TYPE")]
+    priority_type: String,
+    /// Weight of the age factor under `multifactor`.
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_age)]
+    priority_weight_age: u32,
+    /// Weight of the job-size factor under `multifactor`.
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_job_size)]
+    priority_weight_job_size: u32,
+    /// Seconds of waiting that give the whole age factor.
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().max_age_secs)]
+    priority_max_age: u64,
     /// Placement policy for shared tasks: `case` or `mgb-sm`.
     #[arg(long, default_value = "case")]
     placement_policy: String,
@@ -229,6 +242,10 @@ async fn up(args: UpArgs) -> Result<()> {
             partitions: args.partitions,
             node_timeout: args.node_timeout,
             launch_policy: args.launch_policy,
+            priority_type: args.priority_type,
+            priority_weight_age: args.priority_weight_age,
+            priority_weight_job_size: args.priority_weight_job_size,
+            priority_max_age: args.priority_max_age,
             durability: args.durability,
             admins: args.admins,
             min_job_age: args.min_job_age,

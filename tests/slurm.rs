@@ -895,3 +895,69 @@ fn salloc_holds_an_allocation_for_a_command_and_its_steps() {
         format!("{id}|inter|FAILED\n{id}.batch|batch|FAILED\n{id}.0|sh|COMPLETED\n")
     );
 }
+
+#[test]
+fn priorities_nice_and_sprio_under_multifactor() {
+    // One job at a time. Under multifactor, a job's nice is taken off its
+    // priority: the job submitted later without one starts first.
+    let s = Slurm::start_with(&[
+        "--sim-gpus",
+        "1xA100-40GB",
+        "--workers",
+        "1",
+        "--priority-type",
+        "multifactor",
+    ]);
+    let g = &s.g;
+    let blocker = s.sbatch(&["--wrap", "sleep 3"]);
+    g.wait_state(blocker, "RUNNING", T);
+    let niced = s.sbatch(&["--nice=500", "--wrap", "date +%s%N"]);
+    let plain = s.sbatch(&["--wrap", "date +%s%N"]);
+    let raised = s.sbatch(&["--wrap", "date +%s%N"]);
+    s.ok(
+        "scontrol",
+        &["update", &format!("JobId={raised}"), "Nice=-100"],
+    );
+    let sprio = s.ok("sprio", &["-h"]);
+    let rows: Vec<Vec<&str>> = sprio
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{sprio}");
+    let row = |id: u64| {
+        rows.iter()
+            .find(|r| r[0] == id.to_string())
+            .unwrap_or_else(|| panic!("{id} in {sprio}"))
+    };
+    assert_eq!(row(niced)[6], "500", "{sprio}");
+    assert_eq!(row(raised)[6], "-100", "{sprio}");
+    let prio = |id: u64| row(id)[2].parse::<i64>().unwrap();
+    assert!(
+        prio(raised) > prio(plain) && prio(plain) > prio(niced),
+        "{sprio}"
+    );
+    let shown = s.ok("scontrol", &["show", "job", &niced.to_string()]);
+    assert!(
+        shown.contains(&format!("Priority={} Nice=500", prio(niced))),
+        "{shown}"
+    );
+    assert_eq!(
+        s.ok("squeue", &["-h", "-j", &niced.to_string(), "-o", "%Q"])
+            .trim(),
+        prio(niced).to_string()
+    );
+    for id in [niced, plain, raised] {
+        g.wait_state(id, "COMPLETED", T);
+    }
+    let started = |id: u64| g.job(id)["start_time"].as_i64().unwrap();
+    let ended = |id: u64| g.job(id)["end_time"].as_i64().unwrap();
+    assert!(ended(raised) <= started(plain), "the raised job went first");
+    assert!(ended(plain) <= started(niced), "the niced job went last");
+    // A bad nice is refused with the reason.
+    let o = s.run(
+        "scontrol",
+        &["update", &format!("JobId={niced}"), "Nice=x"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1));
+}

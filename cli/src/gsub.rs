@@ -109,6 +109,11 @@ pub struct SubmitOptions {
     /// Submit the job held: it waits for `scontrol release`.
     #[arg(short = 'H', long)]
     pub hold: bool,
+    /// Lower the job's priority by N (100 if no N is given), under
+    /// `--priority-type multifactor`; only administrators may give a
+    /// negative N.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "100", allow_negative_numbers = true)]
+    pub nice: Option<i64>,
     /// Clusters (only this one exists); `--parsable` then prints `ID;CLUSTER`.
     #[arg(short = 'M', long)]
     pub clusters: Option<String>,
@@ -256,6 +261,7 @@ impl SubmitOptions {
             export: self.export.or(under.export),
             clusters: self.clusters.or(under.clusters),
             hold: self.hold || under.hold,
+            nice: self.nice.or(under.nice),
             recorded: self.recorded.over(under.recorded),
             script: self.script,
         }
@@ -482,6 +488,7 @@ pub fn build_spec(
         array,
         dependency,
         hold: opts.hold,
+        nice: opts.nice.unwrap_or(0),
         umask: Some(current_umask()),
         idempotency_key: Some(submission_key()),
         slurm: SlurmOptions {

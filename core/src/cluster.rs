@@ -319,6 +319,8 @@ pub struct Cluster {
     /// instances are still in use ([`crate::launch::EarlyStart`]); `None`:
     /// never.
     early_start_secs: Option<i64>,
+    /// Which pending job goes first ([`crate::priority`]).
+    priority: Box<dyn crate::priority::PriorityPolicy>,
     /// Refuse at submission what no known node could ever run
     /// (`unsatisfiable.rs`).
     refuse_unsatisfiable: bool,
@@ -373,6 +375,7 @@ impl Cluster {
             lost_runs: HashMap::new(),
             job_requeue: true,
             early_start_secs: None,
+            priority: Box::new(crate::priority::Basic),
             refuse_unsatisfiable: false,
             sharing_jobs: BTreeSet::new(),
             repartition: None,
@@ -385,6 +388,59 @@ impl Cluster {
     /// JobRequeue): applies to jobs accepted from now on.
     pub fn set_job_requeue(&mut self, requeue: bool) {
         self.job_requeue = requeue;
+    }
+
+    /// Orders the pending queues with `policy` from now on.
+    pub fn set_priority_policy(&mut self, policy: Box<dyn crate::priority::PriorityPolicy>) {
+        self.priority = policy;
+    }
+
+    /// Job `job`'s priority at `now` (0 while held, as Slurm shows it).
+    pub fn priority_of(&self, job: &Job, now: i64) -> crate::priority::Priority {
+        self.weigh(job, &self.priority_context(now))
+    }
+
+    fn priority_context(&self, now: i64) -> crate::priority::PriorityContext {
+        let cluster_cpus = self
+            .nodes
+            .values()
+            .filter(|n| n.up)
+            .map(|n| n.total().cpus)
+            .sum();
+        crate::priority::PriorityContext { now, cluster_cpus }
+    }
+
+    fn weigh(
+        &self,
+        job: &Job,
+        ctx: &crate::priority::PriorityContext,
+    ) -> crate::priority::Priority {
+        if job.held {
+            return crate::priority::Priority::default();
+        }
+        self.priority.priority(job, ctx)
+    }
+
+    /// `ids` highest priority first (ties: submitted first), where the
+    /// policy orders the queues; left in submission order otherwise.
+    fn by_priority(&self, ids: &mut [JobId], now: i64) {
+        if !self.priority.orders() {
+            return;
+        }
+        let ctx = self.priority_context(now);
+        let mut keyed: Vec<(std::cmp::Reverse<u64>, JobId)> = ids
+            .iter()
+            .map(|id| {
+                (
+                    std::cmp::Reverse(self.weigh(&self.jobs[id], &ctx).value),
+                    *id,
+                )
+            })
+            .collect();
+        keyed.sort_unstable();
+        for (slot, (_, id)) in ids.iter_mut().zip(keyed) {
+            *slot = id;
+        }
     }
 
     /// Lets isolated jobs start up to `secs` seconds before their instances
@@ -866,7 +922,7 @@ impl Cluster {
         // eligible shared ones up to the free workers (each launch takes a
         // worker: jobs past them cannot start in this pass; they get the
         // pass's `rest` reason).
-        let iso_ids: Vec<JobId> = self
+        let mut iso_ids: Vec<JobId> = self
             .isolated_queue
             .iter()
             .filter(|id| eligible(id))
@@ -879,13 +935,19 @@ impl Cluster {
             .map(|n| n.worker_limit.saturating_sub(n.running.len() as u32) as usize)
             .sum();
         let truncated = self.shared_queue.len() > free_workers;
-        let shared_ids: Vec<JobId> = self
+        let ordered = self.priority.orders();
+        let mut shared_ids: Vec<JobId> = self
             .shared_queue
             .iter()
             .filter(|id| eligible(id))
-            .take(free_workers)
+            // In submission order the first ones are the ones to look at;
+            // by priority, every eligible job is weighed first.
+            .take(if ordered { usize::MAX } else { free_workers })
             .copied()
             .collect();
+        self.by_priority(&mut iso_ids, now);
+        self.by_priority(&mut shared_ids, now);
+        shared_ids.truncate(free_workers);
         let choices = self.node_choices(iso_ids.iter().chain(shared_ids.iter()));
         let mut plan = {
             let view = |ids: &[JobId]| -> Vec<QueuedJob<'_>> {

@@ -258,6 +258,14 @@ pub struct JobSpec {
     /// job, so a client may retry after a lost answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// Taken off the job's priority (`--nice`, `Nice=`): positive lowers
+    /// it; only administrators give a negative one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nice: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Longest idempotency key accepted.
@@ -341,6 +349,8 @@ impl SlurmOptions {
 pub enum SpecError {
     #[error("the batch script is empty")]
     EmptyScript,
+    #[error("Invalid nice value {0}: it must be between -{limit} and {limit}", limit = crate::priority::NICE_LIMIT)]
+    BadNice(i64),
     #[error("this does not look like a batch script: the first line must start with #! followed by the path to an interpreter")]
     NoShebang,
     #[error("job name is longer than {MAX_NAME_LEN} characters")]
@@ -415,6 +425,9 @@ impl JobSpec {
         }
         if self.name.len() > MAX_NAME_LEN {
             return Err(SpecError::NameTooLong);
+        }
+        if self.nice.abs() > crate::priority::NICE_LIMIT {
+            return Err(SpecError::BadNice(self.nice));
         }
         if self.name.chars().any(char::is_control) {
             return Err(SpecError::BadName);

@@ -24,6 +24,7 @@ pub mod mps_recovery;
 pub mod outcome;
 pub mod pattern;
 pub mod placement;
+pub mod priority;
 pub mod probe;
 pub mod repartition;
 pub mod resources;

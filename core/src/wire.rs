@@ -365,6 +365,13 @@ pub struct JobInfo {
     /// Held by its user (`--hold`, `scontrol hold`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
+    /// Taken off its priority (`--nice`, `Nice=`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nice: i64,
+    /// Its priority and the factors of it, for jobs the controller holds
+    /// in memory (`sprio`, `squeue %Q`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<crate::priority::Priority>,
     /// What it waits for (`--dependency`), as Slurm writes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency: Option<String>,
@@ -420,6 +427,12 @@ impl JobInfo {
         }
     }
 
+    /// With its priority now (the controller's policy weighed it).
+    pub fn weighed(mut self, priority: crate::priority::Priority) -> JobInfo {
+        self.priority = Some(priority);
+        self
+    }
+
     pub fn new(job: &Job, default_partition: &str, now: i64) -> JobInfo {
         let s = &job.spec;
         let node = job.node.clone().unwrap_or_default();
@@ -455,6 +468,8 @@ impl JobInfo {
             requeue: s.requeues(),
             restart_cnt: job.restarts,
             held: job.held,
+            nice: s.nice,
+            priority: None,
             dependency: s.dependency.as_ref().map(|d| d.to_string()),
             array: s.array_task.clone(),
             slurm: s.slurm.clone(),
@@ -465,6 +480,10 @@ impl JobInfo {
             batch_usage: job.batch_usage,
         }
     }
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// A node as the REST API and `ginfo --json` show it.

@@ -37,6 +37,25 @@ pub struct CtldConfig {
     #[arg(long, default_value = "case")]
     #[serde(default = "default_policy")]
     pub launch_policy: String,
+    /// Which pending job goes first: `basic` (first come, first served) or
+    /// `multifactor` (weighted age and job size, less the job's nice);
+    /// Slurm's PriorityType.
+    #[arg(long, default_value = "basic", value_name = "TYPE")]
+    #[serde(default = "default_priority_type")]
+    pub priority_type: String,
+    /// Weight of the age factor under `multifactor` (PriorityWeightAge).
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_age)]
+    #[serde(default = "default_weight_age")]
+    pub priority_weight_age: u32,
+    /// Weight of the job-size factor under `multifactor`
+    /// (PriorityWeightJobSize).
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_job_size)]
+    #[serde(default = "default_weight_job_size")]
+    pub priority_weight_job_size: u32,
+    /// Seconds of waiting that give the whole age factor (PriorityMaxAge).
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().max_age_secs)]
+    #[serde(default = "default_max_age")]
+    pub priority_max_age: u64,
     /// Commit durability: normal survives process crashes, full also power loss.
     #[arg(long, value_enum, default_value = "normal")]
     #[serde(default = "default_durability")]
@@ -132,6 +151,10 @@ impl Default for CtldConfig {
             partitions: Vec::new(),
             node_timeout: default_node_timeout(),
             launch_policy: default_policy(),
+            priority_type: default_priority_type(),
+            priority_weight_age: default_weight_age(),
+            priority_weight_job_size: default_weight_job_size(),
+            priority_max_age: default_max_age(),
             durability: default_durability(),
             cluster_key_file: None,
             admins: Vec::new(),
@@ -153,6 +176,23 @@ impl Default for CtldConfig {
 }
 
 impl CtldConfig {
+    /// The priority policy these settings name.
+    pub fn priority_policy(
+        &self,
+    ) -> Result<
+        Box<dyn gsched_core::priority::PriorityPolicy>,
+        gsched_core::priority::UnknownPriorityType,
+    > {
+        gsched_core::priority::priority_policy(
+            &self.priority_type,
+            gsched_core::priority::PriorityConfig {
+                weight_age: self.priority_weight_age,
+                weight_job_size: self.priority_weight_job_size,
+                max_age_secs: self.priority_max_age,
+            },
+        )
+    }
+
     /// Every partition, the default first.
     pub fn all_partitions(&self) -> Vec<String> {
         let mut all = vec![self.partition.clone()];
@@ -179,6 +219,18 @@ fn default_node_timeout() -> u64 {
 }
 fn default_policy() -> String {
     "case".into()
+}
+fn default_priority_type() -> String {
+    "basic".into()
+}
+fn default_weight_age() -> u32 {
+    gsched_core::priority::PriorityConfig::default().weight_age
+}
+fn default_weight_job_size() -> u32 {
+    gsched_core::priority::PriorityConfig::default().weight_job_size
+}
+fn default_max_age() -> u64 {
+    gsched_core::priority::PriorityConfig::default().max_age_secs
 }
 fn default_auth_exempt() -> Vec<String> {
     vec!["/healthz".into(), "/metrics".into()]

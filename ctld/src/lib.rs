@@ -45,6 +45,7 @@ pub struct Running {
 pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     gsched_daemon::state::prepare_dir(state_dir)?;
     let policy = launch_policy(&config.launch_policy)?;
+    let priority = config.priority_policy().context("--priority-type")?;
     let key_path = config
         .cluster_key_file
         .clone()
@@ -88,6 +89,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     cluster.restore_history(loaded.max_job_id, loaded.past_runs);
     cluster.set_job_requeue(config.job_requeue);
     cluster.set_early_start(Some(config.early_start_secs));
+    cluster.set_priority_policy(priority);
     let repartition = gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?;
     cluster.set_repartition(

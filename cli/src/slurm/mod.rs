@@ -1,6 +1,6 @@
 //! Slurm's commands over gsched (`gsched slurm-shims DIR`): `sbatch`,
-//! `squeue`, `scancel`, `sacct`, `sinfo`, `srun`, `scontrol`, `sacctmgr`,
-//! `sshare`. They share gsub's option parser and the controller's job
+//! `squeue`, `scancel`, `sacct`, `sinfo`, `srun`, `scontrol`, `sprio`,
+//! `sacctmgr`, `sshare`. They share gsub's option parser and the controller's job
 //! model; what they print follows Slurm's (docs/slurm.md).
 
 pub mod format;
@@ -10,6 +10,7 @@ pub mod salloc;
 pub mod scancel;
 pub mod scontrol;
 pub mod sinfo;
+pub mod sprio;
 pub mod squeue;
 pub mod srun;
 pub mod sstat;
@@ -18,7 +19,7 @@ pub mod update;
 /// The command names a shim directory holds.
 pub const COMMANDS: &[&str] = &[
     "sbatch", "squeue", "scancel", "sacct", "sstat", "sinfo", "srun", "salloc", "scontrol",
-    "sacctmgr", "sshare",
+    "sprio", "sacctmgr", "sshare",
 ];
 
 /// Runs Slurm command `name` with `args`; returns its exit status.
@@ -34,6 +35,7 @@ pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
         "srun" => srun::main_with(args),
         "salloc" => salloc::main_with(args),
         "scontrol" => scontrol::main_with(args),
+        "sprio" => sprio::main_with(args),
         // Accounting and fair-share databases do not exist in gsched: both
         // answer with nothing, successfully (what clients accept).
         "sacctmgr" | "sshare" => Ok(0),

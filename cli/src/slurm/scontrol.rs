@@ -9,15 +9,19 @@ use super::format::{elapsed_long, timestamp};
 use super::ids::{fetch, parse_refs};
 use crate::client::{ApiError, Client};
 
-/// The priority `scontrol show job` and `squeue %Q` show: gsched's queue
-/// is first come, first served (isolated jobs first), so as Slurm's
-/// priority/basic it falls by one with each later job; a held job's is 0.
+/// The priority `scontrol show job` and `squeue %Q` show: the
+/// controller's (its `--priority-type`); for a job it no longer holds in
+/// memory, first come, first served as priority/basic numbers it. 0 while
+/// held.
 pub fn priority(j: &JobInfo) -> u64 {
-    const TOP: u64 = 4_294_901_759;
     if j.held {
-        0
-    } else {
-        TOP.saturating_sub(j.job_id.saturating_sub(1)).max(1)
+        return 0;
+    }
+    match j.priority {
+        Some(p) => p.value,
+        None => gsched_core::priority::TOP
+            .saturating_sub(j.job_id.saturating_sub(1))
+            .max(1),
     }
 }
 
@@ -56,8 +60,9 @@ pub fn show_job(j: &JobInfo) -> String {
             j.group_id
         ),
         format!(
-            "   Priority={} Nice=0 Account={} QOS={}",
+            "   Priority={} Nice={} Account={} QOS={}",
             priority(j),
+            j.nice,
             null(j.slurm.account.as_deref()),
             j.slurm.qos.as_deref().unwrap_or("normal")
         ),

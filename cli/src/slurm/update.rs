@@ -1,7 +1,7 @@
 //! `scontrol update`: `NodeName=LIST State=DRAIN|DOWN|RESUME Reason=...`
-//! (administrators) and `JobId=ID TimeLimit=/Name=/Partition=/Dependency=`
-//! on pending jobs (their owners, who may only lower a time limit, and
-//! administrators).
+//! (administrators) and `JobId=ID TimeLimit=/Name=/Partition=/Dependency=/Nice=`
+//! on pending jobs (their owners, who may only lower a time limit and give
+//! no negative nice, and administrators).
 
 use anyhow::{bail, Context, Result};
 use gsched_core::cluster::{JobUpdate, NodeStateChange};
@@ -27,7 +27,7 @@ pub fn update(client: &Client, words: &[&str]) -> Result<i32> {
     match kv.first().map(|(k, _)| k.as_str()) {
         Some("nodename") => update_nodes(client, &kv),
         Some("jobid") => update_job(client, &kv),
-        _ => bail!("give NodeName=LIST State=DRAIN|DOWN|RESUME Reason=... or JobId=ID with TimeLimit=, Name=, Partition= or Dependency= first"),
+        _ => bail!("give NodeName=LIST State=DRAIN|DOWN|RESUME Reason=... or JobId=ID with TimeLimit=, Name=, Partition=, Dependency= or Nice= first"),
     }
 }
 
@@ -78,7 +78,7 @@ fn refused(e: anyhow::Error, status: u16, what: &str) -> anyhow::Error {
     }
 }
 
-/// What `TimeLimit=`, `Name=`, `Partition=` and `Dependency=` ask.
+/// What `TimeLimit=`, `Name=`, `Partition=`, `Dependency=` and `Nice=` ask.
 pub fn job_update(kv: &[(String, &str)]) -> Result<JobUpdate> {
     let mut u = JobUpdate::default();
     for (k, v) in &kv[1..] {
@@ -98,16 +98,22 @@ pub fn job_update(kv: &[(String, &str)]) -> Result<JobUpdate> {
                     Some(Dependency::parse(v).with_context(|| format!("Dependency={v}"))?)
                 })
             }
-            "nice" | "priority" => bail!(
-                "{k}: gsched orders its queue first come, first served (no priorities yet); nothing was changed"
+            "nice" => {
+                u.nice = Some(
+                    v.parse()
+                        .with_context(|| format!("Nice={v}: not a whole number"))?,
+                )
+            }
+            "priority" => bail!(
+                "Priority=: gsched sets no priority by hand (change Nice= instead); nothing was changed"
             ),
             other => bail!(
-                "Update of {other} is not supported by gsched (TimeLimit=, Name=, Partition= and Dependency= are)"
+                "Update of {other} is not supported by gsched (TimeLimit=, Name=, Partition=, Dependency= and Nice= are)"
             ),
         }
     }
     if u.is_empty() {
-        bail!("nothing to change: give TimeLimit=, Name=, Partition= or Dependency=");
+        bail!("nothing to change: give TimeLimit=, Name=, Partition=, Dependency= or Nice=");
     }
     Ok(u)
 }
@@ -167,10 +173,19 @@ mod tests {
         assert_eq!(u.dependency, Some(None));
         let u = job_update(&kv(&["JobId=4", "TimeLimit=UNLIMITED"])).unwrap();
         assert_eq!(u.time_limit, Some(None));
-        let e = job_update(&kv(&["JobId=4", "Nice=10"]))
+        assert_eq!(
+            job_update(&kv(&["JobId=4", "Nice=10"])).unwrap().nice,
+            Some(10)
+        );
+        assert_eq!(
+            job_update(&kv(&["JobId=4", "nice=-5"])).unwrap().nice,
+            Some(-5)
+        );
+        assert!(job_update(&kv(&["JobId=4", "Nice=lots"])).is_err());
+        let e = job_update(&kv(&["JobId=4", "Priority=10"]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("first come, first served"), "{e}");
+        assert!(e.contains("Nice="), "{e}");
         assert!(job_update(&kv(&["JobId=4"])).is_err());
         assert!(job_update(&kv(&["JobId=4", "TimeLimit=soon"])).is_err());
     }

@@ -23,6 +23,9 @@ pub struct JobUpdate {
     /// `Some(None)` removes the job's dependency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency: Option<Option<Dependency>>,
+    /// Taken off the job's priority; negative only for administrators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nice: Option<i64>,
 }
 
 impl JobUpdate {
@@ -46,7 +49,8 @@ impl Cluster {
         }
         if update.is_empty() {
             return Err(ClusterError::Refused(
-                "nothing to change: give TimeLimit=, Name=, Partition= or Dependency=".into(),
+                "nothing to change: give TimeLimit=, Name=, Partition=, Dependency= or Nice="
+                    .into(),
             ));
         }
         let mut spec = job.spec.clone();
@@ -88,6 +92,11 @@ impl Cluster {
             }
             spec.dependency = d.clone();
             changed.push("Dependency");
+        }
+        if let Some(nice) = update.nice {
+            crate::priority::check_nice(nice, admin).map_err(ClusterError::Refused)?;
+            spec.nice = nice;
+            changed.push("Nice");
         }
         spec.validate()?;
         let job = self.jobs.get_mut(&id).expect("checked above");
@@ -176,5 +185,39 @@ mod tests {
             c.update_pending(a, &bad_name, false),
             Err(ClusterError::NotPending(_))
         ));
+    }
+
+    #[test]
+    fn under_multifactor_the_job_with_the_lower_nice_goes_first() {
+        let mut c = cluster();
+        c.set_priority_policy(Box::new(crate::priority::Multifactor(
+            crate::priority::PriorityConfig::default(),
+        )));
+        // The node takes one job at a time.
+        let whole = |name: &str| crate::job::JobSpec {
+            slurm: crate::job::SlurmOptions {
+                cpus_per_task: Some(64),
+                ..Default::default()
+            },
+            ..spec(name, false)
+        };
+        let (first, _) = c.submit(whole("first"), 0).unwrap();
+        let (second, _) = c.submit(whole("second"), 0).unwrap();
+        let (third, _) = c.submit(whole("third"), 0).unwrap();
+        let nice = |n| JobUpdate {
+            nice: Some(n),
+            ..JobUpdate::default()
+        };
+        c.update_pending(first, &nice(500), false).unwrap();
+        let e = c.update_pending(second, &nice(-10), false).unwrap_err();
+        assert!(e.to_string().contains("administrator"), "{e}");
+        c.update_pending(third, &nice(-10), true).unwrap();
+        assert_eq!(c.job(third).unwrap().spec.nice, -10);
+        let p = |c: &Cluster, id| c.priority_of(c.job(id).unwrap(), 0).value;
+        assert!(p(&c, third) > p(&c, second) && p(&c, second) > p(&c, first));
+        assert_eq!(launch(&mut c, 1), [third]);
+        // First come, first served would have started the first.
+        c.set_priority_policy(Box::new(crate::priority::Basic));
+        assert!(p(&c, first) > p(&c, second));
     }
 }

@@ -131,7 +131,10 @@ pub async fn list_jobs(
     let mut page: BTreeMap<JobId, JobInfo> = BTreeMap::new();
     let mut keep = |j: &Job| {
         if j.id <= horizon && query.matches(j) {
-            page.insert(j.id, JobInfo::new(j, &ctl.config.partition, now));
+            page.insert(
+                j.id,
+                JobInfo::new(j, &ctl.config.partition, now).weighed(c.priority_of(j, now)),
+            );
         }
     };
     match (&query.ids, &query.arrays) {

@@ -144,6 +144,8 @@ async fn submit(
     Body(mut spec): Body<JobSpec>,
 ) -> Result<(StatusCode, Json<Submitted>), ApiError> {
     caller.stamp_owner(&mut spec)?;
+    gsched_core::priority::check_nice(spec.nice, caller.admin)
+        .map_err(|e| ApiError(StatusCode::FORBIDDEN, e))?;
     if let Some(h) = headers.get(IDEMPOTENCY_HEADER) {
         let key = h.to_str().map_err(|_| {
             ApiError(
@@ -181,7 +183,10 @@ async fn get_job(State(ctl): Ctl, Path(id): Path<String>) -> Result<Json<JobInfo
     let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
     let c = ctl.lock();
     let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
-    Ok(Json(JobInfo::new(j, &ctl.config.partition, unix_now())))
+    let now = unix_now();
+    Ok(Json(
+        JobInfo::new(j, &ctl.config.partition, now).weighed(c.priority_of(j, now)),
+    ))
 }
 
 /// The batch script, for its owner and administrators only.
@@ -309,7 +314,10 @@ async fn update_job(
     ctl.update_job(jid, &update, caller.admin).await?;
     let c = ctl.lock();
     let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
-    Ok(Json(JobInfo::new(j, &ctl.config.partition, unix_now())))
+    let now = unix_now();
+    Ok(Json(
+        JobInfo::new(j, &ctl.config.partition, now).weighed(c.priority_of(j, now)),
+    ))
 }
 
 async fn hold_job(

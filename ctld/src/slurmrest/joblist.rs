@@ -43,7 +43,8 @@ impl Cursor {
         let c = self.ctl.lock();
         for id in &self.ids[self.next..end] {
             let Some(j) = c.job(*id) else { continue };
-            let info = JobInfo::new(j, &self.ctl.config.partition, now);
+            let info =
+                JobInfo::new(j, &self.ctl.config.partition, now).weighed(c.priority_of(j, now));
             let profile = info
                 .gpu_instance
                 .as_deref()

@@ -122,7 +122,7 @@ pub fn job(j: &JobInfo, cluster: &str, profile: Option<&str>) -> Value {
         "node_count": no_val(Some(1)),
         "nodes": j.nodes,
         "partition": j.partition,
-        "priority": no_val(Some(1)),
+        "priority": no_val(Some(j.priority.map_or(1, |p| p.value as i64))),
         "qos": s.qos.clone().unwrap_or_default(),
         "requeue": j.requeue,
         "restart_cnt": j.restart_cnt,

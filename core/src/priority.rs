@@ -1,0 +1,164 @@
+//! Job priority: which pending job goes first (Slurm's `PriorityType`).
+//! One type per policy, each in its own file, registered in [`POLICIES`],
+//! from which config names and `--help` are derived. A policy only weighs
+//! jobs; the controller orders its queues by the result and `sprio`,
+//! `squeue %Q` and `scontrol show job` show it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::Job;
+
+mod basic;
+mod multifactor;
+
+pub use basic::Basic;
+pub use multifactor::Multifactor;
+
+/// The largest priority a job gets (Slurm's, for a 32-bit priority less
+/// its reserved top values).
+pub const TOP: u64 = 4_294_901_759;
+
+/// Nice values are bounded as in Slurm (`--nice` and `Nice=`).
+pub const NICE_LIMIT: i64 = 2_147_483_645;
+
+/// What a policy weighs a job against.
+#[derive(Debug, Clone, Copy)]
+pub struct PriorityContext {
+    /// Unix seconds.
+    pub now: i64,
+    /// The CPUs of the nodes that are up (the job-size factor's whole).
+    pub cluster_cpus: u32,
+}
+
+/// A job's priority and the weighted factors it is made of (`sprio`'s
+/// columns; a factor a policy does not use is 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Priority {
+    pub value: u64,
+    pub age: u64,
+    pub job_size: u64,
+    /// The job's nice, subtracted from the sum.
+    pub nice: i64,
+}
+
+/// The settings of `multifactor` (Slurm's `PriorityWeight*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorityConfig {
+    /// Weight of the age factor (time waiting, up to `max_age_secs`).
+    pub weight_age: u32,
+    /// Weight of the job-size factor (share of the cluster's CPUs asked
+    /// for: larger jobs go first, as Slurm's default `PriorityFavorSmall=NO`).
+    pub weight_job_size: u32,
+    /// Waiting this long gives the whole age factor (Slurm's
+    /// `PriorityMaxAge`, 7 days by default).
+    pub max_age_secs: u64,
+}
+
+impl Default for PriorityConfig {
+    fn default() -> Self {
+        PriorityConfig {
+            weight_age: 1000,
+            weight_job_size: 1000,
+            max_age_secs: 7 * 24 * 3600,
+        }
+    }
+}
+
+/// A priority policy: one type per policy, chosen by name in config.
+pub trait PriorityPolicy: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Whether the pending queues are ordered by priority (`false`: by
+    /// submission, as the job ids are, at no cost per pass).
+    fn orders(&self) -> bool;
+    /// `job`'s priority now (a held job's is 0 whatever the policy says:
+    /// the caller sees to that).
+    fn priority(&self, job: &Job, ctx: &PriorityContext) -> Priority;
+}
+
+/// One registered policy.
+pub struct PolicyEntry {
+    pub name: &'static str,
+    pub about: &'static str,
+    build: fn(PriorityConfig) -> Box<dyn PriorityPolicy>,
+}
+
+/// Every priority policy, the default first.
+pub const POLICIES: &[PolicyEntry] = &[
+    PolicyEntry {
+        name: "basic",
+        about: "first come, first served (Slurm's priority/basic)",
+        build: |_| Box::new(Basic),
+    },
+    PolicyEntry {
+        name: "multifactor",
+        about: "weighted age and job size, less the job's nice (Slurm's priority/multifactor without fair share and QOS)",
+        build: |c| Box::new(Multifactor(c)),
+    },
+];
+
+/// A policy name that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown priority type '{0}' (known: {known})", known = names().join(", "))]
+pub struct UnknownPriorityType(pub String);
+
+/// The registered names, the default first.
+pub fn names() -> Vec<&'static str> {
+    POLICIES.iter().map(|p| p.name).collect()
+}
+
+/// Builds the policy named in config (`priority/NAME` as Slurm writes it
+/// is read too).
+pub fn priority_policy(
+    name: &str,
+    config: PriorityConfig,
+) -> Result<Box<dyn PriorityPolicy>, UnknownPriorityType> {
+    let short = name.strip_prefix("priority/").unwrap_or(name);
+    POLICIES
+        .iter()
+        .find(|p| p.name == short)
+        .map(|p| (p.build)(config))
+        .ok_or_else(|| UnknownPriorityType(name.into()))
+}
+
+/// Checks who gives a nice value (`admin`: an administrator): a negative
+/// one raises the job above others, so only administrators may (its bounds
+/// are checked with the rest of the spec, `JobSpec::validate`).
+pub fn check_nice(nice: i64, admin: bool) -> Result<(), String> {
+    if nice < 0 && !admin {
+        return Err(format!(
+            "Access/permission denied: only an administrator may give a negative nice ({nice}); you may raise it"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_are_found_by_name_and_unknown_ones_named() {
+        assert_eq!(
+            priority_policy("basic", PriorityConfig::default())
+                .unwrap()
+                .name(),
+            "basic"
+        );
+        let m = priority_policy("priority/multifactor", PriorityConfig::default()).unwrap();
+        assert_eq!(m.name(), "multifactor");
+        let e = priority_policy("fairshare", PriorityConfig::default())
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "unknown priority type 'fairshare' (known: basic, multifactor)"
+        );
+    }
+
+    #[test]
+    fn a_negative_nice_is_for_administrators_only() {
+        assert!(check_nice(100, false).is_ok());
+        assert!(check_nice(-5, true).is_ok());
+        assert!(check_nice(-5, false).unwrap_err().contains("administrator"));
+    }
+}

@@ -1,0 +1,88 @@
+//! `multifactor`: Slurm's priority/multifactor with the age and job-size
+//! factors. Each factor is between 0 and 1 and counts with its weight:
+//! `weight_age * min(waited, max_age) / max_age + weight_job_size * cpus /
+//! cluster_cpus - nice`, at least 1. Fair share and QOS factors are not
+//! computed (no accounts or QOS yet): they count 0.
+
+use super::{Priority, PriorityConfig, PriorityContext, PriorityPolicy};
+use crate::job::Job;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Multifactor(pub PriorityConfig);
+
+impl PriorityPolicy for Multifactor {
+    fn name(&self) -> &'static str {
+        "multifactor"
+    }
+
+    fn orders(&self) -> bool {
+        true
+    }
+
+    fn priority(&self, job: &Job, ctx: &PriorityContext) -> Priority {
+        let c = &self.0;
+        let waited = (ctx.now - job.submit_time).max(0) as f64;
+        let age = if c.max_age_secs == 0 {
+            1.0
+        } else {
+            (waited / c.max_age_secs as f64).min(1.0)
+        };
+        let cpus = crate::cluster::resources_of(job).cpus as f64;
+        let size = if ctx.cluster_cpus == 0 {
+            0.0
+        } else {
+            (cpus / f64::from(ctx.cluster_cpus)).min(1.0)
+        };
+        let age = (f64::from(c.weight_age) * age).round() as u64;
+        let job_size = (f64::from(c.weight_job_size) * size).round() as u64;
+        let nice = job.spec.nice;
+        let sum = i128::from(age) + i128::from(job_size) - i128::from(nice);
+        Priority {
+            value: sum.clamp(1, i128::from(super::TOP)) as u64,
+            age,
+            job_size,
+            nice,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{Job, JobSpec};
+
+    fn job(submit: i64, cpus: u32, nice: i64) -> Job {
+        let spec = JobSpec {
+            slurm: crate::job::SlurmOptions {
+                cpus_per_task: Some(cpus),
+                ..Default::default()
+            },
+            nice,
+            ..JobSpec::default()
+        };
+        Job::new(1, spec, submit)
+    }
+
+    #[test]
+    fn age_grows_to_its_weight_size_counts_and_nice_is_taken_off() {
+        let m = Multifactor(PriorityConfig {
+            weight_age: 1000,
+            weight_job_size: 500,
+            max_age_secs: 100,
+        });
+        let ctx = |now| PriorityContext {
+            now,
+            cluster_cpus: 8,
+        };
+        let p = m.priority(&job(0, 2, 0), &ctx(50));
+        assert_eq!((p.age, p.job_size, p.value), (500, 125, 625));
+        let p = m.priority(&job(0, 2, 0), &ctx(1000));
+        assert_eq!(p.age, 1000, "capped at max age");
+        let p = m.priority(&job(0, 2, 100), &ctx(50));
+        assert_eq!((p.nice, p.value), (100, 525));
+        let p = m.priority(&job(0, 2, 10_000), &ctx(50));
+        assert_eq!(p.value, 1, "never 0 (that is a held job's)");
+        let p = m.priority(&job(0, 2, -1000), &ctx(0));
+        assert_eq!(p.value, 1125, "an administrator's negative nice raises it");
+    }
+}
