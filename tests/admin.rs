@@ -132,11 +132,12 @@ fn pending_jobs_are_updated_and_running_ones_are_not() {
         s.run("squeue", &["-h"], None).status.success()
     });
     assert_eq!(q(&s), "after 5:00");
-    // Refused: an unknown partition, a dependency on no job, Nice.
+    // Refused: an unknown partition, a dependency on no job, a priority
+    // set by hand.
     for (args, needle) in [
         (vec!["Partition=nosuch"], "nosuch"),
         (vec!["Dependency=afterok:999999"], "999999"),
-        (vec!["Nice=10"], "first come, first served"),
+        (vec!["Priority=10"], "Nice="),
     ] {
         let mut all = vec!["update".to_string(), format!("JobId={held}")];
         all.extend(args.iter().map(|a| a.to_string()));

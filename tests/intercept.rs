@@ -226,23 +226,15 @@ fn a_learned_gpu_share_reaches_the_next_runs_task_record() {
     );
 }
 
-#[test]
-fn an_isolated_job_started_early_waits_for_the_gpu_at_its_first_cuda_call() {
-    // One whole GPU. Job A holds it for 6 s; job B, isolated too, starts
-    // early (A's time limit ends within the early-start window): its script
-    // runs while A does, but its first CUDA call returns only once A has
-    // ended and the GPU is B's.
-    common::bin("libgprobe.so");
-    let g = Gsched::start(&["--sim-gpus", "1xH100-80GB", "--early-start-secs", "600"]);
+/// Job A holds the one GPU for `a_secs`; isolated job B, submitted once A
+/// runs, writes when its script starts (`b.start`) and when its CUDA call
+/// returned (`b.cuda`). Returns (A, B).
+fn a_then_b_early(g: &Gsched, a_secs: u32) -> (u64, u64) {
     let app = build(g.work.path());
     let w = g.work.path().display().to_string();
-    let uuid = g.get("/api/v1/instances").unwrap()["instances"][0]["uuid"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let a = g.script(
         "a.sh",
-        &format!("#!/bin/sh\nsleep 6\ndate +%s%N > {w}/a.end\n"),
+        &format!("#!/bin/sh\nsleep {a_secs}\ndate +%s%N > {w}/a.end\n"),
     );
     let first = g.submit(&["--isolated", "-t", "5", "-o", "a.out", &a]);
     g.wait_state(first, "RUNNING", Duration::from_secs(20));
@@ -254,6 +246,12 @@ fn an_isolated_job_started_early_waits_for_the_gpu_at_its_first_cuda_call() {
         ),
     );
     let second = g.submit(&["--isolated", "-t", "5", "-o", "b.out", &b]);
+    (first, second)
+}
+
+/// Once A and B completed: B started while A ran, and its CUDA call
+/// returned only after A had ended.
+fn check_b_waited_for_a(g: &Gsched, (first, second): (u64, u64)) {
     g.wait_state(second, "COMPLETED", Duration::from_secs(60));
     g.wait_state(first, "COMPLETED", Duration::from_secs(10));
     let read = |name: &str| -> u128 {
@@ -262,7 +260,27 @@ fn an_isolated_job_started_early_waits_for_the_gpu_at_its_first_cuda_call() {
     };
     let (a_end, b_start, b_cuda) = (read("a.end"), read("b.start"), read("b.cuda"));
     assert!(b_start < a_end, "B started while A ran");
-    assert!(b_cuda > a_end, "B's CUDA work waited for A to end");
+    assert!(
+        b_cuda > a_end,
+        "B's CUDA work waited for A to end\n{}",
+        g.log()
+    );
+}
+
+#[test]
+fn an_isolated_job_started_early_waits_for_the_gpu_at_its_first_cuda_call() {
+    // One whole GPU. A holds it for 6 s; B, isolated too, starts early (A's
+    // time limit ends within the early-start window): its script runs
+    // while A does, but its first CUDA call returns only once A has ended
+    // and the GPU is B's.
+    common::bin("libgprobe.so");
+    let g = Gsched::start(&["--sim-gpus", "1xH100-80GB", "--early-start-secs", "600"]);
+    let uuid = g.get("/api/v1/instances").unwrap()["instances"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let jobs = a_then_b_early(&g, 6);
+    check_b_waited_for_a(&g, jobs);
     let out = std::fs::read_to_string(g.work.path().join("b.out")).unwrap();
     assert!(
         out.contains(&format!("fake cuInit: CUDA_VISIBLE_DEVICES={uuid}")),
@@ -281,40 +299,13 @@ fn a_job_started_early_waits_again_after_gsched_restarts() {
     // restarted gnoded holds B back again until A has ended.
     common::bin("libgprobe.so");
     let mut g = Gsched::start(&["--sim-gpus", "1xH100-80GB", "--early-start-secs", "600"]);
-    let app = build(g.work.path());
-    let w = g.work.path().display().to_string();
-    let a = g.script(
-        "a.sh",
-        &format!("#!/bin/sh\nsleep 10\ndate +%s%N > {w}/a.end\n"),
-    );
-    let first = g.submit(&["--isolated", "-t", "5", "-o", "a.out", &a]);
-    g.wait_state(first, "RUNNING", Duration::from_secs(20));
-    let b = g.script(
-        "b.sh",
-        &format!(
-            "#!/bin/sh\ndate +%s%N > {w}/b.start\n{} link bench 1\ndate +%s%N > {w}/b.cuda\n",
-            app.display()
-        ),
-    );
-    let second = g.submit(&["--isolated", "-t", "5", "-o", "b.out", &b]);
+    let jobs = a_then_b_early(&g, 10);
     let started = g.work.path().join("b.start");
     g.wait_until("B starts early", Duration::from_secs(20), || {
         started.exists()
     });
     g.restart();
-    g.wait_state(second, "COMPLETED", Duration::from_secs(60));
-    g.wait_state(first, "COMPLETED", Duration::from_secs(10));
-    let read = |name: &str| -> u128 {
-        let text = std::fs::read_to_string(g.work.path().join(name)).unwrap();
-        text.trim().parse().unwrap()
-    };
-    let (a_end, b_start, b_cuda) = (read("a.end"), read("b.start"), read("b.cuda"));
-    assert!(b_start < a_end, "B started while A ran");
-    assert!(
-        b_cuda > a_end,
-        "B's CUDA work waited for A to end, across the restart\n{}",
-        g.log()
-    );
+    check_b_waited_for_a(&g, jobs);
     let log = g.log();
     assert!(
         log.contains("adopted while it waits for its instances"),

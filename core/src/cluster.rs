@@ -1019,43 +1019,17 @@ impl Cluster {
             plan.rest = Some(PendingReason::Resources);
         }
         for d in plan.decisions {
-            match d {
+            let (job, node, instances, early) = match d {
                 Decision::Launch {
                     job,
                     node,
                     instances,
-                } => {
-                    if self.start(job, &node, instances, now).is_ok() {
-                        effects.push(Effect::Job {
-                            id: job,
-                            event: format!("started on {node}"),
-                        });
-                        effects.push(Effect::Launch {
-                            job,
-                            node,
-                            early: false,
-                        });
-                    }
-                }
+                } => (job, node, instances, false),
                 Decision::EarlyStart {
                     job,
                     node,
                     instances,
-                } => {
-                    if self.start(job, &node, instances, now).is_ok() {
-                        effects.push(Effect::Job {
-                            id: job,
-                            event: format!(
-                                "started early on {node}: its GPU work waits until its instances are free"
-                            ),
-                        });
-                        effects.push(Effect::Launch {
-                            job,
-                            node,
-                            early: true,
-                        });
-                    }
-                }
+                } => (job, node, instances, true),
                 Decision::Drain {
                     job,
                     node,
@@ -1067,7 +1041,19 @@ impl Cluster {
                             slot.draining_for = Some(job);
                         }
                     }
+                    continue;
                 }
+            };
+            if self.start(job, &node, instances, now).is_ok() {
+                let event = if early {
+                    format!(
+                        "started early on {node}: its GPU work waits until its instances are free"
+                    )
+                } else {
+                    format!("started on {node}")
+                };
+                effects.push(Effect::Job { id: job, event });
+                effects.push(Effect::Launch { job, node, early });
             }
         }
         let mut named = BTreeSet::new();

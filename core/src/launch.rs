@@ -580,6 +580,25 @@ mod tests {
         }
     }
 
+    /// Node "n" with `instances`, room to spare and a shared job running.
+    fn one_node(
+        instances: Vec<InstanceView<'_>>,
+        worker_limit: u32,
+        workers_used: u32,
+    ) -> NodeView<'_> {
+        NodeView {
+            name: "n",
+            occupancy: Default::default(),
+            up: true,
+            worker_limit,
+            workers_used,
+            shared_running: 1,
+            total: BIG,
+            free: BIG,
+            instances,
+        }
+    }
+
     fn views(inst: &[Instance]) -> Vec<InstanceView<'_>> {
         inst.iter()
             .map(|i| InstanceView {
@@ -863,25 +882,12 @@ mod tests {
             resources: ONE_CPU,
             nodes: None,
         };
-        fn node(v: Vec<InstanceView<'_>>) -> NodeView<'_> {
-            NodeView {
-                name: "n",
-                occupancy: Default::default(),
-                up: true,
-                worker_limit: 8,
-                workers_used: 1,
-                shared_running: 1,
-                total: BIG,
-                free: BIG,
-                instances: v,
-            }
-        }
         let plan_for = |v: Vec<InstanceView<'_>>| {
             CaseLaunch.plan(&LaunchInput {
                 early: None,
                 isolated: &[job(7)],
                 shared: &[],
-                nodes: &[node(v)],
+                nodes: &[one_node(v, 8, 1)],
             })
         };
         let drained = |p: &LaunchPlan| match &p.decisions[..] {
@@ -899,7 +905,7 @@ mod tests {
         assert_eq!(p.waiting, vec![(7, PendingReason::Draining)]);
         // With no shared job on the node there is nothing to keep out:
         // job 7 waits for whichever instance frees first, as before.
-        let mut alone = node(v);
+        let mut alone = one_node(v, 8, 1);
         alone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
             early: None,
@@ -941,26 +947,13 @@ mod tests {
             resources: ONE_CPU,
             nodes: None,
         };
-        fn node(v: Vec<InstanceView<'_>>, workers_used: u32) -> NodeView<'_> {
-            NodeView {
-                name: "n",
-                occupancy: Default::default(),
-                up: true,
-                worker_limit: 2,
-                workers_used,
-                shared_running: 1,
-                total: BIG,
-                free: BIG,
-                instances: v,
-            }
-        }
         let none = HashSet::new();
         let opted_out = HashSet::from([7]);
         let plan = |v: Vec<InstanceView<'_>>, workers_used, until, out| {
             CaseLaunch.plan(&LaunchInput {
                 isolated: &[job(7)],
                 shared: &[],
-                nodes: &[node(v, workers_used)],
+                nodes: &[one_node(v, 2, workers_used)],
                 early: Some(EarlyStart {
                     until,
                     opted_out: out,
@@ -977,7 +970,7 @@ mod tests {
         );
         assert!(p.waiting.is_empty(), "it runs: {p:?}");
         // With no shared job on the node too.
-        let mut lone = node(v.clone(), 1);
+        let mut lone = one_node(v.clone(), 2, 1);
         lone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
             isolated: &[job(7)],

@@ -206,8 +206,15 @@ mod tests {
     /// Two whole GPUs (`/dev/nvidia0`, `/dev/nvidia1`): while an isolated
     /// job holds the first, no shared job may open it, whether it was
     /// running already, started meanwhile or was adopted; then it opens.
-    #[test]
-    fn shared_jobs_lose_an_instance_while_an_isolated_job_holds_it() {
+    /// A confinement over two whole GPUs (`/dev/nvidia0`, `/dev/nvidia1`)
+    /// whose device rules `Recorder` records; the directory holds the
+    /// fake device list.
+    fn two_gpus() -> (
+        Confinement,
+        Arc<Recorder>,
+        Vec<gsched_core::gpu::Instance>,
+        tempfile::TempDir,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let devices = dir.path().join("devices");
         std::fs::write(
@@ -227,11 +234,17 @@ mod tests {
             "n",
             &gsched_core::gpu::parse_sim_spec("2xH100-80GB").unwrap(),
         );
-        let (gpu0, gpu1) = (instances[0].uuid.clone(), instances[1].uuid.clone());
         confine.set_gpus(Some(NodeGpus {
             instances: instances.clone(),
             mig_ids: Default::default(),
         }));
+        (confine, cg, instances, dir)
+    }
+
+    #[test]
+    fn shared_jobs_lose_an_instance_while_an_isolated_job_holds_it() {
+        let (confine, cg, instances, _dir) = two_gpus();
+        let (gpu0, gpu1) = (instances[0].uuid.clone(), instances[1].uuid.clone());
         let job = |id| Job::new(id, JobSpec::default(), 0);
         let (first, isolated, later, adopted) = (1, 2, 3, 4);
         confine.prepare(&job(first), GpuAccess::Shared).unwrap();
@@ -280,30 +293,8 @@ mod tests {
     /// given to it; then it opens that one, and shared jobs lose it.
     #[test]
     fn a_job_started_early_opens_its_instance_only_once_given() {
-        let dir = tempfile::tempdir().unwrap();
-        let devices = dir.path().join("devices");
-        std::fs::write(
-            &devices,
-            "Character devices:\n  1 mem\n195 nvidia-frontend\n235 nvidia-uvm\n\nBlock devices:\n",
-        )
-        .unwrap();
-        let cg = Arc::new(Recorder::default());
-        let mut confine = Confinement::new(
-            Arc::clone(&cg) as Arc<dyn Cgroups>,
-            CgroupConfig::default(),
-            1024,
-            BTreeSet::from([0]),
-        );
-        confine.device_files = (devices, dir.path().join("no-mig-minors"));
-        let instances = gsched_core::gpu::sim_instances(
-            "n",
-            &gsched_core::gpu::parse_sim_spec("2xH100-80GB").unwrap(),
-        );
+        let (confine, cg, instances, _dir) = two_gpus();
         let gpu0 = instances[0].uuid.clone();
-        confine.set_gpus(Some(NodeGpus {
-            instances,
-            mig_ids: Default::default(),
-        }));
         let job = |id| Job::new(id, JobSpec::default(), 0);
         confine.prepare(&job(1), GpuAccess::Shared).unwrap();
         confine.prepare(&job(2), GpuAccess::Instances(&[])).unwrap();
