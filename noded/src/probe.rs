@@ -466,10 +466,13 @@ impl ProbeServer {
             let unplaced = match self.processes_on.get().cloned() {
                 Some(f) => {
                     let u = uuid.to_string();
+                    // The job's own processes (one that bypassed the gate
+                    // where no device rules hold it) are not waited for.
                     tokio::task::spawn_blocking(move || {
                         f(&u)
                             .unwrap_or_default()
                             .into_iter()
+                            .filter(|&(_, owner)| owner != job)
                             .map(|(pid, _)| pid)
                             .collect::<Vec<u32>>()
                     })
