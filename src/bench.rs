@@ -53,6 +53,9 @@ enum What {
         queued: usize,
         #[arg(long, default_value_t = 100)]
         rounds: usize,
+        /// The priority policy ordering the queue (`basic`, `multifactor`).
+        #[arg(long, default_value = "basic")]
+        priority_type: String,
     },
     /// CASE Algorithm 2 decision time (pure, no daemon): a task ending on a
     /// node with INSTANCES instances and WAITING queued tasks, and a begin.
@@ -67,7 +70,7 @@ enum What {
 }
 
 /// Times launch passes on a full cluster with a long queue.
-fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
+fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize, priority: &str) -> Result<()> {
     use gsched_core::cluster::{Cluster, Effect};
     use gsched_core::gpu::{parse_sim_spec, sim_instances};
     use gsched_core::job::GpuRequest;
@@ -75,6 +78,10 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
     use gsched_core::outcome::{EndCause, ProcessOutcome};
     use gsched_core::wire::{JobEnded, NodeRegistration};
     let mut c = Cluster::new(Box::new(CaseLaunch));
+    c.set_priority_policy(
+        gsched_core::priority::priority_policy(priority, Default::default())
+            .context("--priority-type")?,
+    );
     let layout = parse_sim_spec(&format!("{gpus}xA100-40GB:1g.5gb*7")).expect("valid spec");
     for n in 0..nodes {
         let name = format!("n{n}");
@@ -160,7 +167,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
     times.sort_unstable();
     let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize] as f64 / 1e6;
     println!(
-        "launch: {nodes} nodes x {gpus} GPUs x 7 instances ({} instances, {workers} workers), {queued} queued",
+        "launch: {nodes} nodes x {gpus} GPUs x 7 instances ({} instances, {workers} workers), {queued} queued, priority/{priority}",
         nodes * gpus * 7
     );
     println!(
@@ -175,6 +182,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize) {
         times.len(),
         next - 1
     );
+    Ok(())
 }
 
 /// Times placement decisions on a full node with a long queue.
@@ -372,8 +380,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
             gpus,
             queued,
             rounds,
+            priority_type,
         } => {
-            launch(nodes.max(1), gpus.max(1), queued, rounds.max(1));
+            launch(
+                nodes.max(1),
+                gpus.max(1),
+                queued,
+                rounds.max(1),
+                &priority_type,
+            )?;
         }
         What::Placement {
             instances,
