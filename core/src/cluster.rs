@@ -111,7 +111,13 @@ pub struct Node {
     pub worker_limit: u32,
     pub up: bool,
     pub instances: Vec<InstanceSlot>,
+    /// The jobs on the node's books (changed only through
+    /// [`Node::add_running`], [`Node::remove_running`] and
+    /// [`Node::clear_running`], which keep `taken` with it).
     pub running: BTreeSet<JobId>,
+    /// CPUs and memory (MiB) the jobs in `running` take, kept so that a
+    /// launch pass need not add them up again.
+    pub taken: (u64, u64),
     /// A launch could not reach the node: no launches go there until it is
     /// heard from again (a heartbeat or registration). Not a down node:
     /// only its lease says that.
@@ -166,6 +172,36 @@ pub fn resources_of(job: &Job) -> JobResources {
 }
 
 impl Node {
+    /// Job `id`, taking `res`, is on the node's books.
+    pub fn add_running(&mut self, id: JobId, res: &JobResources) {
+        if self.running.insert(id) {
+            self.taken.0 += u64::from(res.cpus);
+            self.taken.1 += res.memory_mib(self.memory_mib);
+        }
+    }
+
+    /// Job `id`, which took `res`, is off the node's books.
+    pub fn remove_running(&mut self, id: JobId, res: &JobResources) {
+        if self.running.remove(&id) {
+            self.taken.0 = self.taken.0.saturating_sub(u64::from(res.cpus));
+            self.taken.1 = self.taken.1.saturating_sub(res.memory_mib(self.memory_mib));
+        }
+    }
+
+    /// No job is on the node's books.
+    pub fn clear_running(&mut self) {
+        self.running.clear();
+        self.taken = (0, 0);
+    }
+
+    /// What the jobs on its books leave free of the node's CPUs and memory.
+    pub fn free(&self) -> NodeResources {
+        NodeResources {
+            cpus: u64::from(self.cpus).saturating_sub(self.taken.0) as u32,
+            memory_mib: self.memory_mib.saturating_sub(self.taken.1),
+        }
+    }
+
     /// Whether jobs may be launched onto the node now.
     pub fn accepts_launches(&self) -> bool {
         self.up && !self.unconfirmed && self.admin.is_none()
@@ -458,7 +494,7 @@ impl Cluster {
         let mut c = Cluster::new(policy);
         for mut n in nodes {
             n.up = false;
-            n.running.clear();
+            n.clear_running();
             for s in &mut n.instances {
                 s.isolated_owner = None;
                 s.draining_for = None;
@@ -500,7 +536,7 @@ impl Cluster {
                     self.sharing_jobs.insert(job.id);
                 }
                 if let Some(node) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
-                    node.running.insert(job.id);
+                    node.add_running(job.id, &resources_of(job));
                     for slot in node
                         .instances
                         .iter_mut()
@@ -821,12 +857,7 @@ impl Cluster {
 
     /// What a node's running jobs leave free of its CPUs and memory.
     pub fn free_on(&self, node: &Node) -> NodeResources {
-        let total = node.total();
-        let mut free = total;
-        for job in node.running.iter().filter_map(|id| self.jobs.get(id)) {
-            free.take(&resources_of(job), &total);
-        }
-        free
+        node.free()
     }
 
     /// One launch pass of the policy; applies its decisions.
@@ -1184,6 +1215,7 @@ impl Cluster {
         job.node = Some(node.to_string());
         job.gpu_instances = instances.clone();
         let isolated = job.spec.isolated;
+        let res = resources_of(job);
         if node_sharing(job).is_some() {
             self.sharing_jobs.insert(id);
         }
@@ -1194,7 +1226,7 @@ impl Cluster {
             .nodes
             .get_mut(node)
             .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
-        n.running.insert(id);
+        n.add_running(id, &res);
         if !instances.is_empty() {
             // Started early on an instance another isolated job still
             // holds, it waits for it (drained for it) and takes it over
@@ -1295,8 +1327,11 @@ impl Cluster {
     /// the job itself no longer names the node).
     fn release_on(&mut self, node: &str, id: JobId) {
         self.sharing_jobs.remove(&id);
+        let res = self.jobs.get(&id).map(resources_of);
         if let Some(n) = self.nodes.get_mut(node) {
-            n.running.remove(&id);
+            if let Some(res) = &res {
+                n.remove_running(id, res);
+            }
             let running = &n.running;
             for s in &mut n.instances {
                 if s.draining_for == Some(id) {
@@ -1646,6 +1681,7 @@ impl Cluster {
                 .map(|i| InstanceSlot::new(i.clone()))
                 .collect(),
             running: BTreeSet::new(),
+            taken: (0, 0),
             unconfirmed: false,
             instance_id: reg.instance_id.clone(),
             drain_sent: None,
@@ -1664,7 +1700,7 @@ impl Cluster {
             .unwrap_or_default();
         for id in &believed {
             let j = &self.jobs[id];
-            node.running.insert(*id);
+            node.add_running(*id, &resources_of(j));
             for s in node
                 .instances
                 .iter_mut()
@@ -2117,7 +2153,7 @@ mod tests {
         s.job_bytes.clear();
         s.reserved_bytes = 0;
         assert_eq!((s.holder(), s.held_bytes()), (Some(4), whole));
-        n.running.insert(4);
+        n.add_running(4, &resources_of(&Job::new(4, JobSpec::default(), 0)));
         assert_eq!(n.state_name(), "MIXED");
         n.up = false;
         assert_eq!(n.state_name(), "DOWN");

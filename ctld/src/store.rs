@@ -594,6 +594,7 @@ async fn load(
             up: row.try_get("up")?,
             instances,
             running: Default::default(),
+            taken: (0, 0),
             unconfirmed: false,
             instance_id: String::new(),
             drain_sent: None,

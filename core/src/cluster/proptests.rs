@@ -52,6 +52,15 @@ fn job_spec(kind: u8, uid: u32) -> JobSpec {
         requeue: Some(kind.is_multiple_of(2)),
         // With a limit, the isolated job after it may start early.
         time_limit: (uid == 2).then_some(4),
+        slurm: crate::job::SlurmOptions {
+            cpus_per_task: Some(1 + u32::from(kind)),
+            other: [(
+                "mem".to_string(),
+                format!("{}M", 100 * (u32::from(kind) + 1)),
+            )]
+            .into(),
+            ..Default::default()
+        },
         ..spec("p", false)
     };
     match kind {
@@ -209,6 +218,13 @@ fn check(c: &Cluster, finals: &mut BTreeMap<JobId, JobState>) -> Result<(), Test
         }
     }
     for n in c.nodes() {
+        // What the node keeps of its jobs' CPUs and memory is their sum.
+        let total = n.total();
+        let mut free = total;
+        for j in n.running.iter().filter_map(|id| c.job(*id)) {
+            free.take(&super::resources_of(j), &total);
+        }
+        prop_assert_eq!(n.free(), free, "{} keeps {:?}", n.name, n.taken);
         for s in &n.instances {
             if let Some(owner) = s.isolated_owner {
                 // Its job holds it, or its job's requeued run has not

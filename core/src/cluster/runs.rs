@@ -131,8 +131,9 @@ impl Cluster {
                 // it waits for this run's end.
                 self.lost_runs.remove(&id);
                 self.requeued_runs.insert(id, node.into());
+                let res = super::resources_of(job);
                 if let Some(n) = self.nodes.get_mut(node) {
-                    n.running.insert(id);
+                    n.add_running(id, &res);
                 }
                 if self.jobs.get(&id).and_then(super::node_sharing).is_some() {
                     self.sharing_jobs.insert(id);
