@@ -513,9 +513,7 @@ impl Cluster {
                 c.submissions
                     .insert((job.spec.uid, k.clone()), job.submitted_as());
             }
-            if job.gpu_mem_peak.is_some() || (job.state.is_final() && job.start_time.is_some()) {
-                c.footprints.note(&job);
-            }
+            c.footprints.note(&job);
             let lost = job.state == JobState::NodeFail;
             let id = job.id;
             c.jobs.insert(id, job);
@@ -1327,11 +1325,17 @@ impl Cluster {
     /// the job itself no longer names the node).
     fn release_on(&mut self, node: &str, id: JobId) {
         self.sharing_jobs.remove(&id);
-        let res = self.jobs.get(&id).map(resources_of);
+        // A job on a node's books is in memory (running, or pending while
+        // its old run ends); were it not, its id still leaves the books.
+        let res = self.jobs.get(&id).map_or(
+            JobResources {
+                cpus: 0,
+                memory: MemoryRequest::Unspecified,
+            },
+            resources_of,
+        );
         if let Some(n) = self.nodes.get_mut(node) {
-            if let Some(res) = &res {
-                n.remove_running(id, res);
-            }
+            n.remove_running(id, &res);
             let running = &n.running;
             for s in &mut n.instances {
                 if s.draining_for == Some(id) {

@@ -378,7 +378,8 @@ impl Launcher {
                 .cloned()
                 .collect();
             if !busy.is_empty() && early {
-                std::fs::write(spool.gate_path(), b"")
+                spool
+                    .mark_gated()
                     .map_err(|e| io("cannot write the GPU gate marker", e))?;
                 probe.close_gate(job.id);
                 self.start_shepherd(job.id, job.run, limit, warn)?;
@@ -451,7 +452,7 @@ impl Launcher {
                 return;
             }
             this.confinement().give_instances(id, &uuids);
-            let _ = std::fs::remove_file(this.spool(id).gate_path());
+            this.spool(id).clear_gated();
             info!(job = id, "its instances are free: its GPU work goes ahead");
             probe.open_gate(id);
         });
@@ -838,7 +839,7 @@ impl Launcher {
                         // The job keeps its key across gnoded restarts.
                         let key = spec.env.get(JOB_KEY_ENV).cloned();
                         let _ = probe.register_job(job, spec.uid, key);
-                        if spool.gate_path().exists() {
+                        if spool.is_gated() {
                             // Started early and still waiting: it takes its
                             // instances after the jobs that hold them.
                             gated.push((job, run, spec.instances.clone()));

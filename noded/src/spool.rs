@@ -149,11 +149,6 @@ impl JobSpool {
     pub fn steps_path(&self) -> PathBuf {
         self.dir.join("steps.json")
     }
-    /// Present while the job, started early, waits for its instances
-    /// (gnoded opens them to it when they are free, after a restart too).
-    pub fn gate_path(&self) -> PathBuf {
-        self.dir.join("gpu-gate")
-    }
     fn marker(&self, what: &str) -> PathBuf {
         self.dir.join(what)
     }
@@ -208,6 +203,22 @@ impl JobSpool {
         std::fs::symlink_metadata(self.marker(what)).is_ok()
     }
 
+    /// Marks the job, started early, as waiting for its instances (gnoded
+    /// opens them to it when they are free, after a restart too). Unlike
+    /// [`Self::mark`], a failure is the caller's to report: without the
+    /// mark a restarted gnoded would not hold the job back.
+    pub fn mark_gated(&self) -> std::io::Result<()> {
+        create_private(&self.marker(GPU_GATE)).map(drop)
+    }
+
+    pub fn is_gated(&self) -> bool {
+        self.is_marked(GPU_GATE)
+    }
+
+    pub fn clear_gated(&self) {
+        let _ = std::fs::remove_file(self.marker(GPU_GATE));
+    }
+
     /// Creates the spool directory afresh, owned by this process's user:
     /// 0711 when the job's user must reach its script, else 0700.
     pub fn create(&self, others_reach_script: bool) -> std::io::Result<()> {
@@ -227,6 +238,9 @@ impl JobSpool {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The marker of a job waiting for its instances ([`JobSpool::mark_gated`]).
+const GPU_GATE: &str = "gpu-gate";
 
 /// Creates (or truncates) a 0600 file, never through a symbolic link.
 fn create_private(path: &Path) -> std::io::Result<std::fs::File> {

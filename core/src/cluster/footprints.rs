@@ -100,8 +100,12 @@ fn spec_keys(spec: &JobSpec) -> [UserKey; 2] {
 }
 
 impl Footprints {
-    /// Lists `job` (which has a peak, or has run) under its keys.
+    /// Lists `job` under its keys if there is something to learn from it:
+    /// a peak, or a run (finished or not: only finished ones are read).
     pub(super) fn note(&mut self, job: &Job) {
+        if job.gpu_mem_peak.is_none() && job.start_time.is_none() {
+            return;
+        }
         self.list(job.id, spec_keys(&job.spec));
     }
 
