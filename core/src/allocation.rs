@@ -1,9 +1,10 @@
-//! What one job's allocation may span today: one node, on a node it may
-//! choose (`-w`) or exclude (`-x`), and one or more GPU instances there
-//! (`JobSpec::gpu`'s count). Slurm options that ask for more are refused
-//! at submission with the reason, never run with less (multi-node
-//! allocations are not built yet). The options arrive as the job's
-//! recorded Slurm options (`SlurmOptions::other`, by long name).
+//! What one job's allocation spans: one node or several (`-N`, or the
+//! nodes `-w` names), on nodes it may choose (`-w`) or exclude (`-x`),
+//! and one or more GPU instances on each (`JobSpec::gpu`'s count, per
+//! node as Slurm's `--gres` and `--gpus-per-node` are). Slurm options that
+//! ask for what gsched cannot give are refused at submission with the
+//! reason, never run with less. The options arrive as the job's recorded
+//! Slurm options (`SlurmOptions::other`, by long name).
 
 use std::collections::BTreeMap;
 
@@ -13,8 +14,20 @@ use crate::job::SlurmOptions;
 /// A request gsched cannot give a job yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocationError {
-    #[error("--nodes={0}: gsched runs a job on one node; multi-node jobs are not supported yet (ask for -N 1, or leave the option out)")]
-    MultiNode(String),
+    #[error("--nodes={nodes} with --nodelist={list}: the list names {count} nodes and gsched runs the job on exactly those; ask for -N {count} at most or name more nodes")]
+    FewerListed {
+        nodes: String,
+        list: String,
+        count: usize,
+    },
+    #[error("-n {tasks} tasks on {nodes} nodes: every node needs at least one task; ask for fewer nodes or more tasks")]
+    FewerTasksThanNodes { tasks: u32, nodes: u32 },
+    #[error("--{option}={value} on {nodes} nodes: gsched gives a job on several nodes the same GPUs on each; ask for them per node (--gpus-per-node or --gres=gpu:N)")]
+    GpusAcrossNodes {
+        option: &'static str,
+        value: String,
+        nodes: u32,
+    },
     #[error("--nodes={0}: expected a node count N or a range MIN-MAX")]
     BadNodes(String),
     #[error("--{option}={value}: expected [TYPE:]N, a GPU count N of at least 1")]
@@ -26,8 +39,6 @@ pub enum AllocationError {
         asked: u64,
         given: usize,
     },
-    #[error("--nodelist={value}: names {count} nodes, and gsched runs a job on one node; name one (multi-node jobs are not supported yet)")]
-    NodeList { value: String, count: usize },
     #[error("--gpus-per-socket={0}: gsched does not place GPUs by CPU socket; ask for the job's GPU instances with --gres=gpu:N")]
     GpusPerSocket(String),
     #[error("--gpu-bind={0}: gsched binds tasks with none, closest or single:N (N tasks per GPU instance); map_gpu, mask_gpu and per_task are not supported")]
@@ -44,15 +55,17 @@ pub enum AllocationError {
 /// The nodes a job may run on (`-w`, `-x`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeChoice {
-    /// `-w`: only this node.
-    pub only: Option<String>,
+    /// `-w`: only these nodes (all of them, for a job on several).
+    pub only: Option<Vec<String>>,
     /// `-x`: never these (read, not expanded).
     pub except: Option<Hostlist>,
 }
 
 impl NodeChoice {
     pub fn allows(&self, node: &str) -> bool {
-        self.only.as_deref().is_none_or(|o| o == node)
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|n| n == node))
             && !self.except.as_ref().is_some_and(|x| x.contains(node))
     }
 }
@@ -74,18 +87,13 @@ pub fn node_choice(
     let only = match read("nodelist")? {
         None => None,
         Some((v, _)) => {
-            // Expanded only here, where a valid one names one node.
             let mut names = hostlist::expand(v).map_err(|source| AllocationError::Hostlist {
                 option: "nodelist",
                 source,
             })?;
-            if names.len() > 1 {
-                return Err(AllocationError::NodeList {
-                    value: v.clone(),
-                    count: names.len(),
-                });
-            }
-            names.pop()
+            names.sort();
+            names.dedup();
+            Some(names)
         }
     };
     let except = read("exclude")?.map(|(_, h)| h);
@@ -93,15 +101,40 @@ pub fn node_choice(
 }
 
 /// Checks a job's recorded Slurm options against what one allocation can
-/// give: one node, and `gpus` GPU instances on it.
+/// give: its nodes, and `gpus` GPU instances on each.
 pub fn check(slurm: &SlurmOptions, gpus: usize) -> Result<(), AllocationError> {
     let other = &slurm.other;
-    if let Some(v) = other.get("nodes") {
-        if min_nodes(v).ok_or_else(|| AllocationError::BadNodes(v.clone()))? > 1 {
-            return Err(AllocationError::MultiNode(v.clone()));
+    let asked = match other.get("nodes") {
+        Some(v) => min_nodes(v).ok_or_else(|| AllocationError::BadNodes(v.clone()))?,
+        None => 1,
+    };
+    let width = width(slurm)?;
+    if let (Some(v), Some(list)) = (other.get("nodes"), other.get("nodelist")) {
+        let count = hostlist::expand(list).map_or(0, |n| n.len());
+        if asked as usize > count {
+            return Err(AllocationError::FewerListed {
+                nodes: v.clone(),
+                list: list.clone(),
+                count,
+            });
         }
     }
-    let tasks = u64::from(tasks_on_node(slurm));
+    if let Some(n) = slurm.ntasks.filter(|n| *n < width) {
+        return Err(AllocationError::FewerTasksThanNodes {
+            tasks: n,
+            nodes: width,
+        });
+    }
+    if width > 1 {
+        if let Some(v) = other.get("gpus") {
+            return Err(AllocationError::GpusAcrossNodes {
+                option: "gpus",
+                value: v.clone(),
+                nodes: width,
+            });
+        }
+    }
+    let tasks = u64::from(tasks_per_node(slurm, width).into_iter().max().unwrap_or(1));
     for (option, per) in [("gpus-per-node", 1), ("gpus-per-task", tasks)] {
         let Some(v) = other.get(option) else { continue };
         let n = gpu_count(v).ok_or_else(|| AllocationError::BadGpusPer {
@@ -128,6 +161,58 @@ pub fn check(slurm: &SlurmOptions, gpus: usize) -> Result<(), AllocationError> {
             .ok_or_else(|| AllocationError::Exclusive(v.clone()))?;
     }
     node_choice(other).map(|_| ())
+}
+
+/// How many nodes a job runs on: `-N` (its least count), or the nodes
+/// `-w` names where they are more; one when neither is given.
+pub fn width(slurm: &SlurmOptions) -> Result<u32, AllocationError> {
+    let other = &slurm.other;
+    let asked = match other.get("nodes") {
+        Some(v) => min_nodes(v).ok_or_else(|| AllocationError::BadNodes(v.clone()))?,
+        None => 1,
+    };
+    let listed = match other.get("nodelist") {
+        Some(v) => {
+            let mut names = hostlist::expand(v).map_err(|source| AllocationError::Hostlist {
+                option: "nodelist",
+                source,
+            })?;
+            names.sort();
+            names.dedup();
+            names.len() as u32
+        }
+        None => 0,
+    };
+    Ok(asked.max(listed).max(1))
+}
+
+/// How many nodes a job runs on, read as [`width`] does; one for options
+/// that no longer read (checked at submission).
+pub fn width_of(slurm: &SlurmOptions) -> u32 {
+    width(slurm).unwrap_or(1)
+}
+
+/// The tasks a job runs on each of its `width` nodes, in node order:
+/// `--ntasks-per-node` on each, else `-n` spread in blocks (the first
+/// nodes one more where it does not divide: `-n 5 -N 2` is 3 and 2), else
+/// one on each.
+pub fn tasks_per_node(slurm: &SlurmOptions, width: u32) -> Vec<u32> {
+    let width = width.max(1);
+    let per_node: Option<u32> = slurm
+        .other
+        .get("ntasks-per-node")
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|n| *n > 0);
+    match (per_node, slurm.ntasks) {
+        (Some(k), _) => vec![k; width as usize],
+        (None, Some(n)) => {
+            let (base, extra) = (n / width, n % width);
+            (0..width)
+                .map(|i| (base + u32::from(i < extra)).max(1))
+                .collect()
+        }
+        (None, None) => vec![1; width as usize],
+    }
 }
 
 /// The tasks a job runs on its one node: `-n`, else `--ntasks-per-node`,
@@ -209,17 +294,52 @@ mod tests {
         }
     }
 
+    trait With {
+        fn with(self, k: &str, v: &str) -> Self;
+    }
+
+    impl With for SlurmOptions {
+        fn with(mut self, k: &str, v: &str) -> Self {
+            self.other.insert(k.into(), v.into());
+            self
+        }
+    }
+
     #[test]
-    fn one_node_is_given_more_is_refused_with_the_reason() {
+    fn tasks_are_spread_over_the_nodes_in_blocks() {
+        let mut s = opts("nodes", "2");
+        assert_eq!(tasks_per_node(&s, 2), vec![1, 1]);
+        s.ntasks = Some(5);
+        assert_eq!(tasks_per_node(&s, 2), vec![3, 2]);
+        s.ntasks = Some(4);
+        assert_eq!(tasks_per_node(&s, 2), vec![2, 2]);
+        let s = opts("ntasks-per-node", "2");
+        assert_eq!(tasks_per_node(&s, 3), vec![2, 2, 2]);
+    }
+
+    #[test]
+    fn node_counts_are_read_and_bad_ones_refused_with_the_reason() {
         assert_eq!(check(&SlurmOptions::default(), 1), Ok(()));
         assert_eq!(check(&opts("nodes", "1"), 1), Ok(()));
-        // A range that one node satisfies.
+        // A range takes its least count.
         assert_eq!(check(&opts("nodes", "1-4"), 1), Ok(()));
-        for v in ["2", "2-4"] {
-            let e = check(&opts("nodes", v), 1).unwrap_err();
-            assert_eq!(e, AllocationError::MultiNode(v.into()));
-            assert!(e.to_string().contains("one node"), "{e}");
+        for (v, w) in [("2", 2), ("2-4", 2), ("1-4", 1)] {
+            assert_eq!(check(&opts("nodes", v), 1), Ok(()), "{v}");
+            assert_eq!(width(&opts("nodes", v)), Ok(w), "{v}");
         }
+        assert_eq!(width(&opts("nodelist", "n[1-3]")), Ok(3));
+        let mut both = opts("nodes", "3");
+        both.other.insert("nodelist".into(), "n[1-2]".into());
+        let e = check(&both, 1).unwrap_err().to_string();
+        assert!(e.contains("names 2 nodes"), "{e}");
+        let mut few = opts("nodes", "3");
+        few.ntasks = Some(2);
+        let e = check(&few, 1).unwrap_err().to_string();
+        assert!(e.starts_with("-n 2 tasks on 3 nodes"), "{e}");
+        let e = check(&opts("nodes", "2").with("gpus", "2"), 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--gpus-per-node"), "{e}");
         for v in ["0", "x", "4-2", "1-"] {
             assert_eq!(
                 check(&opts("nodes", v), 1),
@@ -271,15 +391,11 @@ mod tests {
     }
 
     #[test]
-    fn several_chosen_nodes_and_unsupported_bindings_are_refused() {
-        // One node may be chosen, any excluded; more than one chosen is
-        // more than one node.
+    fn chosen_nodes_and_unsupported_bindings() {
+        // Nodes may be chosen (a job on each named one), any excluded.
         assert_eq!(check(&opts("nodelist", "n2"), 1), Ok(()));
         assert_eq!(check(&opts("exclude", "n[1-3]"), 1), Ok(()));
-        let e = check(&opts("nodelist", "n[1-2]"), 1)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("names 2 nodes") && e.contains("one node"), "{e}");
+        assert_eq!(check(&opts("nodelist", "n[1-2]"), 1), Ok(()));
         let e = check(&opts("exclude", "n[1-"), 1).unwrap_err().to_string();
         assert!(e.starts_with("--exclude: hostlist 'n[1-'"), "{e}");
         assert_eq!(check(&opts("ntasks-per-node", "2"), 1), Ok(()));

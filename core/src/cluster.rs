@@ -26,6 +26,7 @@ mod node_admin;
 #[cfg(test)]
 mod proptests;
 mod reshapes;
+mod sisters;
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
 pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};
@@ -150,6 +151,7 @@ fn queued<'a>(job: &'a Job, nodes: Option<&'a crate::allocation::NodeChoice>) ->
         sharing: node_sharing(job),
         resources: resources_of(job),
         nodes,
+        width: crate::allocation::width_of(&job.spec.slurm),
     }
 }
 
@@ -533,12 +535,16 @@ impl Cluster {
                 if node_sharing(job).is_some() {
                     self.sharing_jobs.insert(job.id);
                 }
-                if let Some(node) = job.node.as_ref().and_then(|n| self.nodes.get_mut(n)) {
+                for name in job.nodes() {
+                    let Some(node) = self.nodes.get_mut(name) else {
+                        continue;
+                    };
                     node.add_running(job.id, &resources_of(job));
+                    let held = job.instances_on(name);
                     for slot in node
                         .instances
                         .iter_mut()
-                        .filter(|s| job.gpu_instances.contains(&s.instance.uuid))
+                        .filter(|s| held.contains(&s.instance.uuid))
                     {
                         early_start::book_running_on(slot, job, &self.jobs);
                     }
@@ -1059,6 +1065,10 @@ impl Cluster {
                     node,
                     instances,
                 } => (job, node, instances, true),
+                Decision::LaunchWide { job, nodes } => {
+                    effects.extend(self.start_wide(job, nodes, now));
+                    continue;
+                }
                 Decision::Drain {
                     job,
                     node,
@@ -1277,7 +1287,7 @@ impl Cluster {
                 .ok()
                 .flatten()
                 .unwrap_or_else(|| crate::allocation::NodeChoice {
-                    only: Some(String::new()),
+                    only: Some(Vec::new()),
                     ..Default::default()
                 });
             Some((*id, choice))
@@ -1313,12 +1323,15 @@ impl Cluster {
         o
     }
 
-    /// Takes a job off its node's books (instance and worker).
-    fn release(&mut self, id: JobId) {
+    /// Takes a job off its nodes' books (instances and workers). A job on
+    /// several nodes has its run stopped on its sisters: the effects.
+    #[must_use]
+    fn release(&mut self, id: JobId) -> Vec<Effect> {
         let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else {
-            return;
+            return vec![];
         };
         self.release_on(&node, id);
+        self.release_sisters(id)
     }
 
     /// Takes job `id` off node `node`'s books (a requeued job's old run:
@@ -1376,6 +1389,9 @@ impl Cluster {
             }]);
         }
         let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if job.is_sister(node) {
+            return Ok(self.sister_ended(node, ended));
+        }
         if job.state != JobState::Running {
             return self
                 .late_end(node, ended)
@@ -1392,17 +1408,18 @@ impl Cluster {
         }
         if let crate::outcome::EndCause::GpuFault(f) = &ended.outcome.cause {
             if f.requeues(job.spec.requeues()) {
-                self.release(id);
-                return Ok(self.requeue_after_failure(
+                let mut effects = self.release(id);
+                effects.extend(self.requeue_after_failure(
                     id,
                     ended.end_time,
                     "GpuFaultRequeued",
                     "requeued after a GPU fault",
                 ));
+                return Ok(effects);
             }
         }
         let (state, reason) = ended.outcome.final_state();
-        self.release(id);
+        let stops = self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked above");
         job.transition(state, ended.end_time)?;
         job.reason = reason;
@@ -1410,10 +1427,12 @@ impl Cluster {
         job.record_usage(ended.usage, &ended.steps);
         // Its run time tells when the next run's instance will be free.
         self.footprints.note(job);
-        Ok(vec![Effect::Job {
+        let mut effects = vec![Effect::Job {
             id,
             event: format!("ended {state}"),
-        }])
+        }];
+        effects.extend(stops);
+        Ok(effects)
     }
 
     /// Takes what a node's running jobs have used so far (sstat). Only for
@@ -1533,9 +1552,12 @@ impl Cluster {
         job.transition(JobState::Pending, now)?;
         job.reason = Some("BeginTime".into());
         let isolated = job.spec.isolated;
+        // Its sisters' share is stopped now; its batch node's when that
+        // run reports its end.
+        let stops = self.release_sisters(id);
         self.enqueue(id, isolated);
         self.requeued_runs.insert(id, node.clone());
-        Ok(vec![
+        let mut effects = vec![
             Effect::Job {
                 id,
                 event: "requeued".into(),
@@ -1546,7 +1568,9 @@ impl Cluster {
                 signal: SIGTERM,
                 cancel: true,
             },
-        ])
+        ];
+        effects.extend(stops);
+        Ok(effects)
     }
 
     /// A running job (its resources released) goes back to the queue after
@@ -1581,20 +1605,26 @@ impl Cluster {
             self.release_on(&node, id);
             return vec![];
         }
-        self.release(id);
+        let mut effects = self.release(id);
         self.note_lost_run(id);
         let job = self.jobs.get_mut(&id).expect("caller checked");
         if job.spec.requeues() {
-            self.requeue_after_failure(id, now, "NodeFailRequeued", "requeued after node failure")
+            effects.extend(self.requeue_after_failure(
+                id,
+                now,
+                "NodeFailRequeued",
+                "requeued after node failure",
+            ));
         } else {
             job.transition(JobState::NodeFail, now)
                 .expect("running job");
             job.reason = Some("NodeFail".into());
-            vec![Effect::Job {
+            effects.push(Effect::Job {
                 id,
                 event: "ended NODE_FAIL".into(),
-            }]
+            });
         }
+        effects
     }
 
     /// Cancels a job: a queued one ends at once, a running one is signalled
@@ -1705,10 +1735,11 @@ impl Cluster {
         for id in &believed {
             let j = &self.jobs[id];
             node.add_running(*id, &resources_of(j));
+            let held = j.instances_on(&reg.name);
             for s in node
                 .instances
                 .iter_mut()
-                .filter(|s| j.gpu_instances.contains(&s.instance.uuid))
+                .filter(|s| held.contains(&s.instance.uuid))
             {
                 early_start::book_running_on(s, j, &self.jobs);
             }
@@ -1722,7 +1753,7 @@ impl Cluster {
         for id in believed {
             let still = self.jobs[&id].state == JobState::Running;
             if still && !reg.running.contains(&id) {
-                effects.extend(self.lose_or_unlaunch(id, now));
+                effects.extend(self.lose_from(&reg.name, id, now));
             }
         }
         effects.extend(self.reconcile_runs(&reg.name, &reg.running, &reg.runs));
@@ -1743,7 +1774,7 @@ impl Cluster {
         let running: Vec<JobId> = n.running.iter().copied().collect();
         let mut effects = vec![Effect::Node { name: name.into() }];
         for id in running {
-            effects.extend(self.lose_or_unlaunch(id, now));
+            effects.extend(self.lose_from(name, id, now));
         }
         effects
     }

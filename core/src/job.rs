@@ -580,6 +580,21 @@ pub struct Job {
     /// `srun` steps'): sacct's `.batch` row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_usage: Option<ResourceUsage>,
+    /// The job's other nodes, after `node` (its batch node), for a job on
+    /// several (`-N`): each holds its share of the job (cgroup, CPUs,
+    /// memory, instances) and runs the tasks of its steps there. Kept once
+    /// the job ended (its node list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sisters: Vec<Sister>,
+}
+
+/// One of a job's nodes after its first (see [`Job::sisters`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sister {
+    pub node: String,
+    /// The instances the job holds there, in its device order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<String>,
 }
 
 /// What a job's processes used, as its node's cgroup counted it (sacct's
@@ -631,6 +646,37 @@ impl ResourceUsage {
 }
 
 impl Job {
+    /// Every node of its allocation, its batch node first (none before it
+    /// started).
+    pub fn nodes(&self) -> Vec<&str> {
+        self.node
+            .iter()
+            .map(String::as_str)
+            .chain(self.sisters.iter().map(|s| s.node.as_str()))
+            .collect()
+    }
+
+    /// Whether `node` is one of its allocation's (batch node or sister).
+    pub fn runs_on(&self, node: &str) -> bool {
+        self.node.as_deref() == Some(node) || self.is_sister(node)
+    }
+
+    /// Whether `node` is one of its sisters (not its batch node).
+    pub fn is_sister(&self, node: &str) -> bool {
+        self.node.as_deref() != Some(node) && self.sisters.iter().any(|s| s.node == node)
+    }
+
+    /// The instances it holds on `node`.
+    pub fn instances_on(&self, node: &str) -> &[String] {
+        if self.node.as_deref() == Some(node) {
+            return &self.gpu_instances;
+        }
+        self.sisters
+            .iter()
+            .find(|s| s.node == node)
+            .map_or(&[], |s| &s.instances)
+    }
+
     /// The share of a GPU this (finished) run kept busy, thousandths
     /// ([`ResourceUsage::gpu_share`]).
     pub fn gpu_share(&self) -> Option<u32> {
@@ -709,6 +755,7 @@ impl Job {
             gpu_mem_peak: None,
             usage: None,
             batch_usage: None,
+            sisters: Vec::new(),
             restarts: 0,
             held,
             steps: Vec::new(),

@@ -17,6 +17,7 @@ use crate::resources::{JobResources, NodeResources};
 mod instance_set;
 mod most_free;
 mod node_sharing;
+mod wide;
 
 use node_sharing::Occupancies;
 pub use node_sharing::{NodeOccupancy, NodeSharing};
@@ -33,6 +34,8 @@ pub struct QueuedJob<'a> {
     /// Its user, and how it shares its node (`--exclusive[=user]`).
     pub uid: u32,
     pub sharing: Option<NodeSharing>,
+    /// How many nodes it runs on (`-N`); 1 for most.
+    pub width: u32,
 }
 
 impl QueuedJob<'_> {
@@ -181,6 +184,12 @@ pub enum Decision {
         node: String,
         instances: Vec<String>,
     },
+    /// Start `job` on several nodes: the first runs its batch script, each
+    /// holds the instances named with it.
+    LaunchWide {
+        job: JobId,
+        nodes: Vec<(String, Vec<String>)>,
+    },
     /// Stop placing non-isolated tasks on `instances`: `job` will start
     /// there once they are all free (the whole set held for it).
     Drain {
@@ -245,7 +254,51 @@ impl LaunchPolicy for ExclusiveLaunch {
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
         let mut occupancy = Occupancies::of(input.nodes);
+        let mut wide_held = false;
         for job in jobs {
+            if job.width > 1 {
+                let count = job.gpu.instances();
+                let picked = wide::choose(
+                    input.nodes,
+                    job,
+                    count,
+                    |ni, n| {
+                        n.up && job.may_join(n, &occupancy, ni)
+                            && job.resources.fits(&room[ni], &n.total)
+                    },
+                    |ni, ii, v| {
+                        v.isolated_owner.is_none()
+                            && v.draining_for.is_none()
+                            && !claimed.contains(&(ni, ii))
+                            && v.instance.satisfies(job.gpu)
+                    },
+                );
+                match picked {
+                    Some(picked) => {
+                        let mut chosen = Vec::new();
+                        for (ni, set) in picked {
+                            let node = &input.nodes[ni];
+                            claimed.extend(set.iter().map(|ii| (ni, *ii)));
+                            room[ni].take(&job.resources, &node.total);
+                            occupancy.note_start(ni, job);
+                            chosen.push((node.name.to_string(), uuids(node, &set)));
+                        }
+                        plan.decisions.push(Decision::LaunchWide {
+                            job: job.id,
+                            nodes: chosen,
+                        });
+                    }
+                    None => {
+                        if !wide_held {
+                            wide::hold(&mut occupancy, input.nodes, job, count);
+                            wide_held = true;
+                        }
+                        plan.waiting
+                            .push((job.id, wide::waiting_reason(input.nodes, job, count)));
+                    }
+                }
+                continue;
+            }
             match exclusive_choice(input.nodes, &room, &claimed, &occupancy, job) {
                 Some((ni, set)) => {
                     let node = &input.nodes[ni];
@@ -331,10 +384,23 @@ impl LaunchPolicy for CaseLaunch {
 
         // Free workers left on all nodes (not counted again for each job).
         let mut workers_left: u64 = free.iter().map(|&f| u64::from(f)).sum();
+        let mut wide_held = false;
         for job in input.isolated {
             if workers_left == 0 {
                 plan.rest = Some(PendingReason::Resources);
                 return plan;
+            }
+            if job.width > 1 {
+                let mut wide = WidePass {
+                    free: &mut free,
+                    room: &mut room,
+                    claimed: &mut claimed,
+                    occupancy: &mut occupancy,
+                    held: &mut wide_held,
+                };
+                let started = wide.place(input.nodes, job, job.gpu.instances(), &mut plan);
+                workers_left -= started;
+                continue;
             }
             let pass = Pass {
                 free: &free,
@@ -419,6 +485,20 @@ impl LaunchPolicy for CaseLaunch {
             if !most_free.any(&free) {
                 plan.rest = Some(PendingReason::Resources);
                 return plan;
+            }
+            if job.width > 1 {
+                let mut wide = WidePass {
+                    free: &mut free,
+                    room: &mut room,
+                    claimed: &mut claimed,
+                    occupancy: &mut occupancy,
+                    held: &mut wide_held,
+                };
+                wide.place(input.nodes, job, 0, &mut plan);
+                for (ni, f) in free.iter().enumerate() {
+                    most_free.set(ni, *f);
+                }
+                continue;
             }
             let anywhere = job.nodes.is_none() && occupancy.admits_anywhere(job);
             let Some(ni) = most_free.pick(&free, |i| {
@@ -543,6 +623,64 @@ fn best_instance_set(
     )
 }
 
+/// [`CaseLaunch`]'s pass as a job on several nodes sees it.
+struct WidePass<'p> {
+    free: &'p mut Vec<u32>,
+    room: &'p mut Vec<NodeResources>,
+    claimed: &'p mut HashSet<(usize, usize)>,
+    occupancy: &'p mut Occupancies,
+    /// Whether a job on several nodes already holds nodes in this pass.
+    held: &'p mut bool,
+}
+
+impl WidePass<'_> {
+    /// Starts `job` (on several nodes, `count` instances on each) if it
+    /// can now, else holds nodes for it (the first in the pass) and notes
+    /// why it waits. Returns the workers it took.
+    fn place(
+        &mut self,
+        nodes: &[NodeView<'_>],
+        job: &QueuedJob<'_>,
+        count: usize,
+        plan: &mut LaunchPlan,
+    ) -> u64 {
+        let picked = wide::choose(
+            nodes,
+            job,
+            count,
+            |ni, n| {
+                n.up && self.free[ni] > 0
+                    && job.may_join(n, self.occupancy, ni)
+                    && job.resources.fits(&self.room[ni], &n.total)
+            },
+            |ni, ii, v| !self.claimed.contains(&(ni, ii)) && instance_set::could_take(job, v),
+        );
+        let Some(picked) = picked else {
+            if !*self.held {
+                wide::hold(self.occupancy, nodes, job, count);
+                *self.held = true;
+            }
+            plan.waiting
+                .push((job.id, wide::waiting_reason(nodes, job, count)));
+            return 0;
+        };
+        let mut chosen = Vec::new();
+        for (ni, set) in &picked {
+            let node = &nodes[*ni];
+            self.claimed.extend(set.iter().map(|ii| (*ni, *ii)));
+            self.free[*ni] -= 1;
+            self.room[*ni].take(&job.resources, &node.total);
+            self.occupancy.note_start(*ni, job);
+            chosen.push((node.name.to_string(), uuids(node, set)));
+        }
+        plan.decisions.push(Decision::LaunchWide {
+            job: job.id,
+            nodes: chosen,
+        });
+        picked.len() as u64
+    }
+}
+
 /// What a launch pass has used of each node so far (by node index): free
 /// workers, free CPUs and memory, the instances claimed, who runs there.
 #[derive(Clone, Copy)]
@@ -637,6 +775,7 @@ mod tests {
             gpu: &none,
             uid: 0,
             sharing: None,
+            width: 1,
             resources: JobResources { cpus, memory },
             nodes: None,
         };
@@ -660,7 +799,9 @@ mod tests {
                 .iter()
                 .filter_map(|d| match d {
                     Decision::Launch { job, .. } => Some(*job),
-                    Decision::Drain { .. } | Decision::EarlyStart { .. } => None,
+                    Decision::Drain { .. }
+                    | Decision::EarlyStart { .. }
+                    | Decision::LaunchWide { .. } => None,
                 })
                 .collect();
             assert_eq!(launched, [1], "{}", policy.name());
@@ -709,6 +850,7 @@ mod tests {
                 gpu: &small,
                 uid: 0,
                 sharing: None,
+                width: 1,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -717,6 +859,7 @@ mod tests {
                 gpu: &prof,
                 uid: 0,
                 sharing: None,
+                width: 1,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -727,6 +870,7 @@ mod tests {
                 gpu: &none,
                 uid: 0,
                 sharing: None,
+                width: 1,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -735,6 +879,7 @@ mod tests {
                 gpu: &none,
                 uid: 0,
                 sharing: None,
+                width: 1,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -791,6 +936,7 @@ mod tests {
                 gpu: &r,
                 uid: 0,
                 sharing: None,
+                width: 1,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -799,6 +945,7 @@ mod tests {
                 gpu: &r,
                 uid: 0,
                 sharing: None,
+                width: 1,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -842,6 +989,7 @@ mod tests {
                 gpu: &r,
                 uid: 0,
                 sharing: None,
+                width: 1,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -850,6 +998,7 @@ mod tests {
                 gpu: &r,
                 uid: 0,
                 sharing: None,
+                width: 1,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -879,6 +1028,7 @@ mod tests {
             gpu: &r,
             uid: 0,
             sharing: None,
+            width: 1,
             resources: ONE_CPU,
             nodes: None,
         };
@@ -944,6 +1094,7 @@ mod tests {
             gpu: &r,
             uid: 0,
             sharing: None,
+            width: 1,
             resources: ONE_CPU,
             nodes: None,
         };
@@ -1034,6 +1185,7 @@ mod tests {
             gpu: &r,
             uid: 0,
             sharing: None,
+            width: 1,
             resources: ONE_CPU,
             nodes: None,
         }];
@@ -1077,7 +1229,7 @@ mod tests {
         };
         let nodes = vec![node("n1", &i1), node("n2", &i2)];
         let only = |n: &str| NodeChoice {
-            only: Some(n.into()),
+            only: Some(vec![n.into()]),
             ..Default::default()
         };
         let (w2, x2, nosuch) = (
@@ -1094,6 +1246,7 @@ mod tests {
             gpu: &none,
             uid: 0,
             sharing: None,
+            width: 1,
             resources: ONE_CPU,
             nodes,
         };
@@ -1183,9 +1336,9 @@ mod tests {
                 step += 1;
                 prop_assert!(step < 2000, "no progress");
                 let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1 }).collect();
                 let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1 }).collect();
                 let nodes = vec![NodeView {
                     name: "n", occupancy: Default::default(), up: true, worker_limit: limit,
                     workers_used: s.running.len() as u32,
@@ -1220,6 +1373,7 @@ mod tests {
                             s.running.push((job, idx));
                         }
                         Decision::EarlyStart { .. } => prop_assert!(false, "early starts are off"),
+                        Decision::LaunchWide { .. } => prop_assert!(false, "every job is on one node"),
                         Decision::Drain { job, instances, .. } => {
                             for d in s.draining.iter_mut().filter(|d| **d == Some(job)) {
                                 *d = None;

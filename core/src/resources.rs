@@ -74,7 +74,14 @@ impl JobResources {
             },
             None => 1,
         };
-        let tasks = u64::from(s.ntasks.unwrap_or(1).max(per_node));
+        // On each node: a job on several takes its share on each.
+        let width = crate::allocation::width_of(s);
+        let tasks = if width > 1 {
+            let spread = crate::allocation::tasks_per_node(s, width);
+            u64::from(spread.into_iter().max().unwrap_or(1))
+        } else {
+            u64::from(s.ntasks.unwrap_or(1).max(per_node))
+        };
         let cpus = tasks * u64::from(s.cpus_per_task.unwrap_or(1));
         if cpus > u64::from(MAX_JOB_CPUS) {
             return Err(ResourceError::TooManyCpus(cpus));

@@ -97,6 +97,7 @@ pub struct JobRuntime {
     pub launching: bool,
     pub usage: Option<gsched_core::job::ResourceUsage>,
     pub batch_usage: Option<gsched_core::job::ResourceUsage>,
+    pub sisters: Vec<gsched_core::job::Sister>,
 }
 
 impl JobRuntime {
@@ -120,6 +121,7 @@ impl JobRuntime {
             launching: job.launching,
             usage: job.usage,
             batch_usage: job.batch_usage,
+            sisters: job.sisters.clone(),
         }
     }
 }
@@ -411,7 +413,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
                    end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
-                   cancelled_by = ?, run = ?, launching = ?, usage = ?, batch_usage = ?
+                   cancelled_by = ?, run = ?, launching = ?, usage = ?, batch_usage = ?, sisters = ?
                  WHERE id = ?",
             )
             .bind(job.state.as_str())
@@ -431,6 +433,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.launching)
             .bind(job.usage.as_ref().map(json))
             .bind(job.batch_usage.as_ref().map(json))
+            .bind((!job.sisters.is_empty()).then(|| json(&job.sisters)))
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;

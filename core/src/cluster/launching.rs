@@ -136,14 +136,15 @@ impl Cluster {
         {
             return vec![];
         }
-        self.release(id);
+        let mut effects = self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked");
         job.transition(JobState::Failed, now).expect("running job");
         job.reason = Some(why.clone());
-        vec![Effect::Job {
+        effects.push(Effect::Job {
             id,
             event: format!("launch failed: {why}"),
-        }]
+        });
+        effects
     }
 
     /// The launch could not reach the node (the connection was refused: it
@@ -185,16 +186,17 @@ impl Cluster {
     /// own, the job gets that end (see `late_end`).
     fn unlaunch(&mut self, id: JobId, now: i64, why: String) -> Vec<Effect> {
         self.note_lost_run(id);
-        self.release(id);
+        let mut effects = self.release(id);
         let job = self.jobs.get_mut(&id).expect("caller checked");
         job.return_unstarted(now).expect("running job");
         job.reason = Some("LaunchFailedRequeued".into());
         let isolated = job.spec.isolated;
         self.enqueue(id, isolated);
-        vec![Effect::Job {
+        effects.push(Effect::Job {
             id,
             event: format!("{why}; back in the queue"),
-        }]
+        });
+        effects
     }
 }
 

@@ -134,13 +134,15 @@ impl Cluster {
             return effects;
         }
         let run = job.run;
+        // Its batch node (this one, or another where this is a sister).
+        let batch = job.node.clone().unwrap_or_else(|| node.to_string());
         self.note_lost_run(id);
-        self.release(id);
+        let stops = self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked above");
         job.transition(JobState::NodeFail, now)
             .expect("running job");
         job.reason = Some(why.to_string());
-        vec![
+        let mut effects = vec![
             Effect::Job {
                 id,
                 event: format!("ended NODE_FAIL: {why}"),
@@ -149,10 +151,12 @@ impl Cluster {
             // (cancelled) changes nothing.
             Effect::StopRun {
                 job: id,
-                node: node.into(),
+                node: batch,
                 run: Some(run),
             },
-        ]
+        ];
+        effects.extend(stops);
+        effects
     }
 }
 

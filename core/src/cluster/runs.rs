@@ -112,7 +112,7 @@ impl Cluster {
                 continue;
             };
             let current = run.is_none_or(|r| r == job.run);
-            let here = job.node.as_deref() == Some(node);
+            let here = job.runs_on(node);
             let lost = self.lost_runs.get(&id).is_some_and(|l| l.node == node);
             let owned = current
                 && !lost

@@ -32,12 +32,23 @@ impl Cluster {
         let choice = crate::allocation::node_choice(&spec.slurm.other)
             .ok()
             .flatten();
+        let width = crate::allocation::width_of(&spec.slurm) as usize;
         let mut why = Vec::new();
+        let mut fit = 0;
         for n in self.nodes.values() {
             match unfit(n, spec, &resources, choice.as_ref(), self.repartitions()) {
-                None => return Ok(()),
+                None => fit += 1,
                 Some(reason) => why.push(format!("{}: {reason}", n.name)),
             }
+            if fit >= width {
+                return Ok(());
+            }
+        }
+        if width > 1 {
+            why.insert(
+                0,
+                format!("the job asks for {width} nodes and {fit} known could run it"),
+            );
         }
         Err(ClusterError::Refused(format!(
             "Batch job submission failed: Requested node configuration is not available ({})",

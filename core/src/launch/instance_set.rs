@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::{InstanceView, NodeView, QueuedJob};
 
 /// How good a set is: lower is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct SetKey {
     /// Instances not already being drained for this job: a set being
     /// drained for it sticks.
@@ -30,7 +30,7 @@ pub(super) fn could_take(job: &QueuedJob<'_>, v: &InstanceView<'_>) -> bool {
         && v.draining_for.is_none_or(|j| j == job.id)
 }
 
-fn must_wait(v: &InstanceView<'_>) -> bool {
+pub(super) fn must_wait(v: &InstanceView<'_>) -> bool {
     v.active_tasks > 0 || v.isolated_owner.is_some()
 }
 
@@ -200,6 +200,7 @@ mod tests {
             gpu,
             uid: 0,
             sharing: None,
+            width: 1,
             resources: JobResources {
                 cpus: 1,
                 memory: MemoryRequest::Unspecified,

@@ -95,6 +95,13 @@ impl Occupancies {
     /// A job wanting a node alone (or for its user) that could not start
     /// in this pass keeps the node that will empty first (fewest jobs) from
     /// later jobs of the pass, so a stream of other jobs cannot starve it.
+    /// Keeps node `ni` from every later job of the pass (held for a job
+    /// on several nodes, `wide::hold`).
+    pub(super) fn hold_node(&mut self, ni: usize) {
+        self.nodes[ni].alone = true;
+        self.held = true;
+    }
+
     pub(super) fn hold_for(&mut self, job: &QueuedJob<'_>, nodes: &[NodeView<'_>]) {
         let Some(sharing) = job.sharing else {
             return;
@@ -152,6 +159,7 @@ mod tests {
             nodes: None,
             uid,
             sharing,
+            width: 1,
         }
     }
 

@@ -273,6 +273,9 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
         launching: row.try_get("launching")?,
         usage: optional_json(row, "usage").map_err(&corrupt)?,
         batch_usage: optional_json(row, "batch_usage").map_err(&corrupt)?,
+        sisters: optional_json(row, "sisters")
+            .map_err(&corrupt)?
+            .unwrap_or_default(),
     })
 }
 
