@@ -171,19 +171,29 @@ fn sbatch_scripts_options_and_output() {
             "Invalid --signal specification",
         ),
         (vec!["--mem=lots", "--wrap", "true"], "--mem=lots"),
-        // More than one allocation can give is refused, never run with
-        // less (multi-node and multi-GPU jobs: issue 18).
-        (vec!["-N", "2", "--wrap", "true"], "runs a job on one node"),
+        // More than the cluster can give is refused, never run with less
+        // (this cluster has one node).
+        (
+            vec!["-N", "2", "--wrap", "true"],
+            "asks for 2 nodes and 1 known",
+        ),
         (
             vec!["--nodes=2-4", "--wrap", "true"],
-            "runs a job on one node",
+            "asks for 2 nodes and 1 known",
+        ),
+        (
+            vec!["-N", "2", "--gpus=2", "--wrap", "true"],
+            "ask for them per node",
         ),
         (
             vec!["--gres=gpu:2", "--gpus-per-node=3", "--wrap", "true"],
             "give one count",
         ),
         (vec!["--gres=gpu:0", "--wrap", "true"], "of 0"),
-        (vec!["-w", "node[1-2]", "--wrap", "true"], "names 2 nodes"),
+        (
+            vec!["-w", "node[1-2]", "--wrap", "true"],
+            "asks for 2 nodes",
+        ),
         (
             vec!["--gpus-per-socket=1", "--wrap", "true"],
             "by CPU socket",
@@ -540,22 +550,18 @@ fn srun_inside_and_outside_a_job() {
     g.wait_state(id, "COMPLETED", T);
     assert_eq!(
         s.file("more.out"),
-        "0: err\n0: hi\n1: err\n1: hi\nkill=137\none 1\nsrun: error: -w node9: the job's allocation is node node1 (a job runs on one node)\nrefused\n"
+        "0: err\n0: hi\n1: err\n1: hi\nkill=137\none 1\nsrun: error: -w node9: the job's allocation is node node1 alone\nrefused\n"
     );
 
     // Outside a job: submits, waits, prints the output, returns the status.
     let o = s.run("srun", &["sh", "-c", "echo outside; exit 2"], None);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stdout(&o), "outside\n");
-    // Two nodes outside a job: refused with the reason (it printed one
-    // line and exited 0, on one node).
+    // Two nodes outside a job, on this one-node cluster: refused with the
+    // reason (it once printed one line and exited 0, on one node).
     let o = s.run("srun", &["-N", "2", "hostname"], None);
     assert_ne!(o.status.code(), Some(0));
-    assert!(
-        stderr(&o).contains("runs a job on one node"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("asks for 2 nodes"), "{}", stderr(&o));
 }
 
 #[test]

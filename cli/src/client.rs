@@ -358,6 +358,27 @@ impl Client {
             .ok_or_else(|| anyhow!("the controller gave no step id"))
     }
 
+    /// Begins a step of job `id` with tasks on its nodes as `layout`
+    /// asks: its number and, per node, where its tasks go.
+    pub fn begin_wide_step(
+        &self,
+        id: JobId,
+        name: &str,
+        layout: &gsched_core::steps::LayoutRequest,
+    ) -> Result<(u32, Vec<StepNodeAnswer>)> {
+        let v = self.post(
+            &format!("/api/v1/jobs/{id}/steps"),
+            &serde_json::json!({ "name": name, "layout": layout }),
+        )?;
+        let step = v["step_id"]
+            .as_u64()
+            .map(|s| s as u32)
+            .ok_or_else(|| anyhow!("the controller gave no step id"))?;
+        let nodes = serde_json::from_value(v["nodes"].clone())
+            .map_err(|e| anyhow!("the controller's step layout does not read: {e}"))?;
+        Ok((step, nodes))
+    }
+
     /// Records the end of a step.
     pub fn end_step(
         &self,
@@ -533,5 +554,41 @@ mod tests {
             ]),
             "?state=PENDING%2CRUNNING&name=a%20b%26c"
         );
+    }
+}
+
+/// One node of a step as the controller answers it: its tasks, its
+/// gnoded's URL and the credential that lets `srun` start them there.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StepNodeAnswer {
+    pub name: String,
+    pub node_id: u32,
+    pub tasks: Vec<u32>,
+    pub url: String,
+    pub credential: String,
+}
+
+/// Posts `body` to `url` (a node's gnoded) and returns the response to read
+/// as it streams: no time limit on the whole exchange (a step runs as long
+/// as its tasks), only on connecting. Checks `https://` against
+/// `GSCHED_TLS_CA` as the controller's client does.
+pub fn post_streaming(url: &str, body: &serde_json::Value) -> Result<Box<dyn Read + Send>> {
+    let mut agent = ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(10));
+    if let Some(ca) = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty()) {
+        agent = agent.tls_config(
+            crate::tls::client_config(std::path::Path::new(&ca))
+                .map_err(|e| anyhow!("{TLS_CA_ENV}: {e}"))?,
+        );
+    }
+    match agent.build().post(url).send_json(body) {
+        Ok(r) => Ok(Box::new(r.into_reader())),
+        Err(ureq::Error::Status(code, r)) => {
+            let text = r.into_string().unwrap_or_default();
+            let why = serde_json::from_str::<ErrorBody>(&text)
+                .map(|e| e.error)
+                .unwrap_or(text);
+            bail!("{url}: {code}: {why}")
+        }
+        Err(e) => bail!("{url}: {e}"),
     }
 }

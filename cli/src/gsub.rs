@@ -447,6 +447,19 @@ pub fn build_spec(
     }
     // The type asked for (a MIG profile, or a GPU model) and how many.
     let requested = requested_gpus(opts)?;
+    if let (Some(g), Some(n)) = (&opts.gpus, &opts.recorded.nodes) {
+        // Slurm's --gpus counts the whole job's; gsched gives each node of
+        // a job on several the same GPUs, so it asks per node.
+        if n.split('-')
+            .next()
+            .and_then(|m| m.trim().parse::<u32>().ok())
+            .is_some_and(|m| m > 1)
+        {
+            bail!(
+                "--gpus={g} with --nodes={n}: gsched gives a job on several nodes the same GPUs on each; ask for them per node (--gpus-per-node or --gres=gpu:N)"
+            );
+        }
+    }
     let (profile, model) = match requested.as_ref().and_then(|r| r.0.clone()) {
         Some(t) if gsched_core::gpu::is_profile_name(&t) => (Some(t), None),
         Some(t) => (None, Some(t.to_ascii_lowercase())),

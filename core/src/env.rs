@@ -56,24 +56,36 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     set("SLURM_JOB_USER", &spec.user_name);
     set("SLURM_JOB_UID", &spec.uid.to_string());
     set("SLURM_JOB_GID", &spec.gid.to_string());
+    // The job's nodes (one before it has started, in tests) and this
+    // node's place among them.
+    let nodes: Vec<&str> = match job.nodes() {
+        n if n.is_empty() => vec![at.node],
+        n => n,
+    };
+    let width = nodes.len() as u32;
+    let node_id = nodes.iter().position(|n| *n == at.node).unwrap_or(0);
+    let spread = if width > 1 {
+        crate::allocation::tasks_per_node(&spec.slurm, width)
+    } else {
+        vec![crate::allocation::tasks_on_node(&spec.slurm)]
+    };
     // As Slurm: only when tasks were asked for (-n, --ntasks-per-node).
     let per_node = spec.slurm.other.get("ntasks-per-node");
     if spec.slurm.ntasks.is_some() || per_node.is_some() {
-        let ntasks = crate::allocation::tasks_on_node(&spec.slurm).to_string();
+        let ntasks = spread.iter().sum::<u32>().to_string();
         set("SLURM_NTASKS", &ntasks);
         set("SLURM_NPROCS", &ntasks);
+        set("SLURM_TASKS_PER_NODE", &repeated(&spread));
     }
     if let Some(n) = per_node {
         set("SLURM_NTASKS_PER_NODE", n);
     }
-    if spec.slurm.ntasks.is_some() || per_node.is_some() {
-        // One node: all of them there.
-        let tasks = crate::allocation::tasks_on_node(&spec.slurm).to_string();
-        set("SLURM_TASKS_PER_NODE", &tasks);
-    }
     if let Ok(r) = crate::resources::JobResources::of(spec) {
         set("SLURM_CPUS_ON_NODE", &r.cpus.to_string());
-        set("SLURM_JOB_CPUS_PER_NODE", &r.cpus.to_string());
+        set(
+            "SLURM_JOB_CPUS_PER_NODE",
+            &repeated(&vec![r.cpus; width as usize]),
+        );
     }
     match spec.slurm.open_mode.as_deref() {
         Some("append") => set("SLURM_OPEN_MODE", "a"),
@@ -93,11 +105,12 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     }
     set("SLURM_PROCID", "0");
     set("SLURM_LOCALID", "0");
-    set("SLURM_NODEID", "0");
-    set("SLURM_JOB_NUM_NODES", "1");
-    set("SLURM_NNODES", "1");
-    set("SLURM_JOB_NODELIST", at.node);
-    set("SLURM_NODELIST", at.node);
+    set("SLURM_NODEID", &node_id.to_string());
+    set("SLURM_JOB_NUM_NODES", &width.to_string());
+    set("SLURM_NNODES", &width.to_string());
+    let list = crate::hostlist::compress(&nodes);
+    set("SLURM_JOB_NODELIST", &list);
+    set("SLURM_NODELIST", &list);
     set("SLURMD_NODENAME", at.node);
     set("SLURM_SUBMIT_DIR", &spec.working_dir);
     set("SLURM_SUBMIT_HOST", &spec.submit_host);
@@ -116,6 +129,23 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     set("GSCHED_ISOLATED", if spec.isolated { "1" } else { "0" });
     add_devices(&mut env, job, at.instances);
     env
+}
+
+/// Per-node counts in Slurm's form: runs of one count as `N(xK)`, joined
+/// by commas (`2(x2)`, `3,2`, `4(x2),1`).
+pub fn repeated(counts: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < counts.len() {
+        let run = counts[i..].iter().take_while(|c| **c == counts[i]).count();
+        parts.push(if run > 1 {
+            format!("{}(x{run})", counts[i])
+        } else {
+            counts[i].to_string()
+        });
+        i += run;
+    }
+    parts.join(",")
 }
 
 /// The variables naming an isolated job's GPU instances, as Slurm sets
@@ -297,6 +327,49 @@ mod tests {
             },
             0,
         )
+    }
+
+    #[test]
+    fn per_node_counts_read_as_slurm_writes_them() {
+        assert_eq!(repeated(&[2, 2]), "2(x2)");
+        assert_eq!(repeated(&[3, 2]), "3,2");
+        assert_eq!(repeated(&[4, 4, 1]), "4(x2),1");
+        assert_eq!(repeated(&[1]), "1");
+    }
+
+    #[test]
+    fn a_job_on_two_nodes_sees_both_and_its_place_on_each() {
+        let mut j = job();
+        j.spec.slurm.other.insert("nodes".into(), "2".into());
+        j.spec
+            .slurm
+            .other
+            .insert("ntasks-per-node".into(), "2".into());
+        j.node = Some("n1".into());
+        j.sisters = vec![crate::job::Sister {
+            node: "n2".into(),
+            instances: vec![],
+        }];
+        for (node, id) in [("n1", "0"), ("n2", "1")] {
+            let env = job_environment(
+                &j,
+                &Placement {
+                    node,
+                    cluster: "c",
+                    partition: "p",
+                    instances: &[],
+                    controller_url: "http://x",
+                },
+            );
+            assert_eq!(env["SLURM_JOB_NODELIST"], "n[1-2]");
+            assert_eq!(env["SLURM_JOB_NUM_NODES"], "2");
+            assert_eq!(env["SLURM_NNODES"], "2");
+            assert_eq!(env["SLURM_NTASKS"], "4");
+            assert_eq!(env["SLURM_TASKS_PER_NODE"], "2(x2)");
+            assert_eq!(env["SLURM_JOB_CPUS_PER_NODE"], "2(x2)");
+            assert_eq!(env["SLURM_NODEID"], id);
+            assert_eq!(env["SLURMD_NODENAME"], node);
+        }
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod repartition;
 pub mod resources;
 pub mod sim;
 pub mod sm;
+pub mod steps;
 pub mod units;
 pub mod wire;
 

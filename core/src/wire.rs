@@ -339,8 +339,12 @@ pub struct JobInfo {
     pub user_id: u32,
     pub group_id: u32,
     pub partition: String,
-    /// Node the job runs or ran on ("" while pending).
+    /// Nodes the job runs or ran on, in hostlist form (`n[1-2]`; "" while
+    /// pending); its batch script runs on the first.
     pub nodes: String,
+    /// How many nodes it runs on, or asks for while pending (`-N`).
+    #[serde(default = "one_node")]
+    pub num_nodes: u32,
     pub submit_time: i64,
     pub start_time: Option<i64>,
     pub end_time: Option<i64>,
@@ -400,6 +404,10 @@ pub struct JobInfo {
     pub batch_usage: Option<crate::job::ResourceUsage>,
 }
 
+fn one_node() -> u32 {
+    1
+}
+
 impl JobInfo {
     /// The state in Slurm's words (CONFIGURING while launching).
     pub fn state_name(&self) -> &'static str {
@@ -434,6 +442,7 @@ impl JobInfo {
     }
 
     pub fn new(job: &Job, default_partition: &str, now: i64) -> JobInfo {
+        // The batch node names the output files.
         let s = &job.spec;
         let node = job.node.clone().unwrap_or_default();
         let (out, err) = crate::pattern::job_output_paths(job, &node);
@@ -451,7 +460,11 @@ impl JobInfo {
                 .partition
                 .clone()
                 .unwrap_or_else(|| default_partition.to_string()),
-            nodes: node,
+            nodes: crate::hostlist::compress(&job.nodes()),
+            num_nodes: match job.nodes().len() {
+                0 => crate::allocation::width_of(&s.slurm),
+                n => n as u32,
+            },
             submit_time: job.submit_time,
             start_time: job.start_time,
             end_time: job.end_time,

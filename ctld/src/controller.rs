@@ -309,6 +309,46 @@ impl Controller {
         Ok(step)
     }
 
+    /// A step (`srun`) begins inside job `id` with tasks on its nodes as
+    /// `layout` asks: its number, and for each node of the step its tasks,
+    /// the URL of its gnoded and a credential to start them there.
+    pub async fn begin_wide_step(
+        self: &Arc<Self>,
+        id: JobId,
+        name: &str,
+        layout: &gsched_core::steps::LayoutRequest,
+    ) -> Result<(u32, Vec<serde_json::Value>), CtlError> {
+        let (nodes, run) = {
+            let c = self.lock();
+            let job = c
+                .job(id)
+                .ok_or(gsched_core::cluster::ClusterError::UnknownJob(id))?;
+            let nodes = gsched_core::steps::layout(job, layout)
+                .map_err(|e| gsched_core::cluster::ClusterError::Refused(format!("srun: {e}")))?;
+            (nodes, job.run)
+        };
+        let ntasks = nodes.iter().map(|n| n.tasks.len() as u32).sum();
+        let step = self.begin_step(id, name, ntasks).await?;
+        let now = unix_now();
+        let c = self.lock();
+        let answer = nodes
+            .into_iter()
+            .map(|n| {
+                let url = c.node(&n.name).map(|x| x.url.clone()).unwrap_or_default();
+                let credential =
+                    gsched_daemon::step_credential::sign(&self.key, id, run, step, &n.name, now);
+                serde_json::json!({
+                    "name": n.name,
+                    "node_id": n.node_id,
+                    "tasks": n.tasks,
+                    "url": url,
+                    "credential": credential,
+                })
+            })
+            .collect();
+        Ok((step, answer))
+    }
+
     /// A step of job `id` ended.
     pub async fn end_step(
         self: &Arc<Self>,
@@ -543,8 +583,9 @@ impl Controller {
                                 .queue_wait
                                 .observe((start - j.submit_time).max(0) as f64);
                         }
+                        // Its batch node's instances, or a sister's.
                         let instances = j
-                            .gpu_instances
+                            .instances_on(&node)
                             .iter()
                             .filter_map(|u| {
                                 n.instances

@@ -8,6 +8,7 @@ pub mod key;
 pub mod limits;
 pub mod listener;
 pub mod state;
+pub mod step_credential;
 pub mod tls;
 
 /// Unix seconds now: the clock the daemons pass into gsched-core.

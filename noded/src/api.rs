@@ -43,6 +43,8 @@ pub fn router(api: Arc<NodeApi>) -> Router {
         .route("/v1/jobs/{id}/signal", post(signal))
         .route("/v1/drain", post(drain))
         .route("/v1/reshape", post(reshape))
+        // Authenticated by the step credential, not the cluster key.
+        .route("/v1/steps", post(crate::steps::run))
         .with_state(api)
 }
 

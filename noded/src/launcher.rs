@@ -64,6 +64,16 @@ struct RunningJob {
     run: u32,
 }
 
+/// Where a sister's holder writes (nothing: its output is the steps').
+const DEV_NULL: &str = "/dev/null";
+
+/// What a sister runs as the job's user, in the job's cgroup, while the
+/// job runs: nothing but a wait, so that its share of the node (cgroup,
+/// devices) lives, is adopted across restarts and killed at the job's end
+/// like any job's processes.
+const SISTER_HOLDER: &str =
+    "#!/bin/sh\n# gsched: this node's share of a job on several nodes, held until the job ends\nexec sleep 2147483647\n";
+
 pub struct Launcher {
     node: String,
     spool_root: PathBuf,
@@ -72,6 +82,10 @@ pub struct Launcher {
     is_root: bool,
     my_uid: u32,
     running: Mutex<HashMap<JobId, RunningJob>>,
+    /// Process groups of the step tasks this node started for a job whose
+    /// script runs on another node (`crate::steps`): signalled and killed
+    /// with the job, also where no cgroup holds them.
+    step_groups: Mutex<HashMap<JobId, HashSet<i32>>>,
     /// Jobs whose spool is being prepared (until they are in `running`).
     /// A requeued job can be launched again before the node hears that its
     /// last run's end was recorded; that late removal must not take the new
@@ -122,6 +136,7 @@ impl Launcher {
             is_root: uid == 0,
             my_uid: uid,
             running: Mutex::new(HashMap::new()),
+            step_groups: Mutex::new(HashMap::new()),
             setting_up: Mutex::new(HashSet::new()),
             ended,
             probe: std::sync::OnceLock::new(),
@@ -213,6 +228,14 @@ impl Launcher {
 
     /// Starts a job under a new shepherd.
     pub fn launch(self: &Arc<Self>, req: &LaunchRequest) -> Result<(), LaunchError> {
+        if !req.job.sisters.is_empty() && !req.job.runs_on(&self.node) {
+            return Err(LaunchError::Refused(format!(
+                "job {} is not allocated on node {} (its nodes: {})",
+                req.job.id,
+                self.node,
+                req.job.nodes().join(",")
+            )));
+        }
         let job = &req.job;
         let span = tracing::info_span!(
             "job",
@@ -333,14 +356,30 @@ impl Launcher {
             LaunchError::Io(format!("{what} in {}: {e}", spool.dir.display()))
         };
         let drop_privileges = self.is_root && job.spec.uid != 0;
-        let (stdout, stderr) = job_output_paths(job, &self.node);
+        // A sister (a node of a job on several, not its first) holds the
+        // job's share here until the job ends: the batch script runs on
+        // the first node, the steps' tasks come through `steps.rs`.
+        let sister = job.is_sister(&self.node);
+        let (stdout, stderr) = if sister {
+            (DEV_NULL.to_string(), DEV_NULL.to_string())
+        } else {
+            job_output_paths(job, &self.node)
+        };
         let start_time = job.start_time.unwrap_or_else(unix_now);
         let spec = ShepherdSpec {
             job_id: job.id,
             run: job.run,
             script: spool.script_path(),
-            script_body: job.spec.script.clone(),
-            argv: job.spec.argv.clone(),
+            script_body: if sister {
+                SISTER_HOLDER.to_string()
+            } else {
+                job.spec.script.clone()
+            },
+            argv: if sister {
+                Vec::new()
+            } else {
+                job.spec.argv.clone()
+            },
             env,
             cwd: job.spec.working_dir.clone(),
             stdout,
@@ -350,14 +389,16 @@ impl Launcher {
             user_name: job.spec.user_name.clone(),
             drop_privileges,
             start_time,
-            time_limit: job.spec.time_limit,
+            // A sister ends with the job (its batch node keeps the limit).
+            time_limit: job.spec.time_limit.filter(|_| !sister),
             append: job.spec.slurm.open_mode.as_deref() == Some("append"),
             warn_signal: job
                 .spec
                 .slurm
                 .signal
                 .as_deref()
-                .and_then(|s| WarnSignal::parse(s).ok()),
+                .and_then(|s| WarnSignal::parse(s).ok())
+                .filter(|_| !sister),
             umask: job.spec.umask.unwrap_or(gsched_core::job::DEFAULT_UMASK),
             cgroup_procs: prepared.procs,
             cpus: prepared.cpus,
@@ -367,7 +408,7 @@ impl Launcher {
         spool
             .write_json(&spool.spec_path(), &spec)
             .map_err(|e| io("cannot write launch.json", e))?;
-        let limit = job.spec.time_limit.map(Duration::from_secs);
+        let limit = spec.time_limit.map(Duration::from_secs);
         let warn = spec.warn_signal;
         let uuids = spec.instances.clone();
         if let (Some(probe), false) = (self.probe.get(), uuids.is_empty()) {
@@ -471,6 +512,18 @@ impl Launcher {
     }
 
     /// Whether run `run` of `job` runs here or already ran here.
+    /// This node's name.
+    pub fn node_name(&self) -> &str {
+        &self.node
+    }
+
+    /// Whether run `run` of `job` runs here, started (its shepherd up).
+    pub fn is_running(&self, job: JobId, run: u32) -> bool {
+        self.jobs()
+            .get(&job)
+            .is_some_and(|r| r.run == run && r.pgid.is_some())
+    }
+
     fn has_run(&self, job: JobId, run: u32) -> bool {
         if self.jobs().get(&job).is_some_and(|r| r.run == run) {
             return true;
@@ -526,12 +579,40 @@ impl Launcher {
         } else {
             signal_group(pgid, sig);
         }
+        self.signal_step_groups(job, sig);
     }
 
     /// SIGKILLs every process of a job, its whole cgroup at once.
     fn kill_job(&self, job: JobId, pgid: i32) {
         signal_group(pgid, Signal::SIGKILL);
+        self.signal_step_groups(job, Signal::SIGKILL);
         self.confinement().kill(job);
+    }
+
+    fn step_groups(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, HashSet<i32>>> {
+        self.step_groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn signal_step_groups(&self, job: JobId, sig: Signal) {
+        for g in self.step_groups().get(&job).into_iter().flatten() {
+            signal_group(*g, sig);
+        }
+    }
+
+    /// A step task of `job` started here, leading process group `pgid`.
+    pub fn add_step_group(&self, job: JobId, pgid: i32) {
+        self.step_groups().entry(job).or_default().insert(pgid);
+    }
+
+    /// That step task ended.
+    pub fn remove_step_group(&self, job: JobId, pgid: i32) {
+        let mut all = self.step_groups();
+        if let Some(g) = all.get_mut(&job) {
+            g.remove(&pgid);
+            if g.is_empty() {
+                all.remove(&job);
+            }
+        }
     }
 
     /// Samples the memory and processes of every started job.
@@ -716,6 +797,7 @@ impl Launcher {
         // and everything in its cgroup (setsid and double-forked ones too).
         // The job ends when its cgroup is empty.
         signal_group(pid, Signal::SIGKILL);
+        self.signal_step_groups(job, Signal::SIGKILL);
         let confine = Arc::clone(self.confinement());
         let check = self.end_check.get().cloned();
         let finished = tokio::task::spawn_blocking(move || {

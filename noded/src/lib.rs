@@ -16,6 +16,7 @@ pub mod probe;
 pub mod reshape;
 pub mod shepherd;
 pub mod spool;
+pub mod steps;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

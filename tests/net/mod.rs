@@ -149,6 +149,8 @@ pub struct Cluster {
     ctld: Option<Child>,
     nodes: Vec<Option<Child>>,
     token: std::sync::OnceLock<String>,
+    /// More options for every gnoded (`--sim-gpus ...`).
+    node_args: Vec<String>,
 }
 
 pub const PORT: u16 = 6817;
@@ -162,6 +164,16 @@ impl Cluster {
 
     /// Hosts for `nodes` nodes, of which the first `started` run gnoded.
     pub fn up_with(nodes: usize, started: usize, node_timeout: u64) -> Cluster {
+        Cluster::up_with_node_args(nodes, started, node_timeout, &[])
+    }
+
+    /// [`Cluster::up_with`], every gnoded with `node_args` too.
+    pub fn up_with_node_args(
+        nodes: usize,
+        started: usize,
+        node_timeout: u64,
+        node_args: &[&str],
+    ) -> Cluster {
         let net = Net::new(nodes + 1);
         // The test's requests go from the controller's host.
         net.enter(0);
@@ -179,6 +191,7 @@ impl Cluster {
             ctld: None,
             nodes: (0..=nodes).map(|_| None).collect(),
             token: std::sync::OnceLock::new(),
+            node_args: node_args.iter().map(|a| a.to_string()).collect(),
         };
         c.start_ctld();
         for i in 1..=started {
@@ -265,6 +278,7 @@ impl Cluster {
             ])
             .args(["--allow-plain-http", "--heartbeat-interval", "1"])
             .args(["--kill-wait", "1", "--workers", "4"])
+            .args(&self.node_args)
             .stdin(Stdio::null())
             .stderr(self.log(&format!("node{i}.log")));
         cmd
@@ -293,10 +307,15 @@ impl Cluster {
             .ok()
     }
 
-    fn api(&self, method: &str, path: &str) -> ureq::Request {
+    /// A token for the test's user (root: an administrator).
+    pub fn token(&self) -> &str {
         // Through the controller's socket (a file: no network between).
         let sock = format!("unix:{}", self.dir.path().join("ctl/ctld.sock").display());
-        let t = self.token.get_or_init(|| common::token(&sock));
+        self.token.get_or_init(|| common::token(&sock))
+    }
+
+    fn api(&self, method: &str, path: &str) -> ureq::Request {
+        let t = self.token();
         common::api(method, &format!("{}{path}", self.url()), t).timeout(Duration::from_secs(10))
     }
 

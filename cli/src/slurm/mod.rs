@@ -13,6 +13,7 @@ pub mod sinfo;
 pub mod sprio;
 pub mod squeue;
 pub mod srun;
+mod srun_wide;
 pub mod sstat;
 pub mod update;
 

@@ -211,7 +211,13 @@ fn value(row: &Row<'_>, field: &str) -> String {
         "Reason" => j.state_reason.clone().unwrap_or_else(|| "None".into()),
         "Comment" => j.slurm.comment.clone().unwrap_or_default(),
         "Elapsed" => elapsed_long(j.elapsed),
-        "NNodes" => if started { "1" } else { "0" }.into(),
+        "NNodes" => {
+            if started {
+                j.num_nodes.to_string()
+            } else {
+                "0".into()
+            }
+        }
         "ReqMem" => match resources(j).map(|r| r.memory) {
             Some(MemoryRequest::Mib(m)) => format!("{m}M"),
             Some(MemoryRequest::WholeNode) => "0".into(),

@@ -38,12 +38,21 @@ pub fn show_job(j: &JobInfo) -> String {
         JobState::Pending => j.state_reason.clone().unwrap_or_else(|| "None".into()),
         _ => "None".into(),
     };
-    let tasks = gsched_core::allocation::tasks_on_node(&j.slurm);
+    let width = j.num_nodes.max(1);
+    let spread = if width > 1 {
+        gsched_core::allocation::tasks_per_node(&j.slurm, width)
+    } else {
+        vec![gsched_core::allocation::tasks_on_node(&j.slurm)]
+    };
+    let tasks: u32 = spread.iter().sum();
     let per_task = j.slurm.cpus_per_task.unwrap_or(1);
     let cpus = tasks * per_task;
-    let mut tres = format!("cpu={cpus},node=1");
+    let mut tres = format!("cpu={cpus},node={width}");
     if j.isolated {
-        tres.push_str(&format!(",gres/gpu={}", j.gpu_request.instances()));
+        tres.push_str(&format!(
+            ",gres/gpu={}",
+            j.gpu_request.instances() * width as usize
+        ));
     }
     let gres = if j.isolated {
         j.gpu_request.tres()
@@ -102,9 +111,18 @@ pub fn show_job(j: &JobInfo) -> String {
             null(other("exclude"))
         ),
         format!("   NodeList={}", null(Some(&j.nodes))),
-        format!("   BatchHost={}", null(Some(&j.nodes))),
         format!(
-            "   NumNodes=1 NumCPUs={cpus} NumTasks={tasks} CPUs/Task={per_task} ReqB:S:C:T=0:0:*:*"
+            "   BatchHost={}",
+            null(
+                gsched_core::hostlist::expand(&j.nodes)
+                    .ok()
+                    .and_then(|n| n.into_iter().next())
+                    .as_deref()
+            )
+        ),
+        format!(
+            "   NumNodes={} NumCPUs={cpus} NumTasks={tasks} CPUs/Task={per_task} ReqB:S:C:T=0:0:*:*",
+            j.num_nodes
         ),
         format!("   TRES={tres}"),
         format!(

@@ -16,7 +16,8 @@ pub struct Args {
     /// Number of tasks (default: the job's, SLURM_NTASKS).
     #[arg(short = 'n', long = "ntasks")]
     pub ntasks: Option<u32>,
-    /// Nodes (gsched jobs run on one node: 1).
+    /// Nodes: inside a job, of its allocation (the first N); outside, the
+    /// job's (`N` or `MIN-MAX`).
     #[arg(short = 'N', long = "nodes")]
     pub nodes: Option<String>,
     /// Do not buffer output (tasks write straight to their files).
@@ -50,12 +51,12 @@ pub struct Args {
     pub label: bool,
     /// When a task ends with a non-zero status, kill the others (`-K`,
     /// `--kill-on-bad-exit[=1]`; `=0` turns it off).
-    #[arg(short = 'K', long = "kill-on-bad-exit", num_args = 0..=1, default_missing_value = "1", value_name = "0|1")]
+    #[arg(short = 'K', long = "kill-on-bad-exit", num_args = 0..=1, require_equals = true, default_missing_value = "1", value_name = "0|1")]
     pub kill_on_bad_exit: Option<u8>,
-    /// Inside a job: its node (a job runs on one node).
+    /// Nodes to run on: inside a job, of its allocation.
     #[arg(short = 'w', long = "nodelist")]
     pub nodelist: Option<String>,
-    /// Inside a job: tasks on its one node (the task count).
+    /// Tasks on each node.
     #[arg(long = "ntasks-per-node")]
     pub ntasks_per_node: Option<u32>,
     #[arg(short = 't', long = "time")]
@@ -67,12 +68,12 @@ pub struct Args {
     pub command: Vec<String>,
 }
 
-fn env_u64(k: &str) -> Option<u64> {
+pub(super) fn env_u64(k: &str) -> Option<u64> {
     std::env::var(k).ok().and_then(|v| v.parse().ok())
 }
 
 /// The exit status srun reports for a task: its code, or 128 + signal.
-fn code_of(s: ExitStatus) -> i32 {
+pub(super) fn code_of(s: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
 }
@@ -87,16 +88,20 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
 
 /// Inside job `job`: start the tasks, wait for all, return the highest status.
 fn run_tasks(a: &Args, job: u64) -> Result<i32> {
+    if env_u64("SLURM_JOB_NUM_NODES").unwrap_or(1) > 1 {
+        // Tasks on the job's other nodes too.
+        return super::srun_wide::run(a, job);
+    }
     if let Some(n) = &a.nodes {
         if n.split('-').next() != Some("1") {
-            bail!("gsched runs a job on one node; -N {n} cannot be given");
+            bail!("-N {n}: the job's allocation has one node");
         }
     }
     if let Some(w) = &a.nodelist {
         let here = std::env::var("SLURMD_NODENAME").unwrap_or_default();
         let names = gsched_core::hostlist::expand(w)?;
         if names != [here.clone()] {
-            bail!("-w {w}: the job's allocation is node {here} (a job runs on one node)");
+            bail!("-w {w}: the job's allocation is node {here} alone");
         }
     }
     // The task count: -n (or --ntasks-per-node, the job having one node),
@@ -120,35 +125,8 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     if ntasks == 0 {
         bail!("-n 0: at least one task is needed");
     }
-    let user = std::env::var("SLURM_JOB_USER")
-        .or_else(|_| std::env::var("USER"))
-        .unwrap_or_default();
-    let name = std::env::var("SLURM_JOB_NAME").unwrap_or_default();
     let node = std::env::var("SLURMD_NODENAME").unwrap_or_default();
-    let array_job = env_u64("SLURM_ARRAY_JOB_ID");
-    let array_task = env_u64("SLURM_ARRAY_TASK_ID").map(|t| t as u32);
-    let append = std::env::var("SLURM_OPEN_MODE").as_deref() == Ok("a");
-    let open = |pattern: &str, rank: u32| -> Result<std::fs::File> {
-        let path = expand(
-            pattern,
-            &PatternContext {
-                job_id: job,
-                array_job_id: array_job,
-                array_task_id: array_task,
-                user: &user,
-                name: &name,
-                node: &node,
-                task_rank: rank,
-            },
-        );
-        std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .append(append)
-            .truncate(!append)
-            .open(&path)
-            .with_context(|| format!("cannot open output file {path}"))
-    };
+    let open = |pattern: &str, rank: u32| output_file(pattern, job, &node, rank);
     // The step is recorded for sacct (`ID.N`); without the controller the
     // tasks still run, as step 0.
     let client = Client::from_env();
@@ -159,7 +137,25 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     // Without the job's probe socket (a stripped environment) there is no
     // node daemon to ask, and the tasks run in the caller's cgroup.
     let mut confined = step.and_then(|n| Some((n, step_cgroup(job, n)?)));
-    let ran = start_and_wait(a, ntasks, &step_id, job, &open);
+    let vars = step_vars(&StepShape {
+        job,
+        step_id: &step_id,
+        ntasks,
+        nodes: std::slice::from_ref(&node),
+        per_node: &[ntasks],
+    });
+    let local = LocalTasks {
+        ranks: (0..ntasks).collect(),
+        node_id: 0,
+        vars: &vars,
+    };
+    let ran = start_local(a, &local, &open).and_then(|(children, labels)| {
+        let ended = wait_all(children, a.kill_on_bad_exit.unwrap_or(0) != 0);
+        for l in labels {
+            let _ = l.join();
+        }
+        ended
+    });
     // The step ends however its tasks went (a task that could not start
     // too): its cgroup is counted and removed.
     if let Some((n, c)) = confined.as_mut() {
@@ -174,6 +170,81 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
         let _ = client.end_step(job, n, code, signal);
     }
     ran.map(|_| worst)
+}
+
+/// Opens (as the caller, on this node) the file `pattern` names for task
+/// `rank` of job `job` running on `node`.
+pub(super) fn output_file(pattern: &str, job: u64, node: &str, rank: u32) -> Result<std::fs::File> {
+    let user = std::env::var("SLURM_JOB_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_default();
+    let name = std::env::var("SLURM_JOB_NAME").unwrap_or_default();
+    let append = std::env::var("SLURM_OPEN_MODE").as_deref() == Ok("a");
+    let path = expand(
+        pattern,
+        &PatternContext {
+            job_id: job,
+            array_job_id: env_u64("SLURM_ARRAY_JOB_ID"),
+            array_task_id: env_u64("SLURM_ARRAY_TASK_ID").map(|t| t as u32),
+            user: &user,
+            name: &name,
+            node,
+            task_rank: rank,
+        },
+    );
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(&path)
+        .with_context(|| format!("cannot open output file {path}"))
+}
+
+/// A step's shape, for the variables every task of it gets.
+pub(super) struct StepShape<'a> {
+    pub job: u64,
+    pub step_id: &'a str,
+    pub ntasks: u32,
+    /// The step's nodes and the tasks on each.
+    pub nodes: &'a [String],
+    pub per_node: &'a [u32],
+}
+
+/// The step's variables (the same for each of its tasks, on every node).
+pub(super) fn step_vars(s: &StepShape<'_>) -> Vec<(String, String)> {
+    let n = s.ntasks.to_string();
+    let job = s.job.to_string();
+    [
+        ("SLURM_NTASKS", n.clone()),
+        ("SLURM_NPROCS", n.clone()),
+        ("SLURM_STEP_NUM_TASKS", n),
+        ("SLURM_STEP_ID", s.step_id.to_string()),
+        ("SLURM_STEPID", s.step_id.to_string()),
+        ("SLURM_STEP_NUM_NODES", s.nodes.len().to_string()),
+        (
+            "SLURM_STEP_TASKS_PER_NODE",
+            gsched_core::env::repeated(s.per_node),
+        ),
+        (
+            "SLURM_STEP_NODELIST",
+            gsched_core::hostlist::compress(s.nodes),
+        ),
+        ("SLURM_JOB_ID", job.clone()),
+        ("SLURM_JOBID", job),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The tasks of a step on srun's own node: their ranks (the i-th has
+/// `SLURM_LOCALID` i), the node's place among the job's nodes, the step's
+/// variables.
+pub(super) struct LocalTasks<'a> {
+    pub ranks: Vec<u32>,
+    pub node_id: u32,
+    pub vars: &'a [(String, String)],
 }
 
 /// The devices each of `ntasks` tasks sees, where the job's GPUs are
@@ -213,41 +284,27 @@ fn task_gpus(a: &Args, ntasks: u32) -> Result<Option<Vec<String>>> {
         .map(Some)
 }
 
-/// Starts the `ntasks` tasks of a step and waits for them all: the highest
-/// exit status, and a signal that ended one.
-fn start_and_wait(
+/// Starts the step's tasks on this node: the children, and the threads
+/// copying their labelled output.
+pub(super) fn start_local(
     a: &Args,
-    ntasks: u32,
-    step_id: &str,
-    job: u64,
+    tasks: &LocalTasks<'_>,
     open: &dyn Fn(&str, u32) -> Result<std::fs::File>,
-) -> Result<(i32, Option<i32>)> {
-    let devices = task_gpus(a, ntasks)?;
-    let mut children = Vec::new();
+) -> Result<(Vec<Child>, Vec<std::thread::JoinHandle<()>>)> {
+    let devices = task_gpus(a, tasks.ranks.len() as u32)?;
+    let mut children: Vec<Child> = Vec::new();
     let mut labels = Vec::new();
-    for rank in 0..ntasks {
+    for (local, &rank) in tasks.ranks.iter().enumerate() {
         let mut cmd = Command::new(&a.command[0]);
-        if let Some(d) = devices.as_ref().map(|d| &d[rank as usize]) {
+        if let Some(d) = devices.as_ref().map(|d| &d[local]) {
             cmd.env("CUDA_VISIBLE_DEVICES", d)
                 .env("GPU_DEVICE_ORDINAL", d);
         }
         cmd.args(&a.command[1..])
             .env("SLURM_PROCID", rank.to_string())
-            .env("SLURM_LOCALID", rank.to_string())
-            .env("SLURM_NODEID", "0")
-            .env("SLURM_NTASKS", ntasks.to_string())
-            .env("SLURM_NPROCS", ntasks.to_string())
-            .env("SLURM_STEP_NUM_TASKS", ntasks.to_string())
-            .env("SLURM_STEP_ID", step_id)
-            .env("SLURM_STEPID", step_id)
-            .env("SLURM_STEP_NUM_NODES", "1")
-            .env("SLURM_STEP_TASKS_PER_NODE", ntasks.to_string())
-            .env(
-                "SLURM_STEP_NODELIST",
-                std::env::var("SLURMD_NODENAME").unwrap_or_default(),
-            )
-            .env("SLURM_JOB_ID", job.to_string())
-            .env("SLURM_JOBID", job.to_string());
+            .env("SLURM_LOCALID", local.to_string())
+            .env("SLURM_NODEID", tasks.node_id.to_string())
+            .envs(tasks.vars.iter().map(|(k, v)| (k, v)));
         if let Some(c) = a.cpus_per_task {
             cmd.env("SLURM_CPUS_PER_TASK", c.to_string());
         }
@@ -269,9 +326,15 @@ fn start_and_wait(
         } else if a.label && a.output.is_none() {
             cmd.stderr(Stdio::piped());
         }
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {}", a.command[0]))?;
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for c in &mut children {
+                    let _ = c.kill();
+                }
+                return Err(e).with_context(|| format!("cannot start {}", a.command[0]));
+            }
+        };
         if let Some(out) = child.stdout.take() {
             labels.push(label_lines(out, rank, false));
         }
@@ -280,17 +343,16 @@ fn start_and_wait(
         }
         children.push(child);
     }
-    let ended = wait_all(children, a.kill_on_bad_exit.unwrap_or(0) != 0);
-    for l in labels {
-        let _ = l.join();
-    }
-    ended
+    Ok((children, labels))
 }
 
 /// Waits for every task: the highest exit status, and a signal that ended
 /// one. With `kill_on_bad_exit`, the first task to end with a non-zero
 /// status (or a signal) has the others killed.
-fn wait_all(mut children: Vec<Child>, kill_on_bad_exit: bool) -> Result<(i32, Option<i32>)> {
+pub(super) fn wait_all(
+    mut children: Vec<Child>,
+    kill_on_bad_exit: bool,
+) -> Result<(i32, Option<i32>)> {
     use std::os::unix::process::ExitStatusExt;
     let mut worst = 0;
     let mut signal = None;
@@ -357,7 +419,7 @@ fn label_lines(
 
 /// The job's node daemon, to give step `step` a cgroup of its own: this
 /// process joins it (`None`, with a warning, where that cannot be done).
-fn step_cgroup(job: u64, step: u32) -> Option<gsched_probe::client::ProbeClient> {
+pub(super) fn step_cgroup(job: u64, step: u32) -> Option<gsched_probe::client::ProbeClient> {
     use gsched_core::probe::{JOB_KEY_ENV, PROBE_SOCK_ENV};
     let (sock, key) = (
         std::env::var(PROBE_SOCK_ENV).ok()?,
@@ -391,17 +453,25 @@ fn submit_and_wait(a: &Args) -> Result<i32> {
         ntasks: a.ntasks,
         cpus_per_task: a.cpus_per_task,
         gpus: a.gpus.clone(),
-        // The controller refuses more than one node, with the reason.
         recorded: crate::gsub::RecordedOptions {
             nodes: a.nodes.clone(),
+            nodelist: a.nodelist.clone(),
+            ntasks_per_node: a.ntasks_per_node.map(|n| n.to_string()),
             ..Default::default()
         },
         ..Default::default()
     };
-    // The job runs `srun CMD` itself, so that -n tasks start inside it.
+    // The job runs `srun CMD` itself, so that its tasks start inside it,
+    // on each of its nodes.
     let mut inner = vec!["srun".to_string()];
     if let Some(n) = a.ntasks {
         inner.push(format!("-n{n}"));
+    }
+    if a.label {
+        inner.push("-l".into());
+    }
+    if let Some(k) = a.kill_on_bad_exit.filter(|k| *k != 0) {
+        inner.push(format!("--kill-on-bad-exit={k}"));
     }
     inner.extend(quoted);
     opts.wrap = Some(inner.join(" "));

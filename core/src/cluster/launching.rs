@@ -136,7 +136,8 @@ impl Cluster {
         {
             return vec![];
         }
-        let mut effects = self.release(id);
+        let mut effects = self.stop_batch_of_wide(id);
+        effects.extend(self.release(id));
         let job = self.jobs.get_mut(&id).expect("checked");
         job.transition(JobState::Failed, now).expect("running job");
         job.reason = Some(why.clone());
@@ -186,7 +187,8 @@ impl Cluster {
     /// own, the job gets that end (see `late_end`).
     fn unlaunch(&mut self, id: JobId, now: i64, why: String) -> Vec<Effect> {
         self.note_lost_run(id);
-        let mut effects = self.release(id);
+        let mut effects = self.stop_batch_of_wide(id);
+        effects.extend(self.release(id));
         let job = self.jobs.get_mut(&id).expect("caller checked");
         job.return_unstarted(now).expect("running job");
         job.reason = Some("LaunchFailedRequeued".into());

@@ -126,6 +126,20 @@ impl Cluster {
         effects
     }
 
+    /// For a job on several nodes whose launch failed on one of them (or
+    /// was never confirmed): its run is stopped on its batch node too,
+    /// which may have started it. Nothing for a job on one node.
+    pub(super) fn stop_batch_of_wide(&self, id: JobId) -> Vec<Effect> {
+        match self.jobs.get(&id) {
+            Some(j) if !j.sisters.is_empty() => vec![Effect::StopRun {
+                job: id,
+                node: j.node.clone().unwrap_or_default(),
+                run: Some(j.run),
+            }],
+            _ => vec![],
+        }
+    }
+
     /// Job `id` was lost with `node` (down, or registered without it): as
     /// for any job there, and where `node` was a sister, its batch node's
     /// run is stopped too (its script cannot go on without the sister).

@@ -184,22 +184,20 @@ mod tests {
         let nodes: Vec<NodeView<'_>> = NAMES[..2].iter().map(|n| node(n, vec![], 0)).collect();
         let two = [job(1, 2, 2, &none)];
         // (`exclusive` gives every job an instance: see the GPU test.)
-        for policy in [&CaseLaunch as &dyn LaunchPolicy] {
-            let plan = policy.plan(&LaunchInput {
-                shared: &two,
-                nodes: &nodes,
-                ..Default::default()
-            });
-            assert_eq!(launches(&plan), vec![(1, vec!["n1".into(), "n2".into()])]);
-            let three = [job(2, 3, 1, &none)];
-            let plan = policy.plan(&LaunchInput {
-                shared: &three,
-                nodes: &nodes,
-                ..Default::default()
-            });
-            assert!(launches(&plan).is_empty());
-            assert_eq!(plan.waiting, vec![(2, PendingReason::ReqNodeNotAvail)]);
-        }
+        let plan = CaseLaunch.plan(&LaunchInput {
+            shared: &two,
+            nodes: &nodes,
+            ..Default::default()
+        });
+        assert_eq!(launches(&plan), vec![(1, vec!["n1".into(), "n2".into()])]);
+        let three = [job(2, 3, 1, &none)];
+        let plan = CaseLaunch.plan(&LaunchInput {
+            shared: &three,
+            nodes: &nodes,
+            ..Default::default()
+        });
+        assert!(launches(&plan).is_empty());
+        assert_eq!(plan.waiting, vec![(2, PendingReason::ReqNodeNotAvail)]);
     }
 
     #[test]

@@ -266,6 +266,10 @@ struct StepBegin {
     name: String,
     #[serde(default = "one")]
     ntasks: u32,
+    /// Asked by `srun` in a job on several nodes: where the step's tasks
+    /// run, answered with each node's URL and step credential.
+    #[serde(default)]
+    layout: Option<gsched_core::steps::LayoutRequest>,
 }
 
 fn one() -> u32 {
@@ -287,8 +291,14 @@ async fn begin_step(
     Body(b): Body<StepBegin>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid = owned_job(&ctl, &caller, &id)?;
-    let step = ctl.begin_step(jid, &b.name, b.ntasks).await?;
-    Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
+    let Some(layout) = b.layout else {
+        let step = ctl.begin_step(jid, &b.name, b.ntasks).await?;
+        return Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })));
+    };
+    let (step, nodes) = ctl.begin_wide_step(jid, &b.name, &layout).await?;
+    Ok(Json(
+        serde_json::json!({ "job_id": jid, "step_id": step, "nodes": nodes }),
+    ))
 }
 
 async fn end_step(

@@ -160,6 +160,9 @@ pub trait Cgroups: Send + Sync {
     fn set_devices(&self, job: JobId, rules: &[DeviceRule]) -> Result<()>;
     /// Moves process `pid`, all its threads, into a step of the job.
     fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()>;
+    /// The files a process writes `0` into to join a step of the job
+    /// (every hierarchy's `cgroup.procs`; none where nothing is confined).
+    fn procs_files(&self, job: JobId, scope: Scope) -> Vec<PathBuf>;
     /// The steps whose cgroups exist below the job's.
     fn steps(&self, job: JobId) -> Vec<Scope>;
     /// Every process in the scope's cgroup and the ones below it.
@@ -194,6 +197,9 @@ impl Cgroups for Unconfined {
     }
     fn set_devices(&self, _: JobId, _: &[DeviceRule]) -> Result<()> {
         Ok(())
+    }
+    fn procs_files(&self, _: JobId, _: Scope) -> Vec<PathBuf> {
+        Vec::new()
     }
     fn join(&self, _: JobId, _: Scope, _: i32) -> Result<()> {
         Ok(())

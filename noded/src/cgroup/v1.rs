@@ -230,6 +230,13 @@ impl Cgroups for CgroupV1 {
         Ok(())
     }
 
+    fn procs_files(&self, job: JobId, scope: Scope) -> Vec<PathBuf> {
+        self.hierarchies()
+            .into_iter()
+            .map(|d| self.scope_dir(d, job, scope).join("cgroup.procs"))
+            .collect()
+    }
+
     fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()> {
         for d in self.hierarchies() {
             let procs = self.scope_dir(d, job, scope).join("cgroup.procs");

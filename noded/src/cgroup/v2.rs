@@ -126,6 +126,10 @@ impl Cgroups for CgroupV2 {
         super::bpf::replace_device_filter(&self.job_dir(job), rules)
     }
 
+    fn procs_files(&self, job: JobId, scope: Scope) -> Vec<PathBuf> {
+        vec![self.scope_dir(job, scope).join("cgroup.procs")]
+    }
+
     fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()> {
         write_file(
             &self.scope_dir(job, scope).join("cgroup.procs"),

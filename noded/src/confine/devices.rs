@@ -183,6 +183,9 @@ mod tests {
         fn join(&self, _: JobId, _: Scope, _: i32) -> crate::cgroup::Result<()> {
             Ok(())
         }
+        fn procs_files(&self, _: JobId, _: Scope) -> Vec<PathBuf> {
+            Vec::new()
+        }
         fn steps(&self, _: JobId) -> Vec<Scope> {
             Vec::new()
         }

@@ -43,6 +43,34 @@ pub enum StepError {
 impl Confinement {
     /// Step `step` of `job` begins: creates its cgroup and moves `pid` (the
     /// `srun` that asked) into it, so the tasks it starts are the step's.
+    /// Creates the cgroup of step `step` of `job` for tasks this node
+    /// starts itself (a step's tasks on a sister node, `crate::steps`):
+    /// the files each task writes `0` into to join it before it executes
+    /// (none where nothing is confined).
+    pub fn open_step(&self, job: JobId, step: u32) -> Result<Vec<std::path::PathBuf>, StepError> {
+        if !self.tracks() {
+            return Ok(Vec::new());
+        }
+        if step as usize >= MAX_STEPS {
+            return Err(StepError::OutOfRange(step));
+        }
+        let existing = self.cgroups.steps(job);
+        if existing.contains(&Scope::Step(step)) {
+            return Err(StepError::AlreadyBegun(step));
+        }
+        if existing.iter().filter(|s| **s != Scope::Batch).count() >= MAX_RUNNING_STEPS {
+            return Err(StepError::TooMany { job });
+        }
+        if let Err(e) = self.cgroups.create_step(job, step) {
+            self.cgroups.remove(job, Scope::Step(step));
+            return Err(StepError::Cgroup {
+                step,
+                why: e.to_string(),
+            });
+        }
+        Ok(self.cgroups.procs_files(job, Scope::Step(step)))
+    }
+
     pub fn begin_step(&self, job: JobId, step: u32, pid: i32) -> Result<(), StepError> {
         if !self.tracks() {
             // Nothing is confined: the step's processes are the job's.

@@ -1,0 +1,232 @@
+//! Jobs on several nodes (issue 18): a real gctld and two gnoded, each on a
+//! host of its own (network namespaces, see `net`), each node with two
+//! simulated GPUs, driven through the Slurm shims as users do. Needs root
+//! (CI runs as root).
+
+mod common;
+mod net;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use common::{bin, stderr, stdout};
+use net::Cluster;
+
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const T: Duration = Duration::from_secs(60);
+
+/// Two nodes, n1 and n2, with two whole simulated A100s each, and the
+/// Slurm shims.
+struct Two {
+    c: Cluster,
+    shims: PathBuf,
+}
+
+impl Two {
+    fn up() -> Two {
+        let c = Cluster::up_with_node_args(2, 2, 10, &["--sim-gpus", "2xA100-40GB"]);
+        let shims = c.dir.path().join("shims");
+        let out = Command::new(bin("gsched"))
+            .arg("slurm-shims")
+            .arg(&shims)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        Two { c, shims }
+    }
+
+    fn work(&self) -> &Path {
+        self.c.dir.path()
+    }
+
+    /// Runs a shim from the controller's host as the test's user.
+    fn run(&self, name: &str, args: &[&str]) -> Output {
+        let path = format!(
+            "{}:{}",
+            self.shims.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Command::new(self.shims.join(name))
+            .args(args)
+            .current_dir(self.work())
+            .env("PATH", path)
+            .env("GSCHED_URL", self.c.url())
+            .env("GSCHED_TOKEN", self.c.token())
+            .env_remove("SLURM_JOB_ID")
+            .output()
+            .unwrap()
+    }
+
+    fn sbatch(&self, script: &str, body: &str) -> u64 {
+        let path = self.work().join(script);
+        std::fs::write(&path, body).unwrap();
+        let o = self.run("sbatch", &["--parsable", path.to_str().unwrap()]);
+        assert!(o.status.success(), "sbatch: {}", stderr(&o));
+        stdout(&o).trim().parse().unwrap()
+    }
+
+    fn state(&self, id: u64) -> String {
+        let j = self.c.get(&format!("/api/v1/jobs/{id}"));
+        j["job_state"].as_str().unwrap_or("?").to_string()
+    }
+
+    fn wait_state(&self, id: u64, want: &str) {
+        self.c.wait(&format!("job {id} is {want}"), T, || {
+            let s = self.state(id);
+            assert!(
+                s == want || !net::is_final(&self.c.get(&format!("/api/v1/jobs/{id}"))),
+                "job {id} ended {s}, not {want}\n{}\n{}",
+                self.file(&format!("{id}.out")),
+                self.c.logs()
+            );
+            s == want
+        });
+    }
+
+    fn file(&self, name: &str) -> String {
+        std::fs::read_to_string(self.work().join(name)).unwrap_or_default()
+    }
+}
+
+/// `sbatch -N 2 --ntasks-per-node=2`: the script runs on the first node
+/// with the whole allocation in its environment; `srun` starts 4 tasks, 2
+/// on each node, with their ranks; `-w`/`-N` pick nodes of the
+/// allocation; `-K` ends the step at the first bad exit on either node;
+/// each node's GPUs are its tasks'.
+#[test]
+fn a_job_on_two_nodes_runs_its_steps_on_both() {
+    let _s = serial();
+    let t = Two::up();
+    let id = t.sbatch(
+        "wide.sh",
+        "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node=2 --gres=gpu:2 -o %j.out\n\
+         echo batch $SLURMD_NODENAME $SLURM_JOB_NODELIST $SLURM_JOB_NUM_NODES $SLURM_NNODES $SLURM_TASKS_PER_NODE $SLURM_NTASKS\n\
+         srun -l sh -c 'echo $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $SLURMD_NODENAME $SLURM_STEP_NUM_TASKS $SLURM_STEP_NODELIST' | sort\n\
+         srun -w n2 -n 1 sh -c 'echo only $SLURMD_NODENAME $SLURM_NODEID'\n\
+         srun -N 2 -n 2 --gpus-per-task=1 sh -c 'echo gpu $SLURM_PROCID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES' | sort > gpus.txt\n\
+         srun -K sh -c 'if [ $SLURM_PROCID = 3 ]; then exit 7; fi; sleep 300'\n\
+         echo bad=$?\n\
+         srun -w n3 true || echo refused\n",
+    );
+    t.wait_state(id, "COMPLETED");
+    let out = t.file(&format!("{id}.out"));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "batch n1 n[1-2] 2 2 2(x2) 4", "{out}");
+    assert_eq!(
+        &lines[1..5],
+        [
+            "0: 0 0 0 n1 4 n[1-2]",
+            "1: 1 1 0 n1 4 n[1-2]",
+            "2: 2 0 1 n2 4 n[1-2]",
+            "3: 3 1 1 n2 4 n[1-2]"
+        ],
+        "{out}"
+    );
+    assert_eq!(lines[5], "only n2 1", "{out}");
+    assert_eq!(lines[6], "bad=7", "{out}");
+    assert!(
+        out.contains("n3 is not in the job's allocation (n[1-2])") && out.ends_with("refused\n"),
+        "{out}"
+    );
+    // One GPU per task, each node's own (simulated UUIDs name the node).
+    let gpus = t.file("gpus.txt");
+    let g: Vec<&str> = gpus.lines().collect();
+    assert_eq!(g.len(), 2, "{gpus}");
+    assert!(
+        g[0].starts_with("gpu 0 n1 ") && g[1].starts_with("gpu 1 n2 "),
+        "{gpus}"
+    );
+    let dev = |l: &str| l.split(' ').nth(3).unwrap_or("").to_string();
+    assert!(!dev(g[0]).contains(',') && !dev(g[0]).is_empty(), "{gpus}");
+    assert_ne!(dev(g[0]), dev(g[1]), "{gpus}");
+    // Nothing of the job is left on either node: the task -K left running
+    // on n2 was killed when srun went away, the sister's share at the end.
+    for left in ["sleep 300", "sleep 2147483647"] {
+        t.c.wait(&format!("no `{left}` is left"), T, || {
+            let o = Command::new("pgrep").args(["-f", left]).output().unwrap();
+            let none = stdout(&o).trim().is_empty();
+            if !none {
+                let ps = Command::new("ps")
+                    .args(["-eo", "pid,pgid,ppid,args"])
+                    .output()
+                    .unwrap();
+                eprintln!(
+                    "{}",
+                    stdout(&ps)
+                        .lines()
+                        .filter(|l| l.contains("sleep"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                );
+            }
+            none
+        });
+    }
+    // squeue and sacct name both nodes.
+    let acct = t.run(
+        "sacct",
+        &[
+            "-j",
+            &id.to_string(),
+            "-P",
+            "-n",
+            "-X",
+            "-o",
+            "NodeList,NNodes",
+        ],
+    );
+    assert_eq!(stdout(&acct).trim(), "n[1-2]|2", "{}", stderr(&acct));
+}
+
+/// A job wider than the cluster is refused at submission; one that
+/// cannot start now waits (Resources) and starts once a node is back from
+/// a drain; a narrow job submitted after it does not take the held node.
+#[test]
+fn wide_jobs_wait_for_their_nodes_and_are_refused_beyond_the_cluster() {
+    let _s = serial();
+    let t = Two::up();
+    let o = t.run("sbatch", &["-N", "3", "--wrap", "true"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("asks for 3 nodes and 2 known could run it"),
+        "{}",
+        stderr(&o)
+    );
+    let o = t.run(
+        "scontrol",
+        &["update", "NodeName=n2", "State=DRAIN", "Reason=fan"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let wide = t.sbatch(
+        "w.sh",
+        "#!/bin/sh\n#SBATCH -N 2 -o w.out\nsrun hostname >/dev/null; echo wide done\n",
+    );
+    let c = &t.c;
+    // A drained node is not available: as with a job on one node.
+    c.wait("the wide job waits for its nodes", T, || {
+        let j = c.get(&format!("/api/v1/jobs/{wide}"));
+        j["job_state"] == "PENDING" && j["state_reason"] == "ReqNodeNotAvail"
+    });
+    // A narrow job still runs on the node left (nothing to wait for there:
+    // the wide job cannot start before n2 is back).
+    let narrow = t.sbatch(
+        "n.sh",
+        "#!/bin/sh
+#SBATCH -o n.out
+echo narrow $SLURMD_NODENAME
+",
+    );
+    t.wait_state(narrow, "COMPLETED");
+    assert_eq!(t.file("n.out"), "narrow n1\n");
+    assert_eq!(t.state(wide), "PENDING");
+    let o = t.run("scontrol", &["update", "NodeName=n2", "State=RESUME"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    t.wait_state(wide, "COMPLETED");
+    assert_eq!(t.file("w.out"), "wide done\n");
+}
