@@ -128,7 +128,8 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
         ],
         "{out}"
     );
-    assert_eq!(lines[5], "only n2 1", "{out}");
+    // SLURM_NODEID is the node's place in the step, as Slurm's.
+    assert_eq!(lines[5], "only n2 0", "{out}");
     assert_eq!(lines[6], "bad=7", "{out}");
     assert!(
         out.contains("n3 is not in the job's allocation (n[1-2])") && out.ends_with("refused\n"),
@@ -229,4 +230,48 @@ echo narrow $SLURMD_NODENAME
     assert!(o.status.success(), "{}", stderr(&o));
     t.wait_state(wide, "COMPLETED");
     assert_eq!(t.file("w.out"), "wide done\n");
+}
+
+/// Open MPI's `mpirun`, unmodified, inside a job on two nodes: it starts
+/// its daemons through `srun` (its Slurm support) and runs 4 ranks, 2 on
+/// each node, which reduce across the nodes over TCP.
+#[test]
+fn mpirun_runs_ranks_on_both_nodes() {
+    let _s = serial();
+    if Command::new("mpicc").arg("--version").output().is_err() {
+        panic!("Open MPI is missing: install openmpi-bin and libopenmpi-dev (./scripts/test does)");
+    }
+    let t = Two::up();
+    std::fs::write(
+        t.work().join("hello.c"),
+        "#include <mpi.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         int main(int argc, char **argv) {\n\
+           int rank, size, sum = 0; char host[64];\n\
+           MPI_Init(&argc, &argv);\n\
+           MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &size);\n\
+           MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);\n\
+           gethostname(host, sizeof host);\n\
+           printf(\"rank %d of %d on %s sum %d\\n\", rank, size, host, sum);\n\
+           MPI_Finalize(); return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    let o = Command::new("mpicc")
+        .args(["-o", "hello", "hello.c"])
+        .current_dir(t.work())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mpicc: {}", stderr(&o));
+    // Root runs the test's jobs: Open MPI wants that said.
+    let id = t.sbatch(
+        "mpi.sh",
+        "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node=2 -o mpi.out\n\
+         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n\
+         mpirun ./hello | sort\n",
+    );
+    t.wait_state(id, "COMPLETED");
+    assert_eq!(
+        t.file("mpi.out"),
+        "rank 0 of 4 on n1 sum 6\nrank 1 of 4 on n1 sum 6\nrank 2 of 4 on n2 sum 6\nrank 3 of 4 on n2 sum 6\n"
+    );
 }

@@ -23,8 +23,9 @@ pub struct LayoutRequest {
     pub nodelist: Option<String>,
 }
 
-/// One node of a step: its name, its place among the job's nodes
-/// (`SLURM_NODEID`) and the ranks (`SLURM_PROCID`) of its tasks, in order
+/// One node of a step: its name, its place among the step's nodes
+/// (`SLURM_NODEID`, relative to the step as in Slurm: Open MPI's daemons
+/// take their rank from it) and the ranks (`SLURM_PROCID`) of its tasks, in order
 /// (the i-th has `SLURM_LOCALID` i).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepNode {
@@ -124,12 +125,13 @@ pub fn layout(job: &Job, req: &LayoutRequest) -> Result<Vec<StepNode>, LayoutErr
     Ok(chosen
         .iter()
         .zip(counts)
-        .map(|(name, k)| {
+        .enumerate()
+        .map(|(i, (name, k))| {
             let tasks = (next..next + k).collect();
             next += k;
             StepNode {
                 name: name.to_string(),
-                node_id: all.iter().position(|a| a == name).unwrap_or(0) as u32,
+                node_id: i as u32,
                 tasks,
             }
         })
@@ -305,7 +307,7 @@ mod tests {
             ntasks_per_node: Some(1),
             ..Default::default()
         };
-        assert_eq!(ranks(&layout(&j, &w).unwrap()), [("n2", 1, vec![0])]);
+        assert_eq!(ranks(&layout(&j, &w).unwrap()), [("n2", 0, vec![0])]);
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn remove_stale() {
         let pid: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
         if !pid.is_empty() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
+            let _ = std::fs::remove_dir_all(format!("/etc/netns/{name}"));
         }
     }
 }
@@ -64,6 +65,7 @@ impl Net {
             N.fetch_add(1, Ordering::SeqCst)
         );
         let net = Net { id, hosts };
+        net.write_hosts();
         let sw = net.switch();
         ip(&["netns", "add", &sw]);
         ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"]);
@@ -119,6 +121,37 @@ impl Net {
         c
     }
 
+    /// `program` to be run on `host` under host name `name` (a UTS
+    /// namespace of its own), where every node's name resolves to its
+    /// host's address (`ip netns exec` mounts `/etc/netns/NS/hosts` over
+    /// `/etc/hosts`): what MPI needs of a cluster's hosts.
+    pub fn named_command(&self, host: usize, name: &str, program: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns(host), "unshare", "--uts", "--"])
+            .args([
+                "sh",
+                "-c",
+                "hostname \"$1\" && shift && exec \"$@\"",
+                "sh",
+                name,
+            ])
+            .arg(program);
+        c
+    }
+
+    /// Names host `i` (1..) `n{i}` in every host's `/etc/hosts`.
+    fn write_hosts(&self) {
+        let mut hosts = String::from("127.0.0.1 localhost\n");
+        for h in 1..self.hosts {
+            hosts.push_str(&format!("{} n{h}\n", self.addr(h)));
+        }
+        for h in 0..self.hosts {
+            let dir = PathBuf::from(format!("/etc/netns/{}", self.ns(h)));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("hosts"), &hosts).unwrap();
+        }
+    }
+
     /// Moves the calling thread onto `host`'s network (only this thread:
     /// the test's own requests then go where the host's would).
     pub fn enter(&self, host: usize) {
@@ -131,6 +164,7 @@ impl Net {
 impl Drop for Net {
     fn drop(&mut self) {
         for h in 0..self.hosts {
+            let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.ns(h)));
             let _ = Command::new("ip")
                 .args(["netns", "del", &self.ns(h)])
                 .status();
@@ -263,7 +297,7 @@ impl Cluster {
     }
 
     pub fn node_command(&self, i: usize, name: &str, listen: &str) -> Command {
-        let mut cmd = self.net.command(i, &common::bin("gnoded"));
+        let mut cmd = self.net.named_command(i, name, &common::bin("gnoded"));
         cmd.arg("--state-dir")
             .arg(self.dir.path().join(format!("node{i}")))
             .arg("--cluster-key-file")

@@ -59,6 +59,10 @@ pub struct Args {
     /// Tasks on each node.
     #[arg(long = "ntasks-per-node")]
     pub ntasks_per_node: Option<u32>,
+    /// `none` (the only one): gsched runs no PMI server; Open MPI's
+    /// `mpirun` needs none (it passes `--mpi=none` itself).
+    #[arg(long = "mpi")]
+    pub mpi: Option<String>,
     #[arg(short = 't', long = "time")]
     pub time: Option<String>,
     #[arg(short = 'p', long = "partition")]
@@ -80,6 +84,11 @@ pub(super) fn code_of(s: ExitStatus) -> i32 {
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
     let a: Args = super::parse("srun", args)?;
+    if let Some(m) = a.mpi.as_deref().filter(|m| *m != "none") {
+        bail!(
+            "--mpi={m}: gsched runs no PMI server (pmi2, PMIx); start MPI programs with mpirun inside the allocation, or give --mpi=none"
+        );
+    }
     match env_u64("SLURM_JOB_ID") {
         Some(job) => run_tasks(&a, job),
         None => submit_and_wait(&a),
