@@ -1,11 +1,12 @@
 //! Random operations on a two-node cluster (submissions of shared,
-//! isolated, several-instance and `--exclusive` jobs; ends; drains, downs
-//! and resumes), with the invariants checked after every step: no instance
-//! held by two jobs or by a job not running, every running isolated job
-//! holds exactly what it asked for on its node (or, started early, waits
-//! for it from the one job there), a job alone on its node is
-//! alone, no job on two nodes, a final state never changes, and in the end
-//! every job reaches exactly one final state.
+//! isolated, several-instance, `--exclusive` and two-node jobs; ends;
+//! drains, downs and resumes), with the invariants checked after every
+//! step: no instance held by two jobs or by a job not running, every
+//! running isolated job holds exactly what it asked for on each of its
+//! nodes (or, started early, waits for it from the one job there), a job
+//! alone on its node is alone, a job is on the books of exactly its nodes
+//! (one, or each of a two-node job's), a final state never changes, and in
+//! the end every job reaches exactly one final state.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,7 +36,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u8..6, 1u32..3).prop_map(|(kind, uid)| Op::Submit { kind, uid }),
+        4 => (0u8..8, 1u32..3).prop_map(|(kind, uid)| Op::Submit { kind, uid }),
         4 => Just(Op::Schedule),
         4 => any::<usize>().prop_map(Op::End),
         1 => (0usize..2).prop_map(Op::Drain),
@@ -77,6 +78,13 @@ fn job_spec(kind: u8, uid: u32) -> JobSpec {
         }
         4 => {
             s.slurm.other.insert("exclusive".into(), "user".into());
+        }
+        6 => {
+            s.slurm.other.insert("nodes".into(), "2".into());
+        }
+        7 => {
+            s.slurm.other.insert("nodes".into(), "2".into());
+            s.isolated = true;
         }
         _ => {
             s.isolated = true;
@@ -182,21 +190,36 @@ fn check(c: &Cluster, finals: &mut BTreeMap<JobId, JobState>) -> Result<(), Test
         if j.state != JobState::Running {
             continue;
         }
-        let on: Vec<&str> = c
+        let mut on: Vec<&str> = c
             .nodes()
             .filter(|n| n.running.contains(&j.id))
             .map(|n| n.name.as_str())
             .collect();
-        prop_assert!(on.len() <= 1, "job {} on {:?}", j.id, on);
+        on.sort();
+        let mut mine = j.nodes();
+        mine.sort();
+        prop_assert_eq!(&on, &mine, "job {} on the books of {:?}", j.id, on);
+        prop_assert_eq!(
+            mine.len() as u32,
+            crate::allocation::width_of(&j.spec.slurm),
+            "job {}",
+            j.id
+        );
         if j.spec.isolated {
-            prop_assert_eq!(
-                j.gpu_instances.len(),
-                j.spec.gpu.instances(),
-                "job {}",
-                j.id
-            );
-            let node = c.node(j.node.as_deref().unwrap_or("")).unwrap();
-            for u in &j.gpu_instances {
+            for name in &mine {
+                let held = j.instances_on(name);
+                prop_assert_eq!(
+                    held.len(),
+                    j.spec.gpu.instances(),
+                    "job {} on {}",
+                    j.id,
+                    name
+                );
+            }
+        }
+        for name in mine.iter().filter(|_| j.spec.isolated) {
+            let node = c.node(name).unwrap();
+            for u in j.instances_on(name) {
                 let slot = node
                     .instances
                     .iter()
@@ -231,7 +254,7 @@ fn check(c: &Cluster, finals: &mut BTreeMap<JobId, JobState>) -> Result<(), Test
                 // reported its end yet (the node keeps the instance).
                 let j = c.job(owner).unwrap();
                 prop_assert!(
-                    j.gpu_instances.contains(&s.instance.uuid)
+                    j.instances_on(&n.name).contains(&s.instance.uuid)
                         || c.requeued_runs
                             .get(&owner)
                             .is_some_and(|node| *node == n.name),
