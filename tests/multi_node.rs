@@ -112,7 +112,9 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
          srun -N 2 -n 2 --gpus-per-task=1 sh -c 'echo gpu $SLURM_PROCID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES' | sort > gpus.txt\n\
          srun -K sh -c 'if [ $SLURM_PROCID = 3 ]; then exit 7; fi; sleep 300'\n\
          echo bad=$?\n\
-         srun -w n3 true || echo refused\n",
+         srun -w n3 true || echo refused\n\
+         squeue -h -j $SLURM_JOB_ID -o '%D %N'\n\
+         scontrol show job $SLURM_JOB_ID | grep -o 'NumNodes=[0-9]*'\n",
     );
     t.wait_state(id, "COMPLETED");
     let out = t.file(&format!("{id}.out"));
@@ -132,7 +134,8 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
     assert_eq!(lines[5], "only n2 0", "{out}");
     assert_eq!(lines[6], "bad=7", "{out}");
     assert!(
-        out.contains("n3 is not in the job's allocation (n[1-2])") && out.ends_with("refused\n"),
+        out.contains("n3 is not in the job's allocation (n[1-2])")
+            && out.ends_with("refused\n2 n[1-2]\nNumNodes=2\n"),
         "{out}"
     );
     // One GPU per task, each node's own (simulated UUIDs name the node).
@@ -169,7 +172,7 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
             none
         });
     }
-    // squeue and sacct name both nodes.
+    // sacct names both nodes; squeue did while it ran (below).
     let acct = t.run(
         "sacct",
         &[

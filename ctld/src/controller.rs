@@ -578,7 +578,9 @@ impl Controller {
                         let (Some(j), Some(n)) = (c.job(job), c.node(&node)) else {
                             continue;
                         };
-                        if let Some(start) = j.start_time {
+                        // Once per job (a job on several nodes has a
+                        // launch for each).
+                        if let (Some(start), false) = (j.start_time, j.is_sister(&node)) {
                             self.metrics
                                 .queue_wait
                                 .observe((start - j.submit_time).max(0) as f64);

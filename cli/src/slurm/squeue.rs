@@ -154,7 +154,7 @@ fn value(j: &JobInfo, id: &str, letter: char) -> String {
             Some(m) => elapsed_short(m as i64 * 60),
             None => "UNLIMITED".into(),
         },
-        'D' => "1".into(),
+        'D' => j.num_nodes.max(1).to_string(),
         'C' => (j.slurm.ntasks.unwrap_or(1) * j.slurm.cpus_per_task.unwrap_or(1)).to_string(),
         'm' => j
             .slurm
