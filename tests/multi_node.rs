@@ -278,3 +278,55 @@ fn mpirun_runs_ranks_on_both_nodes() {
         "rank 0 of 4 on n1 sum 6\nrank 1 of 4 on n1 sum 6\nrank 2 of 4 on n2 sum 6\nrank 3 of 4 on n2 sum 6\n"
     );
 }
+
+/// A job on two nodes behind a running one holds both nodes and shows when
+/// it will start (`squeue --start`, from the running job's time limit); a
+/// narrow job that will have ended by then starts on the held node
+/// (backfill), one that would not waits; the wide job starts when the
+/// running one ends, before the narrow one that waited.
+#[test]
+fn a_waiting_wide_job_is_not_starved_and_short_jobs_backfill_around_it() {
+    let _s = serial();
+    let t = Two::up();
+    let busy = t.sbatch(
+        "busy.sh",
+        "#!/bin/sh\n#SBATCH -w n1 --exclusive --time=1 -o /dev/null\nsleep 6\n",
+    );
+    t.wait_state(busy, "RUNNING");
+    let wide = t.sbatch(
+        "w.sh",
+        "#!/bin/sh\n#SBATCH -N 2 --time=1 -o w.out\nsrun hostname | sort\n",
+    );
+    let c = &t.c;
+    c.wait("the wide job shows its expected start", T, || {
+        let o = t.run(
+            "squeue",
+            &["--start", "-h", "-j", &wide.to_string(), "-o", "%S %R"],
+        );
+        let line = stdout(&o);
+        line.starts_with("20") && line.trim().ends_with("(Resources)")
+    });
+    // Two minutes would outlast the busy job's limit: it waits.
+    let long = t.sbatch(
+        "long.sh",
+        "#!/bin/sh\n#SBATCH --time=2 -o /dev/null\ntrue\n",
+    );
+    // Ten seconds end before the wide job can start: backfilled onto n2.
+    let short = t.sbatch(
+        "short.sh",
+        "#!/bin/sh\n#SBATCH --time=0:10 -o short.out\necho backfilled $SLURMD_NODENAME\n",
+    );
+    t.wait_state(short, "COMPLETED");
+    assert_eq!(t.file("short.out"), "backfilled n2\n");
+    assert_eq!(t.state(long), "PENDING");
+    assert_eq!(t.state(wide), "PENDING");
+    t.wait_state(wide, "COMPLETED");
+    t.wait_state(long, "COMPLETED");
+    assert_eq!(t.file("w.out"), "n1\nn2\n");
+    let started = |id: u64| {
+        c.get(&format!("/api/v1/jobs/{id}"))["start_time"]
+            .as_i64()
+            .unwrap()
+    };
+    assert!(started(wide) <= started(long), "the wide job went first");
+}

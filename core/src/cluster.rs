@@ -152,6 +152,7 @@ fn queued<'a>(job: &'a Job, nodes: Option<&'a crate::allocation::NodeChoice>) ->
         resources: resources_of(job),
         nodes,
         width: crate::allocation::width_of(&job.spec.slurm),
+        time_limit: job.spec.time_limit.map(|t| t.min(i64::MAX as u64) as i64),
     }
 }
 
@@ -366,6 +367,9 @@ pub struct Cluster {
     /// superset: each is checked against the node), so a launch pass finds
     /// the nodes they hold without looking at every running job.
     sharing_jobs: BTreeSet<JobId>,
+    /// When jobs holding nodes are expected to start, from the latest
+    /// launch pass (`squeue --start`).
+    expected_starts: HashMap<JobId, i64>,
     /// Decides MIG re-partitions (`reshapes.rs`); `None`: layouts stay.
     repartition: Option<Box<dyn crate::repartition::RepartitionPolicy>>,
     /// Reshapes sent to each node and not yet reported done.
@@ -416,6 +420,7 @@ impl Cluster {
             priority: Box::new(crate::priority::Basic),
             refuse_unsatisfiable: false,
             sharing_jobs: BTreeSet::new(),
+            expected_starts: HashMap::new(),
             repartition: None,
             reshapes: BTreeMap::new(),
             reshape_seq: 0,
@@ -994,6 +999,8 @@ impl Cluster {
             let shared = view(&shared_ids);
             // Who runs where matters to jobs that want a node alone.
             let with_users = iso.iter().chain(shared.iter()).any(|j| j.sharing.is_some());
+            // When nodes empty matters to jobs that may hold nodes.
+            let holding = with_users || iso.iter().chain(shared.iter()).any(|j| j.width > 1);
             let nodes: Vec<NodeView<'_>> = self
                 .nodes
                 .values()
@@ -1014,6 +1021,11 @@ impl Cluster {
                     },
                     total: n.total(),
                     free: self.free_on(n),
+                    expected_empty: if holding {
+                        self.expected_empty(n, now)
+                    } else {
+                        None
+                    },
                     instances: n
                         .instances
                         .iter()
@@ -1041,6 +1053,7 @@ impl Cluster {
                 None => HashSet::new(),
             };
             self.policy.plan(&LaunchInput {
+                now,
                 isolated: &iso,
                 shared: &shared,
                 nodes: &nodes,
@@ -1053,6 +1066,9 @@ impl Cluster {
         if truncated && plan.rest.is_none() {
             plan.rest = Some(PendingReason::Resources);
         }
+        self.expected_starts = std::mem::take(&mut plan.expected_starts)
+            .into_iter()
+            .collect();
         for d in plan.decisions {
             let (job, node, instances, early) = match d {
                 Decision::Launch {
@@ -1260,6 +1276,27 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// When pending job `id` is expected to start, where the latest launch
+    /// pass could tell (it holds nodes whose jobs all have time limits).
+    pub fn expected_start(&self, id: JobId) -> Option<i64> {
+        let j = self.jobs.get(&id)?;
+        (j.state == JobState::Pending)
+            .then(|| self.expected_starts.get(&id).copied())
+            .flatten()
+    }
+
+    /// When every job on `node`'s books will have ended by its time limit
+    /// (`now` if none is there); `None` if one has no limit.
+    fn expected_empty(&self, node: &Node, now: i64) -> Option<i64> {
+        node.running.iter().try_fold(now, |t, id| {
+            let j = self.jobs.get(id)?;
+            let end = j
+                .start_time?
+                .saturating_add(j.spec.time_limit?.min(i64::MAX as u64) as i64);
+            Some(t.max(end))
+        })
     }
 
     /// No instance is drained for `job` any more.

@@ -36,9 +36,20 @@ pub struct QueuedJob<'a> {
     pub sharing: Option<NodeSharing>,
     /// How many nodes it runs on (`-N`); 1 for most.
     pub width: u32,
+    /// Its time limit, seconds: a job with one may start on a node held
+    /// for another if it will have ended by the time that one could start
+    /// (backfill).
+    pub time_limit: Option<i64>,
 }
 
 impl QueuedJob<'_> {
+    /// Whether, started at `now`, it will have ended by `until` (its time
+    /// limit says so; without one, never).
+    fn ends_by(&self, now: i64, until: i64) -> bool {
+        self.time_limit
+            .is_some_and(|l| now.saturating_add(l) <= until)
+    }
+
     /// Whether it may run on `node` (its `-w`/`-x`).
     fn may_use(&self, node: &NodeView<'_>) -> bool {
         self.nodes.is_none_or(|c| c.allows(node.name))
@@ -87,6 +98,10 @@ pub struct NodeView<'a> {
     pub instances: Vec<InstanceView<'a>>,
     /// Who runs there, against `--exclusive` jobs.
     pub occupancy: NodeOccupancy,
+    /// When every job running there will have ended, by their time limits
+    /// (unix seconds; now if none runs); `None` where one has no limit, or
+    /// where no queued job holds nodes (not worked out then).
+    pub expected_empty: Option<i64>,
 }
 
 impl NodeView<'_> {
@@ -114,6 +129,8 @@ pub struct LaunchInput<'a> {
     pub nodes: &'a [NodeView<'a>],
     /// Whether isolated jobs may start early, and until when; `None`: never.
     pub early: Option<EarlyStart<'a>>,
+    /// Unix seconds: when the pass is (for time limits against holds).
+    pub now: i64,
 }
 
 /// Which isolated jobs may start while their instances are still in use:
@@ -207,6 +224,9 @@ pub struct LaunchPlan {
     pub waiting: Vec<(JobId, PendingReason)>,
     /// The reason for every queued job not named above, if the pass stopped early.
     pub rest: Option<PendingReason>,
+    /// When jobs that hold nodes are expected to start (unix seconds), where
+    /// the time limits of what runs there say (`squeue --start`).
+    pub expected_starts: Vec<(JobId, i64)>,
 }
 
 /// A launch policy: one type per policy, chosen by name in config.
@@ -253,7 +273,7 @@ impl LaunchPolicy for ExclusiveLaunch {
         jobs.sort_by_key(|j| j.id);
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
-        let mut occupancy = Occupancies::of(input.nodes);
+        let mut occupancy = Occupancies::of(input.nodes, input.now);
         let mut wide_held = false;
         for job in jobs {
             if job.width > 1 {
@@ -290,7 +310,9 @@ impl LaunchPolicy for ExclusiveLaunch {
                     }
                     None => {
                         if !wide_held {
-                            wide::hold(&mut occupancy, input.nodes, job, count);
+                            if let Some(t) = wide::hold(&mut occupancy, input.nodes, job, count) {
+                                plan.expected_starts.push((job.id, t));
+                            }
                             wide_held = true;
                         }
                         plan.waiting
@@ -312,7 +334,9 @@ impl LaunchPolicy for ExclusiveLaunch {
                     });
                 }
                 None => {
-                    occupancy.hold_for(job, input.nodes);
+                    if let Some(t) = occupancy.hold_for(job, input.nodes) {
+                        plan.expected_starts.push((job.id, t));
+                    }
                     plan.waiting.push((job.id, unfit_reason(input.nodes, job)))
                 }
             }
@@ -380,7 +404,7 @@ impl LaunchPolicy for CaseLaunch {
         // Instances claimed (launched on or drained) during this pass.
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
-        let mut occupancy = Occupancies::of(input.nodes);
+        let mut occupancy = Occupancies::of(input.nodes, input.now);
 
         // Free workers left on all nodes (not counted again for each job).
         let mut workers_left: u64 = free.iter().map(|&f| u64::from(f)).sum();
@@ -459,7 +483,9 @@ impl LaunchPolicy for CaseLaunch {
                     }
                 }
                 None => {
-                    occupancy.hold_for(job, input.nodes);
+                    if let Some(t) = occupancy.hold_for(job, input.nodes) {
+                        plan.expected_starts.push((job.id, t));
+                    }
                     let count = job.gpu.instances();
                     let possible = input.nodes.iter().filter(|n| n.up).any(|n| {
                         n.could_run(job)
@@ -505,7 +531,9 @@ impl LaunchPolicy for CaseLaunch {
                 (anywhere || job.may_join(&input.nodes[i], &occupancy, i))
                     && job.resources.fits(&room[i], &input.nodes[i].total)
             }) else {
-                occupancy.hold_for(job, input.nodes);
+                if let Some(t) = occupancy.hold_for(job, input.nodes) {
+                    plan.expected_starts.push((job.id, t));
+                }
                 plan.waiting.push((job.id, unfit_reason(input.nodes, job)));
                 continue;
             };
@@ -653,11 +681,21 @@ impl WidePass<'_> {
                     && job.may_join(n, self.occupancy, ni)
                     && job.resources.fits(&self.room[ni], &n.total)
             },
-            |ni, ii, v| !self.claimed.contains(&(ni, ii)) && instance_set::could_take(job, v),
+            // Free now, even if drained for a job queued after it (that
+            // one could not start on a node this one holds: neither
+            // would ever start).
+            |ni, ii, v| {
+                !self.claimed.contains(&(ni, ii))
+                    && v.instance.satisfies(job.gpu)
+                    && v.isolated_owner.is_none()
+                    && !v.retiring
+            },
         );
         let Some(picked) = picked else {
             if !*self.held {
-                wide::hold(self.occupancy, nodes, job, count);
+                if let Some(t) = wide::hold(self.occupancy, nodes, job, count) {
+                    plan.expected_starts.push((job.id, t));
+                }
                 *self.held = true;
             }
             plan.waiting
@@ -725,6 +763,7 @@ mod tests {
         workers_used: u32,
     ) -> NodeView<'_> {
         NodeView {
+            expected_empty: None,
             name: "n",
             occupancy: Default::default(),
             up: true,
@@ -759,6 +798,7 @@ mod tests {
             memory_mib: 1000,
         };
         let nodes = vec![NodeView {
+            expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
             up: true,
@@ -776,6 +816,7 @@ mod tests {
             uid: 0,
             sharing: None,
             width: 1,
+            time_limit: None,
             resources: JobResources { cpus, memory },
             nodes: None,
         };
@@ -789,6 +830,7 @@ mod tests {
         ];
         for policy in [&CaseLaunch as &dyn LaunchPolicy, &ExclusiveLaunch] {
             let plan = policy.plan(&LaunchInput {
+                now: 0,
                 early: None,
                 isolated: &[],
                 shared: &shared,
@@ -815,6 +857,7 @@ mod tests {
             job(7, 1, Unspecified),
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &[],
             shared: &shared,
@@ -831,6 +874,7 @@ mod tests {
             &parse_sim_spec("1xA100-40GB:2g.10gb*2,1g.5gb*3").unwrap(),
         );
         let nodes = vec![NodeView {
+            expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
             up: true,
@@ -851,6 +895,7 @@ mod tests {
                 uid: 0,
                 sharing: None,
                 width: 1,
+                time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -860,6 +905,7 @@ mod tests {
                 uid: 0,
                 sharing: None,
                 width: 1,
+                time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -871,6 +917,7 @@ mod tests {
                 uid: 0,
                 sharing: None,
                 width: 1,
+                time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -880,11 +927,13 @@ mod tests {
                 uid: 0,
                 sharing: None,
                 width: 1,
+                time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &iso,
             shared: &shared,
@@ -919,6 +968,7 @@ mod tests {
         let mut v = views(&inst);
         v[0].active_tasks = 2;
         let nodes = vec![NodeView {
+            expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
             up: true,
@@ -937,6 +987,7 @@ mod tests {
                 uid: 0,
                 sharing: None,
                 width: 1,
+                time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -946,11 +997,13 @@ mod tests {
                 uid: 0,
                 sharing: None,
                 width: 1,
+                time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &iso,
             shared: &[],
@@ -973,6 +1026,7 @@ mod tests {
         let mut v = views(&inst);
         v[0].draining_for = Some(7);
         let nodes = vec![NodeView {
+            expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
             up: true,
@@ -990,6 +1044,7 @@ mod tests {
                 uid: 0,
                 sharing: None,
                 width: 1,
+                time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
@@ -999,11 +1054,13 @@ mod tests {
                 uid: 0,
                 sharing: None,
                 width: 1,
+                time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1029,11 +1086,13 @@ mod tests {
             uid: 0,
             sharing: None,
             width: 1,
+            time_limit: None,
             resources: ONE_CPU,
             nodes: None,
         };
         let plan_for = |v: Vec<InstanceView<'_>>| {
             CaseLaunch.plan(&LaunchInput {
+                now: 0,
                 early: None,
                 isolated: &[job(7)],
                 shared: &[],
@@ -1058,6 +1117,7 @@ mod tests {
         let mut alone = one_node(v, 8, 1);
         alone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &[job(7)],
             shared: &[],
@@ -1095,6 +1155,7 @@ mod tests {
             uid: 0,
             sharing: None,
             width: 1,
+            time_limit: None,
             resources: ONE_CPU,
             nodes: None,
         };
@@ -1102,6 +1163,7 @@ mod tests {
         let opted_out = HashSet::from([7]);
         let plan = |v: Vec<InstanceView<'_>>, workers_used, until, out| {
             CaseLaunch.plan(&LaunchInput {
+                now: 0,
                 isolated: &[job(7)],
                 shared: &[],
                 nodes: &[one_node(v, 2, workers_used)],
@@ -1124,6 +1186,7 @@ mod tests {
         let mut lone = one_node(v.clone(), 2, 1);
         lone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             isolated: &[job(7)],
             shared: &[],
             nodes: &[lone],
@@ -1169,6 +1232,7 @@ mod tests {
     fn impossible_request_and_down_nodes() {
         let inst = sim_instances("n1", &parse_sim_spec("1xA30:1g.6gb*4").unwrap());
         let nodes = vec![NodeView {
+            expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
             up: true,
@@ -1186,10 +1250,12 @@ mod tests {
             uid: 0,
             sharing: None,
             width: 1,
+            time_limit: None,
             resources: ONE_CPU,
             nodes: None,
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1197,11 +1263,13 @@ mod tests {
         });
         assert_eq!(plan.waiting, vec![(1, PendingReason::ReqNodeNotAvail)]);
         let down = vec![NodeView {
+            expected_empty: None,
             occupancy: Default::default(),
             up: false,
             ..nodes[0].clone()
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1217,6 +1285,7 @@ mod tests {
         let i1 = sim_instances("n1", &parse_sim_spec("1xA100-40GB").unwrap());
         let i2 = sim_instances("n2", &parse_sim_spec("1xA100-40GB").unwrap());
         let node = |name, inst| NodeView {
+            expected_empty: None,
             name,
             occupancy: Default::default(),
             up: true,
@@ -1247,6 +1316,7 @@ mod tests {
             uid: 0,
             sharing: None,
             width: 1,
+            time_limit: None,
             resources: ONE_CPU,
             nodes,
         };
@@ -1261,6 +1331,7 @@ mod tests {
             let iso = [job(1, Some(&w2))];
             let shared = [job(2, Some(&x2)), job(3, Some(&nosuch))];
             let p = policy.plan(&LaunchInput {
+                now: 0,
                 early: None,
                 isolated: &iso,
                 shared: &shared,
@@ -1336,10 +1407,11 @@ mod tests {
                 step += 1;
                 prop_assert!(step < 2000, "no progress");
                 let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1 }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None }).collect();
                 let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1 }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None }).collect();
                 let nodes = vec![NodeView {
+                    expected_empty: None,
                     name: "n", occupancy: Default::default(), up: true, worker_limit: limit,
                     workers_used: s.running.len() as u32,
                     shared_running: 1,
@@ -1351,7 +1423,7 @@ mod tests {
                         expected_free: None,
                     }).collect(),
                 }];
-                let plan = CaseLaunch.plan(&LaunchInput { early: None, isolated: &iso, shared: &sh, nodes: &nodes });
+                let plan = CaseLaunch.plan(&LaunchInput { now: 0, early: None, isolated: &iso, shared: &sh, nodes: &nodes });
                 for d in plan.decisions {
                     match d {
                         Decision::Launch { job, instances, .. } => {

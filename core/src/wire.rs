@@ -345,6 +345,10 @@ pub struct JobInfo {
     /// How many nodes it runs on, or asks for while pending (`-N`).
     #[serde(default = "one_node")]
     pub num_nodes: u32,
+    /// Pending: when it is expected to start, where the controller can tell
+    /// (`squeue --start`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<i64>,
     pub submit_time: i64,
     pub start_time: Option<i64>,
     pub end_time: Option<i64>,
@@ -441,6 +445,12 @@ impl JobInfo {
         self
     }
 
+    /// With its expected start (pending jobs holding nodes).
+    pub fn expecting(mut self, start: Option<i64>) -> JobInfo {
+        self.expected_start = start;
+        self
+    }
+
     pub fn new(job: &Job, default_partition: &str, now: i64) -> JobInfo {
         // The batch node names the output files.
         let s = &job.spec;
@@ -465,6 +475,7 @@ impl JobInfo {
                 0 => crate::allocation::width_of(&s.slurm),
                 n => n as u32,
             },
+            expected_start: None,
             submit_time: job.submit_time,
             start_time: job.start_time,
             end_time: job.end_time,

@@ -47,7 +47,14 @@ pub struct Args {
     /// One line per array task (pending tasks are not collapsed).
     #[arg(short = 'r', long = "array")]
     pub array: bool,
+    /// Pending jobs with their expected start times (`N/A` where not
+    /// known: only a job holding nodes whose jobs all have time limits has
+    /// one).
+    #[arg(long)]
+    pub start: bool,
 }
+
+const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R";
 
 const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
 
@@ -131,6 +138,7 @@ fn header(letter: char) -> Option<&'static str> {
         'l' => "TIME_LIMIT",
         'r' => "REASON",
         'k' => "COMMENT",
+        'S' => "START_TIME",
         _ => return None,
     })
 }
@@ -155,6 +163,11 @@ fn value(j: &JobInfo, id: &str, letter: char) -> String {
             None => "UNLIMITED".into(),
         },
         'D' => j.num_nodes.max(1).to_string(),
+        'S' => match (j.job_state, j.start_time, j.expected_start) {
+            (JobState::Pending, _, Some(t)) => super::format::timestamp(Some(t)),
+            (JobState::Pending, _, None) | (_, None, _) => "N/A".into(),
+            (_, Some(t), _) => super::format::timestamp(Some(t)),
+        },
         'C' => (j.slurm.ntasks.unwrap_or(1) * j.slurm.cpus_per_task.unwrap_or(1)).to_string(),
         'm' => j
             .slurm
@@ -213,6 +226,8 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let a: Args = super::parse("squeue", args)?;
     let fmt = if a.only_job_state {
         "%i %T".to_string()
+    } else if a.start {
+        a.format.clone().unwrap_or_else(|| START_FORMAT.into())
     } else {
         a.format.clone().unwrap_or_else(|| DEFAULT_FORMAT.into())
     };
@@ -244,6 +259,8 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             extra.push(("state", ours.join(",")));
         }
+        // --start: the pending ones, whose start is to come.
+        None if a.start => extra.push(("state", "PENDING".into())),
         // Like Slurm: jobs still pending or running.
         None => extra.push(("state", "PENDING,RUNNING,REQUEUED".into())),
     }

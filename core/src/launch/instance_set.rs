@@ -178,6 +178,7 @@ mod tests {
             memory_mib: 1 << 20,
         };
         NodeView {
+            expected_empty: None,
             name: "n",
             occupancy: Default::default(),
             up: true,
@@ -201,6 +202,7 @@ mod tests {
             uid: 0,
             sharing: None,
             width: 1,
+            time_limit: None,
             resources: JobResources {
                 cpus: 1,
                 memory: MemoryRequest::Unspecified,

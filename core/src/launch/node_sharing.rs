@@ -55,19 +55,36 @@ pub(super) struct Occupancies {
     /// must look (until then they need not, which keeps a pass over
     /// thousands of nodes as fast as without the option).
     held: bool,
+    /// Nodes held in this pass for a job that could not start yet (one
+    /// wanting a node alone, or on several nodes): `Some(until)`, when it
+    /// is expected to start there, where time limits say.
+    holds: Vec<Option<Option<i64>>>,
+    now: i64,
 }
 
 impl Occupancies {
-    /// The nodes' occupancy at the start of a pass.
-    pub(super) fn of(nodes: &[NodeView<'_>]) -> Occupancies {
-        let nodes: Vec<NodeOccupancy> = nodes.iter().map(|n| n.occupancy.clone()).collect();
-        let held = nodes.iter().any(|o| o.alone || o.user_only.is_some());
-        Occupancies { nodes, held }
+    /// The nodes' occupancy at the start of a pass at `now`.
+    pub(super) fn of(nodes: &[NodeView<'_>], now: i64) -> Occupancies {
+        let occupied: Vec<NodeOccupancy> = nodes.iter().map(|n| n.occupancy.clone()).collect();
+        let held = occupied.iter().any(|o| o.alone || o.user_only.is_some());
+        Occupancies {
+            nodes: occupied,
+            held,
+            holds: vec![None; nodes.len()],
+            now,
+        }
     }
 
-    /// Whether `job` may join node `ni` now ([`admits`]).
+    /// Whether `job` may join node `ni` now ([`admits`]): where the node is
+    /// held for another job, only if it will have ended by the time that
+    /// one is expected to start there (backfill).
     #[inline]
     pub(super) fn admits(&self, ni: usize, job: &QueuedJob<'_>) -> bool {
+        if let Some(until) = self.holds[ni] {
+            if !until.is_some_and(|t| job.ends_by(self.now, t)) {
+                return false;
+            }
+        }
         self.admits_anywhere(job) || admits(&self.nodes[ni], job)
     }
 
@@ -92,32 +109,42 @@ impl Occupancies {
         self.held = true;
     }
 
-    /// A job wanting a node alone (or for its user) that could not start
-    /// in this pass keeps the node that will empty first (fewest jobs) from
-    /// later jobs of the pass, so a stream of other jobs cannot starve it.
-    /// Keeps node `ni` from every later job of the pass (held for a job
-    /// on several nodes, `wide::hold`).
-    pub(super) fn hold_node(&mut self, ni: usize) {
-        self.nodes[ni].alone = true;
+    /// Keeps node `ni` from every later job of the pass that will not have
+    /// ended by `until` (all of them where it is unknown): held for a job
+    /// expected to start there then.
+    pub(super) fn hold_node(&mut self, ni: usize, until: Option<i64>) {
+        self.holds[ni] = Some(until);
         self.held = true;
     }
 
-    pub(super) fn hold_for(&mut self, job: &QueuedJob<'_>, nodes: &[NodeView<'_>]) {
-        let Some(sharing) = job.sharing else {
-            return;
-        };
+    /// A job wanting a node alone (or for its user) that could not start
+    /// in this pass keeps the node that will empty first (by time limits,
+    /// else fewest jobs) from later jobs of the pass, so a stream of other
+    /// jobs cannot starve it; a node held alone still takes jobs that will
+    /// have ended by then (backfill). Returns when it is expected to start
+    /// there, where known.
+    pub(super) fn hold_for(&mut self, job: &QueuedJob<'_>, nodes: &[NodeView<'_>]) -> Option<i64> {
+        let sharing = job.sharing?;
         let best = nodes
             .iter()
             .enumerate()
             .filter(|(_, n)| n.up && n.could_run(job))
-            .min_by_key(|(ni, _)| self.nodes[*ni].users.len());
-        if let Some((ni, _)) = best {
-            match sharing {
-                NodeSharing::Alone => self.nodes[ni].alone = true,
-                NodeSharing::UserOnly => self.nodes[ni].user_only = Some(job.uid),
+            .min_by_key(|(ni, n)| {
+                (
+                    n.expected_empty.unwrap_or(i64::MAX),
+                    self.nodes[*ni].users.len(),
+                )
+            });
+        let (ni, n) = best?;
+        match sharing {
+            NodeSharing::Alone => {
+                self.hold_node(ni, n.expected_empty);
+                return n.expected_empty;
             }
-            self.held = true;
+            NodeSharing::UserOnly => self.nodes[ni].user_only = Some(job.uid),
         }
+        self.held = true;
+        None
     }
 }
 
@@ -136,6 +163,7 @@ mod tests {
             memory_mib: 1 << 20,
         };
         NodeView {
+            expected_empty: None,
             name,
             up: true,
             worker_limit: 8,
@@ -160,6 +188,7 @@ mod tests {
             uid,
             sharing,
             width: 1,
+            time_limit: None,
         }
     }
 
@@ -194,6 +223,7 @@ mod tests {
         let free = [node("n1", NodeOccupancy::default())];
         let shared = [job(1, 7, Some(NodeSharing::Alone), &g), job(2, 8, None, &g)];
         let p = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &[],
             shared: &shared,
@@ -219,6 +249,7 @@ mod tests {
             },
         )];
         let p = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &[],
             shared: &shared,
@@ -230,6 +261,7 @@ mod tests {
         // Two nodes, one busy: the job alone takes the idle one.
         let two = [busy[0].clone(), node("n2", NodeOccupancy::default())];
         let p = ExclusiveLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &[],
             shared: &shared[..1],
@@ -239,6 +271,7 @@ mod tests {
         // none, so it waits; CaseLaunch runs it on n2.)
         assert!(p.decisions.is_empty());
         let p = CaseLaunch.plan(&LaunchInput {
+            now: 0,
             early: None,
             isolated: &[],
             shared: &shared[..1],

@@ -87,23 +87,35 @@ fn could_run_on(nodes: &[NodeView<'_>], job: &QueuedJob<'_>, count: usize) -> Ve
 }
 
 /// Holds for a job on several nodes that could not start the nodes that
-/// will empty first (fewest jobs there), so the jobs after it in this pass
-/// start elsewhere.
+/// will empty first (by their jobs' time limits, else fewest jobs there),
+/// so the jobs after it in this pass start elsewhere, or there only if
+/// they will have ended by the time all of them are expected empty (EASY
+/// backfill). Returns that time, the job's expected start, where known.
 pub(super) fn hold(
     occupancy: &mut Occupancies,
     nodes: &[NodeView<'_>],
     job: &QueuedJob<'_>,
     count: usize,
-) {
+) -> Option<i64> {
     let mut could = could_run_on(nodes, job, count);
     let width = job.width.max(1) as usize;
     if could.len() < width {
-        return;
+        return None;
     }
-    could.sort_by_key(|ni| (nodes[*ni].workers_used, *ni));
-    for ni in could.into_iter().take(width) {
-        occupancy.hold_node(ni);
+    could.sort_by_key(|ni| {
+        let n = &nodes[*ni];
+        (n.expected_empty.unwrap_or(i64::MAX), n.workers_used, *ni)
+    });
+    could.truncate(width);
+    // All of them free: the latest of their expected ends.
+    let until = could
+        .iter()
+        .map(|ni| nodes[*ni].expected_empty)
+        .try_fold(i64::MIN, |t, e| e.map(|e| t.max(e)));
+    for ni in could {
+        occupancy.hold_node(ni, until);
     }
+    until
 }
 
 #[cfg(test)]
@@ -124,6 +136,7 @@ mod tests {
             memory_mib: 1 << 20,
         };
         NodeView {
+            expected_empty: None,
             name,
             up: true,
             worker_limit: 4,
@@ -162,6 +175,7 @@ mod tests {
             uid: 1,
             sharing: None,
             width,
+            time_limit: None,
         }
     }
 
@@ -221,6 +235,49 @@ mod tests {
         });
         assert!(launches(&plan).is_empty(), "{plan:?}");
         assert!(plan.waiting.contains(&(1, PendingReason::Resources)));
+    }
+
+    #[test]
+    fn narrow_jobs_backfill_held_nodes_only_if_they_end_before_the_wide_job_can_start() {
+        let none = GpuRequest::default();
+        // n1 is full until t=100 (its job's time limit); n2 is free.
+        let mut full = node("n1", vec![], 1);
+        full.free.cpus = 0;
+        full.expected_empty = Some(100);
+        let mut free = node("n2", vec![], 0);
+        free.expected_empty = Some(0);
+        let nodes = vec![full, free];
+        let limited = |id, secs| QueuedJob {
+            time_limit: secs,
+            ..job(id, 1, 1, &none)
+        };
+        let queue = [
+            job(1, 2, 8, &none),
+            limited(2, Some(300)),
+            limited(3, None),
+            limited(4, Some(100)),
+        ];
+        let plan = CaseLaunch.plan(&LaunchInput {
+            shared: &queue,
+            nodes: &nodes,
+            now: 0,
+            ..Default::default()
+        });
+        // Only the job that ends by t=100 starts (on n2); the wide job is
+        // expected to start then.
+        assert_eq!(launches(&plan), vec![(4, vec!["n2".into()])], "{plan:?}");
+        assert_eq!(plan.expected_starts, vec![(1, 100)]);
+        // Where a running job has no limit, nothing is known: no backfill.
+        let mut unknown = nodes.clone();
+        unknown[0].expected_empty = None;
+        let plan = CaseLaunch.plan(&LaunchInput {
+            shared: &queue,
+            nodes: &unknown,
+            now: 0,
+            ..Default::default()
+        });
+        assert!(launches(&plan).is_empty(), "{plan:?}");
+        assert!(plan.expected_starts.is_empty());
     }
 
     #[test]

@@ -133,7 +133,9 @@ pub async fn list_jobs(
         if j.id <= horizon && query.matches(j) {
             page.insert(
                 j.id,
-                JobInfo::new(j, &ctl.config.partition, now).weighed(c.priority_of(j, now)),
+                JobInfo::new(j, &ctl.config.partition, now)
+                    .weighed(c.priority_of(j, now))
+                    .expecting(c.expected_start(j.id)),
             );
         }
     };

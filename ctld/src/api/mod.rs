@@ -185,7 +185,9 @@ async fn get_job(State(ctl): Ctl, Path(id): Path<String>) -> Result<Json<JobInfo
     let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
     let now = unix_now();
     Ok(Json(
-        JobInfo::new(j, &ctl.config.partition, now).weighed(c.priority_of(j, now)),
+        JobInfo::new(j, &ctl.config.partition, now)
+            .weighed(c.priority_of(j, now))
+            .expecting(c.expected_start(j.id)),
     ))
 }
 
@@ -326,7 +328,9 @@ async fn update_job(
     let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
     let now = unix_now();
     Ok(Json(
-        JobInfo::new(j, &ctl.config.partition, now).weighed(c.priority_of(j, now)),
+        JobInfo::new(j, &ctl.config.partition, now)
+            .weighed(c.priority_of(j, now))
+            .expecting(c.expected_start(j.id)),
     ))
 }
 

@@ -43,8 +43,9 @@ impl Cursor {
         let c = self.ctl.lock();
         for id in &self.ids[self.next..end] {
             let Some(j) = c.job(*id) else { continue };
-            let info =
-                JobInfo::new(j, &self.ctl.config.partition, now).weighed(c.priority_of(j, now));
+            let info = JobInfo::new(j, &self.ctl.config.partition, now)
+                .weighed(c.priority_of(j, now))
+                .expecting(c.expected_start(j.id));
             let profile = info
                 .gpu_instance
                 .as_deref()
