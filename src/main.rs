@@ -166,6 +166,18 @@ struct UpArgs {
     /// Seconds of waiting that give the whole age factor.
     #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().max_age_secs)]
     priority_max_age: u64,
+    /// Weight of the fair-share factor under `multifactor`.
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_fair_share)]
+    priority_weight_fairshare: u32,
+    /// Seconds in which recorded usage halves.
+    #[arg(long, default_value_t = gsched_core::cluster::AccountingConfig::default().half_life_secs)]
+    priority_decay_half_life: i64,
+    /// What a job's use is billed in (`CPU=1.0,Mem=0.25G,GRES/gpu=2.0`).
+    #[arg(long, default_value = "CPU=1.0", value_name = "WEIGHTS")]
+    tres_billing_weights: String,
+    /// Every job must run under one of its user's accounts (sacctmgr).
+    #[arg(long)]
+    enforce_associations: bool,
     /// Placement policy for shared tasks: `case` or `mgb-sm`.
     #[arg(long, default_value = "case")]
     placement_policy: String,
@@ -246,6 +258,10 @@ async fn up(args: UpArgs) -> Result<()> {
             priority_weight_age: args.priority_weight_age,
             priority_weight_job_size: args.priority_weight_job_size,
             priority_max_age: args.priority_max_age,
+            priority_weight_fairshare: args.priority_weight_fairshare,
+            priority_decay_half_life: args.priority_decay_half_life,
+            tres_billing_weights: args.tres_billing_weights.clone(),
+            enforce_associations: args.enforce_associations,
             durability: args.durability,
             admins: args.admins,
             min_job_age: args.min_job_age,

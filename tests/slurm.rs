@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::Duration;
 
 use common::slurm::Slurm;
@@ -494,9 +495,119 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
     g.wait_state(id, "COMPLETED", T);
     assert_eq!(s.file("hosts.out"), "node1\n");
 
-    // sacctmgr and sshare exist and print nothing.
-    assert_eq!(s.ok("sacctmgr", &["show", "assoc"]), "");
-    assert_eq!(s.ok("sshare", &[]), "");
+    // Without accounts, sacctmgr and sshare show only the root.
+    assert_eq!(s.ok("sacctmgr", &["-P", "-n", "show", "account"]), "");
+    assert!(s
+        .ok("sshare", &["-P", "-n"])
+        .starts_with("root||1|1.000000|0|"));
+}
+
+#[test]
+fn accounts_and_fair_share_through_sacctmgr_and_sshare() {
+    let mut s = Slurm::start_with(&[
+        "--sim-gpus",
+        "1xA100-40GB",
+        "--priority-type",
+        "multifactor",
+    ]);
+    let g = &s.g;
+    let me = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    s.ok(
+        "sacctmgr",
+        &["-i", "add", "account", "physics", "Fairshare=3"],
+    );
+    s.ok(
+        "sacctmgr",
+        &["-i", "add", "account", "bio", "Description=life"],
+    );
+    let user = me.clone();
+    s.ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "add",
+            "user",
+            &user,
+            "Account=physics,bio",
+            "DefaultAccount=physics",
+        ],
+    );
+    assert_eq!(
+        s.ok(
+            "sacctmgr",
+            &[
+                "-P",
+                "-n",
+                "show",
+                "assoc",
+                "format=Account,User,Share,ParentName"
+            ]
+        ),
+        format!("bio||1|root\nbio|{me}|1|\nphysics||3|root\nphysics|{me}|1|\n")
+    );
+    // Bad changes are refused with the reason.
+    let o = s.run("sacctmgr", &["add", "account", "physics"], None);
+    assert!(
+        stderr(&o).contains("account physics already exists"),
+        "{}",
+        stderr(&o)
+    );
+    let o = s.run("sacctmgr", &["delete", "account", "physics"], None);
+    assert!(
+        stderr(&o).contains("has sub-accounts or users"),
+        "{}",
+        stderr(&o)
+    );
+    // A job may name only one of its user's accounts; without -A, the
+    // default is recorded.
+    let o = s.run("sbatch", &["-A", "chemistry", "--wrap", "true"], None);
+    assert!(
+        stderr(&o).contains("Invalid account or account/partition combination specified"),
+        "{}",
+        stderr(&o)
+    );
+    let id = s.sbatch(&["--wrap", "sleep 2"]);
+    let bio = s.sbatch(&["-A", "bio", "--wrap", "true"]);
+    g.wait_state(id, "COMPLETED", T);
+    g.wait_state(bio, "COMPLETED", T);
+    assert_eq!(
+        s.ok(
+            "sacct",
+            &["-j", &id.to_string(), "-X", "-n", "-P", "-o", "Account"]
+        ),
+        "physics\n"
+    );
+    // Its use is charged to physics: that association's factor falls.
+    let share = s.ok("sshare", &["-P", "-n", "-u", &user]);
+    let line = |acct: &str| {
+        share
+            .lines()
+            .find(|l| l.starts_with(&format!("{acct}|{me}|")))
+            .unwrap_or_else(|| panic!("{acct} in {share}"))
+            .split('|')
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let (phys, life) = (line("physics"), line("bio"));
+    let usage: f64 = phys[4].parse().unwrap();
+    assert!(usage >= 1.0, "{share}");
+    let factor = |l: &[String]| l[6].parse::<f64>().unwrap();
+    assert!(factor(&phys) < factor(&life), "{share}");
+    // Accounts and usage survive a controller crash.
+    s.g.restart();
+    s.g.wait_until("gsched is back", T, || s.g.get("/healthz").is_some());
+    let again = s.ok("sshare", &["-P", "-n", "-u", &user]);
+    assert!(again.contains(&format!("physics|{me}|1|")), "{again}");
+    let after: f64 = again
+        .lines()
+        .find(|l| l.starts_with(&format!("physics|{me}|")))
+        .and_then(|l| l.split('|').nth(4))
+        .and_then(|u| u.parse().ok())
+        .unwrap();
+    assert!(after > 0.0 && after <= usage, "{again}");
 }
 
 #[test]
@@ -935,8 +1046,8 @@ fn priorities_nice_and_sprio_under_multifactor() {
             .find(|r| r[0] == id.to_string())
             .unwrap_or_else(|| panic!("{id} in {sprio}"))
     };
-    assert_eq!(row(niced)[6], "500", "{sprio}");
-    assert_eq!(row(raised)[6], "-100", "{sprio}");
+    assert_eq!(row(niced)[7], "500", "{sprio}");
+    assert_eq!(row(raised)[7], "-100", "{sprio}");
     let prio = |id: u64| row(id)[2].parse::<i64>().unwrap();
     assert!(
         prio(raised) > prio(plain) && prio(plain) > prio(niced),

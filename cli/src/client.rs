@@ -379,6 +379,19 @@ impl Client {
         Ok((step, nodes))
     }
 
+    /// The accounts, associations and `sshare`'s lines.
+    pub fn accounts(&self) -> Result<serde_json::Value> {
+        self.request("GET", "/api/v1/accounts", &[], None)
+    }
+
+    /// An administrator's change to the accounts (`sacctmgr`).
+    pub fn change_accounts(
+        &self,
+        change: &gsched_core::fairshare::AccountChange,
+    ) -> Result<serde_json::Value> {
+        self.post("/api/v1/accounts", &serde_json::to_value(change)?)
+    }
+
     /// Records the end of a step.
     pub fn end_step(
         &self,

@@ -17,6 +17,7 @@ use crate::launch::{
 use crate::resources::{JobResources, MemoryRequest, NodeResources};
 use crate::wire::{JobEnded, NodeRegistration};
 
+mod accounting;
 mod drains;
 mod early_start;
 mod footprints;
@@ -27,6 +28,7 @@ mod node_admin;
 mod proptests;
 mod reshapes;
 mod sisters;
+pub use accounting::AccountingConfig;
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
 pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};
@@ -247,6 +249,8 @@ impl Node {
 pub enum Effect {
     /// Persist this job's row and append `event` to the event log.
     Job { id: JobId, event: String },
+    /// Persist the accounts, associations and their usage.
+    Accounts,
     /// Persist this node and its instances.
     Node { name: String },
     /// Persist the job's spec: it changed while pending (`scontrol
@@ -370,6 +374,9 @@ pub struct Cluster {
     /// When jobs holding nodes are expected to start, from the latest
     /// launch pass (`squeue --start`).
     expected_starts: HashMap<JobId, i64>,
+    /// Accounts, associations and their usage (`accounting.rs`).
+    fair_share: crate::fairshare::FairShare,
+    accounting: accounting::AccountingConfig,
     /// Decides MIG re-partitions (`reshapes.rs`); `None`: layouts stay.
     repartition: Option<Box<dyn crate::repartition::RepartitionPolicy>>,
     /// Reshapes sent to each node and not yet reported done.
@@ -421,6 +428,8 @@ impl Cluster {
             refuse_unsatisfiable: false,
             sharing_jobs: BTreeSet::new(),
             expected_starts: HashMap::new(),
+            fair_share: Default::default(),
+            accounting: Default::default(),
             repartition: None,
             reshapes: BTreeMap::new(),
             reshape_seq: 0,
@@ -443,20 +452,27 @@ impl Cluster {
         self.weigh(job, &self.priority_context(now))
     }
 
-    fn priority_context(&self, now: i64) -> crate::priority::PriorityContext {
+    fn priority_context(&self, now: i64) -> crate::priority::PriorityContext<'_> {
         let cluster_cpus = self
             .nodes
             .values()
             .filter(|n| n.up)
             .map(|n| n.total().cpus)
             .sum();
-        crate::priority::PriorityContext { now, cluster_cpus }
+        crate::priority::PriorityContext {
+            now,
+            cluster_cpus,
+            fair_share: self
+                .fair_share
+                .in_use()
+                .then_some((&self.fair_share, self.accounting.half_life_secs)),
+        }
     }
 
     fn weigh(
         &self,
         job: &Job,
-        ctx: &crate::priority::PriorityContext,
+        ctx: &crate::priority::PriorityContext<'_>,
     ) -> crate::priority::Priority {
         if job.held {
             return crate::priority::Priority::default();
@@ -783,6 +799,7 @@ impl Cluster {
             return Ok((id, Vec::new()));
         }
         self.check_satisfiable(&spec)?;
+        self.choose_account(&mut spec)?;
         if let Some(d) = &spec.dependency {
             if let Some(id) = d.job_ids().find(|id| !self.jobs.contains_key(id)) {
                 return Err(ClusterError::DependencyOnUnknownJob(id));
@@ -1469,6 +1486,7 @@ impl Cluster {
             event: format!("ended {state}"),
         }];
         effects.extend(stops);
+        effects.extend(self.charge(id, ended.end_time));
         Ok(effects)
     }
 
@@ -1644,6 +1662,8 @@ impl Cluster {
         }
         let mut effects = self.release(id);
         self.note_lost_run(id);
+        // What it ran until now counts, as for any end.
+        effects.extend(self.charge(id, now));
         let job = self.jobs.get_mut(&id).expect("caller checked");
         if job.spec.requeues() {
             effects.extend(self.requeue_after_failure(

@@ -12,6 +12,7 @@ pub mod context;
 pub mod dependency;
 pub mod devices;
 pub mod env;
+pub mod fairshare;
 pub mod fence;
 pub mod gpu;
 pub mod gpu_time;

@@ -23,11 +23,26 @@ pub const NICE_LIMIT: i64 = 2_147_483_645;
 
 /// What a policy weighs a job against.
 #[derive(Debug, Clone, Copy)]
-pub struct PriorityContext {
+pub struct PriorityContext<'a> {
     /// Unix seconds.
     pub now: i64,
     /// The CPUs of the nodes that are up (the job-size factor's whole).
     pub cluster_cpus: u32,
+    /// The accounts and their usage, where accounting is in use, with the
+    /// usage's half-life (seconds): the fair-share factor.
+    pub fair_share: Option<(&'a crate::fairshare::FairShare, i64)>,
+}
+
+impl PriorityContext<'_> {
+    /// `job`'s fair-share factor (0 where it is charged to no account).
+    pub fn fair_share_of(&self, job: &Job) -> f64 {
+        match (self.fair_share, job.spec.slurm.account.as_deref()) {
+            (Some((f, half_life)), Some(a)) if f.in_use() => {
+                f.factor(&job.spec.user_name, a, self.now, half_life)
+            }
+            _ => 0.0,
+        }
+    }
 }
 
 /// A job's priority and the weighted factors it is made of (`sprio`'s
@@ -37,6 +52,8 @@ pub struct Priority {
     pub value: u64,
     pub age: u64,
     pub job_size: u64,
+    #[serde(default)]
+    pub fair_share: u64,
     /// The job's nice, subtracted from the sum.
     pub nice: i64,
 }
@@ -52,6 +69,14 @@ pub struct PriorityConfig {
     /// Waiting this long gives the whole age factor (Slurm's
     /// `PriorityMaxAge`, 7 days by default).
     pub max_age_secs: u64,
+    /// Weight of the fair-share factor (the job's association's usage
+    /// against its shares: `fairshare`).
+    #[serde(default = "default_weight")]
+    pub weight_fair_share: u32,
+}
+
+fn default_weight() -> u32 {
+    1000
 }
 
 impl Default for PriorityConfig {
@@ -60,6 +85,7 @@ impl Default for PriorityConfig {
             weight_age: 1000,
             weight_job_size: 1000,
             max_age_secs: 7 * 24 * 3600,
+            weight_fair_share: 1000,
         }
     }
 }
@@ -72,7 +98,7 @@ pub trait PriorityPolicy: Send + Sync {
     fn orders(&self) -> bool;
     /// `job`'s priority now (a held job's is 0 whatever the policy says:
     /// the caller sees to that).
-    fn priority(&self, job: &Job, ctx: &PriorityContext) -> Priority;
+    fn priority(&self, job: &Job, ctx: &PriorityContext<'_>) -> Priority;
 }
 
 /// One registered policy.

@@ -56,6 +56,26 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().max_age_secs)]
     #[serde(default = "default_max_age")]
     pub priority_max_age: u64,
+    /// Weight of the fair-share factor under `multifactor`
+    /// (PriorityWeightFairshare).
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_fair_share)]
+    #[serde(default = "default_weight_fair_share")]
+    pub priority_weight_fairshare: u32,
+    /// Seconds in which recorded usage halves (PriorityDecayHalfLife).
+    #[arg(long, default_value_t = gsched_core::cluster::AccountingConfig::default().half_life_secs)]
+    #[serde(default = "default_half_life")]
+    pub priority_decay_half_life: i64,
+    /// What a job's use is billed in, per second held (TRESBillingWeights:
+    /// `CPU=1.0,Mem=0.25G,GRES/gpu=2.0`).
+    #[arg(long, default_value = "CPU=1.0", value_name = "WEIGHTS")]
+    #[serde(default = "default_billing_weights")]
+    pub tres_billing_weights: String,
+    /// Every job must run under one of its user's accounts (sacctmgr);
+    /// otherwise users without any run uncharged
+    /// (AccountingStorageEnforce=associations).
+    #[arg(long)]
+    #[serde(default)]
+    pub enforce_associations: bool,
     /// Commit durability: normal survives process crashes, full also power loss.
     #[arg(long, value_enum, default_value = "normal")]
     #[serde(default = "default_durability")]
@@ -155,6 +175,10 @@ impl Default for CtldConfig {
             priority_weight_age: default_weight_age(),
             priority_weight_job_size: default_weight_job_size(),
             priority_max_age: default_max_age(),
+            priority_weight_fairshare: default_weight_fair_share(),
+            priority_decay_half_life: default_half_life(),
+            tres_billing_weights: default_billing_weights(),
+            enforce_associations: false,
             durability: default_durability(),
             cluster_key_file: None,
             admins: Vec::new(),
@@ -189,8 +213,27 @@ impl CtldConfig {
                 weight_age: self.priority_weight_age,
                 weight_job_size: self.priority_weight_job_size,
                 max_age_secs: self.priority_max_age,
+                weight_fair_share: self.priority_weight_fairshare,
             },
         )
+    }
+
+    /// How jobs are charged to their accounts, or why the settings do not
+    /// read.
+    pub fn accounting(&self) -> Result<gsched_core::cluster::AccountingConfig, String> {
+        let weights = gsched_core::fairshare::BillingWeights::parse(&self.tres_billing_weights)
+            .map_err(|e| format!("--tres-billing-weights: {e}"))?;
+        if self.priority_decay_half_life <= 0 {
+            return Err(format!(
+                "--priority-decay-half-life={}: must be at least 1 second",
+                self.priority_decay_half_life
+            ));
+        }
+        Ok(gsched_core::cluster::AccountingConfig {
+            enforce: self.enforce_associations,
+            half_life_secs: self.priority_decay_half_life,
+            weights,
+        })
     }
 
     /// Every partition, the default first.
@@ -220,6 +263,18 @@ fn default_node_timeout() -> u64 {
 fn default_policy() -> String {
     "case".into()
 }
+fn default_weight_fair_share() -> u32 {
+    gsched_core::priority::PriorityConfig::default().weight_fair_share
+}
+
+fn default_half_life() -> i64 {
+    gsched_core::cluster::AccountingConfig::default().half_life_secs
+}
+
+fn default_billing_weights() -> String {
+    "CPU=1.0".into()
+}
+
 fn default_priority_type() -> String {
     "basic".into()
 }

@@ -287,7 +287,7 @@ impl Controller {
 
     /// Runs one operation on the cluster, persists and carries out its
     /// effects, and wakes the launch loop.
-    async fn operate(
+    pub(crate) async fn operate(
         self: &Arc<Self>,
         op: impl FnOnce(&mut Cluster, i64) -> Result<Vec<Effect>, ClusterError>,
     ) -> Result<(), CtlError> {
@@ -537,6 +537,12 @@ impl Controller {
             let mut writes = Vec::new();
             for e in effects {
                 match e {
+                    Effect::Accounts => {
+                        let stored = c.stored_accounts();
+                        writes.push(Write::Accounts(
+                            serde_json::to_string(&stored).expect("serializable"),
+                        ));
+                    }
                     Effect::JobSpec { id } => {
                         self.touch([id], now);
                         if let Some(j) = c.job(id) {

@@ -86,10 +86,12 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         "store loaded"
     );
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
+    cluster.restore_accounts(loaded.accounts);
     cluster.restore_history(loaded.max_job_id, loaded.past_runs);
     cluster.set_job_requeue(config.job_requeue);
     cluster.set_early_start(Some(config.early_start_secs));
     cluster.set_priority_policy(priority);
+    cluster.set_accounting(config.accounting().map_err(|e| anyhow::anyhow!("{e}"))?);
     let repartition = gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?;
     cluster.set_repartition(

@@ -65,6 +65,8 @@ pub enum Write {
     Node(Box<Node>),
     /// A task reservation began or ended (upsert by job and task).
     Task { node: String, record: TaskRecord },
+    /// The accounts, associations and usage (JSON of `StoredFairShare`).
+    Accounts(String),
     /// An entry in the append-only event log.
     Event {
         time: i64,
@@ -149,6 +151,8 @@ pub struct Loaded {
     pub max_job_id: JobId,
     /// Footprints learned from finished jobs.
     pub past_runs: Vec<PastRun>,
+    /// The accounts (sacctmgr) and their usage.
+    pub accounts: gsched_core::fairshare::StoredFairShare,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -438,6 +442,12 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .execute(&mut *conn)
             .await?;
         }
+        Write::Accounts(data) => {
+            sqlx::query("INSERT OR REPLACE INTO accounts (id, data) VALUES (1, ?)")
+                .bind(data)
+                .execute(&mut *conn)
+                .await?;
+        }
         Write::Node(node) => {
             sqlx::query(
                 "INSERT INTO nodes (name, url, cpus, memory_mib, worker_limit, up, updated_at,
@@ -611,11 +621,24 @@ async fn load(
             reshape_keep: Default::default(),
         });
     }
+    let accounts = match sqlx::query("SELECT data FROM accounts WHERE id = 1")
+        .fetch_optional(&mut *conn)
+        .await?
+    {
+        Some(row) => serde_json::from_str(row.try_get::<&str, _>("data")?).map_err(|e| {
+            StoreError::Corrupt {
+                id: 0,
+                why: format!("the accounts do not read: {e}"),
+            }
+        })?,
+        None => Default::default(),
+    };
     Ok(Loaded {
         jobs,
         nodes,
         max_job_id,
         past_runs,
+        accounts,
     })
 }
 

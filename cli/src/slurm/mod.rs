@@ -6,6 +6,7 @@
 pub mod format;
 pub mod ids;
 pub mod sacct;
+pub mod sacctmgr;
 pub mod salloc;
 pub mod scancel;
 pub mod scontrol;
@@ -14,6 +15,7 @@ pub mod sprio;
 pub mod squeue;
 pub mod srun;
 mod srun_wide;
+pub mod sshare;
 pub mod sstat;
 pub mod update;
 
@@ -37,9 +39,8 @@ pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
         "salloc" => salloc::main_with(args),
         "scontrol" => scontrol::main_with(args),
         "sprio" => sprio::main_with(args),
-        // Accounting and fair-share databases do not exist in gsched: both
-        // answer with nothing, successfully (what clients accept).
-        "sacctmgr" | "sshare" => Ok(0),
+        "sacctmgr" => sacctmgr::main_with(args),
+        "sshare" => sshare::main_with(args),
         other => Err(anyhow::anyhow!("unknown Slurm command '{other}'")),
     };
     match result {

@@ -34,13 +34,20 @@ pub struct Args {
 }
 
 /// The columns: JOBID, PARTITION, then the numbers.
-const COLUMNS: &[&str] = &["PRIORITY", "SITE", "AGE", "JOBSIZE", "NICE"];
+const COLUMNS: &[&str] = &["PRIORITY", "SITE", "AGE", "FAIRSHARE", "JOBSIZE", "NICE"];
 
 /// One job's line (the job is pending).
 fn line(j: &JobInfo) -> String {
     let p = j.priority.unwrap_or_default();
     let value = super::scontrol::priority(j);
-    let numbers = [value as i64, 0, p.age as i64, p.job_size as i64, j.nice];
+    let numbers = [
+        value as i64,
+        0,
+        p.age as i64,
+        p.fair_share as i64,
+        p.job_size as i64,
+        j.nice,
+    ];
     let mut out = format!(
         "{} {}",
         pad(&j.display_id(), Some(15), false),
@@ -114,11 +121,12 @@ mod tests {
             value: 1450,
             age: 500,
             job_size: 1000,
+            fair_share: 250,
             nice: 50,
         });
         let l = line(&info);
         let words: Vec<&str> = l.split_whitespace().collect();
-        assert_eq!(words, ["7", "gpu", "1450", "0", "500", "1000", "50"]);
+        assert_eq!(words, ["7", "gpu", "1450", "0", "500", "250", "1000", "50"]);
         assert_eq!(
             header().split_whitespace().collect::<Vec<_>>(),
             [
@@ -127,6 +135,7 @@ mod tests {
                 "PRIORITY",
                 "SITE",
                 "AGE",
+                "FAIRSHARE",
                 "JOBSIZE",
                 "NICE"
             ]

@@ -17,7 +17,7 @@ impl PriorityPolicy for Basic {
         false
     }
 
-    fn priority(&self, job: &Job, _: &PriorityContext) -> Priority {
+    fn priority(&self, job: &Job, _: &PriorityContext<'_>) -> Priority {
         Priority {
             value: TOP.saturating_sub(job.id.saturating_sub(1)).max(1),
             ..Priority::default()

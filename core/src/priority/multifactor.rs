@@ -1,8 +1,10 @@
-//! `multifactor`: Slurm's priority/multifactor with the age and job-size
-//! factors. Each factor is between 0 and 1 and counts with its weight:
-//! `weight_age * min(waited, max_age) / max_age + weight_job_size * cpus /
-//! cluster_cpus - nice`, at least 1. Fair share and QOS factors are not
-//! computed (no accounts or QOS yet): they count 0.
+//! `multifactor`: Slurm's priority/multifactor with the age, job-size and
+//! fair-share factors. Each factor is between 0 and 1 and counts with its
+//! weight: `weight_age * min(waited, max_age) / max_age`, plus
+//! `weight_job_size * cpus / cluster_cpus`, plus `weight_fair_share *
+//! fair_share`, less the job's nice; at least 1. The fair-share factor is
+//! the job's association's (`fairshare`), 0 where it has none. QOS and
+//! partition factors are not computed (no QOS yet): they count 0.
 
 use super::{Priority, PriorityConfig, PriorityContext, PriorityPolicy};
 use crate::job::Job;
@@ -19,7 +21,7 @@ impl PriorityPolicy for Multifactor {
         true
     }
 
-    fn priority(&self, job: &Job, ctx: &PriorityContext) -> Priority {
+    fn priority(&self, job: &Job, ctx: &PriorityContext<'_>) -> Priority {
         let c = &self.0;
         let waited = (ctx.now - job.submit_time).max(0) as f64;
         let age = if c.max_age_secs == 0 {
@@ -35,12 +37,15 @@ impl PriorityPolicy for Multifactor {
         };
         let age = (f64::from(c.weight_age) * age).round() as u64;
         let job_size = (f64::from(c.weight_job_size) * size).round() as u64;
+        let fair_share = (f64::from(c.weight_fair_share) * ctx.fair_share_of(job)).round() as u64;
         let nice = job.spec.nice;
-        let sum = i128::from(age) + i128::from(job_size) - i128::from(nice);
+        let sum =
+            i128::from(age) + i128::from(job_size) + i128::from(fair_share) - i128::from(nice);
         Priority {
             value: sum.clamp(1, i128::from(super::TOP)) as u64,
             age,
             job_size,
+            fair_share,
             nice,
         }
     }
@@ -69,10 +74,12 @@ mod tests {
             weight_age: 1000,
             weight_job_size: 500,
             max_age_secs: 100,
+            weight_fair_share: 1000,
         });
         let ctx = |now| PriorityContext {
             now,
             cluster_cpus: 8,
+            fair_share: None,
         };
         let p = m.priority(&job(0, 2, 0), &ctx(50));
         assert_eq!((p.age, p.job_size, p.value), (500, 125, 625));

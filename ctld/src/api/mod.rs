@@ -3,6 +3,7 @@
 //! slurmrestd endpoints, the dashboard, metrics and the OpenAPI document.
 
 mod access;
+mod accounts;
 mod internal;
 mod listing;
 
@@ -67,6 +68,10 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/jobs/{id}/steps", post(begin_step))
         .route("/api/v1/jobs/{id}/steps/{step}/end", post(end_step))
         .route("/api/v1/jobs/{id}/release", post(release_job))
+        .route(
+            "/api/v1/accounts",
+            get(accounts::list).post(accounts::change),
+        )
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/nodes/{name}/state", post(set_node_state))
         .route(

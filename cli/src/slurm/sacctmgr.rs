@@ -1,0 +1,377 @@
+//! `sacctmgr`: accounts and users' associations, as Slurm's
+//! (`add|create`, `delete|remove`, `modify|update`, `show|list` of
+//! `account`, `user`, `association`). Changes are made at once (as with
+//! `-i`); only administrators may make them.
+
+use anyhow::{anyhow, bail, Result};
+use gsched_core::fairshare::AccountChange;
+use serde_json::Value;
+
+use crate::client::Client;
+
+/// What the words after the verb and entity say: the names given, the
+/// `where` conditions and the `set` values (keys lower-cased).
+#[derive(Debug, Default, PartialEq)]
+struct Words {
+    names: Vec<String>,
+    cond: Vec<(String, String)>,
+    set: Vec<(String, String)>,
+}
+
+fn read_words(words: &[String]) -> Result<Words> {
+    let mut w = Words::default();
+    let mut setting = false;
+    for word in words {
+        match word.to_ascii_lowercase().as_str() {
+            "where" => {
+                setting = false;
+                continue;
+            }
+            "set" => {
+                setting = true;
+                continue;
+            }
+            _ => {}
+        }
+        match word.split_once('=') {
+            Some((k, v)) => {
+                let k = k.to_ascii_lowercase();
+                if k == "name" || k == "names" {
+                    w.names.extend(v.split(',').map(String::from));
+                } else if setting {
+                    w.set.push((k, v.to_string()));
+                } else {
+                    w.cond.push((k, v.to_string()));
+                }
+            }
+            None => w
+                .names
+                .extend(word.split(',').filter(|n| !n.is_empty()).map(String::from)),
+        }
+    }
+    Ok(w)
+}
+
+impl Words {
+    fn get(&self, keys: &[&str]) -> Option<&str> {
+        self.cond
+            .iter()
+            .chain(self.set.iter())
+            .find(|(k, _)| keys.contains(&k.as_str()))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn shares(&self) -> Result<Option<u32>> {
+        self.get(&["fairshare", "share", "shares"])
+            .map(|v| {
+                v.parse::<u32>()
+                    .map_err(|_| anyhow!("Fairshare={v}: expected a whole number of shares"))
+            })
+            .transpose()
+    }
+
+    fn names(&self, what: &str) -> Result<&[String]> {
+        if self.names.is_empty() {
+            bail!("no {what} name given");
+        }
+        Ok(&self.names)
+    }
+}
+
+/// The changes `verb entity words` asks for.
+fn changes(verb: &str, entity: &str, w: &Words) -> Result<Vec<AccountChange>> {
+    let mut out = Vec::new();
+    match (verb, entity) {
+        ("add", "account") => {
+            for name in w.names("account")? {
+                out.push(AccountChange::AddAccount {
+                    name: name.clone(),
+                    parent: w.get(&["parent"]).map(String::from),
+                    shares: w.shares()?,
+                    description: w.get(&["description", "descr"]).map(String::from),
+                });
+            }
+        }
+        ("add", "user") => {
+            let accounts = w
+                .get(&["account", "accounts"])
+                .or(w.get(&["defaultaccount", "defaccount"]))
+                .ok_or_else(|| anyhow!("add user needs Account=NAME"))?;
+            let default = w.get(&["defaultaccount", "defaccount"]);
+            for user in w.names("user")? {
+                for account in accounts.split(',') {
+                    out.push(AccountChange::AddUser {
+                        user: user.clone(),
+                        account: account.to_string(),
+                        shares: w.shares()?,
+                        default: default == Some(account),
+                    });
+                }
+            }
+        }
+        ("delete", "account") => {
+            for name in w.names("account")? {
+                out.push(AccountChange::DeleteAccount { name: name.clone() });
+            }
+        }
+        ("delete", "user") => {
+            for user in w.names("user")? {
+                out.push(AccountChange::DeleteUser {
+                    user: user.clone(),
+                    account: w.get(&["account"]).map(String::from),
+                });
+            }
+        }
+        ("modify", "account") => {
+            for name in w.names("account")? {
+                out.push(AccountChange::ModifyAccount {
+                    name: name.clone(),
+                    shares: w.shares()?,
+                    parent: w.get(&["parent"]).map(String::from),
+                });
+            }
+        }
+        ("modify", "user") => {
+            for user in w.names("user")? {
+                out.push(AccountChange::ModifyUser {
+                    user: user.clone(),
+                    account: w.cond.iter().find(|(k, _)| k == "account").map(|(_, v)| v.clone()),
+                    shares: w.shares()?,
+                    default_account: w.get(&["defaultaccount", "defaccount"]).map(String::from),
+                });
+            }
+        }
+        _ => bail!("{verb} {entity}: gsched's sacctmgr manages accounts and users (add, delete, modify, show)"),
+    }
+    Ok(out)
+}
+
+fn verb_of(v: &str) -> Option<&'static str> {
+    Some(match v.to_ascii_lowercase().as_str() {
+        "add" | "create" => "add",
+        "delete" | "remove" => "delete",
+        "modify" | "update" => "modify",
+        "show" | "list" => "show",
+        _ => return None,
+    })
+}
+
+fn entity_of(e: &str) -> Option<&'static str> {
+    Some(match e.to_ascii_lowercase().as_str() {
+        "account" | "accounts" => "account",
+        "user" | "users" => "user",
+        "association" | "associations" | "assoc" => "association",
+        _ => return None,
+    })
+}
+
+pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let mut parsable = false;
+    let mut header = true;
+    let mut rest = Vec::new();
+    for a in args {
+        match a.as_str() {
+            "-i" | "--immediate" => {}
+            "-P" | "--parsable2" | "-p" | "--parsable" => parsable = true,
+            "-n" | "--noheader" => header = false,
+            _ => rest.push(a),
+        }
+    }
+    let (Some(verb), Some(entity)) = (
+        rest.first().and_then(|v| verb_of(v)),
+        rest.get(1).and_then(|e| entity_of(e)),
+    ) else {
+        bail!("usage: sacctmgr [-i] [-P] add|delete|modify|show account|user|association ...");
+    };
+    let w = read_words(&rest[2..])?;
+    let client = Client::from_env();
+    if verb == "show" {
+        return show(&client.accounts()?, entity, &w, parsable, header);
+    }
+    let entity = if entity == "association" {
+        "user"
+    } else {
+        entity
+    };
+    for change in changes(verb, entity, &w)? {
+        client.change_accounts(&change)?;
+    }
+    Ok(0)
+}
+
+/// `show account|user|association [format=...]`.
+fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Result<i32> {
+    let default_fmt = match entity {
+        "account" => "Account,Descr,ParentName,Share",
+        "user" => "User,DefaultAccount",
+        _ => "Cluster,Account,User,Share,ParentName",
+    };
+    let fmt = w.get(&["format"]).unwrap_or(default_fmt);
+    let cols: Vec<String> = fmt
+        .split(',')
+        .map(|c| c.trim().to_ascii_lowercase())
+        .collect();
+    let empty = Vec::new();
+    let accounts = v["accounts"].as_array().unwrap_or(&empty);
+    let assocs = v["associations"].as_array().unwrap_or(&empty);
+    let s = |x: &Value| x.as_str().unwrap_or("").to_string();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let field = |col: &str, account: &Value, assoc: Option<&Value>| -> Result<String> {
+        Ok(match col {
+            "cluster" => "gsched".into(),
+            "account" => match assoc {
+                Some(a) => s(&a["account"]),
+                None => s(&account["name"]),
+            },
+            "user" => assoc.map(|a| s(&a["user"])).unwrap_or_default(),
+            "share" | "fairshare" | "shares" => match assoc {
+                Some(a) => a["shares"].to_string(),
+                None => account["shares"].to_string(),
+            },
+            "parentname" | "parent" => assoc.map_or_else(|| s(&account["parent"]), |_| String::new()),
+            "descr" | "description" => s(&account["description"]),
+            "defaultaccount" | "defacct" | "def acct" => match assoc {
+                Some(a) => s(&a["account"]),
+                None => String::new(),
+            },
+            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount"),
+        })
+    };
+    match entity {
+        "account" => {
+            for a in accounts {
+                rows.push(
+                    cols.iter()
+                        .map(|c| field(c, a, None))
+                        .collect::<Result<_>>()?,
+                );
+            }
+        }
+        "user" => {
+            for a in assocs.iter().filter(|a| a["default"] == true) {
+                rows.push(
+                    cols.iter()
+                        .map(|c| field(c, &Value::Null, Some(a)))
+                        .collect::<Result<_>>()?,
+                );
+            }
+        }
+        _ => {
+            for acc in accounts {
+                rows.push(
+                    cols.iter()
+                        .map(|c| field(c, acc, None))
+                        .collect::<Result<_>>()?,
+                );
+                for a in assocs.iter().filter(|a| a["account"] == acc["name"]) {
+                    rows.push(
+                        cols.iter()
+                            .map(|c| field(c, acc, Some(a)))
+                            .collect::<Result<_>>()?,
+                    );
+                }
+            }
+        }
+    }
+    let titles: Vec<String> = fmt.split(',').map(|c| c.trim().to_string()).collect();
+    print_table(&titles, &rows, parsable, header);
+    Ok(0)
+}
+
+/// Prints rows as Slurm's tools do: `|`-separated under `-P`, else
+/// right-aligned columns of 10 (wider where a value needs it).
+pub(super) fn print_table(titles: &[String], rows: &[Vec<String>], parsable: bool, header: bool) {
+    if parsable {
+        if header {
+            println!("{}", titles.join("|"));
+        }
+        for r in rows {
+            println!("{}", r.join("|"));
+        }
+        return;
+    }
+    let widths: Vec<usize> = (0..titles.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([titles[i].len(), 10])
+                .max()
+                .unwrap_or(10)
+        })
+        .collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if header {
+        println!("{}", line(titles));
+        println!(
+            "{}",
+            widths
+                .iter()
+                .map(|w| "-".repeat(*w))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    for r in rows {
+        println!("{}", line(r));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Words {
+        read_words(&s.split_whitespace().map(String::from).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn slurms_forms_read_as_changes() {
+        let c = changes(
+            "add",
+            "account",
+            &words("physics,bio Parent=science Fairshare=3"),
+        )
+        .unwrap();
+        assert_eq!(c.len(), 2);
+        assert!(
+            matches!(&c[0], AccountChange::AddAccount { name, parent: Some(p), shares: Some(3), .. } if name == "physics" && p == "science")
+        );
+        let c = changes(
+            "add",
+            "user",
+            &words("ann Account=physics,bio DefaultAccount=bio"),
+        )
+        .unwrap();
+        assert!(
+            matches!(&c[1], AccountChange::AddUser { account, default: true, .. } if account == "bio")
+        );
+        assert!(matches!(
+            &c[0],
+            AccountChange::AddUser { default: false, .. }
+        ));
+        let c = changes(
+            "modify",
+            "user",
+            &words("where name=ann account=bio set fairshare=5"),
+        )
+        .unwrap();
+        assert!(
+            matches!(&c[0], AccountChange::ModifyUser { user, account: Some(a), shares: Some(5), .. } if user == "ann" && a == "bio")
+        );
+        let c = changes("delete", "user", &words("ann account=bio")).unwrap();
+        assert!(matches!(&c[0], AccountChange::DeleteUser { account: Some(a), .. } if a == "bio"));
+        assert!(changes("add", "user", &words("ann"))
+            .unwrap_err()
+            .to_string()
+            .contains("Account="));
+        assert!(changes("add", "account", &words("x Fairshare=lots")).is_err());
+        assert!(changes("add", "account", &words("")).is_err());
+    }
+}

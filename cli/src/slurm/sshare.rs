@@ -1,0 +1,78 @@
+//! `sshare`: each account and user's shares, decayed usage and fair-share
+//! factor, as Slurm's (`-a`, `-A`, `-u`, `-P`, `-p`, `-n`, `-l`).
+
+use anyhow::Result;
+use clap::Parser;
+use gsched_core::fairshare::ShareRow;
+
+use crate::client::Client;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sshare",
+    about = "Shares and usage of gsched's accounts (Slurm's sshare)"
+)]
+pub struct Args {
+    /// Every user's line (they are all shown).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Only these accounts (comma list).
+    #[arg(short = 'A', long = "accounts")]
+    pub accounts: Option<String>,
+    /// Only these users (comma list).
+    #[arg(short = 'u', long = "users")]
+    pub users: Option<String>,
+    #[arg(short = 'P', long = "parsable2")]
+    pub parsable2: bool,
+    #[arg(short = 'p', long = "parsable")]
+    pub parsable: bool,
+    #[arg(short = 'n', long = "noheader")]
+    pub noheader: bool,
+    /// Accepted (the long form adds columns gsched does not have).
+    #[arg(short = 'l', long = "long")]
+    pub long: bool,
+}
+
+pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let a: Args = super::parse("sshare", args)?;
+    let v = Client::from_env().accounts()?;
+    let rows: Vec<ShareRow> = serde_json::from_value(v["shares"].clone())?;
+    let list = |o: &Option<String>| -> Option<Vec<String>> {
+        o.as_ref().map(|s| s.split(',').map(String::from).collect())
+    };
+    let (accounts, users) = (list(&a.accounts), list(&a.users));
+    let titles: Vec<String> = [
+        "Account",
+        "User",
+        "RawShares",
+        "NormShares",
+        "RawUsage",
+        "EffectvUsage",
+        "FairShare",
+    ]
+    .iter()
+    .map(|t| t.to_string())
+    .collect();
+    let lines: Vec<Vec<String>> = rows
+        .iter()
+        .filter(|r| accounts.as_ref().is_none_or(|a| a.contains(&r.account)))
+        .filter(|r| {
+            users
+                .as_ref()
+                .is_none_or(|u| r.user.is_empty() || u.contains(&r.user))
+        })
+        .map(|r| {
+            vec![
+                r.account.clone(),
+                r.user.clone(),
+                r.raw_shares.to_string(),
+                format!("{:.6}", r.norm_shares),
+                format!("{:.0}", r.raw_usage),
+                format!("{:.6}", r.effective_usage),
+                r.fair_share.map(|f| format!("{f:.6}")).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    super::sacctmgr::print_table(&titles, &lines, a.parsable || a.parsable2, !a.noheader);
+    Ok(0)
+}
