@@ -339,6 +339,7 @@ fn endpoints_answer_and_metrics_are_scraped() {
         "/api/v1/nodes/{name}/state",
         "/api/v1/nodes/{name}/mig",
         "/api/v1/tokens",
+        "/api/v1/accounts",
         "/api/v1/instances",
         "/api/v1/utilization",
         "/metrics",
