@@ -169,6 +169,9 @@ struct UpArgs {
     /// Weight of the fair-share factor under `multifactor`.
     #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_fair_share)]
     priority_weight_fairshare: u32,
+    /// Weight of the QOS factor under `multifactor`.
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_qos)]
+    priority_weight_qos: u32,
     /// Seconds in which recorded usage halves.
     #[arg(long, default_value_t = gsched_core::cluster::AccountingConfig::default().half_life_secs)]
     priority_decay_half_life: i64,
@@ -259,6 +262,7 @@ async fn up(args: UpArgs) -> Result<()> {
             priority_weight_job_size: args.priority_weight_job_size,
             priority_max_age: args.priority_max_age,
             priority_weight_fairshare: args.priority_weight_fairshare,
+            priority_weight_qos: args.priority_weight_qos,
             priority_decay_half_life: args.priority_decay_half_life,
             tres_billing_weights: args.tres_billing_weights.clone(),
             enforce_associations: args.enforce_associations,

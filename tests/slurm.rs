@@ -611,6 +611,77 @@ fn accounts_and_fair_share_through_sacctmgr_and_sshare() {
 }
 
 #[test]
+fn qos_limits_and_priorities_through_sacctmgr() {
+    let s = Slurm::start_with(&[
+        "--sim-gpus",
+        "1xA100-40GB",
+        "--priority-type",
+        "multifactor",
+    ]);
+    let g = &s.g;
+    s.ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "add",
+            "qos",
+            "normal",
+            "MaxJobsPerUser=1",
+            "MaxWall=10",
+        ],
+    );
+    s.ok("sacctmgr", &["-i", "add", "qos", "high", "Priority=100"]);
+    assert_eq!(
+        s.ok("sacctmgr", &["-P", "-n", "show", "qos"]),
+        "high|100||||||\nnormal|0|00:10:00|1||||\n"
+    );
+    // Over MaxWall, or an unknown QOS: refused with the reason.
+    let o = s.run("sbatch", &["-t", "30", "--wrap", "true"], None);
+    assert!(
+        stderr(&o).contains("allows 10 minutes at most (MaxWall)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = s.run("sbatch", &["--qos", "gold", "--wrap", "true"], None);
+    assert!(
+        stderr(&o).contains("Invalid qos specification"),
+        "{}",
+        stderr(&o)
+    );
+    // One job at a time under normal: the second waits with Slurm's reason.
+    let a = s.sbatch(&["-t", "5", "--wrap", "sleep 3"]);
+    let b = s.sbatch(&["-t", "5", "--wrap", "true"]);
+    g.wait_state(a, "RUNNING", T);
+    g.wait_until("the second job waits for its QOS", T, || {
+        s.ok("squeue", &["-h", "-j", &b.to_string(), "-o", "%r"])
+            .trim()
+            == "QOSMaxJobsPerUserLimit"
+    });
+    g.wait_state(b, "COMPLETED", T);
+    assert_eq!(
+        s.ok(
+            "sacct",
+            &["-j", &b.to_string(), "-X", "-n", "-P", "-o", "QOS"]
+        ),
+        "normal\n"
+    );
+    // -1 clears a limit; preemption settings are refused, not ignored.
+    s.ok(
+        "sacctmgr",
+        &["-i", "modify", "qos", "normal", "set", "MaxJobsPerUser=-1"],
+    );
+    assert!(s
+        .ok("sacctmgr", &["-P", "-n", "show", "qos"])
+        .contains("normal|0|00:10:00|||||"));
+    let o = s.run(
+        "sacctmgr",
+        &["-i", "add", "qos", "x", "Preempt=normal"],
+        None,
+    );
+    assert!(stderr(&o).contains("no preemption yet"), "{}", stderr(&o));
+}
+
+#[test]
 fn srun_inside_and_outside_a_job() {
     let s = Slurm::start();
     let g = &s.g;
@@ -1046,8 +1117,8 @@ fn priorities_nice_and_sprio_under_multifactor() {
             .find(|r| r[0] == id.to_string())
             .unwrap_or_else(|| panic!("{id} in {sprio}"))
     };
-    assert_eq!(row(niced)[7], "500", "{sprio}");
-    assert_eq!(row(raised)[7], "-100", "{sprio}");
+    assert_eq!(row(niced)[8], "500", "{sprio}");
+    assert_eq!(row(raised)[8], "-100", "{sprio}");
     let prio = |id: u64| row(id)[2].parse::<i64>().unwrap();
     assert!(
         prio(raised) > prio(plain) && prio(plain) > prio(niced),

@@ -392,6 +392,11 @@ impl Client {
         self.post("/api/v1/accounts", &serde_json::to_value(change)?)
     }
 
+    /// An administrator's change to the QOS (`sacctmgr ... qos`).
+    pub fn change_qos(&self, change: &gsched_core::qos::QosChange) -> Result<serde_json::Value> {
+        self.post("/api/v1/qos", &serde_json::to_value(change)?)
+    }
+
     /// Records the end of a step.
     pub fn end_step(
         &self,

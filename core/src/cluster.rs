@@ -28,7 +28,7 @@ mod node_admin;
 mod proptests;
 mod reshapes;
 mod sisters;
-pub use accounting::AccountingConfig;
+pub use accounting::{AccountingConfig, StoredAccounting};
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
 pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};
@@ -377,6 +377,7 @@ pub struct Cluster {
     /// Accounts, associations and their usage (`accounting.rs`).
     fair_share: crate::fairshare::FairShare,
     accounting: accounting::AccountingConfig,
+    qos: crate::qos::QosTable,
     /// Decides MIG re-partitions (`reshapes.rs`); `None`: layouts stay.
     repartition: Option<Box<dyn crate::repartition::RepartitionPolicy>>,
     /// Reshapes sent to each node and not yet reported done.
@@ -430,6 +431,7 @@ impl Cluster {
             expected_starts: HashMap::new(),
             fair_share: Default::default(),
             accounting: Default::default(),
+            qos: Default::default(),
             repartition: None,
             reshapes: BTreeMap::new(),
             reshape_seq: 0,
@@ -466,6 +468,7 @@ impl Cluster {
                 .fair_share
                 .in_use()
                 .then_some((&self.fair_share, self.accounting.half_life_secs)),
+            qos: self.qos.in_use().then_some(&self.qos),
         }
     }
 
@@ -800,6 +803,7 @@ impl Cluster {
         }
         self.check_satisfiable(&spec)?;
         self.choose_account(&mut spec)?;
+        self.choose_qos(&mut spec)?;
         if let Some(d) = &spec.dependency {
             if let Some(id) = d.job_ids().find(|id| !self.jobs.contains_key(id)) {
                 return Err(ClusterError::DependencyOnUnknownJob(id));
@@ -1004,6 +1008,8 @@ impl Cluster {
             .collect();
         self.by_priority(&mut iso_ids, now);
         self.by_priority(&mut shared_ids, now);
+        // Jobs their QOS's limits hold back sit this pass out.
+        let over_qos = self.qos_filter([&mut iso_ids, &mut shared_ids]);
         shared_ids.truncate(free_workers);
         let choices = self.node_choices(iso_ids.iter().chain(shared_ids.iter()));
         let mut plan = {
@@ -1148,6 +1154,9 @@ impl Cluster {
         }
         for id in throttled {
             self.set_reason(id, "JobArrayTaskLimit");
+        }
+        for (id, reason) in over_qos {
+            self.set_reason(id, reason);
         }
         for id in held {
             self.set_reason(id, "JobHeldUser");

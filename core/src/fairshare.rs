@@ -584,7 +584,7 @@ impl FairShare {
             .usage
             .keys()
             .map(|k| self.decayed(k, now, half_life))
-            .sum();
+            .fold(0.0, |a, b| a + b);
         let u = if total > 0.0 {
             self.decayed(&(user.to_string(), account.to_string()), now, half_life) / total
         } else {
@@ -599,7 +599,7 @@ impl FairShare {
             .usage
             .keys()
             .map(|k| self.decayed(k, now, half_life))
-            .sum();
+            .fold(0.0, |a, b| a + b);
         let eff = |u: f64| if total > 0.0 { u / total } else { 0.0 };
         let mut out = Vec::new();
         let mut stack = vec![ROOT.to_string()];
@@ -614,7 +614,8 @@ impl FairShare {
                 .keys()
                 .filter(|(_, a)| self.path(a).contains(&acc) || (acc == ROOT))
                 .map(|k| self.decayed(k, now, half_life))
-                .sum();
+                // From +0.0: an empty sum of floats is -0.0.
+                .fold(0.0, |a, b| a + b);
             out.push(ShareRow {
                 account: acc.clone(),
                 user: String::new(),

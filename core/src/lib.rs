@@ -27,6 +27,7 @@ pub mod pattern;
 pub mod placement;
 pub mod priority;
 pub mod probe;
+pub mod qos;
 pub mod repartition;
 pub mod resources;
 pub mod sim;

@@ -31,6 +31,8 @@ pub struct PriorityContext<'a> {
     /// The accounts and their usage, where accounting is in use, with the
     /// usage's half-life (seconds): the fair-share factor.
     pub fair_share: Option<(&'a crate::fairshare::FairShare, i64)>,
+    /// The QOS, where any exist: the QOS factor.
+    pub qos: Option<&'a crate::qos::QosTable>,
 }
 
 impl PriorityContext<'_> {
@@ -43,6 +45,12 @@ impl PriorityContext<'_> {
             _ => 0.0,
         }
     }
+
+    /// `job`'s QOS factor (0 without one).
+    pub fn qos_of(&self, job: &Job) -> f64 {
+        self.qos
+            .map_or(0.0, |q| q.factor(job.spec.slurm.qos.as_deref()))
+    }
 }
 
 /// A job's priority and the weighted factors it is made of (`sprio`'s
@@ -54,6 +62,8 @@ pub struct Priority {
     pub job_size: u64,
     #[serde(default)]
     pub fair_share: u64,
+    #[serde(default)]
+    pub qos: u64,
     /// The job's nice, subtracted from the sum.
     pub nice: i64,
 }
@@ -73,6 +83,10 @@ pub struct PriorityConfig {
     /// against its shares: `fairshare`).
     #[serde(default = "default_weight")]
     pub weight_fair_share: u32,
+    /// Weight of the QOS factor (the job's QOS's priority over the
+    /// highest).
+    #[serde(default = "default_weight")]
+    pub weight_qos: u32,
 }
 
 fn default_weight() -> u32 {
@@ -86,6 +100,7 @@ impl Default for PriorityConfig {
             weight_job_size: 1000,
             max_age_secs: 7 * 24 * 3600,
             weight_fair_share: 1000,
+            weight_qos: 1000,
         }
     }
 }

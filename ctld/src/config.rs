@@ -61,6 +61,10 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_fair_share)]
     #[serde(default = "default_weight_fair_share")]
     pub priority_weight_fairshare: u32,
+    /// Weight of the QOS factor under `multifactor` (PriorityWeightQOS).
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_qos)]
+    #[serde(default = "default_weight_qos")]
+    pub priority_weight_qos: u32,
     /// Seconds in which recorded usage halves (PriorityDecayHalfLife).
     #[arg(long, default_value_t = gsched_core::cluster::AccountingConfig::default().half_life_secs)]
     #[serde(default = "default_half_life")]
@@ -176,6 +180,7 @@ impl Default for CtldConfig {
             priority_weight_job_size: default_weight_job_size(),
             priority_max_age: default_max_age(),
             priority_weight_fairshare: default_weight_fair_share(),
+            priority_weight_qos: default_weight_qos(),
             priority_decay_half_life: default_half_life(),
             tres_billing_weights: default_billing_weights(),
             enforce_associations: false,
@@ -214,6 +219,7 @@ impl CtldConfig {
                 weight_job_size: self.priority_weight_job_size,
                 max_age_secs: self.priority_max_age,
                 weight_fair_share: self.priority_weight_fairshare,
+                weight_qos: self.priority_weight_qos,
             },
         )
     }
@@ -265,6 +271,10 @@ fn default_policy() -> String {
 }
 fn default_weight_fair_share() -> u32 {
     gsched_core::priority::PriorityConfig::default().weight_fair_share
+}
+
+fn default_weight_qos() -> u32 {
+    gsched_core::priority::PriorityConfig::default().weight_qos
 }
 
 fn default_half_life() -> i64 {

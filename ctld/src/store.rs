@@ -152,7 +152,7 @@ pub struct Loaded {
     /// Footprints learned from finished jobs.
     pub past_runs: Vec<PastRun>,
     /// The accounts (sacctmgr) and their usage.
-    pub accounts: gsched_core::fairshare::StoredFairShare,
+    pub accounts: gsched_core::cluster::StoredAccounting,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");

@@ -1,10 +1,11 @@
-//! `sacctmgr`: accounts and users' associations, as Slurm's
+//! `sacctmgr`: accounts, users' associations and QOS, as Slurm's
 //! (`add|create`, `delete|remove`, `modify|update`, `show|list` of
-//! `account`, `user`, `association`). Changes are made at once (as with
-//! `-i`); only administrators may make them.
+//! `account`, `user`, `association`, `qos`). Changes are made at once (as
+//! with `-i`); only administrators may make them.
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use gsched_core::fairshare::AccountChange;
+use gsched_core::qos::{Qos, QosChange, Tres};
 use serde_json::Value;
 
 use crate::client::Client;
@@ -161,8 +162,83 @@ fn entity_of(e: &str) -> Option<&'static str> {
         "account" | "accounts" => "account",
         "user" | "users" => "user",
         "association" | "associations" | "assoc" => "association",
+        "qos" => "qos",
         _ => return None,
     })
+}
+
+/// A limit's value: a count, or `-1` for none (as Slurm clears one).
+fn limit(key: &str, v: &str) -> Result<Option<u32>> {
+    if v.trim() == "-1" {
+        return Ok(None);
+    }
+    v.trim()
+        .parse()
+        .map(Some)
+        .with_context(|| format!("{key}={v}: expected a whole number, or -1 for none"))
+}
+
+/// `qos` with the settings `w` gives.
+fn set_qos(mut qos: Qos, w: &Words) -> Result<Qos> {
+    for (k, v) in w.cond.iter().chain(w.set.iter()) {
+        match k.as_str() {
+            "priority" => qos.priority = limit(k, v)?.unwrap_or(0),
+            "maxjobsperuser" | "maxjobspu" => qos.max_jobs_per_user = limit(k, v)?,
+            "maxsubmitjobsperuser" | "maxsubmitjobspu" | "maxsubmitpu" => {
+                qos.max_submit_jobs_per_user = limit(k, v)?
+            }
+            "grpjobs" => qos.grp_jobs = limit(k, v)?,
+            "maxwall" | "maxwalldurationperjob" => {
+                qos.max_wall_minutes = if v.trim() == "-1" {
+                    None
+                } else {
+                    gsched_core::units::parse_time_limit(v)
+                        .map_err(|e| anyhow!("MaxWall={v}: {e}"))?
+                        .map(|secs| secs.div_ceil(60))
+                }
+            }
+            "maxtresperuser" | "maxtrespu" => {
+                qos.max_tres_per_user = Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))?
+            }
+            "grptres" => qos.grp_tres = Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))?,
+            "description" | "descr" | "preempt" | "preemptmode" | "flags" => {
+                bail!("{k}: gsched's QOS have Priority, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser and GrpTRES (no preemption yet)")
+            }
+            other => bail!("{other}: not a QOS setting gsched knows"),
+        }
+    }
+    Ok(qos)
+}
+
+/// `add|modify|delete qos ...`.
+fn qos_changes(verb: &str, w: &Words, current: &Value) -> Result<Vec<QosChange>> {
+    let mut out = Vec::new();
+    for name in w.names("QOS")? {
+        out.push(match verb {
+            "add" => QosChange::Add {
+                qos: set_qos(
+                    Qos {
+                        name: name.clone(),
+                        ..Default::default()
+                    },
+                    w,
+                )?,
+            },
+            "modify" => {
+                let now: Qos = current["qos"]
+                    .as_array()
+                    .and_then(|all| all.iter().find(|q| q["name"] == name.as_str()))
+                    .map(|q| serde_json::from_value(q.clone()))
+                    .transpose()?
+                    .ok_or_else(|| anyhow!("QOS {name} does not exist"))?;
+                QosChange::Modify {
+                    qos: set_qos(now, w)?,
+                }
+            }
+            _ => QosChange::Delete { name: name.clone() },
+        });
+    }
+    Ok(out)
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
@@ -188,6 +264,17 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     if verb == "show" {
         return show(&client.accounts()?, entity, &w, parsable, header);
     }
+    if entity == "qos" {
+        let current = if verb == "modify" {
+            client.accounts()?
+        } else {
+            Value::Null
+        };
+        for change in qos_changes(verb, &w, &current)? {
+            client.change_qos(&change)?;
+        }
+        return Ok(0);
+    }
     let entity = if entity == "association" {
         "user"
     } else {
@@ -201,6 +288,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
 
 /// `show account|user|association [format=...]`.
 fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Result<i32> {
+    if entity == "qos" {
+        return show_qos(v, parsable, header);
+    }
     let default_fmt = match entity {
         "account" => "Account,Descr,ParentName,Share",
         "user" => "User,DefaultAccount",
@@ -274,6 +364,54 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
         }
     }
     let titles: Vec<String> = fmt.split(',').map(|c| c.trim().to_string()).collect();
+    print_table(&titles, &rows, parsable, header);
+    Ok(0)
+}
+
+/// `show qos`: each QOS and its limits (blank: none).
+fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
+    let all: Vec<Qos> = serde_json::from_value(v["qos"].clone()).unwrap_or_default();
+    let titles: Vec<String> = [
+        "Name",
+        "Priority",
+        "MaxWall",
+        "MaxJobsPU",
+        "MaxSubmitPU",
+        "GrpJobs",
+        "MaxTRESPU",
+        "GrpTRES",
+    ]
+    .iter()
+    .map(|t| t.to_string())
+    .collect();
+    let opt = |o: Option<u32>| o.map(|n| n.to_string()).unwrap_or_default();
+    let tres = |t: &Tres| {
+        let mut p = Vec::new();
+        if let Some(c) = t.cpu {
+            p.push(format!("cpu={c}"));
+        }
+        if let Some(g) = t.gpu {
+            p.push(format!("gres/gpu={g}"));
+        }
+        p.join(",")
+    };
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|q| {
+            vec![
+                q.name.clone(),
+                q.priority.to_string(),
+                q.max_wall_minutes
+                    .map(|m| super::format::elapsed_long(m as i64 * 60))
+                    .unwrap_or_default(),
+                opt(q.max_jobs_per_user),
+                opt(q.max_submit_jobs_per_user),
+                opt(q.grp_jobs),
+                tres(&q.max_tres_per_user),
+                tres(&q.grp_tres),
+            ]
+        })
+        .collect();
     print_table(&titles, &rows, parsable, header);
     Ok(0)
 }

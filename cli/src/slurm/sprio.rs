@@ -34,7 +34,15 @@ pub struct Args {
 }
 
 /// The columns: JOBID, PARTITION, then the numbers.
-const COLUMNS: &[&str] = &["PRIORITY", "SITE", "AGE", "FAIRSHARE", "JOBSIZE", "NICE"];
+const COLUMNS: &[&str] = &[
+    "PRIORITY",
+    "SITE",
+    "AGE",
+    "FAIRSHARE",
+    "JOBSIZE",
+    "QOS",
+    "NICE",
+];
 
 /// One job's line (the job is pending).
 fn line(j: &JobInfo) -> String {
@@ -46,6 +54,7 @@ fn line(j: &JobInfo) -> String {
         p.age as i64,
         p.fair_share as i64,
         p.job_size as i64,
+        p.qos as i64,
         j.nice,
     ];
     let mut out = format!(
@@ -122,11 +131,15 @@ mod tests {
             age: 500,
             job_size: 1000,
             fair_share: 250,
+            qos: 100,
             nice: 50,
         });
         let l = line(&info);
         let words: Vec<&str> = l.split_whitespace().collect();
-        assert_eq!(words, ["7", "gpu", "1450", "0", "500", "250", "1000", "50"]);
+        assert_eq!(
+            words,
+            ["7", "gpu", "1450", "0", "500", "250", "1000", "100", "50"]
+        );
         assert_eq!(
             header().split_whitespace().collect::<Vec<_>>(),
             [
@@ -137,6 +150,7 @@ mod tests {
                 "AGE",
                 "FAIRSHARE",
                 "JOBSIZE",
+                "QOS",
                 "NICE"
             ]
         );

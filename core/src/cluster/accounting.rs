@@ -1,11 +1,26 @@
-//! The controller's accounts (`fairshare`): a job is charged to its
-//! account (its `--account`, checked against its user's associations, or
-//! the user's default) when it ends; changes come from administrators
-//! (`sacctmgr`) and every change is persisted through one effect.
+//! The controller's accounts (`fairshare`) and QOS (`qos`): a job is
+//! charged to its account (its `--account`, checked against its user's
+//! associations, or the user's default) when it ends, and runs under its
+//! QOS (`--qos`, else `normal`), whose limits refuse it at submission or
+//! keep it pending; changes come from administrators (`sacctmgr`) and
+//! every change is persisted through one effect.
+
+use serde::{Deserialize, Serialize};
 
 use super::{resources_of, Cluster, ClusterError, Effect};
 use crate::fairshare::{AccountChange, BillingWeights, FairShare, ShareRow, StoredFairShare};
-use crate::job::{JobId, JobSpec};
+use crate::job::{Job, JobId, JobSpec, JobState};
+use crate::qos::{JobLoad, Qos, QosChange, QosTable, QosTally};
+
+/// What the store keeps of accounting: accounts, associations, usage and
+/// QOS.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredAccounting {
+    #[serde(flatten)]
+    pub fair_share: StoredFairShare,
+    #[serde(default)]
+    pub qos: Vec<Qos>,
+}
 
 /// How jobs are charged and held to their accounts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,18 +53,122 @@ impl Cluster {
         self.accounting
     }
 
-    /// The accounts as the store had them (at start).
-    pub fn restore_accounts(&mut self, stored: StoredFairShare) {
-        self.fair_share = stored.into();
+    /// The accounts and QOS as the store had them (at start).
+    pub fn restore_accounts(&mut self, stored: StoredAccounting) {
+        self.fair_share = stored.fair_share.into();
+        self.qos = QosTable {
+            qos: stored
+                .qos
+                .into_iter()
+                .map(|q| (q.name.clone(), q))
+                .collect(),
+        };
     }
 
     pub fn fair_share(&self) -> &FairShare {
         &self.fair_share
     }
 
-    /// What to persist of the accounts.
-    pub fn stored_accounts(&self) -> StoredFairShare {
-        (&self.fair_share).into()
+    pub fn qos_table(&self) -> &QosTable {
+        &self.qos
+    }
+
+    /// What to persist of the accounts and QOS.
+    pub fn stored_accounts(&self) -> StoredAccounting {
+        StoredAccounting {
+            fair_share: (&self.fair_share).into(),
+            qos: self.qos.qos.values().cloned().collect(),
+        }
+    }
+
+    /// An administrator's change to the QOS.
+    pub fn change_qos(&mut self, change: &QosChange) -> Result<Vec<Effect>, ClusterError> {
+        self.qos
+            .apply(change)
+            .map_err(|e| ClusterError::Refused(e.to_string()))?;
+        Ok(vec![Effect::Accounts])
+    }
+
+    /// Sets the QOS a submission runs under and checks the QOS's
+    /// submission limits.
+    pub(super) fn choose_qos(&self, spec: &mut JobSpec) -> Result<(), ClusterError> {
+        if !self.qos.in_use() {
+            return Ok(());
+        }
+        let refuse = |e: crate::qos::QosError| {
+            ClusterError::Refused(format!("Batch job submission failed: {e}"))
+        };
+        spec.slurm.qos = self
+            .qos
+            .qos_for(spec.slurm.qos.as_deref())
+            .map_err(refuse)?;
+        let Some(qos) = spec.slurm.qos.clone() else {
+            return Ok(());
+        };
+        let queued = self
+            .jobs
+            .values()
+            .filter(|j| {
+                !j.state.is_final()
+                    && j.spec.user_name == spec.user_name
+                    && j.spec.slurm.qos.as_deref() == Some(qos.as_str())
+            })
+            .count() as u32;
+        let (cpus, gpus) = load_of(spec);
+        self.qos
+            .check_submit(
+                &JobLoad {
+                    qos: &qos,
+                    user: &spec.user_name,
+                    cpus,
+                    gpus,
+                },
+                spec.time_limit,
+                queued,
+            )
+            .map_err(refuse)
+    }
+
+    /// Keeps the queued jobs (in the order the pass weighs them) that
+    /// their QOS's launch limits would not allow on top of what runs and
+    /// of the jobs before them; returns those and why (Slurm's reasons).
+    pub(super) fn qos_filter(&self, queues: [&mut Vec<JobId>; 2]) -> Vec<(JobId, &'static str)> {
+        if !self.qos.in_use() {
+            return Vec::new();
+        }
+        let mut tally = QosTally::default();
+        for n in self.nodes.values() {
+            // A job on several nodes counts once, with its batch node.
+            for j in n
+                .running
+                .iter()
+                .filter_map(|id| self.jobs.get(id))
+                .filter(|j| j.state == JobState::Running && j.node.as_deref() == Some(&n.name))
+            {
+                if let Some(l) = job_load(j) {
+                    tally.add(&l);
+                }
+            }
+        }
+        let mut waits = Vec::new();
+        for ids in queues {
+            ids.retain(|id| {
+                let Some(l) = self.jobs.get(id).and_then(job_load) else {
+                    return true;
+                };
+                match self.qos.admit(&tally, &l) {
+                    Ok(()) => {
+                        tally.add(&l);
+                        true
+                    }
+                    Err(w) => {
+                        waits.push((*id, w.reason()));
+                        false
+                    }
+                }
+            });
+        }
+        waits
     }
 
     /// An administrator's change to the accounts.
@@ -110,6 +229,30 @@ impl Cluster {
     }
 }
 
+/// The CPUs and GPU instances a job takes in all (on every node).
+fn load_of(spec: &JobSpec) -> (u64, u64) {
+    let width = u64::from(crate::allocation::width_of(&spec.slurm));
+    let cpus = crate::resources::JobResources::of(spec).map_or(1, |r| u64::from(r.cpus));
+    let gpus = if spec.isolated {
+        spec.gpu.instances() as u64
+    } else {
+        0
+    };
+    (cpus * width, gpus * width)
+}
+
+/// What a job counts against its QOS's limits (none without a QOS).
+fn job_load(j: &Job) -> Option<JobLoad<'_>> {
+    let qos = j.spec.slurm.qos.as_deref()?;
+    let (cpus, gpus) = load_of(&j.spec);
+    Some(JobLoad {
+        qos,
+        user: &j.spec.user_name,
+        cpus,
+        gpus,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use crate::cluster::testkit::{cluster, ended, launch, spec};
@@ -158,6 +301,41 @@ mod tests {
         // One CPU for 100 s.
         assert!((u.raw_usage - 100.0).abs() < 1e-6, "{u:?}");
         assert!(u.fair_share.unwrap() < 1.0);
+    }
+
+    #[test]
+    fn qos_limits_refuse_submissions_and_keep_jobs_waiting() {
+        use crate::qos::{Qos, QosChange};
+        let mut c = cluster();
+        c.change_qos(&QosChange::Add {
+            qos: Qos {
+                name: "normal".into(),
+                max_jobs_per_user: Some(1),
+                max_wall_minutes: Some(60),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let mut long = spec("long", false);
+        long.time_limit = Some(7200);
+        let e = c.submit(long, 0).unwrap_err().to_string();
+        assert!(e.contains("MaxWall"), "{e}");
+        let mut short = spec("a", false);
+        short.time_limit = Some(60);
+        let (a, _) = c.submit(short.clone(), 0).unwrap();
+        let (b, _) = c.submit(short, 0).unwrap();
+        assert_eq!(c.job(a).unwrap().spec.slurm.qos.as_deref(), Some("normal"));
+        assert_eq!(launch(&mut c, 1), [a]);
+        assert_eq!(
+            c.job(b).unwrap().reason.as_deref(),
+            Some("QOSMaxJobsPerUserLimit")
+        );
+        c.job_ended("n1", &ended(a, 1, 0, 2)).unwrap();
+        assert_eq!(launch(&mut c, 3), [b]);
+        let mut named = spec("x", false);
+        named.slurm.qos = Some("gold".into());
+        let e = c.submit(named, 4).unwrap_err().to_string();
+        assert!(e.contains("Invalid qos specification"), "{e}");
     }
 
     #[test]

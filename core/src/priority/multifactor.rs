@@ -2,9 +2,10 @@
 //! fair-share factors. Each factor is between 0 and 1 and counts with its
 //! weight: `weight_age * min(waited, max_age) / max_age`, plus
 //! `weight_job_size * cpus / cluster_cpus`, plus `weight_fair_share *
-//! fair_share`, less the job's nice; at least 1. The fair-share factor is
-//! the job's association's (`fairshare`), 0 where it has none. QOS and
-//! partition factors are not computed (no QOS yet): they count 0.
+//! fair_share`, plus `weight_qos * qos`, less the job's nice; at least 1.
+//! The fair-share factor is the job's association's (`fairshare`), 0
+//! where it has none; the QOS factor its QOS's priority over the highest
+//! (`qos`). The partition factor is not computed: it counts 0.
 
 use super::{Priority, PriorityConfig, PriorityContext, PriorityPolicy};
 use crate::job::Job;
@@ -38,14 +39,16 @@ impl PriorityPolicy for Multifactor {
         let age = (f64::from(c.weight_age) * age).round() as u64;
         let job_size = (f64::from(c.weight_job_size) * size).round() as u64;
         let fair_share = (f64::from(c.weight_fair_share) * ctx.fair_share_of(job)).round() as u64;
+        let qos = (f64::from(c.weight_qos) * ctx.qos_of(job)).round() as u64;
         let nice = job.spec.nice;
-        let sum =
-            i128::from(age) + i128::from(job_size) + i128::from(fair_share) - i128::from(nice);
+        let sum = i128::from(age) + i128::from(job_size) + i128::from(fair_share) + i128::from(qos)
+            - i128::from(nice);
         Priority {
             value: sum.clamp(1, i128::from(super::TOP)) as u64,
             age,
             job_size,
             fair_share,
+            qos,
             nice,
         }
     }
@@ -75,11 +78,13 @@ mod tests {
             weight_job_size: 500,
             max_age_secs: 100,
             weight_fair_share: 1000,
+            weight_qos: 1000,
         });
         let ctx = |now| PriorityContext {
             now,
             cluster_cpus: 8,
             fair_share: None,
+            qos: None,
         };
         let p = m.priority(&job(0, 2, 0), &ctx(50));
         assert_eq!((p.age, p.job_size, p.value), (500, 125, 625));

@@ -1,10 +1,12 @@
-//! Accounts and fair share: `sacctmgr` changes them (administrators only),
-//! `sshare` reads them (anyone authenticated).
+//! Accounts, fair share and QOS: `sacctmgr` changes them (administrators
+//! only), `sshare` and `sacctmgr show` read them (anyone authenticated).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gsched_core::fairshare::{AccountChange, ShareRow, StoredFairShare};
+use gsched_core::cluster::StoredAccounting;
+use gsched_core::fairshare::{AccountChange, ShareRow};
+use gsched_core::qos::QosChange;
 use gsched_daemon::http::{ApiError, Body};
 use serde::Serialize;
 
@@ -15,7 +17,7 @@ use crate::controller::unix_now;
 #[derive(Debug, Serialize)]
 pub struct AccountsView {
     #[serde(flatten)]
-    pub stored: StoredFairShare,
+    pub stored: StoredAccounting,
     pub shares: Vec<ShareRow>,
     pub half_life_secs: i64,
 }
@@ -29,21 +31,37 @@ pub async fn list(State(ctl): Ctl) -> Json<AccountsView> {
     })
 }
 
+fn admin_only(caller: &crate::auth::Caller, what: &str) -> Result<(), ApiError> {
+    if caller.admin {
+        return Ok(());
+    }
+    Err(ApiError(
+        StatusCode::FORBIDDEN,
+        format!(
+            "Access/permission denied: only an administrator may change {what} ({} is not one)",
+            caller.user
+        ),
+    ))
+}
+
 pub async fn change(
     State(ctl): Ctl,
     Extension(caller): Who,
     Body(change): Body<AccountChange>,
 ) -> Result<Json<AccountsView>, ApiError> {
-    if !caller.admin {
-        return Err(ApiError(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Access/permission denied: only an administrator may change accounts ({} is not one)",
-                caller.user
-            ),
-        ));
-    }
+    admin_only(&caller, "accounts")?;
     tracing::info!(?change, by = caller.user, "accounts changed");
     ctl.operate(|c, _| c.change_accounts(&change)).await?;
+    Ok(list(State(ctl)).await)
+}
+
+pub async fn change_qos(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Body(change): Body<QosChange>,
+) -> Result<Json<AccountsView>, ApiError> {
+    admin_only(&caller, "QOS")?;
+    tracing::info!(?change, by = caller.user, "QOS changed");
+    ctl.operate(|c, _| c.change_qos(&change)).await?;
     Ok(list(State(ctl)).await)
 }

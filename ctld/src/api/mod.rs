@@ -72,6 +72,7 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
             "/api/v1/accounts",
             get(accounts::list).post(accounts::change),
         )
+        .route("/api/v1/qos", post(accounts::change_qos))
         .route("/api/v1/nodes", get(list_nodes))
         .route("/api/v1/nodes/{name}/state", post(set_node_state))
         .route(

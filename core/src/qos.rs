@@ -1,0 +1,436 @@
+//! Quality of service (Slurm's QOS): named levels a job runs under
+//! (`--qos`, else `normal` where it exists), each with a priority (the QOS
+//! factor of multifactor) and limits. Limits checked at submission refuse
+//! the job (`MaxWall`, `MaxSubmitJobsPerUser`); those checked at launch
+//! keep it pending with Slurm's reason (`MaxJobsPerUser`, `GrpJobs`,
+//! `MaxTRESPerUser`, `GrpTRES` for CPUs and GPUs). Pure: the controller
+//! gives what runs and what is queued.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The QOS jobs get when they name none, where it exists.
+pub const DEFAULT_QOS: &str = "normal";
+
+/// Trackable resources a limit counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tres {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u64>,
+    /// GPU instances (`gres/gpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u64>,
+}
+
+impl Tres {
+    /// Reads Slurm's `cpu=N,gres/gpu=N` (either, in any order).
+    pub fn parse(s: &str) -> Result<Tres, String> {
+        let mut t = Tres::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("'{part}': expected cpu=N or gres/gpu=N"))?;
+            let n: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{part}': expected a whole number"))?;
+            match k.trim().to_ascii_lowercase().as_str() {
+                "cpu" => t.cpu = Some(n),
+                "gres/gpu" | "gpu" => t.gpu = Some(n),
+                other => return Err(format!("'{other}': gsched limits cpu and gres/gpu")),
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cpu.is_none() && self.gpu.is_none()
+    }
+}
+
+/// A QOS and its limits (`None`: no limit).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Qos {
+    pub name: String,
+    #[serde(default)]
+    pub priority: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs_per_user: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_submit_jobs_per_user: Option<u32>,
+    /// Minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_minutes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grp_jobs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Tres::is_empty")]
+    pub max_tres_per_user: Tres,
+    #[serde(default, skip_serializing_if = "Tres::is_empty")]
+    pub grp_tres: Tres,
+}
+
+/// What a job of a QOS takes while it runs, and whose it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobLoad<'a> {
+    pub qos: &'a str,
+    pub user: &'a str,
+    pub cpus: u64,
+    pub gpus: u64,
+}
+
+/// Why a job waits for its QOS (Slurm's reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QosWait {
+    MaxJobsPerUser,
+    GrpJobs,
+    MaxCpuPerUser,
+    MaxGresPerUser,
+    GrpCpu,
+    GrpGres,
+}
+
+impl QosWait {
+    pub fn reason(self) -> &'static str {
+        match self {
+            QosWait::MaxJobsPerUser => "QOSMaxJobsPerUserLimit",
+            QosWait::GrpJobs => "QOSGrpJobsLimit",
+            QosWait::MaxCpuPerUser => "QOSMaxCpuPerUserLimit",
+            QosWait::MaxGresPerUser => "QOSMaxGRESPerUser",
+            QosWait::GrpCpu => "QOSGrpCpuLimit",
+            QosWait::GrpGres => "QOSGrpGRES",
+        }
+    }
+}
+
+/// Why a submission is refused by its QOS.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QosError {
+    #[error("Invalid qos specification ('{0}' does not exist)")]
+    Unknown(String),
+    #[error("Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): QOS {qos} allows {minutes} minutes at most (MaxWall)")]
+    MaxWall { qos: String, minutes: u64 },
+    #[error("Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): QOS {qos} allows {max} jobs of a user queued or running (MaxSubmitJobsPerUser)")]
+    MaxSubmit { qos: String, max: u32 },
+    #[error("Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): QOS {qos} allows a user {what} (the job alone asks for more)")]
+    TooBig { qos: String, what: String },
+}
+
+/// The QOS that exist.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosTable {
+    #[serde(default)]
+    pub qos: BTreeMap<String, Qos>,
+}
+
+/// A change to the QOS, as `sacctmgr` asks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum QosChange {
+    /// A new QOS.
+    Add {
+        qos: Qos,
+    },
+    /// An existing QOS replaced by `qos` (of the same name): the caller
+    /// reads it, changes what was set, and sends it whole.
+    Modify {
+        qos: Qos,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+/// Why a QOS change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QosChangeError {
+    #[error("QOS {0} already exists")]
+    Exists(String),
+    #[error("QOS {0} does not exist")]
+    Unknown(String),
+    #[error("'{0}' is not a valid QOS name: letters, digits, '-', '_' and '.' only, at most 64")]
+    BadName(String),
+}
+
+/// The running totals limits are checked against, built for one pass
+/// from the running jobs and then updated as jobs are admitted.
+#[derive(Debug, Default)]
+pub struct QosTally {
+    user: BTreeMap<(String, String), (u32, u64, u64)>,
+    group: BTreeMap<String, (u32, u64, u64)>,
+}
+
+impl QosTally {
+    pub fn add(&mut self, j: &JobLoad<'_>) {
+        for t in [
+            self.user
+                .entry((j.qos.to_string(), j.user.to_string()))
+                .or_default(),
+            self.group.entry(j.qos.to_string()).or_default(),
+        ] {
+            t.0 += 1;
+            t.1 += j.cpus;
+            t.2 += j.gpus;
+        }
+    }
+}
+
+impl QosTable {
+    pub fn in_use(&self) -> bool {
+        !self.qos.is_empty()
+    }
+
+    /// Carries out a change (nothing changes on error).
+    pub fn apply(&mut self, change: &QosChange) -> Result<(), QosChangeError> {
+        match change {
+            QosChange::Add { qos } => {
+                let n = &qos.name;
+                if n.is_empty()
+                    || n.len() > 64
+                    || !n
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                {
+                    return Err(QosChangeError::BadName(n.clone()));
+                }
+                if self.qos.contains_key(n) {
+                    return Err(QosChangeError::Exists(n.clone()));
+                }
+                self.qos.insert(n.clone(), qos.clone());
+            }
+            QosChange::Modify { qos } => {
+                let Some(q) = self.qos.get_mut(&qos.name) else {
+                    return Err(QosChangeError::Unknown(qos.name.clone()));
+                };
+                *q = qos.clone();
+            }
+            QosChange::Delete { name } => {
+                if self.qos.remove(name).is_none() {
+                    return Err(QosChangeError::Unknown(name.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The QOS a job naming `asked` runs under: that one (which must
+    /// exist), else `normal` where it exists, else none.
+    pub fn qos_for(&self, asked: Option<&str>) -> Result<Option<String>, QosError> {
+        match asked {
+            Some(q) if self.qos.contains_key(q) => Ok(Some(q.to_string())),
+            Some(q) if self.in_use() => Err(QosError::Unknown(q.to_string())),
+            Some(q) => Ok(Some(q.to_string())),
+            None => Ok(self
+                .qos
+                .contains_key(DEFAULT_QOS)
+                .then(|| DEFAULT_QOS.to_string())),
+        }
+    }
+
+    /// The limits checked when a job is submitted: its time limit
+    /// (`MaxWall`), its own size against the per-user and group TRES
+    /// limits, and how many jobs its user has queued or running under
+    /// the QOS (`queued`, without it).
+    pub fn check_submit(
+        &self,
+        job: &JobLoad<'_>,
+        time_limit_secs: Option<u64>,
+        queued: u32,
+    ) -> Result<(), QosError> {
+        let Some(q) = self.qos.get(job.qos) else {
+            return Ok(());
+        };
+        if let Some(m) = q.max_wall_minutes {
+            if time_limit_secs.is_none_or(|t| t > m * 60) {
+                return Err(QosError::MaxWall {
+                    qos: q.name.clone(),
+                    minutes: m,
+                });
+            }
+        }
+        if let Some(max) = q.max_submit_jobs_per_user {
+            if queued >= max {
+                return Err(QosError::MaxSubmit {
+                    qos: q.name.clone(),
+                    max,
+                });
+            }
+        }
+        for (limit, scope) in [
+            (&q.max_tres_per_user, "at most"),
+            (&q.grp_tres, "in all at most"),
+        ] {
+            if limit.cpu.is_some_and(|c| job.cpus > c) {
+                return Err(QosError::TooBig {
+                    qos: q.name.clone(),
+                    what: format!("{scope} {} CPUs", limit.cpu.unwrap_or(0)),
+                });
+            }
+            if limit.gpu.is_some_and(|g| job.gpus > g) {
+                return Err(QosError::TooBig {
+                    qos: q.name.clone(),
+                    what: format!("{scope} {} GPUs", limit.gpu.unwrap_or(0)),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `job` may start on top of `tally` (what runs, and what this
+    /// pass admitted); `Err` says which limit keeps it waiting.
+    pub fn admit(&self, tally: &QosTally, job: &JobLoad<'_>) -> Result<(), QosWait> {
+        let Some(q) = self.qos.get(job.qos) else {
+            return Ok(());
+        };
+        let (uj, uc, ug) = tally
+            .user
+            .get(&(job.qos.to_string(), job.user.to_string()))
+            .copied()
+            .unwrap_or_default();
+        let (gj, gc, gg) = tally.group.get(job.qos).copied().unwrap_or_default();
+        if q.max_jobs_per_user.is_some_and(|m| uj >= m) {
+            return Err(QosWait::MaxJobsPerUser);
+        }
+        if q.grp_jobs.is_some_and(|m| gj >= m) {
+            return Err(QosWait::GrpJobs);
+        }
+        if q.max_tres_per_user.cpu.is_some_and(|m| uc + job.cpus > m) {
+            return Err(QosWait::MaxCpuPerUser);
+        }
+        if q.max_tres_per_user.gpu.is_some_and(|m| ug + job.gpus > m) {
+            return Err(QosWait::MaxGresPerUser);
+        }
+        if q.grp_tres.cpu.is_some_and(|m| gc + job.cpus > m) {
+            return Err(QosWait::GrpCpu);
+        }
+        if q.grp_tres.gpu.is_some_and(|m| gg + job.gpus > m) {
+            return Err(QosWait::GrpGres);
+        }
+        Ok(())
+    }
+
+    /// The QOS factor of a job under `qos`: its priority over the highest
+    /// of any QOS (0 to 1).
+    pub fn factor(&self, qos: Option<&str>) -> f64 {
+        let top = self.qos.values().map(|q| q.priority).max().unwrap_or(0);
+        match qos.and_then(|q| self.qos.get(q)) {
+            Some(q) if top > 0 => f64::from(q.priority) / f64::from(top),
+            _ => 0.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> QosTable {
+        let mut t = QosTable::default();
+        t.qos.insert(
+            "normal".into(),
+            Qos {
+                name: "normal".into(),
+                priority: 10,
+                max_jobs_per_user: Some(2),
+                max_tres_per_user: Tres::parse("gres/gpu=2").unwrap(),
+                ..Default::default()
+            },
+        );
+        t.qos.insert(
+            "short".into(),
+            Qos {
+                name: "short".into(),
+                priority: 100,
+                max_wall_minutes: Some(10),
+                max_submit_jobs_per_user: Some(1),
+                grp_jobs: Some(3),
+                ..Default::default()
+            },
+        );
+        t
+    }
+
+    fn load<'a>(qos: &'a str, user: &'a str, gpus: u64) -> JobLoad<'a> {
+        JobLoad {
+            qos,
+            user,
+            cpus: 1,
+            gpus,
+        }
+    }
+
+    #[test]
+    fn jobs_get_their_qos_or_normal() {
+        let t = table();
+        assert_eq!(t.qos_for(None), Ok(Some("normal".into())));
+        assert_eq!(t.qos_for(Some("short")), Ok(Some("short".into())));
+        assert_eq!(t.qos_for(Some("x")), Err(QosError::Unknown("x".into())));
+        assert_eq!(QosTable::default().qos_for(Some("x")), Ok(Some("x".into())));
+        assert_eq!(QosTable::default().qos_for(None), Ok(None));
+        assert!((t.factor(Some("normal")) - 0.1).abs() < 1e-9);
+        assert_eq!(t.factor(Some("short")), 1.0);
+    }
+
+    #[test]
+    fn submission_limits_refuse_with_the_reason() {
+        let t = table();
+        let e = t
+            .check_submit(&load("short", "a", 0), Some(3600), 0)
+            .unwrap_err();
+        assert!(e.to_string().contains("10 minutes"), "{e}");
+        assert!(
+            t.check_submit(&load("short", "a", 0), None, 0).is_err(),
+            "no limit is over MaxWall"
+        );
+        assert!(t.check_submit(&load("short", "a", 0), Some(600), 0).is_ok());
+        let e = t
+            .check_submit(&load("short", "a", 0), Some(60), 1)
+            .unwrap_err();
+        assert!(e.to_string().contains("MaxSubmitJobsPerUser"), "{e}");
+        let e = t
+            .check_submit(&load("normal", "a", 3), None, 0)
+            .unwrap_err();
+        assert!(e.to_string().contains("at most 2 GPUs"), "{e}");
+    }
+
+    #[test]
+    fn launch_limits_keep_jobs_waiting_with_slurms_reasons() {
+        let t = table();
+        let mut tally = QosTally::default();
+        let j = load("normal", "a", 1);
+        assert_eq!(t.admit(&tally, &j), Ok(()));
+        tally.add(&j);
+        assert_eq!(
+            t.admit(&tally, &load("normal", "a", 2)),
+            Err(QosWait::MaxGresPerUser)
+        );
+        tally.add(&j);
+        assert_eq!(
+            t.admit(&tally, &load("normal", "a", 0)),
+            Err(QosWait::MaxJobsPerUser)
+        );
+        // Another user is not held by a's jobs.
+        assert_eq!(t.admit(&tally, &load("normal", "b", 1)), Ok(()));
+        for u in ["a", "b", "c"] {
+            tally.add(&load("short", u, 0));
+        }
+        assert_eq!(
+            t.admit(&tally, &load("short", "d", 0)),
+            Err(QosWait::GrpJobs)
+        );
+        assert_eq!(QosWait::GrpJobs.reason(), "QOSGrpJobsLimit");
+    }
+
+    #[test]
+    fn tres_read_as_slurm_writes_them() {
+        assert_eq!(
+            Tres::parse("cpu=4,gres/gpu=2"),
+            Ok(Tres {
+                cpu: Some(4),
+                gpu: Some(2)
+            })
+        );
+        assert!(Tres::parse("mem=4G").is_err());
+        assert!(Tres::parse("cpu=x").is_err());
+    }
+}
