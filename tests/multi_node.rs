@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::{bin, stderr, stdout};
+use common::{stderr, stdout};
 use net::Cluster;
 
 fn serial() -> MutexGuard<'static, ()> {
@@ -32,12 +32,7 @@ impl Two {
     fn up() -> Two {
         let c = Cluster::up_with_node_args(2, 2, 10, &["--sim-gpus", "2xA100-40GB"]);
         let shims = c.dir.path().join("shims");
-        let out = Command::new(bin("gsched"))
-            .arg("slurm-shims")
-            .arg(&shims)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
+        common::slurm::install_shims(&shims);
         Two { c, shims }
     }
 
@@ -110,7 +105,7 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
          srun -l sh -c 'echo $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $SLURMD_NODENAME $SLURM_STEP_NUM_TASKS $SLURM_STEP_NODELIST' | sort\n\
          srun -w n2 -n 1 sh -c 'echo only $SLURMD_NODENAME $SLURM_NODEID'\n\
          srun -N 2 -n 2 --gpus-per-task=1 sh -c 'echo gpu $SLURM_PROCID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES' | sort > gpus.txt\n\
-         srun -K sh -c 'if [ $SLURM_PROCID = 3 ]; then exit 7; fi; sleep 300'\n\
+         srun -K sh -c 'if [ $SLURM_PROCID = 3 ]; then exit 7; fi; sleep 301'\n\
          echo bad=$?\n\
          srun -w n3 true || echo refused\n\
          squeue -h -j $SLURM_JOB_ID -o '%D %N'\n\
@@ -151,7 +146,8 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
     assert_ne!(dev(g[0]), dev(g[1]), "{gpus}");
     // Nothing of the job is left on either node: the task -K left running
     // on n2 was killed when srun went away, the sister's share at the end.
-    for left in ["sleep 300", "sleep 2147483647"] {
+    // (301: no other test's job sleeps that long.)
+    for left in ["sleep 301", "sleep 2147483647"] {
         t.c.wait(&format!("no `{left}` is left"), T, || {
             let o = Command::new("pgrep").args(["-f", left]).output().unwrap();
             let none = stdout(&o).trim().is_empty();

@@ -86,15 +86,7 @@ pub fn node_choice(
     };
     let only = match read("nodelist")? {
         None => None,
-        Some((v, _)) => {
-            let mut names = hostlist::expand(v).map_err(|source| AllocationError::Hostlist {
-                option: "nodelist",
-                source,
-            })?;
-            names.sort();
-            names.dedup();
-            Some(names)
-        }
+        Some((v, _)) => Some(listed_nodes(v)?),
     };
     let except = read("exclude")?.map(|(_, h)| h);
     Ok((only.is_some() || except.is_some()).then_some(NodeChoice { only, except }))
@@ -163,6 +155,17 @@ pub fn check(slurm: &SlurmOptions, gpus: usize) -> Result<(), AllocationError> {
     node_choice(other).map(|_| ())
 }
 
+/// The distinct nodes a `--nodelist` names, sorted.
+fn listed_nodes(v: &str) -> Result<Vec<String>, AllocationError> {
+    let mut names = hostlist::expand(v).map_err(|source| AllocationError::Hostlist {
+        option: "nodelist",
+        source,
+    })?;
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
 /// How many nodes a job runs on: `-N` (its least count), or the nodes
 /// `-w` names where they are more; one when neither is given.
 pub fn width(slurm: &SlurmOptions) -> Result<u32, AllocationError> {
@@ -172,15 +175,7 @@ pub fn width(slurm: &SlurmOptions) -> Result<u32, AllocationError> {
         None => 1,
     };
     let listed = match other.get("nodelist") {
-        Some(v) => {
-            let mut names = hostlist::expand(v).map_err(|source| AllocationError::Hostlist {
-                option: "nodelist",
-                source,
-            })?;
-            names.sort();
-            names.dedup();
-            names.len() as u32
-        }
+        Some(v) => listed_nodes(v)?.len() as u32,
         None => 0,
     };
     Ok(asked.max(listed).max(1))

@@ -386,18 +386,7 @@ impl FairShare {
                 shares,
                 default_account,
             } => {
-                let keys: Vec<(String, String)> = self
-                    .associations
-                    .keys()
-                    .filter(|(u, a)| u == user && account.as_ref().is_none_or(|x| x == a))
-                    .cloned()
-                    .collect();
-                if keys.is_empty() {
-                    return Err(AccountError::NoAssociation {
-                        user: user.clone(),
-                        account: account.clone().unwrap_or_else(|| "any".into()),
-                    });
-                }
+                let keys = self.associations_of(user, account.as_deref())?;
                 if let Some(d) = default_account {
                     if !self.associations.contains_key(&(user.clone(), d.clone())) {
                         return Err(AccountError::NoAssociation {
@@ -419,18 +408,7 @@ impl FairShare {
                 }
             }
             AccountChange::DeleteUser { user, account } => {
-                let keys: Vec<(String, String)> = self
-                    .associations
-                    .keys()
-                    .filter(|(u, a)| u == user && account.as_ref().is_none_or(|x| x == a))
-                    .cloned()
-                    .collect();
-                if keys.is_empty() {
-                    return Err(AccountError::NoAssociation {
-                        user: user.clone(),
-                        account: account.clone().unwrap_or_else(|| "any".into()),
-                    });
-                }
+                let keys = self.associations_of(user, account.as_deref())?;
                 let lost_default = keys.iter().any(|k| self.associations[k].default);
                 for k in &keys {
                     self.associations.remove(k);
@@ -444,6 +422,28 @@ impl FairShare {
             }
         }
         Ok(())
+    }
+
+    /// The keys of `user`'s associations (with `account` only, if given);
+    /// refused when there is none.
+    fn associations_of(
+        &self,
+        user: &str,
+        account: Option<&str>,
+    ) -> Result<Vec<(String, String)>, AccountError> {
+        let keys: Vec<(String, String)> = self
+            .associations
+            .keys()
+            .filter(|(u, a)| u == user && account.is_none_or(|x| x == a))
+            .cloned()
+            .collect();
+        if keys.is_empty() {
+            return Err(AccountError::NoAssociation {
+                user: user.to_string(),
+                account: account.unwrap_or("any").to_string(),
+            });
+        }
+        Ok(keys)
     }
 
     fn clear_default(&mut self, user: &str) {

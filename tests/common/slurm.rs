@@ -6,6 +6,16 @@ use std::process::{Command, Output};
 
 use super::{bin, spare_cpus, stderr, stdout, Gsched};
 
+/// Installs the Slurm shims (`gsched slurm-shims`) in `dir`.
+pub fn install_shims(dir: &std::path::Path) {
+    let out = Command::new(bin("gsched"))
+        .arg("slurm-shims")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 /// A gsched with the Slurm shims installed in its work directory.
 pub struct Slurm {
     pub g: Gsched,
@@ -26,12 +36,7 @@ impl Slurm {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let g = Gsched::start(&args);
         let shims = g.work.path().join("shims");
-        let out = Command::new(bin("gsched"))
-            .arg("slurm-shims")
-            .arg(&shims)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
+        install_shims(&shims);
         Slurm { g, shims }
     }
 
