@@ -108,6 +108,7 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
          srun -K sh -c 'if [ $SLURM_PROCID = 3 ]; then exit 7; fi; sleep 301'\n\
          echo bad=$?\n\
          srun -w n3 true || echo refused\n\
+         srun sh -c '[ \"$SLURM_TASK_PID\" = $$ ] && echo pid $SLURM_PROCID' | sort\n\
          squeue -h -j $SLURM_JOB_ID -o '%D %N'\n\
          scontrol show job $SLURM_JOB_ID | grep -o 'NumNodes=[0-9]*'\n",
     );
@@ -130,7 +131,7 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
     assert_eq!(lines[6], "bad=7", "{out}");
     assert!(
         out.contains("n3 is not in the job's allocation (n[1-2])")
-            && out.ends_with("refused\n2 n[1-2]\nNumNodes=2\n"),
+            && out.ends_with("refused\npid 0\npid 1\npid 2\npid 3\n2 n[1-2]\nNumNodes=2\n"),
         "{out}"
     );
     // One GPU per task, each node's own (simulated UUIDs name the node).

@@ -131,6 +131,35 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     env
 }
 
+/// The command line that runs a task's `argv` with `SLURM_TASK_PID` set
+/// to the task's own process id, as Slurm sets it: a shell sets it from
+/// `$$` and replaces itself with the command (the same process, so the
+/// same id). The command is found with the task's `PATH`, as it would be
+/// without the shell.
+pub fn with_task_pid(argv: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        r#"SLURM_TASK_PID=$$; export SLURM_TASK_PID; exec "$0" "$@""#.into(),
+    ];
+    v.extend(argv.iter().cloned());
+    v
+}
+
+/// Whether `program` would be found: as given where it names a path (a
+/// `/` in it), else in one of `path`'s directories; `exists` says whether
+/// a file is there.
+pub fn finds_program(program: &str, path: &str, exists: impl Fn(&std::path::Path) -> bool) -> bool {
+    if program.contains('/') {
+        return exists(std::path::Path::new(program));
+    }
+    !program.is_empty()
+        && path
+            .split(':')
+            .map(|d| if d.is_empty() { "." } else { d })
+            .any(|d| exists(&std::path::Path::new(d).join(program)))
+}
+
 /// Per-node counts in Slurm's form: runs of one count as `N(xK)`, joined
 /// by commas (`2(x2)`, `3,2`, `4(x2),1`).
 pub fn repeated(counts: &[u32]) -> String {
@@ -327,6 +356,20 @@ mod tests {
             },
             0,
         )
+    }
+
+    #[test]
+    fn tasks_learn_their_pid_through_a_shell_that_becomes_them() {
+        let argv: Vec<String> = vec!["python3".into(), "a b.py".into()];
+        let w = with_task_pid(&argv);
+        assert_eq!(&w[..2], ["/bin/sh", "-c"]);
+        assert!(w[2].contains("SLURM_TASK_PID=$$") && w[2].contains(r#"exec "$0" "$@""#));
+        assert_eq!(&w[3..], argv.as_slice());
+        let here = |p: &std::path::Path| p == std::path::Path::new("/usr/bin/python3");
+        assert!(finds_program("python3", "/bin:/usr/bin", here));
+        assert!(!finds_program("python3", "/bin", here));
+        assert!(finds_program("/usr/bin/python3", "", here));
+        assert!(!finds_program("", "/usr/bin", here));
     }
 
     #[test]

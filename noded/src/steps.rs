@@ -124,7 +124,10 @@ async fn start_and_watch(
                         .and_then(|d| d.get(local))
                         .map(String::as_str),
                 );
-                match prepared.spawn(&req.argv, &env, &spec.cwd) {
+                // Through a shell that gives it SLURM_TASK_PID (a missing
+                // program ends the task 127, the shell saying why).
+                let argv = gsched_core::env::with_task_pid(&req.argv);
+                match prepared.spawn(&argv, &env, &spec.cwd) {
                     Ok(child) => children.push((*rank, child)),
                     Err(e) => {
                         failed = Some(format!("cannot start {} on this node: {e}", req.argv[0]));

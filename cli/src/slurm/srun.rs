@@ -301,15 +301,26 @@ pub(super) fn start_local(
     open: &dyn Fn(&str, u32) -> Result<std::fs::File>,
 ) -> Result<(Vec<Child>, Vec<std::thread::JoinHandle<()>>)> {
     let devices = task_gpus(a, tasks.ranks.len() as u32)?;
+    // Each task runs through a shell that gives it SLURM_TASK_PID: the
+    // program is looked for first, so that a missing one fails the step
+    // at once, as a failed start does.
+    let path = std::env::var("PATH").unwrap_or_default();
+    if !gsched_core::env::finds_program(&a.command[0], &path, |p| p.is_file()) {
+        bail!(
+            "cannot start {}: No such file or directory (not in PATH)",
+            a.command[0]
+        );
+    }
+    let argv = gsched_core::env::with_task_pid(&a.command);
     let mut children: Vec<Child> = Vec::new();
     let mut labels = Vec::new();
     for (local, &rank) in tasks.ranks.iter().enumerate() {
-        let mut cmd = Command::new(&a.command[0]);
+        let mut cmd = Command::new(&argv[0]);
         if let Some(d) = devices.as_ref().map(|d| &d[local]) {
             cmd.env("CUDA_VISIBLE_DEVICES", d)
                 .env("GPU_DEVICE_ORDINAL", d);
         }
-        cmd.args(&a.command[1..])
+        cmd.args(&argv[1..])
             .env("SLURM_PROCID", rank.to_string())
             .env("SLURM_LOCALID", local.to_string())
             .env("SLURM_NODEID", tasks.node_id.to_string())
