@@ -169,6 +169,22 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
             none
         });
     }
+    // A node starts step tasks only with a credential the controller
+    // signed for that node and step.
+    let forged = serde_json::json!({
+        "job": id, "run": 1, "step": 99, "credential": "forged",
+        "argv": ["touch", "/tmp/gsched-forged"], "env": {}, "node_id": 0, "tasks": [0],
+    });
+    let r = ureq::post(&format!("http://{}:6818/v1/steps", t.c.net.addr(2))).send_json(forged);
+    match r {
+        Err(ureq::Error::Status(code, resp)) => {
+            assert_eq!(code, 403);
+            let body = resp.into_string().unwrap_or_default();
+            assert!(body.contains("step credential does not verify"), "{body}");
+        }
+        other => panic!("a forged credential was not refused: {other:?}"),
+    }
+    assert!(!Path::new("/tmp/gsched-forged").exists());
     // sacct names both nodes; squeue did while it ran (below).
     let acct = t.run(
         "sacct",

@@ -86,6 +86,9 @@ pub struct Launcher {
     /// script runs on another node (`crate::steps`): signalled and killed
     /// with the job, also where no cgroup holds them.
     step_groups: Mutex<HashMap<JobId, HashSet<i32>>>,
+    /// The steps (job, run, step) whose tasks this node started for
+    /// another node's `srun`: a step credential opens one start only.
+    steps_started: Mutex<HashSet<(JobId, u32, u32)>>,
     /// Jobs whose spool is being prepared (until they are in `running`).
     /// A requeued job can be launched again before the node hears that its
     /// last run's end was recorded; that late removal must not take the new
@@ -137,6 +140,7 @@ impl Launcher {
             my_uid: uid,
             running: Mutex::new(HashMap::new()),
             step_groups: Mutex::new(HashMap::new()),
+            steps_started: Mutex::new(HashSet::new()),
             setting_up: Mutex::new(HashSet::new()),
             ended,
             probe: std::sync::OnceLock::new(),
@@ -602,6 +606,14 @@ impl Launcher {
     /// A step task of `job` started here, leading process group `pgid`.
     pub fn add_step_group(&self, job: JobId, pgid: i32) {
         self.step_groups().entry(job).or_default().insert(pgid);
+    }
+
+    /// Notes that step `step` of run `run` of `job` starts here; false if
+    /// it already did (a credential used twice). Forgotten with the job.
+    pub fn first_start_of_step(&self, job: JobId, run: u32, step: u32) -> bool {
+        let mut started = self.steps_started.lock().unwrap_or_else(|p| p.into_inner());
+        started.retain(|(j, _, _)| self.jobs().contains_key(j));
+        started.insert((job, run, step))
     }
 
     /// That step task ended.

@@ -54,6 +54,16 @@ pub async fn run(State(api): State<Arc<NodeApi>>, Body(req): Body<StepTasks>) ->
         )
         .into_response();
     }
+    if !launcher.first_start_of_step(req.job, req.run, req.step) {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "step {}.{} already started on node {node}: a step credential starts its tasks once",
+                req.job, req.step
+            ),
+        )
+        .into_response();
+    }
     let spool = launcher.spool(req.job);
     let spec = match spool.check_private().and_then(|()| spool.read_spec()) {
         Ok(s) if s.run == req.run => s,
