@@ -178,6 +178,9 @@ struct UpArgs {
     /// What a job's use is billed in (`CPU=1.0,Mem=0.25G,GRES/gpu=2.0`).
     #[arg(long, default_value = "CPU=1.0", value_name = "WEIGHTS")]
     tres_billing_weights: String,
+    /// What happens to jobs a higher QOS preempts: off, requeue or cancel.
+    #[arg(long, default_value = "off", value_name = "MODE")]
+    preempt_mode: String,
     /// Every job must run under one of its user's accounts (sacctmgr).
     #[arg(long)]
     enforce_associations: bool,
@@ -266,6 +269,7 @@ async fn up(args: UpArgs) -> Result<()> {
             priority_decay_half_life: args.priority_decay_half_life,
             tres_billing_weights: args.tres_billing_weights.clone(),
             enforce_associations: args.enforce_associations,
+            preempt_mode: args.preempt_mode.clone(),
             durability: args.durability,
             admins: args.admins,
             min_job_age: args.min_job_age,

@@ -633,7 +633,7 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     s.ok("sacctmgr", &["-i", "add", "qos", "high", "Priority=100"]);
     assert_eq!(
         s.ok("sacctmgr", &["-P", "-n", "show", "qos"]),
-        "high|100||||||\nnormal|0|00:10:00|1||||\n"
+        "high|100|||||||\nnormal|0|00:10:00|1|||||\n"
     );
     // Over MaxWall, or an unknown QOS: refused with the reason.
     let o = s.run("sbatch", &["-t", "30", "--wrap", "true"], None);
@@ -665,20 +665,61 @@ fn qos_limits_and_priorities_through_sacctmgr() {
         ),
         "normal\n"
     );
-    // -1 clears a limit; preemption settings are refused, not ignored.
+    // -1 clears a limit; settings gsched does not have are refused, not
+    // ignored.
     s.ok(
         "sacctmgr",
         &["-i", "modify", "qos", "normal", "set", "MaxJobsPerUser=-1"],
     );
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
-        .contains("normal|0|00:10:00|||||"));
-    let o = s.run(
+        .contains("normal|0|00:10:00||||||"));
+    let o = s.run("sacctmgr", &["-i", "add", "qos", "x", "GraceTime=60"], None);
+    assert!(stderr(&o).contains("no grace time yet"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
+    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--preempt-mode", "requeue"]);
+    let g = &s.g;
+    s.ok("sacctmgr", &["-i", "add", "qos", "low"]);
+    s.ok(
         "sacctmgr",
-        &["-i", "add", "qos", "x", "Preempt=normal"],
-        None,
+        &["-i", "add", "qos", "high", "Priority=100", "Preempt=low"],
     );
-    assert!(stderr(&o).contains("no preemption yet"), "{}", stderr(&o));
+    assert!(s
+        .ok("sacctmgr", &["-P", "-n", "show", "qos"])
+        .contains("high|100|||||||low\n"));
+    // The GPU's one instance to a low job; a high one takes it.
+    let low = s.sbatch(&[
+        "--qos=low",
+        "--gres=gpu:1",
+        "--requeue",
+        "-o",
+        "low.out",
+        "--wrap",
+        "echo low start; sleep 60",
+    ]);
+    g.wait_until("the low job started", T, || {
+        s.file("low.out").contains("low start")
+    });
+    let high = s.sbatch(&[
+        "--qos=high",
+        "--gres=gpu:1",
+        "-o",
+        "high.out",
+        "--wrap",
+        "echo high ran",
+    ]);
+    g.wait_state(high, "COMPLETED", T);
+    assert_eq!(s.file("high.out"), "high ran\n");
+    // The low job went back to the queue and runs again.
+    g.wait_until("the low job runs again", T, || {
+        g.job(low)["restart_cnt"].as_u64() == Some(1) && g.job(low)["job_state"] == "RUNNING"
+    });
+    let events = s.ok("scontrol", &["show", "job", &low.to_string()]);
+    assert!(events.contains("Restarts=1"), "{events}");
+    s.ok("scancel", &[&low.to_string()]);
 }
 
 #[test]

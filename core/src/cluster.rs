@@ -24,6 +24,7 @@ mod footprints;
 mod job_update;
 mod launching;
 mod node_admin;
+mod preemption;
 #[cfg(test)]
 mod proptests;
 mod reshapes;
@@ -378,6 +379,9 @@ pub struct Cluster {
     fair_share: crate::fairshare::FairShare,
     accounting: accounting::AccountingConfig,
     qos: crate::qos::QosTable,
+    preempt_mode: crate::preempt::PreemptMode,
+    /// Nodes kept for jobs that preempted others there.
+    preemptions: BTreeMap<JobId, preemption::Preemption>,
     /// Decides MIG re-partitions (`reshapes.rs`); `None`: layouts stay.
     repartition: Option<Box<dyn crate::repartition::RepartitionPolicy>>,
     /// Reshapes sent to each node and not yet reported done.
@@ -432,6 +436,8 @@ impl Cluster {
             fair_share: Default::default(),
             accounting: Default::default(),
             qos: Default::default(),
+            preempt_mode: Default::default(),
+            preemptions: BTreeMap::new(),
             repartition: None,
             reshapes: BTreeMap::new(),
             reshape_seq: 0,
@@ -913,10 +919,14 @@ impl Cluster {
         // Every policy launches onto a free worker: when there is none, a pass
         // would only repeat the reasons it gave before. Give the jobs queued
         // since then theirs, without walking the whole queue.
-        if !self
-            .nodes
-            .values()
-            .any(|n| n.accepts_launches() && (n.running.len() as u32) < n.worker_limit)
+        // (With preemption, a full node may be made room on.)
+        let may_preempt =
+            self.preempt_mode != crate::preempt::PreemptMode::Off && self.qos.in_use();
+        if !may_preempt
+            && !self
+                .nodes
+                .values()
+                .any(|n| n.accepts_launches() && (n.running.len() as u32) < n.worker_limit)
         {
             let reason = if self.nodes.values().any(|n| n.up) {
                 PendingReason::Resources
@@ -1010,8 +1020,15 @@ impl Cluster {
         self.by_priority(&mut shared_ids, now);
         // Jobs their QOS's limits hold back sit this pass out.
         let over_qos = self.qos_filter([&mut iso_ids, &mut shared_ids]);
+        // The order preemption looks at waiting jobs in (when it is on).
+        let by_rank: Vec<JobId> = if may_preempt {
+            iso_ids.iter().chain(shared_ids.iter()).copied().collect()
+        } else {
+            Vec::new()
+        };
         shared_ids.truncate(free_workers);
         let choices = self.node_choices(iso_ids.iter().chain(shared_ids.iter()));
+        let kept = self.kept_nodes(now);
         let mut plan = {
             let view = |ids: &[JobId]| -> Vec<QueuedJob<'_>> {
                 ids.iter()
@@ -1077,6 +1094,7 @@ impl Cluster {
             };
             self.policy.plan(&LaunchInput {
                 now,
+                reserved: &kept,
                 isolated: &iso,
                 shared: &shared,
                 nodes: &nodes,
@@ -1158,6 +1176,16 @@ impl Cluster {
         for (id, reason) in over_qos {
             self.set_reason(id, reason);
         }
+        let waiting_for_resources: Vec<JobId> = by_rank
+            .into_iter()
+            .filter(|id| {
+                self.jobs.get(id).is_some_and(|j| {
+                    j.state == JobState::Pending
+                        && j.reason.as_deref() == Some(&PendingReason::Resources.to_string())
+                })
+            })
+            .collect();
+        effects.extend(self.preempt_for(&waiting_for_resources, now));
         for id in held {
             self.set_reason(id, "JobHeldUser");
         }
@@ -1270,6 +1298,7 @@ impl Cluster {
             self.sharing_jobs.insert(id);
         }
         self.queue_for(isolated).remove(&id);
+        self.preemptions.remove(&id);
         // A new run: an earlier run lost with its node is settled no more.
         self.lost_runs.remove(&id);
         let n = self

@@ -131,6 +131,9 @@ pub struct LaunchInput<'a> {
     pub early: Option<EarlyStart<'a>>,
     /// Unix seconds: when the pass is (for time limits against holds).
     pub now: i64,
+    /// Nodes (by index) kept for one job: jobs were preempted there to
+    /// make room for it (`preempt`); no other job starts there.
+    pub reserved: &'a [(usize, JobId)],
 }
 
 /// Which isolated jobs may start while their instances are still in use:
@@ -273,7 +276,7 @@ impl LaunchPolicy for ExclusiveLaunch {
         jobs.sort_by_key(|j| j.id);
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
-        let mut occupancy = Occupancies::of(input.nodes, input.now);
+        let mut occupancy = Occupancies::of(input.nodes, input.now, input.reserved);
         let mut wide_held = false;
         for job in jobs {
             if job.width > 1 {
@@ -404,7 +407,7 @@ impl LaunchPolicy for CaseLaunch {
         // Instances claimed (launched on or drained) during this pass.
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
-        let mut occupancy = Occupancies::of(input.nodes, input.now);
+        let mut occupancy = Occupancies::of(input.nodes, input.now, input.reserved);
 
         // Free workers left on all nodes (not counted again for each job).
         let mut workers_left: u64 = free.iter().map(|&f| u64::from(f)).sum();
@@ -831,6 +834,7 @@ mod tests {
         for policy in [&CaseLaunch as &dyn LaunchPolicy, &ExclusiveLaunch] {
             let plan = policy.plan(&LaunchInput {
                 now: 0,
+                reserved: &[],
                 early: None,
                 isolated: &[],
                 shared: &shared,
@@ -858,6 +862,7 @@ mod tests {
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &[],
             shared: &shared,
@@ -934,6 +939,7 @@ mod tests {
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &iso,
             shared: &shared,
@@ -1004,6 +1010,7 @@ mod tests {
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1061,6 +1068,7 @@ mod tests {
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1093,6 +1101,7 @@ mod tests {
         let plan_for = |v: Vec<InstanceView<'_>>| {
             CaseLaunch.plan(&LaunchInput {
                 now: 0,
+                reserved: &[],
                 early: None,
                 isolated: &[job(7)],
                 shared: &[],
@@ -1118,6 +1127,7 @@ mod tests {
         alone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &[job(7)],
             shared: &[],
@@ -1164,6 +1174,7 @@ mod tests {
         let plan = |v: Vec<InstanceView<'_>>, workers_used, until, out| {
             CaseLaunch.plan(&LaunchInput {
                 now: 0,
+                reserved: &[],
                 isolated: &[job(7)],
                 shared: &[],
                 nodes: &[one_node(v, 2, workers_used)],
@@ -1187,6 +1198,7 @@ mod tests {
         lone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             isolated: &[job(7)],
             shared: &[],
             nodes: &[lone],
@@ -1256,6 +1268,7 @@ mod tests {
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1270,6 +1283,7 @@ mod tests {
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1332,6 +1346,7 @@ mod tests {
             let shared = [job(2, Some(&x2)), job(3, Some(&nosuch))];
             let p = policy.plan(&LaunchInput {
                 now: 0,
+                reserved: &[],
                 early: None,
                 isolated: &iso,
                 shared: &shared,
@@ -1423,7 +1438,7 @@ mod tests {
                         expected_free: None,
                     }).collect(),
                 }];
-                let plan = CaseLaunch.plan(&LaunchInput { now: 0, early: None, isolated: &iso, shared: &sh, nodes: &nodes });
+                let plan = CaseLaunch.plan(&LaunchInput { now: 0, reserved: &[], early: None, isolated: &iso, shared: &sh, nodes: &nodes });
                 for d in plan.decisions {
                     match d {
                         Decision::Launch { job, instances, .. } => {

@@ -25,6 +25,7 @@ pub mod mps_recovery;
 pub mod outcome;
 pub mod pattern;
 pub mod placement;
+pub mod preempt;
 pub mod priority;
 pub mod probe;
 pub mod qos;

@@ -68,6 +68,10 @@ pub struct Qos {
     pub max_tres_per_user: Tres,
     #[serde(default, skip_serializing_if = "Tres::is_empty")]
     pub grp_tres: Tres,
+    /// The QOS whose running jobs a job of this one may preempt
+    /// (`Preempt=`; gctld's `--preempt-mode` says how).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preempt: Vec<String>,
 }
 
 /// What a job of a QOS takes while it runs, and whose it is.

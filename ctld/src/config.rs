@@ -74,6 +74,11 @@ pub struct CtldConfig {
     #[arg(long, default_value = "CPU=1.0", value_name = "WEIGHTS")]
     #[serde(default = "default_billing_weights")]
     pub tres_billing_weights: String,
+    /// What happens to jobs a higher QOS preempts (`Preempt=` on the QOS):
+    /// off, requeue or cancel (PreemptType=preempt/qos, PreemptMode).
+    #[arg(long, default_value = "off", value_name = "MODE")]
+    #[serde(default = "default_preempt_mode")]
+    pub preempt_mode: String,
     /// Every job must run under one of its user's accounts (sacctmgr);
     /// otherwise users without any run uncharged
     /// (AccountingStorageEnforce=associations).
@@ -184,6 +189,7 @@ impl Default for CtldConfig {
             priority_decay_half_life: default_half_life(),
             tres_billing_weights: default_billing_weights(),
             enforce_associations: false,
+            preempt_mode: default_preempt_mode(),
             durability: default_durability(),
             cluster_key_file: None,
             admins: Vec::new(),
@@ -271,6 +277,10 @@ fn default_policy() -> String {
 }
 fn default_weight_fair_share() -> u32 {
     gsched_core::priority::PriorityConfig::default().weight_fair_share
+}
+
+fn default_preempt_mode() -> String {
+    "off".into()
 }
 
 fn default_weight_qos() -> u32 {

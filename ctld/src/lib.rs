@@ -91,6 +91,10 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     cluster.set_job_requeue(config.job_requeue);
     cluster.set_early_start(Some(config.early_start_secs));
     cluster.set_priority_policy(priority);
+    cluster.set_preempt_mode(
+        gsched_core::preempt::PreemptMode::parse(&config.preempt_mode)
+            .map_err(|e| anyhow::anyhow!("--preempt-mode: {e}"))?,
+    );
     cluster.set_accounting(config.accounting().map_err(|e| anyhow::anyhow!("{e}"))?);
     let repartition = gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?;

@@ -201,8 +201,16 @@ fn set_qos(mut qos: Qos, w: &Words) -> Result<Qos> {
                 qos.max_tres_per_user = Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))?
             }
             "grptres" => qos.grp_tres = Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))?,
-            "description" | "descr" | "preempt" | "preemptmode" | "flags" => {
-                bail!("{k}: gsched's QOS have Priority, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser and GrpTRES (no preemption yet)")
+            "preempt" => {
+                qos.preempt = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|q| !q.is_empty() && *q != "''")
+                    .map(String::from)
+                    .collect()
+            }
+            "description" | "descr" | "preemptmode" | "gracetime" | "flags" => {
+                bail!("{k}: gsched's QOS have Priority, Preempt, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser and GrpTRES (the preemption mode is gctld's --preempt-mode; no grace time yet)")
             }
             other => bail!("{other}: not a QOS setting gsched knows"),
         }
@@ -380,6 +388,7 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
         "GrpJobs",
         "MaxTRESPU",
         "GrpTRES",
+        "Preempt",
     ]
     .iter()
     .map(|t| t.to_string())
@@ -409,6 +418,7 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
                 opt(q.grp_jobs),
                 tres(&q.max_tres_per_user),
                 tres(&q.grp_tres),
+                q.preempt.join(","),
             ]
         })
         .collect();

@@ -59,18 +59,30 @@ pub(super) struct Occupancies {
     /// wanting a node alone, or on several nodes): `Some(until)`, when it
     /// is expected to start there, where time limits say.
     holds: Vec<Option<Option<i64>>>,
+    /// Nodes kept for one job (preemption made room there for it).
+    kept_for: Vec<Option<crate::job::JobId>>,
     now: i64,
 }
 
 impl Occupancies {
     /// The nodes' occupancy at the start of a pass at `now`.
-    pub(super) fn of(nodes: &[NodeView<'_>], now: i64) -> Occupancies {
+    pub(super) fn of(
+        nodes: &[NodeView<'_>],
+        now: i64,
+        reserved: &[(usize, crate::job::JobId)],
+    ) -> Occupancies {
         let occupied: Vec<NodeOccupancy> = nodes.iter().map(|n| n.occupancy.clone()).collect();
-        let held = occupied.iter().any(|o| o.alone || o.user_only.is_some());
+        let mut kept_for = vec![None; nodes.len()];
+        for (ni, job) in reserved.iter().filter(|(ni, _)| *ni < nodes.len()) {
+            kept_for[*ni] = Some(*job);
+        }
+        let held =
+            !reserved.is_empty() || occupied.iter().any(|o| o.alone || o.user_only.is_some());
         Occupancies {
             nodes: occupied,
             held,
             holds: vec![None; nodes.len()],
+            kept_for,
             now,
         }
     }
@@ -80,6 +92,9 @@ impl Occupancies {
     /// one is expected to start there (backfill).
     #[inline]
     pub(super) fn admits(&self, ni: usize, job: &QueuedJob<'_>) -> bool {
+        if self.kept_for[ni].is_some_and(|k| k != job.id) {
+            return false;
+        }
         if let Some(until) = self.holds[ni] {
             if !until.is_some_and(|t| job.ends_by(self.now, t)) {
                 return false;
@@ -224,6 +239,7 @@ mod tests {
         let shared = [job(1, 7, Some(NodeSharing::Alone), &g), job(2, 8, None, &g)];
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &[],
             shared: &shared,
@@ -250,6 +266,7 @@ mod tests {
         )];
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &[],
             shared: &shared,
@@ -262,6 +279,7 @@ mod tests {
         let two = [busy[0].clone(), node("n2", NodeOccupancy::default())];
         let p = ExclusiveLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &[],
             shared: &shared[..1],
@@ -272,6 +290,7 @@ mod tests {
         assert!(p.decisions.is_empty());
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
+            reserved: &[],
             early: None,
             isolated: &[],
             shared: &shared[..1],

@@ -261,6 +261,7 @@ mod tests {
             shared: &queue,
             nodes: &nodes,
             now: 0,
+            reserved: &[],
             ..Default::default()
         });
         // Only the job that ends by t=100 starts (on n2); the wide job is
@@ -274,6 +275,7 @@ mod tests {
             shared: &queue,
             nodes: &unknown,
             now: 0,
+            reserved: &[],
             ..Default::default()
         });
         assert!(launches(&plan).is_empty(), "{plan:?}");

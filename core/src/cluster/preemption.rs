@@ -1,0 +1,280 @@
+//! Preemption by QOS in the controller (`preempt` decides which jobs): a
+//! pending job waiting for resources whose QOS may preempt has running
+//! jobs of those QOS on one node requeued (or cancelled), and the node is
+//! kept for it until it starts there. One preemption at a time: the next
+//! waits until the jobs preempted before have left their node's books.
+
+use super::{resources_of, Cluster, Effect};
+use crate::job::{JobId, JobState};
+use crate::preempt::{victims, Candidate, PreemptMode, Room};
+
+/// A node kept for a job that preempted others there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Preemption {
+    pub node: String,
+    pub victims: Vec<JobId>,
+    pub at: i64,
+}
+
+/// How long a node stays kept for a job that has not started there.
+const KEEP_SECS: i64 = 300;
+
+impl Cluster {
+    /// How preempted jobs end (`off`: no preemption).
+    pub fn set_preempt_mode(&mut self, mode: PreemptMode) {
+        self.preempt_mode = mode;
+    }
+
+    /// The nodes kept for jobs (by their index in the node map), after
+    /// forgetting those whose job no longer waits or waited too long.
+    pub(super) fn kept_nodes(&mut self, now: i64) -> Vec<(usize, JobId)> {
+        let jobs = &self.jobs;
+        self.preemptions.retain(|id, p| {
+            jobs.get(id).is_some_and(|j| j.state == JobState::Pending) && now - p.at < KEEP_SECS
+        });
+        self.preemptions
+            .iter()
+            .filter_map(|(id, p)| {
+                let ni = self.nodes.keys().position(|n| *n == p.node)?;
+                Some((ni, *id))
+            })
+            .collect()
+    }
+
+    /// For the first job of `waiting` (jobs waiting for resources, in the
+    /// order the pass weighed them) whose QOS may preempt: preempts jobs
+    /// on the node where the fewest make room, and keeps that node for
+    /// it. Nothing while an earlier preemption's jobs are still on their
+    /// node.
+    pub(super) fn preempt_for(&mut self, waiting: &[JobId], now: i64) -> Vec<Effect> {
+        if self.preempt_mode == PreemptMode::Off || !self.qos.in_use() {
+            return vec![];
+        }
+        let in_flight = self.preemptions.values().any(|p| {
+            p.victims.iter().any(|v| {
+                self.nodes
+                    .get(&p.node)
+                    .is_some_and(|n| n.running.contains(v))
+            })
+        });
+        if in_flight {
+            return vec![];
+        }
+        for id in waiting {
+            if self.preemptions.contains_key(id) {
+                continue;
+            }
+            if let Some((node, chosen)) = self.choose_victims(*id) {
+                return self.preempt(*id, node, chosen, now);
+            }
+        }
+        vec![]
+    }
+
+    /// The node where preempting the fewest jobs makes room for `id`.
+    fn choose_victims(&self, id: JobId) -> Option<(String, Vec<JobId>)> {
+        let job = self.jobs.get(&id)?;
+        let qos = self.qos.qos.get(job.spec.slurm.qos.as_deref()?)?;
+        if qos.preempt.is_empty() || crate::allocation::width_of(&job.spec.slurm) > 1 {
+            return None;
+        }
+        let res = resources_of(job);
+        let choice = crate::allocation::node_choice(&job.spec.slurm.other)
+            .ok()
+            .flatten();
+        let mut best: Option<(String, Vec<JobId>)> = None;
+        for n in self.nodes.values() {
+            if !n.accepts_launches()
+                || !res.could_fit(&n.total())
+                || choice.as_ref().is_some_and(|c| !c.allows(&n.name))
+            {
+                continue;
+            }
+            let candidates: Vec<Candidate> = n
+                .running
+                .iter()
+                .filter_map(|v| self.jobs.get(v))
+                .filter(|v| {
+                    v.state == JobState::Running
+                        && !v.launching
+                        && v.node.as_deref() == Some(n.name.as_str())
+                        && v.sisters.is_empty()
+                        && v.spec
+                            .slurm
+                            .qos
+                            .as_ref()
+                            .is_some_and(|q| qos.preempt.contains(q))
+                })
+                .map(|v| {
+                    let r = resources_of(v);
+                    Candidate {
+                        id: v.id,
+                        start: v.start_time.unwrap_or(0),
+                        cpus: r.cpus,
+                        memory_mib: r.memory_mib(n.memory_mib),
+                        instances: n
+                            .instances
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, s)| s.isolated_owner == Some(v.id))
+                            .map(|(i, _)| i)
+                            .collect(),
+                    }
+                })
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            let free = self.free_on(n);
+            let room = Room {
+                free_cpus: free.cpus,
+                free_memory_mib: free.memory_mib,
+                free_workers: n.worker_limit.saturating_sub(n.running.len() as u32),
+                free_instances: n
+                    .instances
+                    .iter()
+                    .map(|s| {
+                        s.isolated_owner.is_none()
+                            && s.draining_for.is_none()
+                            && s.active_tasks == 0
+                            && !s.retiring
+                    })
+                    .collect(),
+                need_cpus: res.cpus,
+                need_memory_mib: res.memory_mib(n.memory_mib),
+                need_instances: if job.spec.isolated {
+                    job.spec.gpu.instances()
+                } else {
+                    0
+                },
+                satisfies: n
+                    .instances
+                    .iter()
+                    .map(|s| s.instance.satisfies(&job.spec.gpu))
+                    .collect(),
+            };
+            if let Some(v) = victims(&room, &candidates) {
+                if best.as_ref().is_none_or(|(_, b)| v.len() < b.len()) {
+                    best = Some((n.name.clone(), v));
+                }
+            }
+        }
+        best
+    }
+
+    /// Preempts `chosen` on `node` for job `id`.
+    fn preempt(&mut self, id: JobId, node: String, chosen: Vec<JobId>, now: i64) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for v in &chosen {
+            let requeue = self.preempt_mode == PreemptMode::Requeue
+                && self.jobs.get(v).is_some_and(|j| j.spec.requeues());
+            let fx = if requeue {
+                self.requeue(*v, now)
+            } else {
+                self.cancel(*v, None, now)
+            };
+            effects.extend(fx.unwrap_or_default());
+            effects.push(Effect::Job {
+                id: *v,
+                event: format!(
+                    "preempted for job {id} ({})",
+                    if requeue { "requeued" } else { "cancelled" }
+                ),
+            });
+        }
+        effects.push(Effect::Job {
+            id,
+            event: format!("preempted job(s) {chosen:?} on {node}; the node is kept for it"),
+        });
+        self.preemptions.insert(
+            id,
+            Preemption {
+                node,
+                victims: chosen,
+                at: now,
+            },
+        );
+        effects
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cluster::testkit::{cluster, ended, launch, spec};
+    use crate::cluster::{Effect, JobState};
+    use crate::job::GpuRequest;
+    use crate::preempt::PreemptMode;
+    use crate::qos::{Qos, QosChange};
+
+    fn gpu_job(qos: &str) -> crate::job::JobSpec {
+        let mut s = spec(qos, true);
+        s.isolated = true;
+        s.gpu = GpuRequest {
+            mig_profile: Some("1g.5gb".into()),
+            ..GpuRequest::default()
+        };
+        s.slurm.qos = Some(qos.into());
+        s
+    }
+
+    #[test]
+    fn a_high_job_requeues_the_youngest_low_job_and_takes_its_instance() {
+        let mut c = cluster();
+        c.set_preempt_mode(PreemptMode::Requeue);
+        for (name, preempt) in [("low", vec![]), ("high", vec!["low".to_string()])] {
+            c.change_qos(&QosChange::Add {
+                qos: Qos {
+                    name: name.into(),
+                    preempt,
+                    ..Default::default()
+                },
+            })
+            .unwrap();
+        }
+        // Two low jobs fill n1's two instances.
+        let (a, _) = c.submit(gpu_job("low"), 0).unwrap();
+        assert_eq!(launch(&mut c, 1), [a]);
+        let (b, _) = c.submit(gpu_job("low"), 2).unwrap();
+        assert_eq!(launch(&mut c, 3), [b]);
+        let (h, _) = c.submit(gpu_job("high"), 4).unwrap();
+        let fx = c.schedule(5);
+        // The younger low job is requeued; the high one waits for it.
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::Signal { job, cancel: true, .. } if *job == b)),
+            "{fx:?}"
+        );
+        assert_eq!(c.job(b).unwrap().state, JobState::Pending);
+        assert_eq!(c.job(a).unwrap().state, JobState::Running);
+        assert_eq!(c.job(h).unwrap().state, JobState::Pending);
+        // Nothing more is preempted while b's run has not ended.
+        assert!(launch(&mut c, 6).is_empty());
+        assert_eq!(c.job(a).unwrap().state, JobState::Running);
+        // b's run ends: the instance goes to h, not back to b.
+        let fx = c.job_ended("n1", &ended(b, 1, 0, 7)).unwrap();
+        drop(fx);
+        assert_eq!(launch(&mut c, 8), [h]);
+        assert_eq!(c.job(b).unwrap().state, JobState::Pending);
+        assert_eq!(c.job(b).unwrap().restarts, 1);
+    }
+
+    #[test]
+    fn nothing_is_preempted_when_preemption_is_off_or_the_qos_may_not() {
+        let mut c = cluster();
+        c.change_qos(&QosChange::Add {
+            qos: Qos {
+                name: "low".into(),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let (a, _) = c.submit(gpu_job("low"), 0).unwrap();
+        let (b, _) = c.submit(gpu_job("low"), 0).unwrap();
+        assert_eq!(launch(&mut c, 1), [a, b]);
+        let (_, _) = c.submit(gpu_job("low"), 2).unwrap();
+        c.set_preempt_mode(PreemptMode::Requeue);
+        assert!(launch(&mut c, 3).is_empty());
+        assert_eq!(c.job(a).unwrap().state, JobState::Running);
+        assert_eq!(c.job(b).unwrap().state, JobState::Running);
+    }
+}

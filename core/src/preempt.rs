@@ -1,0 +1,180 @@
+//! Preemption by QOS (Slurm's `PreemptType=preempt/qos`): a job that
+//! cannot start for want of resources, whose QOS may preempt others
+//! (`Preempt=`), has running jobs of those QOS on one node requeued or
+//! cancelled (`PreemptMode=REQUEUE|CANCEL`) to make room, the node then
+//! held for it. Which jobs: on the node needing the fewest, the youngest
+//! first (the latest started lose the least work). Pure.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::JobId;
+
+/// What happens to a preempted job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptMode {
+    /// No preemption.
+    #[default]
+    Off,
+    /// Back to the queue (its node kills it; it starts again later).
+    Requeue,
+    /// Cancelled.
+    Cancel,
+}
+
+impl PreemptMode {
+    pub fn parse(s: &str) -> Result<PreemptMode, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" => Ok(PreemptMode::Off),
+            "requeue" => Ok(PreemptMode::Requeue),
+            "cancel" => Ok(PreemptMode::Cancel),
+            other => Err(format!(
+                "'{other}': gsched preempts with off, requeue or cancel (suspend is not built: a suspended GPU job keeps its GPU memory)"
+            )),
+        }
+    }
+}
+
+/// A running job on the node that may be preempted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: JobId,
+    pub start: i64,
+    pub cpus: u32,
+    pub memory_mib: u64,
+    /// The node's instances it holds (indices).
+    pub instances: Vec<usize>,
+}
+
+/// What the node has free now, and what the waiting job needs there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Room {
+    pub free_cpus: u32,
+    pub free_memory_mib: u64,
+    pub free_workers: u32,
+    /// Per instance: free now (no job, no shared task, not drained).
+    pub free_instances: Vec<bool>,
+    pub need_cpus: u32,
+    pub need_memory_mib: u64,
+    /// How many instances it needs, and which would do.
+    pub need_instances: usize,
+    pub satisfies: Vec<bool>,
+}
+
+impl Room {
+    fn fits(&self, chosen: &[&Candidate]) -> bool {
+        let cpus = self.free_cpus as u64 + chosen.iter().map(|c| c.cpus as u64).sum::<u64>();
+        let mem = self.free_memory_mib + chosen.iter().map(|c| c.memory_mib).sum::<u64>();
+        let workers = self.free_workers as usize + chosen.len();
+        let instances = (0..self.satisfies.len())
+            .filter(|i| self.satisfies[*i])
+            .filter(|i| {
+                self.free_instances.get(*i).copied().unwrap_or(false)
+                    || chosen.iter().any(|c| c.instances.contains(i))
+            })
+            .count();
+        cpus >= self.need_cpus as u64
+            && mem >= self.need_memory_mib
+            && workers >= 1
+            && instances >= self.need_instances
+    }
+}
+
+/// The jobs to preempt on a node so that the waiting job fits there: the
+/// youngest first until it fits, then any of them it would fit without
+/// (oldest first) spared; `None` if all of them would not do.
+pub fn victims(room: &Room, candidates: &[Candidate]) -> Option<Vec<JobId>> {
+    let mut order: Vec<&Candidate> = candidates.iter().collect();
+    order.sort_by_key(|c| (std::cmp::Reverse(c.start), c.id));
+    let mut chosen: Vec<&Candidate> = Vec::new();
+    for c in order {
+        if room.fits(&chosen) {
+            break;
+        }
+        chosen.push(c);
+    }
+    if !room.fits(&chosen) || chosen.is_empty() {
+        return None;
+    }
+    // Spare those it does not need, the oldest first.
+    let mut i = chosen.len();
+    while i > 0 {
+        i -= 1;
+        let without: Vec<&Candidate> = chosen
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != i)
+            .map(|(_, c)| *c)
+            .collect();
+        if room.fits(&without) {
+            chosen = without;
+        }
+    }
+    Some(chosen.iter().map(|c| c.id).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(id: JobId, start: i64, cpus: u32, instances: Vec<usize>) -> Candidate {
+        Candidate {
+            id,
+            start,
+            cpus,
+            memory_mib: 0,
+            instances,
+        }
+    }
+
+    fn room(free_cpus: u32, need_cpus: u32) -> Room {
+        Room {
+            free_cpus,
+            free_memory_mib: 0,
+            free_workers: 4,
+            free_instances: vec![false, false],
+            need_cpus,
+            need_memory_mib: 0,
+            need_instances: 0,
+            satisfies: vec![true, true],
+        }
+    }
+
+    #[test]
+    fn the_youngest_go_first_and_only_as_many_as_needed() {
+        let c = [
+            cand(1, 10, 4, vec![]),
+            cand(2, 20, 4, vec![]),
+            cand(3, 30, 4, vec![]),
+        ];
+        // 4 CPUs missing: the youngest job alone.
+        assert_eq!(victims(&room(0, 4), &c), Some(vec![3]));
+        // 8 missing: the two youngest.
+        assert_eq!(victims(&room(0, 8), &c), Some(vec![3, 2]));
+        // More than all of them free: none.
+        assert_eq!(victims(&room(0, 20), &c), None);
+        // It fits already: nothing to preempt (the caller waits).
+        assert_eq!(victims(&room(8, 4), &c), None);
+    }
+
+    #[test]
+    fn instances_are_freed_by_the_jobs_that_hold_them() {
+        let mut r = room(64, 1);
+        r.need_instances = 1;
+        r.satisfies = vec![false, true];
+        // Job 5 (younger) holds an instance that would not do; job 4 the
+        // one that would: only job 4 goes.
+        let c = [cand(4, 10, 1, vec![1]), cand(5, 20, 1, vec![0])];
+        assert_eq!(victims(&r, &c), Some(vec![4]));
+    }
+
+    #[test]
+    fn modes_read_and_suspend_is_refused_with_the_reason() {
+        assert_eq!(PreemptMode::parse("REQUEUE"), Ok(PreemptMode::Requeue));
+        assert_eq!(PreemptMode::parse("cancel"), Ok(PreemptMode::Cancel));
+        assert_eq!(PreemptMode::parse("off"), Ok(PreemptMode::Off));
+        assert!(PreemptMode::parse("suspend")
+            .unwrap_err()
+            .contains("GPU memory"));
+    }
+}
