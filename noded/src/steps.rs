@@ -26,6 +26,9 @@ use tracing::{info, warn};
 use crate::api::NodeApi;
 use crate::spool::ShepherdSpec;
 
+/// The most tasks one step starts on one node.
+const MAX_TASKS_PER_NODE: usize = 4096;
+
 /// How often a step's stream carries a [`StepEvent::Tick`].
 const TICK: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -78,10 +81,13 @@ pub async fn run(State(api): State<Arc<NodeApi>>, Body(req): Body<StepTasks>) ->
             .into_response()
         }
     };
-    if req.argv.is_empty() || req.tasks.is_empty() {
+    if req.argv.is_empty() || req.tasks.is_empty() || req.tasks.len() > MAX_TASKS_PER_NODE {
         return ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "a step needs a command and at least one task",
+            format!(
+                "a step needs a command and from 1 to {MAX_TASKS_PER_NODE} tasks on a node (asked: {})",
+                req.tasks.len()
+            ),
         )
         .into_response();
     }
