@@ -145,6 +145,21 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
     let dev = |l: &str| l.split(' ').nth(3).unwrap_or("").to_string();
     assert!(!dev(g[0]).contains(',') && !dev(g[0]).is_empty(), "{gpus}");
     assert_ne!(dev(g[0]), dev(g[1]), "{gpus}");
+    // --gpus-per-node=2: each node's two GPUs for its task there.
+    let per_node = t.sbatch(
+        "pernode.sh",
+        "#!/bin/sh\n#SBATCH -N 2 --gpus-per-node=2 -o pernode.out\n\
+         srun sh -c 'echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES' | sort\n",
+    );
+    t.wait_state(per_node, "COMPLETED");
+    let pn = t.file("pernode.out");
+    let lines: Vec<&str> = pn.lines().collect();
+    assert_eq!(lines.len(), 2, "{pn}");
+    for (line, node) in lines.iter().zip(["n1", "n2"]) {
+        let (name, devices) = line.split_once(' ').unwrap_or_default();
+        assert_eq!(name, node, "{pn}");
+        assert_eq!(devices.split(',').count(), 2, "{pn}");
+    }
     // Nothing of the job is left on either node: the task -K left running
     // on n2 was killed when srun went away, the sister's share at the end.
     // (301: no other test's job sleeps that long.)
