@@ -2400,7 +2400,7 @@ mod tests {
         c.register_node(&reg(vec![], vec![]), 0);
         let (a, _) = c.submit(spec(false, false), 0).unwrap();
         c.schedule(1);
-        c.launch_unreachable(a, 2);
+        c.launch_unreachable(a, "n1", 2);
         let j = c.job(a).unwrap();
         assert_eq!((j.state, j.restarts), (JobState::Pending, 0));
         assert!(

@@ -620,6 +620,7 @@ impl Controller {
                         };
                         rpcs.push(Rpc::Launch {
                             url: n.url.clone(),
+                            node: node.clone(),
                             req: Box::new(req),
                         });
                     }
@@ -731,7 +732,7 @@ impl Controller {
 
     async fn send_now(self: Arc<Self>, rpc: Rpc) {
         match rpc {
-            Rpc::Launch { url, req } => self.send_launch(url, req).await,
+            Rpc::Launch { url, node, req } => self.send_launch(url, node, req).await,
             Rpc::Drain { url, node, req } => self.send_drain(url, node, req).await,
             Rpc::Reshape { url, node, req } => self.send_reshape(url, node, req).await,
             Rpc::Signal { url, job, req } => {
@@ -772,7 +773,7 @@ impl Controller {
     /// Delivers a launch, sending it again while its delivery is in doubt
     /// (a launch is idempotent for its run); what each answer means is
     /// `Cluster::launch_answered`'s.
-    async fn send_launch(self: Arc<Self>, url: String, req: Box<LaunchRequest>) {
+    async fn send_launch(self: Arc<Self>, url: String, node: String, req: Box<LaunchRequest>) {
         let (id, run) = (req.job.id, req.job.run);
         let span = tracing::info_span!(
             "launch",
@@ -783,7 +784,7 @@ impl Controller {
         let mut backoff = Duration::from_millis(500);
         let mut in_doubt = false;
         let effects = loop {
-            if in_doubt && !self.lock().awaits_launch(id, run) {
+            if in_doubt && !self.lock().awaits_launch_on(id, run, &node) {
                 // Settled meanwhile (confirmed, requeued or expired).
                 return;
             }
@@ -797,7 +798,7 @@ impl Controller {
             });
             let next = self
                 .lock()
-                .launch_answered(id, run, answer, in_doubt, unix_now());
+                .launch_answered(id, run, &node, answer, in_doubt, unix_now());
             match next {
                 LaunchNext::Done(effects) => break effects,
                 LaunchNext::LeaveToNode => {
@@ -1100,6 +1101,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 enum Rpc {
     Launch {
         url: String,
+        node: String,
         req: Box<LaunchRequest>,
     },
     Drain {

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{resources_of, Cluster, ClusterError, Effect};
-use crate::fairshare::{AccountChange, BillingWeights, FairShare, ShareRow, StoredFairShare};
+use crate::fairshare::{AccountChange, BillingWeights, ShareRow, StoredFairShare};
 use crate::job::{Job, JobId, JobSpec, JobState};
 use crate::qos::{JobLoad, Qos, QosChange, QosTable, QosTally};
 
@@ -63,14 +63,6 @@ impl Cluster {
                 .map(|q| (q.name.clone(), q))
                 .collect(),
         };
-    }
-
-    pub fn fair_share(&self) -> &FairShare {
-        &self.fair_share
-    }
-
-    pub fn qos_table(&self) -> &QosTable {
-        &self.qos
     }
 
     /// What to persist of the accounts and QOS.

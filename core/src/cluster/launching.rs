@@ -51,13 +51,14 @@ impl Cluster {
         &mut self,
         id: JobId,
         run: u32,
+        node: &str,
         answer: LaunchAnswer,
         in_doubt: bool,
         now: i64,
     ) -> LaunchNext {
         match answer {
             LaunchAnswer::Taken => LaunchNext::Done(self.launch_confirmed(id, run)),
-            LaunchAnswer::InDoubt if self.awaits_launch(id, run) => LaunchNext::Retry,
+            LaunchAnswer::InDoubt if self.awaits_launch_on(id, run, node) => LaunchNext::Retry,
             LaunchAnswer::InDoubt => LaunchNext::Done(vec![]),
             LaunchAnswer::Refused(why) => LaunchNext::Done(self.launch_refused(id, why, now)),
             LaunchAnswer::NotNow(_) | LaunchAnswer::NotDelivered | LaunchAnswer::Failed(_)
@@ -66,7 +67,7 @@ impl Cluster {
                 LaunchNext::LeaveToNode
             }
             LaunchAnswer::NotNow(_) | LaunchAnswer::NotDelivered => {
-                LaunchNext::Done(self.launch_unreachable(id, now))
+                LaunchNext::Done(self.launch_unreachable(id, node, now))
             }
             LaunchAnswer::Failed(why) => LaunchNext::Done(self.launch_refused(id, why, now)),
         }
@@ -91,6 +92,18 @@ impl Cluster {
 
     /// Whether run `run` of job `id` still waits for its node to confirm
     /// the launch (a launch that timed out is tried again only then).
+    /// Whether the launch of run `run` of `id` sent to `node` is still
+    /// wanted: the run is unconfirmed, or `node` is a sister of a job on
+    /// several nodes whose run goes on (another node's answer confirmed
+    /// the run; this node's share must still arrive).
+    pub fn awaits_launch_on(&self, id: JobId, run: u32, node: &str) -> bool {
+        self.awaits_launch(id, run)
+            || self
+                .jobs
+                .get(&id)
+                .is_some_and(|j| j.run == run && j.state == JobState::Running && j.is_sister(node))
+    }
+
     pub fn awaits_launch(&self, id: JobId, run: u32) -> bool {
         self.jobs
             .get(&id)
@@ -152,15 +165,22 @@ impl Cluster {
     /// was never delivered). The job goes back to the queue; the node is not
     /// declared down for it, since only its lease says whether it is alive,
     /// but nothing more is launched there until it is heard from.
-    pub fn launch_unreachable(&mut self, id: JobId, now: i64) -> Vec<Effect> {
-        let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else {
-            return vec![];
-        };
-        if self.jobs[&id].state != JobState::Running {
+    pub fn launch_unreachable(&mut self, id: JobId, node: &str, now: i64) -> Vec<Effect> {
+        if self
+            .jobs
+            .get(&id)
+            .is_none_or(|j| j.state != JobState::Running || !j.runs_on(node))
+        {
             return vec![];
         }
-        if let Some(n) = self.nodes.get_mut(&node) {
+        // The node it was sent to (a job on several nodes: maybe a sister).
+        if let Some(n) = self.nodes.get_mut(node) {
             n.unconfirmed = true;
+        }
+        if self.jobs.get(&id).is_some_and(|j| !j.launching) {
+            // Another node confirmed the run: it runs there, and is lost
+            // with the share this node never got.
+            return self.lose_from(node, id, now);
         }
         self.unlaunch(id, now, format!("launch on {node} failed"))
     }
@@ -327,30 +347,33 @@ mod tests {
     fn a_refused_connection_after_a_launch_in_doubt_settles_nothing() {
         use super::{LaunchAnswer as A, LaunchNext as N};
         let (mut c, id, run) = started();
-        assert_eq!(c.launch_answered(id, run, A::InDoubt, false, 2), N::Retry);
+        assert_eq!(
+            c.launch_answered(id, run, "n1", A::InDoubt, false, 2),
+            N::Retry
+        );
         // gnoded died after starting the run: its port is closed now.
         assert_eq!(
-            c.launch_answered(id, run, A::NotDelivered, true, 3),
+            c.launch_answered(id, run, "n1", A::NotDelivered, true, 3),
             N::LeaveToNode
         );
         assert_eq!(
-            c.launch_answered(id, run, A::NotNow("busy".into()), true, 3),
+            c.launch_answered(id, run, "n1", A::NotNow("busy".into()), true, 3),
             N::LeaveToNode
         );
         assert_eq!(
-            c.launch_answered(id, run, A::Failed("io".into()), true, 3),
+            c.launch_answered(id, run, "n1", A::Failed("io".into()), true, 3),
             N::LeaveToNode
         );
         assert!(c.awaits_launch(id, run), "still CONFIGURING");
         // Without doubt, a refused connection means never delivered.
-        let N::Done(fx) = c.launch_answered(id, run, A::NotDelivered, false, 4) else {
+        let N::Done(fx) = c.launch_answered(id, run, "n1", A::NotDelivered, false, 4) else {
             panic!("settled")
         };
         assert_eq!(fx.len(), 1);
         assert_eq!(c.job(id).unwrap().state, JobState::Pending);
         // No longer awaited: a send in doubt stops.
         assert_eq!(
-            c.launch_answered(id, run, A::InDoubt, true, 5),
+            c.launch_answered(id, run, "n1", A::InDoubt, true, 5),
             N::Done(vec![])
         );
     }
@@ -360,19 +383,19 @@ mod tests {
         use super::{LaunchAnswer as A, LaunchNext as N};
         let (mut c, id, run) = started();
         assert!(matches!(
-            c.launch_answered(id, run, A::Taken, true, 2),
+            c.launch_answered(id, run, "n1", A::Taken, true, 2),
             N::Done(_)
         ));
         assert!(!c.job(id).unwrap().launching);
         let (mut c, id, run) = started();
-        c.launch_answered(id, run, A::Refused("no such user".into()), true, 2);
+        c.launch_answered(id, run, "n1", A::Refused("no such user".into()), true, 2);
         assert_eq!(c.job(id).unwrap().state, JobState::Failed);
     }
 
     #[test]
     fn an_unreachable_launch_requeues_only_the_job() {
         let (mut c, id, _) = started();
-        c.launch_unreachable(id, 2);
+        c.launch_unreachable(id, "n1", 2);
         let j = c.job(id).unwrap();
         assert_eq!((j.state, j.restarts), (JobState::Pending, 0));
         let n = c.node("n1").unwrap();

@@ -148,7 +148,29 @@ impl Cluster {
             .jobs
             .get(&id)
             .filter(|j| j.state == JobState::Running && j.is_sister(node))
-            .map(|j| (j.node.clone().unwrap_or_default(), j.run));
+            .map(|j| {
+                (
+                    j.node.clone().unwrap_or_default(),
+                    j.run,
+                    j.launching,
+                    j.spec.requeues(),
+                )
+            });
+        if let Some((_, _, false, true)) = sister {
+            // Requeued as `scontrol requeue` does: its batch node's run is
+            // stopped, and the job starts again only once that run has
+            // reported its end (never two runs at once).
+            let mut effects = self.requeue(id, now).unwrap_or_default();
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.reason = Some("NodeFailRequeued".into());
+            }
+            effects.push(Effect::Job {
+                id,
+                event: format!("requeued: its node {node} was lost"),
+            });
+            return effects;
+        }
+        let sister = sister.map(|(batch, run, _, _)| (batch, run));
         let mut effects = self.lose_or_unlaunch(id, now);
         if let Some((batch, run)) = sister {
             effects.push(Effect::StopRun {
@@ -237,6 +259,26 @@ mod tests {
     }
 
     #[test]
+    fn a_sisters_launch_in_doubt_is_sent_again_after_the_batch_node_confirmed() {
+        use crate::cluster::{LaunchAnswer, LaunchNext};
+        let mut c = two_nodes();
+        let (id, _) = c.submit(wide("2"), 0).unwrap();
+        c.schedule(1);
+        // The batch node's answer confirms the run...
+        c.launch_answered(id, 1, "n1", LaunchAnswer::Taken, false, 2);
+        assert!(!c.awaits_launch(id, 1));
+        // ...and the sister's, still in doubt, is sent again, not dropped.
+        assert!(c.awaits_launch_on(id, 1, "n2"));
+        assert_eq!(
+            c.launch_answered(id, 1, "n2", LaunchAnswer::InDoubt, true, 3),
+            LaunchNext::Retry
+        );
+        // Once the job ended, nothing is sent.
+        c.job_ended("n1", &ended(id, 1, EndCause::Exited)).unwrap();
+        assert!(!c.awaits_launch_on(id, 1, "n2"));
+    }
+
+    #[test]
     fn a_job_wider_than_the_cluster_never_starts() {
         let mut c = two_nodes();
         c.set_refuse_unsatisfiable(true);
@@ -262,6 +304,30 @@ mod tests {
         }));
         assert!(c.node("n1").unwrap().running.is_empty());
         assert!(c.node("n2").unwrap().running.is_empty());
+    }
+
+    #[test]
+    fn a_requeueable_job_losing_a_sister_starts_again_only_after_its_batch_run_ended() {
+        let mut c = two_nodes();
+        let mut spec = wide("2");
+        spec.requeue = Some(true);
+        let (id, _) = c.submit(spec, 0).unwrap();
+        c.schedule(1);
+        c.launch_confirmed(id, 1);
+        let fx = c.node_down("n2", 3);
+        assert!(
+            fx.iter().any(|e| matches!(e,
+            Effect::Signal { node, cancel: true, .. } if node == "n1")),
+            "{fx:?}"
+        );
+        assert_eq!(c.job(id).unwrap().state, JobState::Pending);
+        c.register_node(&testkit::registration("n2", &[], vec![]), 4);
+        // The old run still holds n1: nothing starts before it ended.
+        assert!(launches(&c.schedule(5)).is_empty());
+        c.job_ended("n1", &ended(id, 1, EndCause::Cancelled))
+            .unwrap();
+        assert_eq!(launches(&c.schedule(6)), ["n1", "n2"]);
+        assert_eq!(c.job(id).unwrap().run, 2);
     }
 
     #[test]

@@ -59,7 +59,7 @@ fn a_requeued_job_whose_lost_run_completed_does_not_run_again() {
 fn an_earlier_runs_end_changes_nothing() {
     let (mut c, id) = running_on_n1(true);
     // The launch timed out: requeued without failing the node.
-    c.launch_unreachable(id, 3);
+    c.launch_unreachable(id, "n1", 3);
     assert!(
         c.node("n1").unwrap().up,
         "one failed launch is not a dead node"
