@@ -28,10 +28,12 @@ pub struct SubmitOptions {
     /// the reservation hint for a shared one.
     #[arg(long, value_name = "SIZE")]
     pub gpu_mem: Option<String>,
-    /// Compute a shared job's GPU work keeps busy: a fraction of one GPU
-    /// (0.25) or a percentage (25%). gnoded co-locates shared processes
-    /// only while their shares fit under its compute ceiling; without it a
-    /// job's earlier runs, or the node's default, count.
+    /// A shared job's share of its GPU's time, REQ[:LIMIT]: fractions of
+    /// one GPU (0.25, or 25%). gnoded co-locates shared processes only
+    /// while their shares fit under its compute ceiling, and holds the
+    /// job's processes to a GPU time quota: at least REQ when they have
+    /// work, at most LIMIT (default 1). Without it, a job's earlier runs or
+    /// the node's default count for placement, and no quota holds it.
     #[arg(long, value_name = "SHARE")]
     pub gpu_share: Option<String>,
     /// MIG profile of the isolated instance (e.g. 1g.5gb); implies --isolated.
@@ -404,10 +406,12 @@ pub fn build_spec(
         Some(m) => Some(parse_mem_mib(m)?),
         None => None,
     };
-    let share = match &opts.gpu_share {
-        Some(s) => Some(gsched_core::compute::parse_share(s).context("--gpu-share")?),
+    let quota = match &opts.gpu_share {
+        Some(s) => Some(gsched_core::time_quota::TimeQuota::parse(s).context("--gpu-share")?),
         None => None,
     };
+    let share = quota.map(|q| q.request);
+    let share_limit = quota.map(|q| q.limit);
     for (name, value) in [
         ("--mem", &opts.recorded.mem),
         ("--mem-per-cpu", &opts.recorded.mem_per_cpu),
@@ -486,6 +490,7 @@ pub fn build_spec(
             mig_profile: profile,
             mem_mib: mem,
             share,
+            share_limit,
             count,
         },
         time_limit,

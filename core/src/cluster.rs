@@ -1898,6 +1898,7 @@ mod tests {
                     mig_profile: Some("1g.5gb".into()),
                     mem_mib: None,
                     share: None,
+                    share_limit: None,
                     count: None,
                 }
             } else {

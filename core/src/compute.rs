@@ -47,7 +47,7 @@ pub enum ShareError {
     NotANumber(String),
     #[error("GPU share '{0}' is out of range: it must be above 0 and at most 1 (100%)")]
     OutOfRange(String),
-    #[error("GPU share '{0}': a limit (REQ:LIMIT) is not supported yet; give the request alone")]
+    #[error("GPU share '{0}': one number is expected here (a request with a limit, REQ:LIMIT, is for a job's --gpu-share)")]
     LimitNotSupported(String),
 }
 

@@ -622,6 +622,7 @@ mod tests {
             mig_profile: Some("1g.5gb".into()),
             mem_mib: None,
             share: None,
+            share_limit: None,
             count: None,
         };
         assert!(!inst[0].satisfies(&by_profile));
@@ -631,6 +632,7 @@ mod tests {
             mig_profile: None,
             mem_mib: Some(6000),
             share: None,
+            share_limit: None,
             count: None,
         };
         assert!(inst[0].satisfies(&by_mem));

@@ -163,6 +163,11 @@ pub struct GpuRequest {
     /// `--gpu-share`: thousandths of a whole GPU ([`crate::compute`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<u32>,
+    /// The most of its instance's time the job's processes may take
+    /// (`--gpu-share=REQ:LIMIT`), thousandths; with a share, the job's
+    /// processes are held to a GPU time quota ([`crate::time_quota`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_limit: Option<u32>,
     /// How many instances (whole GPUs or MIG instances) an isolated job
     /// holds, all on its node (`--gres=gpu:N`); one when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -371,6 +376,10 @@ pub enum SpecError {
     BadGpuShare(u32),
     #[error("--gpu-share is for shared jobs: an isolated job has its instance to itself; drop one of them")]
     GpuShareWithIsolated,
+    #[error("a GPU time limit needs a request: give --gpu-share=REQ:LIMIT")]
+    GpuShareLimitAlone,
+    #[error("a GPU time limit of {0} thousandths is out of range: give at least the request ({1}) and at most a whole GPU (1.0)")]
+    BadGpuShareLimit(u32, u32),
     #[error("time limit must be at least one second")]
     ZeroTimeLimit,
     #[error("script contains a NUL byte")]
@@ -406,6 +415,16 @@ pub enum SpecError {
 }
 
 impl JobSpec {
+    /// The GPU time quota the job states (`--gpu-share=REQ[:LIMIT]`).
+    pub fn stated_time_quota(&self) -> Option<crate::time_quota::TimeQuota> {
+        let request = self.gpu.share?;
+        Some(crate::time_quota::TimeQuota {
+            request,
+            limit: self.gpu.share_limit.unwrap_or(crate::compute::WHOLE_GPU),
+            latency_critical: false,
+        })
+    }
+
     /// Whether the job goes back to the queue when its node is lost (its
     /// `requeue`, as the controller settled it at submission).
     pub fn requeues(&self) -> bool {
@@ -468,6 +487,12 @@ impl JobSpec {
             }
             if self.isolated {
                 return Err(SpecError::GpuShareWithIsolated);
+            }
+        }
+        if let Some(limit) = self.gpu.share_limit {
+            let share = self.gpu.share.ok_or(SpecError::GpuShareLimitAlone)?;
+            if !crate::compute::is_share(limit) || limit < share {
+                return Err(SpecError::BadGpuShareLimit(limit, share));
             }
         }
         if self.time_limit == Some(0) {

@@ -755,6 +755,7 @@ mod tests {
             mig_profile: profile.map(String::from),
             mem_mib: mem,
             share: None,
+            share_limit: None,
             count: None,
         }
     }

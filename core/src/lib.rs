@@ -34,6 +34,7 @@ pub mod resources;
 pub mod sim;
 pub mod sm;
 pub mod steps;
+pub mod time_quota;
 pub mod units;
 pub mod wire;
 

@@ -113,6 +113,34 @@ pub enum ProbeRequest {
     /// and its processes may open them (`GATE_ENV`). Answered at once for
     /// any other job of the node.
     Gate { job: JobId, key: String },
+    /// The calling process (placed, of a job with a GPU time quota) opens
+    /// its token connection: after the `Ok` reply, this connection carries
+    /// [`TokenRequest`]s one way and [`TokenReply`]s the other
+    /// ([`crate::time_quota`]).
+    Tokens { job: JobId, key: String },
+}
+
+/// What a process sends on its token connection (after `Tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TokenRequest {
+    /// It wants a token (its next kernel launch waits for one).
+    Ask,
+    /// Its quota ended with work still to launch: another quota, or a
+    /// revocation.
+    Renew,
+    /// It gives its token back: its work in flight is done.
+    GiveBack,
+}
+
+/// What gnoded sends on a token connection, whenever it decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "order", rename_all = "snake_case")]
+pub enum TokenReply {
+    /// Launch for `quota_us` microseconds.
+    Grant { quota_us: u64 },
+    /// Stop launching; give the token back once the work in flight is done.
+    Revoke,
 }
 
 /// How long a process kept its instance busy out of how long it was
@@ -133,7 +161,8 @@ impl ProbeRequest {
             | ProbeRequest::Peak { job, key, .. }
             | ProbeRequest::StepBegin { job, key, .. }
             | ProbeRequest::StepEnd { job, key, .. }
-            | ProbeRequest::Gate { job, key } => (*job, key),
+            | ProbeRequest::Gate { job, key }
+            | ProbeRequest::Tokens { job, key } => (*job, key),
         }
     }
 }

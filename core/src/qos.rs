@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::time_quota::TimeQuota;
 use serde::{Deserialize, Serialize};
 
 /// The QOS jobs get when they name none, where it exists.
@@ -72,6 +73,37 @@ pub struct Qos {
     /// (`Preempt=`; gctld's `--preempt-mode` says how).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preempt: Vec<String>,
+    /// The GPU time quota of the QOS's shared jobs that state no
+    /// `--gpu-share` (`GpuShare=REQ[:LIMIT]`, gsched's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_share: Option<TimeQuota>,
+    /// `Flags=LatencyCritical` (gsched's own): the kernel bursts of the
+    /// QOS's shared jobs go first on their instance.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub latency_critical: bool,
+}
+
+impl Qos {
+    /// The GPU time quota of a shared job of this QOS that states
+    /// `stated` (its `--gpu-share`, request and limit): the job's own,
+    /// else the QOS's; a latency-critical QOS gives every shared job one
+    /// (the least request where none is given).
+    pub fn time_quota(&self, stated: Option<TimeQuota>) -> Option<TimeQuota> {
+        let base = stated.or(self.gpu_share);
+        let base = match (base, self.latency_critical) {
+            (Some(q), _) => q,
+            (None, true) => TimeQuota {
+                request: 1,
+                limit: crate::compute::WHOLE_GPU,
+                latency_critical: false,
+            },
+            (None, false) => return None,
+        };
+        Some(TimeQuota {
+            latency_critical: self.latency_critical,
+            ..base
+        })
+    }
 }
 
 /// What a job of a QOS takes while it runs, and whose it is.
@@ -154,6 +186,8 @@ pub enum QosChangeError {
     Unknown(String),
     #[error("'{0}' is not a valid QOS name: letters, digits, '-', '_' and '.' only, at most 64")]
     BadName(String),
+    #[error("QOS {0}: GpuShare must be a request above 0 and a limit from the request to 1")]
+    BadGpuShare(String),
 }
 
 /// The running totals limits are checked against, built for one pass
@@ -186,6 +220,11 @@ impl QosTable {
 
     /// Carries out a change (nothing changes on error).
     pub fn apply(&mut self, change: &QosChange) -> Result<(), QosChangeError> {
+        if let QosChange::Add { qos } | QosChange::Modify { qos } = change {
+            if qos.gpu_share.is_some_and(|q| !q.is_valid()) {
+                return Err(QosChangeError::BadGpuShare(qos.name.clone()));
+            }
+        }
         match change {
             QosChange::Add { qos } => {
                 let n = &qos.name;

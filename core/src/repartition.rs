@@ -804,6 +804,7 @@ mod tests {
                         mig_profile: None,
                         mem_mib: Some(mib),
                         share: None,
+                        share_limit: None,
                         count: None,
                     },
                     ..crate::JobSpec::default()

@@ -245,6 +245,10 @@ pub struct LaunchRequest {
     /// free, as without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub early: bool,
+    /// The GPU time quota the job's shared processes are held to on their
+    /// instance (its `--gpu-share`, or its QOS's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_quota: Option<crate::time_quota::TimeQuota>,
 }
 
 /// Signal a job, or cancel it (SIGCONT, SIGTERM, then SIGKILL after the grace).

@@ -617,6 +617,7 @@ impl Controller {
                             learned_gpu_share: learned.share,
                             job_token: self.job_token(j),
                             early,
+                            time_quota: c.time_quota(j),
                         };
                         rpcs.push(Rpc::Launch {
                             url: n.url.clone(),

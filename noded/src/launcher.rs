@@ -20,6 +20,7 @@ use gsched_core::job::JobId;
 use gsched_core::outcome::{EndCause, EndFacts, GpuFault, ProcessOutcome};
 use gsched_core::pattern::job_output_paths;
 use gsched_core::probe::{JOB_KEY_ENV, PROBE_SOCK_ENV};
+use gsched_core::time_quota::{TimeQuota, TIME_QUOTA_ENV};
 use gsched_core::wire::{JobEnded, LaunchRequest, SignalRequest};
 use gsched_daemon::unix_now;
 use nix::sys::signal::{kill, Signal};
@@ -292,10 +293,15 @@ impl Launcher {
                 ca.display().to_string(),
             );
         }
+        // Only the shared processes of a job with a quota are held to one.
+        let quota = req.time_quota.filter(|_| req.instances.is_empty());
         if let Some(probe) = self.probe.get() {
             let key = probe
-                .register_job(job.id, job.spec.uid, None)
+                .register_job(job.id, job.spec.uid, None, quota)
                 .map_err(|e| LaunchError::Io(e.to_string()))?;
+            if let Some(q) = quota {
+                env.insert(TIME_QUOTA_ENV.into(), q.to_env());
+            }
             env.insert(PROBE_SOCK_ENV.into(), probe.path().display().to_string());
             env.insert(JOB_KEY_ENV.into(), key);
         }
@@ -932,7 +938,13 @@ impl Launcher {
                     if let (Some(probe), Some(spec)) = (self.probe.get(), &spec) {
                         // The job keeps its key across gnoded restarts.
                         let key = spec.env.get(JOB_KEY_ENV).cloned();
-                        let _ = probe.register_job(job, spec.uid, key);
+                        // Its quota, as given at its launch (gnoded's own
+                        // spool, not the job's).
+                        let quota = spec
+                            .env
+                            .get(TIME_QUOTA_ENV)
+                            .and_then(|q| TimeQuota::from_env(q));
+                        let _ = probe.register_job(job, spec.uid, key, quota);
                         if spool.is_gated() {
                             // Started early and still waiting: it takes its
                             // instances after the jobs that hold them.

@@ -17,6 +17,7 @@ pub mod reshape;
 pub mod shepherd;
 pub mod spool;
 pub mod steps;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -24,11 +24,14 @@ use gsched_core::placement::{
     Begin, Growth, NodeBook, NodeEvent, Placed, PlacementError, TaskBook, TaskId, TaskRequest,
 };
 use gsched_core::probe::{code, encode, frame_len, ProbeReply, ProbeRequest, TaskRecord};
+use gsched_core::time_quota::{TimeQuota, TokenConfig};
 use gsched_core::wire::{keys_match, InstanceUse};
 use tokio::io::unix::AsyncFd;
 use tokio::net::UnixListener;
 use tokio::sync::{oneshot, Notify};
 use tracing::{debug, info, warn};
+
+use crate::tokens::TokenServer;
 
 /// Longest socket path (the kernel's limit is 108 bytes with the NUL).
 const MAX_SOCK_PATH: usize = 100;
@@ -67,6 +70,8 @@ impl TaskEvents {
 struct JobAuth {
     key: String,
     uid: u32,
+    /// The GPU time quota its processes are held to, if any.
+    quota: Option<TimeQuota>,
 }
 
 /// The node's placement state (decisions, in gsched-core) and what this
@@ -124,6 +129,8 @@ pub struct ProbeServer {
     limits: Arc<gsched_daemon::limits::ConnectionLimits<u32>>,
     steps: std::sync::OnceLock<std::sync::Weak<dyn StepControl>>,
     gpu_busy: std::sync::OnceLock<GpuBusy>,
+    /// GPU time quotas (token connections).
+    tokens: Arc<TokenServer>,
 }
 
 /// Counts what a job's process measured of its GPU use: (job, pid, busy
@@ -202,6 +209,8 @@ impl ProbeServer {
             ),
             steps: std::sync::OnceLock::new(),
             gpu_busy: std::sync::OnceLock::new(),
+            tokens: TokenServer::start(TokenConfig::default())
+                .context("cannot start the GPU token timer")?,
         });
         Ok((server, listener))
     }
@@ -399,8 +408,15 @@ impl ProbeServer {
     }
 
     /// Lets a job use the probe socket; returns its secret. `key` is given
-    /// when re-registering an adopted job.
-    pub fn register_job(&self, job: JobId, uid: u32, key: Option<String>) -> Result<String> {
+    /// when re-registering an adopted job; `quota` is the GPU time quota
+    /// its processes are held to.
+    pub fn register_job(
+        &self,
+        job: JobId,
+        uid: u32,
+        key: Option<String>,
+        quota: Option<TimeQuota>,
+    ) -> Result<String> {
         let key = match key {
             Some(k) => k,
             None => gsched_daemon::key::random_hex(24)?,
@@ -410,6 +426,7 @@ impl ProbeServer {
             JobAuth {
                 key: key.clone(),
                 uid,
+                quota,
             },
         );
         Ok(key)
@@ -741,6 +758,19 @@ impl ProbeServer {
             let started = std::time::Instant::now();
             WAITED.with(|w| w.set(false));
             let (reply, begin) = match serde_json::from_slice::<ProbeRequest>(&body) {
+                Ok(ProbeRequest::Tokens { job, key }) => {
+                    match self.open_tokens(job, &key, uid, pid) {
+                        Ok((instance, quota)) => {
+                            if stream.write_all(&encode(&ProbeReply::Ok)).is_err() {
+                                return;
+                            }
+                            // The connection is the token client's from now on.
+                            self.tokens.serve(stream, job, pid, &instance, quota);
+                            return;
+                        }
+                        Err(reply) => (reply, false),
+                    }
+                }
                 Ok(req) => {
                     let begin = matches!(req, ProbeRequest::Begin { .. });
                     (self.handle(req, uid, pid), begin)
@@ -784,6 +814,32 @@ impl ProbeServer {
             ));
         }
         Ok(())
+    }
+
+    /// Checks a token connection's opening: a placed process of a job
+    /// with a quota. Returns its instance and the job's quota.
+    fn open_tokens(
+        &self,
+        job: JobId,
+        key: &str,
+        uid: u32,
+        pid: u32,
+    ) -> std::result::Result<(String, TimeQuota), ProbeReply> {
+        let st = self.lock();
+        self.check(&st, job, key, uid)?;
+        let Some(quota) = st.jobs.get(&job).and_then(|a| a.quota) else {
+            return Err(ProbeReply::error(
+                code::PROTOCOL,
+                format!("job {job} has no GPU time quota (--gpu-share)"),
+            ));
+        };
+        match st.node.tasks().pinned(job, pid) {
+            Some(instance) => Ok((instance.to_string(), quota)),
+            None => Err(ProbeReply::error(
+                code::NO_TASK,
+                format!("process {pid} of job {job} is not placed on an instance"),
+            )),
+        }
     }
 
     fn handle(self: &Arc<Self>, req: ProbeRequest, uid: u32, pid: u32) -> ProbeReply {
@@ -946,6 +1002,10 @@ impl ProbeServer {
                         rx
                     }
                 },
+                // Taken by `connection` before it gets here.
+                ProbeRequest::Tokens { .. } => {
+                    return ProbeReply::error(code::PROTOCOL, "a token connection opens alone")
+                }
             }
         };
         WAITED.with(|w| w.set(true));
@@ -1122,7 +1182,7 @@ mod tests {
         }));
         assert!(server.hold("GPU-a", 7), "a process is on the instance");
         let s = Arc::clone(&server);
-        server.register_job(7, 0, None).unwrap();
+        server.register_job(7, 0, None, None).unwrap();
         let drained = tokio::spawn(async move { s.drained_for("GPU-a", 7).await });
         tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
         assert!(!drained.is_finished(), "drained while a process ran there");
@@ -1178,8 +1238,8 @@ mod tests {
         tokio::spawn(Arc::clone(&server).serve(listener));
         let me = nix::unistd::getuid().as_raw();
         let (k1, k2) = (
-            server.register_job(1, me, None).unwrap(),
-            server.register_job(2, me, None).unwrap(),
+            server.register_job(1, me, None, None).unwrap(),
+            server.register_job(2, me, None, None).unwrap(),
         );
         let task_of = |r: ProbeReply| match r {
             ProbeReply::Placed { task, .. } => task,
@@ -1241,9 +1301,9 @@ mod tests {
             ProbeServer::bind(sock.clone(), book, BTreeMap::new(), Arc::clone(&events)).unwrap();
         tokio::spawn(Arc::clone(&server).serve(listener));
         let me = nix::unistd::getuid().as_raw();
-        let key = server.register_job(1, me, None).unwrap();
+        let key = server.register_job(1, me, None, None).unwrap();
         server
-            .register_job(2, me + 1, Some("other".into()))
+            .register_job(2, me + 1, Some("other".into()), None)
             .unwrap();
 
         let s = sock.clone();

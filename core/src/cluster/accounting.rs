@@ -81,6 +81,27 @@ impl Cluster {
         Ok(vec![Effect::Accounts])
     }
 
+    /// The GPU time quota a shared job's processes are held to on their
+    /// instance ([`crate::time_quota`]): its own `--gpu-share`, else its
+    /// QOS's; latency-critical as its QOS says. `None` for isolated jobs
+    /// and jobs with neither.
+    pub fn time_quota(&self, job: &crate::Job) -> Option<crate::time_quota::TimeQuota> {
+        if job.spec.isolated {
+            return None;
+        }
+        let stated = job.spec.stated_time_quota();
+        match job
+            .spec
+            .slurm
+            .qos
+            .as_deref()
+            .and_then(|q| self.qos.qos.get(q))
+        {
+            Some(qos) => qos.time_quota(stated),
+            None => stated,
+        }
+    }
+
     /// Sets the QOS a submission runs under and checks the QOS's
     /// submission limits.
     pub(super) fn choose_qos(&self, spec: &mut JobSpec) -> Result<(), ClusterError> {

@@ -245,6 +245,7 @@ fn spec_of(j: &SimJob) -> JobSpec {
             mig_profile: None,
             mem_mib: Some(j.peak_mib().max(1)),
             share: None,
+            share_limit: None,
             count: None,
         },
         ..JobSpec::default()

@@ -283,6 +283,7 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
                 .filter(|t| gsched_core::gpu::is_profile_name(t)),
             mem_mib: None,
             share: None,
+            share_limit: None,
             count: gpu.map(|g| g.1).filter(|n| *n != 1),
         },
         time_limit: minutes.map(|m| m as u64 * 60),
