@@ -312,3 +312,84 @@ fn a_job_started_early_waits_again_after_gsched_restarts() {
         "{log}"
     );
 }
+
+#[test]
+fn gpu_time_quotas_divide_an_instance_by_requests() {
+    // Two jobs on one whole (simulated) GPU, with GPU time quotas of 0.25
+    // and 0.75: each runs 1 ms kernels back to back on the fake driver,
+    // waiting for each, for 4 s (started together). A kernel is launched
+    // only with a token, so how many ran is the time each was given.
+    // Without quotas each would run as many as alone (the fake driver's
+    // processes do not compete): together they ran about as many as one.
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB"]);
+    let app = build(g.work.path());
+    let w = g.work.path().display().to_string();
+    let script = g.script(
+        "spin.sh",
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nexec {} link spin 4\n",
+            app.display()
+        ),
+    );
+    let a = g.submit(&[
+        "--gpu-share",
+        "0.25",
+        "--gpu-mem",
+        "1G",
+        "-o",
+        "a.out",
+        &script,
+    ]);
+    let b = g.submit(&[
+        "--gpu-share=75%:1",
+        "--gpu-mem",
+        "1G",
+        "-o",
+        "b.out",
+        &script,
+    ]);
+    g.wait_state(a, "RUNNING", Duration::from_secs(20));
+    g.wait_state(b, "RUNNING", Duration::from_secs(20));
+    std::fs::write(g.work.path().join("go"), "").unwrap();
+    g.wait_state(a, "COMPLETED", Duration::from_secs(30));
+    g.wait_state(b, "COMPLETED", Duration::from_secs(30));
+    let kernels = |out: &str| -> f64 {
+        let text = std::fs::read_to_string(g.work.path().join(out)).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("kernels "))
+            .unwrap_or_else(|| panic!("{out}: {text}"))
+            .parse()
+            .unwrap()
+    };
+    let (ka, kb) = (kernels("a.out"), kernels("b.out"));
+    // Alone, one runs about 4 s / (1 ms and the polling) kernels.
+    std::fs::remove_file(g.work.path().join("go")).unwrap();
+    let alone = g.submit(&[
+        "--gpu-share",
+        "0.25",
+        "--gpu-mem",
+        "1G",
+        "-o",
+        "c.out",
+        &script,
+    ]);
+    g.wait_state(alone, "RUNNING", Duration::from_secs(20));
+    std::fs::write(g.work.path().join("go"), "").unwrap();
+    g.wait_state(alone, "COMPLETED", Duration::from_secs(30));
+    let kc = kernels("c.out");
+    let share = ka / (ka + kb);
+    eprintln!("kernels: 0.25 ran {ka}, 0.75 ran {kb}, alone {kc}");
+    assert!(
+        (0.18..=0.32).contains(&share),
+        "0.25 and 0.75 ran {ka} and {kb} kernels (alone: {kc})"
+    );
+    assert!(
+        ka + kb < 1.3 * kc,
+        "together they ran {ka} + {kb}, more than the one instance's time (alone: {kc})"
+    );
+    assert!(
+        kc > 0.8 * (ka + kb),
+        "alone it kept all the time: {kc} against {ka} + {kb}"
+    );
+    assert!(g.log().contains("token client left"), "{}", g.log());
+}

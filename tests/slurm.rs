@@ -676,6 +676,41 @@ fn qos_limits_and_priorities_through_sacctmgr() {
         .contains("normal|0|00:10:00||||||"));
     let o = s.run("sacctmgr", &["-i", "add", "qos", "x", "GraceTime=60"], None);
     assert!(stderr(&o).contains("no grace time yet"), "{}", stderr(&o));
+    // gsched's own: a GPU time quota and the latency-critical flag.
+    s.ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "add",
+            "qos",
+            "serve",
+            "GpuShare=0.2:0.5",
+            "Flags=LatencyCritical",
+        ],
+    );
+    assert!(s
+        .ok("sacctmgr", &["-P", "-n", "show", "qos"])
+        .contains("serve|0||||||||0.2:0.5|LatencyCritical\n"));
+    let o = s.run(
+        "sacctmgr",
+        &["-i", "add", "qos", "y", "Flags=DenyOnLimit"],
+        None,
+    );
+    assert!(
+        stderr(&o).contains("LatencyCritical only"),
+        "{}",
+        stderr(&o)
+    );
+    let o = s.run(
+        "sacctmgr",
+        &["-i", "add", "qos", "y", "GpuShare=0.5:0.2"],
+        None,
+    );
+    assert!(
+        stderr(&o).contains("at least the request"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -689,7 +724,7 @@ fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
     );
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
-        .contains("high|100|||||||low\n"));
+        .contains("high|100|||||||low||\n"));
     // The GPU's one instance to a low job; a high one takes it.
     let low = s.sbatch(&[
         "--qos=low",

@@ -131,6 +131,9 @@ pub enum TokenRequest {
     Renew,
     /// It gives its token back: its work in flight is done.
     GiveBack,
+    /// It gives its token back and wants another at once (a launch waits):
+    /// whether it gets the next one is decided with it among the waiting.
+    GiveBackAndAsk,
 }
 
 /// What gnoded sends on a token connection, whenever it decides.

@@ -833,8 +833,17 @@ impl ProbeServer {
                 format!("job {job} has no GPU time quota (--gpu-share)"),
             ));
         };
-        match st.node.tasks().pinned(job, pid) {
-            Some(instance) => Ok((instance.to_string(), quota)),
+        let tasks = st.node.tasks();
+        match tasks.pinned(job, pid) {
+            Some(instance) => {
+                // A share is of a whole GPU; the instance's time is counted.
+                let capacity = tasks
+                    .instances()
+                    .iter()
+                    .find(|i| i.uuid == instance)
+                    .map_or(WHOLE_GPU, |i| i.capacity);
+                Ok((instance.to_string(), quota.of_instance(capacity)))
+            }
             None => Err(ProbeReply::error(
                 code::NO_TASK,
                 format!("process {pid} of job {job} is not placed on an instance"),

@@ -149,6 +149,7 @@ impl TokenServer {
             TokenRequest::Ask => s.ask(id, now),
             TokenRequest::Renew => s.renew(id, now),
             TokenRequest::GiveBack => s.give_back(id, now),
+            TokenRequest::GiveBackAndAsk => s.give_back_and_ask(id, now),
         };
         send(&mut inner, &orders);
         drop(inner);

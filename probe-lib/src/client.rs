@@ -272,6 +272,18 @@ impl ProbeClient {
         }
     }
 
+    /// Opens this (placed) process's token connection for its job's GPU
+    /// time quota: a new connection, on which gnoded sends
+    /// `TokenReply`s and takes `TokenRequest`s from here on.
+    pub fn token_stream(&self) -> Result<UnixStream, ProbeError> {
+        let mut fresh = ProbeClient::connect(&self.sock, self.job, self.key.clone())?;
+        fresh.ok(ProbeRequest::Tokens {
+            job: self.job,
+            key: self.key.clone(),
+        })?;
+        Ok(fresh.stream)
+    }
+
     /// Reports this process's peak GPU memory, and how long it kept its
     /// instance busy while placed where that was measured.
     pub fn peak(

@@ -209,8 +209,28 @@ fn set_qos(mut qos: Qos, w: &Words) -> Result<Qos> {
                     .map(String::from)
                     .collect()
             }
-            "description" | "descr" | "preemptmode" | "gracetime" | "flags" => {
-                bail!("{k}: gsched's QOS have Priority, Preempt, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser and GrpTRES (the preemption mode is gctld's --preempt-mode; no grace time yet)")
+            "gpushare" => {
+                qos.gpu_share = if v.trim() == "-1" {
+                    None
+                } else {
+                    Some(
+                        gsched_core::time_quota::TimeQuota::parse(v)
+                            .map_err(|e| anyhow!("GpuShare={v}: {e}"))?,
+                    )
+                }
+            }
+            "flags" => {
+                qos.latency_critical = false;
+                for flag in v.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+                    match flag.to_ascii_lowercase().as_str() {
+                        "latencycritical" => qos.latency_critical = true,
+                        "-1" | "none" => {}
+                        _ => bail!("Flags={flag}: gsched's QOS know the flag LatencyCritical only (Slurm's other QOS flags are not supported)"),
+                    }
+                }
+            }
+            "description" | "descr" | "preemptmode" | "gracetime" => {
+                bail!("{k}: gsched's QOS have Priority, Preempt, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser, GrpTRES, GpuShare and Flags=LatencyCritical (the preemption mode is gctld's --preempt-mode; no grace time yet)")
             }
             other => bail!("{other}: not a QOS setting gsched knows"),
         }
@@ -389,6 +409,8 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
         "MaxTRESPU",
         "GrpTRES",
         "Preempt",
+        "GpuShare",
+        "Flags",
     ]
     .iter()
     .map(|t| t.to_string())
@@ -419,6 +441,12 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
                 tres(&q.max_tres_per_user),
                 tres(&q.grp_tres),
                 q.preempt.join(","),
+                q.gpu_share.map(|g| g.to_setting()).unwrap_or_default(),
+                if q.latency_critical {
+                    "LatencyCritical".into()
+                } else {
+                    String::new()
+                },
             ]
         })
         .collect();

@@ -53,6 +53,8 @@ struct Streams {
     /// A context was destroyed: the sampler makes its context current
     /// again before the next query (a new context may reuse the address).
     forgot: bool,
+    /// Contexts forgotten so far (other threads that query reset theirs).
+    forgets: u64,
     busy: Duration,
 }
 
@@ -63,6 +65,7 @@ static STREAMS: Mutex<Streams> = Mutex::new(Streams {
     sampling: false,
     stopped: false,
     forgot: false,
+    forgets: 0,
     busy: Duration::ZERO,
 });
 
@@ -152,6 +155,7 @@ pub(super) fn forget_context(ctx: Option<*mut c_void>) {
         None => st.known.clear(),
     }
     st.forgot = true;
+    st.forgets += 1;
     LAST.with(|l| l.set((0, usize::MAX)));
 }
 
@@ -202,31 +206,59 @@ fn sample(generation: u64) {
         if std::mem::take(&mut st.forgot) {
             current = 0;
         }
-        let mut busy = false;
-        st.known.retain(|&(ctx, stream)| {
-            if busy {
-                return true;
-            }
-            // SAFETY: a context the program created and has not destroyed
-            // (destroying it goes through forget_context first).
-            if ctx != current && unsafe { set(ctx as *mut c_void) } != CUDA_SUCCESS {
-                return false;
-            }
-            current = ctx;
-            // SAFETY: a stream the program launched on and has not
-            // destroyed (destroying it goes through forget_stream first).
-            match unsafe { query(stream as *mut c_void) } {
-                CUDA_SUCCESS => true,
-                CUDA_ERROR_NOT_READY => {
-                    busy = true;
-                    true
-                }
-                // Gone in a way not seen here: not asked again.
-                _ => false,
-            }
-        });
-        if busy {
+        if any_pending(&mut st, &mut current, query, set) {
             st.busy += credit;
         }
     }
+}
+
+/// Whether any stream the process launched on has work pending, asked
+/// from the calling thread (`current`: the context it last made current
+/// there, kept by the caller).
+fn any_pending(st: &mut Streams, current: &mut usize, query: StreamQuery, set: CtxSet) -> bool {
+    let mut busy = false;
+    st.known.retain(|&(ctx, stream)| {
+        if busy {
+            return true;
+        }
+        // SAFETY: a context the program created and has not destroyed
+        // (destroying it goes through forget_context first).
+        if ctx != *current && unsafe { set(ctx as *mut c_void) } != CUDA_SUCCESS {
+            return false;
+        }
+        *current = ctx;
+        // SAFETY: a stream the program launched on and has not
+        // destroyed (destroying it goes through forget_stream first).
+        match unsafe { query(stream as *mut c_void) } {
+            CUDA_SUCCESS => true,
+            CUDA_ERROR_NOT_READY => {
+                busy = true;
+                true
+            }
+            // Gone in a way not seen here: not asked again.
+            _ => false,
+        }
+    });
+    busy
+}
+
+/// Whether the process has work in flight on a stream it launched on, for
+/// a thread other than the sampler (`current` as for `any_pending`, kept
+/// by that thread; reset when a context was forgotten).
+pub(super) fn pending(current: &mut usize, forgot_seen: &mut u64) -> bool {
+    let (Some(query), Some(set)) = (
+        real_named::<StreamQuery>(c"cuStreamQuery"),
+        real_named::<CtxSet>(c"cuCtxSetCurrent"),
+    ) else {
+        return false;
+    };
+    let mut st = streams();
+    if st.stopped {
+        return false;
+    }
+    if st.forgets != *forgot_seen {
+        *forgot_seen = st.forgets;
+        *current = 0;
+    }
+    any_pending(&mut st, current, query, set)
 }

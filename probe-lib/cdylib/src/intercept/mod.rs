@@ -14,6 +14,8 @@
 //!   when gnoded says so, or fails with `CUDA_ERROR_OUT_OF_MEMORY` in this
 //!   process only. Frees are counted.
 //! - `cuMemGetInfo_v2` and `cuDeviceTotalMem_v2` report the reservation.
+//! - In a job with a GPU time quota, kernel launches wait for a token from
+//!   gnoded (`tokens`).
 //! - Kernel launches update the task's warps (reported when they rise), and
 //!   name the streams whose pending work a sampler thread looks at, to
 //!   measure how long the process keeps its instance busy (`busy`).
@@ -30,6 +32,7 @@
 
 mod busy;
 mod lookup;
+mod tokens;
 mod wrappers;
 
 use std::ffi::c_int;
@@ -176,6 +179,19 @@ fn ensure_placed() {
             st.task = Some(p.task);
             st.meter = Meter::new(p.bytes.saturating_sub(context));
             busy::placed();
+            if std::env::var_os(gsched_core::time_quota::TIME_QUOTA_ENV).is_some() {
+                // The job has a GPU time quota: launches wait for tokens.
+                match client.token_stream() {
+                    Ok(stream) => tokens::start(stream),
+                    Err(e) => {
+                        let job = st.job.clone();
+                        note(
+                            &job,
+                            &format!("cannot open the GPU time quota's connection ({e}); kernels are not held to it"),
+                        );
+                    }
+                }
+            }
             st.client = Some(client);
             // SAFETY: registering a plain extern "C" function.
             unsafe { libc::atexit(at_exit) };

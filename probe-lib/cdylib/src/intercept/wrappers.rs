@@ -7,7 +7,7 @@ use gsched_probe::meter::launch_warps;
 
 use super::lookup::{real, redirect, H};
 use super::{
-    admit, busy, ensure_placed, freed, launched, lock, settle, CUresult,
+    admit, busy, ensure_placed, freed, launched, lock, settle, tokens, CUresult,
     CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
 };
 
@@ -215,6 +215,7 @@ macro_rules! launch_wrapper {
             bz: c_uint,
             $($a: $t),*
         ) -> CUresult {
+            tokens::before_launch();
             launched(launch_warps([gx, gy, gz], [bx, by, bz]));
             let r = call_real!(
                 H::$name,
@@ -252,6 +253,7 @@ macro_rules! launch_ex_wrapper {
             params: *mut *mut c_void,
             extra: *mut *mut c_void,
         ) -> CUresult {
+            tokens::before_launch();
             if !config.is_null() {
                 launched(launch_warps((*config).grid, (*config).block));
             }

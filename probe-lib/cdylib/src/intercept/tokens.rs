@@ -1,0 +1,281 @@
+//! GPU time quotas, the process's side (`gsched_core::time_quota`): a
+//! process of a job with a quota launches kernels only while it holds a
+//! token from gnoded.
+//!
+//! A thread of the library's own ("gprobe-token") owns the token
+//! connection. Kernel launches call [`before_launch`]: while the process
+//! holds a token that costs two atomic operations; without one, the
+//! launching thread asks the token thread for one and waits. The token
+//! thread:
+//! - asks gnoded when a launch waits, and marks the token held when
+//!   granted;
+//! - when the quota ends, asks to renew it (the process keeps launching
+//!   meanwhile); when told to give it back (revoked, or the renewal
+//!   refused), stops launches and gives it back once the process's work in
+//!   flight is done, so that the time counted is the time the instance
+//!   spent on it;
+//! - gives it back early when the process has launched nothing for
+//!   [`IDLE`] and has nothing in flight (a CPU phase), so the others need
+//!   not wait for its quota to end.
+//!
+//! If the connection breaks, quotas end for the process: launches are no
+//! longer held (gnoded's restart must not stop the job's GPU work).
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use gsched_core::probe::{encode, frame_len, TokenReply, TokenRequest};
+
+use super::busy;
+
+/// Launches are held to tokens.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The process holds a token.
+static HELD: AtomicBool = AtomicBool::new(false);
+/// When the process last launched (microseconds since `epoch()`).
+static LAST_LAUNCH: AtomicU64 = AtomicU64::new(0);
+/// The eventfd that wakes the token thread.
+static WAKE: AtomicI32 = AtomicI32::new(-1);
+/// Set by a launch waiting for a token; the condition variable wakes it.
+static WANT: Mutex<bool> = Mutex::new(false);
+static GRANTED: Condvar = Condvar::new();
+
+/// Nothing launched and nothing in flight for this long: the token goes
+/// back before its quota ends.
+const IDLE: Duration = Duration::from_millis(2);
+/// How often the token thread looks at a held token, and at work in
+/// flight while giving one back.
+const HOLD_POLL: Duration = Duration::from_micros(500);
+const DRAIN_POLL: Duration = Duration::from_micros(200);
+/// Work in flight that does not finish in this long is not waited for
+/// (gnoded counts the token as given back anyway, later).
+const DRAIN_MOST: Duration = Duration::from_secs(1);
+
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_us() -> u64 {
+    epoch().elapsed().as_micros() as u64
+}
+
+/// Starts holding launches to tokens on `stream` (a token connection
+/// gnoded accepted). Called once, after placement.
+pub(super) fn start(stream: UnixStream) {
+    // SAFETY: a plain eventfd, owned by this module for the process's life.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return;
+    }
+    WAKE.store(fd, Ordering::Relaxed);
+    epoch();
+    let spawned = std::thread::Builder::new()
+        .name("gprobe-token".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            run(stream);
+            // The connection broke: launches go on unheld.
+            ACTIVE.store(false, Ordering::Release);
+            GRANTED.notify_all();
+        });
+    if spawned.is_ok() {
+        ACTIVE.store(true, Ordering::Release);
+    }
+}
+
+/// A kernel launch is about to be made: returns once the process holds a
+/// token (at once when quotas do not apply).
+pub(super) fn before_launch() {
+    if !ACTIVE.load(Ordering::Acquire) {
+        return;
+    }
+    LAST_LAUNCH.store(now_us(), Ordering::Relaxed);
+    if HELD.load(Ordering::Acquire) {
+        return;
+    }
+    let mut want = WANT.lock().unwrap_or_else(|e| e.into_inner());
+    while ACTIVE.load(Ordering::Acquire) && !HELD.load(Ordering::Acquire) {
+        if !*want {
+            *want = true;
+            wake();
+        }
+        want = GRANTED
+            .wait_timeout(want, Duration::from_millis(100))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+    LAST_LAUNCH.store(now_us(), Ordering::Relaxed);
+}
+
+fn wake() {
+    let fd = WAKE.load(Ordering::Relaxed);
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes to our eventfd.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Token {
+    Idle,
+    Asked,
+    Held {
+        deadline: u64,
+        renewing: bool,
+    },
+    /// Giving it back once the work in flight is done.
+    Draining {
+        since: Instant,
+    },
+}
+
+fn send(stream: &mut UnixStream, req: TokenRequest) -> std::io::Result<()> {
+    stream.write_all(&encode(&req))
+}
+
+fn read(stream: &mut UnixStream) -> std::io::Result<TokenReply> {
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header)?;
+    let n = frame_len(header).map_err(std::io::Error::other)?;
+    let mut body = vec![0u8; n];
+    stream.read_exact(&mut body)?;
+    serde_json::from_slice(&body).map_err(std::io::Error::other)
+}
+
+/// Waits until the socket or the eventfd is readable, or `timeout`.
+fn wait(stream: &UnixStream, timeout: Option<Duration>) -> std::io::Result<bool> {
+    let wake = WAKE.load(Ordering::Relaxed);
+    let mut fds = [
+        libc::pollfd {
+            fd: stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = timeout.map_or(-1, |t| t.as_micros().div_ceil(1000).max(1) as i32);
+    // SAFETY: two valid pollfds.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return if e.kind() == std::io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    if fds[1].revents & libc::POLLIN != 0 {
+        let mut v: u64 = 0;
+        // SAFETY: reading 8 bytes from our eventfd.
+        unsafe { libc::read(wake, (&mut v as *mut u64).cast(), 8) };
+    }
+    if fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 && fds[0].revents & libc::POLLIN == 0 {
+        return Err(std::io::ErrorKind::BrokenPipe.into());
+    }
+    Ok(fds[0].revents & libc::POLLIN != 0)
+}
+
+fn set_held(held: bool) {
+    HELD.store(held, Ordering::Release);
+    if held {
+        let _guard = WANT.lock().unwrap_or_else(|e| e.into_inner());
+        GRANTED.notify_all();
+    }
+}
+
+fn run(mut stream: UnixStream) {
+    let mut token = Token::Idle;
+    let mut current = 0usize;
+    let mut forgets = 0u64;
+    loop {
+        let timeout = match token {
+            Token::Held { .. } => Some(HOLD_POLL),
+            Token::Draining { .. } => Some(DRAIN_POLL),
+            Token::Idle | Token::Asked => None,
+        };
+        let Ok(readable) = wait(&stream, timeout) else {
+            return;
+        };
+        if readable {
+            match read(&mut stream) {
+                Ok(TokenReply::Grant { quota_us }) => {
+                    token = Token::Held {
+                        deadline: now_us() + quota_us,
+                        renewing: false,
+                    };
+                    set_held(true);
+                }
+                Ok(TokenReply::Revoke) => {
+                    if let Token::Held { .. } = token {
+                        set_held(false);
+                        token = Token::Draining {
+                            since: Instant::now(),
+                        };
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        let now = now_us();
+        token = match token {
+            Token::Held { deadline, renewing } => {
+                let idle = now.saturating_sub(LAST_LAUNCH.load(Ordering::Relaxed))
+                    > IDLE.as_micros() as u64;
+                // (Not while a renewal is asked: its answer comes first.)
+                if idle && !renewing && !busy::pending(&mut current, &mut forgets) {
+                    set_held(false);
+                    Token::Draining {
+                        since: Instant::now(),
+                    }
+                } else if now >= deadline && !renewing {
+                    if send(&mut stream, TokenRequest::Renew).is_err() {
+                        return;
+                    }
+                    Token::Held {
+                        deadline,
+                        renewing: true,
+                    }
+                } else {
+                    token
+                }
+            }
+            other => other,
+        };
+        if let Token::Draining { since } = token {
+            if since.elapsed() >= DRAIN_MOST || !busy::pending(&mut current, &mut forgets) {
+                // A launch already waiting asks with the give-back, so
+                // that its turn is not lost to the order of the two.
+                let wanted = *WANT.lock().unwrap_or_else(|e| e.into_inner());
+                let (req, next) = if wanted {
+                    (TokenRequest::GiveBackAndAsk, Token::Asked)
+                } else {
+                    (TokenRequest::GiveBack, Token::Idle)
+                };
+                if send(&mut stream, req).is_err() {
+                    return;
+                }
+                token = next;
+            }
+        }
+        if token == Token::Idle && *WANT.lock().unwrap_or_else(|e| e.into_inner()) {
+            if send(&mut stream, TokenRequest::Ask).is_err() {
+                return;
+            }
+            token = Token::Asked;
+        }
+        if token == Token::Asked || matches!(token, Token::Held { .. }) {
+            // A grant satisfies the launches waiting for it.
+            if HELD.load(Ordering::Acquire) {
+                *WANT.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            }
+        }
+    }
+}
