@@ -401,7 +401,7 @@ impl TokenScheduler {
     }
 
     fn under_limit(&self, c: &Client, now: u64) -> bool {
-        self.used(c, now) < self.allowance(c.quota.limit)
+        c.quota.limit >= WHOLE_GPU || self.used(c, now) < self.allowance(c.quota.limit)
     }
 
     /// Where a client ranks for a token, first first: owed time (below
@@ -418,6 +418,10 @@ impl TokenScheduler {
     /// `None` when its limit is spent.
     fn quota_for(&self, client: u64, now: u64) -> Option<u64> {
         let c = self.clients.get(&client)?;
+        if c.quota.limit >= WHOLE_GPU {
+            // No limit: a client alone keeps the instance.
+            return Some(c.next_quota);
+        }
         let left = self
             .allowance(c.quota.limit)
             .checked_sub(self.used(c, now))
@@ -615,6 +619,20 @@ mod tests {
         s.join(1, q(300, 1000));
         let held = run_busy(&mut s, &[1], 5_000_000);
         assert!(held[&1] > 4_990_000, "{:?}", held);
+        // Without a limit it is never told to give its token back, however
+        // long it held it (each refusal costs a drain on a real GPU).
+        let mut s = TokenScheduler::new(TokenConfig::default());
+        s.join(1, q(300, 1000));
+        s.ask(1, 0);
+        for t in 1..300 {
+            assert!(
+                matches!(
+                    s.renew(1, t * 10_000)[..],
+                    [TokenOrder::Grant { client: 1, .. }]
+                ),
+                "refused at {t}"
+            );
+        }
         let mut s = TokenScheduler::new(TokenConfig::default());
         s.join(1, q(300, 500));
         let held = run_busy(&mut s, &[1], 5_000_000);

@@ -179,10 +179,12 @@ fn ensure_placed() {
             st.task = Some(p.task);
             st.meter = Meter::new(p.bytes.saturating_sub(context));
             busy::placed();
-            if std::env::var_os(gsched_core::time_quota::TIME_QUOTA_ENV).is_some() {
+            if let Ok(quota) = std::env::var(gsched_core::time_quota::TIME_QUOTA_ENV) {
                 // The job has a GPU time quota: launches wait for tokens.
+                let lc = gsched_core::time_quota::TimeQuota::from_env(&quota)
+                    .is_some_and(|q| q.latency_critical);
                 match client.token_stream() {
-                    Ok(stream) => tokens::start(stream),
+                    Ok(stream) => tokens::start(stream, lc),
                     Err(e) => {
                         let job = st.job.clone();
                         note(

@@ -14,9 +14,18 @@
 //!   refused), stops launches and gives it back once the process's work in
 //!   flight is done, so that the time counted is the time the instance
 //!   spent on it;
-//! - gives it back early when the process has launched nothing for
-//!   [`IDLE`] and has nothing in flight (a CPU phase), so the others need
-//!   not wait for its quota to end.
+//! - gives it back early when the process has had nothing in flight and
+//!   launched nothing for [`IDLE`] (a CPU phase), so the others need not
+//!   wait for its quota to end. The time counts from when its work was
+//!   seen done, not from its last launch: a loop that waits for each step
+//!   launches its next one soon after, however long the step ran.
+//!
+//! A latency-critical process (its QOS's flag) is granted a token at once
+//! unless it is over its limit, so its launches do not wait for the
+//! answer: they ask and go on ([`OPTIMISTIC`]), and wait only after an ask
+//! was not granted within [`LC_GRANT_WITHIN`]. It gives its token back
+//! after a shorter idle time ([`LC_IDLE`]): while it holds one, the
+//! ordinary processes of its instance wait.
 //!
 //! If the connection breaks, quotas end for the process: launches are no
 //! longer held (gnoded's restart must not stop the job's GPU work).
@@ -40,6 +49,9 @@ static HELD: AtomicBool = AtomicBool::new(false);
 static LAST_LAUNCH: AtomicU64 = AtomicU64::new(0);
 /// The eventfd that wakes the token thread.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
+/// Launches ask for a token without waiting for it (a latency-critical
+/// process whose asks are granted at once).
+static OPTIMISTIC: AtomicBool = AtomicBool::new(false);
 /// Set by a launch waiting for a token; the condition variable wakes it.
 static WANT: Mutex<bool> = Mutex::new(false);
 static GRANTED: Condvar = Condvar::new();
@@ -47,6 +59,13 @@ static GRANTED: Condvar = Condvar::new();
 /// Nothing launched and nothing in flight for this long: the token goes
 /// back before its quota ends.
 const IDLE: Duration = Duration::from_millis(2);
+/// The same for a latency-critical process, and how often its held token
+/// is looked at.
+const LC_IDLE: Duration = Duration::from_micros(500);
+const LC_HOLD_POLL: Duration = Duration::from_micros(250);
+/// A latency-critical ask not granted within this long (its limit is
+/// spent) makes its launches wait for grants again.
+const LC_GRANT_WITHIN: Duration = Duration::from_millis(2);
 /// How often the token thread looks at a held token, and at work in
 /// flight while giving one back.
 const HOLD_POLL: Duration = Duration::from_micros(500);
@@ -65,8 +84,9 @@ fn now_us() -> u64 {
 }
 
 /// Starts holding launches to tokens on `stream` (a token connection
-/// gnoded accepted). Called once, after placement.
-pub(super) fn start(stream: UnixStream) {
+/// gnoded accepted; `latency_critical` as the job's quota says). Called
+/// once, after placement.
+pub(super) fn start(stream: UnixStream, latency_critical: bool) {
     // SAFETY: a plain eventfd, owned by this module for the process's life.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
@@ -78,12 +98,13 @@ pub(super) fn start(stream: UnixStream) {
         .name("gprobe-token".into())
         .stack_size(256 * 1024)
         .spawn(move || {
-            run(stream);
+            run(stream, latency_critical);
             // The connection broke: launches go on unheld.
             ACTIVE.store(false, Ordering::Release);
             GRANTED.notify_all();
         });
     if spawned.is_ok() {
+        OPTIMISTIC.store(latency_critical, Ordering::Release);
         ACTIVE.store(true, Ordering::Release);
     }
 }
@@ -99,6 +120,13 @@ pub(super) fn before_launch() {
         return;
     }
     let mut want = WANT.lock().unwrap_or_else(|e| e.into_inner());
+    if OPTIMISTIC.load(Ordering::Acquire) {
+        if !*want {
+            *want = true;
+            wake();
+        }
+        return;
+    }
     while ACTIVE.load(Ordering::Acquire) && !HELD.load(Ordering::Acquire) {
         if !*want {
             *want = true;
@@ -122,10 +150,15 @@ fn wake() {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Token {
     Idle,
-    Asked,
+    Asked {
+        since: Instant,
+    },
     Held {
         deadline: u64,
         renewing: bool,
+        /// When its streams were first seen with nothing pending and no
+        /// launch since (microseconds), if they are so now.
+        quiet_since: Option<u64>,
     },
     /// Giving it back once the work in flight is done.
     Draining {
@@ -191,15 +224,21 @@ fn set_held(held: bool) {
     }
 }
 
-fn run(mut stream: UnixStream) {
+fn run(mut stream: UnixStream, latency_critical: bool) {
     let mut token = Token::Idle;
     let mut current = 0usize;
     let mut forgets = 0u64;
+    let (idle_after, hold_poll) = if latency_critical {
+        (LC_IDLE, LC_HOLD_POLL)
+    } else {
+        (IDLE, HOLD_POLL)
+    };
     loop {
         let timeout = match token {
-            Token::Held { .. } => Some(HOLD_POLL),
+            Token::Held { .. } => Some(hold_poll),
             Token::Draining { .. } => Some(DRAIN_POLL),
-            Token::Idle | Token::Asked => None,
+            Token::Asked { .. } if latency_critical => Some(LC_GRANT_WITHIN),
+            Token::Idle | Token::Asked { .. } => None,
         };
         let Ok(readable) = wait(&stream, timeout) else {
             return;
@@ -207,9 +246,13 @@ fn run(mut stream: UnixStream) {
         if readable {
             match read(&mut stream) {
                 Ok(TokenReply::Grant { quota_us }) => {
+                    if latency_critical {
+                        OPTIMISTIC.store(true, Ordering::Release);
+                    }
                     token = Token::Held {
                         deadline: now_us() + quota_us,
                         renewing: false,
+                        quiet_since: None,
                     };
                     set_held(true);
                 }
@@ -226,11 +269,24 @@ fn run(mut stream: UnixStream) {
         }
         let now = now_us();
         token = match token {
-            Token::Held { deadline, renewing } => {
-                let idle = now.saturating_sub(LAST_LAUNCH.load(Ordering::Relaxed))
-                    > IDLE.as_micros() as u64;
+            Token::Held {
+                deadline,
+                renewing,
+                quiet_since,
+            } => {
+                let idle_us = idle_after.as_micros() as u64;
+                let last = LAST_LAUNCH.load(Ordering::Relaxed);
+                // Looked at only once nothing was launched for a while.
+                let quiet_since = if now.saturating_sub(last) <= idle_us
+                    || busy::pending(&mut current, &mut forgets)
+                {
+                    None
+                } else {
+                    Some(quiet_since.filter(|&q| q >= last).unwrap_or(now))
+                };
+                let idle = quiet_since.is_some_and(|q| now.saturating_sub(q) >= idle_us);
                 // (Not while a renewal is asked: its answer comes first.)
-                if idle && !renewing && !busy::pending(&mut current, &mut forgets) {
+                if idle && !renewing {
                     set_held(false);
                     Token::Draining {
                         since: Instant::now(),
@@ -242,9 +298,14 @@ fn run(mut stream: UnixStream) {
                     Token::Held {
                         deadline,
                         renewing: true,
+                        quiet_since,
                     }
                 } else {
-                    token
+                    Token::Held {
+                        deadline,
+                        renewing,
+                        quiet_since,
+                    }
                 }
             }
             other => other,
@@ -255,7 +316,12 @@ fn run(mut stream: UnixStream) {
                 // that its turn is not lost to the order of the two.
                 let wanted = *WANT.lock().unwrap_or_else(|e| e.into_inner());
                 let (req, next) = if wanted {
-                    (TokenRequest::GiveBackAndAsk, Token::Asked)
+                    (
+                        TokenRequest::GiveBackAndAsk,
+                        Token::Asked {
+                            since: Instant::now(),
+                        },
+                    )
                 } else {
                     (TokenRequest::GiveBack, Token::Idle)
                 };
@@ -269,9 +335,17 @@ fn run(mut stream: UnixStream) {
             if send(&mut stream, TokenRequest::Ask).is_err() {
                 return;
             }
-            token = Token::Asked;
+            token = Token::Asked {
+                since: Instant::now(),
+            };
         }
-        if token == Token::Asked || matches!(token, Token::Held { .. }) {
+        if let Token::Asked { since } = token {
+            if latency_critical && since.elapsed() >= LC_GRANT_WITHIN {
+                // Over its limit: its launches wait for grants now.
+                OPTIMISTIC.store(false, Ordering::Release);
+            }
+        }
+        if matches!(token, Token::Asked { .. } | Token::Held { .. }) {
             // A grant satisfies the launches waiting for it.
             if HELD.load(Ordering::Acquire) {
                 *WANT.lock().unwrap_or_else(|e| e.into_inner()) = false;
