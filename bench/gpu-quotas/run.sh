@@ -111,7 +111,11 @@ for order in $ROUNDS; do
   t=$((t + 1))
   list=$CONFIGS
   [ "$order" = rev ] && list=$(echo "$CONFIGS" | tr ' ' '\n' | tac | tr '\n' ' ')
-  for c in $list; do run "$c" "$t"; done
+  # DEADLINE (seconds since the start): no configuration starts after it.
+  for c in $list; do
+    [ "$SECONDS" -gt "${DEADLINE:-1000000}" ] && break
+    run "$c" "$t"
+  done
 done
 grep -E 'token client left' "$st/up.log" | sed 's/\x1b\[[0-9;]*m//g' >"$OUT/tokens.log"
 python3 "$HERE/summarize.py" "$OUT" >"$OUT/summary.json"
