@@ -393,3 +393,69 @@ fn gpu_time_quotas_divide_an_instance_by_requests() {
     );
     assert!(g.log().contains("token client left"), "{}", g.log());
 }
+
+#[test]
+fn a_latency_critical_jobs_kernels_go_first() {
+    // Two jobs at 0.5 each keep the (simulated) GPU's tokens busy with 1 ms
+    // kernels back to back. A job that launches one 1 ms kernel every
+    // 20 ms waits for a token each time when it is an ordinary job (the
+    // holder finishes its quota, up to 100 ms, or is told to stop when
+    // the waiting job ranks first), and not at all in a latency-critical
+    // QOS: its kernel goes at once and the holder is told to stop.
+    // (Three jobs at once: more CPUs than this machine may have.)
+    let mut args = vec!["--sim-gpus".to_string(), "1xA100-40GB".to_string()];
+    args.extend(common::spare_cpus());
+    let g = Gsched::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let app = build(g.work.path());
+    let w = g.work.path().display().to_string();
+    let added = g.req("POST", "/api/v1/qos").send_json(serde_json::json!({
+        "op": "add",
+        "qos": {"name": "serve", "latency_critical": true}
+    }));
+    assert!(added.is_ok(), "{added:?}");
+    let spin = g.script(
+        "spin.sh",
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nexec {} link spin 6\n",
+            app.display()
+        ),
+    );
+    let lat = g.script(
+        "lat.sh",
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nsleep 0.5\nexec {} link lat 100 20\n",
+            app.display()
+        ),
+    );
+    let median = |qos: &[&str], out: &str| -> f64 {
+        let _ = std::fs::remove_file(g.work.path().join("go"));
+        let mut ids = Vec::new();
+        for o in ["s1.out", "s2.out"] {
+            ids.push(g.submit(&["--gpu-share", "0.5", "--gpu-mem", "1G", "-o", o, &spin]));
+        }
+        let mut args = vec!["--gpu-share", "0.1", "--gpu-mem", "1G", "-o", out];
+        args.extend_from_slice(qos);
+        args.push(&lat);
+        ids.push(g.submit(&args));
+        for &id in &ids {
+            g.wait_state(id, "RUNNING", Duration::from_secs(20));
+        }
+        std::fs::write(g.work.path().join("go"), "").unwrap();
+        for &id in &ids {
+            g.wait_state(id, "COMPLETED", Duration::from_secs(30));
+        }
+        let text = std::fs::read_to_string(g.work.path().join(out)).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("latency p50 "))
+            .unwrap_or_else(|| panic!("{out}: {text}"))
+            .parse()
+            .unwrap()
+    };
+    let ordinary = median(&[], "ordinary.out");
+    let critical = median(&["--qos", "serve"], "critical.out");
+    eprintln!("median latency: ordinary {ordinary} ms, latency-critical {critical} ms");
+    assert!(
+        critical < 6.0 && ordinary > 2.0 * critical,
+        "ordinary {ordinary} ms, latency-critical {critical} ms"
+    );
+}

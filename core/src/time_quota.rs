@@ -127,6 +127,26 @@ impl TimeQuota {
         }
     }
 
+    /// One of `n` processes' part of this quota: a job's request holds
+    /// for all its processes on an instance together, so that starting
+    /// more of them takes no more time. A limit is divided too (each
+    /// process keeps to its part, even while the others idle); no limit
+    /// stays none.
+    pub fn divided(&self, n: usize) -> TimeQuota {
+        let n = n.max(1) as u32;
+        let request = (self.request / n).max(1);
+        let limit = if self.limit >= WHOLE_GPU {
+            WHOLE_GPU
+        } else {
+            (self.limit / n).max(request)
+        };
+        TimeQuota {
+            request,
+            limit,
+            latency_critical: self.latency_critical,
+        }
+    }
+
     pub fn is_valid(&self) -> bool {
         crate::compute::is_share(self.request)
             && crate::compute::is_share(self.limit)
@@ -228,6 +248,18 @@ impl TokenScheduler {
                 held_total: 0,
             },
         );
+    }
+
+    /// The client's quota changed (its job's quota is divided among its
+    /// processes on the instance, and one came or went).
+    pub fn set_quota(&mut self, client: u64, quota: TimeQuota) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.quota = quota;
+        }
+    }
+
+    pub fn quota(&self, client: u64) -> Option<TimeQuota> {
+        self.clients.get(&client).map(|c| c.quota)
     }
 
     /// The client is gone (its process ended or its connection closed).
@@ -746,6 +778,9 @@ mod tests {
         // Of a 1g instance of 7 (142 thousandths of the GPU).
         assert_eq!(q(100, 1000).of_instance(142), q(705, 1000));
         assert_eq!(q(300, 600).of_instance(1000), q(300, 600));
+        assert_eq!(q(300, 1000).divided(3), q(100, 1000));
+        assert_eq!(q(300, 600).divided(2), q(150, 300));
+        assert_eq!(q(1, 1).divided(2), q(1, 1));
     }
 
     use proptest::prelude::*;
