@@ -39,10 +39,14 @@ use std::time::{Duration, Instant};
 
 use gsched_core::probe::{encode, frame_len, TokenReply, TokenRequest};
 
-use super::busy;
+use super::{busy, GENERATION};
 
 /// Launches are held to tokens.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The process generation (`GENERATION`) the token thread serves: a
+/// forked child inherits these statics but not the thread, and is not
+/// held by its parent's tokens (it places itself anew).
+static ACTIVE_GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The process holds a token.
 static HELD: AtomicBool = AtomicBool::new(false);
 /// When the process last launched (microseconds since `epoch()`).
@@ -104,6 +108,7 @@ pub(super) fn start(stream: UnixStream, latency_critical: bool) {
             GRANTED.notify_all();
         });
     if spawned.is_ok() {
+        ACTIVE_GENERATION.store(GENERATION.load(Ordering::Relaxed), Ordering::Relaxed);
         OPTIMISTIC.store(latency_critical, Ordering::Release);
         ACTIVE.store(true, Ordering::Release);
     }
@@ -112,7 +117,9 @@ pub(super) fn start(stream: UnixStream, latency_critical: bool) {
 /// A kernel launch is about to be made: returns once the process holds a
 /// token (at once when quotas do not apply).
 pub(super) fn before_launch() {
-    if !ACTIVE.load(Ordering::Acquire) {
+    if !ACTIVE.load(Ordering::Acquire)
+        || ACTIVE_GENERATION.load(Ordering::Relaxed) != GENERATION.load(Ordering::Relaxed)
+    {
         return;
     }
     LAST_LAUNCH.store(now_us(), Ordering::Relaxed);
