@@ -633,7 +633,7 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     s.ok("sacctmgr", &["-i", "add", "qos", "high", "Priority=100"]);
     assert_eq!(
         s.ok("sacctmgr", &["-P", "-n", "show", "qos"]),
-        "high|100|||||||\nnormal|0|00:10:00|1|||||\n"
+        "high|100||||||||||\nnormal|0|00:10:00|1||||||||\n"
     );
     // Over MaxWall, or an unknown QOS: refused with the reason.
     let o = s.run("sbatch", &["-t", "30", "--wrap", "true"], None);
@@ -674,8 +674,18 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
         .contains("normal|0|00:10:00||||||"));
-    let o = s.run("sacctmgr", &["-i", "add", "qos", "x", "GraceTime=60"], None);
-    assert!(stderr(&o).contains("no grace time yet"), "{}", stderr(&o));
+    let o = s.run(
+        "sacctmgr",
+        &["-i", "add", "qos", "x", "PreemptMode=suspend"],
+        None,
+    );
+    assert!(stderr(&o).contains("--preempt-mode"), "{}", stderr(&o));
+    let o = s.run(
+        "sacctmgr",
+        &["-i", "add", "qos", "x", "GraceTime=soon"],
+        None,
+    );
+    assert!(stderr(&o).contains("expected seconds"), "{}", stderr(&o));
     // gsched's own: a GPU time quota and the latency-critical flag.
     s.ok(
         "sacctmgr",
@@ -690,7 +700,7 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     );
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
-        .contains("serve|0||||||||0.2:0.5|LatencyCritical\n"));
+        .contains("serve|0||||||||0.2:0.5|LatencyCritical|\n"));
     let o = s.run(
         "sacctmgr",
         &["-i", "add", "qos", "y", "Flags=DenyOnLimit"],
@@ -724,7 +734,7 @@ fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
     );
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
-        .contains("high|100|||||||low||\n"));
+        .contains("high|100|||||||low|||\n"));
     // The GPU's one instance to a low job; a high one takes it.
     let low = s.sbatch(&[
         "--qos=low",
@@ -749,6 +759,57 @@ fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
     g.wait_state(high, "COMPLETED", T);
     assert_eq!(s.file("high.out"), "high ran\n");
     // The low job went back to the queue and runs again.
+    g.wait_until("the low job runs again", T, || {
+        g.job(low)["restart_cnt"].as_u64() == Some(1) && g.job(low)["job_state"] == "RUNNING"
+    });
+    let events = s.ok("scontrol", &["show", "job", &low.to_string()]);
+    assert!(events.contains("Restarts=1"), "{events}");
+    s.ok("scancel", &[&low.to_string()]);
+}
+
+#[test]
+fn a_preempted_job_gets_sigterm_and_its_grace_time_first() {
+    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--preempt-mode", "requeue"]);
+    let g = &s.g;
+    s.ok("sacctmgr", &["-i", "add", "qos", "low", "GraceTime=3"]);
+    s.ok(
+        "sacctmgr",
+        &["-i", "add", "qos", "high", "Priority=100", "Preempt=low"],
+    );
+    assert!(s
+        .ok("sacctmgr", &["-P", "-n", "show", "qos"])
+        .lines()
+        .any(|l| l.starts_with("low|") && l.ends_with("|00:00:03")));
+    // The low job notes SIGTERM and goes on: it keeps its GPU through its
+    // grace time, then is requeued and the high job runs.
+    let low = s.sbatch(&[
+        "--qos=low",
+        "--gres=gpu:1",
+        "--requeue",
+        "-o",
+        "low.out",
+        "--open-mode=append",
+        "--wrap",
+        "trap 'echo got TERM' TERM; echo low start; while :; do sleep 0.2; done",
+    ]);
+    g.wait_until("the low job started", T, || {
+        s.file("low.out").contains("low start")
+    });
+    let high = s.sbatch(&[
+        "--qos=high",
+        "--gres=gpu:1",
+        "-o",
+        "high.out",
+        "--wrap",
+        "echo high ran",
+    ]);
+    g.wait_until("the low job got SIGTERM", T, || {
+        s.file("low.out").contains("got TERM")
+    });
+    assert_eq!(g.job(low)["job_state"], "RUNNING", "in its grace time");
+    assert_eq!(g.job(high)["job_state"], "PENDING");
+    g.wait_state(high, "COMPLETED", T);
+    assert_eq!(s.file("high.out"), "high ran\n");
     g.wait_until("the low job runs again", T, || {
         g.job(low)["restart_cnt"].as_u64() == Some(1) && g.job(low)["job_state"] == "RUNNING"
     });

@@ -382,6 +382,8 @@ pub struct Cluster {
     preempt_mode: crate::preempt::PreemptMode,
     /// Nodes kept for jobs that preempted others there.
     preemptions: BTreeMap<JobId, preemption::Preemption>,
+    /// Preempted jobs in their QOS's grace time (signalled, still running).
+    graced: BTreeMap<JobId, preemption::Grace>,
     /// Decides MIG re-partitions (`reshapes.rs`); `None`: layouts stay.
     repartition: Option<Box<dyn crate::repartition::RepartitionPolicy>>,
     /// Reshapes sent to each node and not yet reported done.
@@ -438,6 +440,7 @@ impl Cluster {
             qos: Default::default(),
             preempt_mode: Default::default(),
             preemptions: BTreeMap::new(),
+            graced: BTreeMap::new(),
             repartition: None,
             reshapes: BTreeMap::new(),
             reshape_seq: 0,
@@ -1484,6 +1487,16 @@ impl Cluster {
         if job.is_sister(node) {
             return Ok(self.sister_ended(node, ended));
         }
+        let graced = self.graced.contains_key(&id)
+            && job.state == JobState::Running
+            && job.node.as_deref() == Some(node)
+            && !ended.outcome.cause.is_node_failure();
+        if graced {
+            if let Some(effects) = self.graced_ended(id, ended) {
+                return Ok(effects);
+            }
+        }
+        let job = &self.jobs[&id];
         if job.state != JobState::Running {
             return self
                 .late_end(node, ended)

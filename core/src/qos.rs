@@ -81,6 +81,10 @@ pub struct Qos {
     /// QOS's shared jobs go first on their instance.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub latency_critical: bool,
+    /// `GraceTime=` seconds: a job of this QOS chosen for preemption gets
+    /// SIGTERM and this long to end before it is requeued or cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_time_secs: Option<u32>,
 }
 
 impl Qos {

@@ -229,8 +229,17 @@ fn set_qos(mut qos: Qos, w: &Words) -> Result<Qos> {
                     }
                 }
             }
-            "description" | "descr" | "preemptmode" | "gracetime" => {
-                bail!("{k}: gsched's QOS have Priority, Preempt, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser, GrpTRES, GpuShare and Flags=LatencyCritical (the preemption mode is gctld's --preempt-mode; no grace time yet)")
+            "gracetime" => {
+                qos.grace_time_secs = if v.trim() == "-1" {
+                    None
+                } else {
+                    Some(v.trim().parse().with_context(|| {
+                        format!("GraceTime={v}: expected seconds, or -1 for none")
+                    })?)
+                }
+            }
+            "description" | "descr" | "preemptmode" => {
+                bail!("{k}: gsched's QOS have Priority, Preempt, GraceTime, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser, GrpTRES, GpuShare and Flags=LatencyCritical (the preemption mode is gctld's --preempt-mode)")
             }
             other => bail!("{other}: not a QOS setting gsched knows"),
         }
@@ -411,6 +420,7 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
         "Preempt",
         "GpuShare",
         "Flags",
+        "GraceTime",
     ]
     .iter()
     .map(|t| t.to_string())
@@ -447,6 +457,9 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
                 } else {
                     String::new()
                 },
+                q.grace_time_secs
+                    .map(|g| super::format::elapsed_long(g as i64))
+                    .unwrap_or_default(),
             ]
         })
         .collect();

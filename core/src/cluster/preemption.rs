@@ -3,6 +3,8 @@
 //! jobs of those QOS on one node requeued (or cancelled), and the node is
 //! kept for it until it starts there. One preemption at a time: the next
 //! waits until the jobs preempted before have left their node's books.
+//! A job whose QOS has a `GraceTime` is first sent SIGTERM and requeued or
+//! cancelled when its grace ends, or when it ends by itself before.
 
 use super::{resources_of, Cluster, Effect};
 use crate::job::{JobId, JobState};
@@ -14,6 +16,14 @@ pub(super) struct Preemption {
     pub node: String,
     pub victims: Vec<JobId>,
     pub at: i64,
+}
+
+/// A preempted job in its grace time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Grace {
+    pub until: i64,
+    pub requeue: bool,
+    pub for_job: JobId,
 }
 
 /// How long a node stays kept for a job that has not started there.
@@ -50,6 +60,7 @@ impl Cluster {
         if self.preempt_mode == PreemptMode::Off || !self.qos.in_use() {
             return vec![];
         }
+        let mut effects = self.end_graces(now);
         let in_flight = self.preemptions.values().any(|p| {
             p.victims.iter().any(|v| {
                 self.nodes
@@ -58,17 +69,98 @@ impl Cluster {
             })
         });
         if in_flight {
-            return vec![];
+            return effects;
         }
         for id in waiting {
             if self.preemptions.contains_key(id) {
                 continue;
             }
             if let Some((node, chosen)) = self.choose_victims(*id) {
-                return self.preempt(*id, node, chosen, now);
+                effects.extend(self.preempt(*id, node, chosen, now));
+                break;
             }
         }
-        vec![]
+        effects
+    }
+
+    /// Requeues or cancels the preempted jobs whose grace time is over.
+    fn end_graces(&mut self, now: i64) -> Vec<Effect> {
+        let over: Vec<JobId> = self
+            .graced
+            .iter()
+            .filter(|(_, g)| g.until <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut effects = Vec::new();
+        for v in over {
+            let g = self.graced.remove(&v).expect("listed above");
+            if self
+                .jobs
+                .get(&v)
+                .is_some_and(|j| j.state == JobState::Running)
+            {
+                effects.extend(self.preempt_now(v, g.for_job, g.requeue, now));
+            }
+        }
+        effects
+    }
+
+    /// A preempted job in its grace time ended by itself: it is requeued
+    /// (or counts as cancelled) as its preemption would have done.
+    /// `None` when the job was not in a grace time.
+    pub(super) fn graced_ended(
+        &mut self,
+        id: JobId,
+        ended: &crate::wire::JobEnded,
+    ) -> Option<Vec<Effect>> {
+        let g = self.graced.remove(&id)?;
+        let now = ended.end_time;
+        let mut effects = self.release(id);
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.record_usage(ended.usage, &ended.steps);
+        }
+        if g.requeue {
+            effects.extend(self.requeue_after_failure(
+                id,
+                now,
+                "BeginTime",
+                &format!(
+                    "ended in its grace time; requeued (preempted for job {})",
+                    g.for_job
+                ),
+            ));
+        } else {
+            let job = self.jobs.get_mut(&id).expect("graced jobs exist");
+            let _ = job.transition(JobState::Cancelled, now);
+            job.reason = Some("Preempted".into());
+            effects.push(Effect::Job {
+                id,
+                event: format!(
+                    "ended in its grace time; cancelled (preempted for job {})",
+                    g.for_job
+                ),
+            });
+            effects.extend(self.charge(id, now));
+        }
+        Some(effects)
+    }
+
+    /// Requeues or cancels preempted job `v` now.
+    fn preempt_now(&mut self, v: JobId, for_job: JobId, requeue: bool, now: i64) -> Vec<Effect> {
+        let mut effects = if requeue {
+            self.requeue(v, now)
+        } else {
+            self.cancel(v, None, now)
+        }
+        .unwrap_or_default();
+        effects.push(Effect::Job {
+            id: v,
+            event: format!(
+                "preempted for job {for_job} ({})",
+                if requeue { "requeued" } else { "cancelled" }
+            ),
+        });
+        effects
     }
 
     /// The node where preempting the fewest jobs makes room for `id`.
@@ -168,19 +260,40 @@ impl Cluster {
         for v in &chosen {
             let requeue = self.preempt_mode == PreemptMode::Requeue
                 && self.jobs.get(v).is_some_and(|j| j.spec.requeues());
-            let fx = if requeue {
-                self.requeue(*v, now)
-            } else {
-                self.cancel(*v, None, now)
+            let grace = self
+                .jobs
+                .get(v)
+                .and_then(|j| j.spec.slurm.qos.as_deref())
+                .and_then(|q| self.qos.qos.get(q))
+                .and_then(|q| q.grace_time_secs)
+                .filter(|&g| g > 0);
+            let Some(grace) = grace else {
+                effects.extend(self.preempt_now(*v, id, requeue, now));
+                continue;
             };
-            effects.extend(fx.unwrap_or_default());
+            // Its grace time: SIGTERM now, the preemption when it is over.
+            let vnode = self.jobs[v].node.clone().unwrap_or_default();
+            effects.push(Effect::Signal {
+                job: *v,
+                node: vnode,
+                signal: crate::cluster::SIGTERM,
+                cancel: false,
+            });
             effects.push(Effect::Job {
                 id: *v,
                 event: format!(
-                    "preempted for job {id} ({})",
+                    "preempted for job {id}: SIGTERM, {} in {grace} s (GraceTime)",
                     if requeue { "requeued" } else { "cancelled" }
                 ),
             });
+            self.graced.insert(
+                *v,
+                Grace {
+                    until: now + grace as i64,
+                    requeue,
+                    for_job: id,
+                },
+            );
         }
         effects.push(Effect::Job {
             id,
@@ -276,5 +389,86 @@ mod tests {
         assert!(launch(&mut c, 3).is_empty());
         assert_eq!(c.job(a).unwrap().state, JobState::Running);
         assert_eq!(c.job(b).unwrap().state, JobState::Running);
+    }
+
+    /// n1's two instances to two low jobs (GraceTime 30 s), then a high
+    /// job that may preempt them; returns (older low, younger low, high).
+    fn graced(mode: PreemptMode) -> (crate::cluster::Cluster, u64, u64, u64) {
+        let mut c = cluster();
+        c.set_preempt_mode(mode);
+        c.change_qos(&QosChange::Add {
+            qos: Qos {
+                name: "low".into(),
+                grace_time_secs: Some(30),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        c.change_qos(&QosChange::Add {
+            qos: Qos {
+                name: "high".into(),
+                preempt: vec!["low".into()],
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let (a, _) = c.submit(gpu_job("low"), 0).unwrap();
+        assert_eq!(launch(&mut c, 1), [a]);
+        let (b, _) = c.submit(gpu_job("low"), 2).unwrap();
+        assert_eq!(launch(&mut c, 3), [b]);
+        let (h, _) = c.submit(gpu_job("high"), 4).unwrap();
+        (c, a, b, h)
+    }
+
+    #[test]
+    fn with_a_grace_time_the_preempted_job_gets_sigterm_first_and_is_requeued_after_it() {
+        let (mut c, a, b, h) = graced(PreemptMode::Requeue);
+        let fx = c.schedule(5);
+        assert!(
+            fx.iter().any(|e| matches!(e,
+                Effect::Signal { job, signal: 15, cancel: false, .. } if *job == b)),
+            "{fx:?}"
+        );
+        assert_eq!(
+            c.job(b).unwrap().state,
+            JobState::Running,
+            "in its grace time"
+        );
+        // Nothing more while the grace runs: no other job is preempted.
+        let fx = c.schedule(20);
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Signal { .. })),
+            "{fx:?}"
+        );
+        assert_eq!(c.job(a).unwrap().state, JobState::Running);
+        // Its grace is over: requeued, and its instance goes to h.
+        let fx = c.schedule(35);
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::Signal { job, cancel: true, .. } if *job == b)),
+            "{fx:?}"
+        );
+        assert_eq!(c.job(b).unwrap().state, JobState::Pending);
+        c.job_ended("n1", &ended(b, 1, 143, 36)).unwrap();
+        assert_eq!(launch(&mut c, 37), [h]);
+        assert_eq!(c.job(b).unwrap().restarts, 1);
+    }
+
+    #[test]
+    fn a_job_that_ends_in_its_grace_time_is_requeued_or_cancelled_not_completed() {
+        let (mut c, _, b, h) = graced(PreemptMode::Requeue);
+        c.schedule(5);
+        // It saves its work and exits 0 at the SIGTERM.
+        c.job_ended("n1", &ended(b, 1, 0, 10)).unwrap();
+        assert_eq!(c.job(b).unwrap().state, JobState::Pending);
+        assert_eq!(c.job(b).unwrap().restarts, 1);
+        assert_eq!(launch(&mut c, 11), [h]);
+        // Under --preempt-mode cancel it counts as cancelled.
+        let (mut c, _, b, h) = graced(PreemptMode::Cancel);
+        c.schedule(5);
+        c.job_ended("n1", &ended(b, 1, 0, 10)).unwrap();
+        assert_eq!(c.job(b).unwrap().state, JobState::Cancelled);
+        assert_eq!(c.job(b).unwrap().reason.as_deref(), Some("Preempted"));
+        assert_eq!(launch(&mut c, 11), [h]);
     }
 }
