@@ -385,17 +385,20 @@ impl TokenScheduler {
     }
 
     /// When [`TokenScheduler::tick`] should run next: a holder's forfeit
-    /// time, or soon when a client waits on its limit alone.
+    /// time, or soon when a client waits on its limit.
     pub fn next_tick(&self, now: u64) -> Option<u64> {
         let forfeits = self
             .clients
             .values()
             .filter_map(|c| c.hold.as_ref())
             .map(|h| h.deadline.saturating_add(self.config.forfeit_after));
+        // Only a client waiting on its limit can get a token at a tick
+        // (any other waiting client gets one when the holder gives it
+        // back).
         let limited = self
             .clients
             .values()
-            .any(|c| c.asked_at.is_some())
+            .any(|c| c.asked_at.is_some() && !self.under_limit(c, now))
             .then_some(now + self.config.min_quota);
         forfeits.chain(limited).min()
     }
@@ -728,7 +731,7 @@ mod tests {
         s.ask(2, 5_000);
         assert!(s.tick(100_000).is_empty());
         let at = 4_000 + 3_750 + cfg.forfeit_after;
-        assert_eq!(s.next_tick(100_000), Some(100_000 + cfg.min_quota));
+        assert_eq!(s.next_tick(100_000), Some(at), "its forfeit");
         let orders = s.tick(at);
         assert!(orders.contains(&TokenOrder::Revoke { client: 1 }));
         assert_eq!(granted(&orders), vec![2]);
