@@ -723,29 +723,30 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     );
 }
 
-#[test]
-fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
+/// A gsched preempting by requeue, with QOS `low` (its settings `low`)
+/// and `high` (which may preempt it); the GPU's one instance goes to a low
+/// job running `low_script` (it writes `low start` first), then a high job
+/// is submitted. Returns the Slurm, the low job and the high job.
+fn low_job_then_high(low: &[&str], low_script: &str) -> (Slurm, u64, u64) {
     let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--preempt-mode", "requeue"]);
-    let g = &s.g;
-    s.ok("sacctmgr", &["-i", "add", "qos", "low"]);
+    let mut add = vec!["-i", "add", "qos", "low"];
+    add.extend_from_slice(low);
+    s.ok("sacctmgr", &add);
     s.ok(
         "sacctmgr",
         &["-i", "add", "qos", "high", "Priority=100", "Preempt=low"],
     );
-    assert!(s
-        .ok("sacctmgr", &["-P", "-n", "show", "qos"])
-        .contains("high|100|||||||low|||\n"));
-    // The GPU's one instance to a low job; a high one takes it.
     let low = s.sbatch(&[
         "--qos=low",
         "--gres=gpu:1",
         "--requeue",
         "-o",
         "low.out",
+        "--open-mode=append",
         "--wrap",
-        "echo low start; sleep 60",
+        low_script,
     ]);
-    g.wait_until("the low job started", T, || {
+    s.g.wait_until("the low job started", T, || {
         s.file("low.out").contains("low start")
     });
     let high = s.sbatch(&[
@@ -756,9 +757,14 @@ fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
         "--wrap",
         "echo high ran",
     ]);
+    (s, low, high)
+}
+
+/// The high job ran and the low one went back to the queue and runs again.
+fn high_ran_and_low_runs_again(s: &Slurm, low: u64, high: u64) {
+    let g = &s.g;
     g.wait_state(high, "COMPLETED", T);
     assert_eq!(s.file("high.out"), "high ran\n");
-    // The low job went back to the queue and runs again.
     g.wait_until("the low job runs again", T, || {
         g.job(low)["restart_cnt"].as_u64() == Some(1) && g.job(low)["job_state"] == "RUNNING"
     });
@@ -768,54 +774,32 @@ fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
 }
 
 #[test]
+fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
+    let (s, low, high) = low_job_then_high(&[], "echo low start; sleep 60");
+    assert!(s
+        .ok("sacctmgr", &["-P", "-n", "show", "qos"])
+        .contains("high|100|||||||low|||\n"));
+    high_ran_and_low_runs_again(&s, low, high);
+}
+
+#[test]
 fn a_preempted_job_gets_sigterm_and_its_grace_time_first() {
-    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--preempt-mode", "requeue"]);
-    let g = &s.g;
-    s.ok("sacctmgr", &["-i", "add", "qos", "low", "GraceTime=3"]);
-    s.ok(
-        "sacctmgr",
-        &["-i", "add", "qos", "high", "Priority=100", "Preempt=low"],
+    // The low job notes SIGTERM and goes on: it keeps its GPU through its
+    // grace time, then is requeued and the high job runs.
+    let (s, low, high) = low_job_then_high(
+        &["GraceTime=3"],
+        "trap 'echo got TERM' TERM; echo low start; while :; do sleep 0.2; done",
     );
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
         .lines()
         .any(|l| l.starts_with("low|") && l.ends_with("|00:00:03")));
-    // The low job notes SIGTERM and goes on: it keeps its GPU through its
-    // grace time, then is requeued and the high job runs.
-    let low = s.sbatch(&[
-        "--qos=low",
-        "--gres=gpu:1",
-        "--requeue",
-        "-o",
-        "low.out",
-        "--open-mode=append",
-        "--wrap",
-        "trap 'echo got TERM' TERM; echo low start; while :; do sleep 0.2; done",
-    ]);
-    g.wait_until("the low job started", T, || {
-        s.file("low.out").contains("low start")
-    });
-    let high = s.sbatch(&[
-        "--qos=high",
-        "--gres=gpu:1",
-        "-o",
-        "high.out",
-        "--wrap",
-        "echo high ran",
-    ]);
-    g.wait_until("the low job got SIGTERM", T, || {
+    s.g.wait_until("the low job got SIGTERM", T, || {
         s.file("low.out").contains("got TERM")
     });
-    assert_eq!(g.job(low)["job_state"], "RUNNING", "in its grace time");
-    assert_eq!(g.job(high)["job_state"], "PENDING");
-    g.wait_state(high, "COMPLETED", T);
-    assert_eq!(s.file("high.out"), "high ran\n");
-    g.wait_until("the low job runs again", T, || {
-        g.job(low)["restart_cnt"].as_u64() == Some(1) && g.job(low)["job_state"] == "RUNNING"
-    });
-    let events = s.ok("scontrol", &["show", "job", &low.to_string()]);
-    assert!(events.contains("Restarts=1"), "{events}");
-    s.ok("scancel", &[&low.to_string()]);
+    assert_eq!(s.g.job(low)["job_state"], "RUNNING", "in its grace time");
+    assert_eq!(s.g.job(high)["job_state"], "PENDING");
+    high_ran_and_low_runs_again(&s, low, high);
 }
 
 #[test]

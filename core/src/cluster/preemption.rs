@@ -332,24 +332,7 @@ mod tests {
 
     #[test]
     fn a_high_job_requeues_the_youngest_low_job_and_takes_its_instance() {
-        let mut c = cluster();
-        c.set_preempt_mode(PreemptMode::Requeue);
-        for (name, preempt) in [("low", vec![]), ("high", vec!["low".to_string()])] {
-            c.change_qos(&QosChange::Add {
-                qos: Qos {
-                    name: name.into(),
-                    preempt,
-                    ..Default::default()
-                },
-            })
-            .unwrap();
-        }
-        // Two low jobs fill n1's two instances.
-        let (a, _) = c.submit(gpu_job("low"), 0).unwrap();
-        assert_eq!(launch(&mut c, 1), [a]);
-        let (b, _) = c.submit(gpu_job("low"), 2).unwrap();
-        assert_eq!(launch(&mut c, 3), [b]);
-        let (h, _) = c.submit(gpu_job("high"), 4).unwrap();
+        let (mut c, a, b, h) = two_low_jobs_then_high(PreemptMode::Requeue, None);
         let fx = c.schedule(5);
         // The younger low job is requeued; the high one waits for it.
         assert!(
@@ -391,15 +374,18 @@ mod tests {
         assert_eq!(c.job(b).unwrap().state, JobState::Running);
     }
 
-    /// n1's two instances to two low jobs (GraceTime 30 s), then a high
-    /// job that may preempt them; returns (older low, younger low, high).
-    fn graced(mode: PreemptMode) -> (crate::cluster::Cluster, u64, u64, u64) {
+    /// n1's two instances to two low jobs (with `grace`), then a high job
+    /// that may preempt them; returns (older low, younger low, high).
+    fn two_low_jobs_then_high(
+        mode: PreemptMode,
+        grace: Option<u32>,
+    ) -> (crate::cluster::Cluster, u64, u64, u64) {
         let mut c = cluster();
         c.set_preempt_mode(mode);
         c.change_qos(&QosChange::Add {
             qos: Qos {
                 name: "low".into(),
-                grace_time_secs: Some(30),
+                grace_time_secs: grace,
                 ..Default::default()
             },
         })
@@ -422,7 +408,7 @@ mod tests {
 
     #[test]
     fn with_a_grace_time_the_preempted_job_gets_sigterm_first_and_is_requeued_after_it() {
-        let (mut c, a, b, h) = graced(PreemptMode::Requeue);
+        let (mut c, a, b, h) = two_low_jobs_then_high(PreemptMode::Requeue, Some(30));
         let fx = c.schedule(5);
         assert!(
             fx.iter().any(|e| matches!(e,
@@ -456,7 +442,7 @@ mod tests {
 
     #[test]
     fn a_job_that_ends_in_its_grace_time_is_requeued_or_cancelled_not_completed() {
-        let (mut c, _, b, h) = graced(PreemptMode::Requeue);
+        let (mut c, _, b, h) = two_low_jobs_then_high(PreemptMode::Requeue, Some(30));
         c.schedule(5);
         // It saves its work and exits 0 at the SIGTERM.
         c.job_ended("n1", &ended(b, 1, 0, 10)).unwrap();
@@ -464,7 +450,7 @@ mod tests {
         assert_eq!(c.job(b).unwrap().restarts, 1);
         assert_eq!(launch(&mut c, 11), [h]);
         // Under --preempt-mode cancel it counts as cancelled.
-        let (mut c, _, b, h) = graced(PreemptMode::Cancel);
+        let (mut c, _, b, h) = two_low_jobs_then_high(PreemptMode::Cancel, Some(30));
         c.schedule(5);
         c.job_ended("n1", &ended(b, 1, 0, 10)).unwrap();
         assert_eq!(c.job(b).unwrap().state, JobState::Cancelled);
