@@ -459,3 +459,52 @@ fn a_latency_critical_jobs_kernels_go_first() {
         "ordinary {ordinary} ms, latency-critical {critical} ms"
     );
 }
+
+#[test]
+fn gpu_time_quotas_hold_again_after_gsched_restarts() {
+    // gsched is killed (-9) and started again while two quota'd jobs run:
+    // their processes run on unheld meanwhile, open their token
+    // connections again to the restarted gnoded (which restores their
+    // placements), and are held again: the new gnoded counts the tokens
+    // each held when it leaves.
+    common::bin("libgprobe.so");
+    let mut g = Gsched::start(&["--sim-gpus", "1xA100-40GB"]);
+    let app = build(g.work.path());
+    let w = g.work.path().display().to_string();
+    let script = g.script(
+        "spin.sh",
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nexec {} link spin 8\n",
+            app.display()
+        ),
+    );
+    let a = g.submit(&[
+        "--gpu-share",
+        "0.25",
+        "--gpu-mem",
+        "1G",
+        "-o",
+        "a.out",
+        &script,
+    ]);
+    let b = g.submit(&[
+        "--gpu-share",
+        "0.75",
+        "--gpu-mem",
+        "1G",
+        "-o",
+        "b.out",
+        &script,
+    ]);
+    g.wait_state(a, "RUNNING", Duration::from_secs(20));
+    g.wait_state(b, "RUNNING", Duration::from_secs(20));
+    std::fs::write(g.work.path().join("go"), "").unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    g.restart();
+    g.wait_state(a, "COMPLETED", Duration::from_secs(40));
+    g.wait_state(b, "COMPLETED", Duration::from_secs(40));
+    let log = g.log();
+    let since_restart = log.rsplit("gsched up").next().unwrap_or(&log);
+    let left = since_restart.matches("token client left").count();
+    assert_eq!(left, 2, "both held to tokens by the new gnoded: {log}");
+}

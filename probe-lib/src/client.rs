@@ -284,6 +284,17 @@ impl ProbeClient {
         Ok(fresh.stream)
     }
 
+    /// What opens this process's token connection again (on a fresh
+    /// connection to the same socket), for when the first one breaks.
+    pub fn token_opener(&self) -> Box<dyn Fn() -> std::io::Result<UnixStream> + Send + 'static> {
+        let (sock, job, key) = (self.sock.clone(), self.job, self.key.clone());
+        Box::new(move || {
+            ProbeClient::connect(&sock, job, key.clone())
+                .and_then(|c| c.token_stream())
+                .map_err(std::io::Error::other)
+        })
+    }
+
     /// Reports this process's peak GPU memory, and how long it kept its
     /// instance busy while placed where that was measured.
     pub fn peak(

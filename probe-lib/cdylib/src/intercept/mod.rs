@@ -184,7 +184,7 @@ fn ensure_placed() {
                 let lc = gsched_core::time_quota::TimeQuota::from_env(&quota)
                     .is_some_and(|q| q.latency_critical);
                 match client.token_stream() {
-                    Ok(stream) => tokens::start(stream, lc),
+                    Ok(stream) => tokens::start(stream, client.token_opener(), lc),
                     Err(e) => {
                         let job = st.job.clone();
                         note(

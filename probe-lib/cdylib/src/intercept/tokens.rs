@@ -27,8 +27,11 @@
 //! after a shorter idle time ([`LC_IDLE`]): while it holds one, the
 //! ordinary processes of its instance wait.
 //!
-//! If the connection breaks, quotas end for the process: launches are no
-//! longer held (gnoded's restart must not stop the job's GPU work).
+//! If the connection breaks (gnoded restarts), launches go on unheld
+//! (gnoded's restart must not stop the job's GPU work) while the thread
+//! opens a new one, every [`RECONNECT_EVERY`] for [`RECONNECT_FOR`]: the
+//! restarted gnoded, which restores the placements of the processes still
+//! running, holds them to their quota again.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -74,6 +77,9 @@ const LC_GRANT_WITHIN: Duration = Duration::from_millis(2);
 /// flight while giving one back.
 const HOLD_POLL: Duration = Duration::from_micros(500);
 const DRAIN_POLL: Duration = Duration::from_micros(200);
+/// How often, and for how long, a broken token connection is opened again.
+const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+const RECONNECT_FOR: Duration = Duration::from_secs(120);
 /// Work in flight that does not finish in this long is not waited for
 /// (gnoded counts the token as given back anyway, later).
 const DRAIN_MOST: Duration = Duration::from_secs(1);
@@ -87,10 +93,13 @@ fn now_us() -> u64 {
     epoch().elapsed().as_micros() as u64
 }
 
+/// Opens a token connection (again).
+pub(super) type Opener = Box<dyn Fn() -> std::io::Result<UnixStream> + Send>;
+
 /// Starts holding launches to tokens on `stream` (a token connection
-/// gnoded accepted; `latency_critical` as the job's quota says). Called
-/// once, after placement.
-pub(super) fn start(stream: UnixStream, latency_critical: bool) {
+/// gnoded accepted; `latency_critical` as the job's quota says; `reopen`
+/// opens another when it breaks). Called once, after placement.
+pub(super) fn start(stream: UnixStream, reopen: Opener, latency_critical: bool) {
     // SAFETY: a plain eventfd, owned by this module for the process's life.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
@@ -102,10 +111,27 @@ pub(super) fn start(stream: UnixStream, latency_critical: bool) {
         .name("gprobe-token".into())
         .stack_size(256 * 1024)
         .spawn(move || {
-            run(stream, latency_critical);
-            // The connection broke: launches go on unheld.
-            ACTIVE.store(false, Ordering::Release);
-            GRANTED.notify_all();
+            let mut stream = stream;
+            loop {
+                run(stream, latency_critical);
+                // The connection broke: launches go on unheld meanwhile.
+                HELD.store(false, Ordering::Release);
+                ACTIVE.store(false, Ordering::Release);
+                GRANTED.notify_all();
+                let since = Instant::now();
+                let reopened = loop {
+                    std::thread::sleep(RECONNECT_EVERY);
+                    match reopen() {
+                        Ok(s) => break Some(s),
+                        Err(_) if since.elapsed() < RECONNECT_FOR => continue,
+                        Err(_) => break None,
+                    }
+                };
+                let Some(s) = reopened else { return };
+                stream = s;
+                *WANT.lock().unwrap_or_else(|e| e.into_inner()) = false;
+                ACTIVE.store(true, Ordering::Release);
+            }
         });
     if spawned.is_ok() {
         ACTIVE_GENERATION.store(GENERATION.load(Ordering::Relaxed), Ordering::Relaxed);
