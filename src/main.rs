@@ -154,8 +154,9 @@ struct UpArgs {
     #[arg(long, default_value = "case")]
     launch_policy: String,
     /// Which pending job goes first: `basic` (first come, first served) or
-    /// `multifactor` (weighted age and job size, less nice).
-    #[arg(long, default_value = "basic", value_name = "TYPE")]
+    /// `multifactor` (weighted age, job size, fair share and QOS, less nice).
+    #[arg(long, default_value = "basic", value_name = "TYPE",
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::names()))]
     priority_type: String,
     /// Weight of the age factor under `multifactor`.
     #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_age)]

@@ -37,6 +37,12 @@ pub struct SimArgs {
     /// drawn, about 0.74 (docs/simulator.md).
     #[arg(long, value_name = "F")]
     gpu_share: Option<f64>,
+    /// The controller's priority policy, for the policy and the baseline
+    /// alike (gctld's `--priority-type`; a trace's jobs may give `user`
+    /// and `nice`).
+    #[arg(long, default_value = "basic", value_name = "TYPE",
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::names()))]
+    priority_type: String,
     /// Shared jobs run at once per compute slice under the policy (case,
     /// mgb-sm); default 4, the paper's.
     #[arg(long, value_name = "N")]
@@ -134,11 +140,12 @@ fn run_pair(
 
 fn line(r: &SimResult) -> String {
     format!(
-        "{:<10} makespan {:>8.1} s  throughput {:>7.1} jobs/h  mean turnaround {:>7.1} s  memory utilization {:>5.1}%  OOM crashes {:>3}  packing efficiency {:.2}  ANTT {:.2}  STP {:.1}  MIG reshapes {}",
+        "{:<10} makespan {:>8.1} s  throughput {:>7.1} jobs/h  mean turnaround {:>7.1} s  mean wait {:>7.1} s  memory utilization {:>5.1}%  OOM crashes {:>3}  packing efficiency {:.2}  ANTT {:.2}  STP {:.1}  MIG reshapes {}",
         r.policy,
         r.makespan,
         r.throughput_per_hour,
         r.mean_turnaround,
+        r.mean_wait,
         r.memory_utilization * 100.0,
         r.oom_crashes,
         r.packing_efficiency,
@@ -236,6 +243,9 @@ pub fn run(a: SimArgs) -> Result<()> {
         compute_ceiling: gsched_core::compute::parse_ceiling(&a.compute_ceiling)
             .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?,
         default_shares: a.task_shares == "default",
+        priority: gsched_core::priority::names()
+            .into_iter()
+            .find(|n| *n == a.priority_type),
     };
     let policy: Policy = a.policy.parse()?;
     let baseline: Policy = a.baseline.parse()?;

@@ -145,9 +145,15 @@ pub struct Node {
     pub reshape_keep: BTreeMap<u32, Vec<(String, u32)>>,
 }
 
-/// A queued job as the launch policy sees it (`nodes`: its `-w`/`-x`).
-fn queued<'a>(job: &'a Job, nodes: Option<&'a crate::allocation::NodeChoice>) -> QueuedJob<'a> {
+/// A queued job as the launch policy sees it (`nodes`: its `-w`/`-x`;
+/// `priority`: this pass's, where the policy orders the queues).
+fn queued<'a>(
+    job: &'a Job,
+    nodes: Option<&'a crate::allocation::NodeChoice>,
+    priority: u64,
+) -> QueuedJob<'a> {
     QueuedJob {
+        priority,
         id: job.id,
         gpu: &job.spec.gpu,
         uid: job.spec.uid,
@@ -493,8 +499,9 @@ impl Cluster {
     }
 
     /// `ids` highest priority first (ties: submitted first), where the
-    /// policy orders the queues; left in submission order otherwise.
-    fn by_priority(&self, ids: &mut [JobId], now: i64) {
+    /// policy orders the queues (their priorities noted in `values`); left
+    /// in submission order otherwise.
+    fn by_priority(&self, ids: &mut [JobId], now: i64, values: &mut HashMap<JobId, u64>) {
         if !self.priority.orders() {
             return;
         }
@@ -509,8 +516,9 @@ impl Cluster {
             })
             .collect();
         keyed.sort_unstable();
-        for (slot, (_, id)) in ids.iter_mut().zip(keyed) {
+        for (slot, (std::cmp::Reverse(value), id)) in ids.iter_mut().zip(keyed) {
             *slot = id;
+            values.insert(id, value);
         }
     }
 
@@ -1019,8 +1027,9 @@ impl Cluster {
             .take(if ordered { usize::MAX } else { free_workers })
             .copied()
             .collect();
-        self.by_priority(&mut iso_ids, now);
-        self.by_priority(&mut shared_ids, now);
+        let mut priorities = HashMap::new();
+        self.by_priority(&mut iso_ids, now, &mut priorities);
+        self.by_priority(&mut shared_ids, now, &mut priorities);
         // Jobs their QOS's limits hold back sit this pass out.
         let over_qos = self.qos_filter([&mut iso_ids, &mut shared_ids]);
         // The order preemption looks at waiting jobs in (when it is on).
@@ -1035,7 +1044,10 @@ impl Cluster {
         let mut plan = {
             let view = |ids: &[JobId]| -> Vec<QueuedJob<'_>> {
                 ids.iter()
-                    .map(|id| queued(&self.jobs[id], choices.get(id)))
+                    .map(|id| {
+                        let p = priorities.get(id).copied().unwrap_or(0);
+                        queued(&self.jobs[id], choices.get(id), p)
+                    })
                     .collect()
             };
             let iso = view(&iso_ids);

@@ -40,6 +40,11 @@ pub struct QueuedJob<'a> {
     /// for another if it will have ended by the time that one could start
     /// (backfill).
     pub time_limit: Option<i64>,
+    /// Its priority this pass, where the priority policy orders the
+    /// queues (0 where it does not): the isolated and shared queues come
+    /// each in that order; a policy that takes both as one (`exclusive`)
+    /// merges them by it.
+    pub priority: u64,
 }
 
 impl QueuedJob<'_> {
@@ -273,7 +278,8 @@ impl LaunchPolicy for ExclusiveLaunch {
         }
         let mut jobs: Vec<&QueuedJob<'_>> =
             input.isolated.iter().chain(input.shared.iter()).collect();
-        jobs.sort_by_key(|j| j.id);
+        // One queue, as Slurm's: by priority, then submission.
+        jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.id));
         let mut claimed: HashSet<(usize, usize)> = HashSet::new();
         let mut room: Vec<NodeResources> = input.nodes.iter().map(|n| n.free).collect();
         let mut occupancy = Occupancies::of(input.nodes, input.now, input.reserved);
@@ -823,6 +829,7 @@ mod tests {
             time_limit: None,
             resources: JobResources { cpus, memory },
             nodes: None,
+            priority: 0,
         };
         // Two jobs that each take every CPU never run together; a job
         // larger than any node can never run.
@@ -904,6 +911,7 @@ mod tests {
                 time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
+                priority: 0,
             },
             QueuedJob {
                 id: 2,
@@ -914,6 +922,7 @@ mod tests {
                 time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
+                priority: 0,
             },
         ];
         let shared = [
@@ -926,6 +935,7 @@ mod tests {
                 time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
+                priority: 0,
             },
             QueuedJob {
                 id: 4,
@@ -936,6 +946,7 @@ mod tests {
                 time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
+                priority: 0,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
@@ -997,6 +1008,7 @@ mod tests {
                 time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
+                priority: 0,
             },
             QueuedJob {
                 id: 8,
@@ -1007,6 +1019,7 @@ mod tests {
                 time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
+                priority: 0,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
@@ -1055,6 +1068,7 @@ mod tests {
                 time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
+                priority: 0,
             },
             QueuedJob {
                 id: 7,
@@ -1065,6 +1079,7 @@ mod tests {
                 time_limit: None,
                 resources: ONE_CPU,
                 nodes: None,
+                priority: 0,
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
@@ -1098,6 +1113,7 @@ mod tests {
             time_limit: None,
             resources: ONE_CPU,
             nodes: None,
+            priority: 0,
         };
         let plan_for = |v: Vec<InstanceView<'_>>| {
             CaseLaunch.plan(&LaunchInput {
@@ -1169,6 +1185,7 @@ mod tests {
             time_limit: None,
             resources: ONE_CPU,
             nodes: None,
+            priority: 0,
         };
         let none = HashSet::new();
         let opted_out = HashSet::from([7]);
@@ -1266,6 +1283,7 @@ mod tests {
             time_limit: None,
             resources: ONE_CPU,
             nodes: None,
+            priority: 0,
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
@@ -1334,6 +1352,7 @@ mod tests {
             time_limit: None,
             resources: ONE_CPU,
             nodes,
+            priority: 0,
         };
         let where_ = |p: &LaunchPlan, id: JobId| {
             p.decisions.iter().find_map(|d| match d {
@@ -1423,9 +1442,9 @@ mod tests {
                 step += 1;
                 prop_assert!(step < 2000, "no progress");
                 let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0 }).collect();
                 let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0 }).collect();
                 let nodes = vec![NodeView {
                     expected_empty: None,
                     name: "n", occupancy: Default::default(), up: true, worker_limit: limit,

@@ -132,7 +132,7 @@ pub const POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         name: "multifactor",
-        about: "weighted age and job size, less the job's nice (Slurm's priority/multifactor without fair share and QOS)",
+        about: "weighted age, job size, fair share and QOS, less the job's nice (Slurm's priority/multifactor)",
         build: |c| Box::new(Multifactor(c)),
     },
 ];

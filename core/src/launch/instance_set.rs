@@ -208,6 +208,7 @@ mod tests {
                 memory: MemoryRequest::Unspecified,
             },
             nodes: None,
+            priority: 0,
         }
     }
 

@@ -204,6 +204,7 @@ mod tests {
             sharing,
             width: 1,
             time_limit: None,
+            priority: 0,
         }
     }
 

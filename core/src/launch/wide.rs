@@ -176,6 +176,7 @@ mod tests {
             sharing: None,
             width,
             time_limit: None,
+            priority: 0,
         }
     }
 

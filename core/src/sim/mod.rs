@@ -107,6 +107,12 @@ pub struct SimResult {
     pub stp: f64,
     /// MIG re-partitions carried out (instances destroyed and created).
     pub reshapes: usize,
+    /// Mean time from submission to start of the completed jobs, seconds.
+    pub mean_wait: f64,
+    /// Each job's time from submission to start (`None`: never started),
+    /// in the order given.
+    #[serde(skip)]
+    pub waits: Vec<Option<f64>>,
     /// (time, memory utilization) at every change, for plots.
     #[serde(skip)]
     pub utilization: Vec<(f64, f64)>,
@@ -146,6 +152,8 @@ pub enum SimError {
     TooBig(String, u64),
     #[error("the simulation stopped with {0} jobs unfinished (nothing left to happen)")]
     Stuck(usize),
+    #[error(transparent)]
+    Priority(#[from] crate::priority::UnknownPriorityType),
 }
 
 struct Run {
@@ -163,6 +171,8 @@ struct JobState {
     phase: usize,
     instance: Option<usize>,
     started: bool,
+    /// When it started (seconds).
+    start: Option<f64>,
     end: Option<f64>,
     oom: bool,
     /// The reservation a job holds for its life (`hold_per_process`):
@@ -235,7 +245,8 @@ fn spec_of(j: &SimJob) -> JobSpec {
         name: j.name.clone(),
         script: "#!/bin/sh\n".into(),
         working_dir: "/".into(),
-        user_name: "sim".into(),
+        user_name: j.user.clone().unwrap_or_else(|| "sim".into()),
+        nice: j.nice,
         uid: 1,
         gid: 1,
         submit_host: "sim".into(),
@@ -551,6 +562,7 @@ impl Sim<'_> {
             let st = &mut self.state[j];
             st.instance = index;
             st.started = true;
+            st.start.get_or_insert(self.now);
             if busy {
                 self.starting.push(j);
             } else {
@@ -606,6 +618,9 @@ pub struct SimOptions {
     /// The node's compute ceiling, thousandths of an instance's capacity
     /// ([`TaskBook::with_compute_ceiling`]; `None`: memory alone).
     pub compute_ceiling: Option<u32>,
+    /// The controller's priority policy (a name of
+    /// [`crate::priority::POLICIES`]); `None`: the default (`basic`).
+    pub priority: Option<&'static str>,
     /// Whether each GPU task states its demand (its parallelism over its
     /// GPU's slices: what learning from earlier runs gives) or none, so
     /// the node's default part of its instance counts (what a first run,
@@ -677,6 +692,12 @@ pub fn simulate_with(
         .repartition
         .filter(|_| matches!(policy, Policy::Case | Policy::MgbSm));
     let mut cluster = Cluster::new(launch);
+    if let Some(name) = options.priority {
+        cluster.set_priority_policy(crate::priority::priority_policy(
+            name,
+            crate::priority::PriorityConfig::default(),
+        )?);
+    }
     cluster.register_node(
         &NodeRegistration {
             instance_id: String::new(),
@@ -879,6 +900,17 @@ pub fn simulate_with(
         .map(|(j, s)| turnaround(*j, s))
         .sum::<f64>()
         / n;
+    let waits: Vec<Option<f64>> = sim
+        .state
+        .iter()
+        .zip(jobs)
+        .map(|(s, j)| s.start.map(|t| t - j.submit))
+        .collect();
+    let mean_wait = completed
+        .iter()
+        .map(|(j, _)| waits[*j].unwrap_or(0.0))
+        .sum::<f64>()
+        / n;
     let antt = completed
         .iter()
         .map(|(j, s)| turnaround(*j, s) / jobs[*j].alone_secs().max(1e-9))
@@ -900,6 +932,8 @@ pub fn simulate_with(
         makespan,
         throughput_per_hour: completed.len() as f64 / makespan * 3600.0,
         mean_turnaround,
+        mean_wait,
+        waits,
         memory_utilization: sim.mem_integral / (sim.total_mem * makespan),
         lower_bound: lb,
         packing_efficiency: lb / makespan,
@@ -961,6 +995,56 @@ mod tests {
             seed: 1,
             gpu_share: None,
         })
+    }
+
+    #[test]
+    fn the_controllers_priority_policy_orders_the_queue_in_the_simulator_too() {
+        // One whole GPU; three isolated jobs of 100 s, b and c submitted
+        // together after a (the first waiting job reserves the GPU, so
+        // one that comes later does not overtake it); c has nice -10000.
+        let job = |name: &str, submit: f64, nice: i64| SimJob {
+            name: name.into(),
+            isolated: true,
+            footprint_mib: 1024,
+            submit,
+            phases: vec![Phase::Gpu {
+                mem_mib: 1024,
+                slices: 1.0,
+                secs: 100.0,
+            }],
+            user: Some("ann".into()),
+            nice,
+        };
+        let jobs = [job("a", 0.0, 0), job("b", 1.0, 0), job("c", 1.0, -10_000)];
+        for policy in [Policy::Case, Policy::Exclusive] {
+            let run = |priority| {
+                let options = SimOptions {
+                    priority,
+                    ..SimOptions::default()
+                };
+                simulate_with("1xA100-40GB", policy, &jobs, options).unwrap()
+            };
+            let waits = |r: &SimResult| -> Vec<f64> {
+                r.waits.iter().map(|w| w.unwrap().round()).collect()
+            };
+            // First come, first served: c waits for a and b.
+            let basic = run(None);
+            assert_eq!(waits(&basic), vec![0.0, 99.0, 199.0], "{policy}");
+            assert!((basic.mean_wait - 99.3).abs() < 1.0, "{}", basic.mean_wait);
+            // Under multifactor, c's nice puts it before b (exclusive
+            // too, which takes both queues as one).
+            let multifactor = run(Some("multifactor"));
+            assert_eq!(waits(&multifactor), vec![0.0, 199.0, 99.0], "{policy}");
+        }
+        // A name no policy has is refused.
+        let bad = SimOptions {
+            priority: Some("fifo"),
+            ..SimOptions::default()
+        };
+        assert!(matches!(
+            simulate_with("1xA100-40GB", Policy::Exclusive, &jobs, bad),
+            Err(SimError::Priority(_))
+        ));
     }
 
     #[test]

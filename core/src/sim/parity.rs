@@ -39,6 +39,8 @@ pub fn simulated() -> Vec<(String, String)> {
                 slices: 0.5,
                 secs: *secs,
             }],
+            user: None,
+            nice: 0,
         })
         .collect();
     simulate(SPEC, Policy::Case, &jobs)
@@ -143,6 +145,8 @@ mod tests {
             footprint_mib: 1024,
             submit,
             phases: vec![gpu(secs)],
+            user: None,
+            nice: 0,
         };
         let jobs = vec![
             job("s1", false, 0.0, 4.0),

@@ -40,6 +40,17 @@ pub struct SimJob {
     #[serde(default)]
     pub submit: f64,
     pub phases: Vec<Phase>,
+    /// Its user (traces; `sim` when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Its nice (traces; as `sbatch --nice`), under a priority policy
+    /// that weighs it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nice: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl SimJob {
@@ -155,6 +166,8 @@ pub fn generate(mix: &Mix) -> Vec<SimJob> {
                     footprint_mib: footprint,
                     submit: 0.0,
                     phases,
+                    user: None,
+                    nice: 0,
                 }
             } else {
                 let mem = rng.gen_range(lo..hi) as u64;
@@ -181,6 +194,8 @@ pub fn generate(mix: &Mix) -> Vec<SimJob> {
                     footprint_mib: mem,
                     submit: 0.0,
                     phases,
+                    user: None,
+                    nice: 0,
                 }
             }
         })
@@ -289,6 +304,8 @@ fn parse_csv(text: &str) -> Result<Vec<SimJob>, TraceError> {
                 footprint_mib: 0,
                 submit,
                 phases: vec![phase],
+                user: None,
+                nice: 0,
             }),
         }
     }
