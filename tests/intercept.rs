@@ -466,7 +466,8 @@ fn gpu_time_quotas_hold_again_after_gsched_restarts() {
     // their processes run on unheld meanwhile, open their token
     // connections again to the restarted gnoded (which restores their
     // placements), and are held again: the new gnoded counts the tokens
-    // each held when it leaves.
+    // each held when it leaves. (They run 12 s; they reconnect within a
+    // few seconds of the restart.)
     common::bin("libgprobe.so");
     let mut g = Gsched::start(&["--sim-gpus", "1xA100-40GB"]);
     let app = build(g.work.path());
@@ -474,7 +475,7 @@ fn gpu_time_quotas_hold_again_after_gsched_restarts() {
     let script = g.script(
         "spin.sh",
         &format!(
-            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nexec {} link spin 8\n",
+            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nexec {} link spin 12\n",
             app.display()
         ),
     );
