@@ -155,9 +155,12 @@ fn jobs_that_each_need_every_cpu_never_overlap() {
         .collect();
     // While the first runs, the second waits for resources.
     g.wait_state(ids[0], "RUNNING", T);
+    // (Its reason comes with the pass after its submission.)
+    g.wait_until("the second job waits for resources", T, || {
+        g.job(ids[1])["state_reason"] == "Resources"
+    });
     let second = g.job(ids[1]);
     assert_eq!(second["job_state"], "PENDING", "{second}");
-    assert_eq!(second["state_reason"], "Resources", "{second}");
     let spans: Vec<(f64, f64)> = ids
         .iter()
         .map(|&id| {
