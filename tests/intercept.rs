@@ -313,6 +313,22 @@ fn a_job_started_early_waits_again_after_gsched_restarts() {
     );
 }
 
+/// A script that waits for the file `go` in the work directory, then runs
+/// `command` (the jobs of a test start together).
+fn after_go(g: &Gsched, name: &str, command: &str) -> String {
+    let w = g.work.path().display();
+    g.script(
+        &format!("{name}.sh"),
+        &format!("#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\n{command}\n"),
+    )
+}
+
+/// Submits `script` as a shared job with a GPU time quota (`--gpu-share
+/// share`) and a 1 GiB reservation, its output to `out`.
+fn quota_job(g: &Gsched, share: &str, out: &str, script: &str) -> u64 {
+    g.submit(&["--gpu-share", share, "--gpu-mem", "1G", "-o", out, script])
+}
+
 #[test]
 fn gpu_time_quotas_divide_an_instance_by_requests() {
     // Two jobs on one whole (simulated) GPU, with GPU time quotas of 0.25
@@ -323,31 +339,9 @@ fn gpu_time_quotas_divide_an_instance_by_requests() {
     // processes do not compete): together they ran about as many as one.
     let g = Gsched::start(&["--sim-gpus", "1xA100-40GB"]);
     let app = build(g.work.path());
-    let w = g.work.path().display().to_string();
-    let script = g.script(
-        "spin.sh",
-        &format!(
-            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nexec {} link spin 4\n",
-            app.display()
-        ),
-    );
-    let a = g.submit(&[
-        "--gpu-share",
-        "0.25",
-        "--gpu-mem",
-        "1G",
-        "-o",
-        "a.out",
-        &script,
-    ]);
-    let b = g.submit(&[
-        "--gpu-share=75%:1",
-        "--gpu-mem",
-        "1G",
-        "-o",
-        "b.out",
-        &script,
-    ]);
+    let script = after_go(&g, "spin", &format!("exec {} link spin 4", app.display()));
+    let a = quota_job(&g, "0.25", "a.out", &script);
+    let b = quota_job(&g, "75%:1", "b.out", &script);
     g.wait_state(a, "RUNNING", Duration::from_secs(20));
     g.wait_state(b, "RUNNING", Duration::from_secs(20));
     std::fs::write(g.work.path().join("go"), "").unwrap();
@@ -364,15 +358,7 @@ fn gpu_time_quotas_divide_an_instance_by_requests() {
     let (ka, kb) = (kernels("a.out"), kernels("b.out"));
     // Alone, one runs about 4 s / (1 ms and the polling) kernels.
     std::fs::remove_file(g.work.path().join("go")).unwrap();
-    let alone = g.submit(&[
-        "--gpu-share",
-        "0.25",
-        "--gpu-mem",
-        "1G",
-        "-o",
-        "c.out",
-        &script,
-    ]);
+    let alone = quota_job(&g, "0.25", "c.out", &script);
     g.wait_state(alone, "RUNNING", Duration::from_secs(20));
     std::fs::write(g.work.path().join("go"), "").unwrap();
     g.wait_state(alone, "COMPLETED", Duration::from_secs(30));
@@ -407,31 +393,22 @@ fn a_latency_critical_jobs_kernels_go_first() {
     args.extend(common::spare_cpus());
     let g = Gsched::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let app = build(g.work.path());
-    let w = g.work.path().display().to_string();
     let added = g.req("POST", "/api/v1/qos").send_json(serde_json::json!({
         "op": "add",
         "qos": {"name": "serve", "latency_critical": true}
     }));
     assert!(added.is_ok(), "{added:?}");
-    let spin = g.script(
-        "spin.sh",
-        &format!(
-            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nexec {} link spin 6\n",
-            app.display()
-        ),
-    );
-    let lat = g.script(
-        "lat.sh",
-        &format!(
-            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nsleep 0.5\nexec {} link lat 100 20\n",
-            app.display()
-        ),
+    let spin = after_go(&g, "spin", &format!("exec {} link spin 6", app.display()));
+    let lat = after_go(
+        &g,
+        "lat",
+        &format!("sleep 0.5; exec {} link lat 100 20", app.display()),
     );
     let median = |qos: &[&str], out: &str| -> f64 {
         let _ = std::fs::remove_file(g.work.path().join("go"));
         let mut ids = Vec::new();
         for o in ["s1.out", "s2.out"] {
-            ids.push(g.submit(&["--gpu-share", "0.5", "--gpu-mem", "1G", "-o", o, &spin]));
+            ids.push(quota_job(&g, "0.5", o, &spin));
         }
         let mut args = vec!["--gpu-share", "0.1", "--gpu-mem", "1G", "-o", out];
         args.extend_from_slice(qos);
@@ -471,32 +448,9 @@ fn gpu_time_quotas_hold_again_after_gsched_restarts() {
     common::bin("libgprobe.so");
     let mut g = Gsched::start(&["--sim-gpus", "1xA100-40GB"]);
     let app = build(g.work.path());
-    let w = g.work.path().display().to_string();
-    let script = g.script(
-        "spin.sh",
-        &format!(
-            "#!/bin/sh\nwhile [ ! -e {w}/go ]; do sleep 0.05; done\nexec {} link spin 12\n",
-            app.display()
-        ),
-    );
-    let a = g.submit(&[
-        "--gpu-share",
-        "0.25",
-        "--gpu-mem",
-        "1G",
-        "-o",
-        "a.out",
-        &script,
-    ]);
-    let b = g.submit(&[
-        "--gpu-share",
-        "0.75",
-        "--gpu-mem",
-        "1G",
-        "-o",
-        "b.out",
-        &script,
-    ]);
+    let script = after_go(&g, "spin", &format!("exec {} link spin 12", app.display()));
+    let a = quota_job(&g, "0.25", "a.out", &script);
+    let b = quota_job(&g, "0.75", "b.out", &script);
     g.wait_state(a, "RUNNING", Duration::from_secs(20));
     g.wait_state(b, "RUNNING", Duration::from_secs(20));
     std::fs::write(g.work.path().join("go"), "").unwrap();
