@@ -205,6 +205,10 @@ struct Hold {
 
 #[derive(Debug, Clone)]
 struct Client {
+    /// Its job (its processes on the instance share the job's quota).
+    job: u64,
+    /// The job's quota, and this client's part of it.
+    job_quota: TimeQuota,
     quota: TimeQuota,
     /// Held periods that end within the window, oldest first.
     held: VecDeque<(u64, u64)>,
@@ -235,11 +239,17 @@ impl TokenScheduler {
         self.clients.is_empty()
     }
 
-    /// A process of a job with `quota` joins (it holds nothing yet).
-    pub fn join(&mut self, client: u64, quota: TimeQuota) {
+    /// A process of `job`, whose quota is `quota`, joins (it holds
+    /// nothing yet). A job's quota holds for all its processes on the
+    /// instance together: each gets an equal part
+    /// ([`TimeQuota::divided`]), so starting more of them takes no more
+    /// time.
+    pub fn join(&mut self, client: u64, job: u64, quota: TimeQuota) {
         self.clients.insert(
             client,
             Client {
+                job,
+                job_quota: quota,
                 quota,
                 held: VecDeque::new(),
                 asked_at: None,
@@ -248,13 +258,14 @@ impl TokenScheduler {
                 held_total: 0,
             },
         );
+        self.divide(job);
     }
 
-    /// The client's quota changed (its job's quota is divided among its
-    /// processes on the instance, and one came or went).
-    pub fn set_quota(&mut self, client: u64, quota: TimeQuota) {
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.quota = quota;
+    /// Divides `job`'s quota among its clients.
+    fn divide(&mut self, job: u64) {
+        let n = self.clients.values().filter(|c| c.job == job).count();
+        for c in self.clients.values_mut().filter(|c| c.job == job) {
+            c.quota = c.job_quota.divided(n);
         }
     }
 
@@ -264,7 +275,9 @@ impl TokenScheduler {
 
     /// The client is gone (its process ended or its connection closed).
     pub fn leave(&mut self, client: u64, now: u64) -> Vec<TokenOrder> {
-        self.clients.remove(&client);
+        if let Some(c) = self.clients.remove(&client) {
+            self.divide(c.job);
+        }
         self.schedule(now)
     }
 
@@ -620,8 +633,8 @@ mod tests {
     #[test]
     fn busy_clients_get_time_in_proportion_to_their_requests() {
         let mut s = TokenScheduler::new(TokenConfig::default());
-        s.join(1, q(300, 1000));
-        s.join(2, q(700, 1000));
+        s.join(1, 1, q(300, 1000));
+        s.join(2, 2, q(700, 1000));
         let held = run_busy(&mut s, &[1, 2], 20_000_000);
         let total = (held[&1] + held[&2]) as f64;
         let share1 = held[&1] as f64 / total;
@@ -633,15 +646,15 @@ mod tests {
     fn time_nobody_asked_for_is_divided_by_requests_up_to_the_limits() {
         let mut s = TokenScheduler::new(TokenConfig::default());
         // Requests 0.2 and 0.2: the rest is split evenly; limits 1.
-        s.join(1, q(200, 1000));
-        s.join(2, q(200, 1000));
+        s.join(1, 1, q(200, 1000));
+        s.join(2, 2, q(200, 1000));
         let held = run_busy(&mut s, &[1, 2], 10_000_000);
         let share1 = held[&1] as f64 / (held[&1] + held[&2]) as f64;
         assert!((share1 - 0.5).abs() < 0.05, "{share1}");
         // A limit of 0.3 caps client 1; client 2 takes the rest.
         let mut s = TokenScheduler::new(TokenConfig::default());
-        s.join(1, q(200, 300));
-        s.join(2, q(200, 1000));
+        s.join(1, 1, q(200, 300));
+        s.join(2, 2, q(200, 1000));
         let held = run_busy(&mut s, &[1, 2], 10_000_000);
         let share1 = held[&1] as f64 / 10_000_000.0;
         assert!((share1 - 0.3).abs() < 0.03, "{share1}");
@@ -651,13 +664,13 @@ mod tests {
     #[test]
     fn a_client_alone_keeps_all_of_the_time_up_to_its_limit() {
         let mut s = TokenScheduler::new(TokenConfig::default());
-        s.join(1, q(300, 1000));
+        s.join(1, 1, q(300, 1000));
         let held = run_busy(&mut s, &[1], 5_000_000);
         assert!(held[&1] > 4_990_000, "{:?}", held);
         // Without a limit it is never told to give its token back, however
         // long it held it (each refusal costs a drain on a real GPU).
         let mut s = TokenScheduler::new(TokenConfig::default());
-        s.join(1, q(300, 1000));
+        s.join(1, 1, q(300, 1000));
         s.ask(1, 0);
         for t in 1..300 {
             assert!(
@@ -669,7 +682,7 @@ mod tests {
             );
         }
         let mut s = TokenScheduler::new(TokenConfig::default());
-        s.join(1, q(300, 500));
+        s.join(1, 1, q(300, 500));
         let held = run_busy(&mut s, &[1], 20_000_000);
         let share = held[&1] as f64 / 20_000_000.0;
         assert!((share - 0.5).abs() < 0.03, "{share}");
@@ -678,9 +691,10 @@ mod tests {
     #[test]
     fn one_ordinary_holder_at_a_time_and_latency_critical_goes_first() {
         let mut s = TokenScheduler::new(TokenConfig::default());
-        s.join(1, q(500, 1000));
-        s.join(2, q(500, 1000));
+        s.join(1, 1, q(500, 1000));
+        s.join(2, 2, q(500, 1000));
         s.join(
+            3,
             3,
             TimeQuota {
                 latency_critical: true,
@@ -707,8 +721,8 @@ mod tests {
     fn quotas_follow_bursts_and_overdue_holders_forfeit() {
         let cfg = TokenConfig::default();
         let mut s = TokenScheduler::new(cfg);
-        s.join(1, q(500, 1000));
-        s.join(2, q(500, 1000));
+        s.join(1, 1, q(500, 1000));
+        s.join(2, 2, q(500, 1000));
         assert_eq!(
             s.ask(1, 0),
             vec![TokenOrder::Grant {
@@ -742,8 +756,8 @@ mod tests {
     #[test]
     fn renewal_keeps_a_lone_holder_going_and_yields_to_a_waiter() {
         let mut s = TokenScheduler::new(TokenConfig::default());
-        s.join(1, q(500, 1000));
-        s.join(2, q(500, 1000));
+        s.join(1, 1, q(500, 1000));
+        s.join(2, 2, q(500, 1000));
         s.ask(1, 0);
         assert!(matches!(
             s.renew(1, 10_000)[..],
@@ -755,6 +769,20 @@ mod tests {
         // Leaving while holding passes the token on.
         s.ask(1, 27_000);
         assert_eq!(granted(&s.leave(2, 28_000)), vec![1]);
+    }
+
+    #[test]
+    fn a_jobs_processes_share_its_quota() {
+        let mut s = TokenScheduler::new(TokenConfig::default());
+        s.join(1, 7, q(600, 1000));
+        s.join(2, 7, q(600, 1000));
+        s.join(3, 8, q(600, 1000));
+        assert_eq!(s.quota(1).unwrap().request, 300, "half each");
+        assert_eq!(s.quota(2).unwrap().request, 300);
+        assert_eq!(s.quota(3).unwrap().request, 600, "alone in its job");
+        // One of job 7's processes leaves: the other has the whole.
+        s.leave(2, 0);
+        assert_eq!(s.quota(1).unwrap().request, 600);
     }
 
     #[test]
@@ -800,7 +828,7 @@ mod tests {
             let cfg = TokenConfig::default();
             let mut s = TokenScheduler::new(cfg);
             for (id, &l) in lc.iter().enumerate() {
-                s.join(id as u64, TimeQuota { latency_critical: l, ..q(250, 1000) });
+                s.join(id as u64, id as u64, TimeQuota { latency_critical: l, ..q(250, 1000) });
             }
             let mut now = 0;
             let mut revoked = std::collections::BTreeSet::new();
@@ -813,7 +841,7 @@ mod tests {
                     3 => s.tick(now),
                     _ => {
                         let o = s.leave(client, now);
-                        s.join(client, TimeQuota { latency_critical: lc[client as usize], ..q(250, 1000) });
+                        s.join(client, client, TimeQuota { latency_critical: lc[client as usize], ..q(250, 1000) });
                         o
                     }
                 };

@@ -27,9 +27,6 @@ struct Conn {
     instance: String,
     job: JobId,
     pid: u32,
-    /// The job's quota on the instance (each of its processes there gets
-    /// a part).
-    quota: TimeQuota,
     writer: UnixStream,
 }
 
@@ -99,18 +96,16 @@ impl TokenServer {
                 .schedulers
                 .entry(instance.to_string())
                 .or_insert_with(|| TokenScheduler::new(self.config))
-                .join(id, quota);
+                .join(id, job, quota);
             inner.clients.insert(
                 id,
                 Conn {
                     instance: instance.to_string(),
                     job,
                     pid,
-                    quota,
                     writer,
                 },
             );
-            divide(&mut inner, instance, job);
             id
         };
         debug!(
@@ -182,7 +177,6 @@ impl TokenServer {
                 inner.schedulers.remove(&conn.instance);
             }
         }
-        divide(&mut inner, &conn.instance, conn.job);
         send(&mut inner, &orders);
         drop(inner);
         self.wake.notify_one();
@@ -215,21 +209,6 @@ impl TokenServer {
                 orders.extend(s.tick(now));
             }
             send(&mut inner, &orders);
-        }
-    }
-}
-
-/// Divides `job`'s quota among its processes on `instance`.
-fn divide(inner: &mut Inner, instance: &str, job: JobId) {
-    let mine: Vec<(u64, TimeQuota)> = inner
-        .clients
-        .iter()
-        .filter(|(_, c)| c.job == job && c.instance == instance)
-        .map(|(&id, c)| (id, c.quota))
-        .collect();
-    if let Some(s) = inner.schedulers.get_mut(instance) {
-        for &(id, quota) in &mine {
-            s.set_quota(id, quota.divided(mine.len()));
         }
     }
 }
@@ -320,38 +299,5 @@ mod tests {
         clients[1].write_all(&encode(&ProbeReply::Ok)).unwrap();
         let mut buf = [0u8; 1];
         assert_eq!(clients[1].read(&mut buf).unwrap(), 0, "closed");
-    }
-
-    #[test]
-    fn a_jobs_processes_share_its_quota() {
-        let mut inner = Inner::default();
-        let mut s = TokenScheduler::new(TokenConfig::default());
-        let mut keep = Vec::new();
-        for (id, job) in [(1u64, 7u64), (2, 7), (3, 8)] {
-            let (a, b) = UnixStream::pair().unwrap();
-            keep.push(b);
-            s.join(id, q(600, false));
-            inner.clients.insert(
-                id,
-                Conn {
-                    instance: "GPU-a".into(),
-                    job,
-                    pid: id as u32,
-                    quota: q(600, false),
-                    writer: a,
-                },
-            );
-        }
-        inner.schedulers.insert("GPU-a".into(), s);
-        divide(&mut inner, "GPU-a", 7);
-        divide(&mut inner, "GPU-a", 8);
-        let s = &inner.schedulers["GPU-a"];
-        assert_eq!(s.quota(1).unwrap().request, 300, "half each");
-        assert_eq!(s.quota(2).unwrap().request, 300);
-        assert_eq!(s.quota(3).unwrap().request, 600, "alone in its job");
-        // One of job 7's processes leaves: the other has the whole.
-        inner.clients.remove(&2);
-        divide(&mut inner, "GPU-a", 7);
-        assert_eq!(inner.schedulers["GPU-a"].quota(1).unwrap().request, 600);
     }
 }
