@@ -182,6 +182,9 @@ struct UpArgs {
     /// What happens to jobs a higher QOS preempts: off, requeue or cancel.
     #[arg(long, default_value = "off", value_name = "MODE")]
     preempt_mode: String,
+    /// backfill or builtin (strict priority order), Slurm's SchedulerType.
+    #[arg(long, default_value = "backfill", value_name = "TYPE")]
+    scheduler_type: String,
     /// Every job must run under one of its user's accounts (sacctmgr).
     #[arg(long)]
     enforce_associations: bool,
@@ -271,6 +274,7 @@ async fn up(args: UpArgs) -> Result<()> {
             tres_billing_weights: args.tres_billing_weights.clone(),
             enforce_associations: args.enforce_associations,
             preempt_mode: args.preempt_mode.clone(),
+            scheduler_type: args.scheduler_type.clone(),
             durability: args.durability,
             admins: args.admins,
             min_job_age: args.min_job_age,

@@ -986,6 +986,33 @@ fn requeue_from_inside_the_job_keeps_its_id() {
 }
 
 #[test]
+fn strict_priority_order_keeps_later_jobs_behind_one_that_cannot_start() {
+    // SchedulerType=sched/builtin: the GPU job waiting for the only GPU
+    // keeps a later CPU-only job waiting too (backfill would start it).
+    let s = Slurm::start_with(&[
+        "--sim-gpus",
+        "1xA100-40GB",
+        "--scheduler-type",
+        "sched/builtin",
+    ]);
+    let g = &s.g;
+    let a = s.sbatch(&["--gres=gpu:1", "--wrap", "sleep 60"]);
+    g.wait_state(a, "RUNNING", T);
+    let b = s.sbatch(&["--gres=gpu:1", "--wrap", "true"]);
+    let c = s.sbatch(&["-o", "c.out", "--wrap", "echo c ran"]);
+    let reason = |id: u64| g.job(id)["state_reason"].as_str().unwrap_or("").to_string();
+    g.wait_until("both wait for resources", T, || {
+        reason(b) == "Resources" && reason(c) == "Resources"
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(g.job(c)["job_state"], "PENDING", "c does not pass b");
+    s.ok("scancel", &[&a.to_string()]);
+    g.wait_state(b, "COMPLETED", T);
+    g.wait_state(c, "COMPLETED", T);
+    assert_eq!(s.file("c.out"), "c ran\n");
+}
+
+#[test]
 fn hold_and_release() {
     let s = Slurm::start();
     let g = &s.g;

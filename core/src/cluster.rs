@@ -386,6 +386,8 @@ pub struct Cluster {
     accounting: accounting::AccountingConfig,
     qos: crate::qos::QosTable,
     preempt_mode: crate::preempt::PreemptMode,
+    /// Backfill, or strict priority order.
+    scheduler_type: crate::launch::SchedulerType,
     /// Nodes kept for jobs that preempted others there.
     preemptions: BTreeMap<JobId, preemption::Preemption>,
     /// Preempted jobs in their QOS's grace time (signalled, still running).
@@ -445,6 +447,7 @@ impl Cluster {
             accounting: Default::default(),
             qos: Default::default(),
             preempt_mode: Default::default(),
+            scheduler_type: Default::default(),
             preemptions: BTreeMap::new(),
             graced: BTreeMap::new(),
             repartition: None,
@@ -457,6 +460,11 @@ impl Cluster {
     /// JobRequeue): applies to jobs accepted from now on.
     pub fn set_job_requeue(&mut self, requeue: bool) {
         self.job_requeue = requeue;
+    }
+
+    /// Backfill (the default) or strict priority order, from the next pass.
+    pub fn set_scheduler_type(&mut self, scheduler: crate::launch::SchedulerType) {
+        self.scheduler_type = scheduler;
     }
 
     /// Orders the pending queues with `policy` from now on.
@@ -1110,6 +1118,7 @@ impl Cluster {
             self.policy.plan(&LaunchInput {
                 now,
                 reserved: &kept,
+                scheduler: self.scheduler_type,
                 isolated: &iso,
                 shared: &shared,
                 nodes: &nodes,

@@ -17,10 +17,12 @@ use crate::resources::{JobResources, NodeResources};
 mod instance_set;
 mod most_free;
 mod node_sharing;
+mod scheduler_type;
 mod wide;
 
 use node_sharing::Occupancies;
 pub use node_sharing::{NodeOccupancy, NodeSharing};
+pub use scheduler_type::{SchedulerType, UnknownSchedulerType};
 
 /// A queued job as the launch policy sees it.
 #[derive(Debug, Clone, Copy)]
@@ -139,6 +141,18 @@ pub struct LaunchInput<'a> {
     /// Nodes (by index) kept for one job: jobs were preempted there to
     /// make room for it (`preempt`); no other job starts there.
     pub reserved: &'a [(usize, JobId)],
+    /// Backfill, or strict priority order.
+    pub scheduler: SchedulerType,
+}
+
+impl LaunchInput<'_> {
+    /// A job could not start: in strict priority order, no later job of
+    /// the pass starts anywhere.
+    fn after_waiting(&self, occupancy: &mut Occupancies) {
+        if self.scheduler == SchedulerType::Builtin {
+            occupancy.hold_all();
+        }
+    }
 }
 
 /// Which isolated jobs may start while their instances are still in use:
@@ -324,6 +338,7 @@ impl LaunchPolicy for ExclusiveLaunch {
                             }
                             wide_held = true;
                         }
+                        input.after_waiting(&mut occupancy);
                         plan.waiting
                             .push((job.id, wide::waiting_reason(input.nodes, job, count)));
                     }
@@ -346,6 +361,7 @@ impl LaunchPolicy for ExclusiveLaunch {
                     if let Some(t) = occupancy.hold_for(job, input.nodes) {
                         plan.expected_starts.push((job.id, t));
                     }
+                    input.after_waiting(&mut occupancy);
                     plan.waiting.push((job.id, unfit_reason(input.nodes, job)))
                 }
             }
@@ -430,6 +446,7 @@ impl LaunchPolicy for CaseLaunch {
                     claimed: &mut claimed,
                     occupancy: &mut occupancy,
                     held: &mut wide_held,
+                    strict: input.scheduler == SchedulerType::Builtin,
                 };
                 let started = wide.place(input.nodes, job, job.gpu.instances(), &mut plan);
                 workers_left -= started;
@@ -495,6 +512,7 @@ impl LaunchPolicy for CaseLaunch {
                     if let Some(t) = occupancy.hold_for(job, input.nodes) {
                         plan.expected_starts.push((job.id, t));
                     }
+                    input.after_waiting(&mut occupancy);
                     let count = job.gpu.instances();
                     let possible = input.nodes.iter().filter(|n| n.up).any(|n| {
                         n.could_run(job)
@@ -528,6 +546,7 @@ impl LaunchPolicy for CaseLaunch {
                     claimed: &mut claimed,
                     occupancy: &mut occupancy,
                     held: &mut wide_held,
+                    strict: input.scheduler == SchedulerType::Builtin,
                 };
                 wide.place(input.nodes, job, 0, &mut plan);
                 for (ni, f) in free.iter().enumerate() {
@@ -543,6 +562,7 @@ impl LaunchPolicy for CaseLaunch {
                 if let Some(t) = occupancy.hold_for(job, input.nodes) {
                     plan.expected_starts.push((job.id, t));
                 }
+                input.after_waiting(&mut occupancy);
                 plan.waiting.push((job.id, unfit_reason(input.nodes, job)));
                 continue;
             };
@@ -668,6 +688,8 @@ struct WidePass<'p> {
     occupancy: &'p mut Occupancies,
     /// Whether a job on several nodes already holds nodes in this pass.
     held: &'p mut bool,
+    /// Strict priority order: a job that cannot start stops the pass.
+    strict: bool,
 }
 
 impl WidePass<'_> {
@@ -706,6 +728,9 @@ impl WidePass<'_> {
                     plan.expected_starts.push((job.id, t));
                 }
                 *self.held = true;
+            }
+            if self.strict {
+                self.occupancy.hold_all();
             }
             plan.waiting
                 .push((job.id, wide::waiting_reason(nodes, job, count)));
@@ -843,6 +868,7 @@ mod tests {
             let plan = policy.plan(&LaunchInput {
                 now: 0,
                 reserved: &[],
+                scheduler: Default::default(),
                 early: None,
                 isolated: &[],
                 shared: &shared,
@@ -871,6 +897,7 @@ mod tests {
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &[],
             shared: &shared,
@@ -952,6 +979,7 @@ mod tests {
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &iso,
             shared: &shared,
@@ -1025,6 +1053,7 @@ mod tests {
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1085,6 +1114,7 @@ mod tests {
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1119,6 +1149,7 @@ mod tests {
             CaseLaunch.plan(&LaunchInput {
                 now: 0,
                 reserved: &[],
+                scheduler: Default::default(),
                 early: None,
                 isolated: &[job(7)],
                 shared: &[],
@@ -1145,6 +1176,7 @@ mod tests {
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &[job(7)],
             shared: &[],
@@ -1193,6 +1225,7 @@ mod tests {
             CaseLaunch.plan(&LaunchInput {
                 now: 0,
                 reserved: &[],
+                scheduler: Default::default(),
                 isolated: &[job(7)],
                 shared: &[],
                 nodes: &[one_node(v, 2, workers_used)],
@@ -1217,6 +1250,7 @@ mod tests {
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             isolated: &[job(7)],
             shared: &[],
             nodes: &[lone],
@@ -1288,6 +1322,7 @@ mod tests {
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1303,6 +1338,7 @@ mod tests {
         let plan = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &iso,
             shared: &[],
@@ -1367,6 +1403,7 @@ mod tests {
             let p = policy.plan(&LaunchInput {
                 now: 0,
                 reserved: &[],
+                scheduler: Default::default(),
                 early: None,
                 isolated: &iso,
                 shared: &shared,
@@ -1458,7 +1495,7 @@ mod tests {
                         expected_free: None,
                     }).collect(),
                 }];
-                let plan = CaseLaunch.plan(&LaunchInput { now: 0, reserved: &[], early: None, isolated: &iso, shared: &sh, nodes: &nodes });
+                let plan = CaseLaunch.plan(&LaunchInput { now: 0, reserved: &[], scheduler: Default::default(), early: None, isolated: &iso, shared: &sh, nodes: &nodes });
                 for d in plan.decisions {
                     match d {
                         Decision::Launch { job, instances, .. } => {

@@ -2,8 +2,10 @@
 //! cannot start for want of resources, whose QOS may preempt others
 //! (`Preempt=`), has running jobs of those QOS on one node requeued or
 //! cancelled (`PreemptMode=REQUEUE|CANCEL`) to make room, the node then
-//! held for it. Which jobs: on the node needing the fewest, the youngest
-//! first (the latest started lose the least work). Pure.
+//! held for it. Which jobs: on the node where the fewest nodes' work is
+//! lost (a job on several nodes loses its run on each), jobs on that node
+//! alone before jobs on several, the youngest first (the latest started
+//! lose the least work). Pure.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +42,8 @@ impl PreemptMode {
 pub struct Candidate {
     pub id: JobId,
     pub start: i64,
+    /// The nodes it runs on (all of them lose its run).
+    pub nodes: u32,
     pub cpus: u32,
     pub memory_mib: u64,
     /// The node's instances it holds (indices).
@@ -80,12 +84,14 @@ impl Room {
     }
 }
 
-/// The jobs to preempt on a node so that the waiting job fits there: the
-/// youngest first until it fits, then any of them it would fit without
-/// (oldest first) spared; `None` if all of them would not do.
+/// The jobs to preempt on a node so that the waiting job fits there: jobs
+/// on this node alone before jobs on several (those lose their run on
+/// every node), the youngest first, until it fits; then any of them it
+/// would fit without (oldest first) spared; `None` if all of them would
+/// not do.
 pub fn victims(room: &Room, candidates: &[Candidate]) -> Option<Vec<JobId>> {
     let mut order: Vec<&Candidate> = candidates.iter().collect();
-    order.sort_by_key(|c| (std::cmp::Reverse(c.start), c.id));
+    order.sort_by_key(|c| (c.nodes, std::cmp::Reverse(c.start), c.id));
     let mut chosen: Vec<&Candidate> = Vec::new();
     for c in order {
         if room.fits(&chosen) {
@@ -121,6 +127,7 @@ mod tests {
         Candidate {
             id,
             start,
+            nodes: 1,
             cpus,
             memory_mib: 0,
             instances,
@@ -166,6 +173,20 @@ mod tests {
         // one that would: only job 4 goes.
         let c = [cand(4, 10, 1, vec![1]), cand(5, 20, 1, vec![0])];
         assert_eq!(victims(&r, &c), Some(vec![4]));
+    }
+
+    #[test]
+    fn jobs_on_one_node_go_before_a_younger_one_on_several() {
+        let mut r = room(64, 1);
+        r.need_instances = 1;
+        let mut wide = cand(6, 30, 1, vec![0]);
+        wide.nodes = 4;
+        let c = [cand(4, 10, 1, vec![1]), wide.clone()];
+        assert_eq!(victims(&r, &c), Some(vec![4]));
+        // Where only the job on several nodes holds what is needed, it
+        // goes.
+        r.satisfies = vec![true, false];
+        assert_eq!(victims(&r, &[cand(4, 10, 1, vec![1]), wide]), Some(vec![6]));
     }
 
     #[test]

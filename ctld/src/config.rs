@@ -79,6 +79,12 @@ pub struct CtldConfig {
     #[arg(long, default_value = "off", value_name = "MODE")]
     #[serde(default = "default_preempt_mode")]
     pub preempt_mode: String,
+    /// backfill (a job that cannot start keeps only the nodes it holds
+    /// from later jobs, EASY) or builtin (strict priority order), Slurm's
+    /// SchedulerType; `sched/` may be given.
+    #[arg(long, default_value = "backfill", value_name = "TYPE")]
+    #[serde(default = "default_scheduler_type")]
+    pub scheduler_type: String,
     /// Every job must run under one of its user's accounts (sacctmgr);
     /// otherwise users without any run uncharged
     /// (AccountingStorageEnforce=associations).
@@ -190,6 +196,7 @@ impl Default for CtldConfig {
             tres_billing_weights: default_billing_weights(),
             enforce_associations: false,
             preempt_mode: default_preempt_mode(),
+            scheduler_type: default_scheduler_type(),
             durability: default_durability(),
             cluster_key_file: None,
             admins: Vec::new(),
@@ -281,6 +288,10 @@ fn default_weight_fair_share() -> u32 {
 
 fn default_preempt_mode() -> String {
     "off".into()
+}
+
+fn default_scheduler_type() -> String {
+    "backfill".into()
 }
 
 fn default_weight_qos() -> u32 {

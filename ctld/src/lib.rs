@@ -95,6 +95,12 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         gsched_core::preempt::PreemptMode::parse(&config.preempt_mode)
             .map_err(|e| anyhow::anyhow!("--preempt-mode: {e}"))?,
     );
+    cluster.set_scheduler_type(
+        config
+            .scheduler_type
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--scheduler-type: {e}"))?,
+    );
     cluster.set_accounting(config.accounting().map_err(|e| anyhow::anyhow!("{e}"))?);
     let repartition = gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?;

@@ -189,8 +189,7 @@ impl Cluster {
                 .filter(|v| {
                     v.state == JobState::Running
                         && !v.launching
-                        && v.node.as_deref() == Some(n.name.as_str())
-                        && v.sisters.is_empty()
+                        && v.runs_on(&n.name)
                         && v.spec
                             .slurm
                             .qos
@@ -202,6 +201,7 @@ impl Cluster {
                     Candidate {
                         id: v.id,
                         start: v.start_time.unwrap_or(0),
+                        nodes: 1 + v.sisters.len() as u32,
                         cpus: r.cpus,
                         memory_mib: r.memory_mib(n.memory_mib),
                         instances: n
@@ -246,7 +246,14 @@ impl Cluster {
                     .collect(),
             };
             if let Some(v) = victims(&room, &candidates) {
-                if best.as_ref().is_none_or(|(_, b)| v.len() < b.len()) {
+                // The fewest nodes' work lost (a job on several nodes
+                // loses its run on each).
+                let cost = |v: &[JobId]| -> usize {
+                    v.iter()
+                        .map(|id| 1 + self.jobs.get(id).map_or(0, |j| j.sisters.len()))
+                        .sum()
+                };
+                if best.as_ref().is_none_or(|(_, b)| cost(&v) < cost(b)) {
                     best = Some((n.name.clone(), v));
                 }
             }
@@ -352,6 +359,50 @@ mod tests {
         assert_eq!(launch(&mut c, 8), [h]);
         assert_eq!(c.job(b).unwrap().state, JobState::Pending);
         assert_eq!(c.job(b).unwrap().restarts, 1);
+    }
+
+    #[test]
+    fn a_job_on_several_nodes_is_preempted_whole_when_nothing_else_makes_room() {
+        // Two nodes; a low job on both nodes' two instances each.
+        let mut c = cluster();
+        c.register_node(&crate::cluster::testkit::registration("n2", &[], vec![]), 0);
+        c.set_preempt_mode(PreemptMode::Requeue);
+        for (name, preempt) in [("low", vec![]), ("high", vec!["low".to_string()])] {
+            c.change_qos(&QosChange::Add {
+                qos: Qos {
+                    name: name.into(),
+                    preempt,
+                    ..Default::default()
+                },
+            })
+            .unwrap();
+        }
+        let mut wide = gpu_job("low");
+        wide.gpu.count = Some(2);
+        wide.slurm.other.insert("nodes".into(), "2".into());
+        let (w, _) = c.submit(wide, 0).unwrap();
+        // Launched on each of its nodes.
+        assert_eq!(launch(&mut c, 1), [w, w]);
+        let (h, _) = c.submit(gpu_job("high"), 2).unwrap();
+        let fx = c.schedule(3);
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::Signal { job, cancel: true, .. } if *job == w)),
+            "{fx:?}"
+        );
+        assert_eq!(c.job(w).unwrap().state, JobState::Pending);
+        // Its batch node reports the run's end: h starts on the kept node.
+        let batch = c
+            .job(w)
+            .unwrap()
+            .node
+            .clone()
+            .unwrap_or_else(|| "n1".into());
+        c.job_ended(&batch, &ended(w, 1, 143, 4)).unwrap();
+        // (The requeued job, first in the queue, waits for both nodes:
+        // its hold does not keep h from the node kept for it.)
+        assert_eq!(launch(&mut c, 5), [h]);
+        assert_eq!(c.job(w).unwrap().restarts, 1);
     }
 
     #[test]

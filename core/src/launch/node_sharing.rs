@@ -92,8 +92,11 @@ impl Occupancies {
     /// one is expected to start there (backfill).
     #[inline]
     pub(super) fn admits(&self, ni: usize, job: &QueuedJob<'_>) -> bool {
-        if self.kept_for[ni].is_some_and(|k| k != job.id) {
-            return false;
+        match self.kept_for[ni] {
+            Some(k) if k != job.id => return false,
+            // Emptied for it: no other job's hold keeps it out.
+            Some(_) => return admits(&self.nodes[ni], job),
+            None => {}
         }
         if let Some(until) = self.holds[ni] {
             if !until.is_some_and(|t| job.ends_by(self.now, t)) {
@@ -129,6 +132,13 @@ impl Occupancies {
     /// expected to start there then.
     pub(super) fn hold_node(&mut self, ni: usize, until: Option<i64>) {
         self.holds[ni] = Some(until);
+        self.held = true;
+    }
+
+    /// Keeps every node from every later job of the pass (strict priority
+    /// order: a job before them could not start).
+    pub(super) fn hold_all(&mut self) {
+        self.holds.iter_mut().for_each(|h| *h = Some(None));
         self.held = true;
     }
 
@@ -241,6 +251,7 @@ mod tests {
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &[],
             shared: &shared,
@@ -268,6 +279,7 @@ mod tests {
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &[],
             shared: &shared,
@@ -281,6 +293,7 @@ mod tests {
         let p = ExclusiveLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &[],
             shared: &shared[..1],
@@ -292,6 +305,7 @@ mod tests {
         let p = CaseLaunch.plan(&LaunchInput {
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             early: None,
             isolated: &[],
             shared: &shared[..1],

@@ -263,6 +263,7 @@ mod tests {
             nodes: &nodes,
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             ..Default::default()
         });
         // Only the job that ends by t=100 starts (on n2); the wide job is
@@ -277,6 +278,7 @@ mod tests {
             nodes: &unknown,
             now: 0,
             reserved: &[],
+            scheduler: Default::default(),
             ..Default::default()
         });
         assert!(launches(&plan).is_empty(), "{plan:?}");
