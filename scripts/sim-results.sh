@@ -133,3 +133,76 @@ sweep ceiling-a100.txt --cluster "$A100" --jobs 32 --seed 1
     done
 } > "$out/ceiling-sweep-a30.txt"
 echo "$out/ceiling-sweep-a30.txt"
+
+# Who gets the GPU (docs/simulator.md, "Queue policies"): the queue workload
+# (isolated jobs of one GPU, a node or several nodes, with time limits, four
+# users in two accounts, QOS normal and high) on 8 nodes of 2 GPUs, seeds 1-5.
+# Each comparison is one setting changed; the sites are in docs/sim/sites/.
+Q="--workload queue --cluster 2xA100-80GB --nodes 8 --jobs 400 --load 1.0 --policy exclusive --baseline exclusive"
+SEEDS="1 2 3 4 5"
+# The median and range of the numbers on stdin.
+stats() { sort -g | awk '{v[NR]=$1} END {m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "median %.3g, range %.3g-%.3g", m, v[1], v[NR]}'; }
+# A group's mean wait in the policy (p) or baseline (b) of a JSON comparison.
+wait_of() { jq -r --arg k "$2" --arg n "$3" ".$1.groups[] | select(.kind==\$k and .name==\$n) | .mean_wait"; }
+queue() {
+    local name=$1; shift
+    local dir; dir=$(mktemp -d)
+    for s in $SEEDS; do "$G" sim $Q --seed "$s" --json "$@" > "$dir/$s.json"; done
+    echo "$dir"
+}
+{
+    echo "backfill (policy) vs builtin, strict priority order (baseline); basic priority; $Q"
+    d=$(queue backfill --baseline-scheduler-type builtin)
+    printf '%-5s %-10s %-10s %-10s %-22s %s\n' seed throughput wait-ratio "" "multi-node wait (s)" "one-gpu wait (s)"
+    for s in $SEEDS; do
+        f=$d/$s.json
+        printf '%-5s %-10.3f %-10.2f %-10s %-22s %s\n' "$s" "$(jq .throughput_ratio "$f")" \
+            "$(jq '.baseline.mean_wait / .policy.mean_wait' "$f")" "" \
+            "$(wait_of policy size multi-node < "$f" | xargs printf '%.0f') / $(wait_of baseline size multi-node < "$f" | xargs printf '%.0f')" \
+            "$(wait_of policy size one-gpu < "$f" | xargs printf '%.0f') / $(wait_of baseline size one-gpu < "$f" | xargs printf '%.0f')"
+    done
+    echo "throughput (backfill / builtin): $(for s in $SEEDS; do jq .throughput_ratio "$d/$s.json"; done | stats)"
+    echo "mean wait (builtin / backfill): $(for s in $SEEDS; do jq '.baseline.mean_wait / .policy.mean_wait' "$d/$s.json"; done | stats)"
+    echo "multi-node jobs' mean wait (backfill / builtin): $(for s in $SEEDS; do f=$d/$s.json; echo "$(wait_of policy size multi-node < "$f") / $(wait_of baseline size multi-node < "$f")" | bc -l; done | stats)"
+    rm -r "$d"
+} > "$out/queue-backfill.txt"
+echo "$out/queue-backfill.txt"
+{
+    echo "multifactor with fair share (policy) vs basic, first come first served (baseline); sites/accounts.json; $Q"
+    d=$(queue fairshare --site docs/sim/sites/accounts.json --priority-type multifactor --baseline-priority-type basic)
+    printf '%-5s %-28s %-28s %s\n' seed "physics wait (s) fs / basic" "bio wait (s) fs / basic" "dia (10% of jobs) fs / basic"
+    for s in $SEEDS; do
+        f=$d/$s.json
+        printf '%-5s %-28s %-28s %s\n' "$s" \
+            "$(wait_of policy account physics < "$f" | xargs printf '%.0f') / $(wait_of baseline account physics < "$f" | xargs printf '%.0f')" \
+            "$(wait_of policy account bio < "$f" | xargs printf '%.0f') / $(wait_of baseline account bio < "$f" | xargs printf '%.0f')" \
+            "$(wait_of policy user dia < "$f" | xargs printf '%.0f') / $(wait_of baseline user dia < "$f" | xargs printf '%.0f')"
+    done
+    echo "bio's mean wait (fair share / basic): $(for s in $SEEDS; do f=$d/$s.json; echo "$(wait_of policy account bio < "$f") / $(wait_of baseline account bio < "$f")" | bc -l; done | stats)"
+    echo "physics's mean wait (fair share / basic): $(for s in $SEEDS; do f=$d/$s.json; echo "$(wait_of policy account physics < "$f") / $(wait_of baseline account physics < "$f")" | bc -l; done | stats)"
+    echo "throughput (fair share / basic): $(for s in $SEEDS; do jq .throughput_ratio "$d/$s.json"; done | stats)"
+    rm -r "$d"
+} > "$out/queue-fairshare.txt"
+echo "$out/queue-fairshare.txt"
+{
+    echo "preemption by QOS, requeue (policy) vs none (baseline); multifactor; sites/qos-preempt.json, sites/qos-no-preempt.json; $Q"
+    d=$(queue preempt --site docs/sim/sites/qos-preempt.json --baseline-site docs/sim/sites/qos-no-preempt.json --priority-type multifactor)
+    printf '%-5s %-26s %-26s %-18s %s\n' seed "high wait (s) on / off" "normal wait (s) on / off" "preempted runs" throughput
+    for s in $SEEDS; do
+        f=$d/$s.json
+        printf '%-5s %-26s %-26s %-18s %.3f\n' "$s" \
+            "$(wait_of policy qos high < "$f" | xargs printf '%.0f') / $(wait_of baseline qos high < "$f" | xargs printf '%.0f')" \
+            "$(wait_of policy qos normal < "$f" | xargs printf '%.0f') / $(wait_of baseline qos normal < "$f" | xargs printf '%.0f')" \
+            "$(jq .policy.preemptions "$f")" "$(jq .throughput_ratio "$f")"
+    done
+    echo "high QOS's mean wait, s, with preemption: $(for s in $SEEDS; do wait_of policy qos high < "$d/$s.json"; done | stats); without: $(for s in $SEEDS; do wait_of baseline qos high < "$d/$s.json"; done | stats)"
+    echo "normal QOS's mean wait (on / off): $(for s in $SEEDS; do f=$d/$s.json; echo "$(wait_of policy qos normal < "$f") / $(wait_of baseline qos normal < "$f")" | bc -l; done | stats)"
+    echo "throughput (on / off): $(for s in $SEEDS; do jq .throughput_ratio "$d/$s.json"; done | stats)"
+    rm -r "$d"
+} > "$out/queue-preempt.txt"
+echo "$out/queue-preempt.txt"
+{
+    echo "QOS normal with MaxJobsPerUser=4 (policy) vs no QOS (baseline); sites/qos-limits.json; $Q --seed 1"
+    "$G" sim $Q --seed 1 --site docs/sim/sites/qos-limits.json --baseline-site none | grep -v '^exclusive '
+} > "$out/queue-limits.txt"
+echo "$out/queue-limits.txt"

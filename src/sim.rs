@@ -3,8 +3,12 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use gsched_core::launch::SchedulerType;
+use gsched_core::sim::queue_mix::{self, QueueMix};
 use gsched_core::sim::workload::{generate, parse_trace, Footprints, Mix};
-use gsched_core::sim::{compare, simulate_with, Comparison, Policy, SimJob, SimOptions, SimResult};
+use gsched_core::sim::{
+    compare, simulate_with, Comparison, Policy, SimJob, SimOptions, SimResult, SimSite,
+};
 
 #[derive(clap::Args)]
 pub struct SimArgs {
@@ -43,6 +47,37 @@ pub struct SimArgs {
     #[arg(long, default_value = "basic", value_name = "TYPE",
           value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::names()))]
     priority_type: String,
+    /// The baseline's priority policy (default: --priority-type).
+    #[arg(long, value_name = "TYPE",
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::names()))]
+    baseline_priority_type: Option<String>,
+    /// Nodes, each with the GPUs of --cluster.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    nodes: usize,
+    /// The generated workload: `batch` (the CASE paper's, --mix) or
+    /// `queue` (isolated jobs of mixed sizes with time limits, users in
+    /// two accounts, QOS normal and high, arriving over time; --load).
+    #[arg(long, default_value = "batch", value_parser = ["batch", "queue"])]
+    workload: String,
+    /// Offered load of the `queue` workload (its GPU time over the
+    /// cluster's while it arrives).
+    #[arg(long, default_value_t = 1.2, value_name = "F")]
+    load: f64,
+    /// Accounts, QOS, preemption mode and priority weights (JSON:
+    /// docs/simulator.md), for the policy and, unless --baseline-site,
+    /// the baseline.
+    #[arg(long, value_name = "FILE")]
+    site: Option<PathBuf>,
+    /// The baseline's site (`none`: no accounts, QOS or preemption).
+    #[arg(long, value_name = "FILE")]
+    baseline_site: Option<PathBuf>,
+    /// The controller's scheduler type (gctld's --scheduler-type):
+    /// backfill or builtin (strict priority order).
+    #[arg(long, default_value = "backfill", value_name = "TYPE")]
+    scheduler_type: String,
+    /// The baseline's scheduler type (default: --scheduler-type).
+    #[arg(long, value_name = "TYPE")]
+    baseline_scheduler_type: Option<String>,
     /// Shared jobs run at once per compute slice under the policy (case,
     /// mgb-sm); default 4, the paper's.
     #[arg(long, value_name = "N")]
@@ -116,26 +151,82 @@ fn footprints(s: &str) -> Footprints {
     }
 }
 
+/// The policy's and the baseline's options.
+struct Pair {
+    policy: SimOptions,
+    baseline: SimOptions,
+}
+
 fn run_pair(
     cluster: &str,
     policy: Policy,
     baseline: Policy,
     jobs: &[SimJob],
-    options: SimOptions,
+    options: &Pair,
 ) -> Result<Comparison> {
-    let p = simulate_with(cluster, policy, jobs, options)?;
-    // The job model (memory hold) is shared; the worker knob is the policy's.
-    let b = simulate_with(
-        cluster,
-        baseline,
-        jobs,
-        SimOptions {
-            workers_per_slice: None,
-            repartition: None,
-            ..options
-        },
-    )?;
+    let p = simulate_with(cluster, policy, jobs, options.policy.clone())?;
+    let b = simulate_with(cluster, baseline, jobs, options.baseline.clone())?;
     Ok(compare(p, b))
+}
+
+fn read_site(path: &std::path::Path) -> Result<SimSite> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read site {}", path.display()))?;
+    SimSite::from_json(&text).with_context(|| format!("site {}", path.display()))
+}
+
+/// The options of the policy and of the baseline from the arguments: the
+/// job model (memory hold) is shared; workers and re-partitioning are the
+/// policy's; priority, scheduler type and site the baseline's own where
+/// given.
+fn options(a: &SimArgs) -> Result<Pair> {
+    let priority = |name: &str| {
+        gsched_core::priority::names()
+            .into_iter()
+            .find(|n| *n == name)
+    };
+    let scheduler = |s: &str| -> Result<SchedulerType> {
+        s.parse()
+            .map_err(|e| anyhow::anyhow!("--scheduler-type: {e}"))
+    };
+    let site = match &a.site {
+        Some(p) => read_site(p)?,
+        None => SimSite::default(),
+    };
+    let policy = SimOptions {
+        nodes: a.nodes,
+        site: site.clone(),
+        scheduler: scheduler(&a.scheduler_type)?,
+        workers_per_slice: a.workers_per_slice,
+        hold_per_process: a.memory_hold == "process",
+        repartition: gsched_core::repartition::repartition_policy(&a.repartition)
+            .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?,
+        reconfig_secs: a.reconfig_secs,
+        max_overtakes: a.max_overtakes,
+        compute_ceiling: gsched_core::compute::parse_ceiling(&a.compute_ceiling)
+            .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?,
+        default_shares: a.task_shares == "default",
+        priority: priority(&a.priority_type),
+    };
+    let baseline = SimOptions {
+        workers_per_slice: None,
+        repartition: None,
+        site: match &a.baseline_site {
+            Some(p) if p.as_os_str() == "none" => SimSite::default(),
+            Some(p) => read_site(p)?,
+            None => site,
+        },
+        scheduler: match &a.baseline_scheduler_type {
+            Some(s) => scheduler(s)?,
+            None => policy.scheduler,
+        },
+        priority: match &a.baseline_priority_type {
+            Some(p) => priority(p),
+            None => policy.priority,
+        },
+        ..policy.clone()
+    };
+    Ok(Pair { policy, baseline })
 }
 
 fn line(r: &SimResult) -> String {
@@ -153,6 +244,39 @@ fn line(r: &SimResult) -> String {
         r.stp,
         r.reshapes
     )
+}
+
+/// What the queue policies did, where they had something to do: the
+/// settings, ends other than completion, and each account's, user's and
+/// QOS's jobs.
+fn print_queue(name: &str, r: &SimResult, o: &SimOptions) {
+    if r.groups.is_empty() && r.timeouts + r.preemptions + r.refused == 0 {
+        return;
+    }
+    println!(
+        "{name} ({}, priority {}, scheduler {}, preempt {:?}): {} completed, {} timed out, {} preempted runs, {} refused; mean wait {:.0} s",
+        r.policy,
+        o.priority.unwrap_or("basic"),
+        o.scheduler,
+        o.site.preempt_mode,
+        r.completed,
+        r.timeouts,
+        r.preemptions,
+        r.refused,
+        r.mean_wait
+    );
+    for g in &r.groups {
+        println!(
+            "  {:<8} {:<11} jobs {:>4}  completed {:>4}  mean wait {:>8.0} s  max wait {:>8.0} s  node time {:>5.1}%",
+            g.kind,
+            g.name,
+            g.jobs,
+            g.completed,
+            g.mean_wait,
+            g.max_wait,
+            g.node_time_share * 100.0
+        );
+    }
 }
 
 /// Memory utilization over time, policy and baseline, as a small SVG.
@@ -233,20 +357,13 @@ pub fn run(a: SimArgs) -> Result<()> {
             a.reconfig_secs
         );
     }
-    let options = SimOptions {
-        workers_per_slice: a.workers_per_slice,
-        hold_per_process: a.memory_hold == "process",
-        repartition: gsched_core::repartition::repartition_policy(&a.repartition)
-            .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?,
-        reconfig_secs: a.reconfig_secs,
-        max_overtakes: a.max_overtakes,
-        compute_ceiling: gsched_core::compute::parse_ceiling(&a.compute_ceiling)
-            .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?,
-        default_shares: a.task_shares == "default",
-        priority: gsched_core::priority::names()
-            .into_iter()
-            .find(|n| *n == a.priority_type),
-    };
+    if a.nodes == 0 {
+        bail!("--nodes 0: at least one node is needed");
+    }
+    if !(a.load > 0.0 && a.load.is_finite()) {
+        bail!("--load {}: must be above 0", a.load);
+    }
+    let options = options(&a)?;
     let policy: Policy = a.policy.parse()?;
     let baseline: Policy = a.baseline.parse()?;
     if a.sweep {
@@ -262,7 +379,7 @@ pub fn run(a: SimArgs) -> Result<()> {
             });
             rows.push((
                 (i, s),
-                run_pair(&a.cluster, policy, baseline, &jobs, options)?,
+                run_pair(&a.cluster, policy, baseline, &jobs, &options)?,
             ));
         }
         let mixed: Vec<&Comparison> = rows
@@ -325,6 +442,17 @@ pub fn run(a: SimArgs) -> Result<()> {
                 .with_context(|| format!("cannot read trace {}", path.display()))?;
             parse_trace(&text).with_context(|| format!("trace {}", path.display()))?
         }
+        None if a.workload == "queue" => {
+            let gpus = gsched_core::gpu::parse_sim_spec(&a.cluster)?;
+            let per_node = gsched_core::gpu::sim_instances("sim", &gpus).len() as u32;
+            queue_mix::generate(&QueueMix {
+                jobs: a.jobs,
+                seed: a.seed,
+                nodes: a.nodes as u32,
+                gpus_per_node: per_node,
+                load: a.load,
+            })
+        }
         None => {
             let (i, s) = parse_mix(&a.mix)?;
             generate(&Mix {
@@ -337,7 +465,7 @@ pub fn run(a: SimArgs) -> Result<()> {
             })
         }
     };
-    let c = run_pair(&a.cluster, policy, baseline, &jobs, options)?;
+    let c = run_pair(&a.cluster, policy, baseline, &jobs, &options)?;
     if let Some(p) = &a.plot {
         let title = format!(
             "GPU memory utilization, {} jobs on {} (mix {})",
@@ -353,6 +481,12 @@ pub fn run(a: SimArgs) -> Result<()> {
     } else {
         println!("{}", line(&c.policy));
         println!("{}", line(&c.baseline));
+        for (name, r, o) in [
+            ("policy", &c.policy, &options.policy),
+            ("baseline", &c.baseline, &options.baseline),
+        ] {
+            print_queue(name, r, o);
+        }
         println!(
             "throughput {:.2}x, turnaround {:.2}x, memory utilization {:.2}x; OOM crashes {} (baseline {})",
             c.throughput_ratio, c.turnaround_speedup, c.memory_utilization_ratio, c.oom_crashes, c.baseline_oom_crashes

@@ -111,3 +111,78 @@ fn sweep_plot_trace_and_bad_input() {
         stderr(&out)
     );
 }
+
+#[test]
+fn the_queue_workload_runs_with_a_site_and_bad_sites_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site.json");
+    std::fs::write(
+        &site,
+        r#"{"preempt_mode": "requeue", "qos": [
+            {"op": "add", "qos": {"name": "normal"}},
+            {"op": "add", "qos": {"name": "high", "priority": 100, "preempt": ["normal"]}}
+        ]}"#,
+    )
+    .unwrap();
+    let queue = [
+        "--workload",
+        "queue",
+        "--cluster",
+        "2xA100-80GB",
+        "--nodes",
+        "3",
+        "--jobs",
+        "60",
+        "--policy",
+        "exclusive",
+        "--baseline",
+        "exclusive",
+    ];
+    let mut args = queue.to_vec();
+    args.extend([
+        "--site",
+        site.to_str().unwrap(),
+        "--baseline-site",
+        "none",
+        "--priority-type",
+        "multifactor",
+        "--baseline-scheduler-type",
+        "sched/builtin",
+        "--json",
+    ]);
+    let out = sim(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let groups = v["policy"]["groups"].as_array().unwrap();
+    for (kind, name) in [("qos", "high"), ("size", "multi-node"), ("user", "ann")] {
+        assert!(
+            groups
+                .iter()
+                .any(|g| g["kind"] == kind && g["name"] == name),
+            "{kind} {name}: {groups:?}"
+        );
+    }
+    let ended = |r: &serde_json::Value| {
+        ["completed", "timeouts", "refused"]
+            .iter()
+            .map(|k| r[k].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!(ended(&v["policy"]), 60, "{v}");
+    assert_eq!(ended(&v["baseline"]), 60, "{v}");
+    // A misspelt key names itself and the file; so does a scheduler type.
+    std::fs::write(&site, r#"{"preempt_mod": "requeue"}"#).unwrap();
+    let mut args = queue.to_vec();
+    args.extend(["--site", site.to_str().unwrap()]);
+    let out = sim(&args);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("preempt_mod") && err.contains("site.json"),
+        "{err}"
+    );
+    let mut args = queue.to_vec();
+    args.extend(["--scheduler-type", "sched/wiki"]);
+    let err = stderr(&sim(&args));
+    assert!(err.contains("sched/wiki"), "{err}");
+}

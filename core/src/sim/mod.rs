@@ -11,26 +11,20 @@
 //! co-located task pays a fixed interference of [`INTERFERENCE`] per
 //! neighbour. CPU phases take their time.
 
+mod engine;
+pub mod queue_mix;
+#[cfg(test)]
+mod queue_tests;
 mod reshape;
+mod run;
+mod site;
 pub mod workload;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
-
-use crate::cluster::{Cluster, Effect};
-use crate::gpu::{parse_sim_spec, sim_instances, Instance, SimGpu};
-use crate::job::{GpuRequest, JobId, JobSpec};
-use crate::launch::{CaseLaunch, ExclusiveLaunch, LaunchPolicy};
-use crate::mig::MigPlacement;
-use crate::outcome::{EndCause, ProcessOutcome};
-use crate::placement::{
-    Begin, BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement, NodeBook, NodeEvent,
-    Placed, PlacementError, TaskBook, TaskId, TaskRequest,
-};
+use crate::gpu::Instance;
+use crate::launch::SchedulerType;
 use crate::repartition::DemandRepartition;
-use crate::sm::KernelShape;
-use crate::wire::{InstanceUse, JobEnded, NodeRegistration};
 
+pub use site::SimSite;
 pub use workload::{Phase, SimJob};
 
 /// Slowdown per co-located neighbour (CASE measured a 2.2% mean kernel
@@ -38,7 +32,6 @@ pub use workload::{Phase, SimJob};
 pub const INTERFERENCE: f64 = 0.03;
 
 const NODE: &str = "sim";
-const MIB: u64 = 1024 * 1024;
 
 /// A policy pair by name: `case`, `exclusive`, or `cg:R`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,16 +102,60 @@ pub struct SimResult {
     pub reshapes: usize,
     /// Mean time from submission to start of the completed jobs, seconds.
     pub mean_wait: f64,
+    /// Jobs killed at their time limit.
+    pub timeouts: usize,
+    /// Runs ended to make room for another job (requeued or cancelled).
+    pub preemptions: usize,
+    /// Submissions the controller refused (QOS `MaxSubmitJobsPerUser`,
+    /// an account the user has no association with).
+    pub refused: usize,
+    /// Per account, user, QOS and size: jobs, waits, node time.
+    pub groups: Vec<GroupStats>,
     /// Each job's time from submission to start (`None`: never started),
     /// in the order given.
     #[serde(skip)]
     pub waits: Vec<Option<f64>>,
+    /// How each job ended, in the order given.
+    #[serde(skip)]
+    pub outcomes: Vec<SimOutcome>,
     /// (time, memory utilization) at every change, for plots.
     #[serde(skip)]
     pub utilization: Vec<(f64, f64)>,
     /// The launch and placement decisions, in order (for parity checks).
     #[serde(skip)]
     pub decisions: Vec<String>,
+}
+
+/// How a simulated job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimOutcome {
+    Completed,
+    /// Its memory overflowed its instance (or fit none).
+    OutOfMemory,
+    /// Killed at its time limit.
+    TimedOut,
+    /// Cancelled to make room for another job (`PreemptMode=cancel`).
+    Preempted,
+    /// Refused at submission.
+    Refused,
+}
+
+/// The jobs of one account, user or QOS.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GroupStats {
+    /// `account`, `user`, `qos` or `size` (`one-gpu`, `one-node`:
+    /// several GPUs of one node, `multi-node`).
+    pub kind: &'static str,
+    pub name: String,
+    pub jobs: usize,
+    pub completed: usize,
+    /// Mean and largest time from submission to first start of its jobs
+    /// that started, seconds.
+    pub mean_wait: f64,
+    pub max_wait: f64,
+    /// Its part of all jobs' node time (run time times nodes).
+    pub node_time_share: f64,
 }
 
 /// A lower bound on any schedule's makespan: the longest job alone (from
@@ -154,451 +191,26 @@ pub enum SimError {
     Stuck(usize),
     #[error(transparent)]
     Priority(#[from] crate::priority::UnknownPriorityType),
+    #[error("job '{0}' asks for several nodes or GPUs: only isolated jobs do in the simulator")]
+    WideShared(String),
+    #[error("job '{0}' asks for {1} nodes; the simulated cluster has {2}")]
+    TooWide(String, u32, usize),
+    #[error("MIG re-partitioning is simulated on one node only (asked for {0})")]
+    RepartitionNodes(usize),
+    #[error("the site's {0}")]
+    Site(String),
 }
 
-struct Run {
-    inst: usize,
-    remaining: f64,
-    slices: f64,
-    mem: u64,
-    job: usize,
-    task: Option<TaskId>,
-}
-
-#[derive(Default, Clone)]
-struct JobState {
-    cid: JobId,
-    phase: usize,
-    instance: Option<usize>,
-    started: bool,
-    /// When it started (seconds).
-    start: Option<f64>,
-    end: Option<f64>,
-    oom: bool,
-    /// The reservation a job holds for its life (`hold_per_process`):
-    /// (instance, MiB).
-    held: Option<(usize, u64)>,
-}
-
-/// A re-partition waiting for its instances to empty.
-struct Retiring {
-    seq: u64,
-    gpu: usize,
-    retire: Vec<String>,
-    create: Vec<MigPlacement>,
-}
-
-/// A re-partition whose old instances are gone: its new ones are ready
-/// at `at`, when the order is reported done.
-struct Creating {
-    at: f64,
-    seq: u64,
-    gpu: usize,
-    removed: Vec<String>,
-    create: Vec<MigPlacement>,
-}
-
-struct Sim<'a> {
-    policy: Policy,
-    jobs: &'a [SimJob],
-    /// Every instance that ever existed (indices stay valid); `alive` says
-    /// which exist now, `layout` where each sits (MIG instances only).
-    inst: Vec<Instance>,
-    alive: Vec<bool>,
-    layout: Vec<Option<(usize, MigPlacement)>>,
-    gpus: Vec<SimGpu>,
-    reconfig_secs: f64,
-    retiring: Vec<Retiring>,
-    /// Re-partitions making their new instances.
-    creating: Vec<Creating>,
-    /// Jobs whose GPU task fits no instance until those exist.
-    deferred: Vec<usize>,
-    reshapes: usize,
-    cluster: Cluster,
-    /// The node's placement state, driven as gnoded's probe server drives
-    /// it.
-    node: NodeBook,
-    /// Isolated jobs launched onto instances that shared tasks still used:
-    /// they start once those have left, as on a live node.
-    starting: Vec<usize>,
-    state: Vec<JobState>,
-    by_cid: BTreeMap<JobId, usize>,
-    running: Vec<Run>,
-    timers: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    seq: u64,
-    now: f64,
-    hold_per_process: bool,
-    /// SMs in one compute slice (of the smallest kind in the cluster).
-    sms_per_slice: f64,
-    /// Compute slices of a whole GPU (of the largest model).
-    gpu_slices: f64,
-    default_shares: bool,
-    oom: usize,
-    mem_integral: f64,
-    total_mem: f64,
-    series: Vec<(f64, f64)>,
-    decisions: Vec<String>,
-}
-
-fn spec_of(j: &SimJob) -> JobSpec {
-    JobSpec {
-        name: j.name.clone(),
-        script: "#!/bin/sh\n".into(),
-        working_dir: "/".into(),
-        user_name: j.user.clone().unwrap_or_else(|| "sim".into()),
-        nice: j.nice,
-        uid: 1,
-        gid: 1,
-        submit_host: "sim".into(),
-        isolated: j.isolated,
-        gpu: GpuRequest {
-            model: None,
-            mig_profile: None,
-            mem_mib: Some(j.peak_mib().max(1)),
-            share: None,
-            share_limit: None,
-            count: None,
-        },
-        ..JobSpec::default()
-    }
-}
-
-impl Sim<'_> {
-    fn used_mem(&self) -> u64 {
-        let tasks: u64 = self
-            .running
-            .iter()
-            .filter(|r| !self.jobs[r.job].isolated && self.state[r.job].held.is_none())
-            .map(|r| r.mem)
-            .sum::<u64>()
-            + self
-                .state
-                .iter()
-                .filter(|s| s.end.is_none())
-                .filter_map(|s| s.held.map(|(_, mib)| mib))
-                .sum::<u64>();
-        let held: u64 = self
-            .state
-            .iter()
-            .zip(self.jobs)
-            .filter(|(s, j)| j.isolated && s.started && s.end.is_none())
-            .map(|(_, j)| j.footprint_mib)
-            .sum();
-        tasks + held
-    }
-
-    fn record_use(&mut self) {
-        let u = self.used_mem() as f64 / self.total_mem;
-        if self
-            .series
-            .last()
-            .is_none_or(|&(t, v)| t != self.now || v != u)
-        {
-            self.series.push((self.now, u));
-        }
-    }
-
-    fn rates(&self) -> Vec<f64> {
-        let mut demand = vec![0.0; self.inst.len()];
-        let mut count = vec![0u32; self.inst.len()];
-        for r in &self.running {
-            let k = self.inst[r.inst].compute_slices.max(1) as f64;
-            demand[r.inst] += r.slices.min(k) / k;
-            count[r.inst] += 1;
-        }
-        self.running
-            .iter()
-            .map(|r| {
-                let k = self.inst[r.inst].compute_slices.max(1) as f64;
-                let speed = r.slices.min(k) / r.slices.min(1.0);
-                let share = demand[r.inst].max(1.0);
-                let interference = 1.0 + INTERFERENCE * (count[r.inst] - 1) as f64;
-                speed / share / interference
-            })
-            .collect()
-    }
-
-    fn timer(&mut self, at: f64, job: usize) {
-        self.seq += 1;
-        self.timers.push(Reverse((at.to_bits(), self.seq, job)));
-    }
-
-    fn uuid_index(&self, uuid: &str) -> usize {
-        self.inst
-            .iter()
-            .zip(&self.alive)
-            .position(|(i, &alive)| alive && i.uuid == uuid)
-            .expect("known instance")
-    }
-
-    /// Starts the job's current phase (or ends the job).
-    fn advance(&mut self, j: usize) {
-        let s = &self.state[j];
-        let Some(phase) = self.jobs[j].phases.get(s.phase).cloned() else {
-            self.finish(j, false);
-            return;
-        };
-        match phase {
-            Phase::Cpu { secs } => self.timer(self.now + secs, j),
-            Phase::Gpu {
-                mem_mib, slices, ..
-            } => {
-                // Isolated jobs run on the instance they hold; every other
-                // GPU task goes through the placement policy.
-                if let Some(i) = s.instance.filter(|_| self.jobs[j].isolated) {
-                    self.run_task(j, i, None);
-                    return;
-                }
-                // A process holding its reservation runs there.
-                if let Some((i, _)) = s.held {
-                    self.run_task(j, i, None);
-                    return;
-                }
-                // The task's kernel: 256-thread blocks (8 warps), enough to
-                // fill `slices` compute slices' SMs (8 such blocks fill an SM).
-                let shape = KernelShape {
-                    blocks: (slices * self.sms_per_slice * 8.0).ceil().max(1.0) as u64,
-                    block_warps: 8,
-                };
-                let req = TaskRequest {
-                    job: s.cid,
-                    pid: 1,
-                    bytes: mem_mib * MIB,
-                    warps: shape.warps(),
-                    share: (!self.default_shares).then(|| self.share_of(slices)),
-                    shape: Some(shape),
-                };
-                let begun = self.node.begin(req, self.now_ms());
-                self.carry_out();
-                match begun {
-                    Ok(Begin::Placed(p)) => self.placed(p),
-                    Ok(Begin::Waiting(_)) => {}
-                    Err(PlacementError::Overflow { instance, .. }) => {
-                        // The allocation overflows the instance: the job crashes.
-                        self.decisions
-                            .push(format!("oom {} on {instance}", self.jobs[j].name));
-                        self.finish(j, true);
-                    }
-                    Err(PlacementError::NeverFits { .. }) if !self.creating.is_empty() => {
-                        // Instances are being re-made: ask again when they exist.
-                        self.deferred.push(j);
-                    }
-                    Err(_) => self.finish(j, true),
-                }
-            }
-        }
-    }
-
-    /// The compute demand of a task keeping `slices` compute slices busy:
-    /// that part of a whole GPU, in thousandths (at least 1).
-    fn share_of(&self, slices: f64) -> u32 {
-        let share = slices / self.gpu_slices * crate::compute::WHOLE_GPU as f64;
-        (share.round() as u32).clamp(1, crate::compute::WHOLE_GPU)
-    }
-
-    /// The virtual clock in milliseconds, the node book's time.
-    fn now_ms(&self) -> i64 {
-        (self.now * 1000.0) as i64
-    }
-
-    /// Carries out what the node's book decided: waiting tasks it placed
-    /// start (records and answers have no one to go to here).
-    fn carry_out(&mut self) {
-        loop {
-            let placed: Vec<Placed> = self
-                .node
-                .take_events()
-                .into_iter()
-                .filter_map(|e| match e {
-                    NodeEvent::Placed(p) => Some(p),
-                    _ => None,
-                })
-                .collect();
-            if placed.is_empty() {
-                return;
-            }
-            for p in placed {
-                self.placed(p);
-            }
-        }
-    }
-
-    fn placed(&mut self, p: Placed) {
-        let j = self.by_cid[&p.job];
-        let i = self.uuid_index(&p.instance);
-        self.decisions
-            .push(format!("place {} on {}", self.jobs[j].name, p.instance));
-        if self.hold_per_process {
-            // Kept until the job ends (released with the job).
-            self.state[j].held = Some((i, p.bytes / MIB));
-            self.run_task(j, i, None);
-        } else {
-            self.run_task(j, i, Some(p.task));
-        }
-    }
-
-    /// Starts job `j`'s current GPU phase on instance `i`.
-    fn run_task(&mut self, j: usize, i: usize, task: Option<TaskId>) {
-        if let Some(Phase::Gpu {
-            mem_mib,
-            slices,
-            secs,
-        }) = self.jobs[j].phases.get(self.state[j].phase)
-        {
-            self.running.push(Run {
-                inst: i,
-                remaining: *secs,
-                slices: *slices,
-                mem: *mem_mib,
-                job: j,
-                task,
-            });
-        }
-    }
-
-    fn finish(&mut self, j: usize, oom: bool) {
-        let st = &mut self.state[j];
-        st.end = Some(self.now);
-        st.oom = oom;
-        if oom {
-            self.oom += 1;
-        }
-        let cid = st.cid;
-        let instance = st.instance;
-        let now = self.now_ms();
-        self.node.job_ended(cid, now);
-        if let (Policy::Exclusive, Some(i)) = (self.policy, instance) {
-            let uuid = self.inst[i].uuid.clone();
-            self.node.set_owner(&uuid, None, now);
-        }
-        self.carry_out();
-        let run = self.cluster.job(cid).map_or(0, |j| j.run);
-        let _ = self.cluster.job_ended(
-            NODE,
-            &JobEnded {
-                job_id: cid,
-                run,
-                outcome: ProcessOutcome {
-                    exit_code: Some(if oom { 1 } else { 0 }),
-                    signal: None,
-                    cause: EndCause::Exited,
-                },
-                end_time: self.now as i64,
-                usage: None,
-                steps: Default::default(),
-            },
-        );
-    }
-
-    /// Tells the controller state what the node sees, then launches.
-    fn schedule(&mut self) {
-        self.finish_reshapes();
-        let book = self.node.tasks();
-        let uses: BTreeMap<String, InstanceUse> = book
-            .instances()
-            .iter()
-            .map(|i| {
-                (
-                    i.uuid.clone(),
-                    InstanceUse {
-                        tasks: book.tasks_on(&i.uuid),
-                        processes: i.processes,
-                        ..InstanceUse::default()
-                    },
-                )
-            })
-            .collect();
-        let waiting = book.waiting_len() as u32;
-        self.cluster.update_instance_use(NODE, &uses);
-        self.cluster.set_tasks_waiting(NODE, waiting);
-        let effects = self.cluster.schedule(self.now as i64);
-        let now = self.now_ms();
-        let mut launched = Vec::new();
-        let mut reshapes = Vec::new();
-        for e in effects {
-            match e {
-                Effect::Launch { job, .. } => {
-                    // The simulated node has every launch at once.
-                    let run = self.cluster.job(job).map_or(0, |j| j.run);
-                    self.cluster.launch_confirmed(job, run);
-                    launched.push(job);
-                }
-                // Under exclusive every job owns its instance (below);
-                // nothing is drained for isolated jobs.
-                Effect::Drain { instances, seq, .. } if self.policy != Policy::Exclusive => {
-                    self.node.set_drained(&instances, seq, now);
-                }
-                Effect::Reshape { order, .. } => reshapes.push(order),
-                _ => {}
-            }
-        }
-        self.carry_out();
-        for cid in launched {
-            let j = self.by_cid[&cid];
-            let insts = self
-                .cluster
-                .job(cid)
-                .map(|x| x.gpu_instances.clone())
-                .unwrap_or_default();
-            let inst = insts.first().cloned();
-            let index = inst.as_deref().map(|u| self.uuid_index(u));
-            let mut busy = false;
-            if let (Policy::Exclusive, Some(uuid)) = (self.policy, inst.as_deref()) {
-                // Slurm: the job holds its instance for its whole life.
-                self.node.set_owner(uuid, Some(cid), now);
-            } else {
-                // As gnoded does: the instances are closed to shared tasks,
-                // and the job starts once none is left there.
-                for uuid in &insts {
-                    busy |= self.node.hold(uuid, cid);
-                }
-            }
-            self.carry_out();
-            self.decisions.push(format!(
-                "launch {} {}",
-                self.jobs[j].name,
-                inst.as_deref().unwrap_or("-")
-            ));
-            let st = &mut self.state[j];
-            st.instance = index;
-            st.started = true;
-            st.start.get_or_insert(self.now);
-            if busy {
-                self.starting.push(j);
-            } else {
-                self.advance(j);
-            }
-        }
-        for order in reshapes {
-            self.reshape_ordered(order);
-        }
-    }
-
-    /// Starts the isolated jobs whose instances shared tasks have left.
-    fn start_drained(&mut self) {
-        let ready: Vec<usize> = self
-            .starting
-            .iter()
-            .copied()
-            .filter(|&j| {
-                let cid = self.state[j].cid;
-                self.cluster.job(cid).is_none_or(|x| {
-                    x.gpu_instances
-                        .iter()
-                        .all(|u| self.node.tasks().tasks_on(u) == 0)
-                })
-            })
-            .collect();
-        self.starting.retain(|j| !ready.contains(j));
-        for j in ready {
-            self.advance(j);
-        }
-    }
-}
-
-/// Knobs of a simulated node beyond its policy.
-#[derive(Debug, Clone, Copy, Default)]
+/// Knobs of a simulated cluster beyond its policy.
+#[derive(Debug, Clone, Default)]
 pub struct SimOptions {
+    /// Nodes, each with the GPUs of the spec (0 or 1: one).
+    pub nodes: usize,
+    /// Accounts, QOS, preemption and priority weights (as a site sets
+    /// them with `sacctmgr` and gctld's flags).
+    pub site: SimSite,
+    /// Backfill (the default) or strict priority order.
+    pub scheduler: SchedulerType,
     /// Shared jobs run at once per compute slice under `case` and `mgb-sm`
     /// (default 4, the paper's: 4 per 1g, 8 per 2g instance).
     pub workers_per_slice: Option<u32>,
@@ -640,309 +252,9 @@ pub fn simulate_with(
     jobs: &[SimJob],
     options: SimOptions,
 ) -> Result<SimResult, SimError> {
-    let gpus = parse_sim_spec(spec)?;
-    let inst = sim_instances(NODE, &gpus);
-    // Where each instance sits, in `sim_instances` order.
-    let layout: Vec<Option<(usize, MigPlacement)>> = gpus
-        .iter()
-        .enumerate()
-        .flat_map(|(gi, g)| match &g.layout {
-            None => vec![None],
-            Some(l) => l.iter().map(|p| Some((gi, *p))).collect(),
-        })
-        .collect();
-    debug_assert_eq!(layout.len(), inst.len());
-    // Re-partitioning may make a MIG GPU's largest profile.
-    let remade = |g: &SimGpu| {
-        g.model
-            .profiles
-            .iter()
-            .filter(|p| !p.name.contains('+'))
-            .map(|p| p.memory_mib)
-            .max()
-            .unwrap_or(0)
-    };
-    let repartitions =
-        options.repartition.is_some() && matches!(policy, Policy::Case | Policy::MgbSm);
-    let biggest = inst
-        .iter()
-        .map(|i| i.memory_mib)
-        .chain(
-            gpus.iter()
-                .filter(|g| repartitions && g.layout.is_some())
-                .map(remade),
-        )
-        .max()
-        .unwrap_or(0);
-    if let Some(j) = jobs.iter().find(|j| j.peak_mib() > biggest) {
-        return Err(SimError::TooBig(j.name.clone(), j.peak_mib()));
-    }
-    let launch: Box<dyn LaunchPolicy> = match policy {
-        Policy::Exclusive => Box::new(ExclusiveLaunch),
-        _ => Box::new(CaseLaunch),
-    };
-    let worker_limit = match policy {
-        Policy::Case | Policy::MgbSm => options
-            .workers_per_slice
-            .map(|w| w * inst.iter().map(|i| i.compute_slices.max(1)).sum::<u32>()),
-        Policy::Exclusive => Some(inst.len() as u32),
-        Policy::Cg(r) => Some(r * inst.len() as u32),
-    };
-    let repartition = options
-        .repartition
-        .filter(|_| matches!(policy, Policy::Case | Policy::MgbSm));
-    let mut cluster = Cluster::new(launch);
-    if let Some(name) = options.priority {
-        cluster.set_priority_policy(crate::priority::priority_policy(
-            name,
-            crate::priority::PriorityConfig::default(),
-        )?);
-    }
-    cluster.register_node(
-        &NodeRegistration {
-            instance_id: String::new(),
-            name: NODE.into(),
-            url: "sim://".into(),
-            cpus: 1024,
-            memory_mib: 1 << 30,
-            instances: inst.clone(),
-            worker_limit,
-            running: vec![],
-            runs: Default::default(),
-            ended: vec![],
-            fence_timeout_ms: None,
-            heartbeat_ms: 0,
-            // The controller plans re-partitions of every MIG GPU, as
-            // for a live node that offers them.
-            reshape_keep: Default::default(),
-            reshape_gpus: match repartition {
-                Some(_) => layout
-                    .iter()
-                    .filter_map(|l| l.map(|(g, _)| g as u32))
-                    .collect::<std::collections::BTreeSet<u32>>()
-                    .into_iter()
-                    .collect(),
-                None => Vec::new(),
-            },
-        },
-        0,
-    );
-    if let Some(p) = repartition {
-        cluster.set_repartition(Some(Box::new(p)));
-    }
-    let placement: Box<dyn crate::placement::PlacementPolicy> = match policy {
-        Policy::Case => Box::new(CasePlacement),
-        Policy::MgbSm => Box::new(MgbSmPlacement),
-        Policy::Exclusive => Box::new(ExclusivePlacement),
-        Policy::Cg(_) => Box::new(BlindPlacement),
-    };
-    let mut book = TaskBook::of_instances(placement, &inst);
-    if let Some(n) = options.max_overtakes {
-        book = book.with_max_overtakes(n);
-    }
-    book = book.with_compute_ceiling(options.compute_ceiling);
-    // A GPU's compute slices (of the largest model), for tasks' demands.
-    let gpu_slices = inst
-        .iter()
-        .filter_map(|i| crate::gpu::model(&i.model))
-        .map(|m| m.compute_slices)
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let sms_per_slice = inst
-        .iter()
-        .map(|i| i.sms as f64 / i.compute_slices.max(1) as f64)
-        .fold(f64::INFINITY, f64::min);
-    let total_mem = inst.iter().map(|i| i.memory_mib).sum::<u64>().max(1) as f64;
-    let initial = inst.clone();
-    let mut sim = Sim {
-        policy,
-        jobs,
-        alive: vec![true; inst.len()],
-        layout,
-        gpus,
-        reconfig_secs: options.reconfig_secs.max(0.0),
-        retiring: Vec::new(),
-        creating: Vec::new(),
-        deferred: Vec::new(),
-        reshapes: 0,
-        sms_per_slice,
-        gpu_slices,
-        default_shares: options.default_shares,
-        hold_per_process: options.hold_per_process,
-        inst,
-        cluster,
-        node: NodeBook::new(book),
-        starting: Vec::new(),
-        state: vec![JobState::default(); jobs.len()],
-        by_cid: BTreeMap::new(),
-        running: Vec::new(),
-        timers: BinaryHeap::new(),
-        seq: 0,
-        now: 0.0,
-        oom: 0,
-        mem_integral: 0.0,
-        total_mem,
-        series: Vec::new(),
-        decisions: Vec::new(),
-    };
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| jobs[a].submit.total_cmp(&jobs[b].submit).then(a.cmp(&b)));
-    let mut next_sub = 0;
-    loop {
-        // Submissions due now.
-        let mut submitted = false;
-        while next_sub < order.len() && jobs[order[next_sub]].submit <= sim.now {
-            let j = order[next_sub];
-            if let Ok((cid, _)) = sim.cluster.submit(spec_of(&jobs[j]), sim.now as i64) {
-                sim.state[j].cid = cid;
-                sim.by_cid.insert(cid, j);
-            }
-            next_sub += 1;
-            submitted = true;
-        }
-        if submitted {
-            sim.schedule();
-        }
-        sim.record_use();
-        // The next thing to happen.
-        let rates = sim.rates();
-        let gpu_next = sim
-            .running
-            .iter()
-            .zip(&rates)
-            .map(|(r, rate)| sim.now + r.remaining / rate)
-            .fold(f64::INFINITY, f64::min);
-        let timer_next = sim
-            .timers
-            .peek()
-            .map(|Reverse((t, _, _))| f64::from_bits(*t))
-            .unwrap_or(f64::INFINITY);
-        let sub_next = order
-            .get(next_sub)
-            .map(|&j| jobs[j].submit)
-            .unwrap_or(f64::INFINITY);
-        let create_next = sim
-            .creating
-            .iter()
-            .map(|c| c.at)
-            .fold(f64::INFINITY, f64::min);
-        let t = gpu_next.min(timer_next).min(sub_next).min(create_next);
-        if !t.is_finite() {
-            break;
-        }
-        let dt = (t - sim.now).max(0.0);
-        sim.mem_integral += sim.used_mem() as f64 * dt;
-        for (r, rate) in sim.running.iter_mut().zip(&rates) {
-            r.remaining -= rate * dt;
-        }
-        sim.now = t;
-        // GPU tasks that finished.
-        let mut done: Vec<Run> = Vec::new();
-        let mut k = 0;
-        while k < sim.running.len() {
-            if sim.running[k].remaining <= 1e-9 {
-                done.push(sim.running.swap_remove(k));
-            } else {
-                k += 1;
-            }
-        }
-        done.sort_by_key(|r| r.job);
-        let mut next_phase = Vec::new();
-        for r in done {
-            if let Some(task) = r.task {
-                let now = sim.now_ms();
-                if sim.node.end(task, now).is_ok() {
-                    sim.carry_out();
-                }
-            }
-            next_phase.push(r.job);
-        }
-        // CPU phases that finished.
-        while let Some(Reverse((bits, _, j))) = sim.timers.peek().copied() {
-            if f64::from_bits(bits) > sim.now {
-                break;
-            }
-            sim.timers.pop();
-            next_phase.push(j);
-        }
-        for j in next_phase {
-            if sim.state[j].end.is_some() {
-                continue;
-            }
-            sim.state[j].phase += 1;
-            sim.advance(j);
-        }
-        sim.start_drained();
-        sim.create_due();
-        sim.schedule();
-    }
-    let unfinished = sim.state.iter().filter(|s| s.end.is_none()).count();
-    if unfinished > 0 {
-        return Err(SimError::Stuck(unfinished));
-    }
-    let makespan = sim
-        .state
-        .iter()
-        .filter_map(|s| s.end)
-        .fold(0.0, f64::max)
-        .max(1e-9);
-    let completed: Vec<(usize, &JobState)> = sim
-        .state
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| !s.oom)
-        .collect();
-    let n = completed.len().max(1) as f64;
-    let turnaround = |j: usize, s: &JobState| s.end.unwrap_or(makespan) - jobs[j].submit;
-    let mean_turnaround = completed
-        .iter()
-        .map(|(j, s)| turnaround(*j, s))
-        .sum::<f64>()
-        / n;
-    let waits: Vec<Option<f64>> = sim
-        .state
-        .iter()
-        .zip(jobs)
-        .map(|(s, j)| s.start.map(|t| t - j.submit))
-        .collect();
-    let mean_wait = completed
-        .iter()
-        .map(|(j, _)| waits[*j].unwrap_or(0.0))
-        .sum::<f64>()
-        / n;
-    let antt = completed
-        .iter()
-        .map(|(j, s)| turnaround(*j, s) / jobs[*j].alone_secs().max(1e-9))
-        .sum::<f64>()
-        / n;
-    let stp = completed
-        .iter()
-        .map(|(j, s)| jobs[*j].alone_secs() / turnaround(*j, s).max(1e-9))
-        .sum::<f64>();
-    // The bound of the jobs that completed (crashed jobs did not need
-    // their remaining work done).
-    let done_jobs: Vec<SimJob> = completed.iter().map(|(j, _)| jobs[*j].clone()).collect();
-    let lb = lower_bound(&done_jobs, &initial);
-    Ok(SimResult {
-        policy: policy.to_string(),
-        jobs: jobs.len(),
-        completed: completed.len(),
-        oom_crashes: sim.oom,
-        makespan,
-        throughput_per_hour: completed.len() as f64 / makespan * 3600.0,
-        mean_turnaround,
-        mean_wait,
-        waits,
-        memory_utilization: sim.mem_integral / (sim.total_mem * makespan),
-        lower_bound: lb,
-        packing_efficiency: lb / makespan,
-        antt,
-        stp,
-        reshapes: sim.reshapes,
-        utilization: sim.series,
-        decisions: sim.decisions,
-    })
+    let (mut sim, initial) = run::build(spec, policy, jobs, &options)?;
+    sim.run_to_end();
+    run::results(sim, &initial)
 }
 
 /// Policy against baseline on the same jobs, as `gsched sim` reports it.
@@ -1014,6 +326,7 @@ mod tests {
             }],
             user: Some("ann".into()),
             nice,
+            ..SimJob::default()
         };
         let jobs = [job("a", 0.0, 0), job("b", 1.0, 0), job("c", 1.0, -10_000)];
         for policy in [Policy::Case, Policy::Exclusive] {

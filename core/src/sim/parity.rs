@@ -39,8 +39,7 @@ pub fn simulated() -> Vec<(String, String)> {
                 slices: 0.5,
                 secs: *secs,
             }],
-            user: None,
-            nice: 0,
+            ..SimJob::default()
         })
         .collect();
     simulate(SPEC, Policy::Case, &jobs)
@@ -57,6 +56,9 @@ pub fn simulated() -> Vec<(String, String)> {
 mod tests {
     use super::*;
     use crate::gpu::{parse_sim_spec, sim_instances};
+    use crate::job::JobId;
+    use crate::placement::{Begin, NodeBook, NodeEvent, Placed, TaskBook, TaskId, TaskRequest};
+    use std::collections::BTreeMap;
 
     /// What a live node's probe server is told, in order: each job's process
     /// asks for its task when the job starts, and ends it when its GPU work is
@@ -145,8 +147,7 @@ mod tests {
             footprint_mib: 1024,
             submit,
             phases: vec![gpu(secs)],
-            user: None,
-            nice: 0,
+            ..SimJob::default()
         };
         let jobs = vec![
             job("s1", false, 0.0, 4.0),

@@ -6,7 +6,8 @@
 //! replacements appear `reconfig_secs` later, when the order is reported
 //! done (`Cluster::reshape_done`).
 
-use super::{Creating, Retiring, Sim, NODE};
+use super::engine::{Creating, Retiring, Sim};
+use super::NODE;
 use crate::cluster::ReshapeOrder;
 use crate::gpu::{sim_gpu_uuid, sim_mig_uuid, Instance};
 use crate::mig::MigPlacement;
@@ -29,7 +30,7 @@ impl Sim<'_> {
             .collect();
         let now = self.now_ms();
         for uuid in &order.retire {
-            self.node.set_retiring(uuid, true, now);
+            self.books[0].set_retiring(uuid, true, now);
         }
         self.carry_out();
         self.retiring.push(Retiring {
@@ -49,7 +50,7 @@ impl Sim<'_> {
             if !self.retiring[k]
                 .retire
                 .iter()
-                .all(|u| self.node.tasks().is_idle(u))
+                .all(|u| self.books[0].tasks().is_idle(u))
             {
                 k += 1;
                 continue;
@@ -57,7 +58,7 @@ impl Sim<'_> {
             let r = self.retiring.swap_remove(k);
             let mut gone = Vec::new();
             for uuid in &r.retire {
-                self.node.remove_instance(uuid);
+                self.books[0].remove_instance(uuid);
                 let i = self.uuid_index(uuid);
                 self.alive[i] = false;
                 gone.extend(self.layout[i].map(|(_, p)| p));
@@ -121,6 +122,7 @@ impl Sim<'_> {
                 };
                 self.inst.push(inst.clone());
                 self.alive.push(true);
+                self.inst_node.push(0);
                 self.layout.push(Some((gi, p)));
                 fresh.push(inst);
             }
@@ -129,7 +131,7 @@ impl Sim<'_> {
                 .reshape_done(NODE, c.seq, &c.removed, fresh.clone());
             for inst in fresh {
                 let now = self.now_ms();
-                self.node.add_instance(&inst, now);
+                self.books[0].add_instance(&inst, now);
                 self.carry_out();
             }
         }

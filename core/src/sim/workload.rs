@@ -47,10 +47,60 @@ pub struct SimJob {
     /// that weighs it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub nice: i64,
+    /// The account it is charged to (`--account`), under a site's
+    /// accounts ([`super::SimSite`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// Its QOS (`--qos`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// Its time limit, seconds (`--time`): killed when it runs longer;
+    /// what backfill plans with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<f64>,
+    /// The nodes it runs on (`-N`; isolated jobs only): its phases run
+    /// on each, in step, each node's share on its own instance.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub nodes: u32,
+    /// It wants its node(s) alone (`--exclusive`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclusive: bool,
+    /// Instances on each of its nodes (`--gres=gpu:N`; isolated jobs
+    /// only): its phases run on the first, the others are held with it.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub gpus: u32,
 }
 
 fn is_zero(n: &i64) -> bool {
     *n == 0
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+impl Default for SimJob {
+    fn default() -> Self {
+        SimJob {
+            name: String::new(),
+            isolated: false,
+            footprint_mib: 0,
+            submit: 0.0,
+            phases: Vec::new(),
+            user: None,
+            nice: 0,
+            account: None,
+            qos: None,
+            time_limit: None,
+            nodes: 1,
+            exclusive: false,
+            gpus: 1,
+        }
+    }
 }
 
 impl SimJob {
@@ -166,8 +216,7 @@ pub fn generate(mix: &Mix) -> Vec<SimJob> {
                     footprint_mib: footprint,
                     submit: 0.0,
                     phases,
-                    user: None,
-                    nice: 0,
+                    ..SimJob::default()
                 }
             } else {
                 let mem = rng.gen_range(lo..hi) as u64;
@@ -194,8 +243,7 @@ pub fn generate(mix: &Mix) -> Vec<SimJob> {
                     footprint_mib: mem,
                     submit: 0.0,
                     phases,
-                    user: None,
-                    nice: 0,
+                    ..SimJob::default()
                 }
             }
         })
@@ -304,8 +352,7 @@ fn parse_csv(text: &str) -> Result<Vec<SimJob>, TraceError> {
                 footprint_mib: 0,
                 submit,
                 phases: vec![phase],
-                user: None,
-                nice: 0,
+                ..SimJob::default()
             }),
         }
     }

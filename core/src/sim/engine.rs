@@ -1,0 +1,701 @@
+//! The simulator's state and what happens to a job on its nodes: its
+//! phases, its GPU tasks through each node's [`NodeBook`], its launch by
+//! the controller ([`Cluster`]) and its end: by itself, at its time limit,
+//! or killed for a preemption (`Effect::Signal`), as gnoded would carry
+//! each out, on the virtual clock.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use super::{Phase, Policy, SimJob, SimOutcome, INTERFERENCE, NODE};
+use crate::cluster::{Cluster, Effect};
+use crate::gpu::{Instance, SimGpu};
+use crate::job::{GpuRequest, JobId, JobSpec, JobState};
+use crate::mig::MigPlacement;
+use crate::outcome::{EndCause, ProcessOutcome};
+use crate::placement::{Begin, NodeBook, NodeEvent, Placed, PlacementError, TaskId, TaskRequest};
+use crate::sm::KernelShape;
+use crate::wire::{InstanceUse, JobEnded};
+
+pub(super) const MIB: u64 = 1024 * 1024;
+
+/// The name of node `k` of `n` (`sim` when it is the only one, as a
+/// live node's traces name it).
+pub(super) fn node_name(k: usize, n: usize) -> String {
+    if n == 1 {
+        NODE.to_string()
+    } else {
+        format!("{NODE}{}", k + 1)
+    }
+}
+
+/// A GPU task in progress.
+pub(super) struct Run {
+    pub inst: usize,
+    pub remaining: f64,
+    pub slices: f64,
+    pub mem: u64,
+    pub job: usize,
+    pub task: Option<TaskId>,
+}
+
+/// What a timer does when it is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Wake {
+    /// The job's CPU phase ends.
+    PhaseEnd,
+    /// The job's time limit is reached: its node kills it.
+    TimeLimit,
+    /// Only a launch pass (a grace time ends).
+    Pass,
+}
+
+/// A timer: (when, order, job, the job's run generation, what).
+pub(super) type Timer = Reverse<(u64, u64, usize, u32, Wake)>;
+
+/// One job's progress.
+#[derive(Default, Clone)]
+pub(super) struct Progress {
+    pub cid: JobId,
+    pub phase: usize,
+    pub instance: Option<usize>,
+    /// Its batch node and the others of its run (nodes' indices).
+    pub nodes: Vec<usize>,
+    /// A run is live (launched, neither ended nor killed).
+    pub running: bool,
+    /// When its first run started (seconds).
+    pub start: Option<f64>,
+    /// When its current run started.
+    pub run_start: f64,
+    pub end: Option<f64>,
+    pub outcome: Option<SimOutcome>,
+    /// The reservation a job holds for its life (`hold_per_process`):
+    /// (instance, MiB).
+    pub held: Option<(usize, u64)>,
+    /// Its run generation: timers of earlier runs are stale.
+    pub generation: u32,
+    /// Node-seconds of its runs (width times run time), for shares.
+    pub node_secs: f64,
+    /// Runs ended for another job (preemption).
+    pub preempted: u32,
+}
+
+impl Progress {
+    /// Its batch node (the first of its run; node 0 before it runs).
+    pub fn node(&self) -> usize {
+        self.nodes.first().copied().unwrap_or(0)
+    }
+}
+
+/// A re-partition waiting for its instances to empty.
+pub(super) struct Retiring {
+    pub seq: u64,
+    pub gpu: usize,
+    pub retire: Vec<String>,
+    pub create: Vec<MigPlacement>,
+}
+
+/// A re-partition whose old instances are gone: its new ones are ready
+/// at `at`, when the order is reported done.
+pub(super) struct Creating {
+    pub at: f64,
+    pub seq: u64,
+    pub gpu: usize,
+    pub removed: Vec<String>,
+    pub create: Vec<MigPlacement>,
+}
+
+pub(super) struct Sim<'a> {
+    pub policy: Policy,
+    pub jobs: &'a [SimJob],
+    /// Every instance that ever existed (indices stay valid); `alive` says
+    /// which exist now, `layout` where each sits (MIG instances only),
+    /// `inst_node` on which node.
+    pub inst: Vec<Instance>,
+    pub alive: Vec<bool>,
+    pub layout: Vec<Option<(usize, MigPlacement)>>,
+    pub inst_node: Vec<usize>,
+    pub gpus: Vec<SimGpu>,
+    pub reconfig_secs: f64,
+    pub retiring: Vec<Retiring>,
+    /// Re-partitions making their new instances.
+    pub creating: Vec<Creating>,
+    /// Jobs whose GPU task fits no instance until those exist.
+    pub deferred: Vec<usize>,
+    pub reshapes: usize,
+    pub cluster: Cluster,
+    /// Each node's name and placement state, driven as gnoded's probe
+    /// server drives it.
+    pub names: Vec<String>,
+    pub books: Vec<NodeBook>,
+    /// Isolated jobs launched onto instances that shared tasks still used:
+    /// they start once those have left, as on a live node.
+    pub starting: Vec<usize>,
+    pub state: Vec<Progress>,
+    pub by_cid: BTreeMap<JobId, usize>,
+    pub running: Vec<Run>,
+    pub timers: BinaryHeap<Timer>,
+    pub seq: u64,
+    pub now: f64,
+    /// Jobs by submission time, and how many were submitted.
+    pub order: Vec<usize>,
+    pub next_submission: usize,
+    pub hold_per_process: bool,
+    /// SMs in one compute slice (of the smallest kind in the cluster).
+    pub sms_per_slice: f64,
+    /// Compute slices of a whole GPU (of the largest model).
+    pub gpu_slices: f64,
+    pub default_shares: bool,
+    /// The longest grace time of any QOS: a preempted job in its grace
+    /// time is looked at again then.
+    pub grace_secs: f64,
+    pub oom: usize,
+    pub mem_integral: f64,
+    pub total_mem: f64,
+    pub series: Vec<(f64, f64)>,
+    pub decisions: Vec<String>,
+}
+
+pub(super) fn spec_of(j: &SimJob) -> JobSpec {
+    let mut spec = JobSpec {
+        name: j.name.clone(),
+        script: "#!/bin/sh\n".into(),
+        working_dir: "/".into(),
+        user_name: j.user.clone().unwrap_or_else(|| "sim".into()),
+        nice: j.nice,
+        uid: 1,
+        gid: 1,
+        submit_host: "sim".into(),
+        isolated: j.isolated,
+        gpu: GpuRequest {
+            model: None,
+            mig_profile: None,
+            mem_mib: Some(j.peak_mib().max(1)),
+            share: None,
+            share_limit: None,
+            count: (j.gpus > 1).then_some(j.gpus),
+        },
+        time_limit: j.time_limit.map(|s| s.ceil().max(1.0) as u64),
+        ..JobSpec::default()
+    };
+    spec.slurm.account = j.account.clone();
+    spec.slurm.qos = j.qos.clone();
+    if j.nodes > 1 {
+        spec.slurm.other.insert("nodes".into(), j.nodes.to_string());
+    }
+    if j.exclusive {
+        spec.slurm.other.insert("exclusive".into(), String::new());
+    }
+    spec
+}
+
+impl Sim<'_> {
+    pub fn used_mem(&self) -> u64 {
+        let tasks: u64 = self
+            .running
+            .iter()
+            .filter(|r| !self.jobs[r.job].isolated && self.state[r.job].held.is_none())
+            .map(|r| r.mem)
+            .sum::<u64>()
+            + self
+                .state
+                .iter()
+                .filter(|s| s.running)
+                .filter_map(|s| s.held.map(|(_, mib)| mib))
+                .sum::<u64>();
+        // An isolated job holds its footprint on each of its instances.
+        let held: u64 = self
+            .state
+            .iter()
+            .zip(self.jobs)
+            .filter(|(s, j)| j.isolated && s.running)
+            .map(|(s, j)| j.footprint_mib * (s.nodes.len().max(1) as u64) * j.gpus as u64)
+            .sum();
+        tasks + held
+    }
+
+    pub fn record_use(&mut self) {
+        let u = self.used_mem() as f64 / self.total_mem;
+        if self
+            .series
+            .last()
+            .is_none_or(|&(t, v)| t != self.now || v != u)
+        {
+            self.series.push((self.now, u));
+        }
+    }
+
+    pub fn rates(&self) -> Vec<f64> {
+        let mut demand = vec![0.0; self.inst.len()];
+        let mut count = vec![0u32; self.inst.len()];
+        for r in &self.running {
+            let k = self.inst[r.inst].compute_slices.max(1) as f64;
+            demand[r.inst] += r.slices.min(k) / k;
+            count[r.inst] += 1;
+        }
+        self.running
+            .iter()
+            .map(|r| {
+                let k = self.inst[r.inst].compute_slices.max(1) as f64;
+                let speed = r.slices.min(k) / r.slices.min(1.0);
+                let share = demand[r.inst].max(1.0);
+                let interference = 1.0 + INTERFERENCE * (count[r.inst] - 1) as f64;
+                speed / share / interference
+            })
+            .collect()
+    }
+
+    pub fn timer(&mut self, at: f64, job: usize, wake: Wake) {
+        self.seq += 1;
+        let generation = self.state[job].generation;
+        self.timers
+            .push(Reverse((at.to_bits(), self.seq, job, generation, wake)));
+    }
+
+    pub fn uuid_index(&self, uuid: &str) -> usize {
+        self.inst
+            .iter()
+            .zip(&self.alive)
+            .position(|(i, &alive)| alive && i.uuid == uuid)
+            .expect("known instance")
+    }
+
+    fn node_index(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// Starts the job's current phase (or ends the job).
+    pub fn advance(&mut self, j: usize) {
+        let s = &self.state[j];
+        let Some(phase) = self.jobs[j].phases.get(s.phase).cloned() else {
+            self.complete(j, false);
+            return;
+        };
+        match phase {
+            Phase::Cpu { secs } => self.timer(self.now + secs, j, Wake::PhaseEnd),
+            Phase::Gpu {
+                mem_mib, slices, ..
+            } => {
+                // Isolated jobs run on the instance they hold; every other
+                // GPU task goes through the placement policy.
+                if let Some(i) = s.instance.filter(|_| self.jobs[j].isolated) {
+                    self.run_task(j, i, None);
+                    return;
+                }
+                // A process holding its reservation runs there.
+                if let Some((i, _)) = s.held {
+                    self.run_task(j, i, None);
+                    return;
+                }
+                // The task's kernel: 256-thread blocks (8 warps), enough to
+                // fill `slices` compute slices' SMs (8 such blocks fill an SM).
+                let shape = KernelShape {
+                    blocks: (slices * self.sms_per_slice * 8.0).ceil().max(1.0) as u64,
+                    block_warps: 8,
+                };
+                let req = TaskRequest {
+                    job: s.cid,
+                    pid: 1,
+                    bytes: mem_mib * MIB,
+                    warps: shape.warps(),
+                    share: (!self.default_shares).then(|| self.share_of(slices)),
+                    shape: Some(shape),
+                };
+                let node = s.node();
+                let now = self.now_ms();
+                let begun = self.books[node].begin(req, now);
+                self.carry_out();
+                match begun {
+                    Ok(Begin::Placed(p)) => self.placed(p),
+                    Ok(Begin::Waiting(_)) => {}
+                    Err(PlacementError::Overflow { instance, .. }) => {
+                        // The allocation overflows the instance: the job crashes.
+                        self.decisions
+                            .push(format!("oom {} on {instance}", self.jobs[j].name));
+                        self.complete(j, true);
+                    }
+                    Err(PlacementError::NeverFits { .. }) if !self.creating.is_empty() => {
+                        // Instances are being re-made: ask again when they exist.
+                        self.deferred.push(j);
+                    }
+                    Err(_) => self.complete(j, true),
+                }
+            }
+        }
+    }
+
+    /// The compute demand of a task keeping `slices` compute slices busy:
+    /// that part of a whole GPU, in thousandths (at least 1).
+    fn share_of(&self, slices: f64) -> u32 {
+        let share = slices / self.gpu_slices * crate::compute::WHOLE_GPU as f64;
+        (share.round() as u32).clamp(1, crate::compute::WHOLE_GPU)
+    }
+
+    /// The virtual clock in milliseconds, the node book's time.
+    pub fn now_ms(&self) -> i64 {
+        (self.now * 1000.0) as i64
+    }
+
+    /// Carries out what the nodes' books decided: waiting tasks they
+    /// placed start (records and answers have no one to go to here).
+    pub fn carry_out(&mut self) {
+        loop {
+            let placed: Vec<Placed> = self
+                .books
+                .iter_mut()
+                .flat_map(|b| b.take_events())
+                .filter_map(|e| match e {
+                    NodeEvent::Placed(p) => Some(p),
+                    _ => None,
+                })
+                .collect();
+            if placed.is_empty() {
+                return;
+            }
+            for p in placed {
+                self.placed(p);
+            }
+        }
+    }
+
+    fn placed(&mut self, p: Placed) {
+        let j = self.by_cid[&p.job];
+        let i = self.uuid_index(&p.instance);
+        self.decisions
+            .push(format!("place {} on {}", self.jobs[j].name, p.instance));
+        if self.hold_per_process {
+            // Kept until the job ends (released with the job).
+            self.state[j].held = Some((i, p.bytes / MIB));
+            self.run_task(j, i, None);
+        } else {
+            self.run_task(j, i, Some(p.task));
+        }
+    }
+
+    /// Starts job `j`'s current GPU phase on instance `i`.
+    fn run_task(&mut self, j: usize, i: usize, task: Option<TaskId>) {
+        if let Some(Phase::Gpu {
+            mem_mib,
+            slices,
+            secs,
+        }) = self.jobs[j].phases.get(self.state[j].phase)
+        {
+            self.running.push(Run {
+                inst: i,
+                remaining: *secs,
+                slices: *slices,
+                mem: *mem_mib,
+                job: j,
+                task,
+            });
+        }
+    }
+
+    /// Takes job `j`'s run off its nodes' books (its tasks, holds and
+    /// owned instances).
+    fn leave_nodes(&mut self, j: usize) {
+        let cid = self.state[j].cid;
+        let now = self.now_ms();
+        for n in self.state[j].nodes.clone() {
+            self.books[n].job_ended(cid, now);
+        }
+        if let (Policy::Exclusive, Some(i)) = (self.policy, self.state[j].instance) {
+            let uuid = self.inst[i].uuid.clone();
+            self.books[self.inst_node[i]].set_owner(&uuid, None, now);
+        }
+        self.starting.retain(|s| *s != j);
+        self.carry_out();
+    }
+
+    /// Job `j`'s script ended by itself (its phases done, or a crash).
+    fn complete(&mut self, j: usize, oom: bool) {
+        if oom {
+            self.oom += 1;
+        }
+        self.report_end(
+            j,
+            ProcessOutcome {
+                exit_code: Some(if oom { 1 } else { 0 }),
+                signal: None,
+                cause: EndCause::Exited,
+            },
+        );
+    }
+
+    /// The node kills job `j`'s run (cancelled or preempted, or at its
+    /// time limit): its GPU tasks stop where they are.
+    fn kill(&mut self, j: usize, cause: EndCause) {
+        if !self.state[j].running {
+            return;
+        }
+        self.running.retain(|r| r.job != j);
+        self.deferred.retain(|d| *d != j);
+        self.report_end(
+            j,
+            ProcessOutcome {
+                exit_code: None,
+                signal: Some(15),
+                cause,
+            },
+        );
+    }
+
+    /// Reports the end of job `j`'s run to the controller and follows
+    /// what it made of it: the job ended, or it is queued again.
+    fn report_end(&mut self, j: usize, outcome: ProcessOutcome) {
+        self.leave_nodes(j);
+        let cid = self.state[j].cid;
+        let run = self.cluster.job(cid).map_or(0, |x| x.run);
+        let node = self.names[self.state[j].node()].clone();
+        let effects = self
+            .cluster
+            .job_ended(
+                &node,
+                &JobEnded {
+                    job_id: cid,
+                    run,
+                    outcome,
+                    end_time: self.now as i64,
+                    usage: None,
+                    steps: Default::default(),
+                },
+            )
+            .unwrap_or_default();
+        let st = &mut self.state[j];
+        st.running = false;
+        st.node_secs += (self.now - st.run_start) * st.nodes.len().max(1) as f64;
+        self.settle(j);
+        self.carry_out_effects(effects);
+    }
+
+    /// After a run ended: the job's final outcome, or a fresh start for
+    /// its next run (requeued).
+    fn settle(&mut self, j: usize) {
+        let cid = self.state[j].cid;
+        let Some(job) = self.cluster.job(cid) else {
+            return;
+        };
+        let outcome = match job.state {
+            JobState::Pending | JobState::Requeued => {
+                let st = &mut self.state[j];
+                st.preempted += 1;
+                st.phase = 0;
+                st.instance = None;
+                st.held = None;
+                st.generation += 1;
+                return;
+            }
+            JobState::Completed => SimOutcome::Completed,
+            JobState::Timeout => SimOutcome::TimedOut,
+            JobState::Cancelled => {
+                self.state[j].preempted += 1;
+                SimOutcome::Preempted
+            }
+            _ => SimOutcome::OutOfMemory,
+        };
+        let st = &mut self.state[j];
+        st.end = Some(self.now);
+        st.outcome = Some(outcome);
+    }
+
+    /// A due time limit or pass of job `j`'s run `generation` (phase
+    /// ends are the caller's).
+    pub fn wake(&mut self, j: usize, generation: u32, wake: Wake) {
+        let st = &self.state[j];
+        if st.generation == generation && st.running && wake == Wake::TimeLimit {
+            self.kill(j, EndCause::TimeLimit);
+        }
+    }
+
+    /// Carries out what the controller asked of the nodes, beyond
+    /// launches: kills (cancel, requeue, preemption), signals (a grace
+    /// time: the simulated job takes no notice), drains.
+    fn carry_out_effects(&mut self, effects: Vec<Effect>) -> bool {
+        let mut killed = false;
+        for e in effects {
+            match e {
+                Effect::Signal {
+                    job, cancel: true, ..
+                } => {
+                    if let Some(&j) = self.by_cid.get(&job) {
+                        self.decisions.push(format!("kill {}", self.jobs[j].name));
+                        self.kill(j, EndCause::Cancelled);
+                        killed = true;
+                    }
+                }
+                Effect::Signal {
+                    job, cancel: false, ..
+                } => {
+                    if let Some(&j) = self.by_cid.get(&job) {
+                        self.timer(self.now + self.grace_secs, j, Wake::Pass);
+                    }
+                }
+                // Under exclusive every job owns its instance; nothing is
+                // drained for isolated jobs.
+                Effect::Drain {
+                    node,
+                    instances,
+                    seq,
+                } if self.policy != Policy::Exclusive => {
+                    let now = self.now_ms();
+                    if let Some(n) = self.node_index(&node) {
+                        self.books[n].set_drained(&instances, seq, now);
+                    }
+                }
+                _ => {}
+            }
+        }
+        killed
+    }
+
+    /// Tells the controller state what the nodes see, then launches,
+    /// again while the pass killed runs (their room is free at once).
+    pub fn schedule(&mut self) {
+        for _ in 0..4 {
+            if !self.schedule_once() {
+                return;
+            }
+        }
+    }
+
+    fn schedule_once(&mut self) -> bool {
+        self.finish_reshapes();
+        for n in 0..self.books.len() {
+            let book = self.books[n].tasks();
+            let uses: BTreeMap<String, InstanceUse> = book
+                .instances()
+                .iter()
+                .map(|i| {
+                    (
+                        i.uuid.clone(),
+                        InstanceUse {
+                            tasks: book.tasks_on(&i.uuid),
+                            processes: i.processes,
+                            ..InstanceUse::default()
+                        },
+                    )
+                })
+                .collect();
+            let waiting = book.waiting_len() as u32;
+            let name = self.names[n].clone();
+            self.cluster.update_instance_use(&name, &uses);
+            self.cluster.set_tasks_waiting(&name, waiting);
+        }
+        let effects = self.cluster.schedule(self.now as i64);
+        let mut launched = Vec::new();
+        let mut reshapes = Vec::new();
+        let mut rest = Vec::new();
+        for e in effects {
+            match e {
+                Effect::Launch { job, .. } => {
+                    // The simulated nodes have every launch at once.
+                    let run = self.cluster.job(job).map_or(0, |j| j.run);
+                    self.cluster.launch_confirmed(job, run);
+                    if !launched.contains(&job) {
+                        launched.push(job);
+                    }
+                }
+                Effect::Reshape { order, .. } => reshapes.push(order),
+                e => rest.push(e),
+            }
+        }
+        let killed = self.carry_out_effects(rest);
+        self.carry_out();
+        for cid in launched {
+            self.launched(cid);
+        }
+        for order in reshapes {
+            self.reshape_ordered(order);
+        }
+        killed
+    }
+
+    /// The controller launched job `cid`: on its batch node (and its
+    /// share on the others), as gnoded does.
+    fn launched(&mut self, cid: JobId) {
+        let Some(&j) = self.by_cid.get(&cid) else {
+            return;
+        };
+        let Some(job) = self.cluster.job(cid) else {
+            return;
+        };
+        assert!(
+            !self.state[j].running,
+            "job {} launched while its run goes on",
+            self.jobs[j].name
+        );
+        let insts = job.gpu_instances.clone();
+        let mut nodes: Vec<String> = job.node.iter().cloned().collect();
+        nodes.extend(job.sisters.iter().map(|s| s.node.clone()));
+        let sister_insts: Vec<String> = job
+            .sisters
+            .iter()
+            .flat_map(|s| s.instances.iter().cloned())
+            .collect();
+        let now = self.now_ms();
+        let inst = insts.first().cloned();
+        let index = inst.as_deref().map(|u| self.uuid_index(u));
+        let mut busy = false;
+        if let (Policy::Exclusive, Some(uuid)) = (self.policy, inst.as_deref()) {
+            // Slurm: the job holds its instance for its whole life.
+            let n = self.inst_node[self.uuid_index(uuid)];
+            self.books[n].set_owner(uuid, Some(cid), now);
+        } else {
+            // As gnoded does: the instances are closed to shared tasks,
+            // and the job starts once none is left there.
+            for uuid in &insts {
+                let n = self.inst_node[self.uuid_index(uuid)];
+                busy |= self.books[n].hold(uuid, cid);
+            }
+        }
+        // Its share on the other nodes is held for it alike.
+        for uuid in &sister_insts {
+            let n = self.inst_node[self.uuid_index(uuid)];
+            busy |= self.books[n].hold(uuid, cid);
+        }
+        self.carry_out();
+        self.decisions.push(format!(
+            "launch {} {}",
+            self.jobs[j].name,
+            inst.as_deref().unwrap_or("-")
+        ));
+        let node_indices: Vec<usize> = nodes.iter().filter_map(|n| self.node_index(n)).collect();
+        let limit = self.jobs[j].time_limit;
+        let st = &mut self.state[j];
+        st.instance = index;
+        st.nodes = node_indices;
+        st.running = true;
+        st.run_start = self.now;
+        st.start.get_or_insert(self.now);
+        if let Some(limit) = limit {
+            self.timer(self.now + limit.ceil().max(1.0), j, Wake::TimeLimit);
+        }
+        if busy {
+            self.starting.push(j);
+        } else {
+            self.advance(j);
+        }
+    }
+
+    /// Starts the isolated jobs whose instances shared tasks have left.
+    pub fn start_drained(&mut self) {
+        let ready: Vec<usize> = self
+            .starting
+            .iter()
+            .copied()
+            .filter(|&j| {
+                let cid = self.state[j].cid;
+                self.cluster.job(cid).is_none_or(|x| {
+                    x.gpu_instances.iter().all(|u| {
+                        let n = self.inst_node[self.uuid_index(u)];
+                        self.books[n].tasks().tasks_on(u) == 0
+                    })
+                })
+            })
+            .collect();
+        self.starting.retain(|j| !ready.contains(j));
+        for j in ready {
+            self.advance(j);
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The controller's queue policies in the simulator: time limits, backfill
+//! against strict priority order, fair share, QOS limits and preemption,
+//! each on a few jobs whose schedule is worked out by hand.
+
+use super::*;
+
+/// An isolated job of `secs` on one GPU of one node.
+fn job(name: &str, user: &str, submit: f64, secs: f64, limit: Option<f64>) -> SimJob {
+    SimJob {
+        name: name.into(),
+        isolated: true,
+        footprint_mib: 1024,
+        submit,
+        phases: vec![Phase::Gpu {
+            mem_mib: 1024,
+            slices: 1.0,
+            secs,
+        }],
+        user: Some(user.into()),
+        time_limit: limit,
+        ..SimJob::default()
+    }
+}
+
+fn waits(r: &SimResult) -> Vec<f64> {
+    r.waits.iter().map(|w| w.unwrap_or(-1.0).round()).collect()
+}
+
+fn run(spec: &str, jobs: &[SimJob], options: SimOptions) -> SimResult {
+    simulate_with(spec, Policy::Exclusive, jobs, options).unwrap()
+}
+
+#[test]
+fn a_job_past_its_time_limit_is_killed_there() {
+    let jobs = [job("long", "ann", 0.0, 100.0, Some(50.0))];
+    let r = run("1xA100-80GB", &jobs, SimOptions::default());
+    assert_eq!(r.outcomes, vec![SimOutcome::TimedOut]);
+    assert_eq!((r.timeouts, r.completed), (1, 0));
+    assert!((r.makespan - 50.0).abs() < 1e-6, "{}", r.makespan);
+}
+
+#[test]
+fn backfill_starts_a_short_job_before_a_wide_one_without_delaying_it() {
+    // Two nodes of one GPU. `a` and `b` run (to 100 s and 300 s); `wide`
+    // wants both nodes and holds them, expected to start at 300; `short`
+    // (limit 60 s) fits in node 1's gap from 100 s.
+    let mut wide = job("wide", "ann", 1.0, 100.0, Some(100.0));
+    wide.nodes = 2;
+    let jobs = [
+        job("a", "ann", 0.0, 100.0, Some(100.0)),
+        job("b", "ann", 0.0, 300.0, Some(300.0)),
+        wide,
+        job("short", "ann", 2.0, 50.0, Some(60.0)),
+    ];
+    for policy in [Policy::Exclusive, Policy::Case] {
+        let options = |scheduler| SimOptions {
+            nodes: 2,
+            scheduler,
+            ..SimOptions::default()
+        };
+        let sim = |o| simulate_with("1xA100-80GB", policy, &jobs, o).unwrap();
+        let backfill = sim(options(SchedulerType::Backfill));
+        assert_eq!(waits(&backfill), vec![0.0, 0.0, 299.0, 98.0], "{policy}");
+        // Strict priority order: nothing passes the wide job.
+        let builtin = sim(options(SchedulerType::Builtin));
+        assert_eq!(waits(&builtin), vec![0.0, 0.0, 299.0, 398.0], "{policy}");
+        assert_eq!(backfill.completed, 4);
+    }
+}
+
+/// Two accounts of equal shares, ann in physics and cem in bio.
+const ACCOUNTS: &str = r#"[
+    {"op": "add_account", "name": "physics"},
+    {"op": "add_account", "name": "bio"},
+    {"op": "add_user", "user": "ann", "account": "physics", "default": true},
+    {"op": "add_user", "user": "cem", "account": "bio", "default": true}
+]"#;
+
+#[test]
+fn fair_share_puts_the_user_who_used_less_first() {
+    // One GPU. ann's first job runs to 100 s; at 50 s ann and then cem
+    // submit one more each.
+    let jobs = [
+        job("ann-1", "ann", 0.0, 100.0, None),
+        job("ann-2", "ann", 50.0, 100.0, None),
+        job("cem-1", "cem", 50.0, 100.0, None),
+    ];
+    let site = SimSite::from_json(&format!(r#"{{"accounts": {ACCOUNTS}}}"#)).unwrap();
+    // First come, first served: ann's second job first.
+    let basic = run("1xA100-80GB", &jobs, SimOptions::default());
+    assert_eq!(waits(&basic), vec![0.0, 50.0, 150.0]);
+    // Fair share: ann has used the GPU, cem has not.
+    let fair = run(
+        "1xA100-80GB",
+        &jobs,
+        SimOptions {
+            site,
+            priority: Some("multifactor"),
+            ..SimOptions::default()
+        },
+    );
+    assert_eq!(waits(&fair), vec![0.0, 150.0, 50.0]);
+    let share = |r: &SimResult, name: &str| {
+        r.groups
+            .iter()
+            .find(|g| g.kind == "account" && g.name == name)
+            .map(|g| (g.jobs, g.mean_wait))
+    };
+    // Jobs name no account here; the groups are by user.
+    assert_eq!(share(&fair, "physics"), None);
+    assert!(fair
+        .groups
+        .iter()
+        .any(|g| g.kind == "user" && g.name == "cem"));
+}
+
+/// QOS normal (with `limits`) and high, which preempts normal.
+fn qos_site(limits: &str, mode: &str) -> SimSite {
+    SimSite::from_json(&format!(
+        r#"{{"preempt_mode": "{mode}", "qos": [
+            {{"op": "add", "qos": {{"name": "normal" {limits}}}}},
+            {{"op": "add", "qos": {{"name": "high", "priority": 10, "preempt": ["normal"]}}}}
+        ]}}"#
+    ))
+    .unwrap()
+}
+
+fn with_qos(mut j: SimJob, qos: &str) -> SimJob {
+    j.qos = Some(qos.into());
+    j
+}
+
+#[test]
+fn a_high_qos_job_preempts_and_the_victim_runs_again_or_ends_preempted() {
+    let jobs = [
+        with_qos(job("low", "ann", 0.0, 100.0, None), "normal"),
+        with_qos(job("urgent", "cem", 10.0, 10.0, None), "high"),
+    ];
+    let options = |mode| SimOptions {
+        site: qos_site("", mode),
+        ..SimOptions::default()
+    };
+    // Requeued: it starts over once the urgent job is done.
+    let requeue = run("1xA100-80GB", &jobs, options("requeue"));
+    assert_eq!(waits(&requeue), vec![0.0, 0.0]);
+    assert_eq!((requeue.preemptions, requeue.completed), (1, 2));
+    assert!(
+        (requeue.makespan - 120.0).abs() < 1e-6,
+        "{}",
+        requeue.makespan
+    );
+    // Cancelled: it ends there.
+    let cancel = run("1xA100-80GB", &jobs, options("cancel"));
+    assert_eq!(
+        cancel.outcomes,
+        vec![SimOutcome::Preempted, SimOutcome::Completed]
+    );
+    // Without preemption the urgent job waits for the GPU.
+    let off = run("1xA100-80GB", &jobs, options("off"));
+    assert_eq!(waits(&off), vec![0.0, 90.0]);
+    assert_eq!(off.preemptions, 0);
+}
+
+#[test]
+fn qos_limits_hold_jobs_back_or_refuse_them() {
+    // Two GPUs, two jobs of one user at once.
+    let jobs = [
+        with_qos(job("one", "ann", 0.0, 100.0, None), "normal"),
+        with_qos(job("two", "ann", 0.0, 100.0, None), "normal"),
+    ];
+    let options = |limits| SimOptions {
+        site: qos_site(limits, "off"),
+        ..SimOptions::default()
+    };
+    let free = run("2xA100-80GB", &jobs, options(""));
+    assert_eq!(waits(&free), vec![0.0, 0.0]);
+    let one_at_a_time = run("2xA100-80GB", &jobs, options(r#", "max_jobs_per_user": 1"#));
+    assert_eq!(waits(&one_at_a_time), vec![0.0, 100.0]);
+    let one_submitted = run(
+        "2xA100-80GB",
+        &jobs,
+        options(r#", "max_submit_jobs_per_user": 1"#),
+    );
+    assert_eq!(
+        one_submitted.outcomes,
+        vec![SimOutcome::Completed, SimOutcome::Refused]
+    );
+    assert_eq!(one_submitted.refused, 1);
+}
+
+#[test]
+fn what_the_simulator_cannot_run_is_refused_by_name() {
+    let mut shared = job("wide-shared", "ann", 0.0, 10.0, None);
+    shared.isolated = false;
+    shared.nodes = 2;
+    let two = SimOptions {
+        nodes: 2,
+        ..SimOptions::default()
+    };
+    let e = simulate_with("1xA100-80GB", Policy::Case, &[shared], two.clone()).unwrap_err();
+    assert!(e.to_string().contains("wide-shared"), "{e}");
+    let mut wide = job("too-wide", "ann", 0.0, 10.0, None);
+    wide.nodes = 3;
+    let e = simulate_with("1xA100-80GB", Policy::Case, &[wide], two).unwrap_err();
+    assert!(e.to_string().contains("has 2"), "{e}");
+    let e = SimSite::from_json(r#"{"preempt": "requeue"}"#).unwrap_err();
+    assert!(e.to_string().contains("preempt"), "{e}");
+    let e = SimSite::from_json(r#"{"preempt_mode": "suspend"}"#).unwrap_err();
+    assert!(e.to_string().contains("suspend"), "{e}");
+}
+
+/// QOS normal (at most 3 running jobs per user) and high (preempts
+/// normal), two accounts of the queue workload's users.
+const SITE: &str = r#"{
+    "preempt_mode": "requeue",
+    "accounts": [
+        {"op": "add_account", "name": "physics"},
+        {"op": "add_account", "name": "bio"},
+        {"op": "add_user", "user": "ann", "account": "physics"},
+        {"op": "add_user", "user": "bob", "account": "physics"},
+        {"op": "add_user", "user": "cem", "account": "bio"},
+        {"op": "add_user", "user": "dia", "account": "bio"}
+    ],
+    "qos": [
+        {"op": "add", "qos": {"name": "normal", "max_jobs_per_user": 3}},
+        {"op": "add", "qos": {"name": "high", "priority": 10, "preempt": ["normal"], "grace_time_secs": 30}}
+    ]
+}"#;
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+
+    /// Whatever the queue, with every queue policy on: every job ends
+    /// exactly once (the simulation never stalls), no job runs twice at
+    /// once (asserted where a job is launched), and what ended adds up.
+    #[test]
+    fn every_queued_job_ends_once_under_every_queue_policy(
+        seed in 0u64..1000,
+        builtin in proptest::bool::ANY,
+        exclusive in proptest::bool::ANY,
+    ) {
+        let jobs = queue_mix::generate(&queue_mix::QueueMix {
+            jobs: 40,
+            seed,
+            nodes: 3,
+            gpus_per_node: 2,
+            load: 1.5,
+        });
+        let options = SimOptions {
+            nodes: 3,
+            site: SimSite::from_json(SITE).unwrap(),
+            priority: Some("multifactor"),
+            scheduler: if builtin { SchedulerType::Builtin } else { SchedulerType::Backfill },
+            ..SimOptions::default()
+        };
+        let policy = if exclusive { Policy::Exclusive } else { Policy::Case };
+        let r = simulate_with("2xA100-80GB", policy, &jobs, options).unwrap();
+        let ended = |o: SimOutcome| r.outcomes.iter().filter(|x| **x == o).count();
+        proptest::prop_assert_eq!(
+            r.completed + r.timeouts + ended(SimOutcome::Preempted) + r.refused,
+            jobs.len()
+        );
+        proptest::prop_assert!(r.waits.iter().all(|w| w.is_some_and(|w| w >= 0.0)));
+    }
+}
