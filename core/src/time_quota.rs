@@ -57,6 +57,8 @@ pub enum QuotaError {
         "GPU share '{0}': the limit must be at least the request (REQ:LIMIT, such as 0.3:0.6)"
     )]
     LimitBelowRequest(String),
+    #[error("a GPU time quota is for shared jobs: an isolated job has its instance alone")]
+    Isolated,
 }
 
 impl TimeQuota {

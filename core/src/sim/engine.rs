@@ -7,6 +7,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
+use super::tokens::Tokens;
 use super::{Phase, Policy, SimJob, SimOutcome, INTERFERENCE, NODE};
 use crate::cluster::{Cluster, Effect};
 use crate::gpu::{Instance, SimGpu};
@@ -37,6 +38,9 @@ pub(super) struct Run {
     pub mem: u64,
     pub job: usize,
     pub task: Option<TaskId>,
+    /// Held to a GPU time quota: it runs only while its process holds a
+    /// token ([`Tokens`]).
+    pub gated: bool,
 }
 
 /// What a timer does when it is due.
@@ -124,6 +128,8 @@ pub(super) struct Sim<'a> {
     pub deferred: Vec<usize>,
     pub reshapes: usize,
     pub cluster: Cluster,
+    /// The instances' token schedulers (GPU time quotas).
+    pub tokens: Tokens,
     /// Each node's name and placement state, driven as gnoded's probe
     /// server drives it.
     pub names: Vec<String>,
@@ -178,6 +184,14 @@ pub(super) fn spec_of(j: &SimJob) -> JobSpec {
         time_limit: j.time_limit.map(|s| s.ceil().max(1.0) as u64),
         ..JobSpec::default()
     };
+    if let Some(q) = j
+        .gpu_share
+        .as_deref()
+        .and_then(|s| crate::time_quota::TimeQuota::parse(s).ok())
+    {
+        spec.gpu.share = Some(q.request);
+        spec.gpu.share_limit = Some(q.limit);
+    }
     spec.slurm.account = j.account.clone();
     spec.slurm.qos = j.qos.clone();
     if j.nodes > 1 {
@@ -225,10 +239,15 @@ impl Sim<'_> {
         }
     }
 
+    /// Whether run `r` progresses now (not held back by its quota).
+    fn active(&self, r: &Run) -> bool {
+        !r.gated || self.tokens.holds(r.inst, r.job as u64)
+    }
+
     pub fn rates(&self) -> Vec<f64> {
         let mut demand = vec![0.0; self.inst.len()];
         let mut count = vec![0u32; self.inst.len()];
-        for r in &self.running {
+        for r in self.running.iter().filter(|r| self.active(r)) {
             let k = self.inst[r.inst].compute_slices.max(1) as f64;
             demand[r.inst] += r.slices.min(k) / k;
             count[r.inst] += 1;
@@ -236,6 +255,9 @@ impl Sim<'_> {
         self.running
             .iter()
             .map(|r| {
+                if !self.active(r) {
+                    return 0.0;
+                }
                 let k = self.inst[r.inst].compute_slices.max(1) as f64;
                 let speed = r.slices.min(k) / r.slices.min(1.0);
                 let share = demand[r.inst].max(1.0);
@@ -336,6 +358,26 @@ impl Sim<'_> {
         (self.now * 1000.0) as i64
     }
 
+    /// The virtual clock in microseconds, the token schedulers' time.
+    pub fn now_us(&self) -> u64 {
+        (self.now * 1e6).round() as u64
+    }
+
+    /// Job `j`'s GPU time quota on instance `i` (scaled to the instance,
+    /// as gnoded scales it), if it has one.
+    fn quota_on(&self, j: usize, i: usize) -> Option<crate::time_quota::TimeQuota> {
+        let job = self.cluster.job(self.state[j].cid)?;
+        let quota = self.cluster.time_quota(job)?;
+        let uuid = &self.inst[i].uuid;
+        let capacity = self.books[self.inst_node[i]]
+            .tasks()
+            .instances()
+            .iter()
+            .find(|x| &x.uuid == uuid)
+            .map_or(crate::compute::WHOLE_GPU, |x| x.capacity);
+        Some(quota.of_instance(capacity))
+    }
+
     /// Carries out what the nodes' books decided: waiting tasks they
     /// placed start (records and answers have no one to go to here).
     pub fn carry_out(&mut self) {
@@ -380,13 +422,20 @@ impl Sim<'_> {
             secs,
         }) = self.jobs[j].phases.get(self.state[j].phase)
         {
+            let (remaining, slices, mem) = (*secs, *slices, *mem_mib);
+            let quota = self.quota_on(j, i);
+            if let Some(q) = quota {
+                let (now, cid) = (self.now_us(), self.state[j].cid);
+                self.tokens.start(i, j as u64, cid, q, now);
+            }
             self.running.push(Run {
                 inst: i,
-                remaining: *secs,
-                slices: *slices,
-                mem: *mem_mib,
+                remaining,
+                slices,
+                mem,
                 job: j,
                 task,
+                gated: quota.is_some(),
             });
         }
     }
@@ -404,6 +453,8 @@ impl Sim<'_> {
             self.books[self.inst_node[i]].set_owner(&uuid, None, now);
         }
         self.starting.retain(|s| *s != j);
+        let now = self.now_us();
+        self.tokens.leave(j as u64, now);
         self.carry_out();
     }
 

@@ -18,6 +18,7 @@ mod queue_tests;
 mod reshape;
 mod run;
 mod site;
+mod tokens;
 pub mod workload;
 
 use crate::gpu::Instance;
@@ -118,12 +119,23 @@ pub struct SimResult {
     /// How each job ended, in the order given.
     #[serde(skip)]
     pub outcomes: Vec<SimOutcome>,
+    /// Each job's time from submission to its end, in the order given.
+    #[serde(skip)]
+    pub turnarounds: Vec<f64>,
     /// (time, memory utilization) at every change, for plots.
     #[serde(skip)]
     pub utilization: Vec<(f64, f64)>,
     /// The launch and placement decisions, in order (for parity checks).
     #[serde(skip)]
     pub decisions: Vec<String>,
+}
+
+impl SimResult {
+    /// Job `k`'s time from submission to its end (0 for one that never
+    /// ran), seconds.
+    pub fn turnaround_of(&self, k: usize) -> f64 {
+        self.turnarounds.get(k).copied().unwrap_or(0.0)
+    }
 }
 
 /// How a simulated job ended.
@@ -199,6 +211,8 @@ pub enum SimError {
     RepartitionNodes(usize),
     #[error("the site's {0}")]
     Site(String),
+    #[error("job '{0}': {1}")]
+    Share(String, crate::time_quota::QuotaError),
 }
 
 /// Knobs of a simulated cluster beyond its policy.

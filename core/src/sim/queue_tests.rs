@@ -263,3 +263,92 @@ proptest::proptest! {
         proptest::prop_assert!(r.waits.iter().all(|w| w.is_some_and(|w| w >= 0.0)));
     }
 }
+
+/// A shared job of one GPU task filling a whole A100 (100 s alone there)
+/// with `share` as its `--gpu-share`.
+fn filling(name: &str, share: Option<&str>) -> SimJob {
+    SimJob {
+        name: name.into(),
+        footprint_mib: 1024,
+        phases: vec![Phase::Gpu {
+            mem_mib: 1024,
+            slices: 7.0,
+            secs: 700.0,
+        }],
+        gpu_share: share.map(String::from),
+        ..SimJob::default()
+    }
+}
+
+#[test]
+fn gpu_time_quotas_split_an_instance_by_their_requests() {
+    let spec = "1xA100-80GB";
+    // Without quotas the two share the GPU evenly: both end together.
+    let plain = [filling("a", None), filling("b", None)];
+    let r = simulate_with(spec, Policy::Case, &plain, SimOptions::default()).unwrap();
+    assert!((r.makespan - 206.0).abs() < 1.0, "{}", r.makespan);
+    // 0.3 and 0.7: b gets 0.7 of the time while both run (ends at about
+    // 143 s), a the rest, then all of it (ends at about 200 s; taking
+    // turns, they pay no co-location slowdown).
+    let quota = [filling("a", Some("0.3")), filling("b", Some("0.7"))];
+    let r = simulate_with(spec, Policy::Case, &quota, SimOptions::default()).unwrap();
+    let turnaround = |k: usize| r.turnaround_of(k);
+    assert!((turnaround(1) - 143.0).abs() < 7.0, "b {}", turnaround(1));
+    assert!((turnaround(0) - 200.0).abs() < 4.0, "a {}", turnaround(0));
+    // A quota on an isolated job is refused, as is one that does not read.
+    let mut iso = filling("iso", Some("0.5"));
+    iso.isolated = true;
+    assert!(simulate_with(spec, Policy::Case, &[iso], SimOptions::default()).is_err());
+    let bad = filling("bad", Some("0.5:0.2"));
+    let e = simulate_with(spec, Policy::Case, &[bad], SimOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("bad"), "{e}");
+}
+
+#[test]
+fn a_latency_critical_jobs_bursts_go_first() {
+    // A batch job with a quota fills the GPU; the other job runs 10
+    // bursts of 1 s (alone) between 5 s of CPU.
+    let spec = "1xA100-80GB";
+    let bursts = |qos: Option<&str>, share: Option<&str>| {
+        let mut phases = Vec::new();
+        for _ in 0..10 {
+            phases.push(Phase::Cpu { secs: 5.0 });
+            phases.push(Phase::Gpu {
+                mem_mib: 512,
+                slices: 7.0,
+                secs: 7.0,
+            });
+        }
+        SimJob {
+            name: "infer".into(),
+            footprint_mib: 512,
+            submit: 1.0,
+            phases,
+            qos: qos.map(String::from),
+            gpu_share: share.map(String::from),
+            ..SimJob::default()
+        }
+    };
+    let site = SimSite::from_json(
+        r#"{"qos": [
+            {"op": "add", "qos": {"name": "normal"}},
+            {"op": "add", "qos": {"name": "lc", "gpu_share": {"request": 100, "limit": 1000}, "latency_critical": true}}
+        ]}"#,
+    )
+    .unwrap();
+    let options = SimOptions {
+        site,
+        ..SimOptions::default()
+    };
+    let run = |infer: SimJob| {
+        let jobs = [filling("train", Some("0.5")), infer];
+        let r = simulate_with(spec, Policy::Case, &jobs, options.clone()).unwrap();
+        r.turnaround_of(1)
+    };
+    // Alone it takes 60 s; latency-critical, about that beside training.
+    let lc = run(bursts(Some("lc"), None));
+    assert!((lc - 60.0).abs() < 1.0, "latency-critical {lc}");
+    // Sharing the GPU by demand, each burst takes twice as long.
+    let plain = run(bursts(Some("normal"), None));
+    assert!(plain > 69.0, "no quota {plain}");
+}

@@ -112,6 +112,7 @@ pub(super) fn build<'a>(
         grace_secs,
         inst,
         cluster,
+        tokens: Default::default(),
         names,
         books,
         starting: Vec::new(),
@@ -166,6 +167,16 @@ fn check_jobs(
         }
         if (j.nodes > 1 || j.gpus > 1) && !j.isolated {
             return Err(SimError::WideShared(j.name.clone()));
+        }
+        if let Some(share) = &j.gpu_share {
+            crate::time_quota::TimeQuota::parse(share)
+                .map_err(|e| SimError::Share(j.name.clone(), e))?;
+            if j.isolated {
+                return Err(SimError::Share(
+                    j.name.clone(),
+                    crate::time_quota::QuotaError::Isolated,
+                ));
+            }
         }
         if j.nodes as usize > nodes {
             return Err(SimError::TooWide(j.name.clone(), j.nodes, nodes));
@@ -273,7 +284,15 @@ impl Sim<'_> {
             .iter()
             .map(|c| c.at)
             .fold(f64::INFINITY, f64::min);
-        gpu_next.min(timer_next).min(sub_next).min(create_next)
+        let token_next = self
+            .tokens
+            .next_event(self.now_us())
+            .map_or(f64::INFINITY, |us| us as f64 / 1e6);
+        gpu_next
+            .min(timer_next)
+            .min(sub_next)
+            .min(create_next)
+            .min(token_next)
     }
 
     /// Runs the clock until nothing is left to happen.
@@ -295,6 +314,8 @@ impl Sim<'_> {
             }
             self.now = t;
             let mut next_phase = self.gpu_tasks_done();
+            let now = self.now_us();
+            self.tokens.advance(now);
             // Timers due: CPU phases that finished, then time limits (a
             // job that ends as its limit comes has ended).
             let mut due = Vec::new();
@@ -342,6 +363,10 @@ impl Sim<'_> {
         done.sort_by_key(|r| r.job);
         let mut jobs = Vec::new();
         for r in done {
+            if r.gated {
+                let now = self.now_us();
+                self.tokens.task_done(r.inst, r.job as u64, now);
+            }
             if let Some(task) = r.task {
                 let now = self.now_ms();
                 let node = self.inst_node[r.inst];
@@ -416,6 +441,12 @@ pub(super) fn results(sim: Sim<'_>, initial: &[Instance]) -> Result<SimResult, S
         mean_turnaround,
         mean_wait,
         waits,
+        turnarounds: sim
+            .state
+            .iter()
+            .zip(jobs)
+            .map(|(s, j)| s.end.map_or(0.0, |e| e - j.submit))
+            .collect(),
         outcomes,
         memory_utilization: sim.mem_integral / (sim.total_mem * makespan),
         lower_bound: lb,

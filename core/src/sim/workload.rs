@@ -69,6 +69,11 @@ pub struct SimJob {
     /// only): its phases run on the first, the others are held with it.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub gpus: u32,
+    /// Its GPU time quota (`--gpu-share=REQ[:LIMIT]`, of a whole GPU;
+    /// shared jobs): its GPU tasks run only while it holds a token of its
+    /// instance's token scheduler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_share: Option<String>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -99,6 +104,7 @@ impl Default for SimJob {
             nodes: 1,
             exclusive: false,
             gpus: 1,
+            gpu_share: None,
         }
     }
 }
