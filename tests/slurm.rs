@@ -723,12 +723,12 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     );
 }
 
-/// A gsched preempting by requeue, with QOS `low` (its settings `low`)
+/// A gsched preempting by `mode`, with QOS `low` (its settings `low`)
 /// and `high` (which may preempt it); the GPU's one instance goes to a low
 /// job running `low_script` (it writes `low start` first), then a high job
 /// is submitted. Returns the Slurm, the low job and the high job.
-fn low_job_then_high(low: &[&str], low_script: &str) -> (Slurm, u64, u64) {
-    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--preempt-mode", "requeue"]);
+fn low_job_then_high(mode: &str, low: &[&str], low_script: &str) -> (Slurm, u64, u64) {
+    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--preempt-mode", mode]);
     let mut add = vec!["-i", "add", "qos", "low"];
     add.extend_from_slice(low);
     s.ok("sacctmgr", &add);
@@ -775,7 +775,7 @@ fn high_ran_and_low_runs_again(s: &Slurm, low: u64, high: u64) {
 
 #[test]
 fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
-    let (s, low, high) = low_job_then_high(&[], "echo low start; sleep 60");
+    let (s, low, high) = low_job_then_high("requeue", &[], "echo low start; sleep 60");
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
         .contains("high|100|||||||low|||\n"));
@@ -783,10 +783,37 @@ fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
 }
 
 #[test]
+fn a_job_cancelled_for_a_higher_qos_ends_preempted() {
+    let (s, low, high) = low_job_then_high("cancel", &[], "echo low start; sleep 60");
+    s.g.wait_state(low, "PREEMPTED", T);
+    s.g.wait_state(high, "COMPLETED", T);
+    assert_eq!(s.file("high.out"), "high ran\n");
+    let row = s.ok(
+        "sacct",
+        &[
+            "-n",
+            "-X",
+            "-P",
+            "-j",
+            &low.to_string(),
+            "-o",
+            "JobID,State",
+        ],
+    );
+    assert_eq!(row, format!("{low}|PREEMPTED\n"));
+    assert_eq!(
+        s.ok("sacct", &["-n", "-X", "-s", "PR", "-o", "JobID"])
+            .trim(),
+        low.to_string()
+    );
+}
+
+#[test]
 fn a_preempted_job_gets_sigterm_and_its_grace_time_first() {
     // The low job notes SIGTERM and goes on: it keeps its GPU through its
     // grace time, then is requeued and the high job runs.
     let (s, low, high) = low_job_then_high(
+        "requeue",
         &["GraceTime=3"],
         "trap 'echo got TERM' TERM; echo low start; while :; do sleep 0.2; done",
     );

@@ -1544,7 +1544,11 @@ impl Cluster {
                 return Ok(effects);
             }
         }
-        let (state, reason) = ended.outcome.final_state();
+        let (mut state, mut reason) = ended.outcome.final_state();
+        if state == JobState::Cancelled && job.reason.as_deref() == Some(preemption::PREEMPTED) {
+            // Cancelled to make room for another job.
+            (state, reason) = (JobState::Preempted, Some(preemption::PREEMPTED.into()));
+        }
         let stops = self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked above");
         job.transition(state, ended.end_time)?;

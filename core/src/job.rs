@@ -36,6 +36,9 @@ pub enum JobState {
     NodeFail,
     OutOfMemory,
     Requeued,
+    /// Cancelled to make room for a job of a higher QOS
+    /// (`PreemptMode=CANCEL`).
+    Preempted,
 }
 
 /// A transition the state machine does not allow.
@@ -48,11 +51,11 @@ pub struct IllegalTransition {
 
 /// A state name that is not one of Slurm's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown job state '{0}' (expected one of PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, REQUEUED, or their short forms PD, R, CD, F, CA, TO, NF, OOM, RQ)")]
+#[error("unknown job state '{0}' (expected one of PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, REQUEUED, PREEMPTED, or their short forms PD, R, CD, F, CA, TO, NF, OOM, RQ, PR)")]
 pub struct UnknownState(pub String);
 
 impl JobState {
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completed,
@@ -62,6 +65,7 @@ impl JobState {
         JobState::NodeFail,
         JobState::OutOfMemory,
         JobState::Requeued,
+        JobState::Preempted,
     ];
 
     /// Slurm's long name, e.g. `NODE_FAIL`.
@@ -76,6 +80,7 @@ impl JobState {
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
             JobState::Requeued => "REQUEUED",
+            JobState::Preempted => "PREEMPTED",
         }
     }
 
@@ -91,6 +96,7 @@ impl JobState {
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
             JobState::Requeued => "RQ",
+            JobState::Preempted => "PR",
         }
     }
 
@@ -122,7 +128,14 @@ impl JobState {
             Pending => matches!(to, Running | Cancelled | Failed),
             Running => matches!(
                 to,
-                Completed | Failed | Cancelled | Timeout | NodeFail | OutOfMemory | Requeued
+                Completed
+                    | Failed
+                    | Cancelled
+                    | Timeout
+                    | NodeFail
+                    | OutOfMemory
+                    | Requeued
+                    | Preempted
             ),
             Requeued => matches!(to, Pending | Cancelled),
             _ => false,

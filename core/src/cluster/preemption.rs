@@ -26,6 +26,9 @@ pub(super) struct Grace {
     pub for_job: JobId,
 }
 
+/// The reason of a job cancelled for another (its end is PREEMPTED).
+pub(super) const PREEMPTED: &str = "Preempted";
+
 /// How long a node stays kept for a job that has not started there.
 const KEEP_SECS: i64 = 300;
 
@@ -131,26 +134,29 @@ impl Cluster {
             ));
         } else {
             let job = self.jobs.get_mut(&id).expect("graced jobs exist");
-            let _ = job.transition(JobState::Cancelled, now);
-            job.reason = Some("Preempted".into());
+            let _ = job.transition(JobState::Preempted, now);
+            job.reason = Some(PREEMPTED.into());
             effects.push(Effect::Job {
                 id,
-                event: format!(
-                    "ended in its grace time; cancelled (preempted for job {})",
-                    g.for_job
-                ),
+                event: format!("ended in its grace time; PREEMPTED (for job {})", g.for_job),
             });
             effects.extend(self.charge(id, now));
         }
         Some(effects)
     }
 
-    /// Requeues or cancels preempted job `v` now.
+    /// Requeues or cancels preempted job `v` now. A cancelled one ends
+    /// PREEMPTED: its reason says so until its node reports the end
+    /// (kept with the job, so a controller restart in between keeps it).
     fn preempt_now(&mut self, v: JobId, for_job: JobId, requeue: bool, now: i64) -> Vec<Effect> {
         let mut effects = if requeue {
             self.requeue(v, now)
         } else {
-            self.cancel(v, None, now)
+            let killed = self.cancel(v, None, now);
+            if let Some(job) = self.jobs.get_mut(&v) {
+                job.reason = Some(PREEMPTED.into());
+            }
+            killed
         }
         .unwrap_or_default();
         effects.push(Effect::Job {
@@ -406,6 +412,31 @@ mod tests {
     }
 
     #[test]
+    fn a_job_cancelled_for_another_ends_preempted() {
+        let (mut c, a, b, h) = two_low_jobs_then_high(PreemptMode::Cancel, None);
+        let fx = c.schedule(5);
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::Signal { job, cancel: true, .. } if *job == b)),
+            "{fx:?}"
+        );
+        // Its node kills it: PREEMPTED, not CANCELLED.
+        let mut killed = ended(b, 1, 0, 6);
+        killed.outcome.cause = crate::outcome::EndCause::Cancelled;
+        killed.outcome.exit_code = None;
+        killed.outcome.signal = Some(15);
+        c.job_ended("n1", &killed).unwrap();
+        assert_eq!(c.job(b).unwrap().state, JobState::Preempted);
+        assert_eq!(launch(&mut c, 7), [h]);
+        // A job a user cancels still ends CANCELLED.
+        c.cancel(a, Some(1), 8).unwrap();
+        let mut cancelled = ended(a, 1, 0, 9);
+        cancelled.outcome.cause = crate::outcome::EndCause::Cancelled;
+        c.job_ended("n1", &cancelled).unwrap();
+        assert_eq!(c.job(a).unwrap().state, JobState::Cancelled);
+    }
+
+    #[test]
     fn nothing_is_preempted_when_preemption_is_off_or_the_qos_may_not() {
         let mut c = cluster();
         c.change_qos(&QosChange::Add {
@@ -504,7 +535,7 @@ mod tests {
         let (mut c, _, b, h) = two_low_jobs_then_high(PreemptMode::Cancel, Some(30));
         c.schedule(5);
         c.job_ended("n1", &ended(b, 1, 0, 10)).unwrap();
-        assert_eq!(c.job(b).unwrap().state, JobState::Cancelled);
+        assert_eq!(c.job(b).unwrap().state, JobState::Preempted);
         assert_eq!(c.job(b).unwrap().reason.as_deref(), Some("Preempted"));
         assert_eq!(launch(&mut c, 11), [h]);
     }

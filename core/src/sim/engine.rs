@@ -538,7 +538,7 @@ impl Sim<'_> {
             }
             JobState::Completed => SimOutcome::Completed,
             JobState::Timeout => SimOutcome::TimedOut,
-            JobState::Cancelled => {
+            JobState::Preempted | JobState::Cancelled => {
                 self.state[j].preempted += 1;
                 SimOutcome::Preempted
             }
