@@ -723,6 +723,59 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     );
 }
 
+#[test]
+fn mig_profile_and_gpu_memory_limits_through_sacctmgr() {
+    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB:1g.5gb*4"]);
+    let g = &s.g;
+    s.ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "add",
+            "qos",
+            "normal",
+            "MaxTRESPerUser=gres/gpu:1g.5gb=1,gres/gpumem=8G",
+        ],
+    );
+    assert!(s
+        .ok("sacctmgr", &["-P", "-n", "show", "qos"])
+        .contains("normal|0|||||gres/gpu:1g.5gb=1,gres/gpumem=8192M|"));
+    // One 1g.5gb instance at a time: the second job waits (GRES reason).
+    let a = s.sbatch(&["--gres=gpu:1g.5gb:1", "--wrap", "sleep 3"]);
+    let b = s.sbatch(&["--gres=gpu:1g.5gb:1", "--wrap", "true"]);
+    g.wait_state(a, "RUNNING", T);
+    let reason = |id: u64| g.job(id)["state_reason"].as_str().unwrap_or("").to_string();
+    g.wait_until("b waits for its QOS", T, || {
+        reason(b) == "QOSMaxGRESPerUser"
+    });
+    g.wait_state(b, "COMPLETED", T);
+    // More GPU memory than the user may have at once is refused.
+    let o = s.run(
+        "sbatch",
+        &["--gres=gpu:3", "--gpu-mem=3G", "--wrap", "true"],
+        None,
+    );
+    assert!(
+        stderr(&o).contains("8192 MiB of GPU memory"),
+        "{}",
+        stderr(&o)
+    );
+    // A limit gsched cannot count is refused by name.
+    let o = s.run(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "qos",
+            "normal",
+            "set",
+            "GrpTRES=gres/gpu:fast=1",
+        ],
+        None,
+    );
+    assert!(stderr(&o).contains("gres/gpu:fast"), "{}", stderr(&o));
+}
+
 /// A gsched preempting by `mode`, with QOS `low` (its settings `low`)
 /// and `high` (which may preempt it); the GPU's one instance goes to a low
 /// job running `low_script` (it writes `low start` first), then a high job

@@ -35,6 +35,7 @@ pub mod sim;
 pub mod sm;
 pub mod steps;
 pub mod time_quota;
+pub mod tres;
 pub mod units;
 pub mod wire;
 

@@ -14,41 +14,8 @@ use serde::{Deserialize, Serialize};
 /// The QOS jobs get when they name none, where it exists.
 pub const DEFAULT_QOS: &str = "normal";
 
-/// Trackable resources a limit counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tres {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<u64>,
-    /// GPU instances (`gres/gpu`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<u64>,
-}
-
-impl Tres {
-    /// Reads Slurm's `cpu=N,gres/gpu=N` (either, in any order).
-    pub fn parse(s: &str) -> Result<Tres, String> {
-        let mut t = Tres::default();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| format!("'{part}': expected cpu=N or gres/gpu=N"))?;
-            let n: u64 = v
-                .trim()
-                .parse()
-                .map_err(|_| format!("'{part}': expected a whole number"))?;
-            match k.trim().to_ascii_lowercase().as_str() {
-                "cpu" => t.cpu = Some(n),
-                "gres/gpu" | "gpu" => t.gpu = Some(n),
-                other => return Err(format!("'{other}': gsched limits cpu and gres/gpu")),
-            }
-        }
-        Ok(t)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cpu.is_none() && self.gpu.is_none()
-    }
-}
+pub use crate::tres::Tres;
+use crate::tres::{TresKind, TresUse};
 
 /// A QOS and its limits (`None`: no limit).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,12 +78,11 @@ impl Qos {
 }
 
 /// What a job of a QOS takes while it runs, and whose it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobLoad<'a> {
     pub qos: &'a str,
     pub user: &'a str,
-    pub cpus: u64,
-    pub gpus: u64,
+    pub tres: TresUse,
 }
 
 /// Why a job waits for its QOS (Slurm's reasons).
@@ -128,6 +94,18 @@ pub enum QosWait {
     MaxGresPerUser,
     GrpCpu,
     GrpGres,
+}
+
+impl QosWait {
+    /// The wait for a resource over a per-user (`user`) or group limit.
+    fn over(kind: &TresKind, user: bool) -> QosWait {
+        match (kind.is_gres(), user) {
+            (false, true) => QosWait::MaxCpuPerUser,
+            (true, true) => QosWait::MaxGresPerUser,
+            (false, false) => QosWait::GrpCpu,
+            (true, false) => QosWait::GrpGres,
+        }
+    }
 }
 
 impl QosWait {
@@ -198,8 +176,8 @@ pub enum QosChangeError {
 /// from the running jobs and then updated as jobs are admitted.
 #[derive(Debug, Default)]
 pub struct QosTally {
-    user: BTreeMap<(String, String), (u32, u64, u64)>,
-    group: BTreeMap<String, (u32, u64, u64)>,
+    user: BTreeMap<(String, String), (u32, TresUse)>,
+    group: BTreeMap<String, (u32, TresUse)>,
 }
 
 impl QosTally {
@@ -211,8 +189,7 @@ impl QosTally {
             self.group.entry(j.qos.to_string()).or_default(),
         ] {
             t.0 += 1;
-            t.1 += j.cpus;
-            t.2 += j.gpus;
+            t.1.add(&j.tres);
         }
     }
 }
@@ -307,16 +284,10 @@ impl QosTable {
             (&q.max_tres_per_user, "at most"),
             (&q.grp_tres, "in all at most"),
         ] {
-            if limit.cpu.is_some_and(|c| job.cpus > c) {
+            if let Some(kind) = limit.exceeded(&TresUse::default(), &job.tres) {
                 return Err(QosError::TooBig {
                     qos: q.name.clone(),
-                    what: format!("{scope} {} CPUs", limit.cpu.unwrap_or(0)),
-                });
-            }
-            if limit.gpu.is_some_and(|g| job.gpus > g) {
-                return Err(QosError::TooBig {
-                    qos: q.name.clone(),
-                    what: format!("{scope} {} GPUs", limit.gpu.unwrap_or(0)),
+                    what: format!("{scope} {}", limit.allows(&kind)),
                 });
             }
         }
@@ -329,29 +300,23 @@ impl QosTable {
         let Some(q) = self.qos.get(job.qos) else {
             return Ok(());
         };
-        let (uj, uc, ug) = tally
+        let none = (0, TresUse::default());
+        let (uj, user) = tally
             .user
             .get(&(job.qos.to_string(), job.user.to_string()))
-            .copied()
-            .unwrap_or_default();
-        let (gj, gc, gg) = tally.group.get(job.qos).copied().unwrap_or_default();
-        if q.max_jobs_per_user.is_some_and(|m| uj >= m) {
+            .unwrap_or(&none);
+        let (gj, group) = tally.group.get(job.qos).unwrap_or(&none);
+        if q.max_jobs_per_user.is_some_and(|m| *uj >= m) {
             return Err(QosWait::MaxJobsPerUser);
         }
-        if q.grp_jobs.is_some_and(|m| gj >= m) {
+        if q.grp_jobs.is_some_and(|m| *gj >= m) {
             return Err(QosWait::GrpJobs);
         }
-        if q.max_tres_per_user.cpu.is_some_and(|m| uc + job.cpus > m) {
-            return Err(QosWait::MaxCpuPerUser);
+        if let Some(kind) = q.max_tres_per_user.exceeded(user, &job.tres) {
+            return Err(QosWait::over(&kind, true));
         }
-        if q.max_tres_per_user.gpu.is_some_and(|m| ug + job.gpus > m) {
-            return Err(QosWait::MaxGresPerUser);
-        }
-        if q.grp_tres.cpu.is_some_and(|m| gc + job.cpus > m) {
-            return Err(QosWait::GrpCpu);
-        }
-        if q.grp_tres.gpu.is_some_and(|m| gg + job.gpus > m) {
-            return Err(QosWait::GrpGres);
+        if let Some(kind) = q.grp_tres.exceeded(group, &job.tres) {
+            return Err(QosWait::over(&kind, false));
         }
         Ok(())
     }
@@ -401,8 +366,11 @@ mod tests {
         JobLoad {
             qos,
             user,
-            cpus: 1,
-            gpus,
+            tres: TresUse {
+                cpus: 1,
+                gpus,
+                ..TresUse::default()
+            },
         }
     }
 
@@ -469,12 +437,57 @@ mod tests {
     }
 
     #[test]
+    fn gpu_memory_and_mig_profiles_are_limited_like_gres() {
+        let mut t = QosTable::default();
+        t.qos.insert(
+            "mig".into(),
+            Qos {
+                name: "mig".into(),
+                max_tres_per_user: Tres::parse("gres/gpumem=20G,gres/gpu:1g.10gb=2").unwrap(),
+                grp_tres: Tres::parse("gres/gpu:1g.10gb=3").unwrap(),
+                ..Default::default()
+            },
+        );
+        let job = |user, mem: u64| JobLoad {
+            qos: "mig",
+            user,
+            tres: TresUse {
+                cpus: 1,
+                gpus: 1,
+                gpu_mem_mib: mem,
+                mig: [("1g.10gb".to_string(), 1)].into(),
+            },
+        };
+        // Too big alone: refused at submission, naming the limit.
+        let e = t.check_submit(&job("a", 30 * 1024), None, 0).unwrap_err();
+        assert!(e.to_string().contains("MiB of GPU memory"), "{e}");
+        let mut tally = QosTally::default();
+        tally.add(&job("a", 10 * 1024));
+        // Over a's GPU memory, then over a's two 1g.10gb instances.
+        assert_eq!(
+            t.admit(&tally, &job("a", 11 * 1024)),
+            Err(QosWait::MaxGresPerUser)
+        );
+        tally.add(&job("a", 1024));
+        assert_eq!(
+            t.admit(&tally, &job("a", 1024)),
+            Err(QosWait::MaxGresPerUser)
+        );
+        // b may run one more; then the group's three are taken.
+        assert_eq!(t.admit(&tally, &job("b", 1024)), Ok(()));
+        tally.add(&job("b", 1024));
+        assert_eq!(t.admit(&tally, &job("c", 1024)), Err(QosWait::GrpGres));
+        assert_eq!(QosWait::GrpGres.reason(), "QOSGrpGRES");
+    }
+
+    #[test]
     fn tres_read_as_slurm_writes_them() {
         assert_eq!(
             Tres::parse("cpu=4,gres/gpu=2"),
             Ok(Tres {
                 cpu: Some(4),
-                gpu: Some(2)
+                gpu: Some(2),
+                ..Tres::default()
             })
         );
         assert!(Tres::parse("mem=4G").is_err());

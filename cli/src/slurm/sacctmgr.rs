@@ -426,16 +426,7 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
     .map(|t| t.to_string())
     .collect();
     let opt = |o: Option<u32>| o.map(|n| n.to_string()).unwrap_or_default();
-    let tres = |t: &Tres| {
-        let mut p = Vec::new();
-        if let Some(c) = t.cpu {
-            p.push(format!("cpu={c}"));
-        }
-        if let Some(g) = t.gpu {
-            p.push(format!("gres/gpu={g}"));
-        }
-        p.join(",")
-    };
+    let tres = |t: &Tres| t.to_setting();
     let rows: Vec<Vec<String>> = all
         .iter()
         .map(|q| {

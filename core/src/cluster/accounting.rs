@@ -127,14 +127,12 @@ impl Cluster {
                     && j.spec.slurm.qos.as_deref() == Some(qos.as_str())
             })
             .count() as u32;
-        let (cpus, gpus) = load_of(spec);
         self.qos
             .check_submit(
                 &JobLoad {
                     qos: &qos,
                     user: &spec.user_name,
-                    cpus,
-                    gpus,
+                    tres: load_of(spec),
                 },
                 spec.time_limit,
                 queued,
@@ -242,27 +240,39 @@ impl Cluster {
     }
 }
 
-/// The CPUs and GPU instances a job takes in all (on every node).
-fn load_of(spec: &JobSpec) -> (u64, u64) {
+/// What a job takes in all (on every node) of what limits count: CPUs;
+/// an isolated job's GPU instances, of its profile where it names one;
+/// GPU memory as asked (`--gpu-mem`, on each instance; a shared job's
+/// hint).
+fn load_of(spec: &JobSpec) -> crate::tres::TresUse {
     let width = u64::from(crate::allocation::width_of(&spec.slurm));
     let cpus = crate::resources::JobResources::of(spec).map_or(1, |r| u64::from(r.cpus));
-    let gpus = if spec.isolated {
-        spec.gpu.instances() as u64
+    let instances = if spec.isolated {
+        spec.gpu.instances() as u64 * width
     } else {
         0
     };
-    (cpus * width, gpus * width)
+    let gpu_mem_mib = spec.gpu.mem_mib.unwrap_or(0) * instances.max(1);
+    crate::tres::TresUse {
+        cpus: cpus * width,
+        gpus: instances,
+        gpu_mem_mib,
+        mig: spec
+            .gpu
+            .mig_profile
+            .iter()
+            .map(|p| (p.clone(), instances))
+            .collect(),
+    }
 }
 
 /// What a job counts against its QOS's limits (none without a QOS).
 fn job_load(j: &Job) -> Option<JobLoad<'_>> {
     let qos = j.spec.slurm.qos.as_deref()?;
-    let (cpus, gpus) = load_of(&j.spec);
     Some(JobLoad {
         qos,
         user: &j.spec.user_name,
-        cpus,
-        gpus,
+        tres: load_of(&j.spec),
     })
 }
 
