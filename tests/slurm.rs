@@ -862,6 +862,55 @@ fn a_job_cancelled_for_a_higher_qos_ends_preempted() {
 }
 
 #[test]
+fn a_higher_qos_shared_jobs_task_preempts_a_shared_job_for_gpu_memory() {
+    // One 1g.5gb instance (4.75 GiB): a low shared job reserves 4 GiB;
+    // a high one's 2 GiB task waits, and the low job is requeued for it.
+    let s = Slurm::start_with(&[
+        "--sim-gpus",
+        "1xA100-40GB:1g.5gb",
+        "--preempt-mode",
+        "requeue",
+    ]);
+    let g = &s.g;
+    s.ok("sacctmgr", &["-i", "add", "qos", "low"]);
+    s.ok(
+        "sacctmgr",
+        &["-i", "add", "qos", "high", "Priority=100", "Preempt=low"],
+    );
+    let gprobe = common::bin("gprobe");
+    let gprobe = gprobe.display();
+    let low = s.sbatch(&[
+        "--qos=low",
+        "--requeue",
+        "-o",
+        "low.out",
+        "--open-mode=append",
+        "--wrap",
+        &format!("echo low start; exec {gprobe} run --mem 4G --warps 100 -- sleep 120"),
+    ]);
+    g.wait_until("the low job's task is placed", T, || {
+        s.file("low.out").contains("low start")
+            && g.get(&format!("/api/v1/tasks?job={low}"))
+                .is_some_and(|v| v["tasks"].as_array().is_some_and(|t| !t.is_empty()))
+    });
+    let high = s.sbatch(&[
+        "--qos=high",
+        "-o",
+        "high.out",
+        "--wrap",
+        &format!("{gprobe} run --mem 2G --warps 100 -- echo high ran"),
+    ]);
+    g.wait_state(high, "COMPLETED", T);
+    assert_eq!(s.file("high.out"), "high ran\n");
+    g.wait_until("the low job runs again", T, || {
+        g.job(low)["restart_cnt"].as_u64() == Some(1) && g.job(low)["job_state"] == "RUNNING"
+    });
+    let events = s.ok("scontrol", &["show", "job", &low.to_string()]);
+    assert!(events.contains("Restarts=1"), "{events}");
+    s.ok("scancel", &[&low.to_string()]);
+}
+
+#[test]
 fn a_preempted_job_gets_sigterm_and_its_grace_time_first() {
     // The low job notes SIGTERM and goes on: it keeps its GPU through its
     // grace time, then is requeued and the high job runs.

@@ -29,6 +29,7 @@ mod preemption;
 mod proptests;
 mod reshapes;
 mod sisters;
+mod task_preemption;
 pub use accounting::{AccountingConfig, StoredAccounting};
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
@@ -139,8 +140,11 @@ pub struct Node {
     /// GPUs an administrator froze: the re-partitioning policy leaves
     /// their layout alone (stored).
     pub mig_frozen: BTreeSet<u32>,
-    /// Shared tasks waiting for a place on the node (its heartbeats).
-    pub tasks_waiting: u32,
+    /// Shared tasks waiting for a place on the node, first in line first
+    /// (its heartbeats).
+    pub waiting_tasks: Vec<crate::wire::WaitingTask>,
+    /// How many times the node has reported them.
+    pub waiting_reports: u64,
     /// Per GPU, the instances re-partitioning must leave (registration).
     pub reshape_keep: BTreeMap<u32, Vec<(String, u32)>>,
 }
@@ -390,6 +394,8 @@ pub struct Cluster {
     scheduler_type: crate::launch::SchedulerType,
     /// Nodes kept for jobs that preempted others there.
     preemptions: BTreeMap<JobId, preemption::Preemption>,
+    /// Jobs preempted for a running job's waiting task (`task_preemption.rs`).
+    task_preemptions: BTreeMap<JobId, task_preemption::TaskPreemption>,
     /// Preempted jobs in their QOS's grace time (signalled, still running).
     graced: BTreeMap<JobId, preemption::Grace>,
     /// Decides MIG re-partitions (`reshapes.rs`); `None`: layouts stay.
@@ -449,6 +455,7 @@ impl Cluster {
             preempt_mode: Default::default(),
             scheduler_type: Default::default(),
             preemptions: BTreeMap::new(),
+            task_preemptions: BTreeMap::new(),
             graced: BTreeMap::new(),
             repartition: None,
             reshapes: BTreeMap::new(),
@@ -672,9 +679,10 @@ impl Cluster {
     }
 
     /// The shared tasks waiting for a place on `node`, as it last said.
-    pub fn set_tasks_waiting(&mut self, node: &str, waiting: u32) {
+    pub fn set_waiting_tasks(&mut self, node: &str, waiting: Vec<crate::wire::WaitingTask>) {
         if let Some(n) = self.nodes.get_mut(node) {
-            n.tasks_waiting = waiting;
+            n.waiting_tasks = waiting;
+            n.waiting_reports += 1;
         }
     }
 
@@ -923,6 +931,8 @@ impl Cluster {
         // are launched onto by nobody.
         let mut effects = self.new_reshapes();
         effects.extend(self.launch_queued(now));
+        // A running shared job's task waiting for memory may make room.
+        effects.extend(self.preempt_for_tasks(now));
         // Drains change with launches, and with ends when nothing is queued.
         effects.extend(self.drain_changes());
         self.note_reconfiguring();
@@ -1858,7 +1868,8 @@ impl Cluster {
                 .as_ref()
                 .map(|o| o.mig_frozen.clone())
                 .unwrap_or_default(),
-            tasks_waiting: 0,
+            waiting_tasks: Vec::new(),
+            waiting_reports: 0,
             reshape_keep: reg.reshape_keep.clone(),
         };
         // Keep the books of jobs we believe run there.

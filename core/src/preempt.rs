@@ -119,6 +119,52 @@ pub fn victims(room: &Room, candidates: &[Candidate]) -> Option<Vec<JobId>> {
     Some(chosen.iter().map(|c| c.id).collect())
 }
 
+/// A shared job on an instance that may be preempted for a waiting task:
+/// its id, when it started, the bytes it holds there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskCandidate {
+    pub id: JobId,
+    pub start: i64,
+    pub bytes: u64,
+}
+
+/// The shared jobs to preempt on an instance with `free` bytes so that a
+/// task of `need` bytes fits: the youngest first until it fits, then any
+/// it would fit without (oldest first) spared; `None` if all of them would
+/// not do (or it fits already).
+pub fn task_victims(free: u64, need: u64, candidates: &[TaskCandidate]) -> Option<Vec<JobId>> {
+    if free >= need {
+        return None;
+    }
+    let mut order: Vec<&TaskCandidate> = candidates.iter().collect();
+    order.sort_by_key(|c| (std::cmp::Reverse(c.start), c.id));
+    let freed = |chosen: &[&TaskCandidate]| free + chosen.iter().map(|c| c.bytes).sum::<u64>();
+    let mut chosen: Vec<&TaskCandidate> = Vec::new();
+    for c in order {
+        if freed(&chosen) >= need {
+            break;
+        }
+        chosen.push(c);
+    }
+    if freed(&chosen) < need {
+        return None;
+    }
+    let mut i = chosen.len();
+    while i > 0 {
+        i -= 1;
+        let without: Vec<&TaskCandidate> = chosen
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != i)
+            .map(|(_, c)| *c)
+            .collect();
+        if freed(&without) >= need {
+            chosen = without;
+        }
+    }
+    Some(chosen.iter().map(|c| c.id).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +233,18 @@ mod tests {
         // goes.
         r.satisfies = vec![true, false];
         assert_eq!(victims(&r, &[cand(4, 10, 1, vec![1]), wide]), Some(vec![6]));
+    }
+
+    #[test]
+    fn a_waiting_task_takes_the_memory_of_the_youngest_jobs_it_needs() {
+        let c = |id, start, bytes| TaskCandidate { id, start, bytes };
+        let jobs = [c(1, 10, 4), c(2, 20, 2), c(3, 30, 1)];
+        // 2 free, 4 needed: the youngest (1 byte) is not enough alone;
+        // with the next it is; the youngest is then spared if not needed.
+        assert_eq!(task_victims(2, 4, &jobs), Some(vec![2]));
+        assert_eq!(task_victims(2, 5, &jobs), Some(vec![3, 2]));
+        assert_eq!(task_victims(0, 8, &jobs), None, "not enough in all");
+        assert_eq!(task_victims(4, 4, &jobs), None, "it fits already");
     }
 
     #[test]

@@ -80,6 +80,10 @@ pub struct Heartbeat {
     /// Shared tasks waiting for a place on the node.
     #[serde(default)]
     pub tasks_waiting: u32,
+    /// Those tasks, first in line first (a higher QOS may preempt shared
+    /// jobs on an instance to make room for one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_tasks: Vec<WaitingTask>,
     /// Probe requests, read to answered, since the node started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_round_trip: Option<crate::histogram::LatencyHistogram>,
@@ -92,6 +96,16 @@ pub struct Heartbeat {
     /// What the steps of each running job have used so far.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub steps: std::collections::BTreeMap<JobId, crate::job::StepUsage>,
+}
+
+/// A shared task waiting for memory on its node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingTask {
+    pub job: JobId,
+    pub bytes: u64,
+    /// The instance its process is bound to (it can go nowhere else).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 /// Shared tasks on one instance, as its node reports them.

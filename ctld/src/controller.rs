@@ -451,7 +451,7 @@ impl Controller {
                     c.update_mps(node, &hb.mps);
                 }
                 freed = c.update_instance_use(node, &hb.instances);
-                c.set_tasks_waiting(node, hb.tasks_waiting);
+                c.set_waiting_tasks(node, hb.waiting_tasks.clone());
                 c.note_usage(node, &hb.usage, &hb.steps);
                 freed |= c.node_heard(node);
                 effects = c.reconcile_runs(node, &hb.running, &hb.runs);

@@ -617,7 +617,8 @@ async fn load(
                 .try_get::<Option<String>, _>("mig_frozen")?
                 .map(|s| s.split(',').filter_map(|g| g.trim().parse().ok()).collect())
                 .unwrap_or_default(),
-            tasks_waiting: 0,
+            waiting_tasks: Vec::new(),
+            waiting_reports: 0,
             reshape_keep: Default::default(),
         });
     }

@@ -257,13 +257,15 @@ impl ControllerLink {
                     let latency = self.probe.as_ref().map(|p| p.latency());
                     // One snapshot: each job with its run.
                     let runs = self.launcher.running_runs();
+                    let waiting_tasks = self.probe.as_ref().map(|p| p.waiting_tasks()).unwrap_or_default();
                     let hb = Heartbeat {
                         instance_id: self.identity.instance_id.clone(),
                         running: runs.keys().copied().collect(),
                         runs,
                         mps: self.mps_states(),
                         instances: self.probe.as_ref().map(|p| p.usage()).unwrap_or_default(),
-                        tasks_waiting: self.probe.as_ref().map_or(0, |p| p.tasks_waiting()),
+                        tasks_waiting: waiting_tasks.len() as u32,
+                        waiting_tasks,
                         probe_round_trip: latency.as_ref().map(|l| l.0.clone()),
                         placement_wait: latency.map(|l| l.1),
                         usage: self.launcher.usage_so_far(),

@@ -552,9 +552,9 @@ impl ProbeServer {
         };
     }
 
-    /// Shared tasks waiting for a place.
-    pub fn tasks_waiting(&self) -> u32 {
-        self.lock().node.tasks().waiting_len() as u32
+    /// Shared tasks waiting for a place, first in line first.
+    pub fn waiting_tasks(&self) -> Vec<gsched_core::wire::WaitingTask> {
+        self.lock().node.tasks().waiting_tasks()
     }
 
     /// Whether `uuid` has shared tasks on it now.
@@ -603,26 +603,17 @@ impl ProbeServer {
     pub fn usage(&self) -> BTreeMap<String, InstanceUse> {
         let st = self.lock();
         let book = st.node.tasks();
-        book.instances()
-            .iter()
-            .map(|i| {
-                (
-                    i.uuid.clone(),
-                    InstanceUse {
-                        tasks: book.tasks_on(&i.uuid),
-                        reserved_bytes: i.reserved_bytes,
-                        warps: i.warps,
-                        jobs: book.reservations_on(&i.uuid),
-                        processes: i.processes,
-                        used_bytes: self
-                            .free_memory
-                            .get()
-                            .and_then(|f| f(&i.uuid))
-                            .map(|free| i.memory_bytes.saturating_sub(free)),
-                    },
-                )
-            })
-            .collect()
+        let mut uses = book.instance_uses();
+        for i in book.instances() {
+            if let Some(u) = uses.get_mut(&i.uuid) {
+                u.used_bytes = self
+                    .free_memory
+                    .get()
+                    .and_then(|f| f(&i.uuid))
+                    .map(|free| i.memory_bytes.saturating_sub(free));
+            }
+        }
+        uses
     }
 
     /// Refuses a growth still waiting after [`GROW_WAIT_LIMIT`]: a process

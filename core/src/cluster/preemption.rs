@@ -269,8 +269,27 @@ impl Cluster {
 
     /// Preempts `chosen` on `node` for job `id`.
     fn preempt(&mut self, id: JobId, node: String, chosen: Vec<JobId>, now: i64) -> Vec<Effect> {
+        let mut effects = self.preempt_jobs(id, &chosen, now);
+        effects.push(Effect::Job {
+            id,
+            event: format!("preempted job(s) {chosen:?} on {node}; the node is kept for it"),
+        });
+        self.preemptions.insert(
+            id,
+            Preemption {
+                node,
+                victims: chosen,
+                at: now,
+            },
+        );
+        effects
+    }
+
+    /// Requeues or cancels `chosen` for job `id`, each after its QOS's
+    /// grace time where it has one.
+    pub(super) fn preempt_jobs(&mut self, id: JobId, chosen: &[JobId], now: i64) -> Vec<Effect> {
         let mut effects = Vec::new();
-        for v in &chosen {
+        for v in chosen {
             let requeue = self.preempt_mode == PreemptMode::Requeue
                 && self.jobs.get(v).is_some_and(|j| j.spec.requeues());
             let grace = self
@@ -308,18 +327,6 @@ impl Cluster {
                 },
             );
         }
-        effects.push(Effect::Job {
-            id,
-            event: format!("preempted job(s) {chosen:?} on {node}; the node is kept for it"),
-        });
-        self.preemptions.insert(
-            id,
-            Preemption {
-                node,
-                victims: chosen,
-                at: now,
-            },
-        );
         effects
     }
 }

@@ -56,7 +56,10 @@ impl Cluster {
             .values()
             .flat_map(|n| n.running.iter())
             .filter(|id| !self.isolated_queue.contains(id) && !self.shared_queue.contains(id));
-        let waiting = self.nodes.values().any(|n| n.up && n.tasks_waiting > 0);
+        let waiting = self
+            .nodes
+            .values()
+            .any(|n| n.up && !n.waiting_tasks.is_empty());
         let jobs = queued.chain(running).filter_map(|id| self.jobs.get(id));
         let demand = Demand::of(jobs, waiting);
         if demand.isolated.is_empty() && !demand.shared_backlog {

@@ -163,6 +163,41 @@ impl TaskBook {
         self.waiting.len()
     }
 
+    /// What each instance's shared tasks hold, as the node reports it to
+    /// the controller (the device's own reading of used memory, where the
+    /// node has one, is the node's to add).
+    pub fn instance_uses(&self) -> std::collections::BTreeMap<String, crate::wire::InstanceUse> {
+        self.instances()
+            .iter()
+            .map(|i| {
+                (
+                    i.uuid.clone(),
+                    crate::wire::InstanceUse {
+                        tasks: self.tasks_on(&i.uuid),
+                        reserved_bytes: i.reserved_bytes,
+                        warps: i.warps,
+                        jobs: self.reservations_on(&i.uuid),
+                        processes: i.processes,
+                        used_bytes: None,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The waiting tasks, first in line first: job, bytes, and the
+    /// instance the process is bound to, if it is.
+    pub fn waiting_tasks(&self) -> Vec<crate::wire::WaitingTask> {
+        self.waiting
+            .iter()
+            .map(|(_, r)| crate::wire::WaitingTask {
+                job: r.job,
+                bytes: r.bytes,
+                instance: self.pinned(r.job, r.pid).map(str::to_string),
+            })
+            .collect()
+    }
+
     pub fn active_len(&self) -> usize {
         self.active.len()
     }

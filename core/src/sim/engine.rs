@@ -16,7 +16,7 @@ use crate::mig::MigPlacement;
 use crate::outcome::{EndCause, ProcessOutcome};
 use crate::placement::{Begin, NodeBook, NodeEvent, Placed, PlacementError, TaskId, TaskRequest};
 use crate::sm::KernelShape;
-use crate::wire::{InstanceUse, JobEnded};
+use crate::wire::JobEnded;
 
 pub(super) const MIB: u64 = 1024 * 1024;
 
@@ -155,6 +155,10 @@ pub(super) struct Sim<'a> {
     /// The longest grace time of any QOS: a preempted job in its grace
     /// time is looked at again then.
     pub grace_secs: f64,
+    /// The controller may preempt: a task that started waiting during a
+    /// pass is reported at once (gnoded's next heartbeat), not at the next
+    /// event.
+    pub preempts: bool,
     pub oom: usize,
     pub mem_integral: f64,
     pub total_mem: f64,
@@ -611,27 +615,7 @@ impl Sim<'_> {
 
     fn schedule_once(&mut self) -> bool {
         self.finish_reshapes();
-        for n in 0..self.books.len() {
-            let book = self.books[n].tasks();
-            let uses: BTreeMap<String, InstanceUse> = book
-                .instances()
-                .iter()
-                .map(|i| {
-                    (
-                        i.uuid.clone(),
-                        InstanceUse {
-                            tasks: book.tasks_on(&i.uuid),
-                            processes: i.processes,
-                            ..InstanceUse::default()
-                        },
-                    )
-                })
-                .collect();
-            let waiting = book.waiting_len() as u32;
-            let name = self.names[n].clone();
-            self.cluster.update_instance_use(&name, &uses);
-            self.cluster.set_tasks_waiting(&name, waiting);
-        }
+        let reported = self.report_tasks();
         let effects = self.cluster.schedule(self.now as i64);
         let mut launched = Vec::new();
         let mut reshapes = Vec::new();
@@ -658,7 +642,28 @@ impl Sim<'_> {
         for order in reshapes {
             self.reshape_ordered(order);
         }
-        killed
+        let waiting_changed = self.preempts
+            && self.books.iter().zip(&reported).any(|(b, r)| {
+                let now = b.tasks().waiting_tasks();
+                !now.is_empty() && now != *r
+            });
+        killed || waiting_changed
+    }
+
+    /// Tells the controller what each node's shared tasks hold and which
+    /// wait, as gnoded reports them; returns the waiting tasks told.
+    fn report_tasks(&mut self) -> Vec<Vec<crate::wire::WaitingTask>> {
+        let mut reported = Vec::new();
+        for n in 0..self.books.len() {
+            let book = self.books[n].tasks();
+            let uses = book.instance_uses();
+            let waiting = book.waiting_tasks();
+            let name = self.names[n].clone();
+            self.cluster.update_instance_use(&name, &uses);
+            self.cluster.set_waiting_tasks(&name, waiting.clone());
+            reported.push(waiting);
+        }
+        reported
     }
 
     /// The controller launched job `cid`: on its batch node (and its

@@ -352,3 +352,51 @@ fn a_latency_critical_jobs_bursts_go_first() {
     let plain = run(bursts(Some("normal"), None));
     assert!(plain > 69.0, "no quota {plain}");
 }
+
+#[test]
+fn a_higher_qos_shared_jobs_waiting_task_preempts_shared_jobs_for_memory() {
+    // A whole A100 (80 GB); two low shared jobs hold 35 GiB each for
+    // 100 s; at 10 s a high shared job's task of 20 GiB does not fit.
+    let shared = |name: &str, submit: f64, gib: u64, qos: &str| SimJob {
+        name: name.into(),
+        footprint_mib: gib * 1024,
+        submit,
+        phases: vec![Phase::Gpu {
+            mem_mib: gib * 1024,
+            slices: 1.0,
+            secs: 100.0,
+        }],
+        qos: Some(qos.into()),
+        ..SimJob::default()
+    };
+    let jobs = [
+        shared("low-1", 0.0, 35, "normal"),
+        shared("low-2", 1.0, 35, "normal"),
+        shared("high", 10.0, 20, "high"),
+    ];
+    let run = |mode| {
+        let options = SimOptions {
+            site: qos_site("", mode),
+            ..SimOptions::default()
+        };
+        simulate_with("1xA100-80GB", Policy::Case, &jobs, options).unwrap()
+    };
+    // Requeue: the younger low job goes; the high task runs at once.
+    let on = run("requeue");
+    assert_eq!(on.preemptions, 1);
+    assert!(on.turnaround_of(2) < 110.0, "high {}", on.turnaround_of(2));
+    assert_eq!(on.completed, 3, "the low job ran again");
+    assert!(
+        on.decisions.iter().any(|d| d == "kill low-2"),
+        "{:?}",
+        on.decisions
+    );
+    // Without preemption it waits for a low job to end.
+    let off = run("off");
+    assert_eq!(off.preemptions, 0);
+    assert!(
+        off.turnaround_of(2) > 180.0,
+        "high {}",
+        off.turnaround_of(2)
+    );
+}

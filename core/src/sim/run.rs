@@ -110,6 +110,7 @@ pub(super) fn build<'a>(
         default_shares: options.default_shares,
         hold_per_process: options.hold_per_process,
         grace_secs,
+        preempts: options.site.preempt_mode != crate::preempt::PreemptMode::Off,
         inst,
         cluster,
         tokens: Default::default(),
