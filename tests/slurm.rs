@@ -611,6 +611,82 @@ fn accounts_and_fair_share_through_sacctmgr_and_sshare() {
 }
 
 #[test]
+fn association_limits_through_sacctmgr() {
+    let s = Slurm::start_with(&["--sim-gpus", "2xA100-40GB"]);
+    let g = &s.g;
+    let me = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    s.ok(
+        "sacctmgr",
+        &["-i", "add", "account", "physics", "GrpJobs=5"],
+    );
+    s.ok("sacctmgr", &["-i", "add", "user", &me, "Account=physics"]);
+    s.ok(
+        "sacctmgr",
+        &["-i", "modify", "user", &me, "set", "MaxJobs=1"],
+    );
+    assert_eq!(
+        s.ok(
+            "sacctmgr",
+            &[
+                "-P",
+                "-n",
+                "show",
+                "assoc",
+                "format=Account,User,GrpJobs,MaxJobs"
+            ]
+        ),
+        format!("physics||5|\nphysics|{me}||1\n")
+    );
+    // One job of the association at a time: the second waits.
+    let a = s.sbatch(&["--wrap", "sleep 3"]);
+    let b = s.sbatch(&["--wrap", "true"]);
+    g.wait_state(a, "RUNNING", T);
+    let reason = |id: u64| g.job(id)["state_reason"].as_str().unwrap_or("").to_string();
+    g.wait_until("b waits for its association", T, || {
+        reason(b) == "AssocMaxJobsLimit"
+    });
+    g.wait_state(b, "COMPLETED", T);
+    // Larger alone than the account's GrpTRES: refused, naming it.
+    s.ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "account",
+            "physics",
+            "set",
+            "GrpTRES=gres/gpu=1",
+        ],
+    );
+    let o = s.run("sbatch", &["--gres=gpu:2", "--wrap", "true"], None);
+    assert!(
+        stderr(&o).contains("account physics allows in all at most 1 GPUs"),
+        "{}",
+        stderr(&o)
+    );
+    // -1 clears a limit.
+    s.ok(
+        "sacctmgr",
+        &["-i", "modify", "account", "physics", "set", "GrpJobs=-1"],
+    );
+    assert!(s
+        .ok(
+            "sacctmgr",
+            &[
+                "-P",
+                "-n",
+                "show",
+                "account",
+                "format=Account,GrpJobs,GrpTRES"
+            ]
+        )
+        .contains("physics||gres/gpu=1\n"));
+}
+
+#[test]
 fn qos_limits_and_priorities_through_sacctmgr() {
     let s = Slurm::start_with(&[
         "--sim-gpus",

@@ -15,6 +15,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::assoc_limits::AssocLimits;
+
 /// The root of the account tree (always there).
 pub const ROOT: &str = "root";
 
@@ -26,6 +28,10 @@ pub struct Account {
     pub shares: u32,
     #[serde(default)]
     pub description: String,
+    /// `GrpJobs`, `GrpTRES`, and the `MaxJobs`/`MaxSubmitJobs` its users'
+    /// associations inherit (`assoc_limits`).
+    #[serde(default, skip_serializing_if = "AssocLimits::is_empty")]
+    pub limits: AssocLimits,
 }
 
 /// A user in an account, with the user's shares among its users.
@@ -36,6 +42,9 @@ pub struct Association {
     pub shares: u32,
     /// The account the user's jobs are charged to when they name none.
     pub default: bool,
+    /// Its own limits (`assoc_limits`).
+    #[serde(default, skip_serializing_if = "AssocLimits::is_empty")]
+    pub limits: AssocLimits,
 }
 
 /// A change to the accounts, as `sacctmgr` asks it.
@@ -82,6 +91,14 @@ pub enum AccountChange {
         user: String,
         #[serde(default)]
         account: Option<String>,
+    },
+    /// Replaces the limits of `account`, or of `user`'s association with
+    /// it (the caller reads them, changes what was set, sends them whole).
+    SetLimits {
+        account: String,
+        #[serde(default)]
+        user: Option<String>,
+        limits: AssocLimits,
     },
 }
 
@@ -303,6 +320,7 @@ impl FairShare {
                         parent,
                         shares: shares.unwrap_or(1),
                         description: description.clone().unwrap_or_default(),
+                        limits: AssocLimits::default(),
                     },
                 );
             }
@@ -377,6 +395,7 @@ impl FairShare {
                         account: account.clone(),
                         shares: shares.unwrap_or(1),
                         default: *default || first,
+                        limits: AssocLimits::default(),
                     },
                 );
             }
@@ -404,6 +423,29 @@ impl FairShare {
                         if let Some(a) = self.associations.get_mut(&k) {
                             a.shares = *s;
                         }
+                    }
+                }
+            }
+            AccountChange::SetLimits {
+                account,
+                user: None,
+                limits,
+            } => {
+                let a = self
+                    .accounts
+                    .get_mut(account)
+                    .ok_or_else(|| AccountError::NoAccount(account.clone()))?;
+                a.limits = limits.clone();
+            }
+            AccountChange::SetLimits {
+                account,
+                user: Some(user),
+                limits,
+            } => {
+                let keys = self.associations_of(user, Some(account))?;
+                for k in keys {
+                    if let Some(a) = self.associations.get_mut(&k) {
+                        a.limits = limits.clone();
                     }
                 }
             }
@@ -453,7 +495,7 @@ impl FairShare {
     }
 
     /// The accounts from `account` up to root (itself first).
-    fn path(&self, account: &str) -> Vec<String> {
+    pub(crate) fn path(&self, account: &str) -> Vec<String> {
         let mut out = Vec::new();
         let mut at = account.to_string();
         while at != ROOT && out.len() <= self.accounts.len() {

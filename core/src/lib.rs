@@ -6,6 +6,7 @@
 
 pub mod allocation;
 pub mod array;
+pub mod assoc_limits;
 pub mod cluster;
 pub mod compute;
 pub mod context;

@@ -4,6 +4,7 @@
 //! with `-i`); only administrators may make them.
 
 use anyhow::{anyhow, bail, Context, Result};
+use gsched_core::assoc_limits::AssocLimits;
 use gsched_core::fairshare::AccountChange;
 use gsched_core::qos::{Qos, QosChange, Tres};
 use serde_json::Value;
@@ -79,8 +80,69 @@ impl Words {
     }
 }
 
-/// The changes `verb entity words` asks for.
-fn changes(verb: &str, entity: &str, w: &Words) -> Result<Vec<AccountChange>> {
+/// The limit keys of an account or association (`GrpJobs`, `GrpTRES`,
+/// `MaxJobs`, `MaxSubmitJobs`); `-1` clears one.
+const LIMIT_KEYS: &[&str] = &[
+    "grpjobs",
+    "grptres",
+    "maxjobs",
+    "maxsubmitjobs",
+    "maxsubmit",
+];
+
+impl Words {
+    fn has_limits(&self) -> bool {
+        self.set
+            .iter()
+            .chain(self.cond.iter())
+            .any(|(k, _)| LIMIT_KEYS.contains(&k.as_str()))
+    }
+}
+
+/// `limits` with what `w` sets changed.
+fn set_limits(mut limits: AssocLimits, w: &Words) -> Result<AssocLimits> {
+    for (k, v) in w.set.iter().chain(w.cond.iter()) {
+        match k.as_str() {
+            "grpjobs" => limits.grp_jobs = limit(k, v)?,
+            "maxjobs" => limits.max_jobs = limit(k, v)?,
+            "maxsubmitjobs" | "maxsubmit" => limits.max_submit_jobs = limit(k, v)?,
+            "grptres" => {
+                limits.grp_tres = if v.trim() == "-1" {
+                    Tres::default()
+                } else {
+                    Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))?
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(limits)
+}
+
+/// The limits now on `account` (with `user`, that association's), from
+/// the accounts as gctld sends them.
+fn current_limits(current: &Value, account: &str, user: Option<&str>) -> AssocLimits {
+    let empty = Vec::new();
+    let found = match user {
+        None => current["accounts"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .find(|a| a["name"] == account),
+        Some(u) => current["associations"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .find(|a| a["account"] == account && a["user"] == u),
+    };
+    found
+        .and_then(|a| serde_json::from_value(a["limits"].clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The changes `verb entity words` asks for; `current`: the accounts now
+/// (for the limits a change keeps).
+fn changes(verb: &str, entity: &str, w: &Words, current: &Value) -> Result<Vec<AccountChange>> {
     let mut out = Vec::new();
     match (verb, entity) {
         ("add", "account") => {
@@ -143,6 +205,48 @@ fn changes(verb: &str, entity: &str, w: &Words) -> Result<Vec<AccountChange>> {
             }
         }
         _ => bail!("{verb} {entity}: gsched's sacctmgr manages accounts and users (add, delete, modify, show)"),
+    }
+    if w.has_limits() && verb != "delete" {
+        out.extend(limit_changes(entity, w, current)?);
+    }
+    Ok(out)
+}
+
+/// The limits `w` sets on accounts (`entity` account) or on users'
+/// associations (with `Account=` or `where Account=`: that one; else
+/// every association of the user).
+fn limit_changes(entity: &str, w: &Words, current: &Value) -> Result<Vec<AccountChange>> {
+    let mut out = Vec::new();
+    if entity == "account" {
+        for name in w.names("account")? {
+            out.push(AccountChange::SetLimits {
+                account: name.clone(),
+                user: None,
+                limits: set_limits(current_limits(current, name, None), w)?,
+            });
+        }
+        return Ok(out);
+    }
+    let empty = Vec::new();
+    let named = w.get(&["account", "accounts"]);
+    for user in w.names("user")? {
+        let accounts: Vec<String> = match named {
+            Some(a) => a.split(',').map(String::from).collect(),
+            None => current["associations"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .filter(|a| a["user"] == user.as_str())
+                .filter_map(|a| a["account"].as_str().map(String::from))
+                .collect(),
+        };
+        for account in accounts {
+            out.push(AccountChange::SetLimits {
+                limits: set_limits(current_limits(current, &account, Some(user)), w)?,
+                account,
+                user: Some(user.clone()),
+            });
+        }
     }
     Ok(out)
 }
@@ -317,7 +421,12 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     } else {
         entity
     };
-    for change in changes(verb, entity, &w)? {
+    let current = if w.has_limits() {
+        client.accounts()?
+    } else {
+        Value::Null
+    };
+    for change in changes(verb, entity, &w, &current)? {
         client.change_accounts(&change)?;
     }
     Ok(0)
@@ -331,7 +440,7 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
     let default_fmt = match entity {
         "account" => "Account,Descr,ParentName,Share",
         "user" => "User,DefaultAccount",
-        _ => "Cluster,Account,User,Share,ParentName",
+        _ => "Cluster,Account,User,Share,ParentName,GrpJobs,GrpTRES,MaxJobs,MaxSubmit",
     };
     let fmt = w.get(&["format"]).unwrap_or(default_fmt);
     let cols: Vec<String> = fmt
@@ -361,7 +470,20 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
                 Some(a) => s(&a["account"]),
                 None => String::new(),
             },
-            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount"),
+            "grpjobs" | "grptres" | "maxjobs" | "maxsubmit" | "maxsubmitjobs" => {
+                let limits: AssocLimits = serde_json::from_value(
+                    assoc.unwrap_or(account)["limits"].clone(),
+                )
+                .unwrap_or_default();
+                let n = |o: Option<u32>| o.map(|n| n.to_string()).unwrap_or_default();
+                match col {
+                    "grpjobs" => n(limits.grp_jobs),
+                    "grptres" => limits.grp_tres.to_setting(),
+                    "maxjobs" => n(limits.max_jobs),
+                    _ => n(limits.max_submit_jobs),
+                }
+            }
+            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount, GrpJobs, GrpTRES, MaxJobs, MaxSubmit"),
         })
     };
     match entity {
@@ -517,6 +639,7 @@ mod tests {
             "add",
             "account",
             &words("physics,bio Parent=science Fairshare=3"),
+            &Value::Null,
         )
         .unwrap();
         assert_eq!(c.len(), 2);
@@ -527,6 +650,7 @@ mod tests {
             "add",
             "user",
             &words("ann Account=physics,bio DefaultAccount=bio"),
+            &Value::Null,
         )
         .unwrap();
         assert!(
@@ -540,18 +664,56 @@ mod tests {
             "modify",
             "user",
             &words("where name=ann account=bio set fairshare=5"),
+            &Value::Null,
         )
         .unwrap();
         assert!(
             matches!(&c[0], AccountChange::ModifyUser { user, account: Some(a), shares: Some(5), .. } if user == "ann" && a == "bio")
         );
-        let c = changes("delete", "user", &words("ann account=bio")).unwrap();
+        let c = changes("delete", "user", &words("ann account=bio"), &Value::Null).unwrap();
         assert!(matches!(&c[0], AccountChange::DeleteUser { account: Some(a), .. } if a == "bio"));
-        assert!(changes("add", "user", &words("ann"))
+        assert!(changes("add", "user", &words("ann"), &Value::Null)
             .unwrap_err()
             .to_string()
             .contains("Account="));
-        assert!(changes("add", "account", &words("x Fairshare=lots")).is_err());
-        assert!(changes("add", "account", &words("")).is_err());
+        assert!(changes("add", "account", &words("x Fairshare=lots"), &Value::Null).is_err());
+        assert!(changes("add", "account", &words(""), &Value::Null).is_err());
+        // Limits: merged into what is set now; -1 clears one.
+        let current = serde_json::json!({
+            "accounts": [{"name": "physics", "limits": {"grp_jobs": 9, "max_jobs": 2}}],
+            "associations": [{"user": "ann", "account": "physics"}, {"user": "ann", "account": "bio"}]
+        });
+        let c = changes(
+            "modify",
+            "account",
+            &words("physics set GrpTRES=gres/gpu=8 MaxJobs=-1"),
+            &current,
+        )
+        .unwrap();
+        assert!(
+            matches!(&c[1], AccountChange::SetLimits { user: None, limits, .. }
+            if limits.grp_jobs == Some(9) && limits.max_jobs.is_none() && limits.grp_tres.gpu == Some(8))
+        );
+        // A user's limits go to each of its associations, or the one named.
+        let c = changes("modify", "user", &words("ann set MaxJobs=1"), &current).unwrap();
+        assert_eq!(c.len(), 3, "{c:?}");
+        let c = changes(
+            "modify",
+            "user",
+            &words("ann where account=bio set MaxSubmitJobs=3"),
+            &current,
+        )
+        .unwrap();
+        assert!(
+            matches!(&c[1], AccountChange::SetLimits { user: Some(u), account, limits }
+            if u == "ann" && account == "bio" && limits.max_submit_jobs == Some(3))
+        );
+        assert!(changes(
+            "modify",
+            "account",
+            &words("physics set GrpTRES=mem=1"),
+            &current
+        )
+        .is_err());
     }
 }

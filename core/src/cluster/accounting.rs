@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{resources_of, Cluster, ClusterError, Effect};
+use crate::assoc_limits::AssocTally;
 use crate::fairshare::{AccountChange, BillingWeights, ShareRow, StoredFairShare};
 use crate::job::{Job, JobId, JobSpec, JobState};
 use crate::qos::{JobLoad, Qos, QosChange, QosTable, QosTally};
@@ -141,13 +142,17 @@ impl Cluster {
     }
 
     /// Keeps the queued jobs (in the order the pass weighs them) that
-    /// their QOS's launch limits would not allow on top of what runs and
-    /// of the jobs before them; returns those and why (Slurm's reasons).
+    /// their QOS's or their association's launch limits would not allow
+    /// on top of what runs and of the jobs before them; returns those and
+    /// why (Slurm's reasons).
     pub(super) fn qos_filter(&self, queues: [&mut Vec<JobId>; 2]) -> Vec<(JobId, &'static str)> {
-        if !self.qos.in_use() {
+        let qos = self.qos.in_use();
+        let assoc = self.fair_share.has_limits();
+        if !qos && !assoc {
             return Vec::new();
         }
         let mut tally = QosTally::default();
+        let mut assoc_tally = AssocTally::default();
         for n in self.nodes.values() {
             // A job on several nodes counts once, with its batch node.
             for j in n
@@ -159,21 +164,45 @@ impl Cluster {
                 if let Some(l) = job_load(j) {
                     tally.add(&l);
                 }
+                if let (true, Some(account)) = (assoc, j.spec.slurm.account.as_deref()) {
+                    let user = &j.spec.user_name;
+                    self.fair_share
+                        .tally(&mut assoc_tally, user, account, &load_of(&j.spec));
+                }
             }
         }
         let mut waits = Vec::new();
         for ids in queues {
             ids.retain(|id| {
-                let Some(l) = self.jobs.get(id).and_then(job_load) else {
+                let Some(j) = self.jobs.get(id) else {
                     return true;
                 };
-                match self.qos.admit(&tally, &l) {
+                let load = load_of(&j.spec);
+                let account = j.spec.slurm.account.as_deref().filter(|_| assoc);
+                let verdict = match job_load(j) {
+                    Some(l) if qos => self.qos.admit(&tally, &l).map_err(|w| w.reason()),
+                    _ => Ok(()),
+                }
+                .and_then(|()| match account {
+                    Some(a) => self
+                        .fair_share
+                        .admit(&assoc_tally, &j.spec.user_name, a, &load)
+                        .map_err(|w| w.reason()),
+                    None => Ok(()),
+                });
+                match verdict {
                     Ok(()) => {
-                        tally.add(&l);
+                        if let Some(l) = job_load(j) {
+                            tally.add(&l);
+                        }
+                        if let Some(a) = account {
+                            self.fair_share
+                                .tally(&mut assoc_tally, &j.spec.user_name, a, &load);
+                        }
                         true
                     }
-                    Err(w) => {
-                        waits.push((*id, w.reason()));
+                    Err(reason) => {
+                        waits.push((*id, reason));
                         false
                     }
                 }
@@ -212,7 +241,31 @@ impl Cluster {
         if account.is_some() {
             spec.slurm.account = account;
         }
-        Ok(())
+        self.check_assoc_submit(spec)
+    }
+
+    /// The limits of the submission's association and the accounts above
+    /// it that apply at submission (`MaxSubmitJobs`, a `GrpTRES` it is
+    /// larger than alone).
+    fn check_assoc_submit(&self, spec: &JobSpec) -> Result<(), ClusterError> {
+        let Some(account) = spec.slurm.account.as_deref() else {
+            return Ok(());
+        };
+        if !self.fair_share.has_limits() {
+            return Ok(());
+        }
+        let queued = self
+            .jobs
+            .values()
+            .filter(|j| {
+                !j.state.is_final()
+                    && j.spec.user_name == spec.user_name
+                    && j.spec.slurm.account.as_deref() == Some(account)
+            })
+            .count() as u32;
+        self.fair_share
+            .check_submit(&spec.user_name, account, &load_of(spec), queued)
+            .map_err(|e| ClusterError::Refused(format!("Batch job submission failed: {e}")))
     }
 
     /// Charges what job `id`'s run held, from its start to `now`, to its

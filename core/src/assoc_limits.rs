@@ -1,0 +1,322 @@
+//! Limits on accounts and users' associations (Slurm's association
+//! limits): `GrpJobs` and `GrpTRES` on an account count every running job
+//! charged to it or to an account below it; on a user's association, that
+//! association's jobs. `MaxJobs` (running) and `MaxSubmitJobs` (queued and
+//! running) hold per association: its own, else the nearest account
+//! above it that sets one. Over a launch limit a job waits with Slurm's
+//! reason (`AssocGrpJobsLimit`, `AssocGrpGRES`, `AssocGrpCpuLimit`,
+//! `AssocMaxJobsLimit`); over `MaxSubmitJobs`, or larger alone than a
+//! `GrpTRES`, it is refused at submission. Pure.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fairshare::FairShare;
+use crate::tres::{Tres, TresUse};
+
+/// The limits of an account or association (`None`: none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssocLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grp_jobs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Tres::is_empty")]
+    pub grp_tres: Tres,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_submit_jobs: Option<u32>,
+}
+
+impl AssocLimits {
+    pub fn is_empty(&self) -> bool {
+        *self == AssocLimits::default()
+    }
+}
+
+/// Why a job waits for its association (Slurm's reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssocWait {
+    MaxJobs,
+    GrpJobs,
+    GrpCpu,
+    GrpGres,
+}
+
+impl AssocWait {
+    pub fn reason(self) -> &'static str {
+        match self {
+            AssocWait::MaxJobs => "AssocMaxJobsLimit",
+            AssocWait::GrpJobs => "AssocGrpJobsLimit",
+            AssocWait::GrpCpu => "AssocGrpCpuLimit",
+            AssocWait::GrpGres => "AssocGrpGRES",
+        }
+    }
+}
+
+/// Running jobs per association and per account (with the accounts below
+/// it), built for one pass and updated as jobs are admitted.
+#[derive(Debug, Default)]
+pub struct AssocTally {
+    by_assoc: BTreeMap<(String, String), (u32, TresUse)>,
+    by_account: BTreeMap<String, (u32, TresUse)>,
+}
+
+impl FairShare {
+    /// Whether any account or association has a limit (none: nothing to
+    /// count in a pass).
+    pub fn has_limits(&self) -> bool {
+        self.accounts.values().any(|a| !a.limits.is_empty())
+            || self.associations.values().any(|a| !a.limits.is_empty())
+    }
+
+    /// An association's `MaxJobs` or `MaxSubmitJobs` (`pick`): its own,
+    /// else the nearest account above it that sets one.
+    fn inherited(
+        &self,
+        user: &str,
+        account: &str,
+        pick: impl Fn(&AssocLimits) -> Option<u32>,
+    ) -> Option<u32> {
+        self.associations
+            .get(&(user.to_string(), account.to_string()))
+            .and_then(|a| pick(&a.limits))
+            .or_else(|| {
+                self.path(account)
+                    .iter()
+                    .find_map(|n| self.accounts.get(n).and_then(|a| pick(&a.limits)))
+            })
+    }
+
+    /// Counts a running (or admitted) job of `user` charged to `account`.
+    pub fn tally(&self, tally: &mut AssocTally, user: &str, account: &str, load: &TresUse) {
+        let t = tally
+            .by_assoc
+            .entry((user.to_string(), account.to_string()))
+            .or_default();
+        t.0 += 1;
+        t.1.add(load);
+        for a in self.path(account) {
+            let t = tally.by_account.entry(a).or_default();
+            t.0 += 1;
+            t.1.add(load);
+        }
+    }
+
+    /// Whether a job of `user` charged to `account` taking `load` may
+    /// start on top of `tally`.
+    pub fn admit(
+        &self,
+        tally: &AssocTally,
+        user: &str,
+        account: &str,
+        load: &TresUse,
+    ) -> Result<(), AssocWait> {
+        let none = (0, TresUse::default());
+        let key = (user.to_string(), account.to_string());
+        let (jobs, used) = tally.by_assoc.get(&key).unwrap_or(&none);
+        if self
+            .inherited(user, account, |l| l.max_jobs)
+            .is_some_and(|m| *jobs >= m)
+        {
+            return Err(AssocWait::MaxJobs);
+        }
+        let own = self.associations.get(&key).map(|a| &a.limits);
+        let groups = own.map(|l| (l, *jobs, used)).into_iter().chain(
+            self.path(account).into_iter().filter_map(|n| {
+                let l = &self.accounts.get(&n)?.limits;
+                let (j, u) = tally.by_account.get(&n).unwrap_or(&none);
+                Some((l, *j, u))
+            }),
+        );
+        for (limits, jobs, used) in groups {
+            if limits.grp_jobs.is_some_and(|m| jobs >= m) {
+                return Err(AssocWait::GrpJobs);
+            }
+            if let Some(kind) = limits.grp_tres.exceeded(used, load) {
+                return Err(if kind.is_gres() {
+                    AssocWait::GrpGres
+                } else {
+                    AssocWait::GrpCpu
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a submission of `user` charged to `account` taking `load`,
+    /// with `queued` of the association's jobs queued or running already:
+    /// `MaxSubmitJobs`, and a `GrpTRES` it is larger than alone. The
+    /// error is in Slurm's words.
+    pub fn check_submit(
+        &self,
+        user: &str,
+        account: &str,
+        load: &TresUse,
+        queued: u32,
+    ) -> Result<(), String> {
+        const VIOLATES: &str =
+            "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)";
+        if let Some(m) = self
+            .inherited(user, account, |l| l.max_submit_jobs)
+            .filter(|m| queued >= *m)
+        {
+            return Err(format!(
+                "{VIOLATES}: the association of user {user} with account {account} allows {m} jobs queued or running (MaxSubmitJobs)"
+            ));
+        }
+        let own = self
+            .associations
+            .get(&(user.to_string(), account.to_string()))
+            .map(|a| (format!("user {user} in account {account}"), &a.limits));
+        let accounts = self.path(account).into_iter().filter_map(|n| {
+            let l = &self.accounts.get(&n)?.limits;
+            Some((format!("account {n}"), l))
+        });
+        for (what, limits) in own.into_iter().chain(accounts) {
+            if let Some(kind) = limits.grp_tres.exceeded(&TresUse::default(), load) {
+                return Err(format!(
+                    "{VIOLATES}: {what} allows in all at most {} (GrpTRES; the job alone asks for more)",
+                    limits.grp_tres.allows(&kind)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fairshare::AccountChange;
+
+    fn site() -> FairShare {
+        let mut f = FairShare::default();
+        for (name, parent) in [("science", None), ("physics", Some("science"))] {
+            f.apply(&AccountChange::AddAccount {
+                name: name.into(),
+                parent: parent.map(String::from),
+                shares: None,
+                description: None,
+            })
+            .unwrap();
+        }
+        for user in ["ann", "bob"] {
+            f.apply(&AccountChange::AddUser {
+                user: user.into(),
+                account: "physics".into(),
+                shares: None,
+                default: true,
+            })
+            .unwrap();
+        }
+        f
+    }
+
+    fn set(f: &mut FairShare, account: &str, user: Option<&str>, limits: AssocLimits) {
+        f.apply(&AccountChange::SetLimits {
+            account: account.into(),
+            user: user.map(String::from),
+            limits,
+        })
+        .unwrap();
+    }
+
+    fn gpus(n: u64) -> TresUse {
+        TresUse {
+            cpus: 1,
+            gpus: n,
+            ..TresUse::default()
+        }
+    }
+
+    #[test]
+    fn an_accounts_group_limits_count_the_accounts_below_it() {
+        let mut f = site();
+        set(
+            &mut f,
+            "science",
+            None,
+            AssocLimits {
+                grp_tres: Tres::parse("gres/gpu=3").unwrap(),
+                grp_jobs: Some(3),
+                ..AssocLimits::default()
+            },
+        );
+        assert!(f.has_limits());
+        let mut t = AssocTally::default();
+        f.tally(&mut t, "ann", "physics", &gpus(2));
+        assert_eq!(f.admit(&t, "bob", "physics", &gpus(1)), Ok(()));
+        assert_eq!(
+            f.admit(&t, "bob", "physics", &gpus(2)),
+            Err(AssocWait::GrpGres)
+        );
+        f.tally(&mut t, "bob", "physics", &gpus(1));
+        f.tally(&mut t, "bob", "physics", &gpus(0));
+        assert_eq!(
+            f.admit(&t, "ann", "physics", &gpus(0)),
+            Err(AssocWait::GrpJobs)
+        );
+        assert_eq!(AssocWait::GrpGres.reason(), "AssocGrpGRES");
+        // Larger alone than the account's GrpTRES: refused at submission.
+        let e = f.check_submit("ann", "physics", &gpus(4), 0).unwrap_err();
+        assert!(
+            e.contains("account science allows in all at most 3 GPUs"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn max_jobs_hold_per_association_own_or_inherited() {
+        let mut f = site();
+        set(
+            &mut f,
+            "physics",
+            None,
+            AssocLimits {
+                max_jobs: Some(1),
+                max_submit_jobs: Some(2),
+                ..AssocLimits::default()
+            },
+        );
+        // bob's own limit wins over the account's.
+        set(
+            &mut f,
+            "physics",
+            Some("bob"),
+            AssocLimits {
+                max_jobs: Some(2),
+                ..AssocLimits::default()
+            },
+        );
+        let mut t = AssocTally::default();
+        f.tally(&mut t, "ann", "physics", &gpus(1));
+        f.tally(&mut t, "bob", "physics", &gpus(1));
+        assert_eq!(
+            f.admit(&t, "ann", "physics", &gpus(1)),
+            Err(AssocWait::MaxJobs)
+        );
+        assert_eq!(f.admit(&t, "bob", "physics", &gpus(1)), Ok(()));
+        assert!(f.check_submit("ann", "physics", &gpus(1), 1).is_ok());
+        let e = f.check_submit("ann", "physics", &gpus(1), 2).unwrap_err();
+        assert!(e.contains("MaxSubmitJobs"), "{e}");
+        // Clearing them lifts them.
+        set(&mut f, "physics", None, AssocLimits::default());
+        assert_eq!(f.admit(&t, "ann", "physics", &gpus(1)), Ok(()));
+        // An account or association that does not exist is refused.
+        assert!(f
+            .apply(&AccountChange::SetLimits {
+                account: "chemistry".into(),
+                user: None,
+                limits: AssocLimits::default(),
+            })
+            .is_err());
+        assert!(f
+            .apply(&AccountChange::SetLimits {
+                account: "science".into(),
+                user: Some("ann".into()),
+                limits: AssocLimits::default(),
+            })
+            .is_err());
+    }
+}
