@@ -167,9 +167,11 @@ queue() {
     rm -r "$d"
 } > "$out/queue-backfill.txt"
 echo "$out/queue-backfill.txt"
-{
-    echo "multifactor with fair share (policy) vs basic, first come first served (baseline); sites/accounts.json; $Q"
-    d=$(queue fairshare --site docs/sim/sites/accounts.json --priority-type multifactor --baseline-priority-type basic)
+# Fair share (classic, or Fair Tree with sites/accounts-fair-tree.json).
+fairshare() {
+    local site=$1 file=$2
+    echo "multifactor with fair share (policy) vs basic, first come first served (baseline); $site; $Q"
+    d=$(queue fairshare --site "docs/sim/$site" --priority-type multifactor --baseline-priority-type basic)
     printf '%-5s %-28s %-28s %s\n' seed "physics wait (s) fs / basic" "bio wait (s) fs / basic" "dia (10% of jobs) fs / basic"
     for s in $SEEDS; do
         f=$d/$s.json
@@ -182,8 +184,11 @@ echo "$out/queue-backfill.txt"
     echo "physics's mean wait (fair share / basic): $(for s in $SEEDS; do f=$d/$s.json; echo "$(wait_of policy account physics < "$f") / $(wait_of baseline account physics < "$f")" | bc -l; done | stats)"
     echo "throughput (fair share / basic): $(for s in $SEEDS; do jq .throughput_ratio "$d/$s.json"; done | stats)"
     rm -r "$d"
-} > "$out/queue-fairshare.txt"
+}
+fairshare sites/accounts.json queue-fairshare.txt > "$out/queue-fairshare.txt"
 echo "$out/queue-fairshare.txt"
+fairshare sites/accounts-fair-tree.json queue-fairtree.txt > "$out/queue-fairtree.txt"
+echo "$out/queue-fairtree.txt"
 {
     echo "preemption by QOS, requeue (policy) vs none (baseline); multifactor; sites/qos-preempt.json, sites/qos-no-preempt.json; $Q"
     d=$(queue preempt --site docs/sim/sites/qos-preempt.json --baseline-site docs/sim/sites/qos-no-preempt.json --priority-type multifactor)

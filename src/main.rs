@@ -188,6 +188,9 @@ struct UpArgs {
     /// Every job must run under one of its user's accounts (sacctmgr).
     #[arg(long)]
     enforce_associations: bool,
+    /// The fair-share factor by Slurm's Fair Tree instead of the classic one.
+    #[arg(long)]
+    fair_tree: bool,
     /// Placement policy for shared tasks: `case` or `mgb-sm`.
     #[arg(long, default_value = "case")]
     placement_policy: String,
@@ -273,6 +276,7 @@ async fn up(args: UpArgs) -> Result<()> {
             priority_decay_half_life: args.priority_decay_half_life,
             tres_billing_weights: args.tres_billing_weights.clone(),
             enforce_associations: args.enforce_associations,
+            fair_tree: args.fair_tree,
             preempt_mode: args.preempt_mode.clone(),
             scheduler_type: args.scheduler_type.clone(),
             durability: args.durability,

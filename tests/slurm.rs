@@ -611,6 +611,48 @@ fn accounts_and_fair_share_through_sacctmgr_and_sshare() {
 }
 
 #[test]
+fn fair_tree_ranks_associations_by_their_accounts_usage() {
+    let s = Slurm::start_with(&[
+        "--sim-gpus",
+        "1xA100-40GB",
+        "--priority-type",
+        "multifactor",
+        "--fair-tree",
+    ]);
+    let me = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    s.ok("sacctmgr", &["-i", "add", "account", "physics,bio"]);
+    s.ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "add",
+            "user",
+            &me,
+            "Account=physics,bio",
+            "DefaultAccount=physics",
+        ],
+    );
+    let id = s.sbatch(&["--wrap", "sleep 1"]);
+    s.g.wait_state(id, "COMPLETED", T);
+    // physics has used its share, bio nothing: bio's association ranks
+    // first (factor 1), physics's second of two (0.5).
+    let share = s.ok("sshare", &["-P", "-n", "-u", &me]);
+    let factor = |acct: &str| -> String {
+        share
+            .lines()
+            .find(|l| l.starts_with(&format!("{acct}|{me}|")))
+            .and_then(|l| l.split('|').nth(6))
+            .unwrap_or_else(|| panic!("{acct} in {share}"))
+            .to_string()
+    };
+    assert_eq!(factor("bio").parse::<f64>().unwrap(), 1.0, "{share}");
+    assert_eq!(factor("physics").parse::<f64>().unwrap(), 0.5, "{share}");
+}
+
+#[test]
 fn association_limits_through_sacctmgr() {
     let s = Slurm::start_with(&["--sim-gpus", "2xA100-40GB"]);
     let g = &s.g;

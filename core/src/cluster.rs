@@ -405,6 +405,9 @@ pub struct Cluster {
     reshape_seq: u64,
 }
 
+/// Each association's Fair Tree factor.
+type FairTreeFactors = BTreeMap<(String, String), f64>;
+
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
 /// the array's id, so this is a range, not a scan).
 fn job_or_array(jobs: &BTreeMap<JobId, Job>, id: JobId) -> impl Iterator<Item = &Job> {
@@ -481,10 +484,23 @@ impl Cluster {
 
     /// Job `job`'s priority at `now` (0 while held, as Slurm shows it).
     pub fn priority_of(&self, job: &Job, now: i64) -> crate::priority::Priority {
-        self.weigh(job, &self.priority_context(now))
+        let tree = self.fair_tree(now);
+        self.weigh(job, &self.priority_context(now, tree.as_ref()))
     }
 
-    fn priority_context(&self, now: i64) -> crate::priority::PriorityContext<'_> {
+    /// The Fair Tree factors at `now`, where that algorithm is used.
+    fn fair_tree(&self, now: i64) -> Option<FairTreeFactors> {
+        (self.accounting.fair_tree && self.fair_share.in_use()).then(|| {
+            self.fair_share
+                .fair_tree(now, self.accounting.half_life_secs)
+        })
+    }
+
+    fn priority_context<'a>(
+        &'a self,
+        now: i64,
+        fair_tree: Option<&'a FairTreeFactors>,
+    ) -> crate::priority::PriorityContext<'a> {
         let cluster_cpus = self
             .nodes
             .values()
@@ -498,6 +514,7 @@ impl Cluster {
                 .fair_share
                 .in_use()
                 .then_some((&self.fair_share, self.accounting.half_life_secs)),
+            fair_tree,
             qos: self.qos.in_use().then_some(&self.qos),
         }
     }
@@ -520,7 +537,8 @@ impl Cluster {
         if !self.priority.orders() {
             return;
         }
-        let ctx = self.priority_context(now);
+        let tree = self.fair_tree(now);
+        let ctx = self.priority_context(now, tree.as_ref());
         let mut keyed: Vec<(std::cmp::Reverse<u64>, JobId)> = ids
             .iter()
             .map(|id| {

@@ -559,6 +559,11 @@ impl FairShare {
         }
     }
 
+    /// An association's usage decayed to `now`.
+    pub(crate) fn decayed_usage(&self, key: &(String, String), now: i64, half_life: i64) -> f64 {
+        self.decayed(key, now, half_life)
+    }
+
     fn decayed(&self, key: &(String, String), now: i64, half_life: i64) -> f64 {
         let u = self.usage.get(key).copied().unwrap_or(0.0);
         if now > self.usage_at && half_life > 0 {

@@ -13,6 +13,7 @@ pub mod context;
 pub mod dependency;
 pub mod devices;
 pub mod env;
+pub mod fair_tree;
 pub mod fairshare;
 pub mod fence;
 pub mod gpu;

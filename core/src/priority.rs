@@ -31,6 +31,9 @@ pub struct PriorityContext<'a> {
     /// The accounts and their usage, where accounting is in use, with the
     /// usage's half-life (seconds): the fair-share factor.
     pub fair_share: Option<(&'a crate::fairshare::FairShare, i64)>,
+    /// Each association's Fair Tree factor, where that algorithm is used
+    /// (`crate::fair_tree`; worked out once per pass).
+    pub fair_tree: Option<&'a std::collections::BTreeMap<(String, String), f64>>,
     /// The QOS, where any exist: the QOS factor.
     pub qos: Option<&'a crate::qos::QosTable>,
 }
@@ -39,6 +42,11 @@ impl PriorityContext<'_> {
     /// `job`'s fair-share factor (0 where it is charged to no account).
     pub fn fair_share_of(&self, job: &Job) -> f64 {
         match (self.fair_share, job.spec.slurm.account.as_deref()) {
+            (Some(_), Some(a)) if self.fair_tree.is_some() => self
+                .fair_tree
+                .and_then(|t| t.get(&(job.spec.user_name.clone(), a.to_string())))
+                .copied()
+                .unwrap_or(0.0),
             (Some((f, half_life)), Some(a)) if f.in_use() => {
                 f.factor(&job.spec.user_name, a, self.now, half_life)
             }

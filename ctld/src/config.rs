@@ -91,6 +91,12 @@ pub struct CtldConfig {
     #[arg(long)]
     #[serde(default)]
     pub enforce_associations: bool,
+    /// The fair-share factor by Slurm's Fair Tree (usage counts at every
+    /// level of the account tree; Slurm's default) instead of the classic
+    /// `2^(-U/S)` of each association.
+    #[arg(long)]
+    #[serde(default)]
+    pub fair_tree: bool,
     /// Commit durability: normal survives process crashes, full also power loss.
     #[arg(long, value_enum, default_value = "normal")]
     #[serde(default = "default_durability")]
@@ -195,6 +201,7 @@ impl Default for CtldConfig {
             priority_decay_half_life: default_half_life(),
             tres_billing_weights: default_billing_weights(),
             enforce_associations: false,
+            fair_tree: false,
             preempt_mode: default_preempt_mode(),
             scheduler_type: default_scheduler_type(),
             durability: default_durability(),
@@ -252,6 +259,7 @@ impl CtldConfig {
             enforce: self.enforce_associations,
             half_life_secs: self.priority_decay_half_life,
             weights,
+            fair_tree: self.fair_tree,
         })
     }
 

@@ -33,6 +33,9 @@ pub struct AccountingConfig {
     /// Usage halves in this many seconds (`PriorityDecayHalfLife`).
     pub half_life_secs: i64,
     pub weights: BillingWeights,
+    /// The fair-share factor by Slurm's Fair Tree (`fair_tree`) instead
+    /// of the classic one.
+    pub fair_tree: bool,
 }
 
 impl Default for AccountingConfig {
@@ -41,6 +44,7 @@ impl Default for AccountingConfig {
             enforce: false,
             half_life_secs: 7 * 24 * 3600,
             weights: BillingWeights::default(),
+            fair_tree: false,
         }
     }
 }
@@ -221,7 +225,14 @@ impl Cluster {
 
     /// `sshare`'s lines at `now`.
     pub fn share_rows(&self, now: i64) -> Vec<ShareRow> {
-        self.fair_share.rows(now, self.accounting.half_life_secs)
+        let mut rows = self.fair_share.rows(now, self.accounting.half_life_secs);
+        if let Some(tree) = self.fair_tree(now) {
+            // The factor multifactor uses.
+            for r in rows.iter_mut().filter(|r| r.fair_share.is_some()) {
+                r.fair_share = tree.get(&(r.user.clone(), r.account.clone())).copied();
+            }
+        }
+        rows
     }
 
     /// Sets the account a submission is charged to, or refuses it (an

@@ -84,6 +84,7 @@ mod tests {
             now,
             cluster_cpus: 8,
             fair_share: None,
+            fair_tree: None,
             qos: None,
         };
         let p = m.priority(&job(0, 2, 0), &ctx(50));

@@ -38,6 +38,9 @@ pub struct SimSite {
     /// Every job must name one of its user's associations.
     #[serde(default)]
     pub enforce_associations: bool,
+    /// The fair-share factor by Fair Tree (gctld's `--fair-tree`).
+    #[serde(default)]
+    pub fair_tree: bool,
 }
 
 impl SimSite {
@@ -61,6 +64,7 @@ impl SimSite {
         }
         let mut accounting = AccountingConfig {
             enforce: self.enforce_associations,
+            fair_tree: self.fair_tree,
             ..AccountingConfig::default()
         };
         if let Some(h) = self.half_life_secs {
