@@ -63,6 +63,14 @@ impl Slurm {
         stdout(&o)
     }
 
+    /// Runs a command that must fail with `expect` in its error output.
+    pub fn refused(&self, name: &str, args: &[&str], expect: &str) {
+        let o = self.run(name, args, None);
+        assert!(!o.status.success(), "{name} {args:?} succeeded");
+        let err = stderr(&o);
+        assert!(err.contains(expect), "{name} {args:?}: {err}");
+    }
+
     pub fn sbatch(&self, args: &[&str]) -> u64 {
         let mut all = vec!["--parsable"];
         all.extend_from_slice(args);

@@ -123,15 +123,9 @@ impl Cluster {
         let Some(qos) = spec.slurm.qos.clone() else {
             return Ok(());
         };
-        let queued = self
-            .jobs
-            .values()
-            .filter(|j| {
-                !j.state.is_final()
-                    && j.spec.user_name == spec.user_name
-                    && j.spec.slurm.qos.as_deref() == Some(qos.as_str())
-            })
-            .count() as u32;
+        let queued = self.active_jobs_of(&spec.user_name, |s| {
+            s.slurm.qos.as_deref() == Some(qos.as_str())
+        });
         self.qos
             .check_submit(
                 &JobLoad {
@@ -255,6 +249,14 @@ impl Cluster {
         self.check_assoc_submit(spec)
     }
 
+    /// How many of `user`'s jobs that `matches` are queued or running.
+    fn active_jobs_of(&self, user: &str, matches: impl Fn(&JobSpec) -> bool) -> u32 {
+        self.jobs
+            .values()
+            .filter(|j| !j.state.is_final() && j.spec.user_name == user && matches(&j.spec))
+            .count() as u32
+    }
+
     /// The limits of the submission's association and the accounts above
     /// it that apply at submission (`MaxSubmitJobs`, a `GrpTRES` it is
     /// larger than alone).
@@ -265,15 +267,9 @@ impl Cluster {
         if !self.fair_share.has_limits() {
             return Ok(());
         }
-        let queued = self
-            .jobs
-            .values()
-            .filter(|j| {
-                !j.state.is_final()
-                    && j.spec.user_name == spec.user_name
-                    && j.spec.slurm.account.as_deref() == Some(account)
-            })
-            .count() as u32;
+        let queued = self.active_jobs_of(&spec.user_name, |s| {
+            s.slurm.account.as_deref() == Some(account)
+        });
         self.fair_share
             .check_submit(&spec.user_name, account, &load_of(spec), queued)
             .map_err(|e| ClusterError::Refused(format!("Batch job submission failed: {e}")))

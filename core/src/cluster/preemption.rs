@@ -333,7 +333,7 @@ impl Cluster {
 
 #[cfg(test)]
 mod tests {
-    use crate::cluster::testkit::{cluster, ended, launch, spec};
+    use crate::cluster::testkit::{add_qos, cluster, ended, launch, spec};
     use crate::cluster::{Effect, JobState};
     use crate::job::GpuRequest;
     use crate::preempt::PreemptMode;
@@ -380,16 +380,8 @@ mod tests {
         let mut c = cluster();
         c.register_node(&crate::cluster::testkit::registration("n2", &[], vec![]), 0);
         c.set_preempt_mode(PreemptMode::Requeue);
-        for (name, preempt) in [("low", vec![]), ("high", vec!["low".to_string()])] {
-            c.change_qos(&QosChange::Add {
-                qos: Qos {
-                    name: name.into(),
-                    preempt,
-                    ..Default::default()
-                },
-            })
-            .unwrap();
-        }
+        add_qos(&mut c, "low", &[]);
+        add_qos(&mut c, "high", &["low"]);
         let mut wide = gpu_job("low");
         wide.gpu.count = Some(2);
         wide.slurm.other.insert("nodes".into(), "2".into());

@@ -156,10 +156,9 @@ impl Cluster {
 
 #[cfg(test)]
 mod tests {
-    use crate::cluster::testkit::{cluster, launch, spec};
+    use crate::cluster::testkit::{add_qos, cluster, launch, spec};
     use crate::cluster::{Effect, JobState};
     use crate::preempt::PreemptMode;
-    use crate::qos::{Qos, QosChange};
     use crate::wire::{InstanceUse, WaitingTask};
 
     const GIB: u64 = 1 << 30;
@@ -170,16 +169,8 @@ mod tests {
     fn shared_jobs(mode: PreemptMode) -> (crate::cluster::Cluster, Vec<u64>, u64) {
         let mut c = cluster();
         c.set_preempt_mode(mode);
-        for (name, preempt) in [("low", vec![]), ("high", vec!["low".to_string()])] {
-            c.change_qos(&QosChange::Add {
-                qos: Qos {
-                    name: name.into(),
-                    preempt,
-                    ..Default::default()
-                },
-            })
-            .unwrap();
-        }
+        add_qos(&mut c, "low", &[]);
+        add_qos(&mut c, "high", &["low"]);
         let mut ids = Vec::new();
         for (k, qos) in ["low", "low", "low", "high"].iter().enumerate() {
             let mut s = spec(qos, true);

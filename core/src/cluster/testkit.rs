@@ -63,6 +63,18 @@ pub fn ended(id: JobId, run: u32, code: i32, at: i64) -> JobEnded {
     }
 }
 
+/// Adds QOS `name`, which may preempt `preempt`.
+pub fn add_qos(c: &mut Cluster, name: &str, preempt: &[&str]) {
+    c.change_qos(&crate::qos::QosChange::Add {
+        qos: crate::qos::Qos {
+            name: name.into(),
+            preempt: preempt.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        },
+    })
+    .unwrap();
+}
+
 /// A cluster with node n1 up.
 pub fn cluster() -> Cluster {
     let mut c = Cluster::new(Box::new(crate::launch::CaseLaunch));
