@@ -66,6 +66,11 @@ pub struct Room {
 }
 
 impl Room {
+    /// Whether the waiting job fits without preempting anyone.
+    pub fn fits_now(&self) -> bool {
+        self.fits(&[])
+    }
+
     fn fits(&self, chosen: &[&Candidate]) -> bool {
         let cpus = self.free_cpus as u64 + chosen.iter().map(|c| c.cpus as u64).sum::<u64>();
         let mem = self.free_memory_mib + chosen.iter().map(|c| c.memory_mib).sum::<u64>();

@@ -13,7 +13,7 @@ use crate::preempt::{victims, Candidate, PreemptMode, Room};
 /// A node kept for a job that preempted others there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Preemption {
-    pub node: String,
+    pub nodes: Vec<String>,
     pub victims: Vec<JobId>,
     pub at: i64,
 }
@@ -47,9 +47,11 @@ impl Cluster {
         });
         self.preemptions
             .iter()
-            .filter_map(|(id, p)| {
-                let ni = self.nodes.keys().position(|n| *n == p.node)?;
-                Some((ni, *id))
+            .flat_map(|(id, p)| {
+                p.nodes.iter().filter_map(|node| {
+                    let ni = self.nodes.keys().position(|n| n == node)?;
+                    Some((ni, *id))
+                })
             })
             .collect()
     }
@@ -66,9 +68,10 @@ impl Cluster {
         let mut effects = self.end_graces(now);
         let in_flight = self.preemptions.values().any(|p| {
             p.victims.iter().any(|v| {
-                self.nodes
-                    .get(&p.node)
-                    .is_some_and(|n| n.running.contains(v))
+                p.nodes
+                    .iter()
+                    .filter_map(|node| self.nodes.get(node))
+                    .any(|n| n.running.contains(v))
             })
         });
         if in_flight {
@@ -78,8 +81,8 @@ impl Cluster {
             if self.preemptions.contains_key(id) {
                 continue;
             }
-            if let Some((node, chosen)) = self.choose_victims(*id) {
-                effects.extend(self.preempt(*id, node, chosen, now));
+            if let Some((nodes, chosen)) = self.choose_victims(*id) {
+                effects.extend(self.preempt(*id, nodes, chosen, now));
                 break;
             }
         }
@@ -169,115 +172,155 @@ impl Cluster {
         effects
     }
 
-    /// The node where preempting the fewest jobs makes room for `id`.
-    fn choose_victims(&self, id: JobId) -> Option<(String, Vec<JobId>)> {
+    /// The nodes where preempting makes room for `id` at the least cost,
+    /// and the jobs to preempt there: for a job on one node, the node
+    /// where the fewest nodes' work is lost; for one on N nodes, the N
+    /// cheapest of the nodes it fits on now (cost 0) or after preempting
+    /// there (at least one of them).
+    fn choose_victims(&self, id: JobId) -> Option<(Vec<String>, Vec<JobId>)> {
         let job = self.jobs.get(&id)?;
         let qos = self.qos.qos.get(job.spec.slurm.qos.as_deref()?)?;
-        if qos.preempt.is_empty() || crate::allocation::width_of(&job.spec.slurm) > 1 {
+        if qos.preempt.is_empty() {
             return None;
         }
-        let res = resources_of(job);
+        let width = crate::allocation::width_of(&job.spec.slurm) as usize;
         let choice = crate::allocation::node_choice(&job.spec.slurm.other)
             .ok()
             .flatten();
-        let mut best: Option<(String, Vec<JobId>)> = None;
-        for n in self.nodes.values() {
-            if !n.accepts_launches()
-                || !res.could_fit(&n.total())
-                || choice.as_ref().is_some_and(|c| !c.allows(&n.name))
-            {
-                continue;
-            }
-            let candidates: Vec<Candidate> = n
-                .running
-                .iter()
-                .filter_map(|v| self.jobs.get(v))
-                .filter(|v| {
-                    v.state == JobState::Running
-                        && !v.launching
-                        && v.runs_on(&n.name)
-                        && v.spec
-                            .slurm
-                            .qos
-                            .as_ref()
-                            .is_some_and(|q| qos.preempt.contains(q))
-                })
-                .map(|v| {
-                    let r = resources_of(v);
-                    Candidate {
-                        id: v.id,
-                        start: v.start_time.unwrap_or(0),
-                        nodes: 1 + v.sisters.len() as u32,
-                        cpus: r.cpus,
-                        memory_mib: r.memory_mib(n.memory_mib),
-                        instances: n
-                            .instances
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, s)| s.isolated_owner == Some(v.id))
-                            .map(|(i, _)| i)
-                            .collect(),
-                    }
-                })
-                .collect();
-            if candidates.is_empty() {
-                continue;
-            }
-            let free = self.free_on(n);
-            let room = Room {
-                free_cpus: free.cpus,
-                free_memory_mib: free.memory_mib,
-                free_workers: n.worker_limit.saturating_sub(n.running.len() as u32),
-                free_instances: n
-                    .instances
-                    .iter()
-                    .map(|s| {
-                        s.isolated_owner.is_none()
-                            && s.draining_for.is_none()
-                            && s.active_tasks == 0
-                            && !s.retiring
-                    })
-                    .collect(),
-                need_cpus: res.cpus,
-                need_memory_mib: res.memory_mib(n.memory_mib),
-                need_instances: if job.spec.isolated {
-                    job.spec.gpu.instances()
-                } else {
-                    0
-                },
-                satisfies: n
-                    .instances
-                    .iter()
-                    .map(|s| s.instance.satisfies(&job.spec.gpu))
-                    .collect(),
-            };
-            if let Some(v) = victims(&room, &candidates) {
-                // The fewest nodes' work lost (a job on several nodes
-                // loses its run on each).
-                let cost = |v: &[JobId]| -> usize {
-                    v.iter()
-                        .map(|id| 1 + self.jobs.get(id).map_or(0, |j| j.sisters.len()))
-                        .sum()
-                };
-                if best.as_ref().is_none_or(|(_, b)| cost(&v) < cost(b)) {
-                    best = Some((n.name.clone(), v));
-                }
-            }
+        // The fewest nodes' work lost (a job on several nodes loses its
+        // run on each).
+        let cost = |v: &[JobId]| -> usize {
+            v.iter()
+                .map(|id| 1 + self.jobs.get(id).map_or(0, |j| j.sisters.len()))
+                .sum()
+        };
+        let mut options: Vec<(usize, String, Vec<JobId>)> = self
+            .nodes
+            .values()
+            .filter(|n| choice.as_ref().is_none_or(|c| c.allows(&n.name)))
+            .filter_map(|n| {
+                let v = self.node_victims(job, qos, n, width > 1)?;
+                Some((cost(&v), n.name.clone(), v))
+            })
+            .collect();
+        options.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        if width == 1 {
+            options.retain(|o| !o.2.is_empty());
         }
-        best
+        if options.len() < width.max(1) {
+            return None;
+        }
+        options.truncate(width.max(1));
+        let victims: Vec<JobId> = options.iter().flat_map(|o| o.2.clone()).collect();
+        if victims.is_empty() {
+            return None;
+        }
+        let mut unique = victims.clone();
+        unique.sort();
+        unique.dedup();
+        Some((options.into_iter().map(|o| o.1).collect(), unique))
     }
 
-    /// Preempts `chosen` on `node` for job `id`.
-    fn preempt(&mut self, id: JobId, node: String, chosen: Vec<JobId>, now: i64) -> Vec<Effect> {
+    /// The jobs of `qos`'s preemptable QOS to preempt on `n` so that `job`
+    /// (its share of it) fits there: empty where it fits now and `fits_now`
+    /// counts; `None` where nothing would do.
+    fn node_victims(
+        &self,
+        job: &crate::job::Job,
+        qos: &crate::qos::Qos,
+        n: &super::Node,
+        fits_now: bool,
+    ) -> Option<Vec<JobId>> {
+        let res = resources_of(job);
+        if !n.accepts_launches() || !res.could_fit(&n.total()) {
+            return None;
+        }
+        let candidates: Vec<Candidate> = n
+            .running
+            .iter()
+            .filter_map(|v| self.jobs.get(v))
+            .filter(|v| {
+                v.state == JobState::Running
+                    && !v.launching
+                    && v.runs_on(&n.name)
+                    && v.spec
+                        .slurm
+                        .qos
+                        .as_ref()
+                        .is_some_and(|q| qos.preempt.contains(q))
+            })
+            .map(|v| {
+                let r = resources_of(v);
+                Candidate {
+                    id: v.id,
+                    start: v.start_time.unwrap_or(0),
+                    nodes: 1 + v.sisters.len() as u32,
+                    cpus: r.cpus,
+                    memory_mib: r.memory_mib(n.memory_mib),
+                    instances: n
+                        .instances
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| s.isolated_owner == Some(v.id))
+                        .map(|(i, _)| i)
+                        .collect(),
+                }
+            })
+            .collect();
+        let free = self.free_on(n);
+        let room = Room {
+            free_cpus: free.cpus,
+            free_memory_mib: free.memory_mib,
+            free_workers: n.worker_limit.saturating_sub(n.running.len() as u32),
+            free_instances: n
+                .instances
+                .iter()
+                .map(|s| {
+                    s.isolated_owner.is_none()
+                        && s.draining_for.is_none()
+                        && s.active_tasks == 0
+                        && !s.retiring
+                })
+                .collect(),
+            need_cpus: res.cpus,
+            need_memory_mib: res.memory_mib(n.memory_mib),
+            need_instances: if job.spec.isolated {
+                job.spec.gpu.instances()
+            } else {
+                0
+            },
+            satisfies: n
+                .instances
+                .iter()
+                .map(|s| s.instance.satisfies(&job.spec.gpu))
+                .collect(),
+        };
+        if fits_now && room.fits_now() {
+            return Some(Vec::new());
+        }
+        victims(&room, &candidates)
+    }
+
+    /// Preempts `chosen` for job `id` and keeps `nodes` for it.
+    fn preempt(
+        &mut self,
+        id: JobId,
+        nodes: Vec<String>,
+        chosen: Vec<JobId>,
+        now: i64,
+    ) -> Vec<Effect> {
         let mut effects = self.preempt_jobs(id, &chosen, now);
         effects.push(Effect::Job {
             id,
-            event: format!("preempted job(s) {chosen:?} on {node}; the node is kept for it"),
+            event: format!(
+                "preempted job(s) {chosen:?} on {}; kept for it",
+                crate::hostlist::compress(&nodes)
+            ),
         });
         self.preemptions.insert(
             id,
             Preemption {
-                node,
+                nodes,
                 victims: chosen,
                 at: now,
             },
@@ -433,6 +476,56 @@ mod tests {
         cancelled.outcome.cause = crate::outcome::EndCause::Cancelled;
         c.job_ended("n1", &cancelled).unwrap();
         assert_eq!(c.job(a).unwrap().state, JobState::Cancelled);
+    }
+
+    #[test]
+    fn a_job_on_several_nodes_preempts_where_it_does_not_fit_and_keeps_them_all() {
+        // Two nodes of two instances; n1's both run low jobs, n2 is free.
+        let mut c = cluster();
+        c.register_node(&crate::cluster::testkit::registration("n2", &[], vec![]), 0);
+        c.set_preempt_mode(PreemptMode::Requeue);
+        add_qos(&mut c, "low", &[]);
+        add_qos(&mut c, "high", &["low"]);
+        let mut lows = Vec::new();
+        for k in 0..2 {
+            let mut low = gpu_job("low");
+            low.slurm.other.insert("nodelist".into(), "n1".into());
+            let (id, _) = c.submit(low, k).unwrap();
+            assert_eq!(launch(&mut c, k), [id]);
+            lows.push(id);
+        }
+        // A high job on both nodes, both instances of each.
+        let mut wide = gpu_job("high");
+        wide.gpu.count = Some(2);
+        wide.slurm.other.insert("nodes".into(), "2".into());
+        let (h, _) = c.submit(wide, 5).unwrap();
+        let fx = c.schedule(6);
+        let mut hit: Vec<u64> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Signal {
+                    job, cancel: true, ..
+                } => Some(*job),
+                _ => None,
+            })
+            .collect();
+        hit.sort();
+        assert_eq!(hit, lows, "{fx:?}");
+        // Both low runs end: the job starts on both nodes, kept for it.
+        for (k, id) in lows.iter().enumerate() {
+            c.job_ended("n1", &ended(*id, 1, 143, 7 + k as i64))
+                .unwrap();
+        }
+        assert_eq!(launch(&mut c, 10), [h, h]);
+        let mut nodes = c
+            .job(h)
+            .unwrap()
+            .nodes()
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>();
+        nodes.sort();
+        assert_eq!(nodes, ["n1", "n2"]);
     }
 
     #[test]
