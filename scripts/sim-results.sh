@@ -211,3 +211,18 @@ echo "$out/queue-preempt.txt"
     "$G" sim $Q --seed 1 --site docs/sim/sites/qos-limits.json --baseline-site none | grep -v '^exclusive '
 } > "$out/queue-limits.txt"
 echo "$out/queue-limits.txt"
+
+# GPU time quotas (docs/simulator.md, "Queue policies"): two training jobs
+# filling an A100 with shares 0.3 and 0.7 and an inference job of 50 bursts
+# (1 s alone each, 5 s of CPU between), latency-critical through its QOS;
+# against the same without the latency-critical QOS, and with no quota at all.
+{
+    echo "quotas 0.3/0.7, inference latency-critical (policy) vs quotas, inference without a QOS (baseline); 1xA100-80GB; docs/sim/quota/"
+    "$G" sim --trace docs/sim/quota/trace.json --cluster 1xA100-80GB --policy case --baseline case \
+        --site docs/sim/quota/site-lc.json --baseline-site none | grep -v '^case '
+    echo
+    echo "no quota at all (trace-plain.json): the three share the GPU by demand"
+    "$G" sim --trace docs/sim/quota/trace-plain.json --cluster 1xA100-80GB --policy case --baseline case \
+        | grep -v '^case ' | sed -n '1,4p'
+} > "$out/quota-a100.txt"
+echo "$out/quota-a100.txt"

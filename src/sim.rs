@@ -267,13 +267,14 @@ fn print_queue(name: &str, r: &SimResult, o: &SimOptions) {
     );
     for g in &r.groups {
         println!(
-            "  {:<8} {:<11} jobs {:>4}  completed {:>4}  mean wait {:>8.0} s  max wait {:>8.0} s  node time {:>5.1}%",
+            "  {:<8} {:<11} jobs {:>4}  completed {:>4}  mean wait {:>8.0} s  max wait {:>8.0} s  mean turnaround {:>8.1} s  node time {:>5.1}%",
             g.kind,
             g.name,
             g.jobs,
             g.completed,
             g.mean_wait,
             g.max_wait,
+            g.mean_turnaround,
             g.node_time_share * 100.0
         );
     }

@@ -166,6 +166,8 @@ pub struct GroupStats {
     /// that started, seconds.
     pub mean_wait: f64,
     pub max_wait: f64,
+    /// Mean time from submission to end of its completed jobs, seconds.
+    pub mean_turnaround: f64,
     /// Its part of all jobs' node time (run time times nodes).
     pub node_time_share: f64,
 }

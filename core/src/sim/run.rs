@@ -507,6 +507,14 @@ fn groups(
                     .count(),
                 mean_wait: started.iter().sum::<f64>() / started.len().max(1) as f64,
                 max_wait: started.iter().copied().fold(0.0, f64::max),
+                mean_turnaround: {
+                    let done: Vec<f64> = members
+                        .iter()
+                        .filter(|i| outcomes[**i] == SimOutcome::Completed)
+                        .filter_map(|i| state[*i].end.map(|e| e - jobs[*i].submit))
+                        .collect();
+                    done.iter().sum::<f64>() / done.len().max(1) as f64
+                },
                 node_time_share: members.iter().map(|i| state[*i].node_secs).sum::<f64>() / total,
             });
         }
