@@ -872,6 +872,25 @@ fn mig_profile_and_gpu_memory_limits_through_sacctmgr() {
         &["--gres=gpu:3", "--gpu-mem=3G", "--wrap", "true"],
         "8192 MiB of GPU memory",
     );
+    // Stated GPU time shares: 0.6 of a GPU per user; a second 0.5 waits.
+    s.ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "qos",
+            "normal",
+            "set",
+            "MaxTRESPerUser=gres/gpushare=0.6",
+        ],
+    );
+    let c = s.sbatch(&["--gpu-share=0.5", "--wrap", "sleep 3"]);
+    let d = s.sbatch(&["--gpu-share=0.5", "--wrap", "true"]);
+    g.wait_state(c, "RUNNING", T);
+    g.wait_until("d waits for its QOS", T, || {
+        reason(d) == "QOSMaxGRESPerUser"
+    });
+    g.wait_state(d, "COMPLETED", T);
     // A limit gsched cannot count is refused by name.
     s.refused(
         "sacctmgr",

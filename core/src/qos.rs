@@ -437,6 +437,36 @@ mod tests {
     }
 
     #[test]
+    fn a_users_stated_gpu_time_shares_are_capped() {
+        let mut t = QosTable::default();
+        t.qos.insert(
+            "shared".into(),
+            Qos {
+                name: "shared".into(),
+                max_tres_per_user: Tres::parse("gres/gpushare=1").unwrap(),
+                ..Default::default()
+            },
+        );
+        let job = |share: u64| JobLoad {
+            qos: "shared",
+            user: "a",
+            tres: TresUse {
+                cpus: 1,
+                gpu_share: share,
+                ..TresUse::default()
+            },
+        };
+        let mut tally = QosTally::default();
+        tally.add(&job(700));
+        assert_eq!(t.admit(&tally, &job(300)), Ok(()));
+        assert_eq!(t.admit(&tally, &job(400)), Err(QosWait::MaxGresPerUser));
+        // A job stating no share is not held by the cap.
+        assert_eq!(t.admit(&tally, &job(0)), Ok(()));
+        let e = t.check_submit(&job(1500), None, 0).unwrap_err();
+        assert!(e.to_string().contains("GPU time shares of 1 GPUs"), "{e}");
+    }
+
+    #[test]
     fn gpu_memory_and_mig_profiles_are_limited_like_gres() {
         let mut t = QosTable::default();
         t.qos.insert(
@@ -456,6 +486,7 @@ mod tests {
                 gpus: 1,
                 gpu_mem_mib: mem,
                 mig: [("1g.10gb".to_string(), 1)].into(),
+                ..TresUse::default()
             },
         };
         // Too big alone: refused at submission, naming the limit.

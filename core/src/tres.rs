@@ -3,7 +3,9 @@
 //! has no GPU memory TRES) and instances of one MIG profile
 //! (`gres/gpu:1g.10gb`, Slurm's typed GRES). A job counts what it asks
 //! for, as Slurm counts typed GRES: its instances, its `--gpu-mem` on each,
-//! its profile's instances. Pure.
+//! its profile's instances; and the GPU time share a shared job states
+//! (`gres/gpushare`, gsched's own: under GPU time quotas a share is a
+//! claim on GPU time). Pure.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +25,10 @@ pub struct Tres {
     /// Instances of each MIG profile (`gres/gpu:PROFILE`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mig: BTreeMap<String, u64>,
+    /// GPU time shares stated by shared jobs (`--gpu-share`), thousandths
+    /// of a GPU (`gres/gpushare=1.5`, gsched's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_share: Option<u64>,
 }
 
 /// What jobs take (or one job asks for) of the trackable resources.
@@ -32,6 +38,8 @@ pub struct TresUse {
     pub gpus: u64,
     pub gpu_mem_mib: u64,
     pub mig: BTreeMap<String, u64>,
+    /// Stated GPU time shares, thousandths of a GPU.
+    pub gpu_share: u64,
 }
 
 impl TresUse {
@@ -39,6 +47,7 @@ impl TresUse {
         self.cpus += other.cpus;
         self.gpus += other.gpus;
         self.gpu_mem_mib += other.gpu_mem_mib;
+        self.gpu_share += other.gpu_share;
         for (p, n) in &other.mig {
             *self.mig.entry(p.clone()).or_default() += n;
         }
@@ -51,6 +60,7 @@ pub enum TresKind {
     Cpu,
     Gpu,
     GpuMem,
+    GpuShare,
     Mig(String),
 }
 
@@ -82,6 +92,15 @@ impl Tres {
             match key.as_str() {
                 "cpu" => t.cpu = Some(count()?),
                 "gres/gpu" | "gpu" => t.gpu = Some(count()?),
+                "gres/gpushare" | "gpushare" => {
+                    let gpus: f64 = v
+                        .trim()
+                        .parse()
+                        .ok()
+                        .filter(|g: &f64| g.is_finite() && *g >= 0.0)
+                        .ok_or_else(|| format!("'{part}': expected GPUs, such as 1.5"))?;
+                    t.gpu_share = Some((gpus * 1000.0).round() as u64);
+                }
                 "gres/gpumem" | "gpumem" => {
                     t.gpu_mem_mib = Some(
                         crate::units::parse_mem_mib(v.trim())
@@ -94,7 +113,7 @@ impl Tres {
                     }
                     _ => {
                         return Err(format!(
-                            "'{}': gsched limits cpu, gres/gpu, gres/gpu:PROFILE (a MIG profile such as 1g.10gb) and gres/gpumem",
+                            "'{}': gsched limits cpu, gres/gpu, gres/gpu:PROFILE (a MIG profile such as 1g.10gb), gres/gpumem and gres/gpushare",
                             k.trim()
                         ))
                     }
@@ -109,6 +128,7 @@ impl Tres {
             && self.gpu.is_none()
             && self.gpu_mem_mib.is_none()
             && self.mig.is_empty()
+            && self.gpu_share.is_none()
     }
 
     /// Slurm's form, as [`Tres::parse`] reads it back.
@@ -125,6 +145,9 @@ impl Tres {
         }
         if let Some(m) = self.gpu_mem_mib {
             p.push(format!("gres/gpumem={m}M"));
+        }
+        if let Some(s) = self.gpu_share {
+            p.push(format!("gres/gpushare={}", s as f64 / 1000.0));
         }
         p.join(",")
     }
@@ -144,6 +167,9 @@ impl Tres {
         if over(self.gpu_mem_mib, used.gpu_mem_mib, job.gpu_mem_mib) {
             return Some(TresKind::GpuMem);
         }
+        if over(self.gpu_share, used.gpu_share, job.gpu_share) {
+            return Some(TresKind::GpuShare);
+        }
         self.mig.iter().find_map(|(p, &l)| {
             let asked = job.mig.get(p).copied().unwrap_or(0);
             let used = used.mig.get(p).copied().unwrap_or(0);
@@ -157,6 +183,10 @@ impl Tres {
             TresKind::Cpu => format!("{} CPUs", self.cpu.unwrap_or(0)),
             TresKind::Gpu => format!("{} GPUs", self.gpu.unwrap_or(0)),
             TresKind::GpuMem => format!("{} MiB of GPU memory", self.gpu_mem_mib.unwrap_or(0)),
+            TresKind::GpuShare => format!(
+                "GPU time shares of {} GPUs",
+                self.gpu_share.unwrap_or(0) as f64 / 1000.0
+            ),
             TresKind::Mig(p) => format!("{} {p} instances", self.mig.get(p).copied().unwrap_or(0)),
         }
     }
@@ -168,7 +198,10 @@ mod tests {
 
     #[test]
     fn limits_read_and_print_back() {
-        let t = Tres::parse("cpu=8, gres/gpu=4,gres/gpumem=40G,gres/gpu:1g.10gb=2").unwrap();
+        let t =
+            Tres::parse("cpu=8, gres/gpu=4,gres/gpumem=40G,gres/gpu:1g.10gb=2,gres/gpushare=1.5")
+                .unwrap();
+        assert_eq!(t.gpu_share, Some(1500));
         assert_eq!(t.cpu, Some(8));
         assert_eq!(t.gpu, Some(4));
         assert_eq!(t.gpu_mem_mib, Some(40 * 1024));
@@ -180,6 +213,7 @@ mod tests {
             "gres/gpu:fast=1",
             "gres/gpumem=lots",
             "cpu",
+            "gres/gpushare=-1",
         ] {
             let e = Tres::parse(bad).unwrap_err();
             assert!(e.contains(bad.split('=').next().unwrap()), "{bad}: {e}");
@@ -196,6 +230,7 @@ mod tests {
             gpus: 1,
             gpu_mem_mib: mem,
             mig: mig.map(|p| (p.to_string(), 1)).into_iter().collect(),
+            gpu_share: 0,
         };
         assert_eq!(t.exceeded(&used, &job(10 * 1024, Some("1g.10gb"))), None);
         used.add(&job(10 * 1024, Some("1g.10gb")));

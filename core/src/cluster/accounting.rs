@@ -303,7 +303,7 @@ impl Cluster {
 /// What a job takes in all (on every node) of what limits count: CPUs;
 /// an isolated job's GPU instances, of its profile where it names one;
 /// GPU memory as asked (`--gpu-mem`, on each instance; a shared job's
-/// hint).
+/// hint); a shared job's stated GPU time share.
 fn load_of(spec: &JobSpec) -> crate::tres::TresUse {
     let width = u64::from(crate::allocation::width_of(&spec.slurm));
     let cpus = crate::resources::JobResources::of(spec).map_or(1, |r| u64::from(r.cpus));
@@ -317,6 +317,11 @@ fn load_of(spec: &JobSpec) -> crate::tres::TresUse {
         cpus: cpus * width,
         gpus: instances,
         gpu_mem_mib,
+        gpu_share: if spec.isolated {
+            0
+        } else {
+            u64::from(spec.gpu.share.unwrap_or(0))
+        },
         mig: spec
             .gpu
             .mig_profile
