@@ -610,6 +610,23 @@ fn accounts_and_fair_share_through_sacctmgr_and_sshare() {
     assert!(after > 0.0 && after <= usage, "{again}");
 }
 
+/// Two jobs with `args`, the first sleeping 3 s: the second waits with
+/// `reason` while the first runs, then runs.
+fn second_waits(s: &Slurm, args: &[&str], reason: &str) {
+    let g = &s.g;
+    let with = |script: &'static str| {
+        let mut all = args.to_vec();
+        all.extend(["--wrap", script]);
+        s.sbatch(&all)
+    };
+    let (a, b) = (with("sleep 3"), with("true"));
+    g.wait_state(a, "RUNNING", T);
+    g.wait_until(&format!("the second job waits ({reason})"), T, || {
+        g.job(b)["state_reason"].as_str() == Some(reason)
+    });
+    g.wait_state(b, "COMPLETED", T);
+}
+
 #[test]
 fn fair_tree_ranks_associations_by_their_accounts_usage() {
     let s = Slurm::start_with(&[
@@ -655,7 +672,6 @@ fn fair_tree_ranks_associations_by_their_accounts_usage() {
 #[test]
 fn association_limits_through_sacctmgr() {
     let s = Slurm::start_with(&["--sim-gpus", "2xA100-40GB"]);
-    let g = &s.g;
     let me = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
         .unwrap()
         .trim()
@@ -683,14 +699,7 @@ fn association_limits_through_sacctmgr() {
         format!("physics||5|\nphysics|{me}||1\n")
     );
     // One job of the association at a time: the second waits.
-    let a = s.sbatch(&["--wrap", "sleep 3"]);
-    let b = s.sbatch(&["--wrap", "true"]);
-    g.wait_state(a, "RUNNING", T);
-    let reason = |id: u64| g.job(id)["state_reason"].as_str().unwrap_or("").to_string();
-    g.wait_until("b waits for its association", T, || {
-        reason(b) == "AssocMaxJobsLimit"
-    });
-    g.wait_state(b, "COMPLETED", T);
+    second_waits(&s, &[], "AssocMaxJobsLimit");
     // Larger alone than the account's GrpTRES: refused, naming it.
     s.ok(
         "sacctmgr",
@@ -843,7 +852,6 @@ fn qos_limits_and_priorities_through_sacctmgr() {
 #[test]
 fn mig_profile_and_gpu_memory_limits_through_sacctmgr() {
     let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB:1g.5gb*4"]);
-    let g = &s.g;
     s.ok(
         "sacctmgr",
         &[
@@ -858,14 +866,7 @@ fn mig_profile_and_gpu_memory_limits_through_sacctmgr() {
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
         .contains("normal|0|||||gres/gpu:1g.5gb=1,gres/gpumem=8192M|"));
     // One 1g.5gb instance at a time: the second job waits (GRES reason).
-    let a = s.sbatch(&["--gres=gpu:1g.5gb:1", "--wrap", "sleep 3"]);
-    let b = s.sbatch(&["--gres=gpu:1g.5gb:1", "--wrap", "true"]);
-    g.wait_state(a, "RUNNING", T);
-    let reason = |id: u64| g.job(id)["state_reason"].as_str().unwrap_or("").to_string();
-    g.wait_until("b waits for its QOS", T, || {
-        reason(b) == "QOSMaxGRESPerUser"
-    });
-    g.wait_state(b, "COMPLETED", T);
+    second_waits(&s, &["--gres=gpu:1g.5gb:1"], "QOSMaxGRESPerUser");
     // More GPU memory than the user may have at once is refused.
     s.refused(
         "sbatch",
@@ -884,13 +885,7 @@ fn mig_profile_and_gpu_memory_limits_through_sacctmgr() {
             "MaxTRESPerUser=gres/gpushare=0.6",
         ],
     );
-    let c = s.sbatch(&["--gpu-share=0.5", "--wrap", "sleep 3"]);
-    let d = s.sbatch(&["--gpu-share=0.5", "--wrap", "true"]);
-    g.wait_state(c, "RUNNING", T);
-    g.wait_until("d waits for its QOS", T, || {
-        reason(d) == "QOSMaxGRESPerUser"
-    });
-    g.wait_state(d, "COMPLETED", T);
+    second_waits(&s, &["--gpu-share=0.5"], "QOSMaxGRESPerUser");
     // A limit gsched cannot count is refused by name.
     s.refused(
         "sacctmgr",
