@@ -734,6 +734,24 @@ fn association_limits_through_sacctmgr() {
             ]
         )
         .contains("physics||gres/gpu=1\n"));
+    // MaxTRES: what one job may ask for.
+    s.ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "account",
+            "physics",
+            "set",
+            "GrpTRES=-1",
+            "MaxTRES=gres/gpu=1",
+        ],
+    );
+    s.refused(
+        "sbatch",
+        &["--gres=gpu:2", "--wrap", "true"],
+        "allows a job at most 1 GPUs (MaxTRES)",
+    );
 }
 
 #[test]

@@ -3,9 +3,11 @@
 //! charged to it or to an account below it; on a user's association, that
 //! association's jobs. `MaxJobs` (running) and `MaxSubmitJobs` (queued and
 //! running) hold per association: its own, else the nearest account
-//! above it that sets one. Over a launch limit a job waits with Slurm's
-//! reason (`AssocGrpJobsLimit`, `AssocGrpGRES`, `AssocGrpCpuLimit`,
-//! `AssocMaxJobsLimit`); over `MaxSubmitJobs`, or larger alone than a
+//! above it that sets one; so does `MaxTRES` (what one job may ask for).
+//! `GrpSubmitJobs` counts queued and running jobs like `GrpJobs`. Over a
+//! launch limit a job waits with Slurm's reason (`AssocGrpJobsLimit`,
+//! `AssocGrpGRES`, `AssocGrpCpuLimit`, `AssocMaxJobsLimit`); over
+//! `MaxSubmitJobs`, `GrpSubmitJobs` or `MaxTRES`, or larger alone than a
 //! `GrpTRES`, it is refused at submission. Pure.
 
 use std::collections::BTreeMap;
@@ -26,6 +28,13 @@ pub struct AssocLimits {
     pub max_jobs: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_submit_jobs: Option<u32>,
+    /// `GrpSubmitJobs`: jobs queued or running in all (an account: with
+    /// the accounts below it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grp_submit_jobs: Option<u32>,
+    /// `MaxTRES`: what one job may ask for (own, else inherited).
+    #[serde(default, skip_serializing_if = "Tres::is_empty")]
+    pub max_tres_per_job: Tres,
 }
 
 impl AssocLimits {
@@ -145,15 +154,17 @@ impl FairShare {
     }
 
     /// Checks a submission of `user` charged to `account` taking `load`,
-    /// with `queued` of the association's jobs queued or running already:
-    /// `MaxSubmitJobs`, and a `GrpTRES` it is larger than alone. The
-    /// error is in Slurm's words.
+    /// with `queued` of the association's jobs queued or running already
+    /// and `queued_in(a)` those charged to account `a`: `MaxSubmitJobs`,
+    /// `GrpSubmitJobs`, `MaxTRES` (per job), and a `GrpTRES` it is larger
+    /// than alone. The error is in Slurm's words.
     pub fn check_submit(
         &self,
         user: &str,
         account: &str,
         load: &TresUse,
         queued: u32,
+        queued_in: &dyn Fn(&str) -> u32,
     ) -> Result<(), String> {
         const VIOLATES: &str =
             "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)";
@@ -164,6 +175,51 @@ impl FairShare {
             return Err(format!(
                 "{VIOLATES}: the association of user {user} with account {account} allows {m} jobs queued or running (MaxSubmitJobs)"
             ));
+        }
+        let per_job = self
+            .associations
+            .get(&(user.to_string(), account.to_string()))
+            .map(|a| &a.limits.max_tres_per_job)
+            .filter(|t| !t.is_empty())
+            .or_else(|| {
+                self.path(account).iter().find_map(|n| {
+                    let t = &self.accounts.get(n)?.limits.max_tres_per_job;
+                    (!t.is_empty()).then_some(t)
+                })
+            });
+        if let Some(t) = per_job {
+            if let Some(kind) = t.exceeded(&TresUse::default(), load) {
+                return Err(format!(
+                    "{VIOLATES}: the association of user {user} with account {account} allows a job at most {} (MaxTRES)",
+                    t.allows(&kind)
+                ));
+            }
+        }
+        if let Some(a) = self
+            .associations
+            .get(&(user.to_string(), account.to_string()))
+            .and_then(|a| a.limits.grp_submit_jobs)
+            .filter(|m| queued >= *m)
+        {
+            return Err(format!(
+                "{VIOLATES}: user {user} in account {account} allows {a} jobs queued or running (GrpSubmitJobs)"
+            ));
+        }
+        for n in self.path(account) {
+            let Some(m) = self.accounts.get(&n).and_then(|a| a.limits.grp_submit_jobs) else {
+                continue;
+            };
+            let in_all: u32 = self
+                .accounts
+                .keys()
+                .filter(|a| self.path(a).contains(&n))
+                .map(|a| queued_in(a))
+                .sum();
+            if in_all >= m {
+                return Err(format!(
+                    "{VIOLATES}: account {n} allows {m} jobs queued or running in all (GrpSubmitJobs)"
+                ));
+            }
         }
         let own = self
             .associations
@@ -259,11 +315,43 @@ mod tests {
         );
         assert_eq!(AssocWait::GrpGres.reason(), "AssocGrpGRES");
         // Larger alone than the account's GrpTRES: refused at submission.
-        let e = f.check_submit("ann", "physics", &gpus(4), 0).unwrap_err();
+        let e = f
+            .check_submit("ann", "physics", &gpus(4), 0, &|_| 0)
+            .unwrap_err();
         assert!(
             e.contains("account science allows in all at most 3 GPUs"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn per_job_and_group_submission_limits_refuse_at_submission() {
+        let mut f = site();
+        set(
+            &mut f,
+            "science",
+            None,
+            AssocLimits {
+                grp_submit_jobs: Some(3),
+                max_tres_per_job: Tres::parse("gres/gpu=2").unwrap(),
+                ..AssocLimits::default()
+            },
+        );
+        // MaxTRES is inherited by physics's users.
+        let e = f
+            .check_submit("ann", "physics", &gpus(3), 0, &|_| 0)
+            .unwrap_err();
+        assert!(e.contains("a job at most 2 GPUs (MaxTRES)"), "{e}");
+        // science's GrpSubmitJobs counts the jobs charged to physics too.
+        let two_in_physics = |a: &str| if a == "physics" { 2 } else { 0 };
+        assert!(f
+            .check_submit("ann", "physics", &gpus(1), 0, &two_in_physics)
+            .is_ok());
+        let three = |a: &str| if a == "physics" { 3 } else { 0 };
+        let e = f
+            .check_submit("bob", "physics", &gpus(1), 0, &three)
+            .unwrap_err();
+        assert!(e.contains("account science allows 3 jobs"), "{e}");
     }
 
     #[test]
@@ -297,8 +385,11 @@ mod tests {
             Err(AssocWait::MaxJobs)
         );
         assert_eq!(f.admit(&t, "bob", "physics", &gpus(1)), Ok(()));
-        assert!(f.check_submit("ann", "physics", &gpus(1), 1).is_ok());
-        let e = f.check_submit("ann", "physics", &gpus(1), 2).unwrap_err();
+        let none = |_: &str| 0;
+        assert!(f.check_submit("ann", "physics", &gpus(1), 1, &none).is_ok());
+        let e = f
+            .check_submit("ann", "physics", &gpus(1), 2, &none)
+            .unwrap_err();
         assert!(e.contains("MaxSubmitJobs"), "{e}");
         // Clearing them lifts them.
         set(&mut f, "physics", None, AssocLimits::default());

@@ -88,6 +88,10 @@ const LIMIT_KEYS: &[&str] = &[
     "maxjobs",
     "maxsubmitjobs",
     "maxsubmit",
+    "grpsubmitjobs",
+    "grpsubmit",
+    "maxtres",
+    "maxtresperjob",
 ];
 
 impl Words {
@@ -106,17 +110,21 @@ fn set_limits(mut limits: AssocLimits, w: &Words) -> Result<AssocLimits> {
             "grpjobs" => limits.grp_jobs = limit(k, v)?,
             "maxjobs" => limits.max_jobs = limit(k, v)?,
             "maxsubmitjobs" | "maxsubmit" => limits.max_submit_jobs = limit(k, v)?,
-            "grptres" => {
-                limits.grp_tres = if v.trim() == "-1" {
-                    Tres::default()
-                } else {
-                    Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))?
-                }
-            }
+            "grpsubmitjobs" | "grpsubmit" => limits.grp_submit_jobs = limit(k, v)?,
+            "grptres" => limits.grp_tres = tres_limit(k, v)?,
+            "maxtres" | "maxtresperjob" => limits.max_tres_per_job = tres_limit(k, v)?,
             _ => {}
         }
     }
     Ok(limits)
+}
+
+/// A TRES limit as `sacctmgr` sets it (`-1`: none).
+fn tres_limit(k: &str, v: &str) -> Result<Tres> {
+    if v.trim() == "-1" {
+        return Ok(Tres::default());
+    }
+    Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))
 }
 
 /// The limits now on `account` (with `user`, that association's), from
@@ -440,7 +448,7 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
     let default_fmt = match entity {
         "account" => "Account,Descr,ParentName,Share",
         "user" => "User,DefaultAccount",
-        _ => "Cluster,Account,User,Share,ParentName,GrpJobs,GrpTRES,MaxJobs,MaxSubmit",
+        _ => "Cluster,Account,User,Share,ParentName,GrpJobs,GrpSubmit,GrpTRES,MaxJobs,MaxSubmit,MaxTRES",
     };
     let fmt = w.get(&["format"]).unwrap_or(default_fmt);
     let cols: Vec<String> = fmt
@@ -470,7 +478,8 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
                 Some(a) => s(&a["account"]),
                 None => String::new(),
             },
-            "grpjobs" | "grptres" | "maxjobs" | "maxsubmit" | "maxsubmitjobs" => {
+            "grpjobs" | "grptres" | "maxjobs" | "maxsubmit" | "maxsubmitjobs" | "grpsubmit"
+            | "grpsubmitjobs" | "maxtres" | "maxtresperjob" => {
                 let limits: AssocLimits = serde_json::from_value(
                     assoc.unwrap_or(account)["limits"].clone(),
                 )
@@ -480,10 +489,12 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
                     "grpjobs" => n(limits.grp_jobs),
                     "grptres" => limits.grp_tres.to_setting(),
                     "maxjobs" => n(limits.max_jobs),
+                    "grpsubmit" | "grpsubmitjobs" => n(limits.grp_submit_jobs),
+                    "maxtres" | "maxtresperjob" => limits.max_tres_per_job.to_setting(),
                     _ => n(limits.max_submit_jobs),
                 }
             }
-            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount, GrpJobs, GrpTRES, MaxJobs, MaxSubmit"),
+            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount, GrpJobs, GrpSubmit, GrpTRES, MaxJobs, MaxSubmit, MaxTRES"),
         })
     };
     match entity {

@@ -270,8 +270,14 @@ impl Cluster {
         let queued = self.active_jobs_of(&spec.user_name, |s| {
             s.slurm.account.as_deref() == Some(account)
         });
+        let queued_in = |a: &str| {
+            self.jobs
+                .values()
+                .filter(|j| !j.state.is_final() && j.spec.slurm.account.as_deref() == Some(a))
+                .count() as u32
+        };
         self.fair_share
-            .check_submit(&spec.user_name, account, &load_of(spec), queued)
+            .check_submit(&spec.user_name, account, &load_of(spec), queued, &queued_in)
             .map_err(|e| ClusterError::Refused(format!("Batch job submission failed: {e}")))
     }
 
