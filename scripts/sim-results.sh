@@ -3,6 +3,9 @@
 # Usage: scripts/sim-results.sh [path/to/gsched]   (default: a release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in jq bc; do
+    command -v "$tool" > /dev/null || { echo "sim-results: needs $tool (apt-get install $tool)" >&2; exit 1; }
+done
 G=${1:-}
 if [ -z "$G" ]; then
     cargo build --release --locked --bin gsched

@@ -1043,14 +1043,7 @@ fn a_higher_qos_shared_jobs_task_preempts_a_shared_job_for_gpu_memory() {
         "--wrap",
         &format!("{gprobe} run --mem 2G --warps 100 -- echo high ran"),
     ]);
-    g.wait_state(high, "COMPLETED", T);
-    assert_eq!(s.file("high.out"), "high ran\n");
-    g.wait_until("the low job runs again", T, || {
-        g.job(low)["restart_cnt"].as_u64() == Some(1) && g.job(low)["job_state"] == "RUNNING"
-    });
-    let events = s.ok("scontrol", &["show", "job", &low.to_string()]);
-    assert!(events.contains("Restarts=1"), "{events}");
-    s.ok("scancel", &[&low.to_string()]);
+    high_ran_and_low_runs_again(&s, low, high);
 }
 
 #[test]

@@ -30,6 +30,7 @@ mod proptests;
 mod reshapes;
 mod sisters;
 mod task_preemption;
+mod weigher;
 pub use accounting::{AccountingConfig, StoredAccounting};
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
@@ -405,9 +406,6 @@ pub struct Cluster {
     reshape_seq: u64,
 }
 
-/// Each association's Fair Tree factor.
-type FairTreeFactors = BTreeMap<(String, String), f64>;
-
 /// Job `id`, or every task of the array `id` (tasks are numbered on from
 /// the array's id, so this is a range, not a scan).
 fn job_or_array(jobs: &BTreeMap<JobId, Job>, id: JobId) -> impl Iterator<Item = &Job> {
@@ -482,54 +480,6 @@ impl Cluster {
         self.priority = policy;
     }
 
-    /// Job `job`'s priority at `now` (0 while held, as Slurm shows it).
-    pub fn priority_of(&self, job: &Job, now: i64) -> crate::priority::Priority {
-        let tree = self.fair_tree(now);
-        self.weigh(job, &self.priority_context(now, tree.as_ref()))
-    }
-
-    /// The Fair Tree factors at `now`, where that algorithm is used.
-    fn fair_tree(&self, now: i64) -> Option<FairTreeFactors> {
-        (self.accounting.fair_tree && self.fair_share.in_use()).then(|| {
-            self.fair_share
-                .fair_tree(now, self.accounting.half_life_secs)
-        })
-    }
-
-    fn priority_context<'a>(
-        &'a self,
-        now: i64,
-        fair_tree: Option<&'a FairTreeFactors>,
-    ) -> crate::priority::PriorityContext<'a> {
-        let cluster_cpus = self
-            .nodes
-            .values()
-            .filter(|n| n.up)
-            .map(|n| n.total().cpus)
-            .sum();
-        crate::priority::PriorityContext {
-            now,
-            cluster_cpus,
-            fair_share: self
-                .fair_share
-                .in_use()
-                .then_some((&self.fair_share, self.accounting.half_life_secs)),
-            fair_tree,
-            qos: self.qos.in_use().then_some(&self.qos),
-        }
-    }
-
-    fn weigh(
-        &self,
-        job: &Job,
-        ctx: &crate::priority::PriorityContext<'_>,
-    ) -> crate::priority::Priority {
-        if job.held {
-            return crate::priority::Priority::default();
-        }
-        self.priority.priority(job, ctx)
-    }
-
     /// `ids` highest priority first (ties: submitted first), where the
     /// policy orders the queues (their priorities noted in `values`); left
     /// in submission order otherwise.
@@ -537,13 +487,12 @@ impl Cluster {
         if !self.priority.orders() {
             return;
         }
-        let tree = self.fair_tree(now);
-        let ctx = self.priority_context(now, tree.as_ref());
+        let weigher = self.weigher(now);
         let mut keyed: Vec<(std::cmp::Reverse<u64>, JobId)> = ids
             .iter()
             .map(|id| {
                 (
-                    std::cmp::Reverse(self.weigh(&self.jobs[id], &ctx).value),
+                    std::cmp::Reverse(weigher.priority_of(&self.jobs[id]).value),
                     *id,
                 )
             })

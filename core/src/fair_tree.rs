@@ -25,7 +25,7 @@ impl FairShare {
     /// Each association's (user, account) Fair Tree factor at `now`.
     pub fn fair_tree(&self, now: i64, half_life: i64) -> BTreeMap<(String, String), f64> {
         let usage_of = |user: &str, account: &str| {
-            self.decayed_usage(&(user.to_string(), account.to_string()), now, half_life)
+            self.decayed(&(user.to_string(), account.to_string()), now, half_life)
         };
         // Decayed usage below each account (itself included).
         let mut below: BTreeMap<String, f64> = BTreeMap::new();

@@ -560,11 +560,7 @@ impl FairShare {
     }
 
     /// An association's usage decayed to `now`.
-    pub(crate) fn decayed_usage(&self, key: &(String, String), now: i64, half_life: i64) -> f64 {
-        self.decayed(key, now, half_life)
-    }
-
-    fn decayed(&self, key: &(String, String), now: i64, half_life: i64) -> f64 {
+    pub(crate) fn decayed(&self, key: &(String, String), now: i64, half_life: i64) -> f64 {
         let u = self.usage.get(key).copied().unwrap_or(0.0);
         if now > self.usage_at && half_life > 0 {
             u * 0.5f64.powf((now - self.usage_at) as f64 / half_life as f64)

@@ -159,13 +159,13 @@ impl Cluster {
                 .filter_map(|id| self.jobs.get(id))
                 .filter(|j| j.state == JobState::Running && j.node.as_deref() == Some(&n.name))
             {
-                if let Some(l) = job_load(j) {
-                    tally.add(&l);
+                let (l, account) = limit_loads(j, qos, assoc);
+                if let Some(l) = &l {
+                    tally.add(l);
                 }
-                if let (true, Some(account)) = (assoc, j.spec.slurm.account.as_deref()) {
+                if let Some((a, load)) = &account {
                     let user = &j.spec.user_name;
-                    self.fair_share
-                        .tally(&mut assoc_tally, user, account, &load_of(&j.spec));
+                    self.fair_share.tally(&mut assoc_tally, user, a, load);
                 }
             }
         }
@@ -175,27 +175,26 @@ impl Cluster {
                 let Some(j) = self.jobs.get(id) else {
                     return true;
                 };
-                let load = load_of(&j.spec);
-                let account = j.spec.slurm.account.as_deref().filter(|_| assoc);
-                let verdict = match job_load(j) {
-                    Some(l) if qos => self.qos.admit(&tally, &l).map_err(|w| w.reason()),
-                    _ => Ok(()),
+                let user = &j.spec.user_name;
+                let (l, account) = limit_loads(j, qos, assoc);
+                let verdict = match &l {
+                    Some(l) => self.qos.admit(&tally, l).map_err(|w| w.reason()),
+                    None => Ok(()),
                 }
-                .and_then(|()| match account {
-                    Some(a) => self
+                .and_then(|()| match &account {
+                    Some((a, load)) => self
                         .fair_share
-                        .admit(&assoc_tally, &j.spec.user_name, a, &load)
+                        .admit(&assoc_tally, user, a, load)
                         .map_err(|w| w.reason()),
                     None => Ok(()),
                 });
                 match verdict {
                     Ok(()) => {
-                        if let Some(l) = job_load(j) {
-                            tally.add(&l);
+                        if let Some(l) = &l {
+                            tally.add(l);
                         }
-                        if let Some(a) = account {
-                            self.fair_share
-                                .tally(&mut assoc_tally, &j.spec.user_name, a, &load);
+                        if let Some((a, load)) = &account {
+                            self.fair_share.tally(&mut assoc_tally, user, a, load);
                         }
                         true
                     }
@@ -335,6 +334,24 @@ fn load_of(spec: &JobSpec) -> crate::tres::TresUse {
             .map(|p| (p.clone(), instances))
             .collect(),
     }
+}
+
+/// What job `j` counts against the limits in use, its load worked out
+/// once: against its QOS (where `qos` limits are in use and it has one),
+/// and against its account (where `assoc` limits are, and it has one).
+fn limit_loads(
+    j: &Job,
+    qos: bool,
+    assoc: bool,
+) -> (Option<JobLoad<'_>>, Option<(&str, crate::tres::TresUse)>) {
+    let l = qos.then(|| job_load(j)).flatten();
+    let account = j.spec.slurm.account.as_deref().filter(|_| assoc).map(|a| {
+        let load = l
+            .as_ref()
+            .map_or_else(|| load_of(&j.spec), |l| l.tres.clone());
+        (a, load)
+    });
+    (l, account)
 }
 
 /// What a job counts against its QOS's limits (none without a QOS).

@@ -156,7 +156,11 @@ impl Cluster {
             self.requeue(v, now)
         } else {
             let killed = self.cancel(v, None, now);
-            if let Some(job) = self.jobs.get_mut(&v) {
+            if let Some(job) = self
+                .jobs
+                .get_mut(&v)
+                .filter(|j| j.state == JobState::Running)
+            {
                 job.reason = Some(PREEMPTED.into());
             }
             killed
@@ -184,6 +188,7 @@ impl Cluster {
             return None;
         }
         let width = crate::allocation::width_of(&job.spec.slurm) as usize;
+        let res = resources_of(job);
         let choice = crate::allocation::node_choice(&job.spec.slurm.other)
             .ok()
             .flatten();
@@ -199,7 +204,7 @@ impl Cluster {
             .values()
             .filter(|n| choice.as_ref().is_none_or(|c| c.allows(&n.name)))
             .filter_map(|n| {
-                let v = self.node_victims(job, qos, n, width > 1)?;
+                let v = self.node_victims(job, &res, qos, n, width > 1)?;
                 Some((cost(&v), n.name.clone(), v))
             })
             .collect();
@@ -222,16 +227,16 @@ impl Cluster {
     }
 
     /// The jobs of `qos`'s preemptable QOS to preempt on `n` so that `job`
-    /// (its share of it) fits there: empty where it fits now and `fits_now`
-    /// counts; `None` where nothing would do.
+    /// (its share of it, `res`) fits there: empty where it fits now and
+    /// `fits_now` counts; `None` where nothing would do.
     fn node_victims(
         &self,
         job: &crate::job::Job,
+        res: &crate::resources::JobResources,
         qos: &crate::qos::Qos,
         n: &super::Node,
         fits_now: bool,
     ) -> Option<Vec<JobId>> {
-        let res = resources_of(job);
         if !n.accepts_launches() || !res.could_fit(&n.total()) {
             return None;
         }

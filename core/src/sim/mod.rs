@@ -11,7 +11,9 @@
 //! co-located task pays a fixed interference of [`INTERFERENCE`] per
 //! neighbour. CPU phases take their time.
 
+mod ends;
 mod engine;
+mod passes;
 pub mod queue_mix;
 #[cfg(test)]
 mod queue_tests;
@@ -215,6 +217,8 @@ pub enum SimError {
     Site(String),
     #[error("job '{0}': {1}")]
     Share(String, crate::time_quota::QuotaError),
+    #[error("job '{0}': {1}")]
+    BadJob(String, &'static str),
 }
 
 /// Knobs of a simulated cluster beyond its policy.
@@ -323,57 +327,6 @@ mod tests {
             seed: 1,
             gpu_share: None,
         })
-    }
-
-    #[test]
-    fn the_controllers_priority_policy_orders_the_queue_in_the_simulator_too() {
-        // One whole GPU; three isolated jobs of 100 s, b and c submitted
-        // together after a (the first waiting job reserves the GPU, so
-        // one that comes later does not overtake it); c has nice -10000.
-        let job = |name: &str, submit: f64, nice: i64| SimJob {
-            name: name.into(),
-            isolated: true,
-            footprint_mib: 1024,
-            submit,
-            phases: vec![Phase::Gpu {
-                mem_mib: 1024,
-                slices: 1.0,
-                secs: 100.0,
-            }],
-            user: Some("ann".into()),
-            nice,
-            ..SimJob::default()
-        };
-        let jobs = [job("a", 0.0, 0), job("b", 1.0, 0), job("c", 1.0, -10_000)];
-        for policy in [Policy::Case, Policy::Exclusive] {
-            let run = |priority| {
-                let options = SimOptions {
-                    priority,
-                    ..SimOptions::default()
-                };
-                simulate_with("1xA100-40GB", policy, &jobs, options).unwrap()
-            };
-            let waits = |r: &SimResult| -> Vec<f64> {
-                r.waits.iter().map(|w| w.unwrap().round()).collect()
-            };
-            // First come, first served: c waits for a and b.
-            let basic = run(None);
-            assert_eq!(waits(&basic), vec![0.0, 99.0, 199.0], "{policy}");
-            assert!((basic.mean_wait - 99.3).abs() < 1.0, "{}", basic.mean_wait);
-            // Under multifactor, c's nice puts it before b (exclusive
-            // too, which takes both queues as one).
-            let multifactor = run(Some("multifactor"));
-            assert_eq!(waits(&multifactor), vec![0.0, 199.0, 99.0], "{policy}");
-        }
-        // A name no policy has is refused.
-        let bad = SimOptions {
-            priority: Some("fifo"),
-            ..SimOptions::default()
-        };
-        assert!(matches!(
-            simulate_with("1xA100-40GB", Policy::Exclusive, &jobs, bad),
-            Err(SimError::Priority(_))
-        ));
     }
 
     #[test]

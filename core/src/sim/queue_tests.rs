@@ -1,6 +1,7 @@
-//! The controller's queue policies in the simulator: time limits, backfill
-//! against strict priority order, fair share, QOS limits and preemption,
-//! each on a few jobs whose schedule is worked out by hand.
+//! The controller's queue policies in the simulator: priority, time
+//! limits, backfill against strict priority order, fair share, QOS limits,
+//! preemption and GPU time quotas, each on a few jobs whose schedule is
+//! worked out by hand.
 
 use super::*;
 
@@ -28,6 +29,48 @@ fn waits(r: &SimResult) -> Vec<f64> {
 
 fn run(spec: &str, jobs: &[SimJob], options: SimOptions) -> SimResult {
     simulate_with(spec, Policy::Exclusive, jobs, options).unwrap()
+}
+
+#[test]
+fn the_controllers_priority_policy_orders_the_queue_in_the_simulator_too() {
+    // One whole GPU; three isolated jobs of 100 s, b and c submitted
+    // together after a (the first waiting job reserves the GPU, so one
+    // that comes later does not overtake it); c has nice -10000.
+    let nice = |mut j: SimJob, nice: i64| {
+        j.nice = nice;
+        j
+    };
+    let jobs = [
+        job("a", "ann", 0.0, 100.0, None),
+        job("b", "ann", 1.0, 100.0, None),
+        nice(job("c", "ann", 1.0, 100.0, None), -10_000),
+    ];
+    for policy in [Policy::Case, Policy::Exclusive] {
+        let run = |priority| {
+            let options = SimOptions {
+                priority,
+                ..SimOptions::default()
+            };
+            simulate_with("1xA100-40GB", policy, &jobs, options).unwrap()
+        };
+        // First come, first served: c waits for a and b.
+        let basic = run(None);
+        assert_eq!(waits(&basic), vec![0.0, 99.0, 199.0], "{policy}");
+        assert!((basic.mean_wait - 99.3).abs() < 1.0, "{}", basic.mean_wait);
+        // Under multifactor, c's nice puts it before b (exclusive too,
+        // which takes both queues as one).
+        let multifactor = run(Some("multifactor"));
+        assert_eq!(waits(&multifactor), vec![0.0, 199.0, 99.0], "{policy}");
+    }
+    // A name no policy has is refused.
+    let bad = SimOptions {
+        priority: Some("fifo"),
+        ..SimOptions::default()
+    };
+    assert!(matches!(
+        simulate_with("1xA100-40GB", Policy::Exclusive, &jobs, bad),
+        Err(SimError::Priority(_))
+    ));
 }
 
 #[test]
@@ -201,8 +244,15 @@ fn what_the_simulator_cannot_run_is_refused_by_name() {
     assert!(e.to_string().contains("wide-shared"), "{e}");
     let mut wide = job("too-wide", "ann", 0.0, 10.0, None);
     wide.nodes = 3;
-    let e = simulate_with("1xA100-80GB", Policy::Case, &[wide], two).unwrap_err();
+    let e = simulate_with("1xA100-80GB", Policy::Case, &[wide], two.clone()).unwrap_err();
     assert!(e.to_string().contains("has 2"), "{e}");
+    let mut none = job("no-gpus", "ann", 0.0, 10.0, None);
+    none.gpus = 0;
+    let e = simulate_with("1xA100-80GB", Policy::Case, &[none], two.clone()).unwrap_err();
+    assert!(e.to_string().contains("no-gpus"), "{e}");
+    let never = job("never", "ann", 0.0, 10.0, Some(f64::NAN));
+    let e = simulate_with("1xA100-80GB", Policy::Case, &[never], two).unwrap_err();
+    assert!(e.to_string().contains("time_limit"), "{e}");
     let e = SimSite::from_json(r#"{"preempt": "requeue"}"#).unwrap_err();
     assert!(e.to_string().contains("preempt"), "{e}");
     let e = SimSite::from_json(r#"{"preempt_mode": "suspend"}"#).unwrap_err();

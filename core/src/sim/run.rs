@@ -166,6 +166,18 @@ fn check_jobs(
         if j.peak_mib() > biggest {
             return Err(SimError::TooBig(j.name.clone(), j.peak_mib()));
         }
+        if j.nodes == 0 || j.gpus == 0 {
+            return Err(SimError::BadJob(
+                j.name.clone(),
+                "nodes and gpus must be at least 1",
+            ));
+        }
+        if j.time_limit.is_some_and(|t| !(t.is_finite() && t > 0.0)) {
+            return Err(SimError::BadJob(
+                j.name.clone(),
+                "time_limit must be a number of seconds above 0",
+            ));
+        }
         if (j.nodes > 1 || j.gpus > 1) && !j.isolated {
             return Err(SimError::WideShared(j.name.clone()));
         }

@@ -128,13 +128,14 @@ pub async fn list_jobs(
     };
     let now = unix_now();
     let c = ctl.lock();
+    let weigher = c.weigher(now);
     let mut page: BTreeMap<JobId, JobInfo> = BTreeMap::new();
     let mut keep = |j: &Job| {
         if j.id <= horizon && query.matches(j) {
             page.insert(
                 j.id,
                 JobInfo::new(j, &ctl.config.partition, now)
-                    .weighed(c.priority_of(j, now))
+                    .weighed(weigher.priority_of(j))
                     .expecting(c.expected_start(j.id)),
             );
         }

@@ -41,10 +41,11 @@ impl Cursor {
         let now = unix_now();
         let mut out = Vec::new();
         let c = self.ctl.lock();
+        let weigher = c.weigher(now);
         for id in &self.ids[self.next..end] {
             let Some(j) = c.job(*id) else { continue };
             let info = JobInfo::new(j, &self.ctl.config.partition, now)
-                .weighed(c.priority_of(j, now))
+                .weighed(weigher.priority_of(j))
                 .expecting(c.expected_start(j.id));
             let profile = info
                 .gpu_instance
