@@ -179,7 +179,7 @@ struct UpArgs {
     /// What a job's use is billed in (`CPU=1.0,Mem=0.25G,GRES/gpu=2.0`).
     #[arg(long, default_value = "CPU=1.0", value_name = "WEIGHTS")]
     tres_billing_weights: String,
-    /// What happens to jobs a higher QOS preempts: off, requeue or cancel.
+    /// What happens to jobs a higher QOS preempts: off, requeue, cancel or suspend (a QOS's PreemptMode overrides it).
     #[arg(long, default_value = "off", value_name = "MODE")]
     preempt_mode: String,
     /// backfill or builtin (strict priority order), Slurm's SchedulerType.

@@ -777,7 +777,7 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     s.ok("sacctmgr", &["-i", "add", "qos", "high", "Priority=100"]);
     assert_eq!(
         s.ok("sacctmgr", &["-P", "-n", "show", "qos"]),
-        "high|100||||||||||\nnormal|0|00:10:00|1||||||||\n"
+        "high|100||||||||cluster|||\nnormal|0|00:10:00|1||||||cluster|||\n"
     );
     // Over MaxWall, or an unknown QOS: refused with the reason.
     let o = s.run("sbatch", &["-t", "30", "--wrap", "true"], None);
@@ -820,10 +820,10 @@ fn qos_limits_and_priorities_through_sacctmgr() {
         .contains("normal|0|00:10:00||||||"));
     let o = s.run(
         "sacctmgr",
-        &["-i", "add", "qos", "x", "PreemptMode=suspend"],
+        &["-i", "add", "qos", "x", "PreemptMode=gang"],
         None,
     );
-    assert!(stderr(&o).contains("--preempt-mode"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("'gang'"), "{}", stderr(&o));
     let o = s.run(
         "sacctmgr",
         &["-i", "add", "qos", "x", "GraceTime=soon"],
@@ -844,7 +844,7 @@ fn qos_limits_and_priorities_through_sacctmgr() {
     );
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
-        .contains("serve|0||||||||0.2:0.5|LatencyCritical|\n"));
+        .contains("serve|0||||||||cluster|0.2:0.5|LatencyCritical|\n"));
     let o = s.run(
         "sacctmgr",
         &["-i", "add", "qos", "y", "Flags=DenyOnLimit"],
@@ -974,7 +974,7 @@ fn a_higher_qos_preempts_and_the_preempted_job_is_requeued() {
     let (s, low, high) = low_job_then_high("requeue", &[], "echo low start; sleep 60");
     assert!(s
         .ok("sacctmgr", &["-P", "-n", "show", "qos"])
-        .contains("high|100|||||||low|||\n"));
+        .contains("high|100|||||||low|cluster|||\n"));
     high_ran_and_low_runs_again(&s, low, high);
 }
 

@@ -437,6 +437,14 @@ impl Client {
             .map(|_| ())
     }
 
+    /// Stops a running job (`suspend`) or lets a suspended one go on (an
+    /// administrator's).
+    pub fn suspend(&self, id: JobId, suspend: bool) -> Result<()> {
+        let op = if suspend { "suspend" } else { "resume" };
+        self.post(&format!("/api/v1/jobs/{id}/{op}"), &serde_json::json!({}))
+            .map(|_| ())
+    }
+
     /// Puts a running job back in the queue under its id.
     pub fn requeue(&self, id: JobId) -> Result<()> {
         self.post(

@@ -29,6 +29,7 @@ mod preemption;
 mod proptests;
 mod reshapes;
 mod sisters;
+mod suspension;
 mod task_preemption;
 mod weigher;
 pub use accounting::{AccountingConfig, StoredAccounting};
@@ -122,8 +123,11 @@ pub struct Node {
     /// [`Node::clear_running`], which keep `taken` with it).
     pub running: BTreeSet<JobId>,
     /// CPUs and memory (MiB) the jobs in `running` take, kept so that a
-    /// launch pass need not add them up again.
+    /// launch pass need not add them up again. A suspended job's CPUs are
+    /// not taken.
     pub taken: (u64, u64),
+    /// The jobs of `running` that are suspended (their CPUs free).
+    pub suspended: BTreeSet<JobId>,
     /// A launch could not reach the node: no launches go there until it is
     /// heard from again (a heartbeat or registration). Not a down node:
     /// only its lease says that.
@@ -200,14 +204,41 @@ impl Node {
     /// Job `id`, which took `res`, is off the node's books.
     pub fn remove_running(&mut self, id: JobId, res: &JobResources) {
         if self.running.remove(&id) {
-            self.taken.0 = self.taken.0.saturating_sub(u64::from(res.cpus));
+            if !self.suspended.remove(&id) {
+                self.taken.0 = self.taken.0.saturating_sub(u64::from(res.cpus));
+            }
             self.taken.1 = self.taken.1.saturating_sub(res.memory_mib(self.memory_mib));
+        }
+    }
+
+    /// Job `id` on the node's books, taking `res`, is suspended (its CPUs
+    /// free) or runs again (taken again).
+    pub fn set_suspended(&mut self, id: JobId, res: &JobResources, suspended: bool) {
+        if !self.running.contains(&id) {
+            return;
+        }
+        let cpus = u64::from(res.cpus);
+        if suspended && self.suspended.insert(id) {
+            self.taken.0 = self.taken.0.saturating_sub(cpus);
+        } else if !suspended && self.suspended.remove(&id) {
+            self.taken.0 += cpus;
+        }
+    }
+
+    /// Running job `job` is on the node's books as it is (suspended or
+    /// not).
+    pub fn book(&mut self, job: &Job) {
+        let res = resources_of(job);
+        self.add_running(job.id, &res);
+        if job.is_suspended() {
+            self.set_suspended(job.id, &res, true);
         }
     }
 
     /// No job is on the node's books.
     pub fn clear_running(&mut self) {
         self.running.clear();
+        self.suspended.clear();
         self.taken = (0, 0);
     }
 
@@ -302,6 +333,14 @@ pub enum Effect {
         signal: i32,
         cancel: bool,
     },
+    /// Ask the node to stop (SIGSTOP) or continue (SIGCONT) run `run` of
+    /// the job (`suspension.rs`).
+    Suspend {
+        job: JobId,
+        node: String,
+        run: u32,
+        suspend: bool,
+    },
 }
 
 /// Why an operation was refused.
@@ -324,6 +363,14 @@ pub enum ClusterError {
     NotRunning(JobId),
     #[error("job {0} is not pending")]
     NotPending(JobId),
+    #[error("Job {0} is still starting on its node; try again in a moment")]
+    Launching(JobId),
+    #[error("Job {0} is already suspended")]
+    AlreadySuspended(JobId),
+    #[error("Job {0} is not suspended")]
+    NotSuspended(JobId),
+    #[error("Job {0} cannot resume now: its CPUs on {1} went to jobs started while it was suspended; try again when they end")]
+    NoRoomToResume(JobId, String),
     #[error("job {0} has no running step {1}")]
     NoSuchStep(JobId, u32),
     #[error("job {0} has started {max} steps, the most one run may start (MaxStepCount)", max = crate::job::MAX_STEPS)]
@@ -562,7 +609,7 @@ impl Cluster {
                     let Some(node) = self.nodes.get_mut(name) else {
                         continue;
                     };
-                    node.add_running(job.id, &resources_of(job));
+                    node.book(job);
                     let held = job.instances_on(name);
                     for slot in node
                         .instances
@@ -897,6 +944,8 @@ impl Cluster {
         // instance rather than an oversized one), and retiring instances
         // are launched onto by nobody.
         let mut effects = self.new_reshapes();
+        // Jobs suspended for others go on before anything queued starts.
+        effects.extend(self.resume_suspended(now));
         effects.extend(self.launch_queued(now));
         // A running shared job's task waiting for memory may make room.
         effects.extend(self.preempt_for_tasks(now));
@@ -1348,9 +1397,11 @@ impl Cluster {
     fn expected_empty(&self, node: &Node, now: i64) -> Option<i64> {
         node.running.iter().try_fold(now, |t, id| {
             let j = self.jobs.get(id)?;
+            // Its limit leaves out the time it was suspended.
             let end = j
                 .start_time?
-                .saturating_add(j.spec.time_limit?.min(i64::MAX as u64) as i64);
+                .saturating_add(j.spec.time_limit?.min(i64::MAX as u64) as i64)
+                .saturating_add(j.suspended_secs(now));
             Some(t.max(end))
         })
     }
@@ -1826,6 +1877,7 @@ impl Cluster {
                 .collect(),
             running: BTreeSet::new(),
             taken: (0, 0),
+            suspended: BTreeSet::new(),
             unconfirmed: false,
             instance_id: reg.instance_id.clone(),
             drain_sent: None,
@@ -1845,7 +1897,7 @@ impl Cluster {
             .unwrap_or_default();
         for id in &believed {
             let j = &self.jobs[id];
-            node.add_running(*id, &resources_of(j));
+            node.book(j);
             let held = j.instances_on(&reg.name);
             for s in node
                 .instances

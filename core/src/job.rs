@@ -624,6 +624,9 @@ pub struct Job {
     /// the job ended (its node list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sisters: Vec<Sister>,
+    /// The current run's suspensions (SUSPENDED while stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<crate::suspension::Suspension>,
 }
 
 /// One of a job's nodes after its first (see [`Job::sisters`]).
@@ -800,6 +803,7 @@ impl Job {
             cancelled_by: None,
             run: 0,
             launching: false,
+            suspension: None,
         }
     }
 
@@ -809,8 +813,13 @@ impl Job {
         self.state = self.state.transition(to)?;
         // Every start is a launch to be confirmed; leaving RUNNING ends it.
         self.launching = to == JobState::Running;
+        // Leaving RUNNING ends a suspension (its time counted).
+        if let Some(s) = self.suspension.as_mut() {
+            s.resume(now);
+        }
         match to {
             JobState::Running => {
+                self.suspension = None;
                 self.start_time = Some(now);
                 self.end_time = None;
                 self.reason = None;
@@ -857,9 +866,21 @@ impl Job {
     pub fn state_name(&self) -> &'static str {
         if self.launching && self.state == JobState::Running {
             "CONFIGURING"
+        } else if self.is_suspended() {
+            "SUSPENDED"
         } else {
             self.state.as_str()
         }
+    }
+
+    /// Running, and stopped (Slurm's SUSPENDED).
+    pub fn is_suspended(&self) -> bool {
+        self.state == JobState::Running && self.suspension.is_some_and(|s| s.is_suspended())
+    }
+
+    /// Seconds the current (or last) run was suspended, up to `now`.
+    pub fn suspended_secs(&self, now: i64) -> i64 {
+        self.suspension.map_or(0, |s| s.secs_until(now))
     }
 
     /// The end a run lost with its node really had, reported once the node
@@ -893,13 +914,16 @@ impl Job {
         }
     }
 
-    /// Seconds the job has run (up to `now` while running).
+    /// Seconds the job has run (up to `now` while running), leaving out
+    /// the time it was suspended.
     pub fn elapsed(&self, now: i64) -> i64 {
-        match (self.start_time, self.end_time) {
+        let wall = match (self.start_time, self.end_time) {
             (Some(s), Some(e)) => (e - s).max(0),
             (Some(s), None) => (now - s).max(0),
             _ => 0,
-        }
+        };
+        let end = self.end_time.unwrap_or(now);
+        (wall - self.suspended_secs(end)).max(0)
     }
 }
 

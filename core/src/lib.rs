@@ -36,6 +36,7 @@ pub mod resources;
 pub mod sim;
 pub mod sm;
 pub mod steps;
+pub mod suspension;
 pub mod time_quota;
 pub mod tres;
 pub mod units;

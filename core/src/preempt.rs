@@ -1,8 +1,10 @@
 //! Preemption by QOS (Slurm's `PreemptType=preempt/qos`): a job that
 //! cannot start for want of resources, whose QOS may preempt others
-//! (`Preempt=`), has running jobs of those QOS on one node requeued or
-//! cancelled (`PreemptMode=REQUEUE|CANCEL`) to make room, the node then
-//! held for it. Which jobs: on the node where the fewest nodes' work is
+//! (`Preempt=`), has running jobs of those QOS on one node requeued,
+//! cancelled or suspended (`PreemptMode=REQUEUE|CANCEL|SUSPEND`) to make
+//! room, the node then held for it. A suspended job gives back only its
+//! CPUs (see `crate::suspension`), so suspending makes room only for a
+//! job that waits for CPUs. Which jobs: on the node where the fewest nodes' work is
 //! lost (a job on several nodes loses its run on each), jobs on that node
 //! alone before jobs on several, the youngest first (the latest started
 //! lose the least work). Pure.
@@ -22,6 +24,10 @@ pub enum PreemptMode {
     Requeue,
     /// Cancelled.
     Cancel,
+    /// Stopped (SIGSTOP) until the job it was stopped for has ended, then
+    /// continued: it keeps its memory, GPU instances and GPU memory, and
+    /// gives back its CPUs.
+    Suspend,
 }
 
 impl PreemptMode {
@@ -30,8 +36,9 @@ impl PreemptMode {
             "off" | "none" => Ok(PreemptMode::Off),
             "requeue" => Ok(PreemptMode::Requeue),
             "cancel" => Ok(PreemptMode::Cancel),
+            "suspend" => Ok(PreemptMode::Suspend),
             other => Err(format!(
-                "'{other}': gsched preempts with off, requeue or cancel (suspend is not built: a suspended GPU job keeps its GPU memory)"
+                "'{other}': gsched preempts with off, requeue, cancel or suspend"
             )),
         }
     }
@@ -48,6 +55,23 @@ pub struct Candidate {
     pub memory_mib: u64,
     /// The node's instances it holds (indices).
     pub instances: Vec<usize>,
+    /// Whether preempting it ends its processes (requeue, cancel) and so
+    /// frees its memory, instances and worker, or only stops them
+    /// (suspend: its CPUs alone).
+    pub ends: bool,
+}
+
+impl Candidate {
+    /// What preempting it frees under `mode`: a suspended job gives back
+    /// its CPUs alone.
+    pub fn under(mut self, mode: PreemptMode) -> Candidate {
+        self.ends = mode != PreemptMode::Suspend;
+        if !self.ends {
+            self.memory_mib = 0;
+            self.instances.clear();
+        }
+        self
+    }
 }
 
 /// What the node has free now, and what the waiting job needs there.
@@ -74,7 +98,7 @@ impl Room {
     fn fits(&self, chosen: &[&Candidate]) -> bool {
         let cpus = self.free_cpus as u64 + chosen.iter().map(|c| c.cpus as u64).sum::<u64>();
         let mem = self.free_memory_mib + chosen.iter().map(|c| c.memory_mib).sum::<u64>();
-        let workers = self.free_workers as usize + chosen.len();
+        let workers = self.free_workers as usize + chosen.iter().filter(|c| c.ends).count();
         let instances = (0..self.satisfies.len())
             .filter(|i| self.satisfies[*i])
             .filter(|i| {
@@ -182,6 +206,7 @@ mod tests {
             cpus,
             memory_mib: 0,
             instances,
+            ends: true,
         }
     }
 
@@ -253,12 +278,47 @@ mod tests {
     }
 
     #[test]
-    fn modes_read_and_suspend_is_refused_with_the_reason() {
+    fn modes_read_and_others_are_refused_by_name() {
         assert_eq!(PreemptMode::parse("REQUEUE"), Ok(PreemptMode::Requeue));
         assert_eq!(PreemptMode::parse("cancel"), Ok(PreemptMode::Cancel));
         assert_eq!(PreemptMode::parse("off"), Ok(PreemptMode::Off));
-        assert!(PreemptMode::parse("suspend")
-            .unwrap_err()
-            .contains("GPU memory"));
+        assert_eq!(PreemptMode::parse("Suspend"), Ok(PreemptMode::Suspend));
+        assert!(PreemptMode::parse("gang").unwrap_err().contains("'gang'"));
+    }
+
+    #[test]
+    fn suspending_frees_cpus_but_not_instances_memory_or_workers() {
+        let held = cand(1, 10, 4, vec![0]).under(PreemptMode::Suspend);
+        assert!(held.instances.is_empty() && !held.ends);
+        // CPUs: suspending makes room.
+        assert_eq!(
+            victims(&room(0, 4), std::slice::from_ref(&held)),
+            Some(vec![1])
+        );
+        // An instance: it does not.
+        let mut r = room(64, 1);
+        r.need_instances = 1;
+        assert_eq!(victims(&r, std::slice::from_ref(&held)), None);
+        // Memory: it does not either.
+        let mut r = room(64, 1);
+        r.need_memory_mib = 1024;
+        let mut big = cand(2, 10, 1, vec![]);
+        big.memory_mib = 4096;
+        assert_eq!(
+            victims(&r, &[big.clone().under(PreemptMode::Suspend)]),
+            None
+        );
+        assert_eq!(
+            victims(&r, &[big.under(PreemptMode::Requeue)]),
+            Some(vec![2])
+        );
+        // No free worker: a stopped job still holds its own.
+        let mut r = room(0, 4);
+        r.free_workers = 0;
+        assert_eq!(
+            victims(&r, &[cand(3, 10, 4, vec![]).under(PreemptMode::Suspend)]),
+            None
+        );
+        assert_eq!(victims(&r, &[cand(3, 10, 4, vec![])]), Some(vec![3]));
     }
 }

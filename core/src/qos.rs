@@ -52,6 +52,11 @@ pub struct Qos {
     /// SIGTERM and this long to end before it is requeued or cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_time_secs: Option<u32>,
+    /// `PreemptMode=`: how the QOS's jobs are preempted, in place of
+    /// gctld's `--preempt-mode` (`off`: never). Preemption happens only
+    /// while gctld's mode is not `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_mode: Option<crate::preempt::PreemptMode>,
 }
 
 impl Qos {

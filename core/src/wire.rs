@@ -71,6 +71,9 @@ pub struct Heartbeat {
     /// The run generation of each of `running`.
     #[serde(default)]
     pub runs: std::collections::BTreeMap<JobId, u32>,
+    /// Those of `running` the node holds stopped (suspended).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspended: Vec<JobId>,
     /// State of each instance's MPS control daemon, where it has one.
     #[serde(default)]
     pub mps: std::collections::BTreeMap<String, crate::gpu::MpsState>,
@@ -276,6 +279,15 @@ pub struct SignalRequest {
     pub run: Option<u32>,
 }
 
+/// Stop (SIGSTOP) or continue (SIGCONT) run `run` of a job: Slurm's
+/// suspend and resume. A node that has another run, or has it in that
+/// state already, does nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuspendRequest {
+    pub run: u32,
+    pub suspend: bool,
+}
+
 /// A job's processes ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobEnded {
@@ -417,6 +429,12 @@ pub struct JobInfo {
     /// CONFIGURING).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub launching: bool,
+    /// RUNNING, but stopped (Slurm's SUSPENDED).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// Seconds its run was suspended in all (sacct's `Suspended`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub suspended_secs: i64,
     /// What the job's processes used (its cgroup's counters): so far while
     /// it runs, in total once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -435,6 +453,8 @@ impl JobInfo {
     pub fn state_name(&self) -> &'static str {
         if self.launching && self.job_state == crate::job::JobState::Running {
             "CONFIGURING"
+        } else if self.suspended && self.job_state == crate::job::JobState::Running {
+            "SUSPENDED"
         } else {
             self.job_state.as_str()
         }
@@ -444,6 +464,8 @@ impl JobInfo {
     pub fn state_compact(&self) -> &'static str {
         if self.launching && self.job_state == crate::job::JobState::Running {
             "CF"
+        } else if self.suspended && self.job_state == crate::job::JobState::Running {
+            "S"
         } else {
             self.job_state.compact()
         }
@@ -518,6 +540,8 @@ impl JobInfo {
             steps: job.steps.clone(),
             cancelled_by: job.cancelled_by,
             launching: job.launching,
+            suspended: job.is_suspended(),
+            suspended_secs: job.suspended_secs(job.end_time.unwrap_or(now)),
             usage: job.usage,
             batch_usage: job.batch_usage,
         }

@@ -75,7 +75,7 @@ pub struct CtldConfig {
     #[serde(default = "default_billing_weights")]
     pub tres_billing_weights: String,
     /// What happens to jobs a higher QOS preempts (`Preempt=` on the QOS):
-    /// off, requeue or cancel (PreemptType=preempt/qos, PreemptMode).
+    /// off, requeue, cancel or suspend (PreemptType=preempt/qos, PreemptMode).
     #[arg(long, default_value = "off", value_name = "MODE")]
     #[serde(default = "default_preempt_mode")]
     pub preempt_mode: String,

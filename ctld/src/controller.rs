@@ -11,7 +11,7 @@ use gsched_core::job::{JobId, JobSpec};
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
     DrainRequest, Heartbeat, JobEndReport, LaunchRequest, NodeRegistration, RegistrationReply,
-    SignalRequest, CLUSTER_KEY_HEADER,
+    SignalRequest, SuspendRequest, CLUSTER_KEY_HEADER,
 };
 use tokio::sync::Notify;
 use tracing::{info, warn, Instrument};
@@ -394,6 +394,20 @@ impl Controller {
         .await
     }
 
+    /// `scontrol suspend` (`suspend`) or `scontrol resume`: the job is
+    /// SUSPENDED (or RUNNING) when this returns; its nodes are asked to
+    /// stop (or continue) it.
+    pub async fn suspend(self: &Arc<Self>, id: JobId, suspend: bool) -> Result<(), CtlError> {
+        self.operate(|c, now| {
+            if suspend {
+                c.suspend(id, now)
+            } else {
+                c.resume(id, now)
+            }
+        })
+        .await
+    }
+
     /// `scontrol requeue`: the job is PENDING again when this returns.
     pub async fn requeue(self: &Arc<Self>, id: JobId) -> Result<(), CtlError> {
         self.operate(|c, now| c.requeue(id, now)).await
@@ -455,6 +469,7 @@ impl Controller {
                 c.note_usage(node, &hb.usage, &hb.steps);
                 freed |= c.node_heard(node);
                 effects = c.reconcile_runs(node, &hb.running, &hb.runs);
+                effects.extend(c.reconcile_suspensions(node, &hb.running, &hb.suspended));
             }
             (known, freed, effects)
         };
@@ -687,6 +702,20 @@ impl Controller {
                             });
                         }
                     }
+                    Effect::Suspend {
+                        job,
+                        node,
+                        run,
+                        suspend,
+                    } => {
+                        if let Some(n) = c.node(&node) {
+                            rpcs.push(Rpc::Suspend {
+                                url: n.url.clone(),
+                                job,
+                                req: SuspendRequest { run, suspend },
+                            });
+                        }
+                    }
                     Effect::StopRun { job, node, run } => {
                         if let Some(n) = c.node(&node) {
                             writes.push(Write::Event {
@@ -736,6 +765,26 @@ impl Controller {
             Rpc::Launch { url, node, req } => self.send_launch(url, node, req).await,
             Rpc::Drain { url, node, req } => self.send_drain(url, node, req).await,
             Rpc::Reshape { url, node, req } => self.send_reshape(url, node, req).await,
+            Rpc::Suspend { url, job, req } => {
+                // Sent once: the node's heartbeats say whether it took it,
+                // and `Cluster::reconcile_suspensions` asks again if not.
+                let res = self
+                    .http
+                    .post(format!("{url}/v1/jobs/{job}/suspend"))
+                    .header(CLUSTER_KEY_HEADER, &self.key)
+                    .json(&req)
+                    .send()
+                    .await;
+                match res {
+                    Ok(r) if r.status().is_success() => {}
+                    Ok(r) => {
+                        warn!(job, status = %r.status(), suspend = req.suspend, "node did not suspend or resume the job")
+                    }
+                    Err(e) => {
+                        warn!(job, error = %error_chain(&e), "node unreachable to suspend or resume the job")
+                    }
+                }
+            }
             Rpc::Signal { url, job, req } => {
                 // A signal can overtake the launch it follows: the node then does
                 // not know the job yet (404), so try again for a little while.
@@ -1119,5 +1168,10 @@ enum Rpc {
         url: String,
         job: JobId,
         req: SignalRequest,
+    },
+    Suspend {
+        url: String,
+        job: JobId,
+        req: SuspendRequest,
     },
 }

@@ -100,6 +100,7 @@ pub struct JobRuntime {
     pub usage: Option<gsched_core::job::ResourceUsage>,
     pub batch_usage: Option<gsched_core::job::ResourceUsage>,
     pub sisters: Vec<gsched_core::job::Sister>,
+    pub suspension: Option<gsched_core::suspension::Suspension>,
 }
 
 impl JobRuntime {
@@ -124,6 +125,7 @@ impl JobRuntime {
             usage: job.usage,
             batch_usage: job.batch_usage,
             sisters: job.sisters.clone(),
+            suspension: job.suspension,
         }
     }
 }
@@ -417,7 +419,8 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             sqlx::query(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
                    end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
-                   cancelled_by = ?, run = ?, launching = ?, usage = ?, batch_usage = ?, sisters = ?
+                   cancelled_by = ?, run = ?, launching = ?, usage = ?, batch_usage = ?, sisters = ?,
+                   suspension = ?
                  WHERE id = ?",
             )
             .bind(job.state.as_str())
@@ -438,6 +441,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.usage.as_ref().map(json))
             .bind(job.batch_usage.as_ref().map(json))
             .bind((!job.sisters.is_empty()).then(|| json(&job.sisters)))
+            .bind(job.suspension.as_ref().map(json))
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;
@@ -608,6 +612,7 @@ async fn load(
             instances,
             running: Default::default(),
             taken: (0, 0),
+            suspended: Default::default(),
             unconfirmed: false,
             instance_id: String::new(),
             drain_sent: None,

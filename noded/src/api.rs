@@ -1,4 +1,4 @@
-//! The node API the controller calls: launch and signal jobs.
+//! The node API the controller calls: launch, signal and suspend jobs.
 
 use std::sync::Arc;
 
@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use gsched_core::job::JobId;
-use gsched_core::wire::{DrainRequest, LaunchRequest, SignalRequest};
+use gsched_core::wire::{DrainRequest, LaunchRequest, SignalRequest, SuspendRequest};
 use gsched_daemon::http::{check_cluster_key, ApiError, Body};
 
 use crate::launcher::{LaunchError, Launcher};
@@ -41,6 +41,7 @@ pub fn router(api: Arc<NodeApi>) -> Router {
     Router::new()
         .route("/v1/jobs", post(launch).get(list))
         .route("/v1/jobs/{id}/signal", post(signal))
+        .route("/v1/jobs/{id}/suspend", post(suspend))
         .route("/v1/drain", post(drain))
         .route("/v1/reshape", post(reshape))
         // Authenticated by the step credential, not the cluster key.
@@ -76,6 +77,22 @@ async fn signal(
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&api.key, &h)?;
     api.launcher.signal(id, &req)?;
+    Ok(StatusCode::OK)
+}
+
+/// Stops or continues a job (`scontrol suspend|resume`, preemption).
+async fn suspend(
+    State(api): St,
+    h: HeaderMap,
+    Path(id): Path<JobId>,
+    Body(req): Body<SuspendRequest>,
+) -> Result<StatusCode, ApiError> {
+    check_cluster_key(&api.key, &h)?;
+    // Stopping waits for the job's processes to stop: off the async threads.
+    let launcher = Arc::clone(&api.launcher);
+    tokio::task::spawn_blocking(move || launcher.suspend(id, &req))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     Ok(StatusCode::OK)
 }
 

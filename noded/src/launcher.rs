@@ -63,6 +63,8 @@ struct RunningJob {
     pgid: Option<i32>,
     /// Which run of the job this is.
     run: u32,
+    /// Whether it is stopped, and how long it was (see `suspend.rs`).
+    suspension: gsched_core::suspension::Suspension,
 }
 
 /// Where a sister's holder writes (nothing: its output is the steps').
@@ -448,6 +450,7 @@ impl Launcher {
                     RunningJob {
                         pgid: None,
                         run: job.run,
+                        suspension: Default::default(),
                     },
                 );
                 info!(instances = busy.len(), "waiting for shared tasks to leave");
@@ -713,6 +716,7 @@ impl Launcher {
             RunningJob {
                 pgid: Some(pid),
                 run,
+                suspension: Default::default(),
             },
         );
         info!(job = job_id, pid, "job started");
@@ -723,7 +727,8 @@ impl Launcher {
     }
 
     /// Watches a shepherd and enforces the time limit (`left`: time to
-    /// run) and its `--signal` warning.
+    /// run, not counting time it spends suspended) and its `--signal`
+    /// warning.
     fn track(
         self: &Arc<Self>,
         job: JobId,
@@ -737,8 +742,8 @@ impl Launcher {
         if let (Some(left), Some(w)) = (left, warn) {
             let this = Arc::clone(self);
             tokio::spawn(async move {
-                tokio::time::sleep(left.saturating_sub(Duration::from_secs(w.secs_before))).await;
-                if this.pgid_of(job) == Some(pid) {
+                let before = left.saturating_sub(Duration::from_secs(w.secs_before));
+                if this.sleep_running(job, pid, before).await {
                     info!(
                         job,
                         signal = w.signal,
@@ -761,8 +766,7 @@ impl Launcher {
         if let Some(left) = left {
             let this = Arc::clone(self);
             tokio::spawn(async move {
-                tokio::time::sleep(left).await;
-                if this.pgid_of(job) == Some(pid) {
+                if this.sleep_running(job, pid, left).await {
                     info!(job, "time limit reached");
                     let spool = this.spool(job);
                     if spool.read_status().is_none() {
@@ -916,10 +920,19 @@ impl Launcher {
                         let _ = spool.write_pid(pid, start);
                     }
                     let spec = spool.read_spec().ok();
+                    // What it has left of its limit, as if it ran now
+                    // (a stopped one's limit waits for it to go on).
                     let left = spec.as_ref().and_then(|s| {
                         let limit = i64::try_from(s.time_limit?).unwrap_or(i64::MAX);
-                        let end = s.start_time.saturating_add(limit);
-                        Some(Duration::from_secs((end - unix_now()).max(0) as u64))
+                        let mut gone = spool.read_suspension();
+                        gone.resume(unix_now());
+                        let left = gsched_core::suspension::time_left(
+                            s.start_time,
+                            limit,
+                            &gone,
+                            unix_now(),
+                        )?;
+                        Some(Duration::from_secs(left as u64))
                     });
                     let run = spec.as_ref().map_or(0, |s| s.run);
                     if let Some(s) = &spec {
@@ -928,11 +941,18 @@ impl Launcher {
                     if let Some(ended) = read_json(&spool.steps_path()) {
                         self.confinement().adopt_steps(job, ended);
                     }
+                    // Stopped before the restart: it stays so, its cores
+                    // free, its limit paused.
+                    let suspension = spool.read_suspension();
+                    if suspension.is_suspended() {
+                        self.confinement().park(job);
+                    }
                     self.jobs().insert(
                         job,
                         RunningJob {
                             pgid: Some(pid),
                             run,
+                            suspension,
                         },
                     );
                     if let (Some(probe), Some(spec)) = (self.probe.get(), &spec) {
@@ -1115,6 +1135,8 @@ fn children_of(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+mod suspend;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1176,6 +1198,7 @@ mod tests {
             RunningJob {
                 pgid: Some(1),
                 run: 1,
+                suspension: Default::default(),
             },
         );
         l.forget(&ended_at(9, 100));

@@ -262,6 +262,7 @@ impl ControllerLink {
                         instance_id: self.identity.instance_id.clone(),
                         running: runs.keys().copied().collect(),
                         runs,
+                        suspended: self.launcher.suspended_ids(),
                         mps: self.mps_states(),
                         instances: self.probe.as_ref().map(|p| p.usage()).unwrap_or_default(),
                         tasks_waiting: waiting_tasks.len() as u32,

@@ -149,6 +149,20 @@ impl JobSpool {
     pub fn steps_path(&self) -> PathBuf {
         self.dir.join("steps.json")
     }
+    /// The run's suspensions (`gsched_core::suspension::Suspension`):
+    /// whether it is stopped, and for how long it was.
+    pub fn suspension_path(&self) -> PathBuf {
+        self.dir.join("suspension.json")
+    }
+
+    /// The run's suspensions as recorded (none where nothing is).
+    pub fn read_suspension(&self) -> gsched_core::suspension::Suspension {
+        std::fs::read_to_string(self.suspension_path())
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+
     fn marker(&self, what: &str) -> PathBuf {
         self.dir.join(what)
     }

@@ -58,11 +58,61 @@ pub fn timestamp(t: Option<i64>) -> String {
     )
 }
 
-/// The state as sacct prints it: `CANCELLED by UID` for cancelled jobs.
+/// The state as sacct prints it: `CANCELLED by UID` for cancelled jobs,
+/// SUSPENDED for a stopped one.
 pub fn sacct_state(j: &JobInfo) -> String {
     match j.job_state {
         JobState::Cancelled => format!("CANCELLED by {}", j.cancelled_by.unwrap_or(j.user_id)),
+        _ if j.suspended => "SUSPENDED".into(),
         s => s.as_str().to_string(),
+    }
+}
+
+/// The states a `-t`/`-s` list asks for. SUSPENDED (`S`) is a RUNNING job
+/// that is stopped in gsched: the controller is asked for RUNNING jobs and
+/// [`StateFilter::matches`] tells them apart. Slurm's states gsched never
+/// produces match no job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateFilter {
+    pub states: Vec<JobState>,
+    pub suspended: bool,
+}
+
+impl StateFilter {
+    pub fn parse(list: &str) -> Result<StateFilter, gsched_core::job::UnknownState> {
+        let mut f = StateFilter {
+            states: Vec::new(),
+            suspended: false,
+        };
+        for st in list.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            if st.eq_ignore_ascii_case("SUSPENDED") || st.eq_ignore_ascii_case("S") {
+                f.suspended = true;
+                continue;
+            }
+            match JobState::parse(st) {
+                Ok(js) => f.states.push(js),
+                Err(_) if is_other_slurm_state(st) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(f)
+    }
+
+    /// The states to ask the controller for.
+    pub fn asked(&self) -> Vec<&'static str> {
+        let mut v: Vec<&'static str> = self.states.iter().map(|s| s.as_str()).collect();
+        if self.suspended && !self.states.contains(&JobState::Running) {
+            v.push(JobState::Running.as_str());
+        }
+        v
+    }
+
+    pub fn matches(&self, j: &JobInfo) -> bool {
+        if j.suspended && j.job_state == JobState::Running {
+            self.suspended
+        } else {
+            self.states.contains(&j.job_state)
+        }
     }
 }
 
@@ -78,8 +128,6 @@ pub fn is_other_slurm_state(s: &str) -> bool {
         "BF",
         "DEADLINE",
         "DL",
-        "SUSPENDED",
-        "S",
         "CONFIGURING",
         "CF",
         "RESIZING",

@@ -72,6 +72,7 @@ const FIELDS: &[(&str, i32)] = &[
     ("Reason", 20),
     ("Comment", 15),
     ("Elapsed", 10),
+    ("Suspended", 10),
     ("TotalCPU", 10),
     ("NNodes", 8),
     ("NCPUS", 10),
@@ -211,6 +212,7 @@ fn value(row: &Row<'_>, field: &str) -> String {
         "Reason" => j.state_reason.clone().unwrap_or_else(|| "None".into()),
         "Comment" => j.slurm.comment.clone().unwrap_or_default(),
         "Elapsed" => elapsed_long(j.elapsed),
+        "Suspended" => elapsed_long(j.suspended_secs),
         "NNodes" => {
             if started {
                 j.num_nodes.to_string()
@@ -399,15 +401,8 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     extra.extend(end.map(|e| ("until", e.to_string())));
     let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
     if let Some(states) = &a.state {
-        let mut wanted: Vec<JobState> = Vec::new();
-        for s in states.split(',') {
-            match JobState::parse(s) {
-                Ok(st) => wanted.push(st),
-                Err(_) if super::format::is_other_slurm_state(s) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        jobs.retain(|j| wanted.contains(&j.job_state));
+        let wanted = super::format::StateFilter::parse(states)?;
+        jobs.retain(|j| wanted.matches(j));
     }
     jobs.retain(|j| {
         let ran_until = j.end_time.unwrap_or(now);

@@ -350,8 +350,16 @@ fn set_qos(mut qos: Qos, w: &Words) -> Result<Qos> {
                     })?)
                 }
             }
-            "description" | "descr" | "preemptmode" => {
-                bail!("{k}: gsched's QOS have Priority, Preempt, GraceTime, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser, GrpTRES, GpuShare and Flags=LatencyCritical (the preemption mode is gctld's --preempt-mode)")
+            "preemptmode" => {
+                qos.preempt_mode = match v.trim().to_ascii_lowercase().as_str() {
+                    "cluster" | "-1" | "" => None,
+                    m => Some(gsched_core::preempt::PreemptMode::parse(m).map_err(|e| {
+                        anyhow!("PreemptMode={v}: {e}, or cluster (gctld's --preempt-mode)")
+                    })?),
+                }
+            }
+            "description" | "descr" => {
+                bail!("{k}: gsched's QOS have Priority, Preempt, PreemptMode, GraceTime, MaxJobsPerUser, MaxSubmitJobsPerUser, MaxWall, GrpJobs, MaxTRESPerUser, GrpTRES, GpuShare and Flags=LatencyCritical")
             }
             other => bail!("{other}: not a QOS setting gsched knows"),
         }
@@ -551,6 +559,7 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
         "MaxTRESPU",
         "GrpTRES",
         "Preempt",
+        "PreemptMode",
         "GpuShare",
         "Flags",
         "GraceTime",
@@ -575,6 +584,8 @@ fn show_qos(v: &Value, parsable: bool, header: bool) -> Result<i32> {
                 tres(&q.max_tres_per_user),
                 tres(&q.grp_tres),
                 q.preempt.join(","),
+                q.preempt_mode
+                    .map_or("cluster".into(), |m| format!("{m:?}").to_ascii_uppercase()),
                 q.gpu_share.map(|g| g.to_setting()).unwrap_or_default(),
                 if q.latency_critical {
                     "LatencyCritical".into()

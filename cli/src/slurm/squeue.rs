@@ -234,20 +234,15 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let pieces = parse_format(&fmt, |l| header(l).is_some())?;
     let refs = parse_refs(a.jobs.as_slice())?;
     let mut extra: Vec<(&'static str, String)> = Vec::new();
+    let mut wanted = None;
     match a.states.as_deref() {
         Some(s) if s.split(',').any(|x| x.eq_ignore_ascii_case("all")) => {
             extra.push(("state", "all".into()));
         }
         Some(s) => {
-            // Slurm's states gsched never produces match no job.
-            let mut ours = Vec::new();
-            for st in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
-                match JobState::parse(st) {
-                    Ok(js) => ours.push(js.as_str()),
-                    Err(_) if super::format::is_other_slurm_state(st) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            let filter = super::format::StateFilter::parse(s)?;
+            let ours = filter.asked();
+            wanted = Some(filter);
             if ours.is_empty() {
                 if !a.noheader {
                     println!(
@@ -287,6 +282,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     if let Some(p) = &a.partition {
         let parts: Vec<&str> = p.split(',').collect();
         jobs.retain(|j| parts.contains(&j.partition.as_str()));
+    }
+    if let Some(w) = &wanted {
+        jobs.retain(|j| w.matches(j));
     }
     jobs.sort_by_key(|j| j.job_id);
     let mut out = String::new();

@@ -288,7 +288,9 @@ impl Cluster {
         if !self.fair_share.in_use() {
             return None;
         }
-        let start = job.start_time?;
+        job.start_time?;
+        // Suspended time is not charged (as Slurm does not).
+        let ran = job.elapsed(now);
         let width = job.nodes().len().max(1);
         let res = resources_of(job);
         let gpus: usize =
@@ -297,7 +299,7 @@ impl Cluster {
         let units = self
             .accounting
             .weights
-            .units(res.cpus * width as u32, gpus, mem, now - start);
+            .units(res.cpus * width as u32, gpus, mem, ran);
         let user = job.spec.user_name.clone();
         self.fair_share
             .charge(&user, &account, units, now, self.accounting.half_life_secs);

@@ -67,7 +67,10 @@ impl Cluster {
     /// [`super::PEAK_WINDOW`]) say it will. `None` without either.
     pub fn expected_end(&self, id: crate::job::JobId) -> Option<i64> {
         let job = self.jobs.get(&id)?;
-        let start = job.start_time?;
+        // Suspended time is added to its limit (and to what it learned).
+        let start = job
+            .start_time?
+            .saturating_add(job.suspension.map_or(0, |s| s.secs));
         let limit_end = job
             .spec
             .time_limit

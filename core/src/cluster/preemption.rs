@@ -41,10 +41,13 @@ impl Cluster {
     /// The nodes kept for jobs (by their index in the node map), after
     /// forgetting those whose job no longer waits or waited too long.
     pub(super) fn kept_nodes(&mut self, now: i64) -> Vec<(usize, JobId)> {
-        let jobs = &self.jobs;
-        self.preemptions.retain(|id, p| {
-            jobs.get(id).is_some_and(|j| j.state == JobState::Pending) && now - p.at < KEEP_SECS
-        });
+        let kept: Vec<JobId> = self
+            .preemptions
+            .keys()
+            .copied()
+            .filter(|id| self.keeps_nodes_for(*id, now))
+            .collect();
+        self.preemptions.retain(|id, _| kept.contains(id));
         self.preemptions
             .iter()
             .flat_map(|(id, p)| {
@@ -54,6 +57,17 @@ impl Cluster {
                 })
             })
             .collect()
+    }
+
+    /// Whether nodes are kept for job `id`: it preempted others, still
+    /// waits, and has not waited too long since.
+    pub(super) fn keeps_nodes_for(&self, id: JobId, now: i64) -> bool {
+        self.preemptions.get(&id).is_some_and(|p| {
+            self.jobs
+                .get(&id)
+                .is_some_and(|j| j.state == JobState::Pending)
+                && now - p.at < KEEP_SECS
+        })
     }
 
     /// For the first job of `waiting` (jobs waiting for resources, in the
@@ -66,12 +80,13 @@ impl Cluster {
             return vec![];
         }
         let mut effects = self.end_graces(now);
+        // (A suspended victim stays on its node, its CPUs already free.)
         let in_flight = self.preemptions.values().any(|p| {
             p.victims.iter().any(|v| {
                 p.nodes
                     .iter()
                     .filter_map(|node| self.nodes.get(node))
-                    .any(|n| n.running.contains(v))
+                    .any(|n| n.running.contains(v) && !n.suspended.contains(v))
             })
         });
         if in_flight {
@@ -247,12 +262,14 @@ impl Cluster {
             .filter(|v| {
                 v.state == JobState::Running
                     && !v.launching
+                    && !v.is_suspended()
                     && v.runs_on(&n.name)
                     && v.spec
                         .slurm
                         .qos
                         .as_ref()
                         .is_some_and(|q| qos.preempt.contains(q))
+                    && self.preempt_mode_of(v) != PreemptMode::Off
             })
             .map(|v| {
                 let r = resources_of(v);
@@ -269,7 +286,9 @@ impl Cluster {
                         .filter(|(_, s)| s.isolated_owner == Some(v.id))
                         .map(|(i, _)| i)
                         .collect(),
+                    ends: true,
                 }
+                .under(self.preempt_mode_of(v))
             })
             .collect();
         let free = self.free_on(n);
@@ -333,12 +352,29 @@ impl Cluster {
         effects
     }
 
-    /// Requeues or cancels `chosen` for job `id`, each after its QOS's
-    /// grace time where it has one.
+    /// How job `j` is preempted: its QOS's `PreemptMode`, else gctld's.
+    pub(super) fn preempt_mode_of(&self, j: &crate::job::Job) -> PreemptMode {
+        j.spec
+            .slurm
+            .qos
+            .as_deref()
+            .and_then(|q| self.qos.qos.get(q))
+            .and_then(|q| q.preempt_mode)
+            .unwrap_or(self.preempt_mode)
+    }
+
+    /// Suspends, requeues or cancels `chosen` for job `id`, each as its
+    /// QOS says; requeued or cancelled after its QOS's grace time where it
+    /// has one.
     pub(super) fn preempt_jobs(&mut self, id: JobId, chosen: &[JobId], now: i64) -> Vec<Effect> {
         let mut effects = Vec::new();
         for v in chosen {
-            let requeue = self.preempt_mode == PreemptMode::Requeue
+            let mode = self.jobs.get(v).map(|j| self.preempt_mode_of(j));
+            if mode == Some(PreemptMode::Suspend) {
+                effects.extend(self.suspend_for(*v, id, now));
+                continue;
+            }
+            let requeue = mode == Some(PreemptMode::Requeue)
                 && self.jobs.get(v).is_some_and(|j| j.spec.requeues());
             let grace = self
                 .jobs

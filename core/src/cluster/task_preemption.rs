@@ -130,6 +130,11 @@ impl Cluster {
                         && !vj.launching
                         && !vj.spec.isolated
                         && !self.graced.contains_key(v)
+                        // A suspended job keeps its GPU memory.
+                        && matches!(
+                            self.preempt_mode_of(vj),
+                            PreemptMode::Requeue | PreemptMode::Cancel
+                        )
                         && vj
                             .spec
                             .slurm

@@ -85,6 +85,7 @@ impl Sim<'_> {
             .unwrap_or_default();
         let st = &mut self.state[j];
         st.running = false;
+        st.suspended_at = None;
         st.node_secs += (self.now - st.run_start) * st.nodes.len().max(1) as f64;
         self.settle(j);
         self.carry_out_effects(effects);
@@ -131,7 +132,8 @@ impl Sim<'_> {
 
     /// Carries out what the controller asked of the nodes, beyond
     /// launches: kills (cancel, requeue, preemption), signals (a grace
-    /// time: the simulated job takes no notice), drains.
+    /// time: the simulated job takes no notice), suspensions, drains.
+    /// True where a job left or stopped or went on (another pass is due).
     pub(super) fn carry_out_effects(&mut self, effects: Vec<Effect>) -> bool {
         let mut killed = false;
         for e in effects {
@@ -150,6 +152,14 @@ impl Sim<'_> {
                 } => {
                     if let Some(&j) = self.by_cid.get(&job) {
                         self.timer(self.now + self.grace_secs, j, Wake::Pass);
+                    }
+                }
+                Effect::Suspend { job, suspend, .. } => {
+                    if let Some(&j) = self.by_cid.get(&job) {
+                        self.set_suspended(j, suspend);
+                        // Its CPUs changed hands: another pass, as
+                        // gctld's next one.
+                        killed = true;
                     }
                 }
                 // Under exclusive every job owns its instance; nothing is

@@ -78,6 +78,12 @@ pub(super) struct Progress {
     pub node_secs: f64,
     /// Runs ended for another job (preemption).
     pub preempted: u32,
+    /// When its run was suspended, while it is (`suspend.rs`).
+    pub suspended_at: Option<f64>,
+    /// When its CPU phase ends, while it is in one.
+    pub phase_due: Option<f64>,
+    /// When its run reaches its time limit.
+    pub limit_due: Option<f64>,
 }
 
 impl Progress {
@@ -194,6 +200,7 @@ pub(super) fn spec_of(j: &SimJob) -> JobSpec {
     }
     spec.slurm.account = j.account.clone();
     spec.slurm.qos = j.qos.clone();
+    spec.slurm.cpus_per_task = (j.cpus > 1).then_some(j.cpus);
     if j.nodes > 1 {
         spec.slurm.other.insert("nodes".into(), j.nodes.to_string());
     }
@@ -241,7 +248,8 @@ impl Sim<'_> {
 
     /// Whether run `r` progresses now (not held back by its quota).
     fn active(&self, r: &Run) -> bool {
-        !r.gated || self.tokens.holds(r.inst, r.job as u64)
+        self.state[r.job].suspended_at.is_none()
+            && (!r.gated || self.tokens.holds(r.inst, r.job as u64))
     }
 
     pub fn rates(&self) -> Vec<f64> {
@@ -288,13 +296,17 @@ impl Sim<'_> {
 
     /// Starts the job's current phase (or ends the job).
     pub fn advance(&mut self, j: usize) {
+        self.state[j].phase_due = None;
         let s = &self.state[j];
         let Some(phase) = self.jobs[j].phases.get(s.phase).cloned() else {
             self.complete(j, false);
             return;
         };
         match phase {
-            Phase::Cpu { secs } => self.timer(self.now + secs, j, Wake::PhaseEnd),
+            Phase::Cpu { secs } => {
+                self.state[j].phase_due = Some(self.now + secs);
+                self.timer(self.now + secs, j, Wake::PhaseEnd);
+            }
             Phase::Gpu {
                 mem_mib, slices, ..
             } => {

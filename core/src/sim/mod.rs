@@ -20,6 +20,7 @@ mod queue_tests;
 mod reshape;
 mod run;
 mod site;
+mod suspend;
 mod tokens;
 pub mod workload;
 

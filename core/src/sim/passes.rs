@@ -128,8 +128,10 @@ impl Sim<'_> {
         st.running = true;
         st.run_start = self.now;
         st.start.get_or_insert(self.now);
-        if let Some(limit) = limit {
-            self.timer(self.now + limit.ceil().max(1.0), j, Wake::TimeLimit);
+        st.suspended_at = None;
+        st.limit_due = limit.map(|l| self.now + l.ceil().max(1.0));
+        if let Some(at) = st.limit_due {
+            self.timer(at, j, Wake::TimeLimit);
         }
         if busy {
             self.starting.push(j);

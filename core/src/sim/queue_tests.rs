@@ -202,6 +202,42 @@ fn a_high_qos_job_preempts_and_the_victim_runs_again_or_ends_preempted() {
     let off = run("1xA100-80GB", &jobs, options("off"));
     assert_eq!(waits(&off), vec![0.0, 90.0]);
     assert_eq!(off.preemptions, 0);
+    // Suspending frees no GPU: the urgent job waits as without.
+    let suspend = run("1xA100-80GB", &jobs, options("suspend"));
+    assert_eq!(waits(&suspend), vec![0.0, 90.0]);
+    assert_eq!(suspend.preemptions, 0);
+}
+
+#[test]
+fn a_job_suspended_for_cpus_stands_still_and_goes_on_when_the_urgent_one_ends() {
+    let cpu = |name: &str, user: &str, submit, secs, cpus, qos: &str| SimJob {
+        isolated: false,
+        footprint_mib: 0,
+        phases: vec![Phase::Cpu { secs }],
+        cpus,
+        time_limit: Some(200.0),
+        qos: Some(qos.into()),
+        ..job(name, user, submit, secs, None)
+    };
+    // The node's 1024 CPUs: 1000 to the low job, 100 more wanted.
+    let jobs = [
+        cpu("low", "ann", 0.0, 100.0, 1000, "normal"),
+        cpu("urgent", "cem", 10.0, 10.0, 100, "high"),
+    ];
+    let options = SimOptions {
+        site: qos_site("", "suspend"),
+        ..SimOptions::default()
+    };
+    // Two instances: the GPU is not what the urgent job waits for.
+    let r = run("1xA100-40GB:1g.5gb*2", &jobs, options);
+    assert_eq!(waits(&r), vec![0.0, 0.0], "{:?}", r.decisions);
+    assert_eq!(r.completed, 2);
+    assert_eq!(r.timeouts, 0, "its limit stood still while it was stopped");
+    // The low job: 100 s of work, 10 of them after 10 s stopped.
+    let low = r.turnarounds[0].round();
+    assert_eq!(low, 110.0, "{:?}", r.decisions);
+    assert!(r.decisions.iter().any(|d| d == "suspend low"));
+    assert!(r.decisions.iter().any(|d| d == "resume low"));
 }
 
 #[test]
@@ -255,8 +291,8 @@ fn what_the_simulator_cannot_run_is_refused_by_name() {
     assert!(e.to_string().contains("time_limit"), "{e}");
     let e = SimSite::from_json(r#"{"preempt": "requeue"}"#).unwrap_err();
     assert!(e.to_string().contains("preempt"), "{e}");
-    let e = SimSite::from_json(r#"{"preempt_mode": "suspend"}"#).unwrap_err();
-    assert!(e.to_string().contains("suspend"), "{e}");
+    let e = SimSite::from_json(r#"{"preempt_mode": "gang"}"#).unwrap_err();
+    assert!(e.to_string().contains("gang"), "{e}");
 }
 
 /// QOS normal (at most 3 running jobs per user) and high (preempts

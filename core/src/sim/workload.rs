@@ -69,6 +69,9 @@ pub struct SimJob {
     /// only): its phases run on the first, the others are held with it.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub gpus: u32,
+    /// CPUs on each of its nodes (`-c`; a simulated node has 1024).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cpus: u32,
     /// Its GPU time quota (`--gpu-share=REQ[:LIMIT]`, of a whole GPU;
     /// shared jobs): its GPU tasks run only while it holds a token of its
     /// instance's token scheduler.
@@ -104,6 +107,7 @@ impl Default for SimJob {
             nodes: 1,
             exclusive: false,
             gpus: 1,
+            cpus: 1,
             gpu_share: None,
         }
     }

@@ -65,6 +65,8 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/jobs/{id}/events", get(job_events))
         .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
         .route("/api/v1/jobs/{id}/hold", post(hold_job))
+        .route("/api/v1/jobs/{id}/suspend", post(suspend_job))
+        .route("/api/v1/jobs/{id}/resume", post(resume_job))
         .route("/api/v1/jobs/{id}/steps", post(begin_step))
         .route("/api/v1/jobs/{id}/steps/{step}/end", post(end_step))
         .route("/api/v1/jobs/{id}/release", post(release_job))
@@ -265,6 +267,52 @@ async fn requeue_job(
     ctl.requeue(jid).await?;
     Ok(Json(
         serde_json::json!({ "job_id": jid, "job_state": "PENDING" }),
+    ))
+}
+
+async fn suspend_job(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    suspend_or_resume(&ctl, &caller, &id, true).await
+}
+
+async fn resume_job(
+    State(ctl): Ctl,
+    Extension(caller): Who,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    suspend_or_resume(&ctl, &caller, &id, false).await
+}
+
+/// `scontrol suspend|resume`: an administrator's only, as in Slurm (a
+/// user who could stop jobs and start them again could run past others).
+async fn suspend_or_resume(
+    ctl: &Arc<Controller>,
+    caller: &Caller,
+    id: &str,
+    suspend: bool,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let jid: JobId = id.parse().map_err(|_| unknown_job(id))?;
+    if !caller.admin {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Access/permission denied: only an administrator may {} jobs ({} is not one)",
+                if suspend { "suspend" } else { "resume" },
+                caller.user
+            ),
+        ));
+    }
+    if ctl.lock().job(jid).is_none() {
+        return Err(unknown_job(id));
+    }
+    ctl.suspend(jid, suspend).await?;
+    let c = ctl.lock();
+    let state = c.job(jid).map(|j| j.state_name()).unwrap_or("UNKNOWN");
+    Ok(Json(
+        serde_json::json!({ "job_id": jid, "job_state": state }),
     ))
 }
 

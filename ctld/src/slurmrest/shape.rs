@@ -112,11 +112,12 @@ pub fn job(j: &JobInfo, cluster: &str, profile: Option<&str>) -> Value {
         "group_name": crate::auth::group_name(j.group_id),
         "hold": j.state_reason.as_deref() == Some("JobHeldUser"),
         "job_id": j.job_id,
-        // Slurm lists the state and its flags: CONFIGURING is a flag of RUNNING.
+        // Slurm lists the state and its flags: CONFIGURING is a flag of
+        // RUNNING; SUSPENDED is a state of its own.
         "job_state": if j.state_name() == "CONFIGURING" {
             vec!["RUNNING", "CONFIGURING"]
         } else {
-            vec![j.job_state.as_str()]
+            vec![j.state_name()]
         },
         "name": j.name,
         "node_count": no_val(Some(1)),

@@ -276,6 +276,7 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
         sisters: optional_json(row, "sisters")
             .map_err(&corrupt)?
             .unwrap_or_default(),
+        suspension: optional_json(row, "suspension").map_err(&corrupt)?,
     })
 }
 

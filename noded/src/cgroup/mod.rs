@@ -158,6 +158,9 @@ pub trait Cgroups: Send + Sync {
     /// `rules`. Processes keep what they opened before; only new opens
     /// are checked.
     fn set_devices(&self, job: JobId, rules: &[DeviceRule]) -> Result<()>;
+    /// Moves a running job (and its steps) onto cores `cpus` (a
+    /// suspended job resumed where its own cores were taken meanwhile).
+    fn set_cpus(&self, job: JobId, cpus: &[u32]) -> Result<()>;
     /// Moves process `pid`, all its threads, into a step of the job.
     fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()>;
     /// The files a process writes `0` into to join a step of the job
@@ -196,6 +199,9 @@ impl Cgroups for Unconfined {
         Ok(())
     }
     fn set_devices(&self, _: JobId, _: &[DeviceRule]) -> Result<()> {
+        Ok(())
+    }
+    fn set_cpus(&self, _: JobId, _: &[u32]) -> Result<()> {
         Ok(())
     }
     fn procs_files(&self, _: JobId, _: Scope) -> Vec<PathBuf> {

@@ -288,6 +288,16 @@ fn v1_confines_tracks_and_kills() {
         read("devices", "step_batch/devices.list").trim(),
         "c 1:3 rwm"
     );
+    // A job moved onto other cores (resumed where its own were taken):
+    // its steps follow, though a v1 child must stay within its parent.
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    if gsched_core::resources::parse_cpu_list(&online).is_ok_and(|c| c.contains(&1)) {
+        cg.create_step(job, 3).unwrap();
+        cg.set_cpus(job, &[1]).unwrap();
+        for f in ["cpuset.cpus", "step_batch/cpuset.cpus", "step_3/cpuset.cpus"] {
+            assert_eq!(read("cpuset", f).trim(), "1", "{f}");
+        }
+    }
     assert!(cg.remove(job, Scope::Job));
     exercise(&cg, job + 1);
     cg.remove_node_dir();

@@ -205,6 +205,26 @@ impl Cgroups for CgroupV1 {
         Ok(())
     }
 
+    fn set_cpus(&self, job: JobId, cpus: &[u32]) -> Result<()> {
+        let (true, Some(node_dir)) = (self.enforced.cores, self.dir_of("cpuset")) else {
+            return Ok(());
+        };
+        let dir = self.job_dir(node_dir, job);
+        let file = dir.join("cpuset.cpus");
+        let old = std::fs::read_to_string(&file).map_err(super::error("cannot read", &file))?;
+        let mut wide = gsched_core::resources::parse_cpu_list(&old).unwrap_or_default();
+        wide.extend(cpus.iter().copied());
+        let wide: Vec<u32> = wide.into_iter().collect();
+        let new = gsched_core::resources::format_cpu_list(cpus);
+        // A v1 cpuset's children must stay within it: widen it, move its
+        // steps, then narrow it.
+        write_file(&file, &gsched_core::resources::format_cpu_list(&wide))?;
+        for child in super::child_dirs(&dir) {
+            write_file(&child.join("cpuset.cpus"), &new)?;
+        }
+        write_file(&file, &new)
+    }
+
     fn set_devices(&self, job: JobId, rules: &[DeviceRule]) -> Result<()> {
         let (true, Some(node_dir)) = (self.enforced.devices, self.dir_of("devices")) else {
             return Ok(());

@@ -119,6 +119,17 @@ impl Cgroups for CgroupV2 {
         make_dir(&self.scope_dir(job, Scope::Step(step)))
     }
 
+    fn set_cpus(&self, job: JobId, cpus: &[u32]) -> Result<()> {
+        if !self.enforced.cores {
+            return Ok(());
+        }
+        // Its steps set none of their own: they follow the job's.
+        write_file(
+            &self.job_dir(job).join("cpuset.cpus"),
+            &gsched_core::resources::format_cpu_list(cpus),
+        )
+    }
+
     fn set_devices(&self, job: JobId, rules: &[DeviceRule]) -> Result<()> {
         if !self.enforced.devices {
             return Ok(());

@@ -177,6 +177,9 @@ mod tests {
             self.record(job, rules);
             Ok(())
         }
+        fn set_cpus(&self, _: JobId, _: &[u32]) -> crate::cgroup::Result<()> {
+            Ok(())
+        }
         fn create_step(&self, _: JobId, _: u32) -> crate::cgroup::Result<()> {
             Ok(())
         }

@@ -6,6 +6,7 @@
 mod account;
 mod devices;
 mod steps;
+mod suspend;
 
 pub use steps::StepError;
 
@@ -74,6 +75,8 @@ pub struct Confinement {
     /// The cores jobs may be given.
     online: BTreeSet<u32>,
     taken: Mutex<BTreeMap<JobId, Vec<u32>>>,
+    /// The cores of suspended jobs: free for others meanwhile.
+    parked: Mutex<BTreeMap<JobId, Vec<u32>>>,
     /// The node's GPUs, if they are real devices (a node with simulated
     /// GPUs gives no job any NVIDIA device).
     gpus: RwLock<Option<NodeGpus>>,
@@ -100,6 +103,7 @@ impl Confinement {
             memory_mib,
             online,
             taken: Mutex::new(BTreeMap::new()),
+            parked: Mutex::new(BTreeMap::new()),
             gpus: RwLock::new(None),
             accounts: Mutex::new(HashMap::new()),
             holds: Mutex::new(GpuHolds::default()),
@@ -225,7 +229,7 @@ impl Confinement {
     pub fn abandon(&self, job: JobId) {
         self.cgroups.kill(job, Scope::Job);
         self.cgroups.remove(job, Scope::Job);
-        self.taken().remove(&job);
+        self.forget_cores(job);
         self.accounts().remove(&job);
         self.release(job);
     }
@@ -386,7 +390,7 @@ impl Confinement {
 
     fn finish_cgroup(&self, job: JobId) -> Finished {
         if !self.tracks() {
-            self.taken().remove(&job);
+            self.forget_cores(job);
             self.accounts().remove(&job);
             return Finished::default();
         }
@@ -421,7 +425,7 @@ impl Confinement {
         if !self.cgroups.remove(job, Scope::Job) {
             warn!(job, "cannot remove the job's cgroup");
         }
-        self.taken().remove(&job);
+        self.forget_cores(job);
         finished
     }
 

@@ -1,0 +1,133 @@
+//! A suspended job's processes and cores: stopped with SIGSTOP (every
+//! process of its cgroup, until none is left running), continued with
+//! SIGCONT. Its cores are free for other jobs while it is stopped; when it
+//! goes on it takes them back, or other free cores where they were taken
+//! (its cgroup moved there).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use gsched_core::job::JobId;
+use gsched_core::resources::pick_cpus;
+use nix::sys::signal::Signal;
+
+use super::Confinement;
+use crate::cgroup::Scope;
+
+/// How many rounds of SIGSTOP catch processes forked meanwhile.
+const STOP_ROUNDS: u32 = 50;
+
+impl Confinement {
+    fn parked(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<JobId, Vec<u32>>> {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The job's cores, held or parked, are no longer its.
+    pub(super) fn forget_cores(&self, job: JobId) {
+        self.taken().remove(&job);
+        self.parked().remove(&job);
+    }
+
+    /// Stops every process in the job's cgroup (SIGSTOP), in rounds until
+    /// all are stopped (one forked while the others were being stopped is
+    /// caught in the next round); returns whether all were. Its cores are
+    /// parked: free for others. Blocks for at most a few milliseconds per
+    /// round.
+    pub fn stop(&self, job: JobId) -> bool {
+        self.park(job);
+        for _ in 0..STOP_ROUNDS {
+            let running: Vec<i32> = self
+                .cgroups
+                .pids(job, Scope::Job)
+                .into_iter()
+                .filter(|p| !is_stopped(*p))
+                .collect();
+            if running.is_empty() {
+                return true;
+            }
+            for pid in running {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// The job's cores are free for others while it is stopped.
+    pub fn park(&self, job: JobId) {
+        if let Some(cpus) = self.taken().remove(&job) {
+            self.parked().insert(job, cpus);
+        }
+    }
+
+    /// Takes the cores of a stopped job back (its own where all are free,
+    /// else as many others, its cgroup moved onto them) and continues its
+    /// processes (SIGCONT). `Err` (it stays stopped) where too few cores
+    /// are free.
+    pub fn cont(&self, job: JobId) -> Result<(), String> {
+        let parked = self.parked().get(&job).cloned();
+        if let Some(own) = parked {
+            let mut taken = self.taken();
+            let busy: BTreeSet<u32> = taken.values().flatten().copied().collect();
+            let cpus = if own.iter().all(|c| !busy.contains(c)) {
+                own.clone()
+            } else {
+                let cpus = pick_cpus(&self.online, &busy, own.len() as u32).ok_or_else(|| {
+                    format!(
+                        "the job needs {} CPUs to go on and this node has {} free",
+                        own.len(),
+                        self.online.len().saturating_sub(busy.len())
+                    )
+                })?;
+                self.cgroups
+                    .set_cpus(job, &cpus)
+                    .map_err(|e| format!("cannot move the job onto CPUs {cpus:?}: {e}"))?;
+                cpus
+            };
+            taken.insert(job, cpus);
+            self.parked().remove(&job);
+        }
+        self.signal(job, Signal::SIGCONT);
+        Ok(())
+    }
+}
+
+/// Whether process `pid` is stopped (or gone).
+fn is_stopped(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The state follows the command name, which is in parentheses and may
+    // hold anything.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .is_none_or(|state| matches!(state, 'T' | 't' | 'Z' | 'X'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_process_reads_as_stopped_and_a_running_one_does_not() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(!is_stopped(pid));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+        let mut stopped = false;
+        for _ in 0..200 {
+            if is_stopped(pid) {
+                stopped = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(stopped);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(is_stopped(pid), "gone");
+    }
+}
