@@ -155,11 +155,14 @@ fn users_see_all_jobs_but_change_only_their_own() {
     );
     let listed = call(api("GET", &url("/slurm/v0.0.44/jobs"), &nobody), None).1;
     assert!(!listed.to_string().contains("hunter2"), "{listed}");
-    // May not cancel, hold, requeue or add steps to it, through either API.
+    // May not cancel, hold, requeue, suspend, resume or add steps to it,
+    // through either API.
     for (m, p) in [
         ("DELETE", format!("/api/v1/jobs/{id}")),
         ("POST", format!("/api/v1/jobs/{id}/requeue")),
         ("POST", format!("/api/v1/jobs/{id}/hold")),
+        ("POST", format!("/api/v1/jobs/{id}/suspend")),
+        ("POST", format!("/api/v1/jobs/{id}/resume")),
         ("DELETE", format!("/slurm/v0.0.44/job/{id}")),
     ] {
         let (s, b, _) = call(api(m, &url(&p), &nobody), Some(json!({})));

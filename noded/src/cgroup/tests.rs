@@ -294,7 +294,11 @@ fn v1_confines_tracks_and_kills() {
     if gsched_core::resources::parse_cpu_list(&online).is_ok_and(|c| c.contains(&1)) {
         cg.create_step(job, 3).unwrap();
         cg.set_cpus(job, &[1]).unwrap();
-        for f in ["cpuset.cpus", "step_batch/cpuset.cpus", "step_3/cpuset.cpus"] {
+        for f in [
+            "cpuset.cpus",
+            "step_batch/cpuset.cpus",
+            "step_3/cpuset.cpus",
+        ] {
             assert_eq!(read("cpuset", f).trim(), "1", "{f}");
         }
     }
