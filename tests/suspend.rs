@@ -98,16 +98,15 @@ fn a_higher_qos_suspends_a_job_for_its_cpus_and_it_goes_on_within_its_limit() {
 }
 
 #[test]
-fn an_administrator_suspends_and_resumes_a_job() {
-    let s = Slurm::start();
-    let g = &s.g;
+fn an_administrator_suspends_and_resumes_a_job_across_a_restart() {
+    let mut s = Slurm::start();
     let id = s.sbatch(&[
         "-o",
         "job.out",
         "--wrap",
         "for i in $(seq 1 30); do echo tick >> ticks; sleep 0.1; done; echo done",
     ]);
-    g.wait_until("the job ticks", T, || lines(&s, "ticks") > 0);
+    s.g.wait_until("the job ticks", T, || lines(&s, "ticks") > 0);
     let sid = id.to_string();
     s.ok("scontrol", &["suspend", &sid]);
     assert!(suspended(&s, id));
@@ -122,13 +121,42 @@ fn an_administrator_suspends_and_resumes_a_job() {
         s.ok("sacct", &["-n", "-X", "-P", "-j", &sid, "-o", "State"]),
         "SUSPENDED\n"
     );
-    // Not resumed by anything but an administrator.
+    // Not resumed by anything but an administrator, nor by a restart:
+    // the controller keeps it in its database, gnoded in the job's spool.
+    s.g.restart();
     std::thread::sleep(Duration::from_secs(2));
-    assert!(suspended(&s, id));
+    assert!(suspended(&s, id), "{}\n{}", s.g.job(id), s.g.log());
+    ticks_stand_still(&s, "ticks");
     s.ok("scontrol", &["resume", &sid]);
     s.refused("scontrol", &["resume", &sid], "not suspended");
-    g.wait_state(id, "COMPLETED", T);
+    s.g.wait_state(id, "COMPLETED", T);
     assert_eq!(s.file("job.out"), "done\n");
     assert_eq!(lines(&s, "ticks"), 30);
     s.refused("scontrol", &["suspend", &sid], "not running");
+}
+
+#[test]
+fn a_suspended_job_that_is_cancelled_sees_its_sigterm() {
+    // Frozen processes take no signal: the job is thawed first, so its
+    // trap runs before it ends.
+    let s = Slurm::start();
+    let id = s.sbatch(&[
+        "-o",
+        "job.out",
+        "--wrap",
+        "trap 'echo got TERM; exit 3' TERM; while :; do echo tick >> ticks; sleep 0.1; done",
+    ]);
+    s.g.wait_until("the job ticks", T, || lines(&s, "ticks") > 0);
+    let sid = id.to_string();
+    s.ok("scontrol", &["suspend", &sid]);
+    std::thread::sleep(Duration::from_millis(500));
+    ticks_stand_still(&s, "ticks");
+    s.ok("scancel", &[&sid]);
+    s.g.wait_state(id, "CANCELLED", T);
+    // (The shell may also say its `sleep` was terminated.)
+    assert!(
+        s.file("job.out").contains("got TERM"),
+        "{}",
+        s.file("job.out")
+    );
 }

@@ -782,8 +782,10 @@ impl Launcher {
         self.jobs().get(&job).and_then(|r| r.pgid)
     }
 
-    /// SIGCONT and SIGTERM to the job, then SIGKILL after the grace period.
+    /// SIGCONT and SIGTERM to the job, then SIGKILL after the grace period
+    /// (a suspended job is thawed first: frozen processes see no signal).
     fn terminate(self: &Arc<Self>, job: JobId, pgid: i32) {
+        self.confinement().thaw(job);
         self.signal_job(job, pgid, Signal::SIGCONT);
         self.signal_job(job, pgid, Signal::SIGTERM);
         let this = Arc::clone(self);

@@ -161,6 +161,13 @@ pub trait Cgroups: Send + Sync {
     /// Moves a running job (and its steps) onto cores `cpus` (a
     /// suspended job resumed where its own cores were taken meanwhile).
     fn set_cpus(&self, job: JobId, cpus: &[u32]) -> Result<()>;
+    /// Freezes (or thaws) every process of the job, its steps' too, as
+    /// Slurm's proctrack/cgroup suspends a job. Frozen processes are not
+    /// stopped in the job-control sense: no parent is told, and a restart
+    /// of gnoded (whose process group the shepherd leaves orphaned) sends
+    /// them no SIGHUP, as it would stopped ones. False where the node has
+    /// no freezer (or it did not take).
+    fn freeze(&self, job: JobId, frozen: bool) -> bool;
     /// Moves process `pid`, all its threads, into a step of the job.
     fn join(&self, job: JobId, scope: Scope, pid: i32) -> Result<()>;
     /// The files a process writes `0` into to join a step of the job
@@ -203,6 +210,9 @@ impl Cgroups for Unconfined {
     }
     fn set_cpus(&self, _: JobId, _: &[u32]) -> Result<()> {
         Ok(())
+    }
+    fn freeze(&self, _: JobId, _: bool) -> bool {
+        false
     }
     fn procs_files(&self, _: JobId, _: Scope) -> Vec<PathBuf> {
         Vec::new()

@@ -150,7 +150,7 @@ impl CgroupV1 {
         Ok(procs)
     }
 
-    fn freeze(&self, job_dir: &Path, state: &str) -> bool {
+    fn set_freezer(&self, job_dir: &Path, state: &str) -> bool {
         if write_file(&job_dir.join("freezer.state"), state).is_err() {
             return false;
         }
@@ -203,6 +203,14 @@ impl Cgroups for CgroupV1 {
             }
         }
         Ok(())
+    }
+
+    fn freeze(&self, job: JobId, frozen: bool) -> bool {
+        let Some(fz) = self.dir_of("freezer") else {
+            return false;
+        };
+        let dir = self.job_dir(fz, job);
+        self.set_freezer(&dir, if frozen { "FROZEN" } else { "THAWED" })
     }
 
     fn set_cpus(&self, job: JobId, cpus: &[u32]) -> Result<()> {
@@ -288,9 +296,9 @@ impl Cgroups for CgroupV1 {
             Some(fz) => {
                 let dir = self.scope_dir(fz, job, scope);
                 // Frozen processes cannot fork; the kill lands on every one.
-                let frozen = self.freeze(&dir, "FROZEN");
+                let frozen = self.set_freezer(&dir, "FROZEN");
                 kill_pids(&self.pids(job, scope));
-                self.freeze(&dir, "THAWED");
+                self.set_freezer(&dir, "THAWED");
                 if !frozen {
                     kill_pids(&self.pids(job, scope));
                 }

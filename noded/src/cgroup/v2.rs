@@ -119,6 +119,21 @@ impl Cgroups for CgroupV2 {
         make_dir(&self.scope_dir(job, Scope::Step(step)))
     }
 
+    fn freeze(&self, job: JobId, frozen: bool) -> bool {
+        let dir = self.job_dir(job);
+        let want = u64::from(frozen);
+        if write_file(&dir.join("cgroup.freeze"), &want.to_string()).is_err() {
+            return false;
+        }
+        for _ in 0..200 {
+            if keyed(&dir.join("cgroup.events"), "frozen") == Some(want) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    }
+
     fn set_cpus(&self, job: JobId, cpus: &[u32]) -> Result<()> {
         if !self.enforced.cores {
             return Ok(());

@@ -180,6 +180,9 @@ mod tests {
         fn set_cpus(&self, _: JobId, _: &[u32]) -> crate::cgroup::Result<()> {
             Ok(())
         }
+        fn freeze(&self, _: JobId, _: bool) -> bool {
+            false
+        }
         fn create_step(&self, _: JobId, _: u32) -> crate::cgroup::Result<()> {
             Ok(())
         }

@@ -1,8 +1,9 @@
-//! A suspended job's processes and cores: stopped with SIGSTOP (every
-//! process of its cgroup, until none is left running), continued with
-//! SIGCONT. Its cores are free for other jobs while it is stopped; when it
-//! goes on it takes them back, or other free cores where they were taken
-//! (its cgroup moved there).
+//! A suspended job's processes and cores. Its cgroup is frozen (as
+//! Slurm's proctrack/cgroup does), else, without a freezer, every process
+//! in it gets SIGSTOP (in rounds until none is left running); it is thawed
+//! (or gets SIGCONT) to go on. Its cores are free for other jobs while it
+//! is stopped; when it goes on it takes them back, or other free cores
+//! where they were taken (its cgroup moved there).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -28,13 +29,20 @@ impl Confinement {
         self.parked().remove(&job);
     }
 
-    /// Stops every process in the job's cgroup (SIGSTOP), in rounds until
-    /// all are stopped (one forked while the others were being stopped is
-    /// caught in the next round); returns whether all were. Its cores are
-    /// parked: free for others. Blocks for at most a few milliseconds per
-    /// round.
+    /// Stops every process of the job and parks its cores: its cgroup
+    /// frozen, else SIGSTOP to every process in it, in rounds until all
+    /// are stopped (one forked meanwhile is caught in the next). False
+    /// where neither reached them (a node that does not hold jobs in
+    /// cgroups: the caller signals the job's process group). Blocks for at
+    /// most a couple of seconds.
     pub fn stop(&self, job: JobId) -> bool {
         self.park(job);
+        if self.cgroups.freeze(job, true) {
+            return true;
+        }
+        if !self.tracks() {
+            return false;
+        }
         for _ in 0..STOP_ROUNDS {
             let running: Vec<i32> = self
                 .cgroups
@@ -53,6 +61,14 @@ impl Confinement {
         false
     }
 
+    /// Lets a stopped job's processes go on (thawed, or SIGCONT), without
+    /// taking its cores back: a job being cancelled must see its SIGTERM.
+    pub fn thaw(&self, job: JobId) {
+        if !self.cgroups.freeze(job, false) {
+            self.signal(job, Signal::SIGCONT);
+        }
+    }
+
     /// The job's cores are free for others while it is stopped.
     pub fn park(&self, job: JobId) {
         if let Some(cpus) = self.taken().remove(&job) {
@@ -61,9 +77,9 @@ impl Confinement {
     }
 
     /// Takes the cores of a stopped job back (its own where all are free,
-    /// else as many others, its cgroup moved onto them) and continues its
-    /// processes (SIGCONT). `Err` (it stays stopped) where too few cores
-    /// are free.
+    /// else as many others, its cgroup moved onto them) and lets its
+    /// processes go on. `Err` (it stays stopped) where too few cores are
+    /// free.
     pub fn cont(&self, job: JobId) -> Result<(), String> {
         let parked = self.parked().get(&job).cloned();
         if let Some(own) = parked {
@@ -87,7 +103,7 @@ impl Confinement {
             taken.insert(job, cpus);
             self.parked().remove(&job);
         }
-        self.signal(job, Signal::SIGCONT);
+        self.thaw(job);
         Ok(())
     }
 }

@@ -40,15 +40,16 @@ impl Launcher {
             suspension.suspend(now, None);
             // Recorded first: a gnoded that dies now keeps it stopped.
             self.record_suspension(job, suspension)?;
-            if self.confinement().tracks() {
-                if !self.confinement().stop(job) {
+            if !self.confinement().stop(job) {
+                if self.confinement().tracks() {
                     warn!(job, "some of the job's processes did not stop");
+                } else {
+                    // No cgroup holds it: its process groups. (Stopped
+                    // processes whose group a gnoded restart orphans get
+                    // SIGHUP from the kernel: docs/security.md.)
+                    self.signal_job(job, pgid, Signal::SIGSTOP);
                 }
-            } else {
-                self.confinement().park(job);
-                self.signal_job(job, pgid, Signal::SIGSTOP);
             }
-            self.signal_step_groups(job, Signal::SIGSTOP);
             info!(job, "suspended");
         } else {
             self.confinement()
@@ -57,7 +58,6 @@ impl Launcher {
             if !self.confinement().tracks() {
                 self.signal_job(job, pgid, Signal::SIGCONT);
             }
-            self.signal_step_groups(job, Signal::SIGCONT);
             suspension.resume(now);
             self.record_suspension(job, suspension)?;
             info!(job, "resumed");
