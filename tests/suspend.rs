@@ -73,10 +73,7 @@ fn a_higher_qos_suspends_a_job_for_its_cpus_and_it_goes_on_within_its_limit() {
         s.ok("squeue", &["-h", "-t", "S", "-o", "%i"]),
         format!("{low}\n")
     );
-    assert_eq!(
-        s.ok("squeue", &["-h", "-t", "R", "-o", "%i"]).contains(&id),
-        false
-    );
+    assert!(!s.ok("squeue", &["-h", "-t", "R", "-o", "%i"]).contains(&id));
     g.wait_state(high, "RUNNING", T);
     ticks_stand_still(&s, "ticks");
     g.wait_state(high, "COMPLETED", T);
