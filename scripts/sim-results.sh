@@ -192,9 +192,11 @@ fairshare sites/accounts.json queue-fairshare.txt > "$out/queue-fairshare.txt"
 echo "$out/queue-fairshare.txt"
 fairshare sites/accounts-fair-tree.json queue-fairtree.txt > "$out/queue-fairtree.txt"
 echo "$out/queue-fairtree.txt"
-{
-    echo "preemption by QOS, requeue (policy) vs none (baseline); multifactor; sites/qos-preempt.json, sites/qos-no-preempt.json; $Q"
-    d=$(queue preempt --site docs/sim/sites/qos-preempt.json --baseline-site docs/sim/sites/qos-no-preempt.json --priority-type multifactor)
+# Preemption by QOS in MODE (requeue, or suspend: which frees no GPU).
+preemption() {
+    local mode=$1 site=$2
+    echo "preemption by QOS, $mode (policy) vs none (baseline); multifactor; $site, sites/qos-no-preempt.json; $Q"
+    d=$(queue preempt --site "docs/sim/$site" --baseline-site docs/sim/sites/qos-no-preempt.json --priority-type multifactor)
     printf '%-5s %-26s %-26s %-18s %s\n' seed "high wait (s) on / off" "normal wait (s) on / off" "preempted runs" throughput
     for s in $SEEDS; do
         f=$d/$s.json
@@ -207,8 +209,11 @@ echo "$out/queue-fairtree.txt"
     echo "normal QOS's mean wait (on / off): $(for s in $SEEDS; do f=$d/$s.json; echo "$(wait_of policy qos normal < "$f") / $(wait_of baseline qos normal < "$f")" | bc -l; done | stats)"
     echo "throughput (on / off): $(for s in $SEEDS; do jq .throughput_ratio "$d/$s.json"; done | stats)"
     rm -r "$d"
-} > "$out/queue-preempt.txt"
+}
+preemption requeue sites/qos-preempt.json > "$out/queue-preempt.txt"
 echo "$out/queue-preempt.txt"
+preemption suspend sites/qos-preempt-suspend.json > "$out/queue-preempt-suspend.txt"
+echo "$out/queue-preempt-suspend.txt"
 {
     echo "QOS normal with MaxJobsPerUser=4 (policy) vs no QOS (baseline); sites/qos-limits.json; $Q --seed 1"
     "$G" sim $Q --seed 1 --site docs/sim/sites/qos-limits.json --baseline-site none | grep -v '^exclusive '
