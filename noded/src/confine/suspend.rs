@@ -31,17 +31,17 @@ impl Confinement {
 
     /// Stops every process of the job and parks its cores: its cgroup
     /// frozen, else SIGSTOP to every process in it, in rounds until all
-    /// are stopped (one forked meanwhile is caught in the next). False
-    /// where neither reached them (a node that does not hold jobs in
-    /// cgroups: the caller signals the job's process group). Blocks for at
-    /// most a couple of seconds.
-    pub fn stop(&self, job: JobId) -> bool {
+    /// are stopped (one forked meanwhile is caught in the next). Says how;
+    /// `None` where neither reached them all (a node that does not hold
+    /// jobs in cgroups: the caller signals the job's process group).
+    /// Blocks for at most a couple of seconds.
+    pub fn stop(&self, job: JobId) -> Option<&'static str> {
         self.park(job);
         if self.cgroups.freeze(job, true) {
-            return true;
+            return Some("cgroup frozen");
         }
         if !self.tracks() {
-            return false;
+            return None;
         }
         for _ in 0..STOP_ROUNDS {
             let running: Vec<i32> = self
@@ -51,14 +51,14 @@ impl Confinement {
                 .filter(|p| !is_stopped(*p))
                 .collect();
             if running.is_empty() {
-                return true;
+                return Some("SIGSTOP to its cgroup's processes");
             }
             for pid in running {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP);
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        false
+        None
     }
 
     /// Lets a stopped job's processes go on (thawed, or SIGCONT), without

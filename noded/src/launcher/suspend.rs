@@ -40,17 +40,21 @@ impl Launcher {
             suspension.suspend(now, None);
             // Recorded first: a gnoded that dies now keeps it stopped.
             self.record_suspension(job, suspension)?;
-            if !self.confinement().stop(job) {
-                if self.confinement().tracks() {
+            let how = match self.confinement().stop(job) {
+                Some(how) => how,
+                None if self.confinement().tracks() => {
                     warn!(job, "some of the job's processes did not stop");
-                } else {
+                    "SIGSTOP, not all stopped"
+                }
+                None => {
                     // No cgroup holds it: its process groups. (Stopped
                     // processes whose group a gnoded restart orphans get
                     // SIGHUP from the kernel: docs/security.md.)
                     self.signal_job(job, pgid, Signal::SIGSTOP);
+                    "SIGSTOP to its process groups"
                 }
-            }
-            info!(job, "suspended");
+            };
+            info!(job, how, "suspended");
         } else {
             self.confinement()
                 .cont(job)
