@@ -103,4 +103,7 @@ for r in $(seq "$ROUNDS"); do
 done
 grep -E 'suspended|resumed' "$st/up.log" | sed 's/\x1b\[[0-9;]*m//g' >"$OUT/suspend.log"
 python3 "$HERE/summarize.py" "$OUT" >"$OUT/summary.json"
-python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d['summary'], indent=0))" "$OUT/summary.json"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d['summary']))" "$OUT/summary.json"
+cat "$OUT"/*-pair/sacct.txt "$OUT"/*-pair/apps-suspended.csv
+# Few files travel back: every run's logs in one archive.
+tar -C "$OUT" -czf "$OUT/runs.tgz" $(cd "$OUT" && ls -d *-alone *-pair) && rm -rf "$OUT"/*-alone "$OUT"/*-pair
