@@ -173,6 +173,12 @@ struct UpArgs {
     /// Weight of the QOS factor under `multifactor`.
     #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_qos)]
     priority_weight_qos: u32,
+    /// Weight of the partition factor under `multifactor`.
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_partition)]
+    priority_weight_partition: u32,
+    /// Each partition's job factor, `NAME=N,...` (Slurm's PriorityJobFactor).
+    #[arg(long, default_value = "", value_name = "PARTITION=N,...")]
+    partition_job_factors: String,
     /// Seconds in which recorded usage halves.
     #[arg(long, default_value_t = gsched_core::cluster::AccountingConfig::default().half_life_secs)]
     priority_decay_half_life: i64,
@@ -273,6 +279,8 @@ async fn up(args: UpArgs) -> Result<()> {
             priority_max_age: args.priority_max_age,
             priority_weight_fairshare: args.priority_weight_fairshare,
             priority_weight_qos: args.priority_weight_qos,
+            priority_weight_partition: args.priority_weight_partition,
+            partition_job_factors: args.partition_job_factors.clone(),
             priority_decay_half_life: args.priority_decay_half_life,
             tres_billing_weights: args.tres_billing_weights.clone(),
             enforce_associations: args.enforce_associations,

@@ -339,6 +339,8 @@ fn endpoints_answer_and_metrics_are_scraped() {
         "/api/v1/jobs/{id}",
         "/api/v1/jobs/{id}/script",
         "/api/v1/jobs/{id}/events",
+        "/api/v1/jobs/{id}/suspend",
+        "/api/v1/jobs/{id}/resume",
         "/api/v1/nodes/{name}/state",
         "/api/v1/nodes/{name}/mig",
         "/api/v1/tokens",

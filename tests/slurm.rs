@@ -1530,8 +1530,8 @@ fn priorities_nice_and_sprio_under_multifactor() {
             .find(|r| r[0] == id.to_string())
             .unwrap_or_else(|| panic!("{id} in {sprio}"))
     };
-    assert_eq!(row(niced)[8], "500", "{sprio}");
-    assert_eq!(row(raised)[8], "-100", "{sprio}");
+    assert_eq!(row(niced)[9], "500", "{sprio}");
+    assert_eq!(row(raised)[9], "-100", "{sprio}");
     let prio = |id: u64| row(id)[2].parse::<i64>().unwrap();
     assert!(
         prio(raised) > prio(plain) && prio(plain) > prio(niced),
@@ -1561,4 +1561,43 @@ fn priorities_nice_and_sprio_under_multifactor() {
         None,
     );
     assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn a_partitions_job_factor_puts_its_jobs_first() {
+    // One job at a time; debug's job factor is the largest, gpu's is 0.
+    let s = Slurm::start_with(&[
+        "--sim-gpus",
+        "1xA100-40GB",
+        "--workers",
+        "1",
+        "--priority-type",
+        "multifactor",
+        "--partitions",
+        "debug",
+        "--partition-job-factors",
+        "debug=10",
+    ]);
+    let g = &s.g;
+    let blocker = s.sbatch(&["--wrap", "sleep 3"]);
+    g.wait_state(blocker, "RUNNING", T);
+    let plain = s.sbatch(&["--wrap", "true"]);
+    let debug = s.sbatch(&["-p", "debug", "--wrap", "true"]);
+    let sprio = s.ok("sprio", &["-h"]);
+    let partition_factor = |id: u64| {
+        sprio
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|r| r[0] == id.to_string())
+            .map(|r| r[7].to_string())
+            .unwrap_or_else(|| panic!("{id} in {sprio}"))
+    };
+    assert_eq!(partition_factor(debug), "1000", "{sprio}");
+    assert_eq!(partition_factor(plain), "0", "{sprio}");
+    for id in [plain, debug] {
+        g.wait_state(id, "COMPLETED", T);
+    }
+    let started = |id: u64| g.job(id)["start_time"].as_i64().unwrap();
+    let ended = |id: u64| g.job(id)["end_time"].as_i64().unwrap();
+    assert!(ended(debug) <= started(plain), "the debug job went first");
 }

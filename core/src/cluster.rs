@@ -438,6 +438,8 @@ pub struct Cluster {
     accounting: accounting::AccountingConfig,
     qos: crate::qos::QosTable,
     preempt_mode: crate::preempt::PreemptMode,
+    /// The partitions' job factors (`weigher.rs`).
+    partitions: Option<crate::priority::PartitionFactors>,
     /// Backfill, or strict priority order.
     scheduler_type: crate::launch::SchedulerType,
     /// Nodes kept for jobs that preempted others there.
@@ -501,6 +503,7 @@ impl Cluster {
             accounting: Default::default(),
             qos: Default::default(),
             preempt_mode: Default::default(),
+            partitions: None,
             scheduler_type: Default::default(),
             preemptions: BTreeMap::new(),
             task_preemptions: BTreeMap::new(),

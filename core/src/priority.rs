@@ -36,6 +36,69 @@ pub struct PriorityContext<'a> {
     pub fair_tree: Option<&'a std::collections::BTreeMap<(String, String), f64>>,
     /// The QOS, where any exist: the QOS factor.
     pub qos: Option<&'a crate::qos::QosTable>,
+    /// The partitions' job factors, where any is set: the partition
+    /// factor.
+    pub partitions: Option<&'a PartitionFactors>,
+}
+
+/// Each partition's `PriorityJobFactor` (Slurm's partition setting): a
+/// job's partition factor is its partition's over the largest. A job that
+/// names no partition is in the default one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionFactors {
+    pub default: String,
+    pub job_factors: std::collections::BTreeMap<String, u32>,
+}
+
+/// Slurm's bound on a partition's `PriorityJobFactor`.
+pub const MAX_PARTITION_JOB_FACTOR: u32 = 65533;
+
+impl PartitionFactors {
+    /// Reads `NAME=N[,NAME=N]` for the partitions `known` (the default
+    /// first); a partition it does not name has 0.
+    pub fn parse(list: &str, known: &[String]) -> Result<PartitionFactors, String> {
+        let mut job_factors = std::collections::BTreeMap::new();
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, n) = item
+                .split_once('=')
+                .ok_or_else(|| format!("'{item}': expected PARTITION=N"))?;
+            let name = name.trim();
+            if !known.iter().any(|k| k == name) {
+                return Err(format!(
+                    "'{name}' is not a partition (known: {})",
+                    known.join(", ")
+                ));
+            }
+            let n: u32 = n
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| *n <= MAX_PARTITION_JOB_FACTOR)
+                .ok_or_else(|| {
+                    format!("{item}: the job factor is a whole number from 0 to {MAX_PARTITION_JOB_FACTOR}")
+                })?;
+            job_factors.insert(name.to_string(), n);
+        }
+        Ok(PartitionFactors {
+            default: known.first().cloned().unwrap_or_default(),
+            job_factors,
+        })
+    }
+
+    /// Whether any partition has a factor above 0.
+    pub fn in_use(&self) -> bool {
+        self.job_factors.values().any(|n| *n > 0)
+    }
+
+    /// The factor (0 to 1) of a job in `partition` (`None`: the default).
+    pub fn factor(&self, partition: Option<&str>) -> f64 {
+        let top = self.job_factors.values().copied().max().unwrap_or(0);
+        if top == 0 {
+            return 0.0;
+        }
+        let name = partition.unwrap_or(&self.default);
+        f64::from(self.job_factors.get(name).copied().unwrap_or(0)) / f64::from(top)
+    }
 }
 
 impl PriorityContext<'_> {
@@ -59,6 +122,12 @@ impl PriorityContext<'_> {
         self.qos
             .map_or(0.0, |q| q.factor(job.spec.slurm.qos.as_deref()))
     }
+
+    /// `job`'s partition factor (0 where no partition has a job factor).
+    pub fn partition_of(&self, job: &Job) -> f64 {
+        self.partitions
+            .map_or(0.0, |p| p.factor(job.spec.partition.as_deref()))
+    }
 }
 
 /// A job's priority and the weighted factors it is made of (`sprio`'s
@@ -72,6 +141,8 @@ pub struct Priority {
     pub fair_share: u64,
     #[serde(default)]
     pub qos: u64,
+    #[serde(default)]
+    pub partition: u64,
     /// The job's nice, subtracted from the sum.
     pub nice: i64,
 }
@@ -95,6 +166,10 @@ pub struct PriorityConfig {
     /// highest).
     #[serde(default = "default_weight")]
     pub weight_qos: u32,
+    /// Weight of the partition factor (the job's partition's job factor
+    /// over the largest).
+    #[serde(default = "default_weight")]
+    pub weight_partition: u32,
 }
 
 fn default_weight() -> u32 {
@@ -109,6 +184,7 @@ impl Default for PriorityConfig {
             max_age_secs: 7 * 24 * 3600,
             weight_fair_share: 1000,
             weight_qos: 1000,
+            weight_partition: 1000,
         }
     }
 }
@@ -140,7 +216,7 @@ pub const POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         name: "multifactor",
-        about: "weighted age, job size, fair share and QOS, less the job's nice (Slurm's priority/multifactor)",
+        about: "weighted age, job size, fair share, partition and QOS, less the job's nice (Slurm's priority/multifactor)",
         build: |c| Box::new(Multifactor(c)),
     },
 ];
@@ -184,6 +260,28 @@ pub fn check_nice(nice: i64, admin: bool) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partitions_factor_is_its_job_factor_over_the_largest() {
+        let known = vec!["gpu".to_string(), "debug".into(), "long".into()];
+        let p = PartitionFactors::parse("debug=100, gpu=25", &known).unwrap();
+        assert!(p.in_use());
+        assert_eq!(p.factor(Some("debug")), 1.0);
+        assert_eq!(p.factor(None), 0.25, "the default partition's");
+        assert_eq!(p.factor(Some("long")), 0.0);
+        assert!(!PartitionFactors::parse("", &known).unwrap().in_use());
+        assert_eq!(
+            PartitionFactors::parse("", &known).unwrap().factor(None),
+            0.0
+        );
+        let e = PartitionFactors::parse("scratch=1", &known).unwrap_err();
+        assert!(e.contains("'scratch' is not a partition"), "{e}");
+        let e = PartitionFactors::parse("debug=70000", &known).unwrap_err();
+        assert!(e.contains("65533"), "{e}");
+        assert!(PartitionFactors::parse("debug", &known)
+            .unwrap_err()
+            .contains("PARTITION=N"));
+    }
 
     #[test]
     fn policies_are_found_by_name_and_unknown_ones_named() {

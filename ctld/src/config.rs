@@ -65,6 +65,17 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_qos)]
     #[serde(default = "default_weight_qos")]
     pub priority_weight_qos: u32,
+    /// Weight of the partition factor under `multifactor`
+    /// (PriorityWeightPartition).
+    #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_partition)]
+    #[serde(default = "default_weight_partition")]
+    pub priority_weight_partition: u32,
+    /// Each partition's job factor, `NAME=N,...` (0 to 65533; Slurm's
+    /// PartitionName=NAME PriorityJobFactor=N): a job's partition factor is
+    /// its partition's over the largest.
+    #[arg(long, default_value = "", value_name = "PARTITION=N,...")]
+    #[serde(default)]
+    pub partition_job_factors: String,
     /// Seconds in which recorded usage halves (PriorityDecayHalfLife).
     #[arg(long, default_value_t = gsched_core::cluster::AccountingConfig::default().half_life_secs)]
     #[serde(default = "default_half_life")]
@@ -198,6 +209,8 @@ impl Default for CtldConfig {
             priority_max_age: default_max_age(),
             priority_weight_fairshare: default_weight_fair_share(),
             priority_weight_qos: default_weight_qos(),
+            priority_weight_partition: default_weight_partition(),
+            partition_job_factors: String::new(),
             priority_decay_half_life: default_half_life(),
             tres_billing_weights: default_billing_weights(),
             enforce_associations: false,
@@ -240,8 +253,18 @@ impl CtldConfig {
                 max_age_secs: self.priority_max_age,
                 weight_fair_share: self.priority_weight_fairshare,
                 weight_qos: self.priority_weight_qos,
+                weight_partition: self.priority_weight_partition,
             },
         )
+    }
+
+    /// The partitions' job factors, or why they do not read.
+    pub fn partition_factors(&self) -> Result<gsched_core::priority::PartitionFactors, String> {
+        gsched_core::priority::PartitionFactors::parse(
+            &self.partition_job_factors,
+            &self.all_partitions(),
+        )
+        .map_err(|e| format!("--partition-job-factors: {e}"))
     }
 
     /// How jobs are charged to their accounts, or why the settings do not
@@ -304,6 +327,9 @@ fn default_scheduler_type() -> String {
 
 fn default_weight_qos() -> u32 {
     gsched_core::priority::PriorityConfig::default().weight_qos
+}
+fn default_weight_partition() -> u32 {
+    gsched_core::priority::PriorityConfig::default().weight_partition
 }
 
 fn default_half_life() -> i64 {

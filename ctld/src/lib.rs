@@ -102,6 +102,11 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
             .map_err(|e| anyhow::anyhow!("--scheduler-type: {e}"))?,
     );
     cluster.set_accounting(config.accounting().map_err(|e| anyhow::anyhow!("{e}"))?);
+    cluster.set_partition_factors(
+        config
+            .partition_factors()
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
     let repartition = gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?;
     cluster.set_repartition(

@@ -40,6 +40,7 @@ const COLUMNS: &[&str] = &[
     "AGE",
     "FAIRSHARE",
     "JOBSIZE",
+    "PARTITION",
     "QOS",
     "NICE",
 ];
@@ -54,6 +55,7 @@ fn line(j: &JobInfo) -> String {
         p.age as i64,
         p.fair_share as i64,
         p.job_size as i64,
+        p.partition as i64,
         p.qos as i64,
         j.nice,
     ];
@@ -132,13 +134,14 @@ mod tests {
             job_size: 1000,
             fair_share: 250,
             qos: 100,
+            partition: 30,
             nice: 50,
         });
         let l = line(&info);
         let words: Vec<&str> = l.split_whitespace().collect();
         assert_eq!(
             words,
-            ["7", "gpu", "1450", "0", "500", "250", "1000", "100", "50"]
+            ["7", "gpu", "1450", "0", "500", "250", "1000", "30", "100", "50"]
         );
         assert_eq!(
             header().split_whitespace().collect::<Vec<_>>(),
@@ -150,6 +153,7 @@ mod tests {
                 "AGE",
                 "FAIRSHARE",
                 "JOBSIZE",
+                "PARTITION",
                 "QOS",
                 "NICE"
             ]

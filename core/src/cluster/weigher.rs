@@ -36,12 +36,19 @@ impl Weigher<'_> {
                 .then_some((&c.fair_share, c.accounting.half_life_secs)),
             fair_tree: self.fair_tree.as_ref(),
             qos: c.qos.in_use().then_some(&c.qos),
+            partitions: c.partitions.as_ref().filter(|p| p.in_use()),
         };
         c.priority.priority(job, &ctx)
     }
 }
 
 impl Cluster {
+    /// The partitions' job factors (the partition factor of
+    /// `multifactor`).
+    pub fn set_partition_factors(&mut self, factors: crate::priority::PartitionFactors) {
+        self.partitions = Some(factors);
+    }
+
     /// Weighs jobs at `now`; for many jobs, one weigher for all.
     pub fn weigher(&self, now: i64) -> Weigher<'_> {
         let cluster_cpus = self

@@ -1,11 +1,13 @@
-//! `multifactor`: Slurm's priority/multifactor with the age, job-size and
-//! fair-share factors. Each factor is between 0 and 1 and counts with its
-//! weight: `weight_age * min(waited, max_age) / max_age`, plus
-//! `weight_job_size * cpus / cluster_cpus`, plus `weight_fair_share *
-//! fair_share`, plus `weight_qos * qos`, less the job's nice; at least 1.
-//! The fair-share factor is the job's association's (`fairshare`), 0
-//! where it has none; the QOS factor its QOS's priority over the highest
-//! (`qos`). The partition factor is not computed: it counts 0.
+//! `multifactor`: Slurm's priority/multifactor with the age, job-size,
+//! fair-share, partition and QOS factors. Each factor is between 0 and 1
+//! and counts with its weight: `weight_age * min(waited, max_age) /
+//! max_age`, plus `weight_job_size * cpus / cluster_cpus`, plus
+//! `weight_fair_share * fair_share`, plus `weight_partition * partition`,
+//! plus `weight_qos * qos`, less the job's nice; at least 1. The
+//! fair-share factor is the job's association's (`fairshare`), 0 where it
+//! has none; the partition factor its partition's job factor over the
+//! largest (`PartitionFactors`); the QOS factor its QOS's priority over
+//! the highest (`qos`).
 
 use super::{Priority, PriorityConfig, PriorityContext, PriorityPolicy};
 use crate::job::Job;
@@ -40,8 +42,13 @@ impl PriorityPolicy for Multifactor {
         let job_size = (f64::from(c.weight_job_size) * size).round() as u64;
         let fair_share = (f64::from(c.weight_fair_share) * ctx.fair_share_of(job)).round() as u64;
         let qos = (f64::from(c.weight_qos) * ctx.qos_of(job)).round() as u64;
+        let partition = (f64::from(c.weight_partition) * ctx.partition_of(job)).round() as u64;
         let nice = job.spec.nice;
-        let sum = i128::from(age) + i128::from(job_size) + i128::from(fair_share) + i128::from(qos)
+        let sum = i128::from(age)
+            + i128::from(job_size)
+            + i128::from(fair_share)
+            + i128::from(qos)
+            + i128::from(partition)
             - i128::from(nice);
         Priority {
             value: sum.clamp(1, i128::from(super::TOP)) as u64,
@@ -49,6 +56,7 @@ impl PriorityPolicy for Multifactor {
             job_size,
             fair_share,
             qos,
+            partition,
             nice,
         }
     }
@@ -79,6 +87,7 @@ mod tests {
             max_age_secs: 100,
             weight_fair_share: 1000,
             weight_qos: 1000,
+            weight_partition: 1000,
         });
         let ctx = |now| PriorityContext {
             now,
@@ -86,6 +95,7 @@ mod tests {
             fair_share: None,
             fair_tree: None,
             qos: None,
+            partitions: None,
         };
         let p = m.priority(&job(0, 2, 0), &ctx(50));
         assert_eq!((p.age, p.job_size, p.value), (500, 125, 625));
@@ -97,5 +107,35 @@ mod tests {
         assert_eq!(p.value, 1, "never 0 (that is a held job's)");
         let p = m.priority(&job(0, 2, -1000), &ctx(0));
         assert_eq!(p.value, 1125, "an administrator's negative nice raises it");
+    }
+
+    #[test]
+    fn a_partitions_job_factor_counts_with_its_weight() {
+        let m = Multifactor(PriorityConfig {
+            weight_age: 0,
+            weight_job_size: 0,
+            weight_partition: 2000,
+            ..PriorityConfig::default()
+        });
+        let known = ["gpu".to_string(), "debug".into()];
+        let parts = crate::priority::PartitionFactors::parse("debug=10,gpu=5", &known).unwrap();
+        let ctx = PriorityContext {
+            now: 0,
+            cluster_cpus: 8,
+            fair_share: None,
+            fair_tree: None,
+            qos: None,
+            partitions: Some(&parts),
+        };
+        let mut debug = job(0, 1, 0);
+        debug.spec.partition = Some("debug".into());
+        let p = m.priority(&debug, &ctx);
+        assert_eq!((p.partition, p.value), (2000, 2000));
+        let p = m.priority(&job(0, 1, 0), &ctx);
+        assert_eq!(
+            (p.partition, p.value),
+            (1000, 1000),
+            "the default partition, gpu"
+        );
     }
 }
