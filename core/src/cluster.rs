@@ -447,7 +447,7 @@ pub struct Cluster {
     /// Jobs preempted for a running job's waiting task (`task_preemption.rs`).
     task_preemptions: BTreeMap<JobId, task_preemption::TaskPreemption>,
     /// Preempted jobs in their QOS's grace time (signalled, still running).
-    graced: BTreeMap<JobId, preemption::Grace>,
+    graced: BTreeMap<JobId, crate::preempt::Grace>,
     /// Decides MIG re-partitions (`reshapes.rs`); `None`: layouts stay.
     repartition: Option<Box<dyn crate::repartition::RepartitionPolicy>>,
     /// Reshapes sent to each node and not yet reported done.
@@ -584,6 +584,7 @@ impl Cluster {
                 }
             }
             c.index(&job);
+            c.restore_grace(&job);
             if let Some(k) = &job.spec.idempotency_key {
                 c.submissions
                     .insert((job.spec.uid, k.clone()), job.submitted_as());

@@ -627,6 +627,9 @@ pub struct Job {
     /// The current run's suspensions (SUSPENDED while stopped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension: Option<crate::suspension::Suspension>,
+    /// Preempted and in its QOS's grace time (running until it ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<crate::preempt::Grace>,
 }
 
 /// One of a job's nodes after its first (see [`Job::sisters`]).
@@ -804,6 +807,7 @@ impl Job {
             run: 0,
             launching: false,
             suspension: None,
+            grace: None,
         }
     }
 
@@ -813,10 +817,12 @@ impl Job {
         self.state = self.state.transition(to)?;
         // Every start is a launch to be confirmed; leaving RUNNING ends it.
         self.launching = to == JobState::Running;
-        // Leaving RUNNING ends a suspension (its time counted).
+        // Leaving RUNNING ends a suspension (its time counted) and a grace
+        // time.
         if let Some(s) = self.suspension.as_mut() {
             s.resume(now);
         }
+        self.grace = None;
         match to {
             JobState::Running => {
                 self.suspension = None;

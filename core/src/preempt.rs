@@ -44,6 +44,18 @@ impl PreemptMode {
     }
 }
 
+/// A preempted job in its QOS's grace time: SIGTERM was sent at `since`;
+/// at `until` it is requeued (or cancelled), for job `for_job`. Kept with
+/// the job (and stored with it), so a controller that restarts meanwhile
+/// neither forgets how the job's end counts nor gives it a second grace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grace {
+    pub since: i64,
+    pub until: i64,
+    pub requeue: bool,
+    pub for_job: JobId,
+}
+
 /// A running job on the node that may be preempted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {

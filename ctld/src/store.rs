@@ -101,6 +101,7 @@ pub struct JobRuntime {
     pub batch_usage: Option<gsched_core::job::ResourceUsage>,
     pub sisters: Vec<gsched_core::job::Sister>,
     pub suspension: Option<gsched_core::suspension::Suspension>,
+    pub grace: Option<gsched_core::preempt::Grace>,
 }
 
 impl JobRuntime {
@@ -126,6 +127,7 @@ impl JobRuntime {
             batch_usage: job.batch_usage,
             sisters: job.sisters.clone(),
             suspension: job.suspension,
+            grace: job.grace,
         }
     }
 }
@@ -420,7 +422,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
                    end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
                    cancelled_by = ?, run = ?, launching = ?, usage = ?, batch_usage = ?, sisters = ?,
-                   suspension = ?
+                   suspension = ?, grace = ?
                  WHERE id = ?",
             )
             .bind(job.state.as_str())
@@ -442,6 +444,7 @@ async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error
             .bind(job.batch_usage.as_ref().map(json))
             .bind((!job.sisters.is_empty()).then(|| json(&job.sisters)))
             .bind(job.suspension.as_ref().map(json))
+            .bind(job.grace.as_ref().map(json))
             .bind(job.id as i64)
             .execute(&mut *conn)
             .await?;

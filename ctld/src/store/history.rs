@@ -277,6 +277,7 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
             .map_err(&corrupt)?
             .unwrap_or_default(),
         suspension: optional_json(row, "suspension").map_err(&corrupt)?,
+        grace: optional_json(row, "grace").map_err(&corrupt)?,
     })
 }
 
