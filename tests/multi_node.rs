@@ -73,9 +73,11 @@ impl Two {
 
     fn wait_state(&self, id: u64, want: &str) {
         self.c.wait(&format!("job {id} is {want}"), T, || {
-            let s = self.state(id);
+            // One read: the state and whether it is final, of one moment.
+            let j = self.c.get(&format!("/api/v1/jobs/{id}"));
+            let s = j["job_state"].as_str().unwrap_or("?").to_string();
             assert!(
-                s == want || !net::is_final(&self.c.get(&format!("/api/v1/jobs/{id}"))),
+                s == want || !net::is_final(&j),
                 "job {id} ended {s}, not {want}\n{}\n{}",
                 self.file(&format!("{id}.out")),
                 self.c.logs()
@@ -357,4 +359,43 @@ fn a_waiting_wide_job_is_not_starved_and_short_jobs_backfill_around_it() {
             .unwrap()
     };
     assert!(started(wide) <= started(long), "the wide job went first");
+}
+
+/// A job on two nodes is suspended on both: its step's tasks stop on each
+/// node (their cgroups frozen), and go on when it is resumed.
+#[test]
+fn a_job_on_two_nodes_is_suspended_and_resumed_on_both() {
+    let _s = serial();
+    let t = Two::up();
+    let id = t.sbatch(
+        "ticks.sh",
+        "#!/bin/sh\n#SBATCH -N 2 -o %j.out\n\
+         srun sh -c 'while :; do echo t >> ticks.$SLURMD_NODENAME; sleep 0.1; done'\n",
+    );
+    t.wait_state(id, "RUNNING");
+    let ticks = |n: &str| t.file(&format!("ticks.{n}")).lines().count();
+    t.c.wait("both nodes tick", T, || ticks("n1") > 0 && ticks("n2") > 0);
+    let sid = id.to_string();
+    let o = t.run("scontrol", &["suspend", &sid]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Stopped on both nodes: nothing more in a second, once the
+    // requests have arrived.
+    std::thread::sleep(Duration::from_millis(700));
+    let before = (ticks("n1"), ticks("n2"));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        (ticks("n1"), ticks("n2")),
+        before,
+        "still ticking while suspended"
+    );
+    let o = t.run("squeue", &["-h", "-j", &sid, "-o", "%T %N"]);
+    assert_eq!(stdout(&o), "SUSPENDED n[1-2]\n", "{}", stderr(&o));
+    let o = t.run("scontrol", &["resume", &sid]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    t.c.wait("both nodes tick again", T, || {
+        ticks("n1") > before.0 && ticks("n2") > before.1
+    });
+    let o = t.run("scancel", &[&sid]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    t.wait_state(id, "CANCELLED");
 }
