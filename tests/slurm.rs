@@ -752,6 +752,26 @@ fn association_limits_through_sacctmgr() {
         &["--gres=gpu:2", "--wrap", "true"],
         "allows a job at most 1 GPUs (MaxTRES)",
     );
+    // MaxWall: a longer limit is refused; a job without one gets it.
+    s.ok(
+        "sacctmgr",
+        &["-i", "modify", "account", "physics", "set", "MaxWall=30"],
+    );
+    assert!(s
+        .ok(
+            "sacctmgr",
+            &["-P", "-n", "show", "assoc", "format=Account,User,MaxWall"]
+        )
+        .contains("physics||00:30:00\n"));
+    s.refused(
+        "sbatch",
+        &["-t", "60", "--wrap", "true"],
+        "allows 30 minutes at most (MaxWall)",
+    );
+    let id = s.sbatch(&["-H", "--wrap", "true"]);
+    assert!(s
+        .ok("scontrol", &["show", "job", &id.to_string()])
+        .contains("TimeLimit=00:30:00"));
 }
 
 #[test]
@@ -779,13 +799,19 @@ fn qos_limits_and_priorities_through_sacctmgr() {
         s.ok("sacctmgr", &["-P", "-n", "show", "qos"]),
         "high|100||||||||cluster|||\nnormal|0|00:10:00|1||||||cluster|||\n"
     );
-    // Over MaxWall, or an unknown QOS: refused with the reason.
+    // Over MaxWall, or an unknown QOS: refused with the reason. Without a
+    // time limit a job gets MaxWall, as in Slurm.
     let o = s.run("sbatch", &["-t", "30", "--wrap", "true"], None);
     assert!(
         stderr(&o).contains("allows 10 minutes at most (MaxWall)"),
         "{}",
         stderr(&o)
     );
+    let unlimited = s.sbatch(&["-H", "--wrap", "true"]);
+    assert!(s
+        .ok("scontrol", &["show", "job", &unlimited.to_string()])
+        .contains("TimeLimit=00:10:00"));
+    s.ok("scancel", &[&unlimited.to_string()]);
     let o = s.run("sbatch", &["--qos", "gold", "--wrap", "true"], None);
     assert!(
         stderr(&o).contains("Invalid qos specification"),

@@ -4,7 +4,9 @@
 //! association's jobs. `MaxJobs` (running) and `MaxSubmitJobs` (queued and
 //! running) hold per association: its own, else the nearest account
 //! above it that sets one; so does `MaxTRES` (what one job may ask for).
-//! `GrpSubmitJobs` counts queued and running jobs like `GrpJobs`. Over a
+//! `GrpSubmitJobs` counts queued and running jobs like `GrpJobs`.
+//! `MaxWall` (inherited too) bounds a job's time limit, and is the limit
+//! of a job that gives none (as Slurm sets it). Over a
 //! launch limit a job waits with Slurm's reason (`AssocGrpJobsLimit`,
 //! `AssocGrpGRES`, `AssocGrpCpuLimit`, `AssocMaxJobsLimit`); over
 //! `MaxSubmitJobs`, `GrpSubmitJobs` or `MaxTRES`, or larger alone than a
@@ -35,6 +37,10 @@ pub struct AssocLimits {
     /// `MaxTRES`: what one job may ask for (own, else inherited).
     #[serde(default, skip_serializing_if = "Tres::is_empty")]
     pub max_tres_per_job: Tres,
+    /// `MaxWall`: the longest time limit a job may have, minutes (own,
+    /// else inherited); a job without one gets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_minutes: Option<u64>,
 }
 
 impl AssocLimits {
@@ -79,14 +85,21 @@ impl FairShare {
             || self.associations.values().any(|a| !a.limits.is_empty())
     }
 
-    /// An association's `MaxJobs` or `MaxSubmitJobs` (`pick`): its own,
-    /// else the nearest account above it that sets one.
-    fn inherited(
+    /// An association's `MaxWall` in seconds: its own, else the nearest
+    /// account above it that sets one.
+    pub fn max_wall_secs(&self, user: &str, account: &str) -> Option<u64> {
+        self.inherited(user, account, |l| l.max_wall_minutes)
+            .map(|m| m.saturating_mul(60))
+    }
+
+    /// An association's `MaxJobs`, `MaxSubmitJobs` or `MaxWall` (`pick`):
+    /// its own, else the nearest account above it that sets one.
+    fn inherited<T>(
         &self,
         user: &str,
         account: &str,
-        pick: impl Fn(&AssocLimits) -> Option<u32>,
-    ) -> Option<u32> {
+        pick: impl Fn(&AssocLimits) -> Option<T>,
+    ) -> Option<T> {
         self.associations
             .get(&(user.to_string(), account.to_string()))
             .and_then(|a| pick(&a.limits))
@@ -153,21 +166,31 @@ impl FairShare {
         Ok(())
     }
 
-    /// Checks a submission of `user` charged to `account` taking `load`,
-    /// with `queued` of the association's jobs queued or running already
-    /// and `queued_in(a)` those charged to account `a`: `MaxSubmitJobs`,
-    /// `GrpSubmitJobs`, `MaxTRES` (per job), and a `GrpTRES` it is larger
-    /// than alone. The error is in Slurm's words.
+    /// Checks a submission of `user` charged to `account` taking `load`
+    /// for `time_limit_secs`, with `queued` of the association's jobs
+    /// queued or running already and `queued_in(a)` those charged to
+    /// account `a`: `MaxWall`, `MaxSubmitJobs`, `GrpSubmitJobs`, `MaxTRES`
+    /// (per job), and a `GrpTRES` it is larger than alone. The error is in
+    /// Slurm's words.
     pub fn check_submit(
         &self,
         user: &str,
         account: &str,
         load: &TresUse,
+        time_limit_secs: Option<u64>,
         queued: u32,
         queued_in: &dyn Fn(&str) -> u32,
     ) -> Result<(), String> {
         const VIOLATES: &str =
             "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)";
+        if let (Some(max), Some(t)) = (self.max_wall_secs(user, account), time_limit_secs) {
+            if t > max {
+                return Err(format!(
+                    "{VIOLATES}: the association of user {user} with account {account} allows {} minutes at most (MaxWall)",
+                    max / 60
+                ));
+            }
+        }
         if let Some(m) = self
             .inherited(user, account, |l| l.max_submit_jobs)
             .filter(|m| queued >= *m)
@@ -316,7 +339,7 @@ mod tests {
         assert_eq!(AssocWait::GrpGres.reason(), "AssocGrpGRES");
         // Larger alone than the account's GrpTRES: refused at submission.
         let e = f
-            .check_submit("ann", "physics", &gpus(4), 0, &|_| 0)
+            .check_submit("ann", "physics", &gpus(4), None, 0, &|_| 0)
             .unwrap_err();
         assert!(
             e.contains("account science allows in all at most 3 GPUs"),
@@ -339,17 +362,17 @@ mod tests {
         );
         // MaxTRES is inherited by physics's users.
         let e = f
-            .check_submit("ann", "physics", &gpus(3), 0, &|_| 0)
+            .check_submit("ann", "physics", &gpus(3), None, 0, &|_| 0)
             .unwrap_err();
         assert!(e.contains("a job at most 2 GPUs (MaxTRES)"), "{e}");
         // science's GrpSubmitJobs counts the jobs charged to physics too.
         let two_in_physics = |a: &str| if a == "physics" { 2 } else { 0 };
         assert!(f
-            .check_submit("ann", "physics", &gpus(1), 0, &two_in_physics)
+            .check_submit("ann", "physics", &gpus(1), None, 0, &two_in_physics)
             .is_ok());
         let three = |a: &str| if a == "physics" { 3 } else { 0 };
         let e = f
-            .check_submit("bob", "physics", &gpus(1), 0, &three)
+            .check_submit("bob", "physics", &gpus(1), None, 0, &three)
             .unwrap_err();
         assert!(e.contains("account science allows 3 jobs"), "{e}");
     }
@@ -386,9 +409,11 @@ mod tests {
         );
         assert_eq!(f.admit(&t, "bob", "physics", &gpus(1)), Ok(()));
         let none = |_: &str| 0;
-        assert!(f.check_submit("ann", "physics", &gpus(1), 1, &none).is_ok());
+        assert!(f
+            .check_submit("ann", "physics", &gpus(1), None, 1, &none)
+            .is_ok());
         let e = f
-            .check_submit("ann", "physics", &gpus(1), 2, &none)
+            .check_submit("ann", "physics", &gpus(1), None, 2, &none)
             .unwrap_err();
         assert!(e.contains("MaxSubmitJobs"), "{e}");
         // Clearing them lifts them.
@@ -409,5 +434,47 @@ mod tests {
                 limits: AssocLimits::default(),
             })
             .is_err());
+    }
+
+    #[test]
+    fn max_wall_is_inherited_and_refuses_a_longer_limit() {
+        let mut f = site();
+        set(
+            &mut f,
+            "science",
+            None,
+            AssocLimits {
+                max_wall_minutes: Some(60),
+                ..AssocLimits::default()
+            },
+        );
+        assert_eq!(
+            f.max_wall_secs("ann", "physics"),
+            Some(3600),
+            "from science"
+        );
+        let none = |_: &str| 0;
+        let e = f
+            .check_submit("ann", "physics", &gpus(1), Some(7200), 0, &none)
+            .unwrap_err();
+        assert!(e.contains("allows 60 minutes at most (MaxWall)"), "{e}");
+        assert!(f
+            .check_submit("ann", "physics", &gpus(1), Some(3600), 0, &none)
+            .is_ok());
+        assert!(f
+            .check_submit("ann", "physics", &gpus(1), None, 0, &none)
+            .is_ok());
+        // ann's own is used before the account's.
+        set(
+            &mut f,
+            "physics",
+            Some("ann"),
+            AssocLimits {
+                max_wall_minutes: Some(600),
+                ..AssocLimits::default()
+            },
+        );
+        assert_eq!(f.max_wall_secs("ann", "physics"), Some(36000));
+        assert_eq!(f.max_wall_secs("bob", "physics"), Some(3600));
     }
 }

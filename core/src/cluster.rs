@@ -855,6 +855,7 @@ impl Cluster {
         self.check_satisfiable(&spec)?;
         self.choose_account(&mut spec)?;
         self.choose_qos(&mut spec)?;
+        self.apply_max_wall(&mut spec);
         if let Some(d) = &spec.dependency {
             if let Some(id) = d.job_ids().find(|id| !self.jobs.contains_key(id)) {
                 return Err(ClusterError::DependencyOnUnknownJob(id));

@@ -256,6 +256,14 @@ impl QosTable {
         }
     }
 
+    /// QOS `qos`'s `MaxWall` in seconds, where it sets one.
+    pub fn max_wall_secs(&self, qos: &str) -> Option<u64> {
+        self.qos
+            .get(qos)?
+            .max_wall_minutes
+            .map(|m| m.saturating_mul(60))
+    }
+
     /// The limits checked when a job is submitted: its time limit
     /// (`MaxWall`), its own size against the per-user and group TRES
     /// limits, and how many jobs its user has queued or running under
@@ -270,7 +278,8 @@ impl QosTable {
             return Ok(());
         };
         if let Some(m) = q.max_wall_minutes {
-            if time_limit_secs.is_none_or(|t| t > m * 60) {
+            // A job without a limit gets MaxWall (the caller sets it).
+            if time_limit_secs.is_some_and(|t| t > m.saturating_mul(60)) {
                 return Err(QosError::MaxWall {
                     qos: q.name.clone(),
                     minutes: m,
@@ -399,9 +408,11 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("10 minutes"), "{e}");
         assert!(
-            t.check_submit(&load("short", "a", 0), None, 0).is_err(),
-            "no limit is over MaxWall"
+            t.check_submit(&load("short", "a", 0), None, 0).is_ok(),
+            "no limit: the job gets MaxWall (Cluster::apply_max_wall)"
         );
+        assert_eq!(t.max_wall_secs("short"), Some(600));
+        assert_eq!(t.max_wall_secs("normal"), None);
         assert!(t.check_submit(&load("short", "a", 0), Some(600), 0).is_ok());
         let e = t
             .check_submit(&load("short", "a", 0), Some(60), 1)

@@ -92,6 +92,8 @@ const LIMIT_KEYS: &[&str] = &[
     "grpsubmit",
     "maxtres",
     "maxtresperjob",
+    "maxwall",
+    "maxwalldurationperjob",
 ];
 
 impl Words {
@@ -113,10 +115,22 @@ fn set_limits(mut limits: AssocLimits, w: &Words) -> Result<AssocLimits> {
             "grpsubmitjobs" | "grpsubmit" => limits.grp_submit_jobs = limit(k, v)?,
             "grptres" => limits.grp_tres = tres_limit(k, v)?,
             "maxtres" | "maxtresperjob" => limits.max_tres_per_job = tres_limit(k, v)?,
+            "maxwall" | "maxwalldurationperjob" => limits.max_wall_minutes = wall_limit(v)?,
             _ => {}
         }
     }
     Ok(limits)
+}
+
+/// A `MaxWall` as `sacctmgr` sets it, in minutes (`MIN`, `[D-]HH:MM:SS`;
+/// `-1`: none).
+fn wall_limit(v: &str) -> Result<Option<u64>> {
+    if v.trim() == "-1" {
+        return Ok(None);
+    }
+    Ok(gsched_core::units::parse_time_limit(v)
+        .map_err(|e| anyhow!("MaxWall={v}: {e}"))?
+        .map(|secs| secs.div_ceil(60)))
 }
 
 /// A TRES limit as `sacctmgr` sets it (`-1`: none).
@@ -300,15 +314,7 @@ fn set_qos(mut qos: Qos, w: &Words) -> Result<Qos> {
                 qos.max_submit_jobs_per_user = limit(k, v)?
             }
             "grpjobs" => qos.grp_jobs = limit(k, v)?,
-            "maxwall" | "maxwalldurationperjob" => {
-                qos.max_wall_minutes = if v.trim() == "-1" {
-                    None
-                } else {
-                    gsched_core::units::parse_time_limit(v)
-                        .map_err(|e| anyhow!("MaxWall={v}: {e}"))?
-                        .map(|secs| secs.div_ceil(60))
-                }
-            }
+            "maxwall" | "maxwalldurationperjob" => qos.max_wall_minutes = wall_limit(v)?,
             "maxtresperuser" | "maxtrespu" => {
                 qos.max_tres_per_user = Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))?
             }
@@ -456,7 +462,7 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
     let default_fmt = match entity {
         "account" => "Account,Descr,ParentName,Share",
         "user" => "User,DefaultAccount",
-        _ => "Cluster,Account,User,Share,ParentName,GrpJobs,GrpSubmit,GrpTRES,MaxJobs,MaxSubmit,MaxTRES",
+        _ => "Cluster,Account,User,Share,ParentName,GrpJobs,GrpSubmit,GrpTRES,MaxJobs,MaxSubmit,MaxTRES,MaxWall",
     };
     let fmt = w.get(&["format"]).unwrap_or(default_fmt);
     let cols: Vec<String> = fmt
@@ -487,7 +493,8 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
                 None => String::new(),
             },
             "grpjobs" | "grptres" | "maxjobs" | "maxsubmit" | "maxsubmitjobs" | "grpsubmit"
-            | "grpsubmitjobs" | "maxtres" | "maxtresperjob" => {
+            | "grpsubmitjobs" | "maxtres" | "maxtresperjob" | "maxwall"
+            | "maxwalldurationperjob" => {
                 let limits: AssocLimits = serde_json::from_value(
                     assoc.unwrap_or(account)["limits"].clone(),
                 )
@@ -499,10 +506,14 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
                     "maxjobs" => n(limits.max_jobs),
                     "grpsubmit" | "grpsubmitjobs" => n(limits.grp_submit_jobs),
                     "maxtres" | "maxtresperjob" => limits.max_tres_per_job.to_setting(),
+                    "maxwall" | "maxwalldurationperjob" => limits
+                        .max_wall_minutes
+                        .map(|m| super::format::elapsed_long(m as i64 * 60))
+                        .unwrap_or_default(),
                     _ => n(limits.max_submit_jobs),
                 }
             }
-            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount, GrpJobs, GrpSubmit, GrpTRES, MaxJobs, MaxSubmit, MaxTRES"),
+            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount, GrpJobs, GrpSubmit, GrpTRES, MaxJobs, MaxSubmit, MaxTRES, MaxWall"),
         })
     };
     match entity {

@@ -276,8 +276,37 @@ impl Cluster {
                 .count() as u32
         };
         self.fair_share
-            .check_submit(&spec.user_name, account, &load_of(spec), queued, &queued_in)
+            .check_submit(
+                &spec.user_name,
+                account,
+                &load_of(spec),
+                spec.time_limit,
+                queued,
+                &queued_in,
+            )
             .map_err(|e| ClusterError::Refused(format!("Batch job submission failed: {e}")))
+    }
+
+    /// A submission without a time limit gets the smallest `MaxWall` of
+    /// its QOS and its association, as Slurm sets it.
+    pub(super) fn apply_max_wall(&self, spec: &mut JobSpec) {
+        if spec.time_limit.is_some() {
+            return;
+        }
+        let qos = spec
+            .slurm
+            .qos
+            .as_deref()
+            .and_then(|q| self.qos.max_wall_secs(q));
+        let assoc = spec
+            .slurm
+            .account
+            .as_deref()
+            .and_then(|a| self.fair_share.max_wall_secs(&spec.user_name, a));
+        spec.time_limit = match (qos, assoc) {
+            (Some(q), Some(a)) => Some(q.min(a)),
+            (q, a) => q.or(a),
+        };
     }
 
     /// Charges what job `id`'s run held, from its start to `now`, to its
@@ -371,6 +400,7 @@ mod tests {
     use crate::cluster::testkit::{cluster, ended, launch, spec};
     use crate::cluster::Effect;
     use crate::fairshare::AccountChange;
+    use crate::qos::{Qos, QosChange};
 
     fn physics(c: &mut crate::cluster::Cluster) {
         c.change_accounts(&AccountChange::AddAccount {
@@ -387,6 +417,45 @@ mod tests {
             default: true,
         })
         .unwrap();
+    }
+
+    #[test]
+    fn a_job_without_a_time_limit_gets_the_smaller_max_wall_of_its_qos_and_association() {
+        let mut c = cluster();
+        physics(&mut c);
+        c.change_accounts(&AccountChange::SetLimits {
+            account: "physics".into(),
+            user: None,
+            limits: crate::assoc_limits::AssocLimits {
+                max_wall_minutes: Some(30),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let (id, _) = c.submit(spec("a", false), 0).unwrap();
+        assert_eq!(c.job(id).unwrap().spec.time_limit, Some(1800));
+        c.change_qos(&QosChange::Add {
+            qos: Qos {
+                name: "normal".into(),
+                max_wall_minutes: Some(10),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let (id, _) = c.submit(spec("b", false), 0).unwrap();
+        assert_eq!(c.job(id).unwrap().spec.time_limit, Some(600));
+        // One that gives its own keeps it, within both.
+        let mut own = spec("c", false);
+        own.time_limit = Some(300);
+        let (id, _) = c.submit(own, 0).unwrap();
+        assert_eq!(c.job(id).unwrap().spec.time_limit, Some(300));
+        let mut long = spec("d", false);
+        long.time_limit = Some(3600);
+        assert!(c
+            .submit(long, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("MaxWall"));
     }
 
     #[test]
