@@ -1,7 +1,8 @@
 //! Random operations on a two-node cluster (submissions of shared,
 //! isolated, several-instance, `--exclusive` and two-node jobs; ends;
-//! drains, downs and resumes), with the invariants checked after every
-//! step: no instance held by two jobs or by a job not running, every
+//! drains, downs and resumes; suspensions), with the invariants checked
+//! after every step: no instance held by two jobs or by a job not running,
+//! a node's books keep the CPUs of its jobs less the suspended ones', every
 //! running isolated job holds exactly what it asked for on each of its
 //! nodes (or, started early, waits for it from the one job there), a job
 //! alone on its node is alone, a job is on the books of exactly its nodes
@@ -32,6 +33,10 @@ enum Op {
     Task(usize, usize),
     /// The node's shared tasks are all gone.
     TasksGone(usize),
+    /// An administrator suspends the `.0`-th running job.
+    Suspend(usize),
+    /// An administrator resumes the `.0`-th suspended job.
+    ResumeJob(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -44,6 +49,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..2).prop_map(Op::Resume),
         2 => (0usize..2, any::<usize>()).prop_map(|(n, k)| Op::Task(n, k)),
         1 => (0usize..2).prop_map(Op::TasksGone),
+        1 => any::<usize>().prop_map(Op::Suspend),
+        1 => any::<usize>().prop_map(Op::ResumeJob),
     ]
 }
 
@@ -241,13 +248,29 @@ fn check(c: &Cluster, finals: &mut BTreeMap<JobId, JobState>) -> Result<(), Test
         }
     }
     for n in c.nodes() {
-        // What the node keeps of its jobs' CPUs and memory is their sum.
+        // What the node keeps of its jobs' CPUs and memory is their sum,
+        // less the CPUs of the suspended ones.
         let total = n.total();
         let mut free = total;
         for j in n.running.iter().filter_map(|id| c.job(*id)) {
-            free.take(&super::resources_of(j), &total);
+            let mut res = super::resources_of(j);
+            if n.suspended.contains(&j.id) {
+                res.cpus = 0;
+            }
+            free.take(&res, &total);
+            if j.state == JobState::Running && j.runs_on(&n.name) {
+                prop_assert_eq!(
+                    j.is_suspended(),
+                    n.suspended.contains(&j.id),
+                    "job {} and {}'s books disagree",
+                    j.id,
+                    &n.name
+                );
+            }
         }
         prop_assert_eq!(n.free(), free, "{} keeps {:?}", n.name, n.taken);
+        prop_assert!(n.taken.0 <= u64::from(n.cpus), "{} over its CPUs", n.name);
+        prop_assert!(n.suspended.is_subset(&n.running), "{}", n.name);
         for s in &n.instances {
             if let Some(owner) = s.isolated_owner {
                 // Its job holds it, or its job's requeued run has not
@@ -316,6 +339,23 @@ fn run(mut c: Cluster, nodes: &[&str], ops: &[Op]) -> Result<(), TestCaseError> 
                         .job_ended(&node, &ended(id, run, 0, now))
                         .unwrap_or_default();
                     apply(&mut c, fx, &mut ending);
+                }
+            }
+            Op::Suspend(k) | Op::ResumeJob(k) => {
+                let suspend = matches!(o, Op::Suspend(_));
+                let them: Vec<JobId> = c
+                    .jobs()
+                    .filter(|j| j.state == JobState::Running && j.is_suspended() != suspend)
+                    .map(|j| j.id)
+                    .collect();
+                if !them.is_empty() {
+                    let id = them[k % them.len()];
+                    let fx = if suspend {
+                        c.suspend(id, now)
+                    } else {
+                        c.resume(id, now)
+                    };
+                    apply(&mut c, fx.unwrap_or_default(), &mut ending);
                 }
             }
             Op::Task(n, k) => place_task(&mut c, nodes[*n % nodes.len()], *k),
