@@ -57,6 +57,20 @@ enum What {
         #[arg(long, default_value = "basic")]
         priority_type: String,
     },
+    /// Submission time in the controller's core (pure, no daemon): QUEUED
+    /// jobs of USERS users waiting, under a QOS `normal` with
+    /// MaxSubmitJobsPerUser=MAX_SUBMIT (`none`: the QOS without it; `off`:
+    /// no QOS at all); ROUNDS more submissions timed.
+    Submissions {
+        #[arg(long, default_value_t = 100_000)]
+        queued: usize,
+        #[arg(long, default_value_t = 100)]
+        users: usize,
+        #[arg(long, default_value = "1000000")]
+        max_submit: String,
+        #[arg(long, default_value_t = 1000)]
+        rounds: usize,
+    },
     /// CASE Algorithm 2 decision time (pure, no daemon): a task ending on a
     /// node with INSTANCES instances and WAITING queued tasks, and a begin.
     Placement {
@@ -67,6 +81,67 @@ enum What {
         #[arg(long, default_value_t = 200)]
         rounds: usize,
     },
+}
+
+/// Times submissions to a controller core holding a long queue.
+fn submissions(queued: usize, users: usize, max_submit: &str, rounds: usize) -> Result<()> {
+    use gsched_core::cluster::Cluster;
+    use gsched_core::qos::{Qos, QosChange};
+    let mut c = Cluster::new(Box::new(gsched_core::launch::CaseLaunch));
+    let qos = match max_submit {
+        "off" => None,
+        "none" => Some(None),
+        n => Some(Some(
+            n.parse::<u32>()
+                .context("--max-submit: a number, none or off")?,
+        )),
+    };
+    if let Some(max) = qos {
+        c.change_qos(&QosChange::Add {
+            qos: Qos {
+                name: "normal".into(),
+                max_submit_jobs_per_user: max,
+                ..Default::default()
+            },
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let spec = |i: usize| JobSpec {
+        name: "bench".into(),
+        script: "#!/bin/sh\ntrue\n".into(),
+        working_dir: "/tmp".into(),
+        user_name: format!("user{}", i % users),
+        uid: 1000 + (i % users) as u32,
+        gid: 1000,
+        submit_host: "bench".into(),
+        ..JobSpec::default()
+    };
+    for i in 0..queued {
+        c.submit(spec(i), 1).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let mut times = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let t = Instant::now();
+        c.submit(spec(i), 2).map_err(|e| anyhow::anyhow!("{e}"))?;
+        times.push(t.elapsed().as_nanos() as u64);
+    }
+    times.sort_unstable();
+    let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize] as f64 / 1e3;
+    println!(
+        "submissions: {queued} queued of {users} users, QOS {}",
+        match qos {
+            None => "none".to_string(),
+            Some(None) => "normal without MaxSubmitJobsPerUser".to_string(),
+            Some(Some(n)) => format!("normal with MaxSubmitJobsPerUser={n}"),
+        }
+    );
+    println!(
+        "  one submission: p50 {:.1} us, p99 {:.1} us, max {:.1} us ({rounds} rounds)",
+        q(0.5),
+        q(0.99),
+        q(1.0)
+    );
+    Ok(())
 }
 
 /// Times launch passes on a full cluster with a long queue.
@@ -390,6 +465,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 &priority_type,
             )?;
         }
+        What::Submissions {
+            queued,
+            users,
+            max_submit,
+            rounds,
+        } => submissions(queued, users.max(1), &max_submit, rounds.max(1))?,
         What::Placement {
             instances,
             waiting,

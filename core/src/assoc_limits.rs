@@ -85,6 +85,18 @@ impl FairShare {
             || self.associations.values().any(|a| !a.limits.is_empty())
     }
 
+    /// Whether a submission of `user` charged to `account` needs the
+    /// association's queued jobs counted (`MaxSubmitJobs`, its own
+    /// `GrpSubmitJobs`).
+    pub fn counts_submissions(&self, user: &str, account: &str) -> bool {
+        self.inherited(user, account, |l| l.max_submit_jobs)
+            .is_some()
+            || self
+                .associations
+                .get(&(user.to_string(), account.to_string()))
+                .is_some_and(|a| a.limits.grp_submit_jobs.is_some())
+    }
+
     /// An association's `MaxWall` in seconds: its own, else the nearest
     /// account above it that sets one.
     pub fn max_wall_secs(&self, user: &str, account: &str) -> Option<u64> {

@@ -18,6 +18,7 @@ use crate::resources::{JobResources, MemoryRequest, NodeResources};
 use crate::wire::{JobEnded, NodeRegistration};
 
 mod accounting;
+mod active_jobs;
 mod drains;
 mod early_start;
 mod footprints;
@@ -440,6 +441,8 @@ pub struct Cluster {
     preempt_mode: crate::preempt::PreemptMode,
     /// The partitions' job factors (`weigher.rs`).
     partitions: Option<crate::priority::PartitionFactors>,
+    /// Each user's jobs not yet final, for submission limits.
+    active_by_user: active_jobs::ActiveByUser,
     /// Backfill, or strict priority order.
     scheduler_type: crate::launch::SchedulerType,
     /// Nodes kept for jobs that preempted others there.
@@ -504,6 +507,7 @@ impl Cluster {
             qos: Default::default(),
             preempt_mode: Default::default(),
             partitions: None,
+            active_by_user: Default::default(),
             scheduler_type: Default::default(),
             preemptions: BTreeMap::new(),
             task_preemptions: BTreeMap::new(),
@@ -585,6 +589,9 @@ impl Cluster {
             }
             c.index(&job);
             c.restore_grace(&job);
+            if !job.state.is_final() {
+                c.active_by_user.add(&job.spec.user_name, job.id, &c.jobs);
+            }
             if let Some(k) = &job.spec.idempotency_key {
                 c.submissions
                     .insert((job.spec.uid, k.clone()), job.submitted_as());
@@ -915,6 +922,7 @@ impl Cluster {
         self.next_id += 1;
         let job = Job::new(id, spec, now);
         self.enqueue(id, job.spec.isolated);
+        self.active_by_user.add(&job.spec.user_name, id, &self.jobs);
         self.jobs.insert(id, job);
         id
     }

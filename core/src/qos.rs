@@ -256,6 +256,14 @@ impl QosTable {
         }
     }
 
+    /// Whether a submission under `qos` needs its user's jobs there
+    /// counted (`MaxSubmitJobsPerUser`).
+    pub fn counts_submissions(&self, qos: &str) -> bool {
+        self.qos
+            .get(qos)
+            .is_some_and(|q| q.max_submit_jobs_per_user.is_some())
+    }
+
     /// QOS `qos`'s `MaxWall` in seconds, where it sets one.
     pub fn max_wall_secs(&self, qos: &str) -> Option<u64> {
         self.qos

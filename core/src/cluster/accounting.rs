@@ -123,9 +123,14 @@ impl Cluster {
         let Some(qos) = spec.slurm.qos.clone() else {
             return Ok(());
         };
-        let queued = self.active_jobs_of(&spec.user_name, |s| {
-            s.slurm.qos.as_deref() == Some(qos.as_str())
-        });
+        // Counted only where a limit needs the count.
+        let queued = if self.qos.counts_submissions(&qos) {
+            self.active_jobs_of(&spec.user_name, |s| {
+                s.slurm.qos.as_deref() == Some(qos.as_str())
+            })
+        } else {
+            0
+        };
         self.qos
             .check_submit(
                 &JobLoad {
@@ -248,11 +253,14 @@ impl Cluster {
         self.check_assoc_submit(spec)
     }
 
-    /// How many of `user`'s jobs that `matches` are queued or running.
+    /// How many of `user`'s jobs that `matches` are queued or running
+    /// (its own jobs only: `active_jobs.rs`).
     fn active_jobs_of(&self, user: &str, matches: impl Fn(&JobSpec) -> bool) -> u32 {
-        self.jobs
-            .values()
-            .filter(|j| !j.state.is_final() && j.spec.user_name == user && matches(&j.spec))
+        self.active_by_user
+            .of(user)
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|j| !j.state.is_final() && matches(&j.spec))
             .count() as u32
     }
 
@@ -266,9 +274,13 @@ impl Cluster {
         if !self.fair_share.has_limits() {
             return Ok(());
         }
-        let queued = self.active_jobs_of(&spec.user_name, |s| {
-            s.slurm.account.as_deref() == Some(account)
-        });
+        let queued = if self.fair_share.counts_submissions(&spec.user_name, account) {
+            self.active_jobs_of(&spec.user_name, |s| {
+                s.slurm.account.as_deref() == Some(account)
+            })
+        } else {
+            0
+        };
         let queued_in = |a: &str| {
             self.jobs
                 .values()
