@@ -18,11 +18,11 @@ use crate::resources::{JobResources, MemoryRequest, NodeResources};
 use crate::wire::{JobEnded, NodeRegistration};
 
 mod accounting;
-mod active_jobs;
 mod drains;
 mod early_start;
 mod footprints;
 mod job_update;
+mod jobs_by_user;
 mod launching;
 mod node_admin;
 mod preemption;
@@ -441,8 +441,8 @@ pub struct Cluster {
     preempt_mode: crate::preempt::PreemptMode,
     /// The partitions' job factors (`weigher.rs`).
     partitions: Option<crate::priority::PartitionFactors>,
-    /// Each user's jobs not yet final, for submission limits.
-    active_by_user: active_jobs::ActiveByUser,
+    /// Each user's jobs in memory, for submission limits.
+    jobs_by_user: jobs_by_user::JobsByUser,
     /// Backfill, or strict priority order.
     scheduler_type: crate::launch::SchedulerType,
     /// Nodes kept for jobs that preempted others there.
@@ -507,7 +507,7 @@ impl Cluster {
             qos: Default::default(),
             preempt_mode: Default::default(),
             partitions: None,
-            active_by_user: Default::default(),
+            jobs_by_user: Default::default(),
             scheduler_type: Default::default(),
             preemptions: BTreeMap::new(),
             task_preemptions: BTreeMap::new(),
@@ -589,9 +589,7 @@ impl Cluster {
             }
             c.index(&job);
             c.restore_grace(&job);
-            if !job.state.is_final() {
-                c.active_by_user.add(&job.spec.user_name, job.id, &c.jobs);
-            }
+            c.jobs_by_user.add(&job.spec.user_name, job.id);
             if let Some(k) = &job.spec.idempotency_key {
                 c.submissions
                     .insert((job.spec.uid, k.clone()), job.submitted_as());
@@ -922,7 +920,7 @@ impl Cluster {
         self.next_id += 1;
         let job = Job::new(id, spec, now);
         self.enqueue(id, job.spec.isolated);
-        self.active_by_user.add(&job.spec.user_name, id, &self.jobs);
+        self.jobs_by_user.add(&job.spec.user_name, id);
         self.jobs.insert(id, job);
         id
     }
@@ -938,6 +936,7 @@ impl Cluster {
             self.isolated_queue.remove(&id);
             self.shared_queue.remove(&id);
             if let Some(j) = self.jobs.remove(&id) {
+                self.jobs_by_user.remove(&j.spec.user_name, id);
                 if let Some(k) = j.spec.idempotency_key {
                     self.submissions.remove(&(j.spec.uid, k));
                 }

@@ -254,12 +254,11 @@ impl Cluster {
     }
 
     /// How many of `user`'s jobs that `matches` are queued or running
-    /// (its own jobs only: `active_jobs.rs`).
+    /// (its own jobs only: `jobs_by_user.rs`).
     fn active_jobs_of(&self, user: &str, matches: impl Fn(&JobSpec) -> bool) -> u32 {
-        self.active_by_user
+        self.jobs_by_user
             .of(user)
-            .iter()
-            .filter_map(|id| self.jobs.get(id))
+            .filter_map(|id| self.jobs.get(&id))
             .filter(|j| !j.state.is_final() && matches(&j.spec))
             .count() as u32
     }

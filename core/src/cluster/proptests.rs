@@ -247,6 +247,18 @@ fn check(c: &Cluster, finals: &mut BTreeMap<JobId, JobState>) -> Result<(), Test
             }
         }
     }
+    // The index of each user's jobs holds exactly the jobs in memory.
+    let indexed: usize = c
+        .jobs()
+        .map(|j| j.spec.user_name.clone())
+        .collect::<BTreeSet<_>>()
+        .iter()
+        .map(|u| c.jobs_by_user.of(u).count())
+        .sum();
+    prop_assert_eq!(indexed, c.jobs().count());
+    for j in c.jobs() {
+        prop_assert!(c.jobs_by_user.of(&j.spec.user_name).any(|id| id == j.id));
+    }
     for n in c.nodes() {
         // What the node keeps of its jobs' CPUs and memory is their sum,
         // less the CPUs of the suspended ones.

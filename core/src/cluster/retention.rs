@@ -89,6 +89,7 @@ impl Cluster {
         let Some(job) = self.jobs.remove(&id) else {
             return;
         };
+        self.jobs_by_user.remove(&job.spec.user_name, id);
         self.footprints.retire(&job);
         self.lost_runs.remove(&id);
         *self.purged.entry(job.state).or_default() += 1;
