@@ -129,6 +129,9 @@ pub struct Node {
     pub taken: (u64, u64),
     /// The jobs of `running` that are suspended (their CPUs free).
     pub suspended: BTreeSet<JobId>,
+    /// The jobs of `running` that are shared (not isolated), kept so that
+    /// a pass need not look each job up.
+    pub shared: BTreeSet<JobId>,
     /// A launch could not reach the node: no launches go there until it is
     /// heard from again (a heartbeat or registration). Not a down node:
     /// only its lease says that.
@@ -194,17 +197,21 @@ pub fn resources_of(job: &Job) -> JobResources {
 }
 
 impl Node {
-    /// Job `id`, taking `res`, is on the node's books.
-    pub fn add_running(&mut self, id: JobId, res: &JobResources) {
+    /// Job `id`, taking `res`, shared or isolated, is on the node's books.
+    pub fn add_running(&mut self, id: JobId, res: &JobResources, shared: bool) {
         if self.running.insert(id) {
             self.taken.0 += u64::from(res.cpus);
             self.taken.1 += res.memory_mib(self.memory_mib);
+            if shared {
+                self.shared.insert(id);
+            }
         }
     }
 
     /// Job `id`, which took `res`, is off the node's books.
     pub fn remove_running(&mut self, id: JobId, res: &JobResources) {
         if self.running.remove(&id) {
+            self.shared.remove(&id);
             if !self.suspended.remove(&id) {
                 self.taken.0 = self.taken.0.saturating_sub(u64::from(res.cpus));
             }
@@ -230,7 +237,7 @@ impl Node {
     /// not).
     pub fn book(&mut self, job: &Job) {
         let res = resources_of(job);
-        self.add_running(job.id, &res);
+        self.add_running(job.id, &res, !job.spec.isolated);
         if job.is_suspended() {
             self.set_suspended(job.id, &res, true);
         }
@@ -240,6 +247,7 @@ impl Node {
     pub fn clear_running(&mut self) {
         self.running.clear();
         self.suspended.clear();
+        self.shared.clear();
         self.taken = (0, 0);
     }
 
@@ -1004,7 +1012,8 @@ impl Cluster {
         self.unexamined.clear();
         // Arrays at their `%max`: their pending tasks sit this pass out.
         let mut array_room = self.array_room();
-        let singletons = self.active_by_name();
+        // Worked out when a job with a singleton dependency is first seen.
+        let mut singletons: Option<HashMap<(&str, &str), JobId>> = None;
         let mut throttled: Vec<JobId> = Vec::new();
         let mut waiting: Vec<(JobId, Verdict)> = Vec::new();
         let jobs = &self.jobs;
@@ -1020,9 +1029,11 @@ impl Cluster {
                 return false;
             }
             if let Some(d) = &job.spec.dependency {
-                let earlier = singletons
-                    .get(&(job.spec.user_name.as_str(), job.spec.name.as_str()))
-                    .is_some_and(|first| first < id);
+                let earlier = d.singleton
+                    && singletons
+                        .get_or_insert_with(|| self.active_by_name())
+                        .get(&(job.spec.user_name.as_str(), job.spec.name.as_str()))
+                        .is_some_and(|first| first < id);
                 match d.verdict(|dep| states_of(jobs, dep), earlier) {
                     Verdict::Ready => {}
                     v => {
@@ -1112,14 +1123,7 @@ impl Cluster {
                     worker_limit: n.worker_limit,
                     workers_used: n.running.len() as u32,
                     // Only isolated jobs' placement asks for these two.
-                    shared_running: if iso.is_empty() {
-                        0
-                    } else {
-                        n.running
-                            .iter()
-                            .filter(|id| self.jobs.get(id).is_some_and(|j| !j.spec.isolated))
-                            .count() as u32
-                    },
+                    shared_running: n.shared.len() as u32,
                     total: n.total(),
                     free: self.free_on(n),
                     expected_empty: if holding {
@@ -1267,23 +1271,9 @@ impl Cluster {
     }
 
     /// For `singleton`: the lowest id of an active (pending or running)
-    /// job per (user, name), when some queued job asks for it.
+    /// job per (user, name); worked out when a queued job asks for it.
     fn active_by_name(&self) -> HashMap<(&str, &str), JobId> {
         let mut m = HashMap::new();
-        let wanted = self
-            .isolated_queue
-            .iter()
-            .chain(&self.shared_queue)
-            .any(|id| {
-                self.jobs[id]
-                    .spec
-                    .dependency
-                    .as_ref()
-                    .is_some_and(|d| d.singleton)
-            });
-        if !wanted {
-            return m;
-        }
         let running = self.nodes.values().flat_map(|n| n.running.iter());
         for id in self
             .isolated_queue
@@ -1367,7 +1357,7 @@ impl Cluster {
             .nodes
             .get_mut(node)
             .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
-        n.add_running(id, &res);
+        n.add_running(id, &res, !isolated);
         if !instances.is_empty() {
             // Started early on an instance another isolated job still
             // holds, it waits for it (drained for it) and takes it over
@@ -1890,6 +1880,7 @@ impl Cluster {
             running: BTreeSet::new(),
             taken: (0, 0),
             suspended: BTreeSet::new(),
+            shared: BTreeSet::new(),
             unconfirmed: false,
             instance_id: reg.instance_id.clone(),
             drain_sent: None,
@@ -2364,7 +2355,7 @@ mod tests {
         s.job_bytes.clear();
         s.reserved_bytes = 0;
         assert_eq!((s.holder(), s.held_bytes()), (Some(4), whole));
-        n.add_running(4, &resources_of(&Job::new(4, JobSpec::default(), 0)));
+        n.add_running(4, &resources_of(&Job::new(4, JobSpec::default(), 0)), true);
         assert_eq!(n.state_name(), "MIXED");
         n.up = false;
         assert_eq!(n.state_name(), "DOWN");

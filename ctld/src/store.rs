@@ -616,6 +616,7 @@ async fn load(
             running: Default::default(),
             taken: (0, 0),
             suspended: Default::default(),
+            shared: Default::default(),
             unconfirmed: false,
             instance_id: String::new(),
             drain_sent: None,

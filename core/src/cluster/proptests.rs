@@ -283,6 +283,13 @@ fn check(c: &Cluster, finals: &mut BTreeMap<JobId, JobState>) -> Result<(), Test
         prop_assert_eq!(n.free(), free, "{} keeps {:?}", n.name, n.taken);
         prop_assert!(n.taken.0 <= u64::from(n.cpus), "{} over its CPUs", n.name);
         prop_assert!(n.suspended.is_subset(&n.running), "{}", n.name);
+        let shared: BTreeSet<JobId> = n
+            .running
+            .iter()
+            .copied()
+            .filter(|id| c.job(*id).is_some_and(|j| !j.spec.isolated))
+            .collect();
+        prop_assert_eq!(&n.shared, &shared, "{}'s shared jobs", n.name);
         for s in &n.instances {
             if let Some(owner) = s.isolated_owner {
                 // Its job holds it, or its job's requeued run has not

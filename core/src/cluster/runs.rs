@@ -131,9 +131,9 @@ impl Cluster {
                 // it waits for this run's end.
                 self.lost_runs.remove(&id);
                 self.requeued_runs.insert(id, node.into());
-                let res = super::resources_of(job);
+                let (res, shared) = (super::resources_of(job), !job.spec.isolated);
                 if let Some(n) = self.nodes.get_mut(node) {
-                    n.add_running(id, &res);
+                    n.add_running(id, &res, shared);
                 }
                 if self.jobs.get(&id).and_then(super::node_sharing).is_some() {
                     self.sharing_jobs.insert(id);

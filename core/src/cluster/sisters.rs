@@ -32,10 +32,10 @@ impl Cluster {
         }
         let job = self.jobs.get_mut(&id).expect("started above");
         job.sisters = sisters.clone();
-        let res = resources_of(job);
+        let (res, shared) = (resources_of(job), !job.spec.isolated);
         for s in &sisters {
             let n = self.nodes.get_mut(&s.node).expect("checked above");
-            n.add_running(id, &res);
+            n.add_running(id, &res, shared);
             for slot in n
                 .instances
                 .iter_mut()

@@ -117,9 +117,15 @@ impl Cluster {
     /// runs or waits on nodes kept for it, where their CPUs are free: the
     /// longest suspended first.
     pub(super) fn resume_suspended(&mut self, now: i64) -> Vec<Effect> {
-        let mut due: Vec<(i64, JobId)> = self
-            .jobs
+        // The nodes' books list them: no walk over every job.
+        let suspended: std::collections::BTreeSet<JobId> = self
+            .nodes
             .values()
+            .flat_map(|n| n.suspended.iter().copied())
+            .collect();
+        let mut due: Vec<(i64, JobId)> = suspended
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
             .filter(|j| j.is_suspended())
             .filter_map(|j| {
                 let s = j.suspension?;

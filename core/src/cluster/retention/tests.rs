@@ -30,7 +30,11 @@ fn finished_jobs_leave_after_the_minimum_age_and_their_footprint_stays() {
     );
     assert_eq!(c.purge_finished(350, 300), vec![a]);
     assert!(c.job(a).is_none());
-    assert_eq!(c.jobs_by_user.of("u").count(), 0, "its user's index forgets it");
+    assert_eq!(
+        c.jobs_by_user.of("u").count(),
+        0,
+        "its user's index forgets it"
+    );
     assert_eq!(c.retired_peak_count(), 1);
     assert_eq!(c.purged_count(JobState::Completed), 1);
     let (b, _) = c.submit(spec("train"), 400).unwrap();
