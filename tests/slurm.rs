@@ -1523,21 +1523,45 @@ fn salloc_holds_an_allocation_for_a_command_and_its_steps() {
     );
 }
 
-#[test]
-fn priorities_nice_and_sprio_under_multifactor() {
-    // One job at a time. Under multifactor, a job's nice is taken off its
-    // priority: the job submitted later without one starts first.
-    let s = Slurm::start_with(&[
+/// One job at a time under multifactor (with `extra` options), a job
+/// running for 3 s ahead of the ones a test submits.
+fn one_at_a_time_under_multifactor(extra: &[&str]) -> Slurm {
+    let mut args = vec![
         "--sim-gpus",
         "1xA100-40GB",
         "--workers",
         "1",
         "--priority-type",
         "multifactor",
-    ]);
-    let g = &s.g;
+    ];
+    args.extend_from_slice(extra);
+    let s = Slurm::start_with(&args);
     let blocker = s.sbatch(&["--wrap", "sleep 3"]);
-    g.wait_state(blocker, "RUNNING", T);
+    s.g.wait_state(blocker, "RUNNING", T);
+    s
+}
+
+/// Job `id`'s line of sprio's output, in words.
+fn sprio_row(sprio: &str, id: u64) -> Vec<&str> {
+    sprio
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|r| r[0] == id.to_string())
+        .unwrap_or_else(|| panic!("{id} in {sprio}"))
+}
+
+/// Job `first` ended before job `then` started.
+fn ran_before(g: &common::Gsched, first: u64, then: u64) -> bool {
+    let end = g.job(first)["end_time"].as_i64().unwrap();
+    end <= g.job(then)["start_time"].as_i64().unwrap()
+}
+
+#[test]
+fn priorities_nice_and_sprio_under_multifactor() {
+    // One job at a time. Under multifactor, a job's nice is taken off its
+    // priority: the job submitted later without one starts first.
+    let s = one_at_a_time_under_multifactor(&[]);
+    let g = &s.g;
     let niced = s.sbatch(&["--nice=500", "--wrap", "date +%s%N"]);
     let plain = s.sbatch(&["--wrap", "date +%s%N"]);
     let raised = s.sbatch(&["--wrap", "date +%s%N"]);
@@ -1546,16 +1570,8 @@ fn priorities_nice_and_sprio_under_multifactor() {
         &["update", &format!("JobId={raised}"), "Nice=-100"],
     );
     let sprio = s.ok("sprio", &["-h"]);
-    let rows: Vec<Vec<&str>> = sprio
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 3, "{sprio}");
-    let row = |id: u64| {
-        rows.iter()
-            .find(|r| r[0] == id.to_string())
-            .unwrap_or_else(|| panic!("{id} in {sprio}"))
-    };
+    assert_eq!(sprio.lines().count(), 3, "{sprio}");
+    let row = |id: u64| sprio_row(&sprio, id);
     assert_eq!(row(niced)[9], "500", "{sprio}");
     assert_eq!(row(raised)[9], "-100", "{sprio}");
     let prio = |id: u64| row(id)[2].parse::<i64>().unwrap();
@@ -1576,10 +1592,8 @@ fn priorities_nice_and_sprio_under_multifactor() {
     for id in [niced, plain, raised] {
         g.wait_state(id, "COMPLETED", T);
     }
-    let started = |id: u64| g.job(id)["start_time"].as_i64().unwrap();
-    let ended = |id: u64| g.job(id)["end_time"].as_i64().unwrap();
-    assert!(ended(raised) <= started(plain), "the raised job went first");
-    assert!(ended(plain) <= started(niced), "the niced job went last");
+    assert!(ran_before(g, raised, plain), "the raised job went first");
+    assert!(ran_before(g, plain, niced), "the niced job went last");
     // A bad nice is refused with the reason.
     let o = s.run(
         "scontrol",
@@ -1591,39 +1605,21 @@ fn priorities_nice_and_sprio_under_multifactor() {
 
 #[test]
 fn a_partitions_job_factor_puts_its_jobs_first() {
-    // One job at a time; debug's job factor is the largest, gpu's is 0.
-    let s = Slurm::start_with(&[
-        "--sim-gpus",
-        "1xA100-40GB",
-        "--workers",
-        "1",
-        "--priority-type",
-        "multifactor",
+    // debug's job factor is the largest, gpu's is 0.
+    let s = one_at_a_time_under_multifactor(&[
         "--partitions",
         "debug",
         "--partition-job-factors",
         "debug=10",
     ]);
     let g = &s.g;
-    let blocker = s.sbatch(&["--wrap", "sleep 3"]);
-    g.wait_state(blocker, "RUNNING", T);
     let plain = s.sbatch(&["--wrap", "true"]);
     let debug = s.sbatch(&["-p", "debug", "--wrap", "true"]);
     let sprio = s.ok("sprio", &["-h"]);
-    let partition_factor = |id: u64| {
-        sprio
-            .lines()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find(|r| r[0] == id.to_string())
-            .map(|r| r[7].to_string())
-            .unwrap_or_else(|| panic!("{id} in {sprio}"))
-    };
-    assert_eq!(partition_factor(debug), "1000", "{sprio}");
-    assert_eq!(partition_factor(plain), "0", "{sprio}");
+    assert_eq!(sprio_row(&sprio, debug)[7], "1000", "{sprio}");
+    assert_eq!(sprio_row(&sprio, plain)[7], "0", "{sprio}");
     for id in [plain, debug] {
         g.wait_state(id, "COMPLETED", T);
     }
-    let started = |id: u64| g.job(id)["start_time"].as_i64().unwrap();
-    let ended = |id: u64| g.job(id)["end_time"].as_i64().unwrap();
-    assert!(ended(debug) <= started(plain), "the debug job went first");
+    assert!(ran_before(g, debug, plain), "the debug job went first");
 }

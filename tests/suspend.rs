@@ -21,6 +21,14 @@ fn suspended(s: &Slurm, id: u64) -> bool {
     s.g.job(id)["suspended"].as_bool() == Some(true)
 }
 
+/// Submits a job running `script` (which ticks into `ticks`) with its
+/// output in job.out, and waits for its first tick.
+fn ticking_job(s: &Slurm, script: &str) -> u64 {
+    let id = s.sbatch(&["-o", "job.out", "--wrap", script]);
+    s.g.wait_until("the job ticks", T, || lines(s, "ticks") > 0);
+    id
+}
+
 /// The job's ticks stop while it is suspended: none in a second.
 fn ticks_stand_still(s: &Slurm, file: &str) {
     let before = lines(s, file);
@@ -97,13 +105,10 @@ fn a_higher_qos_suspends_a_job_for_its_cpus_and_it_goes_on_within_its_limit() {
 #[test]
 fn an_administrator_suspends_and_resumes_a_job_across_a_restart() {
     let mut s = Slurm::start();
-    let id = s.sbatch(&[
-        "-o",
-        "job.out",
-        "--wrap",
+    let id = ticking_job(
+        &s,
         "for i in $(seq 1 30); do echo tick >> ticks; sleep 0.1; done; echo done",
-    ]);
-    s.g.wait_until("the job ticks", T, || lines(&s, "ticks") > 0);
+    );
     let sid = id.to_string();
     s.ok("scontrol", &["suspend", &sid]);
     assert!(suspended(&s, id));
@@ -137,13 +142,10 @@ fn a_suspended_job_that_is_cancelled_sees_its_sigterm() {
     // Frozen processes take no signal: the job is thawed first, so its
     // trap runs before it ends.
     let s = Slurm::start();
-    let id = s.sbatch(&[
-        "-o",
-        "job.out",
-        "--wrap",
+    let id = ticking_job(
+        &s,
         "trap 'echo got TERM; exit 3' TERM; while :; do echo tick >> ticks; sleep 0.1; done",
-    ]);
-    s.g.wait_until("the job ticks", T, || lines(&s, "ticks") > 0);
+    );
     let sid = id.to_string();
     s.ok("scontrol", &["suspend", &sid]);
     std::thread::sleep(Duration::from_millis(500));
