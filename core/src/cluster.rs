@@ -451,6 +451,9 @@ pub struct Cluster {
     partitions: Option<crate::priority::PartitionFactors>,
     /// Each user's jobs in memory, for submission limits.
     jobs_by_user: jobs_by_user::JobsByUser,
+    /// Per node, the CPUs suspended jobs wait for to go on (the last
+    /// resume pass's; `suspension.rs`).
+    resuming: BTreeMap<String, u32>,
     /// Backfill, or strict priority order.
     scheduler_type: crate::launch::SchedulerType,
     /// Nodes kept for jobs that preempted others there.
@@ -516,6 +519,7 @@ impl Cluster {
             preempt_mode: Default::default(),
             partitions: None,
             jobs_by_user: Default::default(),
+            resuming: BTreeMap::new(),
             scheduler_type: Default::default(),
             preemptions: BTreeMap::new(),
             task_preemptions: BTreeMap::new(),
@@ -952,9 +956,12 @@ impl Cluster {
         }
     }
 
-    /// What a node's running jobs leave free of its CPUs and memory.
+    /// What a node's running jobs leave free of its CPUs and memory, less
+    /// the CPUs suspended jobs wait for to go on.
     pub fn free_on(&self, node: &Node) -> NodeResources {
-        node.free()
+        let mut free = node.free();
+        free.cpus = free.cpus.saturating_sub(self.resuming_on(&node.name));
+        free
     }
 
     /// One launch pass of the policy; applies its decisions.

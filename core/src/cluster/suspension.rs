@@ -4,10 +4,13 @@
 //! its nodes' books (its memory, instances and worker); its CPUs are free
 //! there. A job suspended for another runs again once that one has ended
 //! (or never started in its keep time) and its CPUs are free on all its
-//! nodes; one an administrator suspended waits for `scontrol resume`.
+//! nodes (until then no new job starts on the CPUs it waits for); one an
+//! administrator suspended waits for `scontrol resume`.
 //! Every node of the job is asked to stop or continue it (an
 //! [`Effect::Suspend`]), and asked again while its heartbeats say
 //! otherwise.
+
+use std::collections::BTreeMap;
 
 use super::{resources_of, Cluster, ClusterError, Effect};
 use crate::job::{JobId, JobState};
@@ -140,8 +143,17 @@ impl Cluster {
             .collect();
         due.sort();
         let mut effects = Vec::new();
+        let mut resuming: BTreeMap<String, u32> = BTreeMap::new();
         for (_, id) in due {
             if self.cpus_short(id).is_some() {
+                // Jobs started meanwhile hold its CPUs: as they free, nothing
+                // new starts on them (it would wait for ever behind small
+                // jobs).
+                let job = &self.jobs[&id];
+                let cpus = resources_of(job).cpus;
+                for n in job.nodes() {
+                    *resuming.entry(n.to_string()).or_default() += cpus;
+                }
                 continue;
             }
             effects.extend(self.set_suspended(id, false, None, now));
@@ -150,7 +162,13 @@ impl Cluster {
                 event: "resumed (the job it was suspended for has ended)".into(),
             });
         }
+        self.resuming = resuming;
         effects
+    }
+
+    /// CPUs on `node` kept for suspended jobs waiting to go on.
+    pub(super) fn resuming_on(&self, node: &str) -> u32 {
+        self.resuming.get(node).copied().unwrap_or(0)
     }
 
     /// What a node says it holds stopped (`suspended`, of the runs it

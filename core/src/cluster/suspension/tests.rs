@@ -240,3 +240,29 @@ fn a_suspended_job_that_is_cancelled_or_lost_leaves_its_nodes_books_right() {
     assert!(n.suspended.is_empty() && n.running.is_empty());
     assert_eq!(n.free().cpus, 64);
 }
+
+#[test]
+fn small_jobs_do_not_keep_a_suspended_job_from_going_on() {
+    let (mut c, low, high) = low_then_high(PreemptMode::Suspend);
+    c.schedule(3);
+    assert_eq!(launch(&mut c, 4), [high]);
+    // While high runs, a small job takes 24 of the 32 CPUs left.
+    let (small1, _) = c.submit(cpu_job("low", 24), 5).unwrap();
+    assert_eq!(launch(&mut c, 6), [small1]);
+    // high ends: 40 free, low needs 48; it waits, and a second small job
+    // does not take the CPUs it waits for.
+    c.job_ended("n1", &ended(high, 1, 0, 10)).unwrap();
+    let (small2, _) = c.submit(cpu_job("low", 24), 11).unwrap();
+    let fx = c.schedule(12);
+    assert!(suspends(&fx, low).is_none(), "{fx:?}");
+    assert!(
+        !fx.iter()
+            .any(|e| matches!(e, Effect::Launch { job, .. } if *job == small2)),
+        "{fx:?}"
+    );
+    // small1 ends: low goes on first.
+    c.job_ended("n1", &ended(small1, 1, 0, 20)).unwrap();
+    let fx = c.schedule(21);
+    assert_eq!(suspends(&fx, low), Some(false), "{fx:?}");
+    assert!(!c.job(low).unwrap().is_suspended());
+}
