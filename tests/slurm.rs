@@ -669,6 +669,21 @@ fn fair_tree_ranks_associations_by_their_accounts_usage() {
     assert_eq!(factor("physics").parse::<f64>().unwrap(), 0.5, "{share}");
 }
 
+/// `sacctmgr -i modify account physics set SETTINGS...`.
+fn set_physics(s: &Slurm, settings: &[&str]) {
+    let mut args = vec!["-i", "modify", "account", "physics", "set"];
+    args.extend_from_slice(settings);
+    s.ok("sacctmgr", &args);
+}
+
+/// `sacctmgr -P -n show ENTITY format=FORMAT`.
+fn shown(s: &Slurm, entity: &str, format: &str) -> String {
+    s.ok(
+        "sacctmgr",
+        &["-P", "-n", "show", entity, &format!("format={format}")],
+    )
+}
+
 #[test]
 fn association_limits_through_sacctmgr() {
     let s = Slurm::start_with(&["--sim-gpus", "2xA100-40GB"]);
@@ -686,83 +701,31 @@ fn association_limits_through_sacctmgr() {
         &["-i", "modify", "user", &me, "set", "MaxJobs=1"],
     );
     assert_eq!(
-        s.ok(
-            "sacctmgr",
-            &[
-                "-P",
-                "-n",
-                "show",
-                "assoc",
-                "format=Account,User,GrpJobs,MaxJobs"
-            ]
-        ),
+        shown(&s, "assoc", "Account,User,GrpJobs,MaxJobs"),
         format!("physics||5|\nphysics|{me}||1\n")
     );
     // One job of the association at a time: the second waits.
     second_waits(&s, &[], "AssocMaxJobsLimit");
     // Larger alone than the account's GrpTRES: refused, naming it.
-    s.ok(
-        "sacctmgr",
-        &[
-            "-i",
-            "modify",
-            "account",
-            "physics",
-            "set",
-            "GrpTRES=gres/gpu=1",
-        ],
-    );
+    set_physics(&s, &["GrpTRES=gres/gpu=1"]);
     s.refused(
         "sbatch",
         &["--gres=gpu:2", "--wrap", "true"],
         "account physics allows in all at most 1 GPUs",
     );
     // -1 clears a limit.
-    s.ok(
-        "sacctmgr",
-        &["-i", "modify", "account", "physics", "set", "GrpJobs=-1"],
-    );
-    assert!(s
-        .ok(
-            "sacctmgr",
-            &[
-                "-P",
-                "-n",
-                "show",
-                "account",
-                "format=Account,GrpJobs,GrpTRES"
-            ]
-        )
-        .contains("physics||gres/gpu=1\n"));
+    set_physics(&s, &["GrpJobs=-1"]);
+    assert!(shown(&s, "account", "Account,GrpJobs,GrpTRES").contains("physics||gres/gpu=1\n"));
     // MaxTRES: what one job may ask for.
-    s.ok(
-        "sacctmgr",
-        &[
-            "-i",
-            "modify",
-            "account",
-            "physics",
-            "set",
-            "GrpTRES=-1",
-            "MaxTRES=gres/gpu=1",
-        ],
-    );
+    set_physics(&s, &["GrpTRES=-1", "MaxTRES=gres/gpu=1"]);
     s.refused(
         "sbatch",
         &["--gres=gpu:2", "--wrap", "true"],
         "allows a job at most 1 GPUs (MaxTRES)",
     );
     // MaxWall: a longer limit is refused; a job without one gets it.
-    s.ok(
-        "sacctmgr",
-        &["-i", "modify", "account", "physics", "set", "MaxWall=30"],
-    );
-    assert!(s
-        .ok(
-            "sacctmgr",
-            &["-P", "-n", "show", "assoc", "format=Account,User,MaxWall"]
-        )
-        .contains("physics||00:30:00\n"));
+    set_physics(&s, &["MaxWall=30"]);
+    assert!(shown(&s, "assoc", "Account,User,MaxWall").contains("physics||00:30:00\n"));
     s.refused(
         "sbatch",
         &["-t", "60", "--wrap", "true"],

@@ -16,7 +16,15 @@ pub(super) struct JobsByUser {
 
 impl JobsByUser {
     pub fn add(&mut self, user: &str, id: JobId) {
-        self.by_user.entry(user.to_string()).or_default().insert(id);
+        // The user's name is copied only for a user's first job.
+        match self.by_user.get_mut(user) {
+            Some(ids) => {
+                ids.insert(id);
+            }
+            None => {
+                self.by_user.insert(user.to_string(), BTreeSet::from([id]));
+            }
+        }
     }
 
     pub fn remove(&mut self, user: &str, id: JobId) {

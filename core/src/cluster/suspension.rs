@@ -86,8 +86,8 @@ impl Cluster {
         } else {
             s.resume(now);
         }
-        let (run, nodes) = (job.run, job.nodes().into_iter().map(String::from));
-        let nodes: Vec<String> = nodes.collect();
+        let run = job.run;
+        let nodes: Vec<String> = job.nodes().into_iter().map(String::from).collect();
         let res = resources_of(job);
         nodes
             .into_iter()

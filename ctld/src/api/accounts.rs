@@ -2,7 +2,6 @@
 //! only), `sshare` and `sacctmgr show` read them (anyone authenticated).
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::{Extension, Json};
 use gsched_core::cluster::StoredAccounting;
 use gsched_core::fairshare::{AccountChange, ShareRow};
@@ -31,25 +30,12 @@ pub async fn list(State(ctl): Ctl) -> Json<AccountsView> {
     })
 }
 
-fn admin_only(caller: &crate::auth::Caller, what: &str) -> Result<(), ApiError> {
-    if caller.admin {
-        return Ok(());
-    }
-    Err(ApiError(
-        StatusCode::FORBIDDEN,
-        format!(
-            "Access/permission denied: only an administrator may change {what} ({} is not one)",
-            caller.user
-        ),
-    ))
-}
-
 pub async fn change(
     State(ctl): Ctl,
     Extension(caller): Who,
     Body(change): Body<AccountChange>,
 ) -> Result<Json<AccountsView>, ApiError> {
-    admin_only(&caller, "accounts")?;
+    super::admin_only(&caller, "change accounts")?;
     tracing::info!(?change, by = caller.user, "accounts changed");
     ctl.operate(|c, _| c.change_accounts(&change)).await?;
     Ok(list(State(ctl)).await)
@@ -60,7 +46,7 @@ pub async fn change_qos(
     Extension(caller): Who,
     Body(change): Body<QosChange>,
 ) -> Result<Json<AccountsView>, ApiError> {
-    admin_only(&caller, "QOS")?;
+    super::admin_only(&caller, "change QOS")?;
     tracing::info!(?change, by = caller.user, "QOS changed");
     ctl.operate(|c, _| c.change_qos(&change)).await?;
     Ok(list(State(ctl)).await)

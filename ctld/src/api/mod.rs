@@ -174,6 +174,20 @@ async fn submit(
 }
 
 /// The job `id` names, if it exists and the caller may change it.
+/// Refuses anyone but an administrator to do `action` ("change QOS").
+pub(crate) fn admin_only(caller: &Caller, action: &str) -> Result<(), ApiError> {
+    if caller.admin {
+        return Ok(());
+    }
+    Err(ApiError(
+        StatusCode::FORBIDDEN,
+        format!(
+            "Access/permission denied: only an administrator may {action} ({} is not one)",
+            caller.user
+        ),
+    ))
+}
+
 fn owned_job(ctl: &Controller, caller: &Caller, id: &str) -> Result<JobId, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(id))?;
     check_owner_of(ctl, caller, jid)?;
@@ -295,19 +309,15 @@ async fn suspend_or_resume(
     suspend: bool,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid: JobId = id.parse().map_err(|_| unknown_job(id))?;
-    if !caller.admin {
-        return Err(ApiError(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Access/permission denied: only an administrator may {} jobs ({} is not one)",
-                if suspend { "suspend" } else { "resume" },
-                caller.user
-            ),
-        ));
-    }
-    if ctl.lock().job(jid).is_none() {
-        return Err(unknown_job(id));
-    }
+    admin_only(
+        caller,
+        if suspend {
+            "suspend jobs"
+        } else {
+            "resume jobs"
+        },
+    )?;
+    // An unknown job is the controller's UnknownJob: 404.
     ctl.suspend(jid, suspend).await?;
     let c = ctl.lock();
     let state = c.job(jid).map(|j| j.state_name()).unwrap_or("UNKNOWN");
@@ -423,15 +433,7 @@ async fn set_node_state(
     Path(name): Path<String>,
     Body(change): Body<gsched_core::cluster::NodeStateChange>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if !caller.admin {
-        return Err(ApiError(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Access/permission denied: only an administrator may change node {name}'s state ({} is not one)",
-                caller.user
-            ),
-        ));
-    }
+    admin_only(&caller, &format!("change node {name}'s state"))?;
     ctl.set_node_state(&name, &change, &caller.user).await?;
     let c = ctl.lock();
     let node = c.node(&name).map(NodeInfo::new);
@@ -456,15 +458,7 @@ async fn change_node_mig(
     Path(name): Path<String>,
     Body(change): Body<gsched_core::wire::MigChange>,
 ) -> Result<Json<gsched_core::wire::MigNodeInfo>, ApiError> {
-    if !caller.admin {
-        return Err(ApiError(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Access/permission denied: only an administrator may change node {name}'s MIG layout ({} is not one)",
-                caller.user
-            ),
-        ));
-    }
+    admin_only(&caller, &format!("change node {name}'s MIG layout"))?;
     if change.frozen.is_some() == change.layout.is_some() {
         return Err(ApiError(
             StatusCode::BAD_REQUEST,
