@@ -182,6 +182,21 @@ pub fn pick_cpus(online: &BTreeSet<u32>, taken: &BTreeSet<u32>, n: u32) -> Optio
     (free.len() == n as usize).then_some(free)
 }
 
+/// The cores a suspended job goes on with: its own (`own`) where no
+/// running job holds any of them, else as many of the free ones
+/// ([`pick_cpus`]); `None` if too few are free. The second value says
+/// whether they are its own (else its cgroup must move onto them).
+pub fn cpus_to_resume(
+    online: &BTreeSet<u32>,
+    taken: &BTreeSet<u32>,
+    own: &[u32],
+) -> Option<(Vec<u32>, bool)> {
+    if own.iter().all(|c| !taken.contains(c)) {
+        return Some((own.to_vec(), true));
+    }
+    pick_cpus(online, taken, own.len() as u32).map(|c| (c, false))
+}
+
 /// A CPU list in the kernel's form (`0-3,8,10-11`) that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid CPU list '{0}': expected numbers and ranges such as 0-3,8")]
@@ -440,5 +455,21 @@ mod tests {
         // A request above the node is capped at the node.
         let l = MemoryLimits::for_job(MemoryRequest::Mib(1 << 30), 8192, &strict);
         assert_eq!(l.ram_bytes, 8192 * mib);
+    }
+
+    #[test]
+    fn a_resumed_job_gets_its_own_cores_back_else_free_ones() {
+        let online: BTreeSet<u32> = (0..8).collect();
+        let taken: BTreeSet<u32> = [0, 1, 5].into();
+        assert_eq!(
+            cpus_to_resume(&online, &taken, &[2, 3]),
+            Some((vec![2, 3], true))
+        );
+        assert_eq!(
+            cpus_to_resume(&online, &taken, &[1, 2]),
+            Some((vec![2, 3], false))
+        );
+        let busy: BTreeSet<u32> = (0..7).collect();
+        assert_eq!(cpus_to_resume(&online, &busy, &[0, 1]), None);
     }
 }

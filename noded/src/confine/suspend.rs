@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use gsched_core::job::JobId;
-use gsched_core::resources::pick_cpus;
+use gsched_core::resources::cpus_to_resume;
 use nix::sys::signal::Signal;
 
 use super::Confinement;
@@ -85,21 +85,18 @@ impl Confinement {
         if let Some(own) = parked {
             let mut taken = self.taken();
             let busy: BTreeSet<u32> = taken.values().flatten().copied().collect();
-            let cpus = if own.iter().all(|c| !busy.contains(c)) {
-                own.clone()
-            } else {
-                let cpus = pick_cpus(&self.online, &busy, own.len() as u32).ok_or_else(|| {
-                    format!(
-                        "the job needs {} CPUs to go on and this node has {} free",
-                        own.len(),
-                        self.online.len().saturating_sub(busy.len())
-                    )
-                })?;
+            let (cpus, its_own) = cpus_to_resume(&self.online, &busy, &own).ok_or_else(|| {
+                format!(
+                    "the job needs {} CPUs to go on and this node has {} free",
+                    own.len(),
+                    self.online.len().saturating_sub(busy.len())
+                )
+            })?;
+            if !its_own {
                 self.cgroups
                     .set_cpus(job, &cpus)
                     .map_err(|e| format!("cannot move the job onto CPUs {cpus:?}: {e}"))?;
-                cpus
-            };
+            }
             taken.insert(job, cpus);
             self.parked().remove(&job);
         }
