@@ -508,6 +508,7 @@ pub fn build_spec(
         hold: opts.hold,
         nice: opts.nice.unwrap_or(0),
         umask: Some(current_umask()),
+        rlimits: current_limits(),
         idempotency_key: Some(submission_key()),
         slurm: SlurmOptions {
             account: opts.account.clone(),
@@ -538,6 +539,31 @@ pub fn submission_key() -> String {
         return format!("{}-{t}", std::process::id());
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// This process's resource limits, which the job's processes get (under
+/// the node's hard limits), as Slurm's PropagateResourceLimits carries
+/// them.
+pub fn current_limits() -> gsched_core::rlimits::ResourceLimits {
+    let of = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
+    let mut out = gsched_core::rlimits::ResourceLimits::new();
+    for (name, resource) in gsched_core::rlimits::LIMITS {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct it is given.
+        if unsafe { libc::getrlimit(resource as libc::__rlimit_resource_t, &mut l) } == 0 {
+            out.insert(
+                name.to_string(),
+                gsched_core::rlimits::Limit {
+                    soft: of(l.rlim_cur),
+                    hard: of(l.rlim_max),
+                },
+            );
+        }
+    }
+    out
 }
 
 /// This process's umask, which the job's files are created with (as

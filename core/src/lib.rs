@@ -33,6 +33,7 @@ pub mod probe;
 pub mod qos;
 pub mod repartition;
 pub mod resources;
+pub mod rlimits;
 pub mod sim;
 pub mod sm;
 pub mod steps;

@@ -77,7 +77,7 @@ impl Caller {
             );
         }
         if self.admin && !spec.user_name.is_empty() && spec.user_name != self.user {
-            return Ok(());
+            return self.stamp_for_user(spec, lookup_identity(&spec.user_name));
         }
         if !spec.user_name.is_empty() && spec.user_name != self.user {
             return deny(format!(
@@ -101,6 +101,47 @@ impl Caller {
         spec.uid = uid;
         if let Some(g) = self.gid {
             spec.gid = g;
+        }
+        Ok(())
+    }
+
+    /// An administrator's job on behalf of `spec.user_name`: who it runs as
+    /// is the controller's user database's word for that name (`found`:
+    /// uid, primary gid and groups), never the body's. A uid or gid in the
+    /// body that disagrees is refused, and only root may run jobs as root.
+    fn stamp_for_user(
+        &self,
+        spec: &mut JobSpec,
+        found: Option<(u32, u32, Vec<u32>)>,
+    ) -> Result<(), ApiError> {
+        let deny = |m: String| Err(ApiError(StatusCode::FORBIDDEN, m));
+        let Some((uid, gid, groups)) = found else {
+            return deny(format!(
+                "user {} has no account on the controller host; jobs cannot run as them",
+                spec.user_name
+            ));
+        };
+        if spec.uid != 0 && spec.uid != uid {
+            return deny(format!(
+                "the job names uid {} but user {} is uid {uid}",
+                spec.uid, spec.user_name
+            ));
+        }
+        if uid == 0 && self.uid != Some(0) {
+            return deny(format!(
+                "only root may run jobs as {} (uid 0); {} may not",
+                spec.user_name, self.user
+            ));
+        }
+        if spec.gid != 0 && spec.gid != gid && !groups.contains(&spec.gid) {
+            return deny(format!(
+                "the job names gid {} but user {} is not in that group",
+                spec.gid, spec.user_name
+            ));
+        }
+        spec.uid = uid;
+        if spec.gid == 0 {
+            spec.gid = gid;
         }
         Ok(())
     }
@@ -189,6 +230,17 @@ pub fn lookup_user(name: &str) -> Option<(u32, u32)> {
         .ok()
         .flatten()
         .map(|u| (u.uid.as_raw(), u.gid.as_raw()))
+}
+
+/// A user's uid, primary gid and every group, by name, from the host's
+/// user database.
+pub fn lookup_identity(name: &str) -> Option<(u32, u32, Vec<u32>)> {
+    let user = nix::unistd::User::from_name(name).ok().flatten()?;
+    let cname = std::ffi::CString::new(name).ok()?;
+    let groups = nix::unistd::getgrouplist(&cname, user.gid)
+        .map(|g| g.iter().map(|g| g.as_raw()).collect())
+        .unwrap_or_else(|_| vec![user.gid.as_raw()]);
+    Some((user.uid.as_raw(), user.gid.as_raw(), groups))
 }
 
 /// A user's name by uid (the uid as text when the host has no entry).
@@ -441,6 +493,50 @@ mod tests {
             ])),
             Err(AuthError::BothForms)
         );
+    }
+
+    #[test]
+    fn an_administrator_submits_as_the_named_user_only() {
+        let ops = Caller {
+            user: "ops".into(),
+            uid: Some(2000),
+            gid: Some(2000),
+            admin: true,
+            via: Via::Token,
+            expires: None,
+            job: None,
+        };
+        let victim = Some((1000, 100, vec![100, 27]));
+        let spec = |uid, gid| JobSpec {
+            user_name: "victim".into(),
+            uid,
+            gid,
+            ..JobSpec::default()
+        };
+        // The body's uid 0 is not believed: the job runs as the user.
+        let mut s = spec(0, 0);
+        ops.stamp_for_user(&mut s, victim.clone()).unwrap();
+        assert_eq!((s.uid, s.gid), (1000, 100));
+        let mut s = spec(1000, 27);
+        ops.stamp_for_user(&mut s, victim.clone()).unwrap();
+        assert_eq!((s.uid, s.gid), (1000, 27));
+        for (uid, gid) in [(1, 0), (1000, 5)] {
+            let e = ops.stamp_for_user(&mut spec(uid, gid), victim.clone());
+            assert_eq!(e.unwrap_err().0, StatusCode::FORBIDDEN, "{uid} {gid}");
+        }
+        assert!(ops.stamp_for_user(&mut spec(0, 0), None).is_err());
+        // Naming root: only root may.
+        let root_user = Some((0, 0, vec![0]));
+        assert!(ops
+            .stamp_for_user(&mut spec(0, 0), root_user.clone())
+            .unwrap_err()
+            .1
+            .contains("only root"));
+        let root = Caller {
+            uid: Some(0),
+            ..ops.clone()
+        };
+        root.stamp_for_user(&mut spec(0, 0), root_user).unwrap();
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod advertise;
 pub mod http;
+pub mod island;
 pub mod key;
 pub mod limits;
 pub mod listener;

@@ -8,7 +8,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use gsched_core::job::JobId;
 use gsched_core::wire::{DrainRequest, LaunchRequest, SignalRequest, SuspendRequest};
-use gsched_daemon::http::{check_cluster_key, ApiError, Body};
+use gsched_daemon::http::{check_cluster_key, ApiError, PeerBody};
 
 use crate::launcher::{LaunchError, Launcher};
 
@@ -52,7 +52,7 @@ pub fn router(api: Arc<NodeApi>) -> Router {
 async fn launch(
     State(api): St,
     h: HeaderMap,
-    Body(req): Body<LaunchRequest>,
+    PeerBody(req): PeerBody<LaunchRequest>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&api.key, &h)?;
     if !api.lease.accepts_launches() {
@@ -73,7 +73,7 @@ async fn signal(
     State(api): St,
     h: HeaderMap,
     Path(id): Path<JobId>,
-    Body(req): Body<SignalRequest>,
+    PeerBody(req): PeerBody<SignalRequest>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&api.key, &h)?;
     api.launcher.signal(id, &req)?;
@@ -85,7 +85,7 @@ async fn suspend(
     State(api): St,
     h: HeaderMap,
     Path(id): Path<JobId>,
-    Body(req): Body<SuspendRequest>,
+    PeerBody(req): PeerBody<SuspendRequest>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&api.key, &h)?;
     // Stopping waits for the job's processes to stop: off the async threads.
@@ -107,7 +107,7 @@ async fn list(State(api): St, h: HeaderMap) -> Result<Json<serde_json::Value>, A
 async fn drain(
     State(api): St,
     h: HeaderMap,
-    Body(req): Body<DrainRequest>,
+    PeerBody(req): PeerBody<DrainRequest>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&api.key, &h)?;
     if let Some(p) = &api.probe {
@@ -123,7 +123,7 @@ async fn drain(
 async fn reshape(
     State(api): St,
     h: HeaderMap,
-    Body(req): Body<gsched_core::wire::ReshapeRequest>,
+    PeerBody(req): PeerBody<gsched_core::wire::ReshapeRequest>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&api.key, &h)?;
     use crate::reshape::ReshapeError;

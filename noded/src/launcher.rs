@@ -416,6 +416,7 @@ impl Launcher {
             cpus: prepared.cpus,
             memory_limit: prepared.memory_limit,
             instances: req.instances.iter().map(|i| i.uuid.clone()).collect(),
+            rlimits: job.spec.rlimits.clone(),
         };
         spool
             .write_json(&spool.spec_path(), &spec)
@@ -688,16 +689,25 @@ impl Launcher {
             .try_clone()
             .map_err(|e| io("cannot duplicate shepherd log", e))?;
         let mut cmd = Command::new(&self.shepherd_exe);
-        // The shepherd leads a new process group, which holds the whole job.
-        // (No pre_exec hook: that would force a fork of this large process
-        // instead of posix_spawn.)
+        // The shepherd leads a session of its own (so also a new process
+        // group, which holds the whole job): no terminal gnoded was started
+        // from is the job's controlling terminal, and the job cannot signal
+        // gnoded's group. Only descriptors 0-2 reach it.
         cmd.arg(SHEPHERD_ARG)
             .arg(&spool.dir)
             .env_clear()
-            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
+        // SAFETY: the hook makes two system calls (setsid, close_range) and
+        // allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                gsched_daemon::island::new_session().map_err(std::io::Error::from_raw_os_error)?;
+                gsched_daemon::island::close_all_at_exec();
+                Ok(())
+            });
+        }
         let child = cmd.spawn().map_err(|e| {
             LaunchError::Io(format!(
                 "cannot start the shepherd {}: {e}",

@@ -144,6 +144,7 @@ fn run(spool: &JobSpool, spec: &ShepherdSpec) -> ShepherdStatus {
         Ok(e) => e,
         Err(e) => return failed(e),
     };
+    let limits = gsched_daemon::island::prepare_limits(&spec.rlimits);
     let (err_read, err_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
         Ok(p) => p,
         Err(e) => return failed(format!("cannot create a pipe: {e}")),
@@ -154,7 +155,7 @@ fn run(spool: &JobSpool, spec: &ShepherdSpec) -> ShepherdStatus {
         Err(e) => failed(format!("cannot fork: {e}")),
         Ok(ForkResult::Child) => {
             drop(err_read);
-            let why = child(spec, who.as_ref(), &exec);
+            let why = child(spec, who.as_ref(), &exec, &limits);
             let mut pipe = std::fs::File::from(err_write);
             let _ = pipe.write_all(why.as_bytes());
             // SAFETY: leaves the child without running the parent's exit
@@ -220,15 +221,29 @@ impl Exec {
     }
 }
 
-/// In the forked child: become the user, open the output files as the
-/// user, execute the script. Returns why it could not (only on failure).
-fn child(spec: &ShepherdSpec, who: Option<&Identity>, exec: &Exec) -> String {
+/// In the forked child: take the submitter's limits, become the user, open
+/// the output files as the user, execute the script with descriptors 0-2
+/// only. Returns why it could not (only on failure). (The session is the
+/// shepherd's own, without a controlling terminal: gnoded started it with
+/// `setsid`.)
+fn child(
+    spec: &ShepherdSpec,
+    who: Option<&Identity>,
+    exec: &Exec,
+    limits: &[gsched_daemon::island::PreparedLimit],
+) -> String {
     // Into the job's cgroup first, while still root: everything the script
     // starts is in it from its first instruction.
     for procs in &spec.cgroup_procs {
         if let Err(e) = std::fs::write(procs, "0") {
             return format!("cannot enter the job's cgroup ({}): {e}", procs.display());
         }
+    }
+    if let Err(errno) = gsched_daemon::island::apply_limits(limits) {
+        return format!(
+            "cannot apply the submitter's resource limits: {}",
+            std::io::Error::from_raw_os_error(errno)
+        );
     }
     if let Some(w) = who {
         if let Err(e) = nix::unistd::setgroups(&w.groups) {
@@ -294,6 +309,9 @@ fn child(spec: &ShepherdSpec, who: Option<&Identity>, exec: &Exec) -> String {
             );
         }
     }
+    // Nothing but 0-2 crosses into the job: not the error pipe (close on
+    // exec already), not whatever gnoded inherited and passed on.
+    gsched_daemon::island::close_all_at_exec();
     match nix::unistd::execve(&exec.program, &exec.argv, &exec.env) {
         Err(e) => format!("cannot execute the batch script: {e}"),
         Ok(never) => match never {},

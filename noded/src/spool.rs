@@ -69,6 +69,10 @@ pub struct ShepherdSpec {
     /// `instance`.)
     #[serde(default, alias = "instance", deserialize_with = "one_or_many")]
     pub instances: Vec<String>,
+    /// The submitter's resource limits, applied under the node's hard
+    /// limits before the script runs.
+    #[serde(default)]
+    pub rlimits: gsched_core::rlimits::ResourceLimits,
 }
 
 /// A list of UUIDs, or one UUID (or null) as older specs wrote it.

@@ -319,6 +319,8 @@ struct Prepared {
     procs: Vec<OwnedFd>,
     identity: Option<(libc::uid_t, libc::gid_t, Vec<libc::gid_t>)>,
     umask: libc::mode_t,
+    /// The submitter's limits (from the job's spool record).
+    rlimits: gsched_core::rlimits::ResourceLimits,
 }
 
 impl Prepared {
@@ -356,6 +358,7 @@ impl Prepared {
             procs,
             identity,
             umask: spec.umask as libc::mode_t,
+            rlimits: spec.rlimits.clone(),
         })
     }
 
@@ -380,13 +383,19 @@ impl Prepared {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
+        let limits = gsched_daemon::island::prepare_limits(&self.rlimits);
         // SAFETY: between fork and exec the closure only makes system
         // calls (write, setgroups, setgid, setuid, umask, chdir) on memory
         // prepared before the fork; it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
+                // A session of its own (so a process group too): no
+                // terminal of gnoded's, no signals into gnoded's group.
+                gsched_daemon::island::new_session().map_err(std::io::Error::from_raw_os_error)?;
+                gsched_daemon::island::close_all_at_exec();
+                gsched_daemon::island::apply_limits(&limits)
+                    .map_err(std::io::Error::from_raw_os_error)?;
                 for fd in &fds {
                     if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
                         return Err(std::io::Error::last_os_error());

@@ -9,14 +9,14 @@ use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
     Heartbeat, HeartbeatReply, JobEndReport, NodeRegistration, RegistrationReply,
 };
-use gsched_daemon::http::{check_cluster_key, ApiError, Body};
+use gsched_daemon::http::{check_cluster_key, ApiError, PeerBody};
 
 use super::Ctl;
 
 pub(super) async fn register(
     State(ctl): Ctl,
     headers: HeaderMap,
-    Body(reg): Body<NodeRegistration>,
+    PeerBody(reg): PeerBody<NodeRegistration>,
 ) -> Result<Json<RegistrationReply>, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
     if reg.name.is_empty()
@@ -38,7 +38,7 @@ pub(super) async fn heartbeat(
     State(ctl): Ctl,
     headers: HeaderMap,
     Path(name): Path<String>,
-    Body(hb): Body<Heartbeat>,
+    PeerBody(hb): PeerBody<Heartbeat>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
     let (known, effects) = ctl.heartbeat(&name, &hb);
@@ -57,7 +57,7 @@ pub(super) async fn heartbeat(
 pub(super) async fn reshaped(
     State(ctl): Ctl,
     headers: HeaderMap,
-    Body(report): Body<gsched_core::wire::ReshapeReport>,
+    PeerBody(report): PeerBody<gsched_core::wire::ReshapeReport>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
     ctl.reshaped(report).await?;
@@ -67,7 +67,7 @@ pub(super) async fn reshaped(
 pub(super) async fn tasks_reported(
     State(ctl): Ctl,
     headers: HeaderMap,
-    Body(report): Body<TaskReport>,
+    PeerBody(report): PeerBody<TaskReport>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
     ctl.tasks_reported(report).await?;
@@ -87,7 +87,7 @@ pub(super) async fn node_open_tasks(
 pub(super) async fn jobs_ended(
     State(ctl): Ctl,
     headers: HeaderMap,
-    Body(report): Body<JobEndReport>,
+    PeerBody(report): PeerBody<JobEndReport>,
 ) -> Result<StatusCode, ApiError> {
     check_cluster_key(&ctl.key, &headers)?;
     ctl.jobs_ended(report).await?;

@@ -19,6 +19,11 @@ pub enum Plugin {
     None,
 }
 
+/// The default per-job process cap: room for thousands of data-loader
+/// workers and threads, far below a node's process table (4,194,304 on
+/// 64-bit Linux, often 32,768 by default).
+pub const DEFAULT_MAX_PROCESSES: u64 = 16_384;
+
 /// The settings, with Slurm's `cgroup.conf` names where Slurm has one.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -42,6 +47,10 @@ pub struct CgroupConfig {
     /// Seconds between samples of a running job's memory and processes
     /// (for AveRSS, MaxVMSize and sstat; JobAcctGatherFrequency).
     pub acct_gather_frequency: u64,
+    /// The most processes and threads one job may have at once on a node
+    /// (the pids controller's `pids.max`): a fork bomb in a job stops
+    /// there instead of exhausting the node's process table.
+    pub max_processes: u64,
 }
 
 impl Default for CgroupConfig {
@@ -56,6 +65,7 @@ impl Default for CgroupConfig {
             allowed_ram_space: 100.0,
             allowed_swap_space: 0.0,
             acct_gather_frequency: 5,
+            max_processes: DEFAULT_MAX_PROCESSES,
         }
     }
 }
@@ -117,6 +127,12 @@ impl CgroupConfig {
             return Err(format!(
                 "base = {:?} must be a relative path without . or .. (such as \"gsched\")",
                 self.base
+            ));
+        }
+        if self.max_processes < 16 {
+            return Err(format!(
+                "max_processes = {} leaves a job no room for its shell and a few processes (give at least 16)",
+                self.max_processes
             ));
         }
         if self.acct_gather_frequency == 0 {

@@ -93,6 +93,8 @@ pub struct JobLimits {
     pub cpus: Option<Vec<u32>>,
     /// The devices it may open (every other one is denied).
     pub devices: Option<Vec<DeviceRule>>,
+    /// The most processes and threads it may have at once (`pids.max`).
+    pub max_processes: Option<u64>,
 }
 
 /// What a backend enforces on this node.
@@ -104,6 +106,8 @@ pub struct Enforced {
     pub devices: bool,
     /// Every process of a job is tracked and killed with it.
     pub tracking: bool,
+    /// A job's processes and threads are capped (`pids.max`).
+    pub processes: bool,
 }
 
 impl Enforced {
@@ -119,6 +123,10 @@ impl Enforced {
             (self.swap, "swap limits (jobs may exceed --mem in swap)"),
             (self.cores, "core confinement (-c is not enforced)"),
             (self.devices, "device confinement (jobs can open every GPU)"),
+            (
+                self.processes,
+                "process caps (max_processes is not enforced: a fork bomb in a job can fill the process table)",
+            ),
         ] {
             if !on {
                 out.push(what);

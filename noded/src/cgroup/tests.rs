@@ -113,6 +113,7 @@ fn exercise(cg: &dyn Cgroups, job: JobId) {
         memory: Some(memory),
         cpus: Some(vec![0]),
         devices: Some(vec![null]),
+        max_processes: Some(64),
     };
     let procs = cg.create(job, &limits).expect("create the job's cgroup");
     assert!(!procs.is_empty());
@@ -127,6 +128,7 @@ fn exercise(cg: &dyn Cgroups, job: JobId) {
     }
     exercise_step(cg, job, &procs);
     exercise_device_changes(cg, job, &procs, null);
+    exercise_process_cap(cg, job, &procs);
     let mut child = start_in(&procs, "setsid sleep 300 & sleep 300 & wait");
     wait_for("three processes in the cgroup", || {
         cg.pids(job, Scope::Job).len() >= 3
@@ -141,6 +143,29 @@ fn exercise(cg: &dyn Cgroups, job: JobId) {
         "{} cgroup removed",
         cg.version()
     );
+}
+
+/// A job that forks without end stops at its process cap (64 here).
+fn exercise_process_cap(cg: &dyn Cgroups, job: JobId, procs: &[PathBuf]) {
+    if !cg.enforced().processes {
+        return;
+    }
+    let mut bomb = start_in(
+        procs,
+        "i=0; while [ $i -lt 200 ]; do sleep 300 >/dev/null 2>&1 & i=$((i+1)); done; echo started; wait",
+    );
+    let mut out = String::new();
+    let stdout = bomb.stdout.take().unwrap();
+    let _ = std::io::Read::read_to_string(&mut std::io::Read::take(stdout, 8), &mut out);
+    let n = cg.pids(job, Scope::Job).len();
+    assert!(
+        (2..=64).contains(&n),
+        "{}: {n} processes in a job capped at 64",
+        cg.version()
+    );
+    cg.kill(job, Scope::Job);
+    let _ = bomb.wait();
+    wait_for("the capped job's end", || cg.pids(job, Scope::Job).is_empty());
 }
 
 /// A step beside the batch step: a process moved into it is the step's
@@ -270,6 +295,7 @@ fn v1_confines_tracks_and_kills() {
             major: Some(1),
             minor: Some(3),
         }]),
+        max_processes: Some(64),
     };
     cg.create(job, &limits).unwrap();
     let root = |c: &str| {
@@ -283,6 +309,9 @@ fn v1_confines_tracks_and_kills() {
     let read = |c: &str, f: &str| std::fs::read_to_string(root(c).join(f)).unwrap();
     assert_eq!(read("memory", "memory.limit_in_bytes").trim(), "67108864");
     assert_eq!(read("cpuset", "cpuset.cpus").trim(), "0");
+    if mounts.v1_of("pids").is_some() {
+        assert_eq!(read("pids", "pids.max").trim(), "64");
+    }
     assert_eq!(read("devices", "devices.list").trim(), "c 1:3 rwm");
     assert_eq!(
         read("devices", "step_batch/devices.list").trim(),

@@ -53,6 +53,7 @@ impl CgroupV1 {
             cores: has("cpuset") && config.constrain_cores,
             devices: has("devices") && config.constrain_devices,
             tracking: has("freezer"),
+            processes: has("pids"),
         };
         if dirs.is_empty() {
             return Err(super::CgroupError {
@@ -114,6 +115,11 @@ impl CgroupV1 {
                         &job_dir.join("cpuset.cpus"),
                         &gsched_core::resources::format_cpu_list(cpus),
                     )?;
+                }
+            }
+            "pids" => {
+                if let Some(n) = limits.max_processes {
+                    write_file(&job_dir.join("pids.max"), &n.to_string())?;
                 }
             }
             "devices" => {

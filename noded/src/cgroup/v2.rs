@@ -46,6 +46,7 @@ impl CgroupV2 {
             cores: controllers.contains("cpuset") && config.constrain_cores,
             devices: config.constrain_devices && super::bpf::supported(),
             tracking: true,
+            processes: controllers.contains("pids"),
         };
         Ok(CgroupV2 {
             node_dir: dir,
@@ -79,6 +80,9 @@ impl CgroupV2 {
         }
         if let (true, Some(rules)) = (self.enforced.devices, &limits.devices) {
             super::bpf::attach_device_filter(&dir, rules)?;
+        }
+        if let (true, Some(n)) = (self.enforced.processes, limits.max_processes) {
+            write_file(&dir.join("pids.max"), &n.to_string())?;
         }
         // Per-step counters: the job's own controllers for its steps.
         for c in &self.controllers {

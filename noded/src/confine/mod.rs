@@ -174,6 +174,7 @@ impl Confinement {
             }),
             cpus: enforced.cores.then(|| cpus.clone()),
             devices,
+            max_processes: enforced.processes.then_some(self.config.max_processes),
         };
         match self.cgroups.create(job.id, &limits) {
             Ok(procs) => {
