@@ -46,8 +46,9 @@ fn connection_refused(t: &ureq::Transport) -> bool {
 
 /// Where one request goes.
 enum Route<'a> {
-    Http(&'a ureq::Agent, &'a Option<String>),
-    Unix(&'a std::path::Path),
+    /// TCP, with the token to send (none to a plain-HTTP loopback port).
+    Http(&'a ureq::Agent, Option<&'a str>),
+    Unix(PathBuf),
 }
 
 impl std::fmt::Display for Unreachable {
@@ -61,19 +62,19 @@ impl std::error::Error for Unreachable {}
 pub struct Client {
     base: String,
     transport: Transport,
-    /// The local socket found for a loopback controller (see `Transport`).
-    socket: std::sync::OnceLock<PathBuf>,
 }
 
 /// How requests reach the controller.
 enum Transport {
-    /// TCP, with a token when one is known. Without one, to a controller
-    /// on this host, requests go through the socket its `/healthz` names
-    /// (found at the first request that reaches it).
+    /// TCP, with a token when one is known. To a plain-HTTP loopback URL
+    /// (`loopback_port`), requests go through the controller's local
+    /// socket, found where only its user can have put it
+    /// (`crate::local_socket`), never by asking the port; no token and no
+    /// request body ever goes to a loopback port over plain HTTP.
     Http {
         agent: ureq::Agent,
         token: Option<String>,
-        local: bool,
+        loopback_port: Option<u16>,
     },
     /// The controller's local socket: no token, the kernel says who we are.
     Unix(PathBuf),
@@ -101,9 +102,9 @@ pub fn env_token() -> Option<String> {
 
 impl Client {
     /// The controller named by `GSCHED_URL` (`http://HOST:PORT`, or
-    /// `unix:PATH` for its socket), or the default. Over TCP without a
-    /// token, a controller on this host is reached through the socket its
-    /// `/healthz` names, so local commands need no token.
+    /// `unix:PATH` for its socket), or the default. A plain-HTTP loopback
+    /// controller is reached through its local socket (`local_socket`),
+    /// so local commands need no token and never send one to the port.
     pub fn from_env() -> Client {
         let base = std::env::var("GSCHED_URL")
             .ok()
@@ -121,7 +122,6 @@ impl Client {
             return Client {
                 base: base.to_string(),
                 transport: Transport::Unix(PathBuf::from(path)),
-                socket: std::sync::OnceLock::new(),
             };
         }
         let base = base.trim_end_matches('/').to_string();
@@ -133,50 +133,62 @@ impl Client {
                     return Client {
                         base,
                         transport: Transport::Unusable(format!("{TLS_CA_ENV}: {e}")),
-                        socket: std::sync::OnceLock::new(),
-                    }
+                            }
                 }
             }
         }
         let agent = agent.build();
-        let local = token.is_none() && is_loopback(&base);
+        let loopback_port = plain_loopback_port(&base);
         Client {
             base,
             transport: Transport::Http {
                 agent,
                 token,
-                local,
+                loopback_port,
             },
-            socket: std::sync::OnceLock::new(),
         }
     }
 
     /// Whether requests go through the local socket.
     pub fn via_socket(&self) -> bool {
-        matches!(self.route(), Ok(Route::Unix(_)))
+        matches!(self.route(false), Ok(Route::Unix(_)))
     }
 
-    /// Where the next request goes: to a loopback controller without a
-    /// token, through the socket its `/healthz` names, once one answered.
-    fn route(&self) -> Result<Route<'_>> {
+    /// Where the next request goes. A plain-HTTP loopback controller is
+    /// reached through its trusted local socket; without one, only a
+    /// request that carries nothing (no token, no body) goes to the port.
+    /// Looked up again at every attempt, so a restarting controller's
+    /// socket is found once it is back.
+    fn route(&self, has_body: bool) -> Result<Route<'_>> {
         match &self.transport {
             Transport::Unusable(why) => bail!("{why}"),
-            Transport::Unix(sock) => Ok(Route::Unix(sock)),
+            Transport::Unix(sock) => match crate::local_socket::check(sock) {
+                Ok(()) => Ok(Route::Unix(sock.clone())),
+                Err(e) if e.is_missing() => Err(NotConnected(e.to_string()).into()),
+                Err(e) => bail!("refusing the controller socket: {e}"),
+            },
             Transport::Http {
                 agent,
                 token,
-                local,
-            } => {
-                if *local && self.socket.get().is_none() {
-                    if let Some(sock) = local_socket(agent, &self.base) {
-                        let _ = self.socket.set(sock);
-                    }
+                loopback_port: None,
+            } => Ok(Route::Http(agent, token.as_deref())),
+            Transport::Http {
+                agent,
+                token,
+                loopback_port: Some(port),
+            } => match crate::local_socket::find(*port) {
+                Ok(sock) => Ok(Route::Unix(sock)),
+                Err(_) if token.is_none() && !has_body => Ok(Route::Http(agent, None)),
+                Err(why) => {
+                    let why: Vec<String> = why.iter().map(|w| w.to_string()).collect();
+                    Err(NotConnected(format!(
+                        "no trusted local socket of the controller ({}); a token or a request is never sent over plain HTTP to a loopback port, which any local user may hold while the controller restarts (set {} to the controller's socket, or use https)",
+                        why.join("; "),
+                        gsched_core::env::SOCKET_ENV
+                    ))
+                    .into())
                 }
-                Ok(match self.socket.get() {
-                    Some(sock) => Route::Unix(sock),
-                    None => Route::Http(agent, token),
-                })
-            }
+            },
         }
     }
 
@@ -221,7 +233,7 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
-        let (status, bytes) = match self.route()? {
+        let (status, bytes) = match self.route(body.is_some())? {
             Route::Http(agent, token) => {
                 let mut req = agent.request(method, &format!("{}{path}", self.base));
                 for (k, v) in query {
@@ -251,6 +263,7 @@ impl Client {
                 (status, bytes)
             }
             Route::Unix(sock) => {
+                let sock = sock.as_path();
                 let target = format!("{path}{}", encode_query(query));
                 let body = body.map(|b| b.to_string().into_bytes());
                 crate::unix_http::request(sock, method, &target, body.as_deref()).map_err(
@@ -498,41 +511,21 @@ pub struct Token {
     pub expires: i64,
 }
 
-fn is_loopback(base: &str) -> bool {
-    let host = base
-        .split("://")
-        .nth(1)
-        .unwrap_or(base)
-        .split('/')
-        .next()
-        .unwrap_or("");
-    let host = host
-        .rsplit_once(':')
-        .map(|(h, _)| h)
-        .unwrap_or(host)
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    host == "localhost"
+/// The port of a plain-HTTP URL on a loopback address (any of 127/8,
+/// `::1`, `localhost`); `None` for https or another host.
+fn plain_loopback_port(base: &str) -> Option<u16> {
+    let rest = base.strip_prefix("http://")?;
+    let authority = rest.split('/').next().unwrap_or("");
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !authority.ends_with(']') => (h, p.parse().ok()?),
+        _ => (authority, 80),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost"
         || host
             .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// The socket a controller on this host names in `/healthz`, if it exists.
-fn local_socket(agent: &ureq::Agent, base: &str) -> Option<PathBuf> {
-    let h: serde_json::Value = agent
-        .get(&format!("{base}/healthz"))
-        .timeout(Duration::from_secs(5))
-        .call()
-        .ok()?
-        .into_json()
-        .ok()?;
-    let p = PathBuf::from(h["socket"].as_str()?);
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(&p)
-        .ok()
-        .filter(|m| m.file_type().is_socket())
-        .map(|_| p)
+            .is_ok_and(|ip| ip.is_loopback());
+    loopback.then_some(port)
 }
 
 /// `?k=v&...`, percent-encoded.
@@ -562,12 +555,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loopback_hosts_are_recognised() {
-        assert!(is_loopback("http://127.0.0.1:6817"));
-        assert!(is_loopback("http://localhost:6817"));
-        assert!(is_loopback("http://[::1]:6817"));
-        assert!(!is_loopback("http://ctl.example.org:6817"));
-        assert!(!is_loopback("http://10.0.0.5:6817"));
+    fn plain_loopback_urls_are_recognised() {
+        let p = plain_loopback_port;
+        assert_eq!(p("http://127.0.0.1:6817"), Some(6817));
+        assert_eq!(p("http://127.3.2.1:6817/"), Some(6817), "all of 127/8");
+        assert_eq!(p("http://localhost:6817"), Some(6817));
+        assert_eq!(p("http://[::1]:6817"), Some(6817));
+        assert_eq!(p("http://[::1]"), Some(80));
+        assert_eq!(p("https://127.0.0.1:6817"), None, "TLS verifies the server");
+        assert_eq!(p("http://ctl.example.org:6817"), None);
+        assert_eq!(p("http://10.0.0.5:6817"), None);
     }
 
     #[test]

@@ -35,6 +35,20 @@ const SCRUBBED: &[&str] = &[
 pub const TOKEN_ENV: &str = "GSCHED_TOKEN";
 /// CA certificates (PEM) clients check an `https://` controller against.
 pub const TLS_CA_ENV: &str = "GSCHED_TLS_CA";
+/// A controller socket to use for a loopback `GSCHED_URL` (checked like
+/// the rendezvous before use).
+pub const SOCKET_ENV: &str = "GSCHED_SOCKET";
+/// Where a controller running as root publishes its local socket for the
+/// commands on its host (a directory only root can write).
+pub const SYSTEM_RUN_DIR: &str = "/run/gsched";
+
+/// The socket a controller listening on TCP `port` publishes in `run_dir`
+/// (the system's, or a user's runtime directory), so a command given a
+/// loopback URL finds it without asking the port, which any local user
+/// could be holding while the controller restarts.
+pub fn rendezvous_socket(run_dir: &std::path::Path, port: u16) -> std::path::PathBuf {
+    run_dir.join(format!("ctld.{port}.sock"))
+}
 
 pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String> {
     let spec = &job.spec;

@@ -156,7 +156,21 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         API_IDLE,
     );
     endpoint.serve("API", listener, app);
-    let local = api::socket_app(Arc::clone(&controller))
+    serve_socket(socket, &controller);
+    if let Some(rendezvous) = publish_rendezvous(addr) {
+        serve_socket(rendezvous, &controller);
+    }
+    tracing::info!(%addr, socket = %socket_path.display(), "gctld listening");
+    Ok(Running {
+        addr,
+        url: public_url,
+        socket: socket_path,
+    })
+}
+
+/// Serves the socket API on `socket`.
+fn serve_socket(socket: tokio::net::UnixListener, controller: &Arc<Controller>) {
+    let local = api::socket_app(Arc::clone(controller))
         .into_make_service_with_connect_info::<api::PeerCred>();
     let socket = Bounded::new(
         socket,
@@ -169,12 +183,40 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
             tracing::error!(error = %e, "socket API server stopped");
         }
     });
-    tracing::info!(%addr, socket = %socket_path.display(), "gctld listening");
-    Ok(Running {
-        addr,
-        url: public_url,
-        socket: socket_path,
-    })
+}
+
+/// Publishes the local socket where commands given a loopback URL find it
+/// without asking the port (`gsched_cli::local_socket`): for root
+/// `/run/gsched/ctld.PORT.sock`, otherwise in `$XDG_RUNTIME_DIR/gsched`.
+/// Only for a controller that loopback clients can reach (listening on a
+/// loopback or wildcard address). Failing to publish is not fatal: local
+/// commands then need `GSCHED_SOCKET` or `GSCHED_URL=unix:PATH`.
+fn publish_rendezvous(addr: std::net::SocketAddr) -> Option<tokio::net::UnixListener> {
+    if !(addr.ip().is_loopback() || addr.ip().is_unspecified()) {
+        return None;
+    }
+    let dir = if nix::unistd::geteuid().is_root() {
+        std::path::PathBuf::from(gsched_core::env::SYSTEM_RUN_DIR)
+    } else {
+        std::path::PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?).join("gsched")
+    };
+    let path = gsched_core::env::rendezvous_socket(&dir, addr.port());
+    let published = gsched_daemon::state::prepare_dir(&dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| bind_socket(&path));
+    match published {
+        Ok(l) => {
+            tracing::info!(socket = %path.display(), "local socket published for loopback commands");
+            Some(l)
+        }
+        Err(e) => {
+            tracing::warn!(
+                error = %format!("{e:#}"),
+                "cannot publish the local socket: commands on this host need GSCHED_SOCKET or GSCHED_URL=unix:PATH"
+            );
+            None
+        }
+    }
 }
 
 /// Binds the local socket, replacing a stale one a crash left behind;
