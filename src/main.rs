@@ -128,6 +128,14 @@ struct UpArgs {
     /// Seconds between SIGTERM and SIGKILL for cancelled and timed-out jobs.
     #[arg(long, default_value_t = 30)]
     kill_wait: u64,
+    /// Refuse jobs that would run as root (uid 0). `gsched up` runs root's
+    /// own jobs by default (one machine, its administrator's commands);
+    /// gnoded on a cluster node does not unless given --allow-root-jobs.
+    #[arg(long)]
+    disable_root_jobs: bool,
+    /// The lowest uid whose jobs run (below it: system accounts).
+    #[arg(long, default_value_t = gsched_core::job::DEFAULT_MIN_JOB_UID)]
+    min_job_uid: u32,
     /// Seconds without a heartbeat before a node is marked down.
     #[arg(long, default_value_t = 30)]
     node_timeout: u64,
@@ -332,6 +340,8 @@ async fn up(args: UpArgs) -> Result<()> {
             tls_ca: args.tls_ca.or(args.tls_cert),
             allow_plain_http: false,
             advertise_url: None,
+            min_job_uid: args.min_job_uid,
+            allow_root_jobs: !args.disable_root_jobs,
         },
         &state_dir,
         exe,
@@ -373,6 +383,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Up(args) => {
             gsched_daemon::init_logs(&args.log_format);
+            gsched_daemon::island::prepare_daemon();
             tokio::runtime::Runtime::new()?.block_on(up(args))
         }
         Command::Bench(args) => bench::run(args),

@@ -75,6 +75,7 @@ impl Pair {
 
     fn start_noded(&mut self, key: &Path) {
         let child = Command::new(common::bin("gnoded"))
+            .arg("--allow-root-jobs")
             .arg("--state-dir")
             .arg(self.dir.path().join("node"))
             .arg("--cluster-key-file")
@@ -444,6 +445,7 @@ fn a_duplicate_node_name_does_not_take_over_the_node() {
     common::daemon_dir(&p.dir.path().join("node2"));
     let log2 = p.dir.path().join("noded2.log");
     let mut impostor = Command::new(common::bin("gnoded"))
+        .arg("--allow-root-jobs")
         .arg("--state-dir")
         .arg(p.dir.path().join("node2"))
         .arg("--cluster-key-file")

@@ -121,6 +121,7 @@ impl Cluster {
         c.wait("gctld answers over TLS", |c| c.health().is_some());
         let mut noded = Command::new(common::bin("gnoded"));
         noded
+            .arg("--allow-root-jobs")
             .arg("--state-dir")
             .arg(c.dir.path().join("node"))
             .arg("--cluster-key-file")

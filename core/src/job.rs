@@ -290,6 +290,35 @@ fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
+/// The lowest uid a node runs jobs of by default (Debian's first user
+/// account; lower ones are system accounts).
+pub const DEFAULT_MIN_JOB_UID: u32 = 1000;
+
+/// Which users' jobs a node runs: none below `min_uid`, and root's only
+/// where the site allows them; gnoded's own user's always (a node run by
+/// one user for that user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobUidPolicy {
+    pub min_uid: u32,
+    pub allow_root: bool,
+}
+
+impl JobUidPolicy {
+    /// Why a job of `uid` may not run on a node whose daemon is `daemon_uid`.
+    pub fn check(&self, uid: u32, daemon_uid: u32) -> Result<(), String> {
+        if uid == 0 && !self.allow_root {
+            return Err("this node does not run jobs as root (uid 0); the site allows them with gnoded --allow-root-jobs".into());
+        }
+        if uid != 0 && uid != daemon_uid && uid < self.min_uid {
+            return Err(format!(
+                "uid {uid} is below this node's lowest job uid ({}, gnoded --min-job-uid): system accounts run no jobs",
+                self.min_uid
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Longest idempotency key accepted.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 

@@ -11,12 +11,13 @@ use gsched_core::job::{JobId, JobSpec};
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
     DrainRequest, Heartbeat, JobEndReport, LaunchRequest, NodeRegistration, RegistrationReply,
-    SignalRequest, SuspendRequest, CLUSTER_KEY_HEADER,
+    SignalRequest, SuspendRequest,
 };
 use tokio::sync::Notify;
 use tracing::{info, warn, Instrument};
 
 use crate::auth::Authority;
+use gsched_daemon::peer::{PeerAuth, PeerClient};
 use crate::config::CtldConfig;
 use crate::store::{JobRuntime, Store, StoreError, Write};
 
@@ -82,7 +83,10 @@ pub struct Controller {
     nodes_changed: std::sync::atomic::AtomicI64,
     last_seen: Mutex<HashMap<String, Instant>>,
     started: Instant,
-    http: reqwest::Client,
+    /// Sealed requests to the nodes (`gsched_daemon::peer`).
+    peer: PeerClient,
+    /// Opens the nodes' sealed requests to `/internal/...`.
+    pub peer_auth: Arc<PeerAuth>,
 }
 
 impl Controller {
@@ -101,7 +105,6 @@ impl Controller {
             cluster: Mutex::new(cluster),
             store,
             config,
-            key,
             url,
             auth,
             socket,
@@ -112,7 +115,9 @@ impl Controller {
             nodes_changed: std::sync::atomic::AtomicI64::new(unix_now()),
             last_seen: Mutex::new(HashMap::new()),
             started: Instant::now(),
-            http,
+            peer: PeerClient::new(http, &key),
+            peer_auth: PeerAuth::new(&key),
+            key,
         })
     }
 
@@ -769,19 +774,16 @@ impl Controller {
                 // Sent once: the node's heartbeats say whether it took it,
                 // and `Cluster::reconcile_suspensions` asks again if not.
                 let res = self
-                    .http
-                    .post(format!("{url}/v1/jobs/{job}/suspend"))
-                    .header(CLUSTER_KEY_HEADER, &self.key)
-                    .json(&req)
-                    .send()
+                    .peer
+                    .post(&format!("{url}/v1/jobs/{job}/suspend"), &req)
                     .await;
                 match res {
-                    Ok(r) if r.status().is_success() => {}
+                    Ok(r) if r.is_success() => {}
                     Ok(r) => {
-                        warn!(job, status = %r.status(), suspend = req.suspend, "node did not suspend or resume the job")
+                        warn!(job, status = %r.status, suspend = req.suspend, "node did not suspend or resume the job")
                     }
                     Err(e) => {
-                        warn!(job, error = %error_chain(&e), "node unreachable to suspend or resume the job")
+                        warn!(job, error = %e, "node unreachable to suspend or resume the job")
                     }
                 }
             }
@@ -790,15 +792,12 @@ impl Controller {
                 // not know the job yet (404), so try again for a little while.
                 for attempt in 0..20 {
                     let res = self
-                        .http
-                        .post(format!("{url}/v1/jobs/{job}/signal"))
-                        .header(CLUSTER_KEY_HEADER, &self.key)
-                        .json(&req)
-                        .send()
+                        .peer
+                        .post(&format!("{url}/v1/jobs/{job}/signal"), &req)
                         .await;
                     match res {
-                        Ok(r) if r.status().is_success() => return,
-                        Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND && attempt < 19 => {
+                        Ok(r) if r.is_success() => return,
+                        Ok(r) if r.status == reqwest::StatusCode::NOT_FOUND && attempt < 19 => {
                             let running = self
                                 .lock()
                                 .job(job)
@@ -809,11 +808,9 @@ impl Controller {
                             tokio::time::sleep(Duration::from_millis(250)).await;
                         }
                         Ok(r) => {
-                            return warn!(job, status = %r.status(), "node did not signal the job")
+                            return warn!(job, status = %r.status, "node did not signal the job")
                         }
-                        Err(e) => {
-                            return warn!(job, error = %error_chain(&e), "node unreachable for signal")
-                        }
+                        Err(e) => return warn!(job, error = %e, "node unreachable for signal"),
                     }
                 }
             }
@@ -872,31 +869,24 @@ impl Controller {
 
     /// One send of a launch, and what its answer says.
     async fn launch_once(&self, url: &str, req: &LaunchRequest) -> LaunchAnswer {
-        let res = self
-            .http
-            .post(format!("{url}/v1/jobs"))
-            .header(CLUSTER_KEY_HEADER, &self.key)
-            .json(req)
-            .send()
-            .await;
+        let res = self.peer.post(&format!("{url}/v1/jobs"), req).await;
         let r = match res {
-            Ok(r) if r.status().is_success() => return LaunchAnswer::Taken,
+            Ok(r) if r.is_success() => return LaunchAnswer::Taken,
             Ok(r) => r,
             Err(e) if e.is_connect() => {
-                warn!(error = %error_chain(&e), "node unreachable");
+                warn!(error = %e, "node unreachable");
                 return LaunchAnswer::NotDelivered;
             }
             Err(e) => {
-                warn!(error = %error_chain(&e), "no answer to the launch");
+                // No answer, or one from something that could not prove it
+                // is the node (it got only ciphertext): the node may still
+                // come back, so the launch stays in doubt and is resent.
+                warn!(error = %e, "no proven answer to the launch");
                 return LaunchAnswer::InDoubt;
             }
         };
-        let status = r.status();
-        let why = r
-            .json::<gsched_core::wire::ErrorBody>()
-            .await
-            .map(|b| b.error)
-            .unwrap_or_else(|e| format!("node answered badly: {e}"));
+        let status = r.status;
+        let why = r.error_text();
         match status {
             reqwest::StatusCode::SERVICE_UNAVAILABLE | reqwest::StatusCode::CONFLICT => {
                 LaunchAnswer::NotNow(why)
@@ -912,17 +902,11 @@ impl Controller {
     async fn send_drain(self: Arc<Self>, url: String, node: String, req: DrainRequest) {
         let mut backoff = Duration::from_millis(250);
         loop {
-            let res = self
-                .http
-                .post(format!("{url}/v1/drain"))
-                .header(CLUSTER_KEY_HEADER, &self.key)
-                .json(&req)
-                .send()
-                .await;
+            let res = self.peer.post(&format!("{url}/v1/drain"), &req).await;
             let error = match res {
-                Ok(r) if r.status().is_success() => return,
-                Ok(r) => format!("node answered {}", r.status()),
-                Err(e) => error_chain(&e),
+                Ok(r) if r.is_success() => return,
+                Ok(r) => format!("node answered {}", r.status),
+                Err(e) => e.to_string(),
             };
             warn!(node = %node, seq = req.seq, %error, "could not push the drain set; will retry");
             tokio::time::sleep(backoff).await;
@@ -946,25 +930,18 @@ impl Controller {
     ) {
         let mut backoff = Duration::from_millis(250);
         loop {
-            let res = self
-                .http
-                .post(format!("{url}/v1/reshape"))
-                .header(CLUSTER_KEY_HEADER, &self.key)
-                .json(&req)
-                .send()
-                .await;
+            let res = self.peer.post(&format!("{url}/v1/reshape"), &req).await;
             let refused = match res {
-                Ok(r) if r.status().is_success() => return,
-                Ok(r) if r.status().is_client_error() => {
-                    let why = r.text().await.unwrap_or_default();
-                    Some(format!("node refused it: {why}"))
+                Ok(r) if r.is_success() => return,
+                Ok(r) if r.status.is_client_error() => {
+                    Some(format!("node refused it: {}", r.error_text()))
                 }
                 Ok(r) => {
-                    warn!(node = %node, seq = req.seq, status = %r.status(), "could not send the reshape; will retry");
+                    warn!(node = %node, seq = req.seq, status = %r.status, "could not send the reshape; will retry");
                     None
                 }
                 Err(e) => {
-                    warn!(node = %node, seq = req.seq, error = %error_chain(&e), "could not send the reshape; will retry");
+                    warn!(node = %node, seq = req.seq, error = %e, "could not send the reshape; will retry");
                     None
                 }
             };
@@ -1134,18 +1111,6 @@ impl Controller {
             }
         }
     }
-}
-
-/// An error with its causes, for the log.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 enum Rpc {

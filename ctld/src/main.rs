@@ -21,6 +21,7 @@ async fn main() -> Result<()> {
     let args = Args::from_arg_matches(&matches)?;
     let d = args.daemon;
     gsched_daemon::init_logs(&d.log_format);
+    gsched_daemon::island::prepare_daemon();
     let config = gsched_daemon::settings(&command, &matches, d.config.as_deref(), args.ctld)?;
     gsched_ctld::start(config, &d.state_dir).await?;
     tokio::signal::ctrl_c().await?;

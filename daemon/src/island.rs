@@ -155,6 +155,15 @@ pub fn stop_inheriting_descriptors() {
     close_all_at_exec();
 }
 
+/// What every daemon does first: its open-file limit raised to the hard
+/// limit, inherited descriptors kept from its children.
+pub fn prepare_daemon() {
+    stop_inheriting_descriptors();
+    if let Some(n) = raise_open_file_limit() {
+        tracing::debug!(open_files = n, "open-file limit");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ pub mod island;
 pub mod key;
 pub mod limits;
 pub mod listener;
+pub mod peer;
 pub mod state;
 pub mod step_credential;
 pub mod tls;

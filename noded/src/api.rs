@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use gsched_core::job::JobId;
 use gsched_core::wire::{DrainRequest, LaunchRequest, SignalRequest, SuspendRequest};
-use gsched_daemon::http::{check_cluster_key, ApiError, PeerBody};
+use gsched_daemon::http::{ApiError, PeerBody};
 
 use crate::launcher::{LaunchError, Launcher};
 
@@ -38,12 +38,20 @@ impl From<LaunchError> for ApiError {
 }
 
 pub fn router(api: Arc<NodeApi>) -> Router {
-    Router::new()
+    // What only the controller may ask: each request sealed with the
+    // cluster key, each answer sealed back (`gsched_daemon::peer`).
+    let controller_only = Router::new()
         .route("/v1/jobs", post(launch).get(list))
         .route("/v1/jobs/{id}/signal", post(signal))
         .route("/v1/jobs/{id}/suspend", post(suspend))
         .route("/v1/drain", post(drain))
         .route("/v1/reshape", post(reshape))
+        .layer(axum::middleware::from_fn_with_state(
+            gsched_daemon::peer::PeerAuth::new(&api.key),
+            gsched_daemon::peer::sealed,
+        ));
+    Router::new()
+        .merge(controller_only)
         // Authenticated by the step credential, not the cluster key.
         .route("/v1/steps", post(crate::steps::run))
         .with_state(api)
@@ -51,10 +59,8 @@ pub fn router(api: Arc<NodeApi>) -> Router {
 
 async fn launch(
     State(api): St,
-    h: HeaderMap,
     PeerBody(req): PeerBody<LaunchRequest>,
 ) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&api.key, &h)?;
     if !api.lease.accepts_launches() {
         // Fenced (or not yet registered): the controller may have given
         // this node up, so nothing new starts until it answers again.
@@ -71,11 +77,9 @@ async fn launch(
 
 async fn signal(
     State(api): St,
-    h: HeaderMap,
     Path(id): Path<JobId>,
     PeerBody(req): PeerBody<SignalRequest>,
 ) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&api.key, &h)?;
     api.launcher.signal(id, &req)?;
     Ok(StatusCode::OK)
 }
@@ -83,11 +87,9 @@ async fn signal(
 /// Stops or continues a job (`scontrol suspend|resume`, preemption).
 async fn suspend(
     State(api): St,
-    h: HeaderMap,
     Path(id): Path<JobId>,
     PeerBody(req): PeerBody<SuspendRequest>,
 ) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&api.key, &h)?;
     // Stopping waits for the job's processes to stop: off the async threads.
     let launcher = Arc::clone(&api.launcher);
     tokio::task::spawn_blocking(move || launcher.suspend(id, &req))
@@ -96,8 +98,7 @@ async fn suspend(
     Ok(StatusCode::OK)
 }
 
-async fn list(State(api): St, h: HeaderMap) -> Result<Json<serde_json::Value>, ApiError> {
-    check_cluster_key(&api.key, &h)?;
+async fn list(State(api): St) -> Result<Json<serde_json::Value>, ApiError> {
     Ok(Json(
         serde_json::json!({ "running": api.launcher.running_ids() }),
     ))
@@ -106,10 +107,8 @@ async fn list(State(api): St, h: HeaderMap) -> Result<Json<serde_json::Value>, A
 /// The controller's drain set: no new shared tasks on these instances.
 async fn drain(
     State(api): St,
-    h: HeaderMap,
     PeerBody(req): PeerBody<DrainRequest>,
 ) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&api.key, &h)?;
     if let Some(p) = &api.probe {
         if !p.set_drained(&req.instances, req.seq) {
             tracing::debug!(seq = req.seq, "an older drain set arrived late; ignored");
@@ -122,10 +121,8 @@ async fn drain(
 /// background, reported when done) or refused with the reason.
 async fn reshape(
     State(api): St,
-    h: HeaderMap,
     PeerBody(req): PeerBody<gsched_core::wire::ReshapeRequest>,
 ) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&api.key, &h)?;
     use crate::reshape::ReshapeError;
     match api.reshaper.accept(req) {
         Ok(()) => Ok(StatusCode::ACCEPTED),

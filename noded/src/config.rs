@@ -142,6 +142,20 @@ pub struct NodeConfig {
     #[arg(long)]
     #[serde(default)]
     pub advertise_url: Option<String>,
+    /// The lowest uid whose jobs this node runs (below it: system
+    /// accounts); jobs of gnoded's own user are always run.
+    #[arg(long, default_value_t = gsched_core::job::DEFAULT_MIN_JOB_UID)]
+    #[serde(default = "default_min_job_uid")]
+    pub min_job_uid: u32,
+    /// Run jobs as root (uid 0). Off by default: a node runs root's jobs
+    /// only where the site says so (Slurm's DisableRootJobs=NO).
+    #[arg(long)]
+    #[serde(default)]
+    pub allow_root_jobs: bool,
+}
+
+fn default_min_job_uid() -> u32 {
+    gsched_core::job::DEFAULT_MIN_JOB_UID
 }
 
 fn default_controller() -> String {

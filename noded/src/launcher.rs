@@ -82,6 +82,9 @@ pub struct Launcher {
     spool_root: PathBuf,
     shepherd_exe: PathBuf,
     kill_wait: Duration,
+    /// Whose jobs this node runs (no root unless allowed, no system
+    /// accounts): checked on every launch, whatever the controller says.
+    uid_policy: gsched_core::job::JobUidPolicy,
     is_root: bool,
     my_uid: u32,
     running: Mutex<HashMap<JobId, RunningJob>>,
@@ -126,6 +129,7 @@ impl Launcher {
         spool_root: PathBuf,
         shepherd_exe: PathBuf,
         kill_wait: Duration,
+        uid_policy: gsched_core::job::JobUidPolicy,
         ended: mpsc::UnboundedSender<JobEnded>,
     ) -> std::io::Result<Arc<Launcher>> {
         std::fs::DirBuilder::new()
@@ -141,6 +145,7 @@ impl Launcher {
             kill_wait,
             is_root: uid == 0,
             my_uid: uid,
+            uid_policy,
             running: Mutex::new(HashMap::new()),
             step_groups: Mutex::new(HashMap::new()),
             steps_started: Mutex::new(HashSet::new()),
@@ -256,6 +261,9 @@ impl Launcher {
             return Ok(());
         }
         let _setup = SettingUp::mark(self, job.id)?;
+        self.uid_policy
+            .check(job.spec.uid, self.my_uid)
+            .map_err(LaunchError::Refused)?;
         if !self.is_root && job.spec.uid != self.my_uid {
             return Err(LaunchError::Refused(format!(
                 "gnoded runs as uid {} and cannot run jobs of user {} (uid {}); run gnoded as root to serve several users",
@@ -1190,6 +1198,10 @@ mod tests {
             root.path().join("spool"),
             "/bin/false".into(),
             Duration::from_secs(1),
+            gsched_core::job::JobUidPolicy {
+                min_uid: 1000,
+                allow_root: true,
+            },
             tx,
         )
         .unwrap();

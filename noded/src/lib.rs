@@ -90,9 +90,8 @@ pub(crate) fn mig_ids(
 /// back those of processes still running. Without a controller (yet), the
 /// node starts without them and says so.
 async fn restore_reservations(
-    http: &reqwest::Client,
+    peer: &gsched_daemon::peer::PeerClient,
     controller: &str,
-    key: &str,
     node: &str,
     probe: &Arc<probe::ProbeServer>,
     running: &[gsched_core::job::JobId],
@@ -105,16 +104,14 @@ async fn restore_reservations(
         controller.trim_end_matches('/')
     );
     let fetched = async {
-        let v: serde_json::Value = http
-            .get(&url)
-            .header(gsched_core::wire::CLUSTER_KEY_HEADER, key)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        Ok::<_, reqwest::Error>(v)
+        let r = peer
+            .get(&url, Some(Duration::from_secs(10)))
+            .await
+            .map_err(|e| e.to_string())?;
+        if !r.is_success() {
+            return Err(format!("the controller answered {}: {}", r.status, r.error_text()));
+        }
+        r.json::<serde_json::Value>().map_err(|e| e.to_string())
     }
     .await;
     let v = match fetched {
@@ -359,6 +356,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         spool_root.clone(),
         shepherd_exe,
         Duration::from_secs(config.kill_wait),
+        gsched_core::job::JobUidPolicy {
+            min_uid: config.min_job_uid,
+            allow_root: config.allow_root_jobs,
+        },
         ended_tx,
     )
     .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
@@ -536,9 +537,8 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         launcher.set_tls_ca(ca.clone());
     }
     restore_reservations(
-        &http,
+        &gsched_daemon::peer::PeerClient::new(http.clone(), &key),
         &config.controller,
-        &key,
         &name,
         &probe_server,
         &launcher.running_ids(),

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use gsched_core::wire::{
     Heartbeat, HeartbeatReply, JobEndReport, JobEnded, NodeRegistration, RegistrationReply,
-    CLUSTER_KEY_HEADER,
 };
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -20,7 +19,6 @@ pub struct ControllerLink {
     /// `ended` are filled in at each registration.
     pub identity: NodeRegistration,
     pub controller: String,
-    pub key: String,
     pub heartbeat: Duration,
     pub launcher: Arc<Launcher>,
     /// Renewed by every registration and heartbeat the controller answers.
@@ -32,7 +30,8 @@ pub struct ControllerLink {
     /// The node's instances now (re-partitions change them): what a
     /// registration reports.
     inventory: Option<Arc<std::sync::RwLock<Vec<gsched_core::gpu::Instance>>>>,
-    http: reqwest::Client,
+    /// Sealed requests to the controller (`gsched_daemon::peer`).
+    peer: gsched_daemon::peer::PeerClient,
 }
 
 impl ControllerLink {
@@ -48,14 +47,13 @@ impl ControllerLink {
         ControllerLink {
             identity,
             controller: controller.trim_end_matches('/').to_string(),
-            key,
             heartbeat,
             launcher,
             lease,
             mps: None,
             probe: None,
             inventory: None,
-            http,
+            peer: gsched_daemon::peer::PeerClient::new(http, &key),
         }
     }
 
@@ -88,25 +86,25 @@ impl ControllerLink {
         );
     }
 
+    /// One sealed request; only a proven, successful answer is `Ok`.
     async fn post<T: serde::Serialize>(
         &self,
         path: &str,
         body: &T,
-    ) -> Result<reqwest::Response, String> {
+    ) -> Result<gsched_daemon::peer::PeerReply, String> {
         let r = self
-            .http
-            .post(format!("{}{path}", self.controller))
-            .header(CLUSTER_KEY_HEADER, &self.key)
-            .json(body)
-            .send()
+            .peer
+            .post(&format!("{}{path}", self.controller), body)
             .await
-            .map_err(|e| format!("controller {} unreachable: {e}", self.controller))?;
-        if r.status().is_success() {
+            .map_err(|e| format!("controller {}: {e}", self.controller))?;
+        if r.is_success() {
             Ok(r)
         } else {
-            let status = r.status();
-            let text = r.text().await.unwrap_or_default();
-            Err(format!("controller answered {status}: {text}"))
+            Err(format!(
+                "controller answered {}: {}",
+                r.status,
+                r.error_text()
+            ))
         }
     }
 
@@ -191,7 +189,6 @@ impl ControllerLink {
         let r = self.post("/internal/v1/nodes/register", &reg).await?;
         let reply: RegistrationReply = r
             .json()
-            .await
             .map_err(|e| format!("the controller's registration answer is unreadable: {e}"))?;
         self.lease
             .set_fence_after(reply.fence_timeout_ms.map(Duration::from_millis));
@@ -275,7 +272,7 @@ impl ControllerLink {
                     let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
                     let sent = crate::fence::now();
                     match self.post(&path, &hb).await {
-                        Ok(r) => match r.json::<HeartbeatReply>().await {
+                        Ok(r) => match r.json::<HeartbeatReply>() {
                             Ok(HeartbeatReply { known: true }) => {
                                 self.lease.renewed(sent);
                             }

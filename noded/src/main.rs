@@ -21,6 +21,7 @@ fn main() -> Result<()> {
     let args = Args::from_arg_matches(&matches)?;
     let d = args.daemon;
     gsched_daemon::init_logs(&d.log_format);
+    gsched_daemon::island::prepare_daemon();
     let config = gsched_daemon::settings(&command, &matches, d.config.as_deref(), args.node)?;
     let exe = shepherd::shepherd_program().context("cannot find the job shepherd program")?;
     tokio::runtime::Runtime::new()?.block_on(async move {

@@ -311,6 +311,8 @@ impl Cluster {
                 name,
             ])
             .args(["--allow-plain-http", "--heartbeat-interval", "1"])
+            // The tests submit as root, which a node refuses by default.
+            .arg("--allow-root-jobs")
             .args(["--kill-wait", "1", "--workers", "4"])
             .args(&self.node_args)
             .stdin(Stdio::null())

@@ -1,24 +1,39 @@
 //! The daemon-to-daemon endpoints (`/internal/v1/...`): node registration,
-//! heartbeats, task reports and job endings, each checked against the
-//! cluster key.
+//! heartbeats, task reports and job endings. One layer opens each request
+//! sealed with the cluster key and seals the answer
+//! (`gsched_daemon::peer`); no handler sees an unproven request.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::Json;
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
     Heartbeat, HeartbeatReply, JobEndReport, NodeRegistration, RegistrationReply,
 };
-use gsched_daemon::http::{check_cluster_key, ApiError, PeerBody};
+use gsched_daemon::http::{ApiError, PeerBody};
 
 use super::Ctl;
 
+/// The internal routes, behind the seal layer.
+pub(super) fn routes(ctl: std::sync::Arc<crate::controller::Controller>) -> axum::Router<std::sync::Arc<crate::controller::Controller>> {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/internal/v1/tasks", post(tasks_reported))
+        .route("/internal/v1/nodes/register", post(register))
+        .route("/internal/v1/nodes/reshaped", post(reshaped))
+        .route("/internal/v1/nodes/{name}/heartbeat", post(heartbeat))
+        .route("/internal/v1/nodes/{name}/tasks", get(node_open_tasks))
+        .route("/internal/v1/jobs/ended", post(jobs_ended))
+        .layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::clone(&ctl.peer_auth),
+            gsched_daemon::peer::sealed,
+        ))
+}
+
 pub(super) async fn register(
     State(ctl): Ctl,
-    headers: HeaderMap,
     PeerBody(reg): PeerBody<NodeRegistration>,
 ) -> Result<Json<RegistrationReply>, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
     if reg.name.is_empty()
         || reg.name.len() > 255
         || reg
@@ -36,11 +51,9 @@ pub(super) async fn register(
 
 pub(super) async fn heartbeat(
     State(ctl): Ctl,
-    headers: HeaderMap,
     Path(name): Path<String>,
     PeerBody(hb): PeerBody<Heartbeat>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
     let (known, effects) = ctl.heartbeat(&name, &hb);
     if !effects.is_empty() {
         let ctl = std::sync::Arc::clone(&ctl);
@@ -56,20 +69,16 @@ pub(super) async fn heartbeat(
 /// A node's report of a reshape it carried out.
 pub(super) async fn reshaped(
     State(ctl): Ctl,
-    headers: HeaderMap,
     PeerBody(report): PeerBody<gsched_core::wire::ReshapeReport>,
 ) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
     ctl.reshaped(report).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub(super) async fn tasks_reported(
     State(ctl): Ctl,
-    headers: HeaderMap,
     PeerBody(report): PeerBody<TaskReport>,
 ) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
     ctl.tasks_reported(report).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -77,19 +86,15 @@ pub(super) async fn tasks_reported(
 /// The reservations a node holds open (for the node after its restart).
 pub(super) async fn node_open_tasks(
     State(ctl): Ctl,
-    headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
     super::task_list(&ctl, None, Some(&name)).await
 }
 
 pub(super) async fn jobs_ended(
     State(ctl): Ctl,
-    headers: HeaderMap,
     PeerBody(report): PeerBody<JobEndReport>,
 ) -> Result<StatusCode, ApiError> {
-    check_cluster_key(&ctl.key, &headers)?;
     ctl.jobs_ended(report).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -84,18 +84,7 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/instances", get(list_instances))
         .route("/api/v1/utilization", get(utilization))
         .route("/api/v1/tasks", get(list_tasks))
-        .route("/internal/v1/tasks", post(internal::tasks_reported))
-        .route("/internal/v1/nodes/register", post(internal::register))
-        .route("/internal/v1/nodes/reshaped", post(internal::reshaped))
-        .route(
-            "/internal/v1/nodes/{name}/heartbeat",
-            post(internal::heartbeat),
-        )
-        .route(
-            "/internal/v1/nodes/{name}/tasks",
-            get(internal::node_open_tasks),
-        )
-        .route("/internal/v1/jobs/ended", post(internal::jobs_ended))
+        .merge(internal::routes(Arc::clone(&ctl)))
         .merge(crate::slurmrest::routes())
         .merge(crate::dashboard::routes())
         .fallback(|| async {
