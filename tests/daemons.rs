@@ -176,7 +176,7 @@ impl Pair {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let body = json!({
             "name": "d", "script": script, "working_dir": self.dir.path().display().to_string(),
-            "user_name": "u", "uid": uid, "gid": gid, "environment": {"PATH": "/usr/bin:/bin"},
+            "user_name": "root", "uid": uid, "gid": gid, "environment": {"PATH": "/usr/bin:/bin"},
             // These tests follow a lost node's jobs to NODE_FAIL.
             "requeue": false
         });
@@ -320,6 +320,56 @@ fn controller_restart_keeps_the_node_and_learns_what_ended_meanwhile() {
         .call()
         .unwrap();
     p.wait_state(runs, "CANCELLED");
+}
+
+/// Issue 36, hole 2: a local user who holds a daemon's port while it
+/// restarts collects nothing secret. Before, gnoded sent the cluster key
+/// in a header with every heartbeat, and gctld sent launches (script,
+/// environment, job token and the key) to whatever held the node's port.
+#[test]
+fn a_squatter_on_a_restarting_daemons_port_gets_neither_key_nor_job() {
+    use common::users::{is_root, Squatter, TestUser};
+    if !is_root() {
+        eprintln!("skipped: needs root to create a user");
+        return;
+    }
+    let attacker = TestUser::new();
+    let mut p = Pair::up(&["--node-timeout", "30"]);
+    let key = std::fs::read_to_string(p.key()).unwrap().trim().to_string();
+    let node_url = p.node()["url"].as_str().unwrap().to_string();
+    let node_port: u16 = node_url.rsplit(':').next().unwrap().parse().unwrap();
+    // gctld away: the node's registrations and heartbeats go to the squatter.
+    Pair::kill(&mut p.ctld);
+    let squat = Squatter::start(&attacker, p.port, None, 30);
+    p.wait("the node talks to the squatter", || {
+        squat.captured().len() > 2000
+    });
+    assert!(!squat.saw(&key), "the node sent the cluster key to a squatter");
+    drop(squat);
+    p.start_ctld_with(&["--node-timeout", "30"]);
+    p.wait("the node is back", || {
+        p.health().is_some_and(|h| h["nodes_up"] == 1)
+    });
+    // gnoded away: the controller's launch goes to the squatter.
+    Pair::kill(&mut p.noded);
+    let squat = Squatter::start(&attacker, node_port, None, 30);
+    p.submit("#!/bin/sh\necho launch-secret-script\n");
+    p.wait("the controller tries the squatter", || {
+        squat.captured().len() > 500
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    for secret in [key.as_str(), "launch-secret-script", "PATH"] {
+        assert!(
+            !squat.saw(secret),
+            "the controller sent {secret} to a squatter: {}",
+            String::from_utf8_lossy(&squat.captured())
+        );
+    }
+    let log = std::fs::read_to_string(p.dir.path().join("ctld.log")).unwrap_or_default();
+    assert!(
+        log.contains("without proving it holds the cluster key"),
+        "the controller believed the squatter's answer: {log}"
+    );
 }
 
 #[test]

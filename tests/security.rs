@@ -7,19 +7,15 @@ mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::users::{is_root, user_dir, TestUser};
 use common::Gsched;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
 
-fn is_root() -> bool {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() == 0 }
-}
 
 macro_rules! needs_root {
     () => {
@@ -28,88 +24,6 @@ macro_rules! needs_root {
             return;
         }
     };
-}
-
-/// An unprivileged user made for one test, removed (with its processes)
-/// when dropped, also when the test fails.
-struct TestUser {
-    name: String,
-    uid: u32,
-    gid: u32,
-}
-
-impl TestUser {
-    fn new() -> TestUser {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "gst{}x{}",
-            std::process::id() % 100_000,
-            N.fetch_add(1, Ordering::SeqCst)
-        );
-        let out = Command::new("useradd")
-            .args(["-M", "-U", "-s", "/bin/sh", &name])
-            .output()
-            .expect("useradd runs");
-        assert!(out.status.success(), "useradd {name}: {out:?}");
-        let id = |flag: &str| -> u32 {
-            let o = Command::new("id").args([flag, &name]).output().unwrap();
-            String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
-        };
-        let (uid, gid) = (id("-u"), id("-g"));
-        TestUser { name, uid, gid }
-    }
-
-    /// Runs `sh -c script` as this user.
-    fn sh(&self, script: &str) -> Output {
-        self.sh_cmd(script).output().unwrap()
-    }
-
-    fn sh_cmd(&self, script: &str) -> Command {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid",
-            &self.uid.to_string(),
-            "--regid",
-            &self.gid.to_string(),
-            "--init-groups",
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-        ])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .current_dir("/");
-        c
-    }
-
-    /// A job spec of this user's, for the API (an administrator submits on
-    /// the user's behalf).
-    fn spec(&self, dir: &Path, script: &str) -> serde_json::Value {
-        json!({
-            "name": "attack", "script": script, "working_dir": dir,
-            "user_name": self.name, "uid": self.uid, "gid": self.gid,
-            "environment": {"PATH": "/usr/bin:/bin"}
-        })
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = Command::new("pkill")
-            .args(["-KILL", "-u", &self.name])
-            .status();
-        std::thread::sleep(Duration::from_millis(100));
-        let _ = Command::new("userdel").arg(&self.name).output();
-    }
-}
-
-/// A directory the user owns, for its job's output.
-fn user_dir(u: &TestUser) -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::os::unix::fs::chown(d.path(), Some(u.uid), Some(u.gid)).unwrap();
-    d
 }
 
 fn submit(g: &Gsched, spec: serde_json::Value) -> u64 {

@@ -121,7 +121,7 @@ impl Caller {
                 spec.user_name
             ));
         };
-        if spec.uid != 0 && spec.uid != uid {
+        if spec.uid != uid {
             return deny(format!(
                 "the job names uid {} but user {} is uid {uid}",
                 spec.uid, spec.user_name
@@ -133,15 +133,11 @@ impl Caller {
                 spec.user_name, self.user
             ));
         }
-        if spec.gid != 0 && spec.gid != gid && !groups.contains(&spec.gid) {
+        if spec.gid != gid && !groups.contains(&spec.gid) {
             return deny(format!(
                 "the job names gid {} but user {} is not in that group",
                 spec.gid, spec.user_name
             ));
-        }
-        spec.uid = uid;
-        if spec.gid == 0 {
-            spec.gid = gid;
         }
         Ok(())
     }
@@ -513,18 +509,17 @@ mod tests {
             gid,
             ..JobSpec::default()
         };
-        // The body's uid 0 is not believed: the job runs as the user.
-        let mut s = spec(0, 0);
-        ops.stamp_for_user(&mut s, victim.clone()).unwrap();
-        assert_eq!((s.uid, s.gid), (1000, 100));
-        let mut s = spec(1000, 27);
-        ops.stamp_for_user(&mut s, victim.clone()).unwrap();
-        assert_eq!((s.uid, s.gid), (1000, 27));
-        for (uid, gid) in [(1, 0), (1000, 5)] {
+        // The uid and gid must be the user's (a group of theirs).
+        for (uid, gid) in [(1000, 100), (1000, 27)] {
+            let mut s = spec(uid, gid);
+            ops.stamp_for_user(&mut s, victim.clone()).unwrap();
+            assert_eq!((s.uid, s.gid), (uid, gid));
+        }
+        for (uid, gid) in [(0, 0), (0, 100), (1, 100), (1000, 5), (1000, 0)] {
             let e = ops.stamp_for_user(&mut spec(uid, gid), victim.clone());
             assert_eq!(e.unwrap_err().0, StatusCode::FORBIDDEN, "{uid} {gid}");
         }
-        assert!(ops.stamp_for_user(&mut spec(0, 0), None).is_err());
+        assert!(ops.stamp_for_user(&mut spec(1000, 100), None).is_err());
         // Naming root: only root may.
         let root_user = Some((0, 0, vec![0]));
         assert!(ops

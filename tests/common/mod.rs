@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod slurm;
+pub mod users;
 
 pub struct Gsched {
     child: Option<Child>,
@@ -20,7 +21,13 @@ pub struct Gsched {
     /// A token for the test's user (root in CI: an administrator).
     pub token: String,
     args: Vec<String>,
+    /// Changes to the `gsched up` command before it starts (a terminal, an
+    /// inherited descriptor).
+    prepare: Option<Preparation>,
 }
+
+/// See [`Gsched::start_prepared`].
+pub type Preparation = std::sync::Arc<dyn Fn(&mut Command) + Send + Sync>;
 
 /// A token from the controller at `url`, as `gsched token` gets it on this
 /// host (through the socket the controller's /healthz names).
@@ -85,6 +92,12 @@ pub fn bin(name: &str) -> PathBuf {
 impl Gsched {
     /// Starts `gsched up` with a simulated node and short timers.
     pub fn start(extra: &[&str]) -> Gsched {
+        Gsched::start_prepared(extra, None)
+    }
+
+    /// Starts `gsched up` as [`Gsched::start`] does, after `prepare` has
+    /// changed its command.
+    pub fn start_prepared(extra: &[&str], prepare: Option<Preparation>) -> Gsched {
         let listen = format!("127.0.0.1:{}", free_port());
         let mut g = Gsched {
             child: None,
@@ -94,6 +107,7 @@ impl Gsched {
             work: tempfile::tempdir().unwrap(),
             token: String::new(),
             args: extra.iter().map(|s| s.to_string()).collect(),
+            prepare,
         };
         g.spawn();
         g.token = token(&g.url);
@@ -106,7 +120,11 @@ impl Gsched {
             .append(true)
             .open(self.state.path().join("up.log"))
             .unwrap();
-        let child = Command::new(bin("gsched"))
+        let mut cmd = Command::new(bin("gsched"));
+        if let Some(p) = &self.prepare {
+            p(&mut cmd);
+        }
+        let child = cmd
             .args(["up", "--state-dir"])
             .arg(self.state.path())
             .args([

@@ -1,0 +1,312 @@
+//! Issue 36's attacks by local users, each of which worked on the code
+//! before its fix (docs/security.md): a job reaching the terminal and the
+//! descriptors `gsched up` was started with, the submitter's limits not
+//! applied, an administrator running jobs as root, a squatter on a loopback
+//! port collecting a job's token or root's script, unknown fields and
+//! control characters. (Squatting the daemons' own ports during restarts
+//! is in tests/daemons.rs.) Users are created with `useradd` and removed
+//! afterwards; the tests need root and say so when skipped.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::users::{is_root, Squatter, TestUser};
+use common::Gsched;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(30);
+
+macro_rules! needs_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipped: needs root to create users and run jobs as them");
+            return;
+        }
+    };
+}
+
+fn wait_output(g: &Gsched, id: u64) -> String {
+    let deadline = Instant::now() + T;
+    loop {
+        let j = g.job(id);
+        let s = j["job_state"].as_str().unwrap_or("").to_string();
+        if ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"].contains(&s.as_str()) {
+            let out = g.work.path().join(format!("slurm-{id}.out"));
+            return std::fs::read_to_string(out).unwrap_or_default();
+        }
+        assert!(Instant::now() < deadline, "job {id} did not end: {j}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A new pseudo-terminal: its master (kept open) and the slave's path.
+fn pseudo_terminal() -> (std::fs::File, std::ffi::CString) {
+    // SAFETY: plain libc calls on a descriptor this function owns.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(master >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr()).to_owned();
+        (std::os::fd::FromRawFd::from_raw_fd(master), path)
+    }
+}
+
+#[test]
+fn a_job_gets_neither_the_daemons_terminal_nor_its_descriptors() {
+    needs_root!();
+    // `gsched up` as an administrator starts it from a shell: a terminal
+    // of its own (its controlling terminal) and, here, descriptor 7 open
+    // on a root-only file.
+    let (master, slave) = pseudo_terminal();
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("root-only");
+    std::fs::write(&secret, "root's\n").unwrap();
+    let held = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&secret)
+        .unwrap();
+    let held_fd = held.as_raw_fd();
+    let prepare: common::Preparation = std::sync::Arc::new(move |cmd| {
+        let slave = slave.clone();
+        // SAFETY: system calls only, on memory prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // A session leader opening a terminal makes it its own.
+                let tty = libc::open(slave.as_ptr(), libc::O_RDWR);
+                if tty < 0 || libc::ioctl(tty, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::dup2(tty, 0);
+                if libc::dup2(held_fd, 7) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    let g = Gsched::start_prepared(&[], Some(prepare));
+    let up_session = std::fs::read_to_string(format!("/proc/{}/stat", g.pid())).unwrap();
+    let field = |stat: &str, n: usize| -> String {
+        let after = stat.rsplit_once(") ").unwrap().1;
+        after.split(' ').nth(n).unwrap().to_string()
+    };
+    let (up_sid, up_tty) = (field(&up_session, 3), field(&up_session, 4));
+    assert_ne!(up_tty, "0", "gsched up has the terminal (the test's premise)");
+    let script = g.script(
+        "probe.sh",
+        "#!/bin/sh\n\
+         set -- $(sed 's/.*) //' /proc/self/stat)\n\
+         echo \"session=$4 tty=$5\"\n\
+         if (exec 3</dev/tty) 2>/dev/null; then echo tty-opened; else echo no-tty; fi\n\
+         if (echo pwned >&7) 2>/dev/null; then echo fd7-written; else echo no-fd7; fi\n",
+    );
+    let id = g.submit(&[&script]);
+    let out = wait_output(&g, id);
+    assert!(out.contains("tty=0"), "the job has a controlling terminal: {out}");
+    assert!(out.contains("no-tty"), "the job opened /dev/tty: {out}");
+    assert!(out.contains("no-fd7"), "the job wrote descriptor 7: {out}");
+    assert!(
+        !out.contains(&format!("session={up_sid} ")),
+        "the job is in gsched up's session {up_sid}: {out}"
+    );
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's\n");
+    drop(master);
+    drop(held);
+}
+
+#[test]
+fn the_submitters_limits_and_a_process_cap_reach_the_job() {
+    needs_root!();
+    let g = Gsched::start(&[]);
+    let gsub = common::bin("gsub");
+    let out = g.run_program(
+        Path::new("/bin/sh"),
+        &[
+            "-c",
+            "ulimit -n 77 && ulimit -c 0 && exec \"$0\" --parsable --wrap 'echo nofile=$(ulimit -n) core=$(ulimit -c); p=$(grep :pids: /proc/self/cgroup | cut -d: -f3); if [ -n \"$p\" ]; then echo pidsmax=$(cat /sys/fs/cgroup/pids$p/../pids.max); fi'",
+            &gsub.display().to_string(),
+        ],
+        g.work.path(),
+        None,
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let text = wait_output(&g, id);
+    assert!(
+        text.contains("nofile=77 core=0"),
+        "the job did not get the submitter's limits: {text}"
+    );
+    // Where the node has a v1 pids hierarchy, the job's cgroup caps it
+    // (both hierarchies are checked by noded's cgroup unit tests).
+    if Path::new("/sys/fs/cgroup/pids").is_dir() {
+        assert!(
+            text.contains("pidsmax=16384"),
+            "the job's cgroup has no process cap: {text}"
+        );
+    }
+}
+
+#[test]
+fn an_administrator_cannot_run_jobs_as_root_or_as_another_uid() {
+    needs_root!();
+    let ops = TestUser::new();
+    let victim = TestUser::new();
+    let g = Gsched::start(&["--admins", &ops.name]);
+    let token: serde_json::Value = g
+        .req("POST", "/api/v1/tokens")
+        .send_json(json!({"user": ops.name, "lifetime": 600}))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let token = token["token"].as_str().unwrap().to_string();
+    let dir = common::users::user_dir(&victim);
+    let submit = |spec: serde_json::Value| {
+        common::api("POST", &format!("{}/api/v1/jobs", g.url), &token).send_json(spec)
+    };
+    let mut spec = victim.spec(dir.path(), "#!/bin/sh\nid -u > uid.txt\n");
+    spec["uid"] = json!(0);
+    match submit(spec) {
+        Err(ureq::Error::Status(403, r)) => {
+            let text = r.into_string().unwrap();
+            assert!(text.contains("uid 0"), "{text}");
+        }
+        other => panic!("a job of {} as uid 0 was not refused: {other:?}", victim.name),
+    }
+    let root = json!({
+        "name": "r", "script": "#!/bin/sh\nid -u\n", "working_dir": "/tmp",
+        "user_name": "root", "uid": 0, "gid": 0
+    });
+    match submit(root) {
+        Err(ureq::Error::Status(403, r)) => {
+            assert!(r.into_string().unwrap().contains("only root"))
+        }
+        other => panic!("an administrator ran a job as root: {other:?}"),
+    }
+    // On the user's behalf, as the user: allowed, and runs as them.
+    let r: serde_json::Value = submit(victim.spec(dir.path(), "#!/bin/sh\nid -u > uid.txt\n"))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let id = r["job_id"].as_u64().unwrap();
+    wait_output(&g, id);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("uid.txt"))
+            .unwrap()
+            .trim(),
+        victim.uid.to_string()
+    );
+}
+
+#[test]
+fn a_squatter_on_a_loopback_port_gets_no_token_and_no_script() {
+    needs_root!();
+    let victim = TestUser::new();
+    let attacker = TestUser::new();
+    let port = common::free_port();
+    let squat = Squatter::start(&attacker, port, Some("evil.sock"), 60);
+    let url = format!("http://127.0.0.1:{port}");
+    // A user's command with a job token, the controller away.
+    let out = victim
+        .sh_cmd("exec \"$0\" --noheader")
+        .arg(common::bin("gqueue"))
+        .env("GSCHED_URL", &url)
+        .env("GSCHED_TOKEN", "victims-token-0123456789")
+        .env("GSCHED_RETRY_SECS", "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "gqueue believed a squatter: {out:?}");
+    // Root's submission: the squatter's /healthz names its own socket.
+    let gsub = common::bin("gsub");
+    let out = std::process::Command::new(&gsub)
+        .args(["--wrap", "echo roots-secret-script"])
+        .env("GSCHED_URL", &url)
+        .env("GSCHED_RETRY_SECS", "1")
+        .env("ROOTS_SECRET_ENV", "roots-secret-environment")
+        .env_remove("GSCHED_TOKEN")
+        .env_remove("SLURM_JWT")
+        .current_dir("/tmp")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "gsub believed a squatter: {out:?}");
+    for secret in [
+        "victims-token-0123456789",
+        "roots-secret-script",
+        "roots-secret-environment",
+    ] {
+        assert!(
+            !squat.saw(secret),
+            "the squatter received {secret}: {}",
+            String::from_utf8_lossy(&squat.captured())
+        );
+    }
+    // A socket a user names is refused by root's commands too.
+    let evil = squat.unix_path("evil.sock");
+    let out = std::process::Command::new(&gsub)
+        .args(["--wrap", "echo roots-secret-script"])
+        .env("GSCHED_URL", format!("unix:{}", evil.display()))
+        .env("GSCHED_RETRY_SECS", "1")
+        .current_dir("/tmp")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refusing the controller socket"),
+        "{out:?}"
+    );
+    assert!(!squat.saw("roots-secret-script"));
+}
+
+#[test]
+fn unknown_fields_and_control_characters_are_refused_by_name() {
+    needs_root!();
+    let g = Gsched::start(&[]);
+    let spec = json!({
+        "name": "h", "script": "#!/bin/sh\ntrue\n", "working_dir": "/tmp",
+        "user_name": "", "uid": 0, "gid": 0, "held": true
+    });
+    match g.req("POST", "/api/v1/jobs").send_json(spec) {
+        Err(ureq::Error::Status(400, r)) => {
+            let text = r.into_string().unwrap();
+            assert!(text.contains("unknown field") && text.contains("held"), "{text}");
+        }
+        other => panic!("an unknown field was not refused: {other:?}"),
+    }
+    let nested = json!({
+        "name": "h", "script": "#!/bin/sh\ntrue\n", "working_dir": "/tmp",
+        "user_name": "", "uid": 0, "gid": 0, "gpu": {"mem_mb": 5}
+    });
+    match g.req("POST", "/api/v1/jobs").send_json(nested) {
+        Err(ureq::Error::Status(400, r)) => {
+            assert!(r.into_string().unwrap().contains("gpu.mem_mb"))
+        }
+        other => panic!("a nested unknown field was not refused: {other:?}"),
+    }
+    for (flag, value) in [
+        ("--comment", "\u{1b}]0;owned\u{7}"),
+        ("--wckey", "a\u{202e}b"),
+        ("--job-name", "x\u{1b}[2J"),
+        ("-o", "out\u{1b}[31m.txt"),
+    ] {
+        let out = g.cli("gsub", &[flag, value, "--wrap", "true"]);
+        assert!(!out.status.success(), "{flag} with a control character accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("control") || err.contains("character"),
+            "{flag}: {err}"
+        );
+    }
+    // Nothing was accepted.
+    let jobs = g.get("/api/v1/jobs").unwrap();
+    assert_eq!(jobs["jobs"].as_array().map(|a| a.len()), Some(0), "{jobs}");
+}
