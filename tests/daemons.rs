@@ -344,7 +344,10 @@ fn a_squatter_on_a_restarting_daemons_port_gets_neither_key_nor_job() {
     p.wait("the node talks to the squatter", || {
         squat.captured().len() > 2000
     });
-    assert!(!squat.saw(&key), "the node sent the cluster key to a squatter");
+    assert!(
+        !squat.saw(&key),
+        "the node sent the cluster key to a squatter"
+    );
     drop(squat);
     p.start_ctld_with(&["--node-timeout", "30"]);
     p.wait("the node is back", || {

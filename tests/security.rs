@@ -16,7 +16,6 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
 
-
 macro_rules! needs_root {
     () => {
         if !is_root() {

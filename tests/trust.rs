@@ -101,7 +101,10 @@ fn a_job_gets_neither_the_daemons_terminal_nor_its_descriptors() {
         after.split(' ').nth(n).unwrap().to_string()
     };
     let (up_sid, up_tty) = (field(&up_session, 3), field(&up_session, 4));
-    assert_ne!(up_tty, "0", "gsched up has the terminal (the test's premise)");
+    assert_ne!(
+        up_tty, "0",
+        "gsched up has the terminal (the test's premise)"
+    );
     let script = g.script(
         "probe.sh",
         "#!/bin/sh\n\
@@ -112,7 +115,10 @@ fn a_job_gets_neither_the_daemons_terminal_nor_its_descriptors() {
     );
     let id = g.submit(&[&script]);
     let out = wait_output(&g, id);
-    assert!(out.contains("tty=0"), "the job has a controlling terminal: {out}");
+    assert!(
+        out.contains("tty=0"),
+        "the job has a controlling terminal: {out}"
+    );
     assert!(out.contains("no-tty"), "the job opened /dev/tty: {out}");
     assert!(out.contains("no-fd7"), "the job wrote descriptor 7: {out}");
     assert!(
@@ -181,7 +187,10 @@ fn an_administrator_cannot_run_jobs_as_root_or_as_another_uid() {
             let text = r.into_string().unwrap();
             assert!(text.contains("uid 0"), "{text}");
         }
-        other => panic!("a job of {} as uid 0 was not refused: {other:?}", victim.name),
+        other => panic!(
+            "a job of {} as uid 0 was not refused: {other:?}",
+            victim.name
+        ),
     }
     let root = json!({
         "name": "r", "script": "#!/bin/sh\nid -u\n", "working_dir": "/tmp",
@@ -278,7 +287,10 @@ fn unknown_fields_and_control_characters_are_refused_by_name() {
     match g.req("POST", "/api/v1/jobs").send_json(spec) {
         Err(ureq::Error::Status(400, r)) => {
             let text = r.into_string().unwrap();
-            assert!(text.contains("unknown field") && text.contains("held"), "{text}");
+            assert!(
+                text.contains("unknown field") && text.contains("held"),
+                "{text}"
+            );
         }
         other => panic!("an unknown field was not refused: {other:?}"),
     }
@@ -299,7 +311,10 @@ fn unknown_fields_and_control_characters_are_refused_by_name() {
         ("-o", "out\u{1b}[31m.txt"),
     ] {
         let out = g.cli("gsub", &[flag, value, "--wrap", "true"]);
-        assert!(!out.status.success(), "{flag} with a control character accepted");
+        assert!(
+            !out.status.success(),
+            "{flag} with a control character accepted"
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.contains("control") || err.contains("character"),

@@ -133,7 +133,7 @@ impl Client {
                     return Client {
                         base,
                         transport: Transport::Unusable(format!("{TLS_CA_ENV}: {e}")),
-                            }
+                    }
                 }
             }
         }

@@ -662,9 +662,13 @@ impl JobSpec {
             }
         }
         if self.slurm.other.iter().any(|(k, v)| bad(k) || bad(v)) {
-            return Err(SpecError::ControlCharacter("options (such as --constraint)"));
+            return Err(SpecError::ControlCharacter(
+                "options (such as --constraint)",
+            ));
         }
-        if self.slurm.open_mode.as_deref().is_some_and(bad) || self.slurm.signal.as_deref().is_some_and(bad) {
+        if self.slurm.open_mode.as_deref().is_some_and(bad)
+            || self.slurm.signal.as_deref().is_some_and(bad)
+        {
             return Err(SpecError::ControlCharacter("options"));
         }
         Ok(())

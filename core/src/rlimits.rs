@@ -82,7 +82,11 @@ fn lower(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// What the job gets for one limit: the submitter's, capped by the node's
 /// hard limit (`node_hard`, `None` unlimited). Where the submitter gave no
 /// value, the node's soft limit `fallback_soft` under its hard limit.
-pub fn effective(given: Option<&Limit>, node_hard: Option<u64>, fallback_soft: Option<u64>) -> Limit {
+pub fn effective(
+    given: Option<&Limit>,
+    node_hard: Option<u64>,
+    fallback_soft: Option<u64>,
+) -> Limit {
     match given {
         Some(l) => {
             let hard = lower(l.hard, node_hard);

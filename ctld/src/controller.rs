@@ -17,9 +17,9 @@ use tokio::sync::Notify;
 use tracing::{info, warn, Instrument};
 
 use crate::auth::Authority;
-use gsched_daemon::peer::{PeerAuth, PeerClient};
 use crate::config::CtldConfig;
 use crate::store::{JobRuntime, Store, StoreError, Write};
+use gsched_daemon::peer::{PeerAuth, PeerClient};
 
 pub use gsched_daemon::unix_now;
 

@@ -453,10 +453,7 @@ impl PeerClient {
             .http
             .request(method.clone(), parsed)
             .header(SEAL_HEADER, &sealed.header)
-            .header(
-                axum::http::header::CONTENT_TYPE,
-                "application/octet-stream",
-            )
+            .header(axum::http::header::CONTENT_TYPE, "application/octet-stream")
             .body(sealed.body);
         if let Some(t) = timeout {
             req = req.timeout(t);
@@ -518,7 +515,14 @@ mod tests {
             "the body travels encrypted"
         );
         let (plain, nonce) = keys
-            .open_request(Some(&s.header), "POST", "/v1/jobs", s.body.clone(), 1010, &seen)
+            .open_request(
+                Some(&s.header),
+                "POST",
+                "/v1/jobs",
+                s.body.clone(),
+                1010,
+                &seen,
+            )
             .unwrap();
         assert_eq!(plain, b"{\"script\":\"secret\"}");
         assert_eq!(nonce, s.nonce);
@@ -527,14 +531,20 @@ mod tests {
             k.open_request(Some(&s.header), "POST", path, s.body.clone(), now, seen)
                 .map(|_| ())
         };
-        assert_eq!(open(&keys, "/v1/jobs", 1010, &seen), Err(SealError::Replayed));
+        assert_eq!(
+            open(&keys, "/v1/jobs", 1010, &seen),
+            Err(SealError::Replayed)
+        );
         let fresh = ReplayGuard::default();
         assert_eq!(
             open(&keys, "/v1/drain", 1010, &fresh),
             Err(SealError::WrongKey)
         );
         let other = PeerKeys::new("another key");
-        assert_eq!(open(&other, "/v1/jobs", 1010, &fresh), Err(SealError::WrongKey));
+        assert_eq!(
+            open(&other, "/v1/jobs", 1010, &fresh),
+            Err(SealError::WrongKey)
+        );
         assert_eq!(
             open(&keys, "/v1/jobs", 1000 + WINDOW_SECS + 1, &fresh),
             Err(SealError::OutOfWindow(-WINDOW_SECS - 1))

@@ -109,7 +109,11 @@ async fn restore_reservations(
             .await
             .map_err(|e| e.to_string())?;
         if !r.is_success() {
-            return Err(format!("the controller answered {}: {}", r.status, r.error_text()));
+            return Err(format!(
+                "the controller answered {}: {}",
+                r.status,
+                r.error_text()
+            ));
         }
         r.json::<serde_json::Value>().map_err(|e| e.to_string())
     }

@@ -97,7 +97,6 @@ pub fn user_dir(u: &TestUser) -> tempfile::TempDir {
     d
 }
 
-
 /// A local user holding a loopback port (and maybe a unix socket) while a
 /// daemon is away, recording whatever clients send (tests/fixtures/squatter.py).
 pub struct Squatter {
@@ -133,7 +132,10 @@ impl Squatter {
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        assert!(ready.exists(), "the squatter did not start listening on {port}");
+        assert!(
+            ready.exists(),
+            "the squatter did not start listening on {port}"
+        );
         Squatter {
             child,
             out,

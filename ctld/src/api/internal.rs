@@ -15,7 +15,9 @@ use gsched_daemon::http::{ApiError, PeerBody};
 use super::Ctl;
 
 /// The internal routes, behind the seal layer.
-pub(super) fn routes(ctl: std::sync::Arc<crate::controller::Controller>) -> axum::Router<std::sync::Arc<crate::controller::Controller>> {
+pub(super) fn routes(
+    ctl: std::sync::Arc<crate::controller::Controller>,
+) -> axum::Router<std::sync::Arc<crate::controller::Controller>> {
     use axum::routing::{get, post};
     axum::Router::new()
         .route("/internal/v1/tasks", post(tasks_reported))

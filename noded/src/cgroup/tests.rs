@@ -128,7 +128,7 @@ fn exercise(cg: &dyn Cgroups, job: JobId) {
     }
     exercise_step(cg, job, &procs);
     exercise_device_changes(cg, job, &procs, null);
-    exercise_process_cap(cg, job, &procs);
+    exercise_process_cap(cg, job + 1000, &limits);
     let mut child = start_in(&procs, "setsid sleep 300 & sleep 300 & wait");
     wait_for("three processes in the cgroup", || {
         cg.pids(job, Scope::Job).len() >= 3
@@ -145,13 +145,18 @@ fn exercise(cg: &dyn Cgroups, job: JobId) {
     );
 }
 
-/// A job that forks without end stops at its process cap (64 here).
-fn exercise_process_cap(cg: &dyn Cgroups, job: JobId, procs: &[PathBuf]) {
+/// A job that forks without end stops at its process cap (64 here). Its
+/// own cgroup: the killed processes' zombies stay charged until whoever
+/// inherits them reaps them.
+fn exercise_process_cap(cg: &dyn Cgroups, job: JobId, limits: &JobLimits) {
     if !cg.enforced().processes {
         return;
     }
+    let procs = cg
+        .create(job, limits)
+        .expect("create the capped job's cgroup");
     let mut bomb = start_in(
-        procs,
+        &procs,
         "i=0; while [ $i -lt 200 ]; do sleep 300 >/dev/null 2>&1 & i=$((i+1)); done; echo started; wait",
     );
     let mut out = String::new();
@@ -165,7 +170,10 @@ fn exercise_process_cap(cg: &dyn Cgroups, job: JobId, procs: &[PathBuf]) {
     );
     cg.kill(job, Scope::Job);
     let _ = bomb.wait();
-    wait_for("the capped job's end", || cg.pids(job, Scope::Job).is_empty());
+    wait_for("the capped job's end", || {
+        cg.pids(job, Scope::Job).is_empty()
+    });
+    let _ = cg.remove(job, Scope::Job);
 }
 
 /// A step beside the batch step: a process moved into it is the step's
