@@ -16,7 +16,7 @@ trap cleanup EXIT
 P=$((20000 + RANDOM % 20000)); U=http://127.0.0.1:$P
 up() {
   "$BIN/gsched" up --state-dir "$D" --listen 127.0.0.1:$P --sim-gpus 1xA100-40GB \
-    --min-job-age 0 --node-name n1 >>"$D/log" 2>&1 &
+    --min-job-age 0 --max-job-count 10000000 --node-name n1 >>"$D/log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do curl -sf $U/healthz >/dev/null && return; sleep 0.2; done
   echo "gsched up did not start" >&2; exit 1

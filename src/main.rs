@@ -128,6 +128,13 @@ struct UpArgs {
     /// Seconds between SIGTERM and SIGKILL for cancelled and timed-out jobs.
     #[arg(long, default_value_t = 30)]
     kill_wait: u64,
+    /// The most jobs held in memory, finished ones kept for --min-job-age
+    /// included (Slurm's MaxJobCount).
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_JOB_COUNT)]
+    max_job_count: usize,
+    /// The largest batch script accepted, in bytes (max_script_size).
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_SCRIPT_BYTES)]
+    max_script_size: usize,
     /// Refuse jobs that would run as root (uid 0). `gsched up` runs root's
     /// own jobs by default (one machine, its administrator's commands);
     /// gnoded on a cluster node does not unless given --allow-root-jobs.
@@ -298,6 +305,8 @@ async fn up(args: UpArgs) -> Result<()> {
             durability: args.durability,
             admins: args.admins,
             min_job_age: args.min_job_age,
+            max_job_count: args.max_job_count,
+            max_script_size: args.max_script_size,
             job_requeue: args.job_requeue,
             early_start_secs: args.early_start_secs,
             repartition: args.repartition,

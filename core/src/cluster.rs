@@ -18,6 +18,7 @@ use crate::resources::{JobResources, MemoryRequest, NodeResources};
 use crate::wire::{JobEnded, NodeRegistration};
 
 mod accounting;
+mod capacity;
 mod drains;
 mod early_start;
 mod footprints;
@@ -34,6 +35,7 @@ mod suspension;
 mod task_preemption;
 mod weigher;
 pub use accounting::{AccountingConfig, StoredAccounting};
+pub use capacity::{SubmissionCaps, DEFAULT_MAX_JOB_COUNT, DEFAULT_MAX_SCRIPT_BYTES};
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
 pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};
@@ -364,6 +366,10 @@ pub enum ClusterError {
          give this one another --name, or stop the other"
     )]
     NameTaken { name: String, holder: String },
+    #[error("Slurm temporarily unable to accept job, sleeping and retrying: the controller holds MaxJobCount ({0}) jobs; try again as jobs end (an administrator raises it with gctld --max-job-count)")]
+    TooManyJobs(usize),
+    #[error("Batch job script is {size} bytes, larger than the limit of {max} (max_script_size; gctld --max-script-size)")]
+    ScriptTooLarge { size: usize, max: usize },
     #[error("Job dependency problem: job {0} does not exist")]
     DependencyOnUnknownJob(JobId),
     #[error("unknown node '{0}'")]
@@ -426,6 +432,8 @@ pub struct Cluster {
     /// Whether a job that says neither `--requeue` nor `--no-requeue`
     /// requeues when its node is lost (Slurm's JobRequeue; on by default).
     job_requeue: bool,
+    /// MaxJobCount and max_script_size.
+    caps: capacity::SubmissionCaps,
     /// How far ahead (seconds) an isolated job may start while its
     /// instances are still in use ([`crate::launch::EarlyStart`]); `None`:
     /// never.
@@ -508,6 +516,7 @@ impl Cluster {
             purged: HashMap::new(),
             lost_runs: HashMap::new(),
             job_requeue: true,
+            caps: capacity::SubmissionCaps::unlimited(),
             early_start_secs: None,
             priority: Box::new(crate::priority::Basic),
             refuse_unsatisfiable: false,
@@ -869,6 +878,7 @@ impl Cluster {
             // A retry of a submission already accepted: the same job.
             return Ok((id, Vec::new()));
         }
+        self.check_caps(&spec)?;
         self.check_satisfiable(&spec)?;
         self.choose_account(&mut spec)?;
         self.choose_qos(&mut spec)?;

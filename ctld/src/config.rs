@@ -146,6 +146,17 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MIN_JOB_AGE)]
     #[serde(default = "default_min_job_age")]
     pub min_job_age: u64,
+    /// The most jobs the controller holds in memory, finished ones kept
+    /// for --min-job-age included (Slurm's MaxJobCount); submissions beyond
+    /// it are refused until jobs leave.
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_JOB_COUNT)]
+    #[serde(default = "default_max_job_count")]
+    pub max_job_count: usize,
+    /// The largest batch script accepted, in bytes (Slurm's
+    /// max_script_size).
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_SCRIPT_BYTES)]
+    #[serde(default = "default_max_script_size")]
+    pub max_script_size: usize,
     /// Whether a job that gives neither --requeue nor --no-requeue goes back
     /// to the queue when its node is lost (Slurm's JobRequeue, on by
     /// default).
@@ -225,6 +236,8 @@ impl Default for CtldConfig {
             token_max_lifetime: default_token_max_lifetime(),
             socket: None,
             min_job_age: default_min_job_age(),
+            max_job_count: default_max_job_count(),
+            max_script_size: default_max_script_size(),
             job_requeue: default_job_requeue(),
             early_start_secs: default_early_start_secs(),
             repartition: default_repartition(),
@@ -368,6 +381,12 @@ fn default_early_start_secs() -> u64 {
     30
 }
 
+fn default_max_job_count() -> usize {
+    gsched_core::cluster::DEFAULT_MAX_JOB_COUNT
+}
+fn default_max_script_size() -> usize {
+    gsched_core::cluster::DEFAULT_MAX_SCRIPT_BYTES
+}
 fn default_min_job_age() -> u64 {
     gsched_core::cluster::DEFAULT_MIN_JOB_AGE
 }

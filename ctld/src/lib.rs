@@ -89,6 +89,10 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     cluster.restore_accounts(loaded.accounts);
     cluster.restore_history(loaded.max_job_id, loaded.past_runs);
     cluster.set_job_requeue(config.job_requeue);
+    cluster.set_submission_caps(gsched_core::cluster::SubmissionCaps {
+        max_job_count: config.max_job_count,
+        max_script_bytes: config.max_script_size,
+    });
     cluster.set_early_start(Some(config.early_start_secs));
     cluster.set_priority_policy(priority);
     cluster.set_preempt_mode(

@@ -39,6 +39,8 @@ impl From<CtlError> for ApiError {
             CtlError::Cluster(ClusterError::NoSuchStep(..)) => StatusCode::NOT_FOUND,
             CtlError::Cluster(ClusterError::Spec(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(ClusterError::Refused(_)) => StatusCode::BAD_REQUEST,
+            CtlError::Cluster(ClusterError::ScriptTooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
+            CtlError::Cluster(ClusterError::TooManyJobs(_)) => StatusCode::SERVICE_UNAVAILABLE,
             CtlError::UnknownPartition(..) => StatusCode::BAD_REQUEST,
             CtlError::Fence(_) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
