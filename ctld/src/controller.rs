@@ -787,31 +787,46 @@ impl Controller {
                     }
                 }
             }
-            Rpc::Signal { url, job, req } => {
-                // A signal can overtake the launch it follows: the node then does
-                // not know the job yet (404), so try again for a little while.
-                for attempt in 0..20 {
-                    let res = self
-                        .peer
-                        .post(&format!("{url}/v1/jobs/{job}/signal"), &req)
-                        .await;
-                    match res {
-                        Ok(r) if r.is_success() => return,
-                        Ok(r) if r.status == reqwest::StatusCode::NOT_FOUND && attempt < 19 => {
-                            let running = self
-                                .lock()
-                                .job(job)
-                                .is_some_and(|j| j.state == gsched_core::JobState::Running);
-                            if !running {
-                                return;
-                            }
-                            tokio::time::sleep(Duration::from_millis(250)).await;
-                        }
-                        Ok(r) => {
-                            return warn!(job, status = %r.status, "node did not signal the job")
-                        }
-                        Err(e) => return warn!(job, error = %e, "node unreachable for signal"),
+            Rpc::Signal { url, job, req } => self.send_signal(url, job, req).await,
+        }
+    }
+
+    /// Delivers a signal or a cancel until the node confirms it, as long as
+    /// the job runs: a cancel that cannot reach its node (a flood of
+    /// connections, a restart) is sent again with backoff, never dropped
+    /// while `gcancel` said it was done. A signal can also overtake the
+    /// launch it follows: the node then does not know the job yet (404),
+    /// so that is tried again for a little while.
+    async fn send_signal(&self, url: String, job: JobId, req: SignalRequest) {
+        let running = || {
+            self.lock()
+                .job(job)
+                .is_some_and(|j| j.state == gsched_core::JobState::Running)
+        };
+        let mut backoff = Duration::from_millis(250);
+        let mut unknown = 0;
+        loop {
+            let res = self
+                .peer
+                .post(&format!("{url}/v1/jobs/{job}/signal"), &req)
+                .await;
+            match res {
+                Ok(r) if r.is_success() => return,
+                Ok(r) if r.status == reqwest::StatusCode::NOT_FOUND && unknown < 19 => {
+                    unknown += 1;
+                    if !running() {
+                        return;
                     }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Ok(r) => return warn!(job, status = %r.status, "node did not signal the job"),
+                Err(e) => {
+                    if !running() {
+                        return;
+                    }
+                    warn!(job, error = %e, retry_in = ?backoff, "node unreachable for a signal; will send it again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
         }

@@ -25,7 +25,26 @@ pub trait ClientOf: Listener {
 
 impl ClientOf for tokio::net::TcpListener {
     fn client(_: &Self::Io, addr: &Self::Addr) -> String {
-        addr.ip().to_string()
+        client_of_address(addr.ip())
+    }
+}
+
+/// Who a TCP peer counts as: its address, except that every loopback
+/// address (all of 127/8, `::1`, and IPv4-mapped loopback) is one client,
+/// the local host, so a local user cannot take every slot by using many
+/// loopback source addresses.
+pub fn client_of_address(ip: std::net::IpAddr) -> String {
+    let ip = match ip {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(std::net::IpAddr::V4)
+            .unwrap_or(std::net::IpAddr::V6(v6)),
+        v4 => v4,
+    };
+    if ip.is_loopback() {
+        "loopback".into()
+    } else {
+        ip.to_string()
     }
 }
 
