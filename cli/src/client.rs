@@ -511,21 +511,28 @@ pub struct Token {
     pub expires: i64,
 }
 
-/// The port of a plain-HTTP URL on a loopback address (any of 127/8,
-/// `::1`, `localhost`); `None` for https or another host.
+/// The port of a plain-HTTP URL on this host's loopback (any of 127/8,
+/// `::1`, IPv4-mapped loopback, `localhost`, in any case) or its wildcard
+/// address (`0.0.0.0`, `::`, which reach this host); `None` for https or
+/// another host.
 fn plain_loopback_port(base: &str) -> Option<u16> {
-    let rest = base.strip_prefix("http://")?;
-    let authority = rest.split('/').next().unwrap_or("");
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !authority.ends_with(']') => (h, p.parse().ok()?),
-        _ => (authority, 80),
+    let url = url::Url::parse(base).ok()?;
+    if url.scheme() != "http" {
+        return None;
+    }
+    let local = match url.host()? {
+        url::Host::Domain(d) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            d == "localhost" || d.ends_with(".localhost")
+        }
+        url::Host::Ipv4(ip) => ip.is_loopback() || ip.is_unspecified(),
+        url::Host::Ipv6(ip) => {
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    loopback.then_some(port)
+    local.then(|| url.port_or_known_default().unwrap_or(80))
 }
 
 /// `?k=v&...`, percent-encoded.
@@ -562,6 +569,11 @@ mod tests {
         assert_eq!(p("http://localhost:6817"), Some(6817));
         assert_eq!(p("http://[::1]:6817"), Some(6817));
         assert_eq!(p("http://[::1]"), Some(80));
+        assert_eq!(p("HTTP://LOCALHOST:6817"), Some(6817));
+        assert_eq!(p("http://127.1:6817"), Some(6817));
+        assert_eq!(p("http://0.0.0.0:6817"), Some(6817));
+        assert_eq!(p("http://u@127.0.0.1:6817?x"), Some(6817));
+        assert_eq!(p("http://[::ffff:127.0.0.1]:6817"), Some(6817));
         assert_eq!(p("https://127.0.0.1:6817"), None, "TLS verifies the server");
         assert_eq!(p("http://ctl.example.org:6817"), None);
         assert_eq!(p("http://10.0.0.5:6817"), None);

@@ -406,6 +406,13 @@ impl Authority {
                     });
                 }
                 let (uid, gid) = lookup_user(&n).ok_or(AuthError::UnknownUser(n.clone()))?;
+                if uid == 0 && c.uid != Some(0) {
+                    // Only root acts as root.
+                    return Err(AuthError::UserMismatch {
+                        token: c.sun,
+                        header: n,
+                    });
+                }
                 Ok(Caller {
                     admin: self.is_admin(&n, Some(uid)),
                     user: n,

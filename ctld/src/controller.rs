@@ -19,7 +19,7 @@ use tracing::{info, warn, Instrument};
 use crate::auth::Authority;
 use crate::config::CtldConfig;
 use crate::store::{JobRuntime, Store, StoreError, Write};
-use gsched_daemon::peer::{PeerAuth, PeerClient};
+use gsched_daemon::peer::{Direction, PeerAuth, PeerClient};
 
 pub use gsched_daemon::unix_now;
 
@@ -115,8 +115,8 @@ impl Controller {
             nodes_changed: std::sync::atomic::AtomicI64::new(unix_now()),
             last_seen: Mutex::new(HashMap::new()),
             started: Instant::now(),
-            peer: PeerClient::new(http, &key),
-            peer_auth: PeerAuth::new(&key),
+            peer: PeerClient::new(http, &key, Direction::ToNode),
+            peer_auth: PeerAuth::new(&key, Direction::ToController),
             key,
         })
     }

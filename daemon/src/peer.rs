@@ -51,13 +51,37 @@ pub enum SealError {
     OutOfWindow(i64),
     #[error("the request was seen before (a replay)")]
     Replayed,
+    #[error(
+        "the request was made before this daemon started (sent while it was away); it is not taken"
+    )]
+    BeforeStart,
     #[error("too many requests in the replay window")]
     Busy,
     #[error("the answer does not open with the cluster key: the peer did not prove it is a gsched daemon of this cluster")]
     UnprovenAnswer,
 }
 
-/// The two keys derived from the cluster key.
+/// Which way requests go: each direction has its own pair of keys, so a
+/// request to a node can never be taken for one to the controller (or
+/// reflected back to its sender).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// gctld's requests to gnoded (launch, signal, drain, ...).
+    ToNode,
+    /// gnoded's requests to gctld (register, heartbeat, reports).
+    ToController,
+}
+
+impl Direction {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Direction::ToNode => b"to node",
+            Direction::ToController => b"to controller",
+        }
+    }
+}
+
+/// The two keys derived from the cluster key for one direction.
 pub struct PeerKeys {
     request: LessSafeKey,
     reply: LessSafeKey,
@@ -78,12 +102,13 @@ fn derive(prk: &hkdf::Prk, info: &[u8]) -> LessSafeKey {
 }
 
 impl PeerKeys {
-    pub fn new(cluster_key: &str) -> PeerKeys {
+    pub fn new(cluster_key: &str, direction: Direction) -> PeerKeys {
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"gsched peer seal")
             .extract(cluster_key.trim().as_bytes());
+        let info = |what: &[u8]| [what, b" v1 ", direction.label()].concat();
         PeerKeys {
-            request: derive(&prk, b"request v1"),
-            reply: derive(&prk, b"reply v1"),
+            request: derive(&prk, &info(b"request")),
+            reply: derive(&prk, &info(b"reply")),
         }
     }
 }
@@ -92,8 +117,18 @@ fn request_aad(method: &str, path: &str, time: i64) -> Vec<u8> {
     format!("gsched request\n{method}\n{path}\n{time}").into_bytes()
 }
 
-fn reply_aad(method: &str, path: &str, status: u16) -> Vec<u8> {
-    format!("gsched reply\n{method}\n{path}\n{status}").into_bytes()
+fn reply_aad(request_nonce: &[u8; NONCE_LEN], method: &str, path: &str, status: u16) -> Vec<u8> {
+    format!(
+        "gsched reply\n{}\n{method}\n{path}\n{status}",
+        hex(request_nonce)
+    )
+    .into_bytes()
+}
+
+fn fresh_nonce() -> [u8; NONCE_LEN] {
+    let mut nonce = [0u8; NONCE_LEN];
+    getrandom::getrandom(&mut nonce).expect("the OS gives randomness for a nonce");
+    nonce
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -121,8 +156,7 @@ pub struct SealedRequest {
 impl PeerKeys {
     /// Seals `body` for `method path` at `now`.
     pub fn seal_request(&self, method: &str, path: &str, body: &[u8], now: i64) -> SealedRequest {
-        let mut nonce = [0u8; NONCE_LEN];
-        getrandom::getrandom(&mut nonce).expect("the OS gives randomness for a nonce");
+        let nonce = fresh_nonce();
         let mut sealed = body.to_vec();
         self.request
             .seal_in_place_append_tag(
@@ -149,10 +183,7 @@ impl PeerKeys {
         now: i64,
         seen: &ReplayGuard,
     ) -> Result<(Vec<u8>, [u8; NONCE_LEN]), SealError> {
-        let (time, nonce) = parse_header(header.ok_or(SealError::NotSealed)?)?;
-        if (time - now).abs() > WINDOW_SECS {
-            return Err(SealError::OutOfWindow(time - now));
-        }
+        let (time, nonce) = check_header(header, now, seen)?;
         let n = self
             .request
             .open_in_place(
@@ -167,30 +198,34 @@ impl PeerKeys {
         Ok((body, nonce))
     }
 
-    /// Seals an answer to the request with `nonce`.
+    /// Seals an answer to the request with `request_nonce`, under a fresh
+    /// nonce of its own (returned for the answer's header).
     pub fn seal_reply(
         &self,
-        nonce: [u8; NONCE_LEN],
+        request_nonce: [u8; NONCE_LEN],
         method: &str,
         path: &str,
         status: u16,
         body: &[u8],
-    ) -> Vec<u8> {
+    ) -> ([u8; NONCE_LEN], Vec<u8>) {
+        let nonce = fresh_nonce();
         let mut sealed = body.to_vec();
         self.reply
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(reply_aad(method, path, status)),
+                Aad::from(reply_aad(&request_nonce, method, path, status)),
                 &mut sealed,
             )
             .expect("a body below 256 GiB seals");
-        sealed
+        (nonce, sealed)
     }
 
-    /// Opens an answer to the request with `nonce`.
+    /// Opens an answer sealed under `reply_nonce` to the request with
+    /// `request_nonce`.
     pub fn open_reply(
         &self,
-        nonce: [u8; NONCE_LEN],
+        request_nonce: [u8; NONCE_LEN],
+        reply_nonce: [u8; NONCE_LEN],
         method: &str,
         path: &str,
         status: u16,
@@ -199,8 +234,8 @@ impl PeerKeys {
         let n = self
             .reply
             .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(reply_aad(method, path, status)),
+                Nonce::assume_unique_for_key(reply_nonce),
+                Aad::from(reply_aad(&request_nonce, method, path, status)),
                 &mut body,
             )
             .map_err(|_| SealError::UnprovenAnswer)?
@@ -208,6 +243,24 @@ impl PeerKeys {
         body.truncate(n);
         Ok(body)
     }
+}
+
+/// Checks a request's seal header before its body is read: well formed,
+/// within the window, and not older than this daemon (requests captured
+/// while it was away are not taken after it restarts).
+fn check_header(
+    header: Option<&str>,
+    now: i64,
+    seen: &ReplayGuard,
+) -> Result<(i64, [u8; NONCE_LEN]), SealError> {
+    let (time, nonce) = parse_header(header.ok_or(SealError::NotSealed)?)?;
+    if (time - now).abs() > WINDOW_SECS {
+        return Err(SealError::OutOfWindow(time - now));
+    }
+    if time < seen.since {
+        return Err(SealError::BeforeStart);
+    }
+    Ok((time, nonce))
 }
 
 fn parse_header(h: &str) -> Result<(i64, [u8; NONCE_LEN]), SealError> {
@@ -223,12 +276,23 @@ fn parse_header(h: &str) -> Result<(i64, [u8; NONCE_LEN]), SealError> {
 }
 
 /// The nonces of requests opened within the window: each is taken once.
-#[derive(Default)]
+/// Requests made before the guard was made (before this daemon started)
+/// are not taken at all, so what a squatter captured while the daemon was
+/// away cannot be replayed after it restarts.
 pub struct ReplayGuard {
     seen: Mutex<HashMap<[u8; NONCE_LEN], i64>>,
+    since: i64,
 }
 
 impl ReplayGuard {
+    /// A guard taking requests made from `since` (unix seconds) on.
+    pub fn since(since: i64) -> ReplayGuard {
+        ReplayGuard {
+            seen: Mutex::new(HashMap::new()),
+            since,
+        }
+    }
+
     fn first_time(&self, nonce: [u8; NONCE_LEN], now: i64) -> Result<(), SealError> {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if seen.len() >= MAX_REMEMBERED {
@@ -251,10 +315,11 @@ pub struct PeerAuth {
 }
 
 impl PeerAuth {
-    pub fn new(cluster_key: &str) -> Arc<PeerAuth> {
+    /// The receiving side of `direction`'s requests.
+    pub fn new(cluster_key: &str, direction: Direction) -> Arc<PeerAuth> {
         Arc::new(PeerAuth {
-            keys: PeerKeys::new(cluster_key),
-            seen: ReplayGuard::default(),
+            keys: PeerKeys::new(cluster_key, direction),
+            seen: ReplayGuard::since(crate::unix_now()),
         })
     }
 }
@@ -284,7 +349,8 @@ pub async fn sealed(State(auth): State<Arc<PeerAuth>>, req: Request, next: Next)
         .get(SEAL_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if let Err(e) = header.as_deref().map(parse_header).transpose() {
+    // Nothing of an unsealed or stale request is read.
+    if let Err(e) = check_header(header.as_deref(), crate::unix_now(), &auth.seen) {
         return refuse(e);
     }
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
@@ -315,17 +381,23 @@ pub async fn sealed(State(auth): State<Arc<PeerAuth>>, req: Request, next: Next)
     let Ok(rbytes) = axum::body::to_bytes(rbody, MAX_BODY).await else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let sealed = auth
-        .keys
-        .seal_reply(nonce, &method, &path, rparts.status.as_u16(), &rbytes);
+    // A sealed answer always has a body (the tag): "No Content" becomes OK.
+    if rparts.status == StatusCode::NO_CONTENT {
+        rparts.status = StatusCode::OK;
+    }
+    let (reply_nonce, sealed) =
+        auth.keys
+            .seal_reply(nonce, &method, &path, rparts.status.as_u16(), &rbytes);
     rparts.headers.remove(axum::http::header::CONTENT_LENGTH);
     rparts.headers.insert(
         axum::http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    rparts
-        .headers
-        .insert(SEAL_HEADER, HeaderValue::from_static(VERSION));
+    let marker = format!("{VERSION}.{}", hex(&reply_nonce));
+    rparts.headers.insert(
+        SEAL_HEADER,
+        HeaderValue::from_str(&marker).expect("hex is a header value"),
+    );
     Response::from_parts(rparts, AxumBody::from(sealed))
 }
 
@@ -404,10 +476,12 @@ pub struct PeerClient {
 }
 
 impl PeerClient {
-    pub fn new(http: reqwest::Client, cluster_key: &str) -> PeerClient {
+    /// The sending side of `direction`'s requests. `http` must not follow
+    /// redirects ([`crate::tls::http_client`] does not).
+    pub fn new(http: reqwest::Client, cluster_key: &str, direction: Direction) -> PeerClient {
         PeerClient {
             http,
-            keys: Arc::new(PeerKeys::new(cluster_key)),
+            keys: Arc::new(PeerKeys::new(cluster_key, direction)),
         }
     }
 
@@ -472,33 +546,60 @@ impl PeerClient {
             }
         })?;
         let status = res.status();
-        let marked = res.headers().contains_key(SEAL_HEADER);
-        let bytes = res.bytes().await.map_err(|source| PeerError::NoAnswer {
-            url: url.to_string(),
-            source,
-        })?;
-        let unproven = |bytes: &[u8]| PeerError::Unproven {
+        let reply_nonce = res
+            .headers()
+            .get(SEAL_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix(VERSION)?.strip_prefix('.'))
+            .and_then(unhex);
+        let unproven = |said: String| PeerError::Unproven {
             url: url.to_string(),
             status,
-            said: serde_json::from_slice::<gsched_core::wire::ErrorBody>(bytes)
-                .map(|b| b.error)
-                .unwrap_or_else(|_| "an answer that is not sealed".into()),
+            said,
         };
-        if !marked {
-            return Err(unproven(&bytes));
+        // Not more than a sealed answer could be is read of any answer.
+        if res.content_length().is_some_and(|n| n > MAX_BODY as u64) {
+            return Err(unproven("an answer larger than any sealed one".into()));
         }
+        let bytes = read_capped(res)
+            .await
+            .map_err(|source| PeerError::NoAnswer {
+                url: url.to_string(),
+                source,
+            })?
+            .ok_or_else(|| unproven("an answer larger than any sealed one".into()))?;
+        let Some(reply_nonce) = reply_nonce else {
+            return Err(unproven(
+                serde_json::from_slice::<gsched_core::wire::ErrorBody>(&bytes)
+                    .map(|b| b.error)
+                    .unwrap_or_else(|_| "an answer that is not sealed".into()),
+            ));
+        };
         let body = self
             .keys
             .open_reply(
                 sealed.nonce,
+                reply_nonce,
                 method.as_str(),
                 &path,
                 status.as_u16(),
-                bytes.to_vec(),
+                bytes,
             )
-            .map_err(|_| unproven(b""))?;
+            .map_err(|_| unproven("an answer that does not open with the cluster key".into()))?;
         Ok(PeerReply { status, body })
     }
+}
+
+/// The answer's body, or `None` once it grows past [`MAX_BODY`].
+async fn read_capped(mut res: reqwest::Response) -> Result<Option<Vec<u8>>, reqwest::Error> {
+    let mut out = Vec::new();
+    while let Some(chunk) = res.chunk().await? {
+        if out.len() + chunk.len() > MAX_BODY {
+            return Ok(None);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]
@@ -507,8 +608,8 @@ mod tests {
 
     #[test]
     fn a_sealed_request_opens_once_with_the_same_key_only() {
-        let keys = PeerKeys::new("0123456789abcdef");
-        let seen = ReplayGuard::default();
+        let keys = PeerKeys::new("0123456789abcdef", Direction::ToNode);
+        let seen = ReplayGuard::since(900);
         let s = keys.seal_request("POST", "/v1/jobs", b"{\"script\":\"secret\"}", 1000);
         assert!(
             !s.body.windows(6).any(|w| w == b"secret"),
@@ -535,15 +636,27 @@ mod tests {
             open(&keys, "/v1/jobs", 1010, &seen),
             Err(SealError::Replayed)
         );
-        let fresh = ReplayGuard::default();
+        let fresh = ReplayGuard::since(900);
         assert_eq!(
             open(&keys, "/v1/drain", 1010, &fresh),
             Err(SealError::WrongKey)
         );
-        let other = PeerKeys::new("another key");
+        let other = PeerKeys::new("another key", Direction::ToNode);
         assert_eq!(
             open(&other, "/v1/jobs", 1010, &fresh),
             Err(SealError::WrongKey)
+        );
+        let reflected = PeerKeys::new("0123456789abcdef", Direction::ToController);
+        assert_eq!(
+            open(&reflected, "/v1/jobs", 1010, &fresh),
+            Err(SealError::WrongKey),
+            "a request to a node is no request to the controller"
+        );
+        let restarted = ReplayGuard::since(1005);
+        assert_eq!(
+            open(&keys, "/v1/jobs", 1010, &restarted),
+            Err(SealError::BeforeStart),
+            "made before the daemon started"
         );
         assert_eq!(
             open(&keys, "/v1/jobs", 1000 + WINDOW_SECS + 1, &fresh),
@@ -557,28 +670,29 @@ mod tests {
 
     #[test]
     fn an_answer_is_believed_only_for_its_own_request() {
-        let keys = PeerKeys::new("k");
+        let keys = PeerKeys::new("k", Direction::ToController);
         let a = keys.seal_request("GET", "/x", b"", 5);
         let b = keys.seal_request("GET", "/x", b"", 5);
-        let reply = keys.seal_reply(a.nonce, "GET", "/x", 200, b"{\"ok\":1}");
+        let (n, reply) = keys.seal_reply(a.nonce, "GET", "/x", 200, b"{\"ok\":1}");
+        assert_ne!(n, a.nonce, "an answer has a nonce of its own");
         assert_eq!(
-            keys.open_reply(a.nonce, "GET", "/x", 200, reply.clone())
+            keys.open_reply(a.nonce, n, "GET", "/x", 200, reply.clone())
                 .unwrap(),
             b"{\"ok\":1}"
         );
         assert_eq!(
-            keys.open_reply(b.nonce, "GET", "/x", 200, reply.clone()),
+            keys.open_reply(b.nonce, n, "GET", "/x", 200, reply.clone()),
             Err(SealError::UnprovenAnswer)
         );
         assert_eq!(
-            keys.open_reply(a.nonce, "GET", "/x", 500, reply),
+            keys.open_reply(a.nonce, n, "GET", "/x", 500, reply),
             Err(SealError::UnprovenAnswer),
             "the status is sealed too"
         );
-        let stranger = PeerKeys::new("not the key");
-        let forged = stranger.seal_reply(a.nonce, "GET", "/x", 200, b"{}");
+        let stranger = PeerKeys::new("not the key", Direction::ToController);
+        let (n, forged) = stranger.seal_reply(a.nonce, "GET", "/x", 200, b"{}");
         assert_eq!(
-            keys.open_reply(a.nonce, "GET", "/x", 200, forged),
+            keys.open_reply(a.nonce, n, "GET", "/x", 200, forged),
             Err(SealError::UnprovenAnswer)
         );
     }

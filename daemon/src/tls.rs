@@ -179,7 +179,10 @@ pub fn http_client(ca: Option<&Path>) -> Result<reqwest::Client, TlsError> {
         // Below the servers' idle timeout, so a pooled connection is never
         // reused just as the other side closes it.
         .pool_idle_timeout(Duration::from_secs(30))
-        .timeout(Duration::from_secs(10));
+        .timeout(Duration::from_secs(10))
+        // A daemon's request goes where it was addressed, never where an
+        // answer points (a squatter's redirect to another node).
+        .redirect(reqwest::redirect::Policy::none());
     let builder = match ca {
         Some(ca) => builder.use_preconfigured_tls(client_config(ca)?),
         None => builder,

@@ -47,7 +47,7 @@ pub fn router(api: Arc<NodeApi>) -> Router {
         .route("/v1/drain", post(drain))
         .route("/v1/reshape", post(reshape))
         .layer(axum::middleware::from_fn_with_state(
-            gsched_daemon::peer::PeerAuth::new(&api.key),
+            gsched_daemon::peer::PeerAuth::new(&api.key, gsched_daemon::peer::Direction::ToNode),
             gsched_daemon::peer::sealed,
         ));
     Router::new()

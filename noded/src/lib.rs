@@ -541,7 +541,11 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         launcher.set_tls_ca(ca.clone());
     }
     restore_reservations(
-        &gsched_daemon::peer::PeerClient::new(http.clone(), &key),
+        &gsched_daemon::peer::PeerClient::new(
+            http.clone(),
+            &key,
+            gsched_daemon::peer::Direction::ToController,
+        ),
         &config.controller,
         &name,
         &probe_server,

@@ -53,7 +53,11 @@ impl ControllerLink {
             mps: None,
             probe: None,
             inventory: None,
-            peer: gsched_daemon::peer::PeerClient::new(http, &key),
+            peer: gsched_daemon::peer::PeerClient::new(
+                http,
+                &key,
+                gsched_daemon::peer::Direction::ToController,
+            ),
         }
     }
 

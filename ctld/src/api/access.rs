@@ -159,6 +159,9 @@ pub(super) async fn issue_token(
                     format!("user {u} is not known on the controller host"),
                 )
             })?;
+            if uid == 0 && caller.uid != Some(0) {
+                return forbid("only root may get a token for root (uid 0)");
+            }
             (u, Some(uid), Some(gid))
         }
         _ => (caller.user.clone(), caller.uid, caller.gid),
