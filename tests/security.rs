@@ -3,6 +3,7 @@
 //! (`useradd`) and removes them again; they need root (CI runs as root) and
 //! say so when skipped.
 
+#[macro_use]
 mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -10,20 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::users::{is_root, user_dir, TestUser};
+use common::users::{user_dir, TestUser};
 use common::Gsched;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
-
-macro_rules! needs_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root to create users and run jobs as them");
-            return;
-        }
-    };
-}
 
 fn submit(g: &Gsched, spec: serde_json::Value) -> u64 {
     let r: serde_json::Value = g

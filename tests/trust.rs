@@ -7,6 +7,9 @@
 //! is in tests/daemons.rs.) Users are created with `useradd` and removed
 //! afterwards; the tests need root and say so when skipped.
 
+#![allow(clippy::result_large_err)]
+
+#[macro_use]
 mod common;
 
 use std::os::fd::AsRawFd;
@@ -14,20 +17,11 @@ use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::users::{is_root, Squatter, TestUser};
+use common::users::{Squatter, TestUser};
 use common::Gsched;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
-
-macro_rules! needs_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root to create users and run jobs as them");
-            return;
-        }
-    };
-}
 
 fn wait_output(g: &Gsched, id: u64) -> String {
     let deadline = Instant::now() + T;

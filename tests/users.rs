@@ -87,7 +87,9 @@ fn unprivileged_node_refuses_other_users_jobs() {
         return;
     }
     let state = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Sticky, as /tmp is: nobody may create its state directory here, and
+    // no one else may swap it (so nobody's commands trust its socket).
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     // Copies of the binaries that nobody can execute wherever the tree lives.
     for b in ["gsched", "gsched-shepherd"] {
         std::fs::copy(common::bin(b), state.path().join(b)).unwrap();
@@ -130,8 +132,36 @@ fn unprivileged_node_refuses_other_users_jobs() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let id = submit(&url, spec("/tmp", 0, "root", "#!/bin/sh\ntrue\n"));
-    let token = common::token(&url);
+    // The controller's own user is its administrator; it submits for a
+    // user its node (run by nobody) cannot serve. (Root's commands do not
+    // trust a socket of nobody's, and only root may run jobs as root.)
+    let user = common::users::TestUser::new();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(state.path().join("gsched"))
+        .args(["token", "--quiet", "--lifetime", "600"])
+        .env("GSCHED_URL", &url)
+        .env("GSCHED_SOCKET", state.path().join("s/ctld.sock"))
+        .env_remove("GSCHED_TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let token = common::stdout(&out).trim().to_string();
+    let mut body = spec("/tmp", user.uid, &user.name, "#!/bin/sh\ntrue\n");
+    body["gid"] = serde_json::json!(user.gid);
+    let r: serde_json::Value = common::api("POST", &format!("{url}/api/v1/jobs"), &token)
+        .send_json(body)
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let id = r["job_id"].as_u64().unwrap();
     let mut job = serde_json::Value::Null;
     while std::time::Instant::now() < deadline {
         job = common::api("GET", &format!("{url}/api/v1/jobs/{id}"), &token)
@@ -149,6 +179,9 @@ fn unprivileged_node_refuses_other_users_jobs() {
     assert_eq!(job["job_state"], "FAILED", "{job}");
     assert_eq!(
         job["state_reason"],
-        "gnoded runs as uid 65534 and cannot run jobs of user root (uid 0); run gnoded as root to serve several users"
+        format!(
+            "gnoded runs as uid 65534 and cannot run jobs of user {} (uid {}); run gnoded as root to serve several users",
+            user.name, user.uid
+        )
     );
 }

@@ -75,6 +75,9 @@ enum Transport {
         agent: ureq::Agent,
         token: Option<String>,
         loopback_port: Option<u16>,
+        /// TLS: the server is verified, so a token may go to the port when
+        /// no local socket is found.
+        tls: bool,
     },
     /// The controller's local socket: no token, the kernel says who we are.
     Unix(PathBuf),
@@ -138,13 +141,15 @@ impl Client {
             }
         }
         let agent = agent.build();
-        let loopback_port = plain_loopback_port(&base);
+        let loopback_port = loopback_port(&base);
+        let tls = base.to_ascii_lowercase().starts_with("https://");
         Client {
             base,
             transport: Transport::Http {
                 agent,
                 token,
                 loopback_port,
+                tls,
             },
         }
     }
@@ -171,13 +176,23 @@ impl Client {
                 agent,
                 token,
                 loopback_port: None,
+                ..
             } => Ok(Route::Http(agent, token.as_deref())),
+            // Over TLS the server is verified: a token goes there as given.
+            Transport::Http {
+                agent,
+                token: Some(token),
+                tls: true,
+                ..
+            } => Ok(Route::Http(agent, Some(token))),
             Transport::Http {
                 agent,
                 token,
                 loopback_port: Some(port),
+                tls,
             } => match crate::local_socket::find(*port) {
                 Ok(sock) => Ok(Route::Unix(sock)),
+                Err(_) if *tls => Ok(Route::Http(agent, token.as_deref())),
                 Err(_) if token.is_none() && !has_body => Ok(Route::Http(agent, None)),
                 Err(why) => {
                     let why: Vec<String> = why.iter().map(|w| w.to_string()).collect();
@@ -511,13 +526,13 @@ pub struct Token {
     pub expires: i64,
 }
 
-/// The port of a plain-HTTP URL on this host's loopback (any of 127/8,
+/// The port of an http(s) URL on this host's loopback (any of 127/8,
 /// `::1`, IPv4-mapped loopback, `localhost`, in any case) or its wildcard
-/// address (`0.0.0.0`, `::`, which reach this host); `None` for https or
-/// another host.
-fn plain_loopback_port(base: &str) -> Option<u16> {
+/// address (`0.0.0.0`, `::`, which reach this host); `None` for another
+/// host. Commands reach such a controller through its local socket.
+fn loopback_port(base: &str) -> Option<u16> {
     let url = url::Url::parse(base).ok()?;
-    if url.scheme() != "http" {
+    if !matches!(url.scheme(), "http" | "https") {
         return None;
     }
     let local = match url.host()? {
@@ -562,8 +577,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_loopback_urls_are_recognised() {
-        let p = plain_loopback_port;
+    fn loopback_urls_are_recognised() {
+        let p = loopback_port;
         assert_eq!(p("http://127.0.0.1:6817"), Some(6817));
         assert_eq!(p("http://127.3.2.1:6817/"), Some(6817), "all of 127/8");
         assert_eq!(p("http://localhost:6817"), Some(6817));
@@ -574,7 +589,7 @@ mod tests {
         assert_eq!(p("http://0.0.0.0:6817"), Some(6817));
         assert_eq!(p("http://u@127.0.0.1:6817?x"), Some(6817));
         assert_eq!(p("http://[::ffff:127.0.0.1]:6817"), Some(6817));
-        assert_eq!(p("https://127.0.0.1:6817"), None, "TLS verifies the server");
+        assert_eq!(p("https://127.0.0.1:6817"), Some(6817));
         assert_eq!(p("http://ctl.example.org:6817"), None);
         assert_eq!(p("http://10.0.0.5:6817"), None);
     }

@@ -545,7 +545,7 @@ pub fn submission_key() -> String {
 /// the node's hard limits), as Slurm's PropagateResourceLimits carries
 /// them.
 pub fn current_limits() -> gsched_core::rlimits::ResourceLimits {
-    let of = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
+    let of = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
     let mut out = gsched_core::rlimits::ResourceLimits::new();
     for (name, resource) in gsched_core::rlimits::LIMITS {
         let mut l = libc::rlimit {

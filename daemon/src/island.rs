@@ -18,11 +18,11 @@ pub struct PreparedLimit {
 }
 
 fn to_rlim(v: Option<u64>) -> libc::rlim_t {
-    v.map_or(libc::RLIM_INFINITY, |v| v as libc::rlim_t)
+    v.unwrap_or(libc::RLIM_INFINITY)
 }
 
 fn of_rlim(v: libc::rlim_t) -> Option<u64> {
-    (v != libc::RLIM_INFINITY).then_some(v as u64)
+    (v != libc::RLIM_INFINITY).then_some(v)
 }
 
 /// The soft open-file limit a job gets when its submitter sent none:

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod slurm;
+#[macro_use]
 pub mod users;
 
 pub struct Gsched {

@@ -9,6 +9,17 @@ use std::time::Duration;
 
 use serde_json::json;
 
+/// Skips the test (returning) unless it runs as root.
+#[allow(unused_macros)]
+macro_rules! needs_root {
+    () => {
+        if !$crate::common::users::is_root() {
+            eprintln!("skipped: needs root to create users and run jobs as them");
+            return;
+        }
+    };
+}
+
 /// Whether the tests run as root (needed to create users).
 pub fn is_root() -> bool {
     // SAFETY: getuid cannot fail.
