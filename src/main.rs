@@ -361,7 +361,7 @@ async fn up(args: UpArgs) -> Result<()> {
         socket = %ctld.socket.display(),
         node = %node.name,
         state_dir = %state_dir.display(),
-        "gsched is up; commands on this host reach it through its socket (GSCHED_URL={} finds it); elsewhere use a token from `gsched token`",
+        "gsched is up; commands on this host reach it through its local socket (GSCHED_URL={} finds it where it is published, else set GSCHED_SOCKET); elsewhere use a token from `gsched token`",
         ctld.url
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

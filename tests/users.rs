@@ -27,6 +27,21 @@ fn spec(dir: &str, uid: u32, user: &str, script: &str) -> serde_json::Value {
     })
 }
 
+/// `program` run as nobody (uid and gid 65534, no other groups).
+fn as_nobody(program: &std::path::Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "--",
+    ])
+    .arg(program);
+    c
+}
+
 fn submit(url: &str, body: serde_json::Value) -> u64 {
     let r: serde_json::Value =
         common::api("POST", &format!("{url}/api/v1/jobs"), &common::token(url))
@@ -100,16 +115,7 @@ fn unprivileged_node_refuses_other_users_jobs() {
         .unwrap()
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let mut child = Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--",
-        ])
-        .arg(state.path().join("gsched"))
+    let mut child = as_nobody(&state.path().join("gsched"))
         .args(["up", "--state-dir"])
         .arg(state.path().join("s"))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--node-name", "n"])
@@ -136,16 +142,7 @@ fn unprivileged_node_refuses_other_users_jobs() {
     // user its node (run by nobody) cannot serve. (Root's commands do not
     // trust a socket of nobody's, and only root may run jobs as root.)
     let user = common::users::TestUser::new();
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--",
-        ])
-        .arg(state.path().join("gsched"))
+    let out = as_nobody(&state.path().join("gsched"))
         .args(["token", "--quiet", "--lifetime", "600"])
         .env("GSCHED_URL", &url)
         .env("GSCHED_SOCKET", state.path().join("s/ctld.sock"))

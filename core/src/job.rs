@@ -6,6 +6,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod text;
+mod uid_policy;
+
+pub use text::{is_unprintable, MAX_ARGUMENTS_BYTES, MAX_ENVIRONMENT_BYTES, MAX_OPTION_BYTES};
+pub use uid_policy::{JobUidPolicy, UidRefused, DEFAULT_MIN_JOB_UID};
+
 /// A job id, as Slurm numbers them: positive, increasing with submission order.
 pub type JobId = u64;
 
@@ -290,35 +296,6 @@ fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
-/// The lowest uid a node runs jobs of by default (Debian's first user
-/// account; lower ones are system accounts).
-pub const DEFAULT_MIN_JOB_UID: u32 = 1000;
-
-/// Which users' jobs a node runs: none below `min_uid`, and root's only
-/// where the site allows them; gnoded's own user's always (a node run by
-/// one user for that user).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JobUidPolicy {
-    pub min_uid: u32,
-    pub allow_root: bool,
-}
-
-impl JobUidPolicy {
-    /// Why a job of `uid` may not run on a node whose daemon is `daemon_uid`.
-    pub fn check(&self, uid: u32, daemon_uid: u32) -> Result<(), String> {
-        if uid == 0 && !self.allow_root {
-            return Err("this node does not run jobs as root (uid 0); the site allows them with gnoded --allow-root-jobs".into());
-        }
-        if uid != 0 && uid != daemon_uid && uid < self.min_uid {
-            return Err(format!(
-                "uid {uid} is below this node's lowest job uid ({}, gnoded --min-job-uid): system accounts run no jobs",
-                self.min_uid
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// Longest idempotency key accepted.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
@@ -470,28 +447,6 @@ pub enum SpecError {
     },
 }
 
-/// Largest environment (names and values together) a job may carry.
-pub const MAX_ENVIRONMENT_BYTES: usize = 4 << 20;
-/// Most arguments a batch script may be given.
-pub const MAX_ARGUMENTS_BYTES: usize = 1 << 20;
-/// Longest text option (comment, wckey, constraint, output path, ...).
-pub const MAX_OPTION_BYTES: usize = 4096;
-
-/// Characters that change what a terminal shows or does beyond the text
-/// itself: control characters (ESC, CSI, BEL, ...) and Unicode's invisible
-/// formatting characters (bidirectional overrides and isolates, zero-width
-/// characters, the soft hyphen, the byte-order mark).
-pub fn is_unprintable(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{00AD}' | '\u{061C}' | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}'
-            | '\u{FEFF}'
-            | '\u{FFF9}'..='\u{FFFB}')
-}
-
 impl JobSpec {
     /// The GPU time quota the job states (`--gpu-share=REQ[:LIMIT]`).
     pub fn stated_time_quota(&self) -> Option<crate::time_quota::TimeQuota> {
@@ -599,79 +554,6 @@ impl JobSpec {
         self.check_nul_bytes()?;
         self.check_sizes()?;
         self.check_printable()
-    }
-
-    /// Bounds what a user sends beyond the script (the script's bound is
-    /// the controller's `max_script_size`).
-    fn check_sizes(&self) -> Result<(), SpecError> {
-        let env: usize = self
-            .environment
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 2)
-            .sum();
-        let args: usize = self.argv.iter().map(|a| a.len() + 1).sum();
-        let options = [
-            ("output file name", self.stdout.as_deref()),
-            ("error file name", self.stderr.as_deref()),
-            ("working directory", Some(self.working_dir.as_str())),
-            ("comment", self.slurm.comment.as_deref()),
-            ("wckey", self.slurm.wckey.as_deref()),
-        ];
-        let too_large = |what, size, max| SpecError::TooLarge { what, size, max };
-        if env > MAX_ENVIRONMENT_BYTES {
-            return Err(too_large("environment", env, MAX_ENVIRONMENT_BYTES));
-        }
-        if args > MAX_ARGUMENTS_BYTES {
-            return Err(too_large("arguments", args, MAX_ARGUMENTS_BYTES));
-        }
-        for (what, v) in options {
-            if let Some(v) = v.filter(|v| v.len() > MAX_OPTION_BYTES) {
-                return Err(too_large(what, v.len(), MAX_OPTION_BYTES));
-            }
-        }
-        for v in self.slurm.other.values() {
-            if v.len() > MAX_OPTION_BYTES {
-                return Err(too_large("option", v.len(), MAX_OPTION_BYTES));
-            }
-        }
-        Ok(())
-    }
-
-    /// Refuses control and invisible formatting characters in everything
-    /// administrators' tools print (squeue, sacct, scontrol): an escape
-    /// sequence in a comment must not reach a terminal.
-    fn check_printable(&self) -> Result<(), SpecError> {
-        let bad = |s: &str| s.chars().any(is_unprintable);
-        let fields = [
-            ("name", Some(self.name.as_str())),
-            ("user name", Some(self.user_name.as_str())),
-            ("working directory", Some(self.working_dir.as_str())),
-            ("output file name", self.stdout.as_deref()),
-            ("error file name", self.stderr.as_deref()),
-            ("partition", self.partition.as_deref()),
-            ("account", self.slurm.account.as_deref()),
-            ("QOS", self.slurm.qos.as_deref()),
-            ("comment", self.slurm.comment.as_deref()),
-            ("wckey", self.slurm.wckey.as_deref()),
-            ("command", self.slurm.command.as_deref()),
-            ("submit host", Some(self.submit_host.as_str())),
-        ];
-        for (what, v) in fields {
-            if v.is_some_and(bad) {
-                return Err(SpecError::ControlCharacter(what));
-            }
-        }
-        if self.slurm.other.iter().any(|(k, v)| bad(k) || bad(v)) {
-            return Err(SpecError::ControlCharacter(
-                "options (such as --constraint)",
-            ));
-        }
-        if self.slurm.open_mode.as_deref().is_some_and(bad)
-            || self.slurm.signal.as_deref().is_some_and(bad)
-        {
-            return Err(SpecError::ControlCharacter("options"));
-        }
-        Ok(())
     }
 
     /// Refuses NUL bytes anywhere the job's process gets a C string (the

@@ -6,9 +6,6 @@ use crate::gpu::Instance;
 use crate::job::{Job, JobId};
 use crate::outcome::ProcessOutcome;
 
-/// Header carrying the cluster key on daemon-to-daemon requests.
-pub const CLUSTER_KEY_HEADER: &str = "x-gsched-cluster-key";
-
 /// A node introduces itself (at start, and again if the controller forgot it).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeRegistration {

@@ -2,10 +2,10 @@
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::FromRequest;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use gsched_core::wire::{keys_match, ErrorBody, CLUSTER_KEY_HEADER};
+use gsched_core::wire::ErrorBody;
 
 /// An error answer: `{"error": "..."}` with a status.
 #[derive(Debug)]
@@ -82,21 +82,5 @@ fn rejection_text(e: &JsonRejection) -> String {
             "send the body as JSON with Content-Type: application/json".into()
         }
         other => format!("invalid JSON body: {}", other.body_text()),
-    }
-}
-
-/// Checks the cluster key header of a daemon-to-daemon request.
-pub fn check_cluster_key(key: &str, headers: &HeaderMap) -> Result<(), ApiError> {
-    let given = headers
-        .get(CLUSTER_KEY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if keys_match(given, key) {
-        Ok(())
-    } else {
-        Err(ApiError(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong cluster key".into(),
-        ))
     }
 }

@@ -263,7 +263,7 @@ impl Launcher {
         let _setup = SettingUp::mark(self, job.id)?;
         self.uid_policy
             .check(job.spec.uid, self.my_uid)
-            .map_err(LaunchError::Refused)?;
+            .map_err(|e| LaunchError::Refused(e.to_string()))?;
         if !self.is_root && job.spec.uid != self.my_uid {
             return Err(LaunchError::Refused(format!(
                 "gnoded runs as uid {} and cannot run jobs of user {} (uid {}); run gnoded as root to serve several users",
