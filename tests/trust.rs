@@ -319,3 +319,118 @@ fn unknown_fields_and_control_characters_are_refused_by_name() {
     let jobs = g.get("/api/v1/jobs").unwrap();
     assert_eq!(jobs["jobs"].as_array().map(|a| a.len()), Some(0), "{jobs}");
 }
+
+/// A token for `user`, minted by root.
+fn token_for(g: &Gsched, user: &str) -> String {
+    let t: serde_json::Value = g
+        .req("POST", "/api/v1/tokens")
+        .send_json(json!({"user": user, "lifetime": 600}))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    t["token"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_user_may_use_only_the_qos_granted_to_them() {
+    needs_root!();
+    let team = TestUser::new();
+    let outsider = TestUser::new();
+    let s = common::slurm::Slurm::start_with(&[
+        "--sim-gpus",
+        "1xA100-40GB",
+        "--preempt-mode",
+        "requeue",
+    ]);
+    let g = &s.g;
+    let admin = |args: &[&str]| {
+        s.ok("sacctmgr", args);
+    };
+    admin(&["-i", "add", "qos", "normal"]);
+    admin(&[
+        "-i",
+        "add",
+        "qos",
+        "teamq",
+        "Priority=100",
+        "Preempt=normal",
+    ]);
+    admin(&["-i", "add", "account", "team"]);
+    admin(&["-i", "add", "user", &team.name, "Account=team"]);
+    admin(&[
+        "-i",
+        "modify",
+        "user",
+        &team.name,
+        "set",
+        "qos+=teamq,normal",
+    ]);
+    let submit = |u: &TestUser, qos: Option<&str>| {
+        let dir = common::users::user_dir(u);
+        let mut spec = u.spec(dir.path(), "#!/bin/sh\ntrue\n");
+        if let Some(q) = qos {
+            spec["slurm"] = json!({ "qos": q });
+        }
+        common::api(
+            "POST",
+            &format!("{}/api/v1/jobs", g.url),
+            &token_for(g, &u.name),
+        )
+        .send_json(spec)
+    };
+    // The outsider names the team's QOS: refused, with Slurm's words.
+    match submit(&outsider, Some("teamq")) {
+        Err(ureq::Error::Status(_, r)) => {
+            let text = r.into_string().unwrap();
+            assert!(text.contains("Invalid qos specification"), "{text}");
+        }
+        other => panic!("a QOS not granted was accepted: {other:?}"),
+    }
+    let jobs = g.get("/api/v1/jobs").unwrap();
+    assert_eq!(jobs["jobs"].as_array().map(|a| a.len()), Some(0), "{jobs}");
+    // The outsider may still use normal (granted to everyone by default).
+    assert!(submit(&outsider, None).is_ok());
+    // The team's user may use it.
+    let r: serde_json::Value = submit(&team, Some("teamq")).unwrap().into_json().unwrap();
+    let id = r["job_id"].as_u64().unwrap();
+    assert_eq!(g.job(id)["slurm"]["qos"], "teamq", "{}", g.job(id));
+    // Shown as granted.
+    let out = s.ok(
+        "sacctmgr",
+        &["-P", "-n", "show", "assoc", "format=user,qos"],
+    );
+    assert!(
+        out.contains(&format!("{}|teamq,normal", team.name)),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_shared_job_reserves_no_more_gpu_memory_than_it_stated() {
+    needs_root!();
+    let g = Gsched::start(&["--sim-gpus", "1xA100-40GB:1g.5gb*5"]);
+    // Stated 1 GiB; its processes ask for a whole instance, then for 1 GiB
+    // in two processes at once.
+    let gprobe = common::bin("gprobe");
+    let gprobe = gprobe.display();
+    let script = g.script(
+        "greedy.sh",
+        &format!(
+            "#!/bin/sh\n{gprobe} run --mem 4G -- true; echo big=$?\n\
+             {gprobe} run --mem 1G -- sleep 2 & sleep 0.5\n\
+             {gprobe} run --mem 1G -- true; echo second=$?\nwait\n\
+             {gprobe} run --mem 1G -- true; echo alone=$?\n"
+        ),
+    );
+    let id = g.submit(&["--gpu-mem", "1G", "-o", "greedy.out", &script]);
+    g.wait_state(id, "COMPLETED", Duration::from_secs(60));
+    let out = std::fs::read_to_string(g.work.path().join("greedy.out")).unwrap();
+    assert!(out.contains("over its budget"), "{out}");
+    assert!(out.contains("big=1"), "{out}");
+    assert!(out.contains("second=1"), "{out}");
+    assert!(out.contains("alone=0"), "{out}");
+    // No reservation of the job was ever over its gibibyte (plus context).
+    for t in g.ended_tasks(&format!("?job={id}"), 2) {
+        assert!(t["bytes"].as_u64().unwrap() <= 1 << 30, "{t}");
+    }
+}

@@ -41,11 +41,29 @@ pub struct AssocLimits {
     /// else inherited); a job without one gets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wall_minutes: Option<u64>,
+    /// `QOS=`: the QOS its jobs may run under (own, else inherited; set
+    /// nowhere: `normal` only). See `qos_rights`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<Vec<String>>,
+    /// `DefaultQOS=`: the QOS of a job that names none (own, else
+    /// inherited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_qos: Option<String>,
 }
 
 impl AssocLimits {
     pub fn is_empty(&self) -> bool {
         *self == AssocLimits::default()
+    }
+
+    /// Whether it limits what runs or is queued (its QOS rights aside).
+    pub fn counts_jobs(&self) -> bool {
+        !AssocLimits {
+            qos: None,
+            default_qos: None,
+            ..self.clone()
+        }
+        .is_empty()
     }
 }
 
@@ -81,8 +99,8 @@ impl FairShare {
     /// Whether any account or association has a limit (none: nothing to
     /// count in a pass).
     pub fn has_limits(&self) -> bool {
-        self.accounts.values().any(|a| !a.limits.is_empty())
-            || self.associations.values().any(|a| !a.limits.is_empty())
+        self.accounts.values().any(|a| a.limits.counts_jobs())
+            || self.associations.values().any(|a| a.limits.counts_jobs())
     }
 
     /// Whether a submission of `user` charged to `account` needs the
@@ -106,7 +124,7 @@ impl FairShare {
 
     /// An association's `MaxJobs`, `MaxSubmitJobs` or `MaxWall` (`pick`):
     /// its own, else the nearest account above it that sets one.
-    fn inherited<T>(
+    pub(crate) fn inherited<T>(
         &self,
         user: &str,
         account: &str,
@@ -120,6 +138,25 @@ impl FairShare {
                     .iter()
                     .find_map(|n| self.accounts.get(n).and_then(|a| pick(&a.limits)))
             })
+    }
+
+    /// The GPU memory limits (MiB) that hold one job of `user` charged to
+    /// `account`: `MaxTRES` and `GrpTRES` of its association and of the
+    /// accounts above it.
+    pub fn gpu_mem_caps(&self, user: &str, account: &str) -> Vec<u64> {
+        let own = self
+            .associations
+            .get(&(user.to_string(), account.to_string()))
+            .map(|a| &a.limits);
+        let above = self
+            .path(account)
+            .into_iter()
+            .filter_map(|n| self.accounts.get(&n).map(|a| &a.limits));
+        own.into_iter()
+            .chain(above)
+            .flat_map(|l| [l.max_tres_per_job.gpu_mem_mib, l.grp_tres.gpu_mem_mib])
+            .flatten()
+            .collect()
     }
 
     /// Counts a running (or admitted) job of `user` charged to `account`.

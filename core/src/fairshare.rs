@@ -47,7 +47,9 @@ pub struct Association {
     pub limits: AssocLimits,
 }
 
-/// A change to the accounts, as `sacctmgr` asks it.
+/// A change to the accounts, as `sacctmgr` asks it. (One at a time, from
+/// an administrator: the size of its largest variant costs nothing.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AccountChange {
@@ -119,6 +121,18 @@ pub enum AccountError {
     BadName(String),
     #[error("the root account cannot be changed or deleted")]
     Root,
+    #[error(
+        "the root account takes QOS= and DefaultQOS= only (set limits on the accounts below it)"
+    )]
+    RootLimits,
+    #[error("QOS {0} does not exist")]
+    NoQos(String),
+    #[error("DefaultQOS={default}: it is not among the QOS the {whom} may use ({allowed})")]
+    DefaultNotAllowed {
+        default: String,
+        whom: String,
+        allowed: String,
+    },
     /// A job naming an account its user has no association with, or a
     /// user with none where they are required (Slurm's words).
     #[error("Invalid account or account/partition combination specified")]
@@ -210,6 +224,9 @@ pub struct FairShare {
     /// Decayed usage by (user, account), as of `usage_at`.
     pub usage: BTreeMap<(String, String), f64>,
     pub usage_at: i64,
+    /// What is set on the root account: its QOS rights only, which every
+    /// association and every user without one inherit.
+    pub root_limits: AssocLimits,
 }
 
 /// One association's decayed usage, as stored.
@@ -231,6 +248,8 @@ pub struct StoredFairShare {
     pub usage: Vec<UsageEntry>,
     #[serde(default)]
     pub usage_at: i64,
+    #[serde(default, skip_serializing_if = "AssocLimits::is_empty")]
+    pub root_limits: AssocLimits,
 }
 
 impl From<&FairShare> for StoredFairShare {
@@ -248,6 +267,7 @@ impl From<&FairShare> for StoredFairShare {
                 })
                 .collect(),
             usage_at: f.usage_at,
+            root_limits: f.root_limits.clone(),
         }
     }
 }
@@ -272,6 +292,7 @@ impl From<StoredFairShare> for FairShare {
                 .map(|u| ((u.user, u.account), u.units))
                 .collect(),
             usage_at: s.usage_at,
+            root_limits: s.root_limits,
         }
     }
 }
@@ -425,6 +446,16 @@ impl FairShare {
                         }
                     }
                 }
+            }
+            AccountChange::SetLimits {
+                account,
+                user: None,
+                limits,
+            } if account == ROOT => {
+                if limits.counts_jobs() {
+                    return Err(AccountError::RootLimits);
+                }
+                self.root_limits = limits.clone();
             }
             AccountChange::SetLimits {
                 account,

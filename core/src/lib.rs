@@ -31,6 +31,7 @@ pub mod preempt;
 pub mod priority;
 pub mod probe;
 pub mod qos;
+pub mod qos_rights;
 pub mod repartition;
 pub mod resources;
 pub mod rlimits;

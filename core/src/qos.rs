@@ -131,6 +131,12 @@ impl QosWait {
 pub enum QosError {
     #[error("Invalid qos specification ('{0}' does not exist)")]
     Unknown(String),
+    #[error("Invalid qos specification (user {user} may not use QOS {qos} under this account: granted {granted}; an administrator grants it with sacctmgr modify user {user} set qos+={qos})")]
+    NotGranted {
+        qos: String,
+        user: String,
+        granted: String,
+    },
     #[error("Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): QOS {qos} allows {minutes} minutes at most (MaxWall)")]
     MaxWall { qos: String, minutes: u64 },
     #[error("Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): QOS {qos} allows {max} jobs of a user queued or running (MaxSubmitJobsPerUser)")]

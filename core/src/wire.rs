@@ -263,6 +263,11 @@ pub struct LaunchRequest {
     /// instance (its `--gpu-share`, or its QOS's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_quota: Option<crate::time_quota::TimeQuota>,
+    /// The smallest GPU memory limit (MiB) of the job's QOS and
+    /// association, which its shared processes' reservations on the node
+    /// never exceed (`placement::budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mem_cap_mib: Option<u64>,
 }
 
 /// Signal a job, or cancel it (SIGCONT, SIGTERM, then SIGKILL after the grace).

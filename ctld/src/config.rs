@@ -296,6 +296,7 @@ impl CtldConfig {
             half_life_secs: self.priority_decay_half_life,
             weights,
             fair_tree: self.fair_tree,
+            qos_rights: true,
         })
     }
 

@@ -638,6 +638,7 @@ impl Controller {
                             job_token: self.job_token(j),
                             early,
                             time_quota: c.time_quota(j),
+                            gpu_mem_cap_mib: c.gpu_mem_cap(j),
                         };
                         rpcs.push(Rpc::Launch {
                             url: n.url.clone(),

@@ -307,7 +307,7 @@ impl Launcher {
         let quota = req.time_quota.filter(|_| req.instances.is_empty());
         if let Some(probe) = self.probe.get() {
             let key = probe
-                .register_job(job.id, job.spec.uid, None, quota)
+                .register_job(job.id, job.spec.uid, None, quota, gpu_budget(req))
                 .map_err(|e| LaunchError::Io(e.to_string()))?;
             if let Some(q) = quota {
                 env.insert(TIME_QUOTA_ENV.into(), q.to_env());
@@ -425,6 +425,7 @@ impl Launcher {
             memory_limit: prepared.memory_limit,
             instances: req.instances.iter().map(|i| i.uuid.clone()).collect(),
             rlimits: job.spec.rlimits.clone(),
+            gpu_budget: gpu_budget(req),
         };
         spool
             .write_json(&spool.spec_path(), &spec)
@@ -984,7 +985,7 @@ impl Launcher {
                             .env
                             .get(TIME_QUOTA_ENV)
                             .and_then(|q| TimeQuota::from_env(q));
-                        let _ = probe.register_job(job, spec.uid, key, quota);
+                        let _ = probe.register_job(job, spec.uid, key, quota, spec.gpu_budget);
                         if spool.is_gated() {
                             // Started early and still waiting: it takes its
                             // instances after the jobs that hold them.
@@ -1156,6 +1157,14 @@ fn children_of(pid: i32) -> Vec<i32> {
 }
 
 mod suspend;
+
+/// What sets the GPU memory budget of a job's processes on this node:
+/// only a shared job's processes reserve, so only it has one.
+fn gpu_budget(req: &LaunchRequest) -> Option<gsched_core::placement::budget::BudgetInput> {
+    req.instances.is_empty().then(|| {
+        gsched_core::placement::budget::BudgetInput::of(&req.job.spec, req.gpu_mem_cap_mib)
+    })
+}
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,7 @@ use anyhow::{bail, Context, Result};
 use gsched_core::compute::{is_share, WHOLE_GPU};
 use gsched_core::histogram::{LatencyHistogram, PROBE_BOUNDS, WAIT_BOUNDS};
 use gsched_core::job::JobId;
+use gsched_core::placement::budget::{BudgetInput, MemBudget};
 use gsched_core::placement::{
     Begin, Growth, NodeBook, NodeEvent, Placed, PlacementError, TaskBook, TaskId, TaskRequest,
 };
@@ -409,19 +410,28 @@ impl ProbeServer {
 
     /// Lets a job use the probe socket; returns its secret. `key` is given
     /// when re-registering an adopted job; `quota` is the GPU time quota
-    /// its processes are held to.
+    /// its processes are held to, `budget` what sets the GPU memory its
+    /// processes may reserve (shared jobs).
     pub fn register_job(
         &self,
         job: JobId,
         uid: u32,
         key: Option<String>,
         quota: Option<TimeQuota>,
+        budget: Option<BudgetInput>,
     ) -> Result<String> {
         let key = match key {
             Some(k) => k,
             None => gsched_daemon::key::random_hex(24)?,
         };
-        self.lock().jobs.insert(
+        let context = self.context.get().map_or(0, |c| c.reserve_bytes());
+        let mut st = self.lock();
+        if let Some(input) = budget {
+            let largest = st.node.tasks().largest_open_bytes();
+            st.node
+                .set_budget(job, MemBudget::of(input, largest, context));
+        }
+        st.jobs.insert(
             job,
             JobAuth {
                 key: key.clone(),
@@ -1182,7 +1192,7 @@ mod tests {
         }));
         assert!(server.hold("GPU-a", 7), "a process is on the instance");
         let s = Arc::clone(&server);
-        server.register_job(7, 0, None, None).unwrap();
+        server.register_job(7, 0, None, None, None).unwrap();
         let drained = tokio::spawn(async move { s.drained_for("GPU-a", 7).await });
         tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
         assert!(!drained.is_finished(), "drained while a process ran there");
@@ -1238,8 +1248,8 @@ mod tests {
         tokio::spawn(Arc::clone(&server).serve(listener));
         let me = nix::unistd::getuid().as_raw();
         let (k1, k2) = (
-            server.register_job(1, me, None, None).unwrap(),
-            server.register_job(2, me, None, None).unwrap(),
+            server.register_job(1, me, None, None, None).unwrap(),
+            server.register_job(2, me, None, None, None).unwrap(),
         );
         let task_of = |r: ProbeReply| match r {
             ProbeReply::Placed { task, .. } => task,
@@ -1301,9 +1311,9 @@ mod tests {
             ProbeServer::bind(sock.clone(), book, BTreeMap::new(), Arc::clone(&events)).unwrap();
         tokio::spawn(Arc::clone(&server).serve(listener));
         let me = nix::unistd::getuid().as_raw();
-        let key = server.register_job(1, me, None, None).unwrap();
+        let key = server.register_job(1, me, None, None, None).unwrap();
         server
-            .register_job(2, me + 1, Some("other".into()), None)
+            .register_job(2, me + 1, Some("other".into()), None, None)
             .unwrap();
 
         let s = sock.clone();

@@ -73,6 +73,10 @@ pub struct ShepherdSpec {
     /// limits before the script runs.
     #[serde(default)]
     pub rlimits: gsched_core::rlimits::ResourceLimits,
+    /// What sets a shared job's GPU memory budget here
+    /// (`gsched_core::placement::budget`), kept so an adopted job keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_budget: Option<gsched_core::placement::budget::BudgetInput>,
 }
 
 /// A list of UUIDs, or one UUID (or null) as older specs wrote it.

@@ -94,6 +94,11 @@ const LIMIT_KEYS: &[&str] = &[
     "maxtresperjob",
     "maxwall",
     "maxwalldurationperjob",
+    "qos",
+    "qos+",
+    "qos-",
+    "defaultqos",
+    "defqos",
 ];
 
 impl Words {
@@ -116,10 +121,49 @@ fn set_limits(mut limits: AssocLimits, w: &Words) -> Result<AssocLimits> {
             "grptres" => limits.grp_tres = tres_limit(k, v)?,
             "maxtres" | "maxtresperjob" => limits.max_tres_per_job = tres_limit(k, v)?,
             "maxwall" | "maxwalldurationperjob" => limits.max_wall_minutes = wall_limit(v)?,
+            "qos" | "qos+" | "qos-" => limits.qos = qos_list(limits.qos.take(), k, v),
+            "defaultqos" | "defqos" => {
+                limits.default_qos = match v.trim() {
+                    "" | "-1" | "''" => None,
+                    q => Some(q.to_string()),
+                }
+            }
             _ => {}
         }
     }
     Ok(limits)
+}
+
+/// An association's QOS list after `QOS=` (replaces; `-1` or empty:
+/// inherited again), `QOS+=` (adds) or `QOS-=` (removes), as Slurm's.
+fn qos_list(now: Option<Vec<String>>, key: &str, v: &str) -> Option<Vec<String>> {
+    let named = v
+        .split(',')
+        .map(str::trim)
+        .filter(|q| !q.is_empty() && *q != "''")
+        .map(String::from);
+    match key {
+        "qos" if matches!(v.trim(), "" | "-1" | "''") => None,
+        "qos" => Some(named.collect()),
+        "qos+" => {
+            let mut list = now.unwrap_or_default();
+            for q in named {
+                if !list.contains(&q) {
+                    list.push(q);
+                }
+            }
+            Some(list)
+        }
+        _ => {
+            let gone: Vec<String> = named.collect();
+            Some(
+                now.unwrap_or_default()
+                    .into_iter()
+                    .filter(|q| !gone.contains(q))
+                    .collect(),
+            )
+        }
+    }
 }
 
 /// A `MaxWall` as `sacctmgr` sets it, in minutes (`MIN`, `[D-]HH:MM:SS`;
@@ -144,6 +188,10 @@ fn tres_limit(k: &str, v: &str) -> Result<Tres> {
 /// The limits now on `account` (with `user`, that association's), from
 /// the accounts as gctld sends them.
 fn current_limits(current: &Value, account: &str, user: Option<&str>) -> AssocLimits {
+    if user.is_none() && account == gsched_core::fairshare::ROOT {
+        // Root's (QOS rights only) are kept bare, not in an account.
+        return serde_json::from_value(current["root_limits"].clone()).unwrap_or_default();
+    }
     let empty = Vec::new();
     let found = match user {
         None => current["accounts"]
@@ -208,11 +256,17 @@ fn changes(verb: &str, entity: &str, w: &Words, current: &Value) -> Result<Vec<A
             }
         }
         ("modify", "account") => {
+            let (shares, parent) = (w.shares()?, w.get(&["parent"]));
             for name in w.names("account")? {
+                // The root account itself cannot change; it takes QOS
+                // rights only (below).
+                if name == gsched_core::fairshare::ROOT && w.has_limits() && shares.is_none() && parent.is_none() {
+                    continue;
+                }
                 out.push(AccountChange::ModifyAccount {
                     name: name.clone(),
-                    shares: w.shares()?,
-                    parent: w.get(&["parent"]).map(String::from),
+                    shares,
+                    parent: parent.map(String::from),
                 });
             }
         }
@@ -462,7 +516,7 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
     let default_fmt = match entity {
         "account" => "Account,Descr,ParentName,Share",
         "user" => "User,DefaultAccount",
-        _ => "Cluster,Account,User,Share,ParentName,GrpJobs,GrpSubmit,GrpTRES,MaxJobs,MaxSubmit,MaxTRES,MaxWall",
+        _ => "Cluster,Account,User,Share,ParentName,GrpJobs,GrpSubmit,GrpTRES,MaxJobs,MaxSubmit,MaxTRES,MaxWall,QOS,DefaultQOS",
     };
     let fmt = w.get(&["format"]).unwrap_or(default_fmt);
     let cols: Vec<String> = fmt
@@ -494,7 +548,7 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
             },
             "grpjobs" | "grptres" | "maxjobs" | "maxsubmit" | "maxsubmitjobs" | "grpsubmit"
             | "grpsubmitjobs" | "maxtres" | "maxtresperjob" | "maxwall"
-            | "maxwalldurationperjob" => {
+            | "maxwalldurationperjob" | "qos" | "defaultqos" | "defqos" | "def qos" => {
                 let limits: AssocLimits = serde_json::from_value(
                     assoc.unwrap_or(account)["limits"].clone(),
                 )
@@ -510,10 +564,13 @@ fn show(v: &Value, entity: &str, w: &Words, parsable: bool, header: bool) -> Res
                         .max_wall_minutes
                         .map(|m| super::format::elapsed_long(m as i64 * 60))
                         .unwrap_or_default(),
+                    // Its own rights; blank: inherited (root's, or normal only).
+                    "qos" => limits.qos.map(|q| q.join(",")).unwrap_or_default(),
+                    "defaultqos" | "defqos" | "def qos" => limits.default_qos.unwrap_or_default(),
                     _ => n(limits.max_submit_jobs),
                 }
             }
-            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount, GrpJobs, GrpSubmit, GrpTRES, MaxJobs, MaxSubmit, MaxTRES, MaxWall"),
+            other => bail!("format={other}: gsched shows Cluster, Account, User, Share, ParentName, Descr, DefaultAccount, GrpJobs, GrpSubmit, GrpTRES, MaxJobs, MaxSubmit, MaxTRES, MaxWall, QOS, DefaultQOS"),
         })
     };
     match entity {
@@ -664,6 +721,36 @@ mod tests {
 
     fn words(s: &str) -> Words {
         read_words(&s.split_whitespace().map(String::from).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn qos_rights_are_set_added_and_removed_as_slurms() {
+        let current = serde_json::json!({
+            "root_limits": {"qos": ["normal"]},
+            "accounts": [{"name": "physics", "limits": {"qos": ["normal", "high"]}}],
+            "associations": [{"user": "ann", "account": "physics"}]
+        });
+        let c = changes("modify", "account", &words("root set qos+=high"), &current).unwrap();
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(
+            matches!(&c[0], AccountChange::SetLimits { account, user: None, limits } if account == "root" && limits.qos == Some(vec!["normal".into(), "high".into()]))
+        );
+        let c = changes(
+            "modify",
+            "account",
+            &words("physics set qos-=high defaultqos=normal"),
+            &current,
+        )
+        .unwrap();
+        assert!(
+            matches!(&c[1], AccountChange::SetLimits { limits, .. } if limits.qos == Some(vec!["normal".into()]) && limits.default_qos.as_deref() == Some("normal"))
+        );
+        let c = changes("modify", "user", &words("ann set qos=low,high"), &current).unwrap();
+        assert!(
+            matches!(&c[1], AccountChange::SetLimits { user: Some(u), limits, .. } if u == "ann" && limits.qos == Some(vec!["low".into(), "high".into()]))
+        );
+        // -1: inherited again.
+        assert_eq!(qos_list(Some(vec!["a".into()]), "qos", "-1"), None);
     }
 
     #[test]

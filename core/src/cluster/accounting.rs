@@ -36,6 +36,11 @@ pub struct AccountingConfig {
     /// The fair-share factor by Slurm's Fair Tree (`fair_tree`) instead
     /// of the classic one.
     pub fair_tree: bool,
+    /// A job may run only under a QOS its association (or an account
+    /// above it, or root) was granted (`qos_rights`). Always on in gctld;
+    /// the simulator replays jobs a site already accepted and turns it
+    /// off unless its site says otherwise.
+    pub qos_rights: bool,
 }
 
 impl Default for AccountingConfig {
@@ -45,6 +50,7 @@ impl Default for AccountingConfig {
             half_life_secs: 7 * 24 * 3600,
             weights: BillingWeights::default(),
             fair_tree: false,
+            qos_rights: true,
         }
     }
 }
@@ -107,6 +113,28 @@ impl Cluster {
         }
     }
 
+    /// The smallest GPU memory limit (MiB, `gres/gpumem`) that holds job
+    /// `job` alone: its QOS's `MaxTRESPerUser` and `GrpTRES`, its
+    /// association's and the accounts' above it `MaxTRES` and `GrpTRES`.
+    /// Its shared processes' reservations are held to it on their nodes.
+    pub fn gpu_mem_cap(&self, job: &crate::Job) -> Option<u64> {
+        let spec = &job.spec;
+        let qos = spec.slurm.qos.as_deref().and_then(|q| self.qos.qos.get(q));
+        let from_qos = qos
+            .into_iter()
+            .flat_map(|q| [q.max_tres_per_user.gpu_mem_mib, q.grp_tres.gpu_mem_mib]);
+        let from_assoc = spec
+            .slurm
+            .account
+            .as_deref()
+            .map(|a| self.fair_share.gpu_mem_caps(&spec.user_name, a))
+            .unwrap_or_default();
+        from_qos
+            .chain(from_assoc.into_iter().map(Some))
+            .flatten()
+            .min()
+    }
+
     /// Sets the QOS a submission runs under and checks the QOS's
     /// submission limits.
     pub(super) fn choose_qos(&self, spec: &mut JobSpec) -> Result<(), ClusterError> {
@@ -116,13 +144,27 @@ impl Cluster {
         let refuse = |e: crate::qos::QosError| {
             ClusterError::Refused(format!("Batch job submission failed: {e}"))
         };
-        spec.slurm.qos = self
+        let rights = self
+            .fair_share
+            .qos_rights(&spec.user_name, spec.slurm.account.as_deref());
+        let asked = spec
+            .slurm
             .qos
-            .qos_for(spec.slurm.qos.as_deref())
-            .map_err(refuse)?;
+            .clone()
+            .or_else(|| rights.default_qos().map(String::from));
+        spec.slurm.qos = self.qos.qos_for(asked.as_deref()).map_err(refuse)?;
         let Some(qos) = spec.slurm.qos.clone() else {
             return Ok(());
         };
+        // Root's own jobs may use any QOS; everyone else only those
+        // granted (`qos_rights`).
+        if self.accounting.qos_rights && spec.uid != 0 && !rights.allows(&qos) {
+            return Err(refuse(crate::qos::QosError::NotGranted {
+                qos,
+                user: spec.user_name.clone(),
+                granted: rights.describe(),
+            }));
+        }
         // Counted only where a limit needs the count.
         let queued = if self.qos.counts_submissions(&qos) {
             self.active_jobs_of(&spec.user_name, |s| {
@@ -215,9 +257,19 @@ impl Cluster {
 
     /// An administrator's change to the accounts.
     pub fn change_accounts(&mut self, change: &AccountChange) -> Result<Vec<Effect>, ClusterError> {
-        self.fair_share
-            .apply(change)
-            .map_err(|e| ClusterError::Refused(e.to_string()))?;
+        let refuse = |e: crate::fairshare::AccountError| ClusterError::Refused(e.to_string());
+        let AccountChange::SetLimits { account, user, .. } = change else {
+            self.fair_share.apply(change).map_err(refuse)?;
+            return Ok(vec![Effect::Accounts]);
+        };
+        // QOS rights are checked once set, on a copy: nothing changes
+        // when they are refused.
+        let mut changed = self.fair_share.clone();
+        changed.apply(change).map_err(refuse)?;
+        changed
+            .check_qos_rights(account, user.as_deref(), |q| self.qos.qos.contains_key(q))
+            .map_err(refuse)?;
+        self.fair_share = changed;
         Ok(vec![Effect::Accounts])
     }
 
@@ -542,5 +594,54 @@ mod tests {
         assert!(e.contains("Invalid account"), "{e}");
         physics(&mut c);
         assert!(c.submit(spec("a", false), 0).is_ok());
+    }
+
+    #[test]
+    fn a_qos_not_granted_is_refused_and_nothing_is_queued() {
+        let mut c = cluster();
+        physics(&mut c);
+        for name in ["normal", "high"] {
+            c.change_qos(&QosChange::Add {
+                qos: Qos {
+                    name: name.into(),
+                    ..Default::default()
+                },
+            })
+            .unwrap();
+        }
+        let mut high = spec("a", false);
+        high.slurm.qos = Some("high".into());
+        let e = c.submit(high.clone(), 0).unwrap_err().to_string();
+        assert!(e.contains("Invalid qos specification"), "{e}");
+        assert!(e.contains("qos+=high"), "{e}");
+        assert_eq!(c.pending_count(), 0);
+        // Root's own jobs may use any QOS.
+        let mut by_root = high.clone();
+        by_root.uid = 0;
+        assert!(c.submit(by_root, 0).is_ok());
+        // Granted to the account, with a default: the user may, and a job
+        // naming none gets the default.
+        let grant = |qos: &[&str], default: Option<&str>| AccountChange::SetLimits {
+            account: "physics".into(),
+            user: None,
+            limits: crate::assoc_limits::AssocLimits {
+                qos: Some(qos.iter().map(|q| q.to_string()).collect()),
+                default_qos: default.map(String::from),
+                ..Default::default()
+            },
+        };
+        let e = c
+            .change_accounts(&grant(&["normal", "gold"], None))
+            .unwrap_err();
+        assert!(e.to_string().contains("QOS gold does not exist"), "{e}");
+        let e = c
+            .change_accounts(&grant(&["normal"], Some("high")))
+            .unwrap_err();
+        assert!(e.to_string().contains("DefaultQOS=high"), "{e}");
+        c.change_accounts(&grant(&["normal", "high"], Some("high")))
+            .unwrap();
+        assert!(c.submit(high, 0).is_ok());
+        let (id, _) = c.submit(spec("b", false), 0).unwrap();
+        assert_eq!(c.job(id).unwrap().spec.slurm.qos.as_deref(), Some("high"));
     }
 }

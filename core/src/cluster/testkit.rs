@@ -63,7 +63,8 @@ pub fn ended(id: JobId, run: u32, code: i32, at: i64) -> JobEnded {
     }
 }
 
-/// Adds QOS `name`, which may preempt `preempt`.
+/// Adds QOS `name`, which may preempt `preempt`, and grants it to
+/// everyone (on the root account).
 pub fn add_qos(c: &mut Cluster, name: &str, preempt: &[&str]) {
     c.change_qos(&crate::qos::QosChange::Add {
         qos: crate::qos::Qos {
@@ -71,6 +72,21 @@ pub fn add_qos(c: &mut Cluster, name: &str, preempt: &[&str]) {
             preempt: preempt.iter().map(|p| p.to_string()).collect(),
             ..Default::default()
         },
+    })
+    .unwrap();
+    grant_every_qos(c);
+}
+
+/// Grants every QOS there is to everyone (on the root account), as an
+/// administrator would with `sacctmgr modify account root set qos=...`.
+pub fn grant_every_qos(c: &mut Cluster) {
+    let stored = c.stored_accounts();
+    let mut root = stored.fair_share.root_limits;
+    root.qos = Some(stored.qos.into_iter().map(|q| q.name).collect());
+    c.change_accounts(&crate::fairshare::AccountChange::SetLimits {
+        account: crate::fairshare::ROOT.into(),
+        user: None,
+        limits: root,
     })
     .unwrap();
 }

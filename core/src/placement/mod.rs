@@ -190,9 +190,17 @@ pub enum PlacementError {
         free: u64,
         want: u64,
     },
+    #[error("job {job} would hold {want} bytes of GPU memory, over its budget of {budget} bytes {what}: state more with --gpu-mem or more tasks")]
+    OverBudget {
+        job: JobId,
+        want: u64,
+        budget: u64,
+        what: &'static str,
+    },
 }
 
 mod book;
+pub mod budget;
 mod node;
 mod policies;
 

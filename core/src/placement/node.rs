@@ -16,6 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::budget::MemBudget;
 use super::{Begin, Growth, Placed, PlacementError, TaskBook, TaskId, TaskRequest};
 use crate::job::JobId;
 use crate::probe::TaskRecord;
@@ -77,6 +78,10 @@ pub struct NodeBook {
     begun: HashMap<TaskId, (Placed, i64)>,
     /// Tasks waiting to grow, and by how much.
     growers: HashMap<TaskId, u64>,
+    /// Each shared job's GPU memory budget here (`budget`); a job without
+    /// one (registered before budgets, or by a caller that sets none) is
+    /// held only by the instances' memory.
+    budgets: HashMap<JobId, MemBudget>,
     events: Vec<NodeEvent>,
 }
 
@@ -92,8 +97,14 @@ impl NodeBook {
             gone: Vec::new(),
             begun: HashMap::new(),
             growers: HashMap::new(),
+            budgets: HashMap::new(),
             events: Vec::new(),
         }
+    }
+
+    /// Sets the GPU memory budget of `job`'s tasks here (until it ends).
+    pub fn set_budget(&mut self, job: JobId, budget: MemBudget) {
+        self.budgets.insert(job, budget);
     }
 
     /// The reservations, pins and instances, to read.
@@ -115,6 +126,14 @@ impl NodeBook {
     /// A task asks for a place: placed now (its record follows as an
     /// event), queued, or refused when it can never fit.
     pub fn begin(&mut self, req: TaskRequest, now_ms: i64) -> Result<Begin, PlacementError> {
+        // A task that can never fit is told so by the book, first.
+        let budget = self
+            .budgets
+            .get(&req.job)
+            .filter(|_| req.bytes <= self.book.largest_open_bytes());
+        if let Some(b) = budget {
+            b.check(req.job, 0, self.book.reserved_by(req.job), req.bytes)?;
+        }
         let begin = self.book.begin(req)?;
         if let Begin::Placed(p) = &begin {
             self.began(p, now_ms);
@@ -147,6 +166,17 @@ impl NodeBook {
         bytes: u64,
         at_least: u64,
     ) -> Result<Growth, PlacementError> {
+        let (bytes, at_least) = match self.book.task(task) {
+            Some(t) => match self.budgets.get(&t.job) {
+                Some(b) => {
+                    let held = self.book.reserved_by(t.job);
+                    let fits = b.fit_growth(t.job, t.bytes, held, bytes, at_least)?;
+                    (fits, at_least.min(fits))
+                }
+                None => (bytes, at_least),
+            },
+            None => (bytes, at_least),
+        };
         let growth = self.book.grow_or_wait(task, bytes, at_least)?;
         match growth {
             Growth::Grown(_) => self.grew(task),
@@ -189,6 +219,7 @@ impl NodeBook {
     /// A job ended or was cancelled: its reservations go at once, and the
     /// instances it held open again unless the controller drains them.
     pub fn job_ended(&mut self, job: JobId, now_ms: i64) {
+        self.budgets.remove(&job);
         self.note_gone(job, None, now_ms);
         let (gone, placed) = self.book.release_job(job);
         self.finish(&gone, true, now_ms);

@@ -41,6 +41,10 @@ pub struct SimSite {
     /// The fair-share factor by Fair Tree (gctld's `--fair-tree`).
     #[serde(default)]
     pub fair_tree: bool,
+    /// Jobs may use only the QOS their associations were granted, as in
+    /// gctld. Off by default: a trace holds jobs the site accepted.
+    #[serde(default)]
+    pub enforce_qos_rights: bool,
 }
 
 impl SimSite {
@@ -65,6 +69,7 @@ impl SimSite {
         let mut accounting = AccountingConfig {
             enforce: self.enforce_associations,
             fair_tree: self.fair_tree,
+            qos_rights: self.enforce_qos_rights,
             ..AccountingConfig::default()
         };
         if let Some(h) = self.half_life_secs {

@@ -1,4 +1,6 @@
-use crate::cluster::testkit::{add_qos, cluster, ended, launch, registration, spec};
+use crate::cluster::testkit::{
+    add_qos, cluster, ended, grant_every_qos, launch, registration, spec,
+};
 use crate::cluster::{Effect, JobState};
 use crate::job::GpuRequest;
 use crate::preempt::PreemptMode;
@@ -160,6 +162,7 @@ fn nothing_is_preempted_when_preemption_is_off_or_the_qos_may_not() {
         },
     })
     .unwrap();
+    grant_every_qos(&mut c);
     let (a, _) = c.submit(gpu_job("low"), 0).unwrap();
     let (b, _) = c.submit(gpu_job("low"), 0).unwrap();
     assert_eq!(launch(&mut c, 1), [a, b]);
@@ -194,6 +197,7 @@ fn two_low_jobs_then_high(
         },
     })
     .unwrap();
+    grant_every_qos(&mut c);
     let (a, _) = c.submit(gpu_job("low"), 0).unwrap();
     assert_eq!(launch(&mut c, 1), [a]);
     let (b, _) = c.submit(gpu_job("low"), 2).unwrap();

@@ -352,3 +352,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_job_that_stated_one_gib_cannot_reserve_every_instance() {
+    use crate::placement::budget::{BudgetInput, MemBudget};
+    // Five instances of 10 GiB; job 1 stated 1 GiB for its one task.
+    let mut n = node(&[10 * G; 5]);
+    let input = BudgetInput {
+        stated_mib: Some(1024),
+        tasks: 1,
+        cap_mib: None,
+    };
+    n.set_budget(1, MemBudget::of(input, 10 * G, 0));
+    let p = placed(n.begin(req(1, 10, G), 0));
+    // More processes, each asking for a whole instance: refused, naming
+    // the budget; the book keeps only the first task.
+    for pid in 11..15 {
+        let e = n.begin(req(1, pid, 10 * G), 0).unwrap_err();
+        assert!(
+            matches!(e, PlacementError::OverBudget { job: 1, .. }),
+            "{e}"
+        );
+    }
+    assert!(
+        n.begin(req(1, 11, G / 2), 0).is_err(),
+        "the job's 1 GiB is taken"
+    );
+    // Growing past it is refused too.
+    assert!(n.grow(p.task, G, G).is_err());
+    // Another user's job still finds every instance free but the first's
+    // gibibyte.
+    for pid in 20..25 {
+        placed(n.begin(req(2, pid, 9 * G), 0));
+    }
+    // Once the job ends its budget goes with it.
+    n.job_ended(1, 1);
+    assert_eq!(n.tasks().reserved_by(1), 0);
+}
