@@ -186,20 +186,32 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
             none
         });
     }
-    // A node starts step tasks only with a credential the controller
-    // signed for that node and step.
+    // A node starts step tasks only for a request sealed for that node
+    // and step under the cluster key, with a credential the controller
+    // signed for them.
     let forged = serde_json::json!({
         "job": id, "run": 1, "step": 99, "credential": "forged",
         "argv": ["touch", "/tmp/gsched-forged"], "env": {}, "node_id": 0, "tasks": [0],
     });
-    let r = ureq::post(&format!("http://{}:6818/v1/steps", t.c.net.addr(2))).send_json(forged);
-    match r {
-        Err(ureq::Error::Status(code, resp)) => {
-            assert_eq!(code, 403);
-            let body = resp.into_string().unwrap_or_default();
-            assert!(body.contains("step credential does not verify"), "{body}");
+    let key = std::fs::read_to_string(t.c.dir.path().join("ctl/cluster.key")).unwrap();
+    for (sealing_key, refusal) in [
+        ("a guessed key", "not sealed for this step"),
+        (key.as_str(), "step credential does not verify"),
+    ] {
+        let seal = gsched_seal::StepSeal::for_step(sealing_key, id, 1, 99, "n2");
+        let body = serde_json::json!({
+            "job": id, "run": 1, "step": 99,
+            "sealed": seal.seal_request(forged.to_string().as_bytes()),
+        });
+        let r = ureq::post(&format!("http://{}:6818/v1/steps", t.c.net.addr(2))).send_json(body);
+        match r {
+            Err(ureq::Error::Status(code, resp)) => {
+                assert_eq!(code, 403);
+                let body = resp.into_string().unwrap_or_default();
+                assert!(body.contains(refusal), "{body}");
+            }
+            other => panic!("a forged step was not refused: {other:?}"),
         }
-        other => panic!("a forged credential was not refused: {other:?}"),
     }
     assert!(!Path::new("/tmp/gsched-forged").exists());
     // sacct names both nodes; squeue did while it ran (below).

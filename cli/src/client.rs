@@ -616,6 +616,9 @@ pub struct StepNodeAnswer {
     pub tasks: Vec<u32>,
     pub url: String,
     pub credential: String,
+    /// The secret that seals the step's request to this node and opens
+    /// the node's answers (`gsched_seal`).
+    pub seal: String,
 }
 
 /// Posts `body` to `url` (a node's gnoded) and returns the response to read

@@ -161,8 +161,22 @@ pub struct StepTasks {
     pub gpu_bind_single: Option<u32>,
 }
 
+/// What `srun` posts to a node's gnoded: a [`StepTasks`] sealed under the
+/// step's secret for that node (`gsched_seal`), with the step it is for
+/// in clear so the node can derive the key. Nothing else goes in clear.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedStepTasks {
+    pub job: u64,
+    pub run: u32,
+    pub step: u32,
+    /// The [`StepTasks`] as JSON, sealed (hexadecimal).
+    pub sealed: String,
+}
+
 /// What a node's gnoded streams back for a step's tasks, one JSON object
-/// per line.
+/// per line, each line sealed under the step's reply key with its
+/// sequence number (`gsched_seal::StepSeal::seal_event`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepEvent {

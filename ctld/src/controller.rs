@@ -342,12 +342,16 @@ impl Controller {
                 let url = c.node(&n.name).map(|x| x.url.clone()).unwrap_or_default();
                 let credential =
                     gsched_daemon::step_credential::sign(&self.key, id, run, step, &n.name, now);
+                // What srun seals its request to the node with, and opens
+                // the node's answers with: nothing goes out in clear.
+                let seal = gsched_seal::secret(&self.key, id, run, step, &n.name);
                 serde_json::json!({
                     "name": n.name,
                     "node_id": n.node_id,
                     "tasks": n.tasks,
                     "url": url,
                     "credential": credential,
+                    "seal": seal,
                 })
             })
             .collect();

@@ -17,8 +17,9 @@ use axum::body::Body as HttpBody;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use gsched_core::steps::{StepEvent, StepTasks};
+use gsched_core::steps::{SealedStepTasks, StepEvent, StepTasks};
 use gsched_daemon::http::{ApiError, Body};
+use gsched_seal::StepSeal;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -34,9 +35,24 @@ const TICK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Starts the step's tasks here and streams what they write and how they
 /// end.
-pub async fn run(State(api): State<Arc<NodeApi>>, Body(req): Body<StepTasks>) -> Response {
+pub async fn run(State(api): State<Arc<NodeApi>>, Body(sealed): Body<SealedStepTasks>) -> Response {
     let launcher = &api.launcher;
     let node = launcher.node_name().to_string();
+    // Sealed under the key of this step on this node, which only the
+    // controller (and through it the job's owner) can have derived.
+    let seal = StepSeal::for_step(&api.key, sealed.job, sealed.run, sealed.step, &node);
+    let req = match seal
+        .open_request(&sealed.sealed)
+        .map_err(|e| e.to_string())
+        .and_then(|plain| serde_json::from_slice::<StepTasks>(&plain).map_err(|e| e.to_string()))
+    {
+        Ok(r) if (r.job, r.run, r.step) == (sealed.job, sealed.run, sealed.step) => r,
+        Ok(_) => {
+            return ApiError::new(StatusCode::FORBIDDEN, "the sealed step is for another step")
+                .into_response()
+        }
+        Err(e) => return ApiError::new(StatusCode::FORBIDDEN, e).into_response(),
+    };
     if let Err(e) = gsched_daemon::step_credential::verify(
         &api.key,
         &req.credential,
@@ -97,11 +113,13 @@ pub async fn run(State(api): State<Arc<NodeApi>>, Body(req): Body<StepTasks>) ->
     };
     let (tx, rx) = mpsc::channel::<StepEvent>(256);
     tokio::spawn(start_and_watch(req, spec, procs, Arc::clone(launcher), tx));
-    let lines = futures_util::stream::unfold(rx, |mut rx| async move {
+    // Each event sealed with its number: srun believes only this node's.
+    let lines = futures_util::stream::unfold((rx, seal, 0u64), |(mut rx, seal, seq)| async move {
         let e = rx.recv().await?;
-        let mut line = serde_json::to_vec(&e).unwrap_or_default();
+        let plain = serde_json::to_vec(&e).unwrap_or_default();
+        let mut line = seal.seal_event(seq, &plain).into_bytes();
         line.push(b'\n');
-        Some((Ok::<_, std::io::Error>(line), rx))
+        Some((Ok::<_, std::io::Error>(line), (rx, seal, seq + 1)))
     });
     Response::builder()
         .status(StatusCode::OK)

@@ -216,11 +216,22 @@ fn spawn_remote(
     };
     let count = n.tasks.len();
     let name = n.name.clone();
+    let seal = n.seal.clone();
     std::thread::spawn(move || {
         let mut sink = sink;
         let mut ended = 0;
-        let body = match serde_json::to_value(&req) {
-            Ok(b) => b,
+        // Sealed for that node alone: its port may be held by anyone.
+        let seal = match gsched_seal::StepSeal::from_secret(&seal) {
+            Ok(s) => s,
+            Err(e) => return fail(&done, count, &format!("{name}: {e}")),
+        };
+        let body = match serde_json::to_vec(&req) {
+            Ok(plain) => serde_json::json!(gsched_core::steps::SealedStepTasks {
+                job: req.job,
+                run: req.run,
+                step: req.step,
+                sealed: seal.seal_request(&plain),
+            }),
             Err(e) => return fail(&done, count, &format!("{name}: {e}")),
         };
         let reader = match crate::client::post_streaming(&url, &body) {
@@ -233,9 +244,17 @@ fn spawn_remote(
                 )
             }
         };
-        for line in std::io::BufReader::new(reader).lines() {
+        for (seq, line) in std::io::BufReader::new(reader).lines().enumerate() {
             let Ok(line) = line else { break };
-            match serde_json::from_str::<StepEvent>(&line) {
+            // Only the node's own events, in order, are believed.
+            let line = match seal.open_event(seq as u64, &line) {
+                Ok(plain) => plain,
+                Err(e) => {
+                    eprintln!("srun: error: {name}: {e}");
+                    break;
+                }
+            };
+            match serde_json::from_slice::<StepEvent>(&line) {
                 Ok(StepEvent::Stdout { task, data }) => sink.write(task, false, &data),
                 Ok(StepEvent::Stderr { task, data }) => sink.write(task, true, &data),
                 Ok(StepEvent::Exit { task, code, signal }) => {
