@@ -135,6 +135,10 @@ struct UpArgs {
     /// The largest batch script accepted, in bytes (max_script_size).
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_SCRIPT_BYTES)]
     max_script_size: usize,
+    /// The most jobs one user may have queued or running (0: no cap; root's
+    /// own jobs are not counted).
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_JOBS_PER_USER)]
+    max_jobs_per_user: usize,
     /// Refuse jobs that would run as root (uid 0). `gsched up` runs root's
     /// own jobs by default (one machine, its administrator's commands);
     /// gnoded on a cluster node does not unless given --allow-root-jobs.
@@ -307,6 +311,7 @@ async fn up(args: UpArgs) -> Result<()> {
             min_job_age: args.min_job_age,
             max_job_count: args.max_job_count,
             max_script_size: args.max_script_size,
+            max_jobs_per_user: args.max_jobs_per_user,
             job_requeue: args.job_requeue,
             early_start_secs: args.early_start_secs,
             repartition: args.repartition,

@@ -35,7 +35,9 @@ mod suspension;
 mod task_preemption;
 mod weigher;
 pub use accounting::{AccountingConfig, StoredAccounting};
-pub use capacity::{SubmissionCaps, DEFAULT_MAX_JOB_COUNT, DEFAULT_MAX_SCRIPT_BYTES};
+pub use capacity::{
+    SubmissionCaps, DEFAULT_MAX_JOBS_PER_USER, DEFAULT_MAX_JOB_COUNT, DEFAULT_MAX_SCRIPT_BYTES,
+};
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
 pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};

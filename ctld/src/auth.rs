@@ -99,9 +99,11 @@ impl Caller {
         }
         spec.user_name = self.user.clone();
         spec.uid = uid;
-        if let Some(g) = self.gid {
-            spec.gid = g;
-        }
+        spec.gid = match self.gid {
+            Some(g) => g,
+            // A token that carries no gid: the user database's word.
+            None => own_gid(&self.user, spec.gid, lookup_identity(&self.user))?,
+        };
         Ok(())
     }
 
@@ -237,6 +239,30 @@ pub fn lookup_identity(name: &str) -> Option<(u32, u32, Vec<u32>)> {
         .map(|g| g.iter().map(|g| g.as_raw()).collect())
         .unwrap_or_else(|_| vec![user.gid.as_raw()]);
     Some((user.uid.as_raw(), user.gid.as_raw(), groups))
+}
+
+/// The gid a job of `user` runs with when its caller's credentials carry
+/// none: the body's `asked` where it is one of the user's groups (`found`:
+/// uid, primary gid, groups), else the primary group when the body named
+/// none (0, the field's default); a group that is not the user's is
+/// refused, and so is a user the controller's host does not know.
+fn own_gid(user: &str, asked: u32, found: Option<(u32, u32, Vec<u32>)>) -> Result<u32, ApiError> {
+    let Some((_, primary, groups)) = found else {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!("user {user} has no account on the controller host; its groups are unknown"),
+        ));
+    };
+    if asked == primary || groups.contains(&asked) {
+        Ok(asked)
+    } else if asked == 0 {
+        Ok(primary)
+    } else {
+        Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!("the job names gid {asked} but user {user} is not in that group"),
+        ))
+    }
 }
 
 /// A user's name by uid (the uid as text when the host has no entry).
@@ -539,6 +565,24 @@ mod tests {
             ..ops.clone()
         };
         root.stamp_for_user(&mut spec(0, 0), root_user).unwrap();
+    }
+
+    #[test]
+    fn without_a_gid_in_the_token_the_job_runs_in_one_of_the_users_groups() {
+        let found = Some((1000, 100, vec![100, 27]));
+        assert_eq!(own_gid("ann", 27, found.clone()).unwrap(), 27);
+        // None named (0, the field's default): the primary group.
+        assert_eq!(own_gid("ann", 0, found.clone()).unwrap(), 100);
+        // Root's group or another's: refused.
+        let e = own_gid("ann", 5, found).unwrap_err();
+        assert_eq!(e.0, StatusCode::FORBIDDEN);
+        assert!(e.1.contains("gid 5"), "{}", e.1);
+        assert!(own_gid("ghost", 100, None).is_err());
+        // A member of root's group may name it.
+        assert_eq!(
+            own_gid("adm", 0, Some((1001, 100, vec![100, 0]))).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -92,6 +92,10 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     cluster.set_submission_caps(gsched_core::cluster::SubmissionCaps {
         max_job_count: config.max_job_count,
         max_script_bytes: config.max_script_size,
+        max_jobs_per_user: match config.max_jobs_per_user {
+            0 => usize::MAX,
+            n => n,
+        },
     });
     cluster.set_early_start(Some(config.early_start_secs));
     cluster.set_priority_policy(priority);

@@ -362,6 +362,18 @@ impl MpsServer {
         let mut cmd = Command::new(control);
         cmd.arg("-d");
         self.env(&mut cmd);
+        // Not a job process, but nothing of gnoded's reaches it (and
+        // through it the jobs' clients): a session of its own, no
+        // controlling terminal, only descriptors 0-2.
+        // SAFETY: the hook calls only async-signal-safe functions
+        // (setsid, close_range or fcntl).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                gsched_daemon::island::new_session().map_err(std::io::Error::from_raw_os_error)?;
+                gsched_daemon::island::close_all_at_exec();
+                Ok(())
+            });
+        }
         let status = run_bounded(cmd, None, Duration::from_secs(15))
             .with_context(|| format!("cannot run {} -d", control.display()))?;
         if !status.success() {
