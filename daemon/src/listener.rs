@@ -1,20 +1,36 @@
 //! A listener for the daemons' HTTP servers that caps open connections per
 //! client and overall, and closes connections idle for too long (no byte
 //! read or written), so idle or slow clients cannot take every file
-//! descriptor of a daemon.
+//! descriptor of a daemon:
+//! - a new connection must send its first byte within [`FIRST_BYTE`];
+//! - when a client is at its cap (or the daemon at its total), the
+//!   connection idle the longest (at least [`EVICTABLE_IDLE`]) of that
+//!   client (of the client holding the most) is closed to make room,
+//!   rather than the newcomer turned away: idle connections cannot hold
+//!   slots against anyone, a daemon peer's own included. Only a client
+//!   that keeps every one of its connections busy is refused more.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::serve::Listener;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::limits::{Admitted, ConnectionLimits};
+use crate::limits::{Admitted, ConnectionLimits, LimitError};
+
+/// How long a new connection may take to send its first byte.
+pub const FIRST_BYTE: Duration = Duration::from_secs(10);
+
+/// How long a connection must have been idle to be closed for a newcomer
+/// (a streaming answer, such as a step's, moves at least every second).
+pub const EVICTABLE_IDLE: Duration = Duration::from_secs(2);
 
 /// A listener whose connections can be told apart by client: an address
 /// for TCP, a uid for a unix socket.
@@ -61,6 +77,8 @@ pub struct Bounded<L: ClientOf> {
     inner: L,
     limits: Arc<ConnectionLimits<String>>,
     idle: Duration,
+    first_byte: Duration,
+    slots: Arc<Slots>,
 }
 
 impl<L: ClientOf> Bounded<L> {
@@ -71,7 +89,17 @@ impl<L: ClientOf> Bounded<L> {
             inner,
             limits: ConnectionLimits::new(per_client, total),
             idle,
+            first_byte: FIRST_BYTE,
+            slots: Arc::new(Slots::new(EVICTABLE_IDLE)),
         }
+    }
+
+    /// Shorter deadlines, for tests.
+    #[cfg(test)]
+    fn timing(mut self, first_byte: Duration, evictable: Duration) -> Self {
+        self.first_byte = first_byte;
+        self.slots = Arc::new(Slots::new(evictable));
+        self
     }
 }
 
@@ -83,10 +111,27 @@ impl<L: ClientOf> Listener for Bounded<L> {
         loop {
             let (io, addr) = self.inner.accept().await;
             let client = L::client(&io, &addr);
-            match self.limits.admit(client) {
-                Ok(admitted) => return (Guarded::new(io, admitted, self.idle), addr),
+            let admitted = match self.limits.admit(client.clone()) {
+                Ok(a) => Some(a),
+                Err(e) => self.slots.evict_for(&client, &e).then(|| {
+                    tracing::info!(
+                        client,
+                        "closed the connection idle the longest to make room"
+                    );
+                    self.limits.admit_in_place(client.clone())
+                }),
+            };
+            match admitted {
+                Some(a) => {
+                    let slot = self.slots.open(&client);
+                    let first = self.first_byte.min(self.idle);
+                    return (Guarded::new(io, a, slot, self.idle, first), addr);
+                }
                 // Closed at once: the client sees the connection reset.
-                Err(e) => tracing::warn!(error = %e, "connection refused"),
+                None => tracing::warn!(
+                    client,
+                    "connection refused: every connection of the client is busy"
+                ),
             }
         }
     }
@@ -96,22 +141,148 @@ impl<L: ClientOf> Listener for Bounded<L> {
     }
 }
 
+/// What the listener knows of one open connection: when it last moved,
+/// and whether it is to be closed.
+#[derive(Debug)]
+struct Slot {
+    /// Milliseconds since the listener's epoch.
+    moved_ms: AtomicU64,
+    evicted: AtomicBool,
+    closed: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+/// The open connections by client, to find one to close for a newcomer.
+#[derive(Debug)]
+struct Slots {
+    epoch: std::time::Instant,
+    /// How long a connection must have been idle to be closed for another.
+    evictable: Duration,
+    by_client: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
+}
+
+impl Slots {
+    fn new(evictable: Duration) -> Slots {
+        Slots {
+            epoch: std::time::Instant::now(),
+            evictable,
+            by_client: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn open(self: &Arc<Self>, client: &str) -> SlotHandle {
+        let slot = Arc::new(Slot {
+            moved_ms: AtomicU64::new(self.now_ms()),
+            evicted: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        });
+        let mut all = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
+        let list = all.entry(client.to_string()).or_default();
+        list.retain(|s| !s.closed.load(Ordering::Relaxed));
+        list.push(Arc::clone(&slot));
+        SlotHandle {
+            slots: Arc::clone(self),
+            slot,
+        }
+    }
+
+    /// Marks for closing the connection idle the longest (at least
+    /// [`EVICTABLE_IDLE`]) of `client`, or, when the daemon is full, of the
+    /// client holding the most; returns whether one was found.
+    fn evict_for(&self, client: &str, refused: &LimitError) -> bool {
+        let now = self.now_ms();
+        let mut all = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
+        for list in all.values_mut() {
+            list.retain(|s| {
+                !s.closed.load(Ordering::Relaxed) && !s.evicted.load(Ordering::Relaxed)
+            });
+        }
+        all.retain(|_, l| !l.is_empty());
+        let victims = match refused {
+            LimitError::PerClient { .. } => all.get(client),
+            LimitError::Total { .. } => all.values().max_by_key(|l| l.len()),
+        };
+        let oldest = victims.and_then(|l| {
+            l.iter()
+                .filter(|s| {
+                    now.saturating_sub(s.moved_ms.load(Ordering::Relaxed))
+                        >= self.evictable.as_millis() as u64
+                })
+                .min_by_key(|s| s.moved_ms.load(Ordering::Relaxed))
+        });
+        let Some(victim) = oldest else {
+            return false;
+        };
+        victim.evicted.store(true, Ordering::Relaxed);
+        if let Some(w) = victim
+            .waker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            w.wake();
+        }
+        true
+    }
+}
+
+/// A connection's place in [`Slots`]; marks it closed when dropped.
+#[derive(Debug)]
+struct SlotHandle {
+    slots: Arc<Slots>,
+    slot: Arc<Slot>,
+}
+
+impl SlotHandle {
+    fn moved(&self) {
+        self.slot
+            .moved_ms
+            .store(self.slots.now_ms(), Ordering::Relaxed);
+    }
+
+    fn evicted(&self, cx: &Context<'_>) -> bool {
+        *self.slot.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+        self.slot.evicted.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for SlotHandle {
+    fn drop(&mut self) {
+        self.slot.closed.store(true, Ordering::Relaxed);
+    }
+}
+
 /// An admitted connection: gives its place back when closed, and fails
-/// with `TimedOut` once nothing moved on it for the idle time.
+/// with `TimedOut` once nothing moved on it for the idle time (for the
+/// first byte, [`FIRST_BYTE`]), or `ConnectionAborted` once closed to make
+/// room for another.
 pub struct Guarded<T> {
     inner: T,
     _admitted: Admitted<String>,
+    slot: SlotHandle,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
 }
 
 impl<T> Guarded<T> {
-    fn new(inner: T, admitted: Admitted<String>, idle: Duration) -> Self {
+    fn new(
+        inner: T,
+        admitted: Admitted<String>,
+        slot: SlotHandle,
+        idle: Duration,
+        first_byte: Duration,
+    ) -> Self {
         Guarded {
             inner,
             _admitted: admitted,
+            slot,
             idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
+            deadline: Box::pin(tokio::time::sleep(first_byte)),
         }
     }
 
@@ -122,10 +293,18 @@ impl<T> Guarded<T> {
 
     fn moved(&mut self) {
         self.deadline.as_mut().reset(Instant::now() + self.idle);
+        self.slot.moved();
     }
 
-    /// After the inner stream said Pending: `TimedOut` once idle too long.
+    /// After the inner stream said Pending: `TimedOut` once idle too long,
+    /// `ConnectionAborted` once closed for a newcomer.
     fn check_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if self.slot.evicted(cx) {
+            return Poll::Ready(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed to make room for another connection (this one was idle)",
+            ));
+        }
         match self.deadline.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -215,5 +394,57 @@ mod tests {
             .unwrap()
             .unwrap_or(0);
         assert_eq!(n, 0);
+    }
+
+    #[tokio::test]
+    async fn a_full_client_gets_room_from_its_longest_idle_connection() {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let evictable = Duration::from_millis(300);
+        let mut l = Bounded::new(tcp, 2, 10, Duration::from_secs(60))
+            .timing(Duration::from_secs(60), evictable);
+        let mut c1 = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut s1, _) = l.accept().await;
+        let mut c2 = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut s2, _) = l.accept().await;
+        let mut b = [0u8; 1];
+        c1.write_all(b"a").await.unwrap();
+        s1.read_exact(&mut b).await.unwrap();
+        // Both busy: a third is refused (closed at once), and nothing is
+        // admitted.
+        let mut c3 = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(100), l.accept())
+            .await
+            .is_err());
+        let refused = tokio::spawn(async move { c3.read(&mut [0u8; 1]).await.unwrap_or(0) });
+        // s1 idles past the eviction age while s2 keeps moving.
+        tokio::time::sleep(evictable + Duration::from_millis(200)).await;
+        c2.write_all(b"x").await.unwrap();
+        s2.read_exact(&mut b).await.unwrap();
+        // The next one gets in: s1 is closed for it, s2 stays.
+        let _c4 = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (_s4, _) = tokio::time::timeout(Duration::from_secs(5), l.accept())
+            .await
+            .unwrap();
+        assert_eq!(refused.await.unwrap(), 0, "c3 was closed by the listener");
+        let e = s1.read(&mut b).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
+        c2.write_all(b"y").await.unwrap();
+        s2.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"y");
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_at_the_first_byte_deadline() {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let mut l = Bounded::new(tcp, 2, 10, Duration::from_secs(60))
+            .timing(Duration::from_millis(200), Duration::from_secs(5));
+        let _c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut s, _) = l.accept().await;
+        let t = std::time::Instant::now();
+        let e = s.read(&mut [0u8; 1]).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     }
 }

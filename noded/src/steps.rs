@@ -31,7 +31,7 @@ use crate::spool::ShepherdSpec;
 const MAX_TASKS_PER_NODE: usize = 4096;
 
 /// How often a step's stream carries a [`StepEvent::Tick`].
-const TICK: std::time::Duration = std::time::Duration::from_secs(2);
+const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts the step's tasks here and streams what they write and how they
 /// end.
