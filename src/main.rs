@@ -135,10 +135,14 @@ struct UpArgs {
     /// The largest batch script accepted, in bytes (max_script_size).
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_SCRIPT_BYTES)]
     max_script_size: usize,
-    /// The most jobs one user may have queued or running (0: no cap; root's
-    /// own jobs are not counted).
+    /// The most jobs of one user the controller holds, finished ones kept
+    /// for --min-job-age included (0: no cap; root's own jobs not counted).
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_JOBS_PER_USER)]
     max_jobs_per_user: usize,
+    /// The most bytes of scripts, environments and arguments one user's
+    /// jobs may hold in the controller (0: no cap; root's not counted).
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_BYTES_PER_USER)]
+    max_bytes_per_user: usize,
     /// Refuse jobs that would run as root (uid 0). `gsched up` runs root's
     /// own jobs by default (one machine, its administrator's commands);
     /// gnoded on a cluster node does not unless given --allow-root-jobs.
@@ -312,6 +316,7 @@ async fn up(args: UpArgs) -> Result<()> {
             max_job_count: args.max_job_count,
             max_script_size: args.max_script_size,
             max_jobs_per_user: args.max_jobs_per_user,
+            max_bytes_per_user: args.max_bytes_per_user,
             job_requeue: args.job_requeue,
             early_start_secs: args.early_start_secs,
             repartition: args.repartition,

@@ -87,15 +87,16 @@ fn unmodified_programs_are_placed_capped_and_measured() {
         );
         // The reservation, not the device, is what the program sees.
         assert_eq!(lines[2], "info free=1024 total=1024", "{mode}: {text}");
-        // It grows on its instance (4864 MiB) and then refuses: the fake
-        // driver itself never runs out.
+        // It stated 1G: that is its budget (the instance has 4864 MiB), so
+        // growing past it is refused: the fake driver itself never runs
+        // out.
         assert_eq!(
-            lines[3], "allocated 4608 MiB then error 2",
+            lines[3], "allocated 1024 MiB then error 2",
             "{mode}: {text}"
         );
-        assert_eq!(lines[4], "info free=0 total=4608", "{mode}: {text}");
+        assert_eq!(lines[4], "info free=0 total=1024", "{mode}: {text}");
         assert_eq!(
-            lines[5], "after free: free=4608 total=4608",
+            lines[5], "after free: free=1024 total=1024",
             "{mode}: {text}"
         );
         assert!(
@@ -106,7 +107,7 @@ fn unmodified_programs_are_placed_capped_and_measured() {
         );
         // The peak went to the job's accounting.
         g.wait_until("the peak is recorded", Duration::from_secs(10), || {
-            g.job(id)["gpu_mem_peak"].as_u64() == Some(4608)
+            g.job(id)["gpu_mem_peak"].as_u64() == Some(1024)
         });
         // The kernel it launched (10 blocks of 64 threads: 20 warps)
         // reached its task record, not the 0 known at placement.
@@ -116,7 +117,28 @@ fn unmodified_programs_are_placed_capped_and_measured() {
         assert_eq!(tasks[0]["share"], expected_share, "{mode}: {tasks:?}");
         let _ = job;
     }
-    // A later run with no --gpu-mem starts from the learned peak.
+    // A run that states 3G grows to its budget, and is refused there.
+    let script = g.script(
+        "three.sh",
+        &format!("#!/bin/sh\nexec {} link\n", app.display()),
+    );
+    let id = g.submit(&[
+        "-J",
+        "cuda-app",
+        "--gpu-mem",
+        "3G",
+        "-o",
+        "three.out",
+        &script,
+    ]);
+    g.wait_state(id, "COMPLETED", Duration::from_secs(30));
+    let text = std::fs::read_to_string(g.work.path().join("three.out")).unwrap();
+    assert!(text.contains("allocated 3072 MiB then error 2"), "{text}");
+    g.wait_until("the peak is recorded", Duration::from_secs(10), || {
+        g.job(id)["gpu_mem_peak"].as_u64() == Some(3072)
+    });
+    // A later run with no --gpu-mem starts from the learned peak (the
+    // largest of the latest three runs), and may grow past it.
     let script = g.script(
         "again.sh",
         &format!("#!/bin/sh\nexec {} link\n", app.display()),
@@ -125,10 +147,11 @@ fn unmodified_programs_are_placed_capped_and_measured() {
     g.wait_state(id, "COMPLETED", Duration::from_secs(30));
     let text = std::fs::read_to_string(g.work.path().join("again.out")).unwrap();
     assert!(
-        text.starts_with(&format!("GSCHED_TASK_MEM={}\n", 4608u64 << 20)),
+        text.starts_with(&format!("GSCHED_TASK_MEM={}\n", 3072u64 << 20)),
         "{text}"
     );
-    assert!(text.contains("info free=4608 total=4608"), "{text}");
+    assert!(text.contains("info free=3072 total=3072"), "{text}");
+    assert!(text.contains("allocated 4608 MiB then error 2"), "{text}");
     // Opting out: no preload, the program sees the device as it is.
     let script = g.script(
         "out.sh",
@@ -146,7 +169,8 @@ fn unmodified_programs_are_placed_capped_and_measured() {
 #[test]
 fn a_neighbour_cannot_take_reserved_memory() {
     // Two programs on one 4864 MiB instance: the first holds 3 GiB for 5 s;
-    // the second, reserved 1 GiB, allocates 512 MiB at a time until it
+    // the second, reserved 1 GiB (gnoded's default: it states none, so its
+    // budget is the instance), allocates 512 MiB at a time until it
     // fails. It grows into what is left (1792 MiB), waits there until the
     // 3 GiB are released, then grows into them too; alone on the
     // instance, it fails when nothing is left (nothing would free more).
@@ -164,7 +188,7 @@ fn a_neighbour_cannot_take_reserved_memory() {
         !g.tasks("").is_empty()
     });
     let script = g.script("n.sh", &format!("#!/bin/sh\nexec {} link\n", app.display()));
-    let id = g.submit(&["--gpu-mem", "1G", "-o", "n.out", &script]);
+    let id = g.submit(&["-o", "n.out", &script]);
     g.wait_state(id, "COMPLETED", Duration::from_secs(30));
     let text = std::fs::read_to_string(g.work.path().join("n.out")).unwrap();
     // 9 x 512 MiB = 4608 of 4864 MiB; the tenth does not fit.

@@ -36,7 +36,8 @@ mod task_preemption;
 mod weigher;
 pub use accounting::{AccountingConfig, StoredAccounting};
 pub use capacity::{
-    SubmissionCaps, DEFAULT_MAX_JOBS_PER_USER, DEFAULT_MAX_JOB_COUNT, DEFAULT_MAX_SCRIPT_BYTES,
+    SubmissionCaps, DEFAULT_MAX_BYTES_PER_USER, DEFAULT_MAX_JOBS_PER_USER, DEFAULT_MAX_JOB_COUNT,
+    DEFAULT_MAX_SCRIPT_BYTES,
 };
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
@@ -871,6 +872,13 @@ impl Cluster {
         now: i64,
     ) -> Result<(JobId, Vec<Effect>), ClusterError> {
         spec.validate()?;
+        if spec.array_task.is_some() {
+            // Only the controller makes array tasks (`add_submission`): a
+            // submission naming one would join another user's array.
+            return Err(ClusterError::Refused(
+                "array_task is set by the controller for the tasks of an array; submit an array with `array` (sbatch --array)".into(),
+            ));
+        }
         spec.requeue.get_or_insert(self.job_requeue);
         if let Some(&id) = spec
             .idempotency_key

@@ -14,6 +14,12 @@ pub const DEFAULT_CONTEXT_MIB: u64 = 640;
 pub const CONTEXT_MARGIN_MIB: u64 = 32;
 /// Measurements kept per GPU model (the newest).
 pub const CONTEXT_SAMPLES: usize = 32;
+/// The most overhead one measurement may show to be believed: three times
+/// the largest context measured (PyTorch's, 638 MiB). What a process
+/// allocated is its own word (its interception library reports it), so a
+/// process that said it allocated nothing while it used 30 GB would
+/// otherwise make the node reserve 30 GB for every process after it.
+pub const MAX_CONTEXT_MIB: u64 = 2048;
 
 /// What processes took beyond their allocations, per GPU model.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,13 +30,16 @@ pub struct ContextCosts {
 impl ContextCosts {
     /// A process on a `model` GPU was seen using at most `device_peak_mib`
     /// of device memory while it allocated at most `allocated_peak_mib`. A
-    /// process the driver never reported (0) teaches nothing.
+    /// process the driver never reported (0) teaches nothing, and neither
+    /// does one whose overhead is beyond [`MAX_CONTEXT_MIB`] (its own word
+    /// on what it allocated is not believed).
     pub fn observe(&mut self, model: &str, device_peak_mib: u64, allocated_peak_mib: u64) {
-        if device_peak_mib == 0 {
+        let overhead = device_peak_mib.saturating_sub(allocated_peak_mib);
+        if device_peak_mib == 0 || overhead > MAX_CONTEXT_MIB {
             return;
         }
         let samples = self.by_model.entry(model.to_string()).or_default();
-        samples.push_back(device_peak_mib.saturating_sub(allocated_peak_mib));
+        samples.push_back(overhead);
         while samples.len() > CONTEXT_SAMPLES {
             samples.pop_front();
         }
@@ -77,5 +86,14 @@ mod tests {
             c.observe("H100", 520, 0);
         }
         assert_eq!(c.estimate("H100"), Some(520 + CONTEXT_MARGIN_MIB));
+    }
+
+    #[test]
+    fn a_process_that_understates_its_allocations_teaches_nothing() {
+        let mut c = ContextCosts::default();
+        c.observe("H100", 600, 0);
+        // 30 GB used, "nothing allocated": not believed.
+        c.observe("H100", 30_000, 0);
+        assert_eq!(c.estimate("H100"), Some(600 + CONTEXT_MARGIN_MIB));
     }
 }

@@ -449,37 +449,9 @@ impl FairShare {
             }
             AccountChange::SetLimits {
                 account,
-                user: None,
+                user,
                 limits,
-            } if account == ROOT => {
-                if limits.counts_jobs() {
-                    return Err(AccountError::RootLimits);
-                }
-                self.root_limits = limits.clone();
-            }
-            AccountChange::SetLimits {
-                account,
-                user: None,
-                limits,
-            } => {
-                let a = self
-                    .accounts
-                    .get_mut(account)
-                    .ok_or_else(|| AccountError::NoAccount(account.clone()))?;
-                a.limits = limits.clone();
-            }
-            AccountChange::SetLimits {
-                account,
-                user: Some(user),
-                limits,
-            } => {
-                let keys = self.associations_of(user, Some(account))?;
-                for k in keys {
-                    if let Some(a) = self.associations.get_mut(&k) {
-                        a.limits = limits.clone();
-                    }
-                }
-            }
+            } => self.set_limits(account, user.as_deref(), limits)?,
             AccountChange::DeleteUser { user, account } => {
                 let keys = self.associations_of(user, account.as_deref())?;
                 let lost_default = keys.iter().any(|k| self.associations[k].default);
@@ -490,6 +462,39 @@ impl FairShare {
                     // The first account left becomes the default.
                     if let Some(a) = self.associations.values_mut().find(|a| &a.user == user) {
                         a.default = true;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the limits of `account`, or of `user`'s association with
+    /// it; the root account takes QOS rights only.
+    fn set_limits(
+        &mut self,
+        account: &str,
+        user: Option<&str>,
+        limits: &AssocLimits,
+    ) -> Result<(), AccountError> {
+        match user {
+            None if account == ROOT => {
+                if limits.counts_jobs() {
+                    return Err(AccountError::RootLimits);
+                }
+                self.root_limits = limits.clone();
+            }
+            None => {
+                let a = self
+                    .accounts
+                    .get_mut(account)
+                    .ok_or_else(|| AccountError::NoAccount(account.to_string()))?;
+                a.limits = limits.clone();
+            }
+            Some(user) => {
+                for k in self.associations_of(user, Some(account))? {
+                    if let Some(a) = self.associations.get_mut(&k) {
+                        a.limits = limits.clone();
                     }
                 }
             }

@@ -157,12 +157,18 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_SCRIPT_BYTES)]
     #[serde(default = "default_max_script_size")]
     pub max_script_size: usize,
-    /// The most jobs one user may have queued or running at once (0: no
-    /// cap; root's own jobs are not counted). QOS and association limits
-    /// (MaxSubmitJobsPerUser, MaxSubmitJobs) may be stricter.
+    /// The most jobs of one user the controller holds: queued, running,
+    /// and finished ones kept for --min-job-age, as --max-job-count counts
+    /// them (0: no cap; root's own jobs are not counted). QOS and
+    /// association limits (MaxSubmitJobsPerUser, ...) may be stricter.
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_JOBS_PER_USER)]
     #[serde(default = "default_max_jobs_per_user")]
     pub max_jobs_per_user: usize,
+    /// The most bytes of scripts, environments and arguments one user's
+    /// jobs may hold in the controller (0: no cap; root's not counted).
+    #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_BYTES_PER_USER)]
+    #[serde(default = "default_max_bytes_per_user")]
+    pub max_bytes_per_user: usize,
     /// Whether a job that gives neither --requeue nor --no-requeue goes back
     /// to the queue when its node is lost (Slurm's JobRequeue, on by
     /// default).
@@ -244,6 +250,7 @@ impl Default for CtldConfig {
             min_job_age: default_min_job_age(),
             max_job_count: default_max_job_count(),
             max_jobs_per_user: default_max_jobs_per_user(),
+            max_bytes_per_user: default_max_bytes_per_user(),
             max_script_size: default_max_script_size(),
             job_requeue: default_job_requeue(),
             early_start_secs: default_early_start_secs(),
@@ -391,6 +398,9 @@ fn default_early_start_secs() -> u64 {
 
 fn default_max_job_count() -> usize {
     gsched_core::cluster::DEFAULT_MAX_JOB_COUNT
+}
+fn default_max_bytes_per_user() -> usize {
+    gsched_core::cluster::DEFAULT_MAX_BYTES_PER_USER
 }
 fn default_max_jobs_per_user() -> usize {
     gsched_core::cluster::DEFAULT_MAX_JOBS_PER_USER

@@ -96,6 +96,10 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
             0 => usize::MAX,
             n => n,
         },
+        max_bytes_per_user: match config.max_bytes_per_user {
+            0 => usize::MAX,
+            n => n,
+        },
     });
     cluster.set_early_start(Some(config.early_start_secs));
     cluster.set_priority_policy(priority);

@@ -307,7 +307,7 @@ impl Cluster {
 
     /// How many of `user`'s jobs that `matches` are queued or running
     /// (its own jobs only: `jobs_by_user.rs`).
-    pub(super) fn active_jobs_of(&self, user: &str, matches: impl Fn(&JobSpec) -> bool) -> u32 {
+    fn active_jobs_of(&self, user: &str, matches: impl Fn(&JobSpec) -> bool) -> u32 {
         self.jobs_by_user
             .of(user)
             .filter_map(|id| self.jobs.get(&id))

@@ -10,19 +10,28 @@ use crate::job::JobSpec;
 pub const DEFAULT_MAX_JOB_COUNT: usize = 10_000;
 /// Slurm's default max_script_size (4 MB).
 pub const DEFAULT_MAX_SCRIPT_BYTES: usize = 4 << 20;
-/// The most jobs one user may have queued or running at once unless the
-/// administrator says otherwise: half of the default MaxJobCount, so no
-/// one user can fill the controller for everyone.
+/// The most jobs of one user the controller holds (queued, running, and
+/// finished ones kept for MinJobAge) unless the administrator says
+/// otherwise: half of the default MaxJobCount, so no one user can fill
+/// the controller for everyone.
 pub const DEFAULT_MAX_JOBS_PER_USER: usize = 5_000;
+/// The most bytes of scripts, environments and arguments one user's
+/// queued and running jobs may hold in the controller's memory unless the
+/// administrator says otherwise (256 MiB): with the count alone, 5,000
+/// jobs of 4 MB scripts would be 20 GB.
+pub const DEFAULT_MAX_BYTES_PER_USER: usize = 256 << 20;
 
 /// The caps on what submissions may add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubmissionCaps {
     pub max_job_count: usize,
     pub max_script_bytes: usize,
-    /// Jobs of one user queued or running (root's own jobs are not
-    /// counted: root administers the controller).
+    /// Jobs of one user in memory, as MaxJobCount counts them (root's own
+    /// jobs are not counted: root administers the controller).
     pub max_jobs_per_user: usize,
+    /// Bytes of scripts, environments and arguments of one user's queued
+    /// and running jobs (root's not counted).
+    pub max_bytes_per_user: usize,
 }
 
 impl Default for SubmissionCaps {
@@ -31,6 +40,7 @@ impl Default for SubmissionCaps {
             max_job_count: DEFAULT_MAX_JOB_COUNT,
             max_script_bytes: DEFAULT_MAX_SCRIPT_BYTES,
             max_jobs_per_user: DEFAULT_MAX_JOBS_PER_USER,
+            max_bytes_per_user: DEFAULT_MAX_BYTES_PER_USER,
         }
     }
 }
@@ -42,6 +52,7 @@ impl SubmissionCaps {
             max_job_count: usize::MAX,
             max_script_bytes: usize::MAX,
             max_jobs_per_user: usize::MAX,
+            max_bytes_per_user: usize::MAX,
         }
     }
 }
@@ -64,15 +75,42 @@ impl Cluster {
         if self.jobs.len().saturating_add(adding) > self.caps.max_job_count {
             return Err(ClusterError::TooManyJobs(self.caps.max_job_count));
         }
-        let max = self.caps.max_jobs_per_user;
-        if spec.uid != 0 && max != usize::MAX {
-            let active = self.active_jobs_of(&spec.user_name, |_| true) as usize;
-            if active.saturating_add(adding) > max {
-                return Err(ClusterError::Refused(format!(
-                    "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): user {} may have {max} jobs queued or running (gctld --max-jobs-per-user)",
-                    spec.user_name
-                )));
-            }
+        self.check_user_caps(spec, adding)
+    }
+
+    /// One user's jobs in memory (queued, running, and finished ones kept
+    /// for MinJobAge, as MaxJobCount counts them: a user who cancels what
+    /// they submit still holds those jobs): how many, and the bytes of
+    /// their scripts, environments and arguments (root's not counted).
+    fn check_user_caps(&self, spec: &JobSpec, adding: usize) -> Result<(), ClusterError> {
+        let (max_jobs, max_bytes) = (self.caps.max_jobs_per_user, self.caps.max_bytes_per_user);
+        if spec.uid == 0 || (max_jobs == usize::MAX && max_bytes == usize::MAX) {
+            return Ok(());
+        }
+        let (mut jobs, mut bytes) = (0usize, 0usize);
+        for j in self
+            .jobs_by_user
+            .of(&spec.user_name)
+            .filter_map(|id| self.jobs.get(&id))
+        {
+            jobs += 1;
+            bytes = bytes.saturating_add(j.spec.held_bytes());
+        }
+        let violates =
+            "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)";
+        if jobs.saturating_add(adding) > max_jobs {
+            return Err(ClusterError::Refused(format!(
+                "{violates}: user {} may have {max_jobs} jobs in the controller, finished ones kept for MinJobAge included (gctld --max-jobs-per-user)",
+                spec.user_name
+            )));
+        }
+        let more = spec.held_bytes().saturating_mul(adding);
+        if bytes.saturating_add(more) > max_bytes {
+            return Err(ClusterError::Refused(format!(
+                "{violates}: the jobs of user {} would hold {} bytes of scripts, environments and arguments in the controller, over {max_bytes} (gctld --max-bytes-per-user)",
+                spec.user_name,
+                bytes.saturating_add(more)
+            )));
         }
         Ok(())
     }
@@ -130,8 +168,43 @@ mod tests {
         root.user_name = "root".into();
         root.uid = 0;
         c.submit(root, 0).unwrap();
-        // A finished job no longer counts.
+        // A cancelled job still counts while it is kept (MinJobAge): a
+        // user cannot fill MaxJobCount by cancelling what they submit.
         c.cancel(a, None, 1).unwrap();
-        c.submit(testkit::spec("f", false), 2).unwrap();
+        assert!(c.submit(testkit::spec("f", false), 2).is_err());
+    }
+
+    #[test]
+    fn a_submission_naming_an_array_task_is_refused() {
+        let mut c = testkit::cluster();
+        let mut forged = testkit::spec("fake", false);
+        forged.array_task = Some(crate::array::ArrayTask {
+            array_job_id: 7,
+            task_id: 99,
+            min: 0,
+            max: 99,
+            step: 1,
+            count: 100,
+            max_running: Some(0),
+        });
+        let e = c.submit(forged, 0).unwrap_err().to_string();
+        assert!(e.contains("array_task"), "{e}");
+        assert_eq!(c.jobs().count(), 0);
+    }
+
+    #[test]
+    fn one_users_jobs_hold_bounded_bytes() {
+        let mut c = testkit::cluster();
+        c.set_submission_caps(SubmissionCaps {
+            max_bytes_per_user: 4096,
+            ..SubmissionCaps::default()
+        });
+        let mut big = testkit::spec("a", false);
+        big.script = format!("#!/bin/sh\n#{}\n", "x".repeat(1500));
+        c.submit(big.clone(), 0).unwrap();
+        c.submit(big.clone(), 0).unwrap();
+        let e = c.submit(big, 0).unwrap_err().to_string();
+        assert!(e.contains("--max-bytes-per-user"), "{e}");
+        assert_eq!(c.pending_count(), 2, "nothing more was accepted");
     }
 }

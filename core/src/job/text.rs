@@ -28,6 +28,18 @@ pub fn is_unprintable(c: char) -> bool {
 }
 
 impl JobSpec {
+    /// What the job keeps in the controller's memory that its user chose
+    /// the size of: its script, environment and arguments, bytes.
+    pub fn held_bytes(&self) -> usize {
+        let env: usize = self
+            .environment
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 2)
+            .sum();
+        let args: usize = self.argv.iter().map(|a| a.len() + 1).sum();
+        self.script.len() + env + args
+    }
+
     /// Bounds what a user sends beyond the script (the script's bound is
     /// the controller's `max_script_size`).
     pub(super) fn check_sizes(&self) -> Result<(), SpecError> {

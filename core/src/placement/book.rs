@@ -614,39 +614,6 @@ impl TaskBook {
         self.release_where(|a_job, a_pid| a_job == job && a_pid == pid)
     }
 
-    /// The memory of the largest instance shared tasks may use, bytes.
-    pub fn largest_open_bytes(&self) -> u64 {
-        self.instances
-            .iter()
-            .map(|i| i.memory_bytes)
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// The GPU memory `job`'s tasks hold or wait for (placed, queued, and
-    /// growths waiting), bytes.
-    pub fn reserved_by(&self, job: JobId) -> u64 {
-        let placed: u64 = self
-            .active
-            .values()
-            .filter(|a| a.job == job)
-            .map(|a| a.bytes)
-            .sum();
-        let queued: u64 = self
-            .waiting
-            .iter()
-            .filter(|(_, r)| r.job == job)
-            .map(|(_, r)| r.bytes)
-            .sum();
-        let growing: u64 = self
-            .growing
-            .iter()
-            .filter(|(t, _)| self.active.get(t).is_some_and(|a| a.job == job))
-            .map(|(_, b)| *b)
-            .sum();
-        placed.saturating_add(queued).saturating_add(growing)
-    }
-
     /// Drops every task of a job that ended or was cancelled.
     pub fn release_job(&mut self, job: JobId) -> (Vec<TaskId>, Vec<Placed>) {
         self.unpin(|j, _| j == job);
@@ -813,6 +780,8 @@ impl TaskBook {
         self.restrict(uuid, closed, |i| &mut i.closed)
     }
 }
+
+mod usage;
 
 #[cfg(test)]
 mod tests;

@@ -190,6 +190,8 @@ pub enum PlacementError {
         free: u64,
         want: u64,
     },
+    #[error("job {job} has {max} GPU tasks on this node, the most one job may have at once: end some first")]
+    TooManyTasks { job: JobId, max: usize },
     #[error("job {job} would hold {want} bytes of GPU memory, over its budget of {budget} bytes {what}: state more with --gpu-mem or more tasks")]
     OverBudget {
         job: JobId,

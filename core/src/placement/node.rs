@@ -29,6 +29,10 @@ pub const RECENTLY_GONE_MS: i64 = 60_000;
 /// placement there checks that the memory is physically free (ms).
 pub const SETTLE_MS: i64 = 20_000;
 
+/// The most tasks one job may have placed or waiting on a node at once
+/// (every task is a record gnoded keeps and a place the book scans).
+pub const MAX_TASKS_PER_JOB: usize = 4096;
+
 /// What the node must carry out after a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeEvent {
@@ -126,6 +130,12 @@ impl NodeBook {
     /// A task asks for a place: placed now (its record follows as an
     /// event), queued, or refused when it can never fit.
     pub fn begin(&mut self, req: TaskRequest, now_ms: i64) -> Result<Begin, PlacementError> {
+        if self.book.tasks_of(req.job) >= MAX_TASKS_PER_JOB {
+            return Err(PlacementError::TooManyTasks {
+                job: req.job,
+                max: MAX_TASKS_PER_JOB,
+            });
+        }
         // A task that can never fit is told so by the book, first.
         let budget = self
             .budgets

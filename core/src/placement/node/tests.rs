@@ -389,3 +389,18 @@ fn a_job_that_stated_one_gib_cannot_reserve_every_instance() {
     n.job_ended(1, 1);
     assert_eq!(n.tasks().reserved_by(1), 0);
 }
+
+#[test]
+fn one_job_may_hold_a_bounded_number_of_tasks() {
+    let mut n = node(&[G]);
+    for pid in 0..MAX_TASKS_PER_JOB as u32 {
+        placed(n.begin(req(1, pid, 0), 0));
+    }
+    let e = n.begin(req(1, 99_999, 0), 0).unwrap_err();
+    assert!(
+        matches!(e, PlacementError::TooManyTasks { job: 1, .. }),
+        "{e}"
+    );
+    // Another job is not held by it.
+    placed(n.begin(req(2, 1, 0), 0));
+}
