@@ -23,6 +23,33 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
 
+/// Keeps connections to HOST PORT (N of them, per target) busy for SECS:
+/// a request on each every 0.3 s, reconnecting whenever one is closed.
+/// `python3 - SECS HOST PORT N [HOST PORT N ...]`.
+const BUSY_FLOOD: &str = r#"
+import socket, sys, time
+secs = float(sys.argv[1])
+targets = [(sys.argv[i], int(sys.argv[i + 1]), int(sys.argv[i + 2])) for i in range(2, len(sys.argv), 3)]
+def connect(h, p):
+    try:
+        return socket.create_connection((h, p), timeout=2)
+    except OSError:
+        return None
+pools = [(h, p, [connect(h, p) for _ in range(n)]) for h, p, n in targets]
+print("flooding", flush=True)
+end = time.time() + secs
+while time.time() < end:
+    for h, p, cs in pools:
+        for i, c in enumerate(cs):
+            try:
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                if not c.recv(4096):
+                    raise OSError("closed")
+            except Exception:
+                cs[i] = connect(h, p)
+    time.sleep(0.3)
+"#;
+
 fn wait_output(g: &Gsched, id: u64) -> String {
     let deadline = Instant::now() + T;
     loop {
@@ -433,4 +460,65 @@ fn a_shared_job_reserves_no_more_gpu_memory_than_it_stated() {
     for t in g.ended_tasks(&format!("?job={id}"), 2) {
         assert!(t["bytes"].as_u64().unwrap() <= 1 << 30, "{t}");
     }
+}
+
+#[test]
+fn a_local_users_busy_flood_leaves_the_daemons_talking() {
+    needs_root!();
+    let g = Gsched::start(&["--node-timeout", "4"]);
+    let flooder = TestUser::new();
+    let node = g.get("/api/v1/nodes").unwrap()["nodes"][0]["url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_string();
+    // A job that runs through the flood.
+    let long = g.script("long.sh", "#!/bin/sh\nsleep 12\necho survived\n");
+    let running = g.submit(&[&long]);
+    g.wait_state(running, "RUNNING", T);
+    // 300 connections to the controller's TCP port and 80 to the node's,
+    // each kept busy (a request every 0.3 s, reconnecting when closed):
+    // more than every slot of the loopback client on both.
+    let script = tempfile::Builder::new().suffix(".py").tempfile().unwrap();
+    std::fs::write(script.path(), BUSY_FLOOD).unwrap();
+    std::fs::set_permissions(
+        script.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let (node_host, node_port) = node.rsplit_once(':').unwrap();
+    let flood = format!(
+        "exec python3 {} 120 127.0.0.1 {} 300 {node_host} {node_port} 80",
+        script.path().display(),
+        g.listen.rsplit_once(':').unwrap().1,
+    );
+    let mut attack = flooder
+        .sh_cmd(&flood)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(attack.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "flooding");
+    // Long enough for the connections the daemons held before to idle out.
+    std::thread::sleep(Duration::from_secs(3));
+    // During the flood: a new job launches and ends, the node stays up.
+    let short = g.script("short.sh", "#!/bin/sh\necho hello\n");
+    let id = g.submit(&["-o", "short.out", &short]);
+    g.wait_state(id, "COMPLETED", Duration::from_secs(15));
+    // The job that was running goes on to its end: its node was never
+    // given up (heartbeats every second, node timeout 4 s).
+    assert_eq!(wait_output(&g, running).trim(), "survived");
+    let nodes = g.get("/api/v1/nodes").unwrap();
+    assert_ne!(nodes["nodes"][0]["state"], "DOWN", "{nodes}");
+    assert!(
+        attack.try_wait().unwrap().is_none(),
+        "the flood ran throughout"
+    );
+    let _ = attack.kill();
+    let _ = attack.wait();
 }

@@ -8,6 +8,7 @@ pub mod island;
 pub mod key;
 pub mod limits;
 pub mod listener;
+pub mod local_peer;
 pub mod peer;
 pub mod state;
 pub mod step_credential;

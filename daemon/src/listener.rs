@@ -40,8 +40,19 @@ pub trait ClientOf: Listener {
 }
 
 impl ClientOf for tokio::net::TcpListener {
-    fn client(_: &Self::Io, addr: &Self::Addr) -> String {
-        client_of_address(addr.ip())
+    /// A connection from this host counts against its user (the kernel
+    /// says whose socket it is: `local_peer`), so a local user's flood
+    /// takes only that user's share and root's daemons on the host keep
+    /// theirs; any other, against its address.
+    fn client(io: &Self::Io, addr: &Self::Addr) -> String {
+        let local = io.local_addr().ok();
+        match local.filter(|l| crate::local_peer::is_local(*addr, *l)) {
+            Some(l) => match crate::local_peer::uid_of(*addr, l) {
+                Some(uid) => format!("local uid {uid}"),
+                None => client_of_address(addr.ip()),
+            },
+            None => client_of_address(addr.ip()),
+        }
     }
 }
 
