@@ -24,8 +24,9 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+use ring::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
 use ring::hkdf;
+use gsched_seal::aead_key;
 
 use crate::http::ApiError;
 
@@ -93,22 +94,14 @@ impl std::fmt::Debug for PeerKeys {
     }
 }
 
-fn derive(prk: &hkdf::Prk, info: &[u8]) -> LessSafeKey {
-    let info = [info];
-    let okm = prk
-        .expand(&info, &CHACHA20_POLY1305)
-        .expect("HKDF can expand one AEAD key");
-    LessSafeKey::new(UnboundKey::from(okm))
-}
-
 impl PeerKeys {
     pub fn new(cluster_key: &str, direction: Direction) -> PeerKeys {
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"gsched peer seal")
             .extract(cluster_key.trim().as_bytes());
         let info = |what: &[u8]| [what, b" v1 ", direction.label()].concat();
         PeerKeys {
-            request: derive(&prk, &info(b"request")),
-            reply: derive(&prk, &info(b"reply")),
+            request: aead_key(&prk, &info(b"request")),
+            reply: aead_key(&prk, &info(b"reply")),
         }
     }
 }

@@ -68,7 +68,9 @@ impl hkdf::KeyType for Len32 {
     }
 }
 
-fn derive(prk: &hkdf::Prk, info: &[u8]) -> LessSafeKey {
+/// A ChaCha20-Poly1305 key expanded from `prk` for `info` (also the
+/// daemons' peer seal's, `gsched_daemon::peer`).
+pub fn aead_key(prk: &hkdf::Prk, info: &[u8]) -> LessSafeKey {
     let info = [info];
     let okm = prk
         .expand(&info, &CHACHA20_POLY1305)
@@ -84,8 +86,8 @@ impl StepSeal {
             .ok_or(SealError::BadSecret)?;
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"gsched step keys").extract(&bytes);
         Ok(StepSeal {
-            request: derive(&prk, b"request"),
-            reply: derive(&prk, b"reply"),
+            request: aead_key(&prk, b"request"),
+            reply: aead_key(&prk, b"reply"),
         })
     }
 

@@ -31,24 +31,24 @@ impl JobSpec {
     /// What the job keeps in the controller's memory that its user chose
     /// the size of: its script, environment and arguments, bytes.
     pub fn held_bytes(&self) -> usize {
-        let env: usize = self
-            .environment
+        self.script.len() + self.environment_bytes() + self.argument_bytes()
+    }
+
+    fn environment_bytes(&self) -> usize {
+        self.environment
             .iter()
             .map(|(k, v)| k.len() + v.len() + 2)
-            .sum();
-        let args: usize = self.argv.iter().map(|a| a.len() + 1).sum();
-        self.script.len() + env + args
+            .sum()
+    }
+
+    fn argument_bytes(&self) -> usize {
+        self.argv.iter().map(|a| a.len() + 1).sum()
     }
 
     /// Bounds what a user sends beyond the script (the script's bound is
     /// the controller's `max_script_size`).
     pub(super) fn check_sizes(&self) -> Result<(), SpecError> {
-        let env: usize = self
-            .environment
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 2)
-            .sum();
-        let args: usize = self.argv.iter().map(|a| a.len() + 1).sum();
+        let (env, args) = (self.environment_bytes(), self.argument_bytes());
         let options = [
             ("output file name", self.stdout.as_deref()),
             ("error file name", self.stderr.as_deref()),
