@@ -24,9 +24,9 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use gsched_seal::aead_key;
 use ring::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
 use ring::hkdf;
-use gsched_seal::aead_key;
 
 use crate::http::ApiError;
 
