@@ -201,7 +201,7 @@ fn a_job_on_two_nodes_runs_its_steps_on_both() {
         let seal = gsched_seal::StepSeal::for_step(sealing_key, id, 1, 99, "n2");
         let body = serde_json::json!({
             "job": id, "run": 1, "step": 99,
-            "sealed": seal.seal_request(forged.to_string().as_bytes()),
+            "sealed": seal.seal_request(forged.to_string().as_bytes()).0,
         });
         let r = ureq::post(&format!("http://{}:6818/v1/steps", t.c.net.addr(2))).send_json(body);
         match r {

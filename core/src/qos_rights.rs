@@ -99,6 +99,46 @@ impl FairShare {
         QosRights { allowed, default }
     }
 
+    /// The QOS granted on `account` (with `user`, that association), own
+    /// or inherited: what `QOS+=` and `QOS-=` change.
+    pub fn granted_qos(&self, account: &str, user: Option<&str>) -> Vec<String> {
+        self.rights_at(account, user)
+            .allowed
+            .unwrap_or_else(|| vec![DEFAULT_QOS.to_string()])
+    }
+
+    /// Checks every grant (root's, each account's, each association's):
+    /// each QOS named exists, and each default is granted where it applies
+    /// (a change above an association changes what it inherits).
+    pub fn check_all_qos_rights(&self, exists: impl Fn(&str) -> bool) -> Result<(), AccountError> {
+        self.check_qos_rights(ROOT, None, &exists)?;
+        for a in self.accounts.keys() {
+            self.check_qos_rights(a, None, &exists)?;
+        }
+        for (user, account) in self.associations.keys() {
+            self.check_qos_rights(account, Some(user), &exists)?;
+        }
+        Ok(())
+    }
+
+    /// Who names QOS `qos` in a grant (a list or a default), for a refusal
+    /// to delete it.
+    pub fn granting(&self, qos: &str) -> Option<String> {
+        let names = |l: &AssocLimits| {
+            l.qos.iter().flatten().any(|q| q == qos) || l.default_qos.as_deref() == Some(qos)
+        };
+        if names(&self.root_limits) {
+            return Some("the root account".into());
+        }
+        if let Some(a) = self.accounts.values().find(|a| names(&a.limits)) {
+            return Some(format!("account {}", a.name));
+        }
+        self.associations
+            .values()
+            .find(|a| names(&a.limits))
+            .map(|a| format!("user {} in account {}", a.user, a.account))
+    }
+
     /// Checks the QOS rights set on `account` (with `user`, on that
     /// association) once changed: every QOS named exists (`exists`) and
     /// the default QOS is among those granted there.
@@ -106,7 +146,7 @@ impl FairShare {
         &self,
         account: &str,
         user: Option<&str>,
-        exists: impl Fn(&str) -> bool,
+        exists: &dyn Fn(&str) -> bool,
     ) -> Result<(), AccountError> {
         let own = match user {
             Some(u) => self
@@ -123,6 +163,12 @@ impl FairShare {
         if let Some(q) = named.into_iter().find(|q| !exists(q)) {
             return Err(AccountError::NoQos(q.clone()));
         }
+        self.check_default(account, user)
+    }
+
+    /// The default QOS (own or inherited) that applies at `account` (with
+    /// `user`) is granted there.
+    fn check_default(&self, account: &str, user: Option<&str>) -> Result<(), AccountError> {
         let rights = self.rights_at(account, user);
         match &rights.default {
             Some(d) if !rights.allows(d) => Err(AccountError::DefaultNotAllowed {
@@ -267,12 +313,12 @@ mod tests {
         grant(&mut f, "physics", None, &["normal"], Some("high"));
         let exists = |q: &str| ["normal", "high"].contains(&q);
         assert!(matches!(
-            f.check_qos_rights("physics", None, exists),
+            f.check_qos_rights("physics", None, &exists),
             Err(AccountError::DefaultNotAllowed { .. })
         ));
         grant(&mut f, "physics", None, &["normal", "gone"], None);
         assert_eq!(
-            f.check_qos_rights("physics", None, exists),
+            f.check_qos_rights("physics", None, &exists),
             Err(AccountError::NoQos("gone".into()))
         );
         grant(
@@ -282,6 +328,26 @@ mod tests {
             &["normal", "high"],
             Some("high"),
         );
-        assert_eq!(f.check_qos_rights("astro", Some("ann"), exists), Ok(()));
+        assert_eq!(f.check_qos_rights("astro", Some("ann"), &exists), Ok(()));
+        // A change above an association can leave its default ungranted:
+        // every grant is checked.
+        grant(&mut f, "physics", None, &["normal"], None);
+        grant(&mut f, "astro", None, &["normal", "high"], None);
+        grant(&mut f, "astro", Some("ann"), &[], None);
+        f.associations
+            .get_mut(&("ann".to_string(), "astro".to_string()))
+            .unwrap()
+            .limits = AssocLimits {
+            default_qos: Some("high".into()),
+            ..Default::default()
+        };
+        assert_eq!(f.check_all_qos_rights(exists), Ok(()));
+        grant(&mut f, "astro", None, &["normal"], None);
+        assert!(f.check_all_qos_rights(exists).is_err());
+        assert_eq!(
+            f.granting("high").as_deref(),
+            Some("user ann in account astro")
+        );
+        assert_eq!(f.granted_qos("physics", None), vec!["normal".to_string()]);
     }
 }

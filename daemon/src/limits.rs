@@ -39,17 +39,18 @@ impl<K: Hash + Eq + Clone + std::fmt::Display> ConnectionLimits<K> {
     /// Admits a connection of `client`, or says which limit it hit.
     pub fn admit(self: &Arc<Self>, client: K) -> Result<Admitted<K>, LimitError> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if open.1 >= self.total {
-            return Err(LimitError::Total { limit: self.total });
-        }
-        let n = open.0.entry(client.clone()).or_insert(0);
-        if *n >= self.per_client {
+        // The client's own cap first: a client at it is told so, whatever
+        // the total (so room made for it comes from its own connections).
+        if open.0.get(&client).is_some_and(|n| *n >= self.per_client) {
             return Err(LimitError::PerClient {
                 who: client.to_string(),
                 limit: self.per_client,
             });
         }
-        *n += 1;
+        if open.1 >= self.total {
+            return Err(LimitError::Total { limit: self.total });
+        }
+        *open.0.entry(client.clone()).or_insert(0) += 1;
         open.1 += 1;
         Ok(Admitted {
             limits: Arc::clone(self),

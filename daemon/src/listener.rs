@@ -25,6 +25,9 @@ use tokio::time::{Instant, Sleep};
 
 use crate::limits::{Admitted, ConnectionLimits, LimitError};
 
+/// The client key of root's processes on this host (`local_peer`).
+const ROOT_HERE: &str = "local uid 0";
+
 /// How long a new connection may take to send its first byte.
 pub const FIRST_BYTE: Duration = Duration::from_secs(10);
 
@@ -40,17 +43,17 @@ pub trait ClientOf: Listener {
 }
 
 impl ClientOf for tokio::net::TcpListener {
-    /// A connection from this host counts against its user (the kernel
-    /// says whose socket it is: `local_peer`), so a local user's flood
-    /// takes only that user's share and root's daemons on the host keep
-    /// theirs; any other, against its address.
+    /// A connection from this host (any of its addresses) counts against
+    /// its user (the kernel says whose socket it is: `local_peer`), so a
+    /// local user's flood takes only that user's share and root's daemons
+    /// on the host keep theirs; any other, against its address.
     fn client(io: &Self::Io, addr: &Self::Addr) -> String {
-        let local = io.local_addr().ok();
-        match local.filter(|l| crate::local_peer::is_local(*addr, *l)) {
-            Some(l) => match crate::local_peer::uid_of(*addr, l) {
-                Some(uid) => format!("local uid {uid}"),
-                None => client_of_address(addr.ip()),
-            },
+        match io
+            .local_addr()
+            .ok()
+            .and_then(|l| crate::local_peer::uid_of(*addr, l))
+        {
+            Some(uid) => format!("local uid {uid}"),
             None => client_of_address(addr.ip()),
         }
     }
@@ -124,6 +127,12 @@ impl<L: ClientOf> Listener for Bounded<L> {
             let client = L::client(&io, &addr);
             let admitted = match self.limits.admit(client.clone()) {
                 Ok(a) => Some(a),
+                // Root's own daemons on this host (gnoded's heartbeats,
+                // gctld's launches) are held to their own cap only: other
+                // users together cannot fill the total against them.
+                Err(LimitError::Total { .. }) if client == ROOT_HERE => {
+                    Some(self.limits.admit_in_place(client.clone()))
+                }
                 Err(e) => self.slots.evict_for(&client, &e).then(|| {
                     tracing::info!(
                         client,
@@ -153,11 +162,14 @@ impl<L: ClientOf> Listener for Bounded<L> {
 }
 
 /// What the listener knows of one open connection: when it last moved,
-/// and whether it is to be closed.
+/// whether it is answering a request, and whether it is to be closed.
 #[derive(Debug)]
 struct Slot {
     /// Milliseconds since the listener's epoch.
     moved_ms: AtomicU64,
+    /// Its last move was a read (a request, or part of one) with nothing
+    /// written since: it is not idle but waiting for its answer.
+    answering: AtomicBool,
     evicted: AtomicBool,
     closed: AtomicBool,
     waker: Mutex<Option<Waker>>,
@@ -188,6 +200,7 @@ impl Slots {
     fn open(self: &Arc<Self>, client: &str) -> SlotHandle {
         let slot = Arc::new(Slot {
             moved_ms: AtomicU64::new(self.now_ms()),
+            answering: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             waker: Mutex::new(None),
@@ -198,13 +211,27 @@ impl Slots {
         list.push(Arc::clone(&slot));
         SlotHandle {
             slots: Arc::clone(self),
+            client: client.to_string(),
             slot,
         }
     }
 
+    /// Forgets a closed connection (and its client with its last one).
+    fn close(&self, client: &str, slot: &Arc<Slot>) {
+        let mut all = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(list) = all.get_mut(client) {
+            list.retain(|s| !Arc::ptr_eq(s, slot));
+            if list.is_empty() {
+                all.remove(client);
+            }
+        }
+    }
+
     /// Marks for closing the connection idle the longest (at least
-    /// [`EVICTABLE_IDLE`]) of `client`, or, when the daemon is full, of the
-    /// client holding the most; returns whether one was found.
+    /// [`EVICTABLE_IDLE`], and not in the middle of an answer: a request
+    /// read and not yet answered) of `client`, or, when the daemon is full,
+    /// of the clients holding the most, biggest first; returns whether one
+    /// was found.
     fn evict_for(&self, client: &str, refused: &LimitError) -> bool {
         let now = self.now_ms();
         let mut all = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
@@ -214,18 +241,25 @@ impl Slots {
             });
         }
         all.retain(|_, l| !l.is_empty());
-        let victims = match refused {
-            LimitError::PerClient { .. } => all.get(client),
-            LimitError::Total { .. } => all.values().max_by_key(|l| l.len()),
+        let evictable = |sl: &&Arc<Slot>| {
+            !sl.answering.load(Ordering::Relaxed)
+                && now.saturating_sub(sl.moved_ms.load(Ordering::Relaxed))
+                    >= self.evictable.as_millis() as u64
         };
-        let oldest = victims.and_then(|l| {
+        let oldest_of = |l: &Vec<Arc<Slot>>| {
             l.iter()
-                .filter(|s| {
-                    now.saturating_sub(s.moved_ms.load(Ordering::Relaxed))
-                        >= self.evictable.as_millis() as u64
-                })
-                .min_by_key(|s| s.moved_ms.load(Ordering::Relaxed))
-        });
+                .filter(evictable)
+                .min_by_key(|sl| sl.moved_ms.load(Ordering::Relaxed))
+                .cloned()
+        };
+        let oldest = match refused {
+            LimitError::PerClient { .. } => all.get(client).and_then(oldest_of),
+            LimitError::Total { .. } => {
+                let mut by_size: Vec<&Vec<Arc<Slot>>> = all.values().collect();
+                by_size.sort_by_key(|l| std::cmp::Reverse(l.len()));
+                by_size.into_iter().find_map(oldest_of)
+            }
+        };
         let Some(victim) = oldest else {
             return false;
         };
@@ -242,18 +276,21 @@ impl Slots {
     }
 }
 
-/// A connection's place in [`Slots`]; marks it closed when dropped.
+/// A connection's place in [`Slots`]; forgotten when dropped.
 #[derive(Debug)]
 struct SlotHandle {
     slots: Arc<Slots>,
+    client: String,
     slot: Arc<Slot>,
 }
 
 impl SlotHandle {
-    fn moved(&self) {
+    /// Bytes moved: read (`answering` from now) or written (answered).
+    fn moved(&self, read: bool) {
         self.slot
             .moved_ms
             .store(self.slots.now_ms(), Ordering::Relaxed);
+        self.slot.answering.store(read, Ordering::Relaxed);
     }
 
     fn evicted(&self, cx: &Context<'_>) -> bool {
@@ -265,6 +302,7 @@ impl SlotHandle {
 impl Drop for SlotHandle {
     fn drop(&mut self) {
         self.slot.closed.store(true, Ordering::Relaxed);
+        self.slots.close(&self.client, &self.slot);
     }
 }
 
@@ -302,9 +340,9 @@ impl<T> Guarded<T> {
         &self.inner
     }
 
-    fn moved(&mut self) {
+    fn moved(&mut self, read: bool) {
         self.deadline.as_mut().reset(Instant::now() + self.idle);
-        self.slot.moved();
+        self.slot.moved(read);
     }
 
     /// After the inner stream said Pending: `TimedOut` once idle too long,
@@ -335,7 +373,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
-                this.moved();
+                this.moved(true);
                 Poll::Ready(r)
             }
             Poll::Pending => this.check_idle(cx).map(Err),
@@ -352,7 +390,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_write(cx, buf) {
             Poll::Ready(r) => {
-                this.moved();
+                this.moved(false);
                 Poll::Ready(r)
             }
             Poll::Pending => this.check_idle(cx).map(Err),
@@ -419,8 +457,13 @@ mod tests {
         let mut c2 = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (mut s2, _) = l.accept().await;
         let mut b = [0u8; 1];
+        // s1 answers a request; s2 reads one and does not answer yet.
         c1.write_all(b"a").await.unwrap();
         s1.read_exact(&mut b).await.unwrap();
+        s1.write_all(b"A").await.unwrap();
+        c1.read_exact(&mut b).await.unwrap();
+        c2.write_all(b"q").await.unwrap();
+        s2.read_exact(&mut b).await.unwrap();
         // Both busy: a third is refused (closed at once), and nothing is
         // admitted.
         let mut c3 = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -428,10 +471,9 @@ mod tests {
             .await
             .is_err());
         let refused = tokio::spawn(async move { c3.read(&mut [0u8; 1]).await.unwrap_or(0) });
-        // s1 idles past the eviction age while s2 keeps moving.
+        // Both idle past the eviction age: s1 answered, s2 is still
+        // answering its request (a handler at work) and is never chosen.
         tokio::time::sleep(evictable + Duration::from_millis(200)).await;
-        c2.write_all(b"x").await.unwrap();
-        s2.read_exact(&mut b).await.unwrap();
         // The next one gets in: s1 is closed for it, s2 stays.
         let _c4 = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (_s4, _) = tokio::time::timeout(Duration::from_secs(5), l.accept())

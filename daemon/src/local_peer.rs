@@ -9,7 +9,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
-use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP};
+use netlink_packet_sock_diag::constants::{
+    AF_INET, AF_INET6, IPPROTO_TCP, TCP_LISTEN, TCP_TIME_WAIT,
+};
 use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::protocols::NETLINK_SOCK_DIAG;
@@ -27,16 +29,11 @@ fn plain(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Whether a connection from `peer` accepted on `local` comes from this
-/// host: a loopback address, or this host's own address.
-pub fn is_local(peer: SocketAddr, local: SocketAddr) -> bool {
-    let p = plain(peer.ip());
-    p.is_loopback() || p == plain(local.ip())
-}
-
-/// The uid owning the socket at the other end of a connection from this
-/// host (`peer` connected to our `local`); `None` when the kernel does
-/// not say.
+/// The uid owning the socket at the other end of a connection when that
+/// socket is on this host (`peer` connected to our `local`, from any of
+/// the host's addresses); `None` for a peer on another host, and when the
+/// kernel does not say. Only a live socket counts: a closed one (in
+/// TIME_WAIT, which the kernel reports as root's) is not believed.
 pub fn uid_of(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
     let (src, dst) = (plain(peer.ip()), plain(local.ip()));
     let family = match (src, dst) {
@@ -70,6 +67,21 @@ pub fn uid_of(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
     let mut request = vec![0; packet.buffer_len()];
     packet.serialize(&mut request);
     let mut socket = Socket::new(NETLINK_SOCK_DIAG).ok()?;
+    // The kernel answers at once; never wait long for it in an accept loop.
+    let limit = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: setsockopt reads the struct it is given, of the size given.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&limit as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
     socket.bind_auto().ok()?;
     socket.connect(&NetlinkAddr::new(0, 0)).ok()?;
     socket.send(&request, 0).ok()?;
@@ -77,7 +89,14 @@ pub fn uid_of(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
     let n = socket.recv(&mut &mut answer[..], 0).ok()?;
     let message = <NetlinkMessage<SockDiagMessage>>::deserialize(&answer[..n]).ok()?;
     match message.payload {
-        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => Some(r.header.uid),
+        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r))
+            if r.header.inode != 0
+                && ![TCP_TIME_WAIT, TCP_LISTEN].contains(&r.header.state)
+                && r.header.socket_id.source_port == peer.port()
+                && r.header.socket_id.source_address == src =>
+        {
+            Some(r.header.uid)
+        }
         _ => None,
     }
 }
@@ -93,12 +112,16 @@ mod tests {
         let (server, peer) = listener.accept().unwrap();
         let local = server.local_addr().unwrap();
         assert_eq!(peer, client.local_addr().unwrap());
-        assert!(is_local(peer, local));
         // SAFETY: geteuid cannot fail.
         let me = unsafe { libc::geteuid() };
         assert_eq!(uid_of(peer, local), Some(me));
-        // A connection that does not exist has no owner.
+        // A connection that does not exist has no owner, and one closed
+        // (TIME_WAIT, reported as root's) is not believed.
         let gone = SocketAddr::new(peer.ip(), 1);
         assert_eq!(uid_of(gone, local), None);
+        drop(client);
+        drop(server);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(uid_of(peer, local), None);
     }
 }

@@ -27,6 +27,17 @@ pub struct StepClaims {
 
 const KIND: &str = "step";
 
+/// How far the controller's clock may be behind a node's when a node
+/// compares a credential's issue time with its own start.
+pub const CLOCK_SLACK_SECS: i64 = 5;
+
+impl StepClaims {
+    /// When it was issued (unix seconds).
+    pub fn issued_at(&self) -> i64 {
+        self.exp - LIFETIME_SECS
+    }
+}
+
 /// Signs a credential for `node` to start tasks of step `step` of run
 /// `run` of job `job`, valid from `now` for [`LIFETIME_SECS`].
 pub fn sign(key: &str, job: u64, run: u32, step: u32, node: &str, now: i64) -> String {

@@ -20,6 +20,10 @@ pub struct NodeApi {
     pub reshaper: Arc<crate::reshape::Reshaper>,
     pub lease: Arc<crate::fence::NodeLease>,
     pub key: String,
+    /// When this gnoded started (unix seconds): a step credential issued
+    /// before is not taken (a sealed request captured while gnoded was
+    /// away, replayed after it restarted).
+    pub started_at: i64,
 }
 
 type St = State<Arc<NodeApi>>;

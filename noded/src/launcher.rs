@@ -305,9 +305,16 @@ impl Launcher {
         }
         // Only the shared processes of a job with a quota are held to one.
         let quota = req.time_quota.filter(|_| req.instances.is_empty());
+        // One context reservation for the job's environment and its budget.
+        let context_bytes = self.interception.get().map(|(_, _, c)| c.reserve_bytes());
+        let budget = gpu_budget(req).map(|mut b| {
+            b.context_bytes = context_bytes;
+            b.largest_bytes = self.probe.get().map(|p| p.largest_open_bytes());
+            b
+        });
         if let Some(probe) = self.probe.get() {
             let key = probe
-                .register_job(job.id, job.spec.uid, None, quota, gpu_budget(req))
+                .register_job(job.id, job.spec.uid, None, quota, budget)
                 .map_err(|e| LaunchError::Io(e.to_string()))?;
             if let Some(q) = quota {
                 env.insert(TIME_QUOTA_ENV.into(), q.to_env());
@@ -315,12 +322,14 @@ impl Launcher {
             env.insert(PROBE_SOCK_ENV.into(), probe.path().display().to_string());
             env.insert(JOB_KEY_ENV.into(), key);
         }
-        if let Some((lib, default_bytes, context)) = self.interception.get() {
+        if let (Some((lib, default_bytes, _)), Some(context_bytes)) =
+            (self.interception.get(), context_bytes)
+        {
             let lib = lib.display().to_string();
             let with = Interception {
                 lib: &lib,
                 default_bytes: *default_bytes,
-                context_bytes: context.reserve_bytes(),
+                context_bytes,
             };
             add_interception(
                 &mut env,
@@ -346,7 +355,7 @@ impl Launcher {
             .confinement()
             .prepare(job, gpus)
             .map_err(LaunchError::Refused)
-            .and_then(|prepared| self.begin(req, &spool, env, prepared, early));
+            .and_then(|prepared| self.begin(req, &spool, env, prepared, early, budget));
         if started.is_err() {
             // Nothing of this run is left to run or to report later: its
             // cgroup (and anything in it), its probe key and its spool go.
@@ -370,6 +379,7 @@ impl Launcher {
         env: std::collections::BTreeMap<String, String>,
         prepared: crate::confine::Prepared,
         early: bool,
+        gpu_budget: Option<gsched_core::placement::budget::BudgetInput>,
     ) -> Result<(), LaunchError> {
         let job = &req.job;
         let io = |what: &str, e: std::io::Error| {
@@ -425,7 +435,7 @@ impl Launcher {
             memory_limit: prepared.memory_limit,
             instances: req.instances.iter().map(|i| i.uuid.clone()).collect(),
             rlimits: job.spec.rlimits.clone(),
-            gpu_budget: gpu_budget(req),
+            gpu_budget,
         };
         spool
             .write_json(&spool.spec_path(), &spec)

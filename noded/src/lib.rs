@@ -590,6 +590,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         reshaper: Arc::clone(&reshaper),
         lease: Arc::clone(&lease),
         key: key.clone(),
+        started_at: gsched_daemon::unix_now(),
     }));
     // Only the controller calls a node: a few connections are plenty.
     let listener =

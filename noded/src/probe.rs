@@ -408,6 +408,11 @@ impl ProbeServer {
         self.dispatch(&mut st);
     }
 
+    /// The memory of the largest instance shared tasks may use, bytes.
+    pub fn largest_open_bytes(&self) -> u64 {
+        self.lock().node.tasks().largest_open_bytes()
+    }
+
     /// Lets a job use the probe socket; returns its secret. `key` is given
     /// when re-registering an adopted job; `quota` is the GPU time quota
     /// its processes are held to, `budget` what sets the GPU memory its

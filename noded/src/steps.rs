@@ -41,19 +41,24 @@ pub async fn run(State(api): State<Arc<NodeApi>>, Body(sealed): Body<SealedStepT
     // Sealed under the key of this step on this node, which only the
     // controller (and through it the job's owner) can have derived.
     let seal = StepSeal::for_step(&api.key, sealed.job, sealed.run, sealed.step, &node);
-    let req = match seal
+    let (req, answer) = match seal
         .open_request(&sealed.sealed)
         .map_err(|e| e.to_string())
-        .and_then(|plain| serde_json::from_slice::<StepTasks>(&plain).map_err(|e| e.to_string()))
-    {
-        Ok(r) if (r.job, r.run, r.step) == (sealed.job, sealed.run, sealed.step) => r,
+        .and_then(|(plain, answer)| {
+            serde_json::from_slice::<StepTasks>(&plain)
+                .map(|r| (r, answer))
+                .map_err(|e| e.to_string())
+        }) {
+        Ok((r, answer)) if (r.job, r.run, r.step) == (sealed.job, sealed.run, sealed.step) => {
+            (r, answer)
+        }
         Ok(_) => {
             return ApiError::new(StatusCode::FORBIDDEN, "the sealed step is for another step")
                 .into_response()
         }
         Err(e) => return ApiError::new(StatusCode::FORBIDDEN, e).into_response(),
     };
-    if let Err(e) = gsched_daemon::step_credential::verify(
+    let claims = match gsched_daemon::step_credential::verify(
         &api.key,
         &req.credential,
         req.job,
@@ -61,7 +66,18 @@ pub async fn run(State(api): State<Arc<NodeApi>>, Body(sealed): Body<SealedStepT
         req.step,
         &node,
     ) {
-        return ApiError::new(StatusCode::FORBIDDEN, e.to_string()).into_response();
+        Ok(c) => c,
+        Err(e) => return ApiError::new(StatusCode::FORBIDDEN, e.to_string()).into_response(),
+    };
+    // Issued before this gnoded started: a request sent while it was
+    // away, which a squatter may have kept to replay (the node does not
+    // remember across a restart which steps it started).
+    if claims.issued_at() < api.started_at - gsched_daemon::step_credential::CLOCK_SLACK_SECS {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("the step credential was issued before gnoded on node {node} started; run srun again"),
+        )
+        .into_response();
     }
     if !launcher.is_running(req.job, req.run) {
         return ApiError::new(
@@ -114,13 +130,14 @@ pub async fn run(State(api): State<Arc<NodeApi>>, Body(sealed): Body<SealedStepT
     let (tx, rx) = mpsc::channel::<StepEvent>(256);
     tokio::spawn(start_and_watch(req, spec, procs, Arc::clone(launcher), tx));
     // Each event sealed with its number: srun believes only this node's.
-    let lines = futures_util::stream::unfold((rx, seal, 0u64), |(mut rx, seal, seq)| async move {
-        let e = rx.recv().await?;
-        let plain = serde_json::to_vec(&e).unwrap_or_default();
-        let mut line = seal.seal_event(seq, &plain).into_bytes();
-        line.push(b'\n');
-        Some((Ok::<_, std::io::Error>(line), (rx, seal, seq + 1)))
-    });
+    let lines =
+        futures_util::stream::unfold((rx, answer, 0u64), |(mut rx, answer, seq)| async move {
+            let e = rx.recv().await?;
+            let plain = serde_json::to_vec(&e).expect("step events serialize");
+            let mut line = answer.seal_event(seq, &plain).into_bytes();
+            line.push(b'\n');
+            Some((Ok::<_, std::io::Error>(line), (rx, answer, seq + 1)))
+        });
     Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "application/x-ndjson")

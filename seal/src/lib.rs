@@ -9,9 +9,11 @@
 //! it (ChaCha20-Poly1305) and the node, which derives the same secret from
 //! its own copy of the cluster key, opens it. Whoever holds the port
 //! without the cluster key reads nothing and cannot answer: each event the
-//! node streams back is sealed under the secret's reply key with its
-//! sequence number as the nonce, so `srun` believes only the node's own
-//! events, in order. The secret opens this step on this node only.
+//! node streams back is sealed under a reply key derived from the secret
+//! and the request's own nonce, with its sequence number as the nonce, so
+//! `srun` believes only the node's own events, in order, and no two
+//! answers (a request replayed included) ever share a key. The secret
+//! opens this step on this node only.
 //!
 //! Its own small crate: `srun` (gsched-cli) and gnoded (gsched-noded)
 //! share it without the command pulling in the daemons' libraries.
@@ -35,7 +37,19 @@ pub enum SealError {
 /// The keys of one step's exchange with one node.
 pub struct StepSeal {
     request: LessSafeKey,
-    reply: LessSafeKey,
+    /// What each answer's key is derived from, with its request's nonce.
+    replies: hkdf::Prk,
+}
+
+/// The key of the answer to one request: its events, in order.
+pub struct StepReply {
+    key: LessSafeKey,
+}
+
+impl std::fmt::Debug for StepReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepReply(..)")
+    }
 }
 
 impl std::fmt::Debug for StepSeal {
@@ -87,7 +101,7 @@ impl StepSeal {
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"gsched step keys").extract(&bytes);
         Ok(StepSeal {
             request: aead_key(&prk, b"request"),
-            reply: aead_key(&prk, b"reply"),
+            replies: hkdf::Salt::new(hkdf::HKDF_SHA256, b"gsched step replies").extract(&bytes),
         })
     }
 
@@ -98,8 +112,16 @@ impl StepSeal {
             .expect("a derived secret is well formed")
     }
 
-    /// `plain` sealed under a fresh nonce: hexadecimal nonce and cipher text.
-    pub fn seal_request(&self, plain: &[u8]) -> String {
+    /// The key of the answer to the request sealed under `nonce`.
+    fn reply_to(&self, nonce: &[u8]) -> StepReply {
+        StepReply {
+            key: aead_key(&self.replies, &[b"reply v1 ".as_slice(), nonce].concat()),
+        }
+    }
+
+    /// `plain` sealed under a fresh nonce (hexadecimal nonce and cipher
+    /// text), and the key its answer comes under.
+    pub fn seal_request(&self, plain: &[u8]) -> (String, StepReply) {
         let mut nonce = [0u8; NONCE_LEN];
         getrandom::getrandom(&mut nonce).expect("the OS gives randomness for a nonce");
         let mut data = plain.to_vec();
@@ -110,31 +132,38 @@ impl StepSeal {
                 &mut data,
             )
             .expect("sealing in memory does not fail");
-        format!("{}{}", hex(&nonce), hex(&data))
+        (
+            format!("{}{}", hex(&nonce), hex(&data)),
+            self.reply_to(&nonce),
+        )
     }
 
-    /// Opens what [`Self::seal_request`] sealed.
-    pub fn open_request(&self, sealed: &str) -> Result<Vec<u8>, SealError> {
+    /// Opens what [`Self::seal_request`] sealed; with the key to answer
+    /// it under.
+    pub fn open_request(&self, sealed: &str) -> Result<(Vec<u8>, StepReply), SealError> {
         let bytes = unhex(sealed).ok_or(SealError::Request)?;
         if bytes.len() < NONCE_LEN {
             return Err(SealError::Request);
         }
-        let (nonce, data) = bytes.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| SealError::Request)?;
+        let (nonce_bytes, data) = bytes.split_at(NONCE_LEN);
+        let nonce =
+            Nonce::try_assume_unique_for_key(nonce_bytes).map_err(|_| SealError::Request)?;
         let mut data = data.to_vec();
         let plain = self
             .request
             .open_in_place(nonce, Aad::from(b"gsched step request"), &mut data)
             .map_err(|_| SealError::Request)?;
-        Ok(plain.to_vec())
+        Ok((plain.to_vec(), self.reply_to(nonce_bytes)))
     }
+}
 
+impl StepReply {
     /// Event number `seq` of the node's stream, sealed (hexadecimal). The
-    /// sequence number is the nonce: each is used once under the reply key
-    /// of a step that starts once on its node.
+    /// sequence number is the nonce: each is used once under the key of
+    /// this one answer.
     pub fn seal_event(&self, seq: u64, plain: &[u8]) -> String {
         let mut data = plain.to_vec();
-        self.reply
+        self.key
             .seal_in_place_append_tag(seq_nonce(seq), Aad::from(b"gsched step event"), &mut data)
             .expect("sealing in memory does not fail");
         hex(&data)
@@ -144,7 +173,7 @@ impl StepSeal {
     pub fn open_event(&self, seq: u64, sealed: &str) -> Result<Vec<u8>, SealError> {
         let mut data = unhex(sealed.trim()).ok_or(SealError::Event(seq))?;
         let plain = self
-            .reply
+            .key
             .open_in_place(seq_nonce(seq), Aad::from(b"gsched step event"), &mut data)
             .map_err(|_| SealError::Event(seq))?;
         Ok(plain.to_vec())
@@ -190,13 +219,13 @@ mod tests {
     #[test]
     fn a_request_opens_only_for_its_step_on_its_node_under_the_cluster_key() {
         let s = secret("cluster", 7, 2, 1, "n2");
-        let sealed = StepSeal::from_secret(&s)
+        let (sealed, _) = StepSeal::from_secret(&s)
             .unwrap()
             .seal_request(b"{\"env\":{\"GSCHED_TOKEN\":\"t\"}}");
         assert!(!sealed.contains(&hex(b"GSCHED_TOKEN")), "sealed in clear");
         let node = StepSeal::for_step("cluster", 7, 2, 1, "n2");
         assert_eq!(
-            node.open_request(&sealed).unwrap(),
+            node.open_request(&sealed).unwrap().0,
             b"{\"env\":{\"GSCHED_TOKEN\":\"t\"}}"
         );
         for other in [
@@ -206,7 +235,7 @@ mod tests {
             StepSeal::for_step("cluster", 7, 2, 2, "n2"),
             StepSeal::for_step("cluster", 7, 2, 1, "n1"),
         ] {
-            assert_eq!(other.open_request(&sealed), Err(SealError::Request));
+            assert_eq!(other.open_request(&sealed).unwrap_err(), SealError::Request);
         }
         // Tampered or malformed.
         let mut bad = sealed.clone().into_bytes();
@@ -224,19 +253,25 @@ mod tests {
     }
 
     #[test]
-    fn events_open_only_in_order_and_only_from_the_node() {
+    fn events_open_only_in_order_only_from_the_node_and_only_for_their_request() {
         let node = StepSeal::for_step("k", 1, 0, 0, "n");
         let srun = StepSeal::from_secret(&secret("k", 1, 0, 0, "n")).unwrap();
-        let e0 = node.seal_event(0, b"first");
-        let e1 = node.seal_event(1, b"second");
-        assert_eq!(srun.open_event(0, &e0).unwrap(), b"first");
-        assert_eq!(srun.open_event(1, &e1).unwrap(), b"second");
+        let (request, mine) = srun.seal_request(b"go");
+        let (_, answer) = node.open_request(&request).unwrap();
+        let e0 = answer.seal_event(0, b"first");
+        let e1 = answer.seal_event(1, b"second");
+        assert_eq!(mine.open_event(0, &e0).unwrap(), b"first");
+        assert_eq!(mine.open_event(1, &e1).unwrap(), b"second");
         // Out of order, replayed, or forged by someone without the key.
-        assert_eq!(srun.open_event(1, &e0), Err(SealError::Event(1)));
-        let forged = StepSeal::for_step("guess", 1, 0, 0, "n").seal_event(2, b"exit 0");
-        assert_eq!(srun.open_event(2, &forged), Err(SealError::Event(2)));
-        // Requests and events use different keys.
-        let req = node.seal_request(b"x");
-        assert!(srun.open_event(0, &req[24..]).is_err());
+        assert_eq!(mine.open_event(1, &e0), Err(SealError::Event(1)));
+        let (_, guessed) = StepSeal::for_step("guess", 1, 0, 0, "n").seal_request(b"x");
+        let forged = guessed.seal_event(2, b"exit 0");
+        assert_eq!(mine.open_event(2, &forged), Err(SealError::Event(2)));
+        // Another request (a replay's answer included) has another key: its
+        // events never open as this one's.
+        let (_, other_answer) = node.open_request(&srun.seal_request(b"go").0).unwrap();
+        assert!(mine
+            .open_event(0, &other_answer.seal_event(0, b"first"))
+            .is_err());
     }
 }

@@ -110,8 +110,10 @@ impl Words {
     }
 }
 
-/// `limits` with what `w` sets changed.
-fn set_limits(mut limits: AssocLimits, w: &Words) -> Result<AssocLimits> {
+/// `limits` with what `w` sets changed; `granted`: the QOS granted there
+/// now (its own list, else the inherited one), which `QOS+=`/`QOS-=`
+/// change.
+fn set_limits(mut limits: AssocLimits, granted: Vec<String>, w: &Words) -> Result<AssocLimits> {
     for (k, v) in w.set.iter().chain(w.cond.iter()) {
         match k.as_str() {
             "grpjobs" => limits.grp_jobs = limit(k, v)?,
@@ -121,7 +123,10 @@ fn set_limits(mut limits: AssocLimits, w: &Words) -> Result<AssocLimits> {
             "grptres" => limits.grp_tres = tres_limit(k, v)?,
             "maxtres" | "maxtresperjob" => limits.max_tres_per_job = tres_limit(k, v)?,
             "maxwall" | "maxwalldurationperjob" => limits.max_wall_minutes = wall_limit(v)?,
-            "qos" | "qos+" | "qos-" => limits.qos = qos_list(limits.qos.take(), k, v),
+            "qos" | "qos+" | "qos-" => {
+                let now = limits.qos.take().unwrap_or_else(|| granted.clone());
+                limits.qos = qos_list(now, k, v)
+            }
             "defaultqos" | "defqos" => {
                 limits.default_qos = match v.trim() {
                     "" | "-1" | "''" => None,
@@ -136,7 +141,7 @@ fn set_limits(mut limits: AssocLimits, w: &Words) -> Result<AssocLimits> {
 
 /// An association's QOS list after `QOS=` (replaces; `-1` or empty:
 /// inherited again), `QOS+=` (adds) or `QOS-=` (removes), as Slurm's.
-fn qos_list(now: Option<Vec<String>>, key: &str, v: &str) -> Option<Vec<String>> {
+fn qos_list(now: Vec<String>, key: &str, v: &str) -> Option<Vec<String>> {
     let named = v
         .split(',')
         .map(str::trim)
@@ -146,7 +151,7 @@ fn qos_list(now: Option<Vec<String>>, key: &str, v: &str) -> Option<Vec<String>>
         "qos" if matches!(v.trim(), "" | "-1" | "''") => None,
         "qos" => Some(named.collect()),
         "qos+" => {
-            let mut list = now.unwrap_or_default();
+            let mut list = now;
             for q in named {
                 if !list.contains(&q) {
                     list.push(q);
@@ -156,12 +161,7 @@ fn qos_list(now: Option<Vec<String>>, key: &str, v: &str) -> Option<Vec<String>>
         }
         _ => {
             let gone: Vec<String> = named.collect();
-            Some(
-                now.unwrap_or_default()
-                    .into_iter()
-                    .filter(|q| !gone.contains(q))
-                    .collect(),
-            )
+            Some(now.into_iter().filter(|q| !gone.contains(q)).collect())
         }
     }
 }
@@ -183,6 +183,15 @@ fn tres_limit(k: &str, v: &str) -> Result<Tres> {
         return Ok(Tres::default());
     }
     Tres::parse(v).map_err(|e| anyhow!("{k}={v}: {e}"))
+}
+
+/// The QOS granted now on `account` (with `user`, that association),
+/// own or inherited, as the controller decides it (`qos_rights`), from
+/// the accounts as gctld sends them.
+fn granted_qos(current: &Value, account: &str, user: Option<&str>) -> Vec<String> {
+    let stored: gsched_core::fairshare::StoredFairShare =
+        serde_json::from_value(current.clone()).unwrap_or_default();
+    gsched_core::fairshare::FairShare::from(stored).granted_qos(account, user)
 }
 
 /// The limits now on `account` (with `user`, that association's), from
@@ -298,7 +307,11 @@ fn limit_changes(entity: &str, w: &Words, current: &Value) -> Result<Vec<Account
             out.push(AccountChange::SetLimits {
                 account: name.clone(),
                 user: None,
-                limits: set_limits(current_limits(current, name, None), w)?,
+                limits: set_limits(
+                    current_limits(current, name, None),
+                    granted_qos(current, name, None),
+                    w,
+                )?,
             });
         }
         return Ok(out);
@@ -318,7 +331,11 @@ fn limit_changes(entity: &str, w: &Words, current: &Value) -> Result<Vec<Account
         };
         for account in accounts {
             out.push(AccountChange::SetLimits {
-                limits: set_limits(current_limits(current, &account, Some(user)), w)?,
+                limits: set_limits(
+                    current_limits(current, &account, Some(user)),
+                    granted_qos(current, &account, Some(user)),
+                    w,
+                )?,
                 account,
                 user: Some(user.clone()),
             });
@@ -750,7 +767,18 @@ mod tests {
             matches!(&c[1], AccountChange::SetLimits { user: Some(u), limits, .. } if u == "ann" && limits.qos == Some(vec!["low".into(), "high".into()]))
         );
         // -1: inherited again.
-        assert_eq!(qos_list(Some(vec!["a".into()]), "qos", "-1"), None);
+        assert_eq!(qos_list(vec!["a".into()], "qos", "-1"), None);
+        // += on an association that inherits its list starts from it.
+        let inherits = serde_json::json!({
+            "root_limits": {"qos": ["normal"]},
+            "accounts": [{"name": "physics", "parent": "root", "shares": 1}],
+            "associations": [{"user": "ann", "account": "physics", "shares": 1, "default": true}]
+        });
+        let c = changes("modify", "user", &words("ann set qos+=high"), &inherits).unwrap();
+        assert!(
+            matches!(&c[1], AccountChange::SetLimits { limits, .. } if limits.qos == Some(vec!["normal".into(), "high".into()])),
+            "{c:?}"
+        );
     }
 
     #[test]

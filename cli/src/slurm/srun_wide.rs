@@ -225,13 +225,17 @@ fn spawn_remote(
             Ok(s) => s,
             Err(e) => return fail(&done, count, &format!("{name}: {e}")),
         };
-        let body = match serde_json::to_vec(&req) {
-            Ok(plain) => serde_json::json!(gsched_core::steps::SealedStepTasks {
-                job: req.job,
-                run: req.run,
-                step: req.step,
-                sealed: seal.seal_request(&plain),
-            }),
+        let (body, answer) = match serde_json::to_vec(&req) {
+            Ok(plain) => {
+                let (sealed, answer) = seal.seal_request(&plain);
+                let body = serde_json::json!(gsched_core::steps::SealedStepTasks {
+                    job: req.job,
+                    run: req.run,
+                    step: req.step,
+                    sealed,
+                });
+                (body, answer)
+            }
             Err(e) => return fail(&done, count, &format!("{name}: {e}")),
         };
         let reader = match crate::client::post_streaming(&url, &body) {
@@ -247,7 +251,7 @@ fn spawn_remote(
         for (seq, line) in std::io::BufReader::new(reader).lines().enumerate() {
             let Ok(line) = line else { break };
             // Only the node's own events, in order, are believed.
-            let line = match seal.open_event(seq as u64, &line) {
+            let line = match answer.open_event(seq as u64, &line) {
                 Ok(plain) => plain,
                 Err(e) => {
                     eprintln!("srun: error: {name}: {e}");

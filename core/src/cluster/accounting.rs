@@ -86,6 +86,13 @@ impl Cluster {
 
     /// An administrator's change to the QOS.
     pub fn change_qos(&mut self, change: &QosChange) -> Result<Vec<Effect>, ClusterError> {
+        if let QosChange::Delete { name } = change {
+            if let Some(who) = self.fair_share.granting(name) {
+                return Err(ClusterError::Refused(format!(
+                    "QOS {name} is granted to {who}; take it out of the grants first (sacctmgr modify ... set qos-={name}, or another DefaultQOS)"
+                )));
+            }
+        }
         self.qos
             .apply(change)
             .map_err(|e| ClusterError::Refused(e.to_string()))?;
@@ -258,16 +265,17 @@ impl Cluster {
     /// An administrator's change to the accounts.
     pub fn change_accounts(&mut self, change: &AccountChange) -> Result<Vec<Effect>, ClusterError> {
         let refuse = |e: crate::fairshare::AccountError| ClusterError::Refused(e.to_string());
-        let AccountChange::SetLimits { account, user, .. } = change else {
+        if !matches!(change, AccountChange::SetLimits { .. }) {
             self.fair_share.apply(change).map_err(refuse)?;
             return Ok(vec![Effect::Accounts]);
-        };
-        // QOS rights are checked once set, on a copy: nothing changes
-        // when they are refused.
+        }
+        // QOS rights are checked once set, every grant (a change above an
+        // association changes what it inherits), on a copy: nothing
+        // changes when they are refused.
         let mut changed = self.fair_share.clone();
         changed.apply(change).map_err(refuse)?;
         changed
-            .check_qos_rights(account, user.as_deref(), |q| self.qos.qos.contains_key(q))
+            .check_all_qos_rights(|q| self.qos.qos.contains_key(q))
             .map_err(refuse)?;
         self.fair_share = changed;
         Ok(vec![Effect::Accounts])

@@ -46,6 +46,14 @@ pub struct BudgetInput {
     /// The smallest GPU memory limit of its QOS and association, MiB.
     #[serde(default)]
     pub cap_mib: Option<u64>,
+    /// The CUDA context reserved with each process's first task, and the
+    /// largest instance open to shared jobs, bytes, as they were at the
+    /// launch (kept so an adopted job's budget does not change under it:
+    /// its processes still ask for the context they were told).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_bytes: Option<u64>,
 }
 
 impl BudgetInput {
@@ -62,6 +70,7 @@ impl BudgetInput {
             stated_mib: spec.gpu.mem_mib,
             tasks,
             cap_mib,
+            ..BudgetInput::default()
         }
     }
 }
@@ -69,8 +78,10 @@ impl BudgetInput {
 impl MemBudget {
     /// The budget of a job on a node whose largest instance open to shared
     /// jobs has `largest` bytes, and which reserves `context` bytes for
-    /// each process's CUDA context.
+    /// each process's CUDA context (where the input does not say).
     pub fn of(input: BudgetInput, largest: u64, context: u64) -> MemBudget {
+        let largest = input.largest_bytes.unwrap_or(largest);
+        let context = input.context_bytes.unwrap_or(context);
         let tasks = u64::from(input.tasks.max(1));
         let per_task = input
             .stated_mib
@@ -79,7 +90,12 @@ impl MemBudget {
             .unwrap_or(largest.max(context))
             .saturating_mul(tasks);
         let total = match input.cap_mib {
-            Some(cap) => total.min(cap.saturating_mul(MIB).saturating_add(context)),
+            // The limit counts what the job asked for; each task's context
+            // comes on top, as on the stated footprint.
+            Some(cap) => total.min(
+                cap.saturating_mul(MIB)
+                    .saturating_add(context.saturating_mul(tasks)),
+            ),
             None => total,
         };
         MemBudget { per_task, total }
@@ -148,7 +164,7 @@ mod tests {
             BudgetInput {
                 stated_mib: Some(1024),
                 tasks: 2,
-                cap_mib: None,
+                ..BudgetInput::default()
             },
             40 * GIB,
             GIB / 2,
@@ -173,13 +189,14 @@ mod tests {
                 total: 10 * GIB
             }
         );
-        // Five instances' worth is refused.
+        // Past one instance's worth is refused.
         assert!(b.check(1, 0, 10 * GIB, GIB).is_err());
         let capped = MemBudget::of(
             BudgetInput {
                 stated_mib: None,
                 tasks: 4,
                 cap_mib: Some(2048),
+                ..BudgetInput::default()
             },
             10 * GIB,
             0,

@@ -361,7 +361,7 @@ fn a_job_that_stated_one_gib_cannot_reserve_every_instance() {
     let input = BudgetInput {
         stated_mib: Some(1024),
         tasks: 1,
-        cap_mib: None,
+        ..BudgetInput::default()
     };
     n.set_budget(1, MemBudget::of(input, 10 * G, 0));
     let p = placed(n.begin(req(1, 10, G), 0));
