@@ -427,7 +427,7 @@ fn a_user_may_use_only_the_qos_granted_to_them() {
         &["-P", "-n", "show", "assoc", "format=user,qos"],
     );
     assert!(
-        out.contains(&format!("{}|teamq,normal", team.name)),
+        out.contains(&format!("{}|normal,teamq", team.name)),
         "{out}"
     );
 }
