@@ -40,9 +40,10 @@ pub struct BudgetInput {
     /// `--gpu-mem`, MiB per task.
     #[serde(default)]
     pub stated_mib: Option<u64>,
-    /// Its tasks on the node (at least one counts).
+    /// Its Slurm tasks on the node (`-n`, `--ntasks-per-node`; at least
+    /// one counts): its processes that may each hold a reservation.
     #[serde(default)]
-    pub tasks: u32,
+    pub ntasks: u32,
     /// The smallest GPU memory limit of its QOS and association, MiB.
     #[serde(default)]
     pub cap_mib: Option<u64>,
@@ -68,7 +69,7 @@ impl BudgetInput {
             .unwrap_or(1);
         BudgetInput {
             stated_mib: spec.gpu.mem_mib,
-            tasks,
+            ntasks: tasks,
             cap_mib,
             ..BudgetInput::default()
         }
@@ -82,7 +83,7 @@ impl MemBudget {
     pub fn of(input: BudgetInput, largest: u64, context: u64) -> MemBudget {
         let largest = input.largest_bytes.unwrap_or(largest);
         let context = input.context_bytes.unwrap_or(context);
-        let tasks = u64::from(input.tasks.max(1));
+        let tasks = u64::from(input.ntasks.max(1));
         let per_task = input
             .stated_mib
             .map(|m| m.saturating_mul(MIB).saturating_add(context));
@@ -163,7 +164,7 @@ mod tests {
         let b = MemBudget::of(
             BudgetInput {
                 stated_mib: Some(1024),
-                tasks: 2,
+                ntasks: 2,
                 ..BudgetInput::default()
             },
             40 * GIB,
@@ -194,7 +195,7 @@ mod tests {
         let capped = MemBudget::of(
             BudgetInput {
                 stated_mib: None,
-                tasks: 4,
+                ntasks: 4,
                 cap_mib: Some(2048),
                 ..BudgetInput::default()
             },

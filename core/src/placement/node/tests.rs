@@ -360,7 +360,7 @@ fn a_job_that_stated_one_gib_cannot_reserve_every_instance() {
     let mut n = node(&[10 * G; 5]);
     let input = BudgetInput {
         stated_mib: Some(1024),
-        tasks: 1,
+        ntasks: 1,
         ..BudgetInput::default()
     };
     n.set_budget(1, MemBudget::of(input, 10 * G, 0));
