@@ -894,9 +894,7 @@ impl Cluster {
         self.choose_qos(&mut spec)?;
         self.apply_max_wall(&mut spec);
         if let Some(d) = &spec.dependency {
-            if let Some(id) = d.job_ids().find(|id| !self.jobs.contains_key(id)) {
-                return Err(ClusterError::DependencyOnUnknownJob(id));
-            }
+            self.check_dependency(spec.uid, d)?;
         }
         let key = spec.idempotency_key.clone().map(|k| (spec.uid, k));
         let (id, effects) = self.add_submission(spec, now);

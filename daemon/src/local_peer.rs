@@ -93,7 +93,7 @@ pub fn uid_of(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
             if r.header.inode != 0
                 && ![TCP_TIME_WAIT, TCP_LISTEN].contains(&r.header.state)
                 && r.header.socket_id.source_port == peer.port()
-                && r.header.socket_id.source_address == src =>
+                && plain(r.header.socket_id.source_address) == src =>
         {
             Some(r.header.uid)
         }

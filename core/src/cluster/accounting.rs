@@ -145,15 +145,29 @@ impl Cluster {
     /// Sets the QOS a submission runs under and checks the QOS's
     /// submission limits.
     pub(super) fn choose_qos(&self, spec: &mut JobSpec) -> Result<(), ClusterError> {
-        if !self.qos.in_use() {
-            return Ok(());
-        }
         let refuse = |e: crate::qos::QosError| {
             ClusterError::Refused(format!("Batch job submission failed: {e}"))
         };
         let rights = self
             .fair_share
             .qos_rights(&spec.user_name, spec.slurm.account.as_deref());
+        if !self.qos.in_use() {
+            // None exists yet: only `normal` may be named (a job staged
+            // under a name an administrator creates later would run under
+            // it without a grant); root's own jobs are not held to it.
+            return match spec.slurm.qos.clone() {
+                Some(qos)
+                    if self.accounting.qos_rights && spec.uid != 0 && !rights.allows(&qos) =>
+                {
+                    Err(refuse(crate::qos::QosError::NotGranted {
+                        qos,
+                        user: spec.user_name.clone(),
+                        granted: rights.describe(),
+                    }))
+                }
+                _ => Ok(()),
+            };
+        }
         let asked = spec
             .slurm
             .qos
@@ -608,6 +622,15 @@ mod tests {
     fn a_qos_not_granted_is_refused_and_nothing_is_queued() {
         let mut c = cluster();
         physics(&mut c);
+        // Before any QOS exists, only normal may be named: a job staged
+        // under a name created later would run under it ungranted.
+        let mut early = spec("early", false);
+        early.slurm.qos = Some("gold".into());
+        let e = c.submit(early.clone(), 0).unwrap_err().to_string();
+        assert!(e.contains("Invalid qos specification"), "{e}");
+        early.slurm.qos = Some("normal".into());
+        let (staged, _) = c.submit(early, 0).unwrap();
+        c.withdraw(staged);
         for name in ["normal", "high"] {
             c.change_qos(&QosChange::Add {
                 qos: Qos {

@@ -4,7 +4,11 @@
 //! accepted is touched.
 
 use super::{Cluster, ClusterError};
+use crate::dependency::Dependency;
 use crate::job::JobSpec;
+
+/// The most jobs one dependency may name.
+pub const MAX_DEPENDENCY_JOBS: usize = 1_000;
 
 /// Slurm's default MaxJobCount.
 pub const DEFAULT_MAX_JOB_COUNT: usize = 10_000;
@@ -76,6 +80,33 @@ impl Cluster {
             return Err(ClusterError::TooManyJobs(self.caps.max_job_count));
         }
         self.check_user_caps(spec, adding)
+    }
+
+    /// Checks what a dependency of a job of `uid` names: jobs that exist,
+    /// at most [`MAX_DEPENDENCY_JOBS`], and only its own user's (root's
+    /// jobs may name any): a job named by a waiting job stays in memory
+    /// after it ends, so naming other users' jobs would hold them against
+    /// their owners' caps and MaxJobCount.
+    pub(super) fn check_dependency(&self, uid: u32, d: &Dependency) -> Result<(), ClusterError> {
+        let ids: Vec<_> = d.job_ids().collect();
+        if ids.len() > MAX_DEPENDENCY_JOBS {
+            return Err(ClusterError::Refused(format!(
+                "Job dependency problem: a dependency names at most {MAX_DEPENDENCY_JOBS} jobs ({} given)",
+                ids.len()
+            )));
+        }
+        for id in ids {
+            match self.jobs.get(&id) {
+                None => return Err(ClusterError::DependencyOnUnknownJob(id)),
+                Some(j) if uid != 0 && j.spec.uid != uid => {
+                    return Err(ClusterError::Refused(format!(
+                        "Job dependency problem: job {id} belongs to another user; a job may wait only for its own user's jobs"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// One user's jobs in memory (queued, running, and finished ones kept
@@ -206,5 +237,26 @@ mod tests {
         let e = c.submit(big, 0).unwrap_err().to_string();
         assert!(e.contains("--max-bytes-per-user"), "{e}");
         assert_eq!(c.pending_count(), 2, "nothing more was accepted");
+    }
+
+    #[test]
+    fn a_dependency_names_only_its_own_users_jobs() {
+        let mut c = testkit::cluster();
+        let mut other = testkit::spec("theirs", false);
+        other.user_name = "v".into();
+        other.uid = 2;
+        let (theirs, _) = c.submit(other, 0).unwrap();
+        let (mine, _) = c.submit(testkit::spec("mine", false), 0).unwrap();
+        let mut pin = testkit::spec("pin", false);
+        pin.dependency = Some(Dependency::parse(&format!("afterany:{theirs}")).unwrap());
+        let e = c.submit(pin.clone(), 0).unwrap_err().to_string();
+        assert!(e.contains("belongs to another user"), "{e}");
+        pin.dependency = Some(Dependency::parse(&format!("afterany:{mine}")).unwrap());
+        c.submit(pin, 0).unwrap();
+        // Root's jobs may wait for anyone's.
+        let mut root = testkit::spec("root", false);
+        root.uid = 0;
+        root.dependency = Some(Dependency::parse(&format!("afterok:{theirs}")).unwrap());
+        c.submit(root, 0).unwrap();
     }
 }

@@ -78,12 +78,8 @@ impl Cluster {
             changed.push("Partition");
         }
         if let Some(d) = &update.dependency {
-            if let Some(unknown) = d
-                .iter()
-                .flat_map(|d| d.job_ids())
-                .find(|j| !self.jobs.contains_key(j))
-            {
-                return Err(ClusterError::DependencyOnUnknownJob(unknown));
+            if let Some(d) = d {
+                self.check_dependency(spec.uid, d)?;
             }
             if d.iter().flat_map(|d| d.job_ids()).any(|j| j == id) {
                 return Err(ClusterError::Refused(format!(
