@@ -5,6 +5,8 @@
 //! keep it pending; changes come from administrators (`sacctmgr`) and
 //! every change is persisted through one effect.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{resources_of, Cluster, ClusterError, Effect};
@@ -238,12 +240,34 @@ impl Cluster {
             }
         }
         let mut waits = Vec::new();
+        // A grant taken away after submission (or the QOS gone): the job
+        // waits (Slurm's InvalidQOS). Worked out once per user, account
+        // and QOS in a pass.
+        let rights_checked = qos && self.accounting.qos_rights;
+        let mut granted: HashMap<(&str, Option<&str>, &str), bool> = HashMap::new();
         for ids in queues {
             ids.retain(|id| {
                 let Some(j) = self.jobs.get(id) else {
                     return true;
                 };
                 let user = &j.spec.user_name;
+                if let Some(q) = j
+                    .spec
+                    .slurm
+                    .qos
+                    .as_deref()
+                    .filter(|_| rights_checked && j.spec.uid != 0)
+                {
+                    let account = j.spec.slurm.account.as_deref();
+                    let allowed = *granted.entry((user, account, q)).or_insert_with(|| {
+                        self.qos.qos.contains_key(q)
+                            && self.fair_share.qos_rights(user, account).allows(q)
+                    });
+                    if !allowed {
+                        waits.push((*id, "InvalidQOS"));
+                        return false;
+                    }
+                }
                 let (l, account) = limit_loads(j, qos, assoc);
                 let verdict = match &l {
                     Some(l) => self.qos.admit(&tally, l).map_err(|w| w.reason()),
@@ -674,5 +698,11 @@ mod tests {
         assert!(c.submit(high, 0).is_ok());
         let (id, _) = c.submit(spec("b", false), 0).unwrap();
         assert_eq!(c.job(id).unwrap().spec.slurm.qos.as_deref(), Some("high"));
+        // The grant taken away while it waits: it stays pending, InvalidQOS.
+        c.change_accounts(&grant(&["normal"], Some("normal")))
+            .unwrap();
+        let started = launch(&mut c, 1);
+        assert!(!started.contains(&id), "{started:?}");
+        assert_eq!(c.job(id).unwrap().reason.as_deref(), Some("InvalidQOS"));
     }
 }
