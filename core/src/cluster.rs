@@ -613,7 +613,8 @@ impl Cluster {
             }
             c.index(&job);
             c.restore_grace(&job);
-            c.jobs_by_user.add(&job.spec.user_name, job.id);
+            c.jobs_by_user
+                .add(&job.spec.user_name, job.id, job.spec.held_bytes());
             if let Some(k) = &job.spec.idempotency_key {
                 c.submissions
                     .insert((job.spec.uid, k.clone()), job.submitted_as());
@@ -872,13 +873,6 @@ impl Cluster {
         now: i64,
     ) -> Result<(JobId, Vec<Effect>), ClusterError> {
         spec.validate()?;
-        if spec.array_task.is_some() {
-            // Only the controller makes array tasks (`add_submission`): a
-            // submission naming one would join another user's array.
-            return Err(ClusterError::Refused(
-                "array_task is set by the controller for the tasks of an array; submit an array with `array` (sbatch --array)".into(),
-            ));
-        }
         spec.requeue.get_or_insert(self.job_requeue);
         if let Some(&id) = spec
             .idempotency_key
@@ -950,7 +944,8 @@ impl Cluster {
         self.next_id += 1;
         let job = Job::new(id, spec, now);
         self.enqueue(id, job.spec.isolated);
-        self.jobs_by_user.add(&job.spec.user_name, id);
+        self.jobs_by_user
+            .add(&job.spec.user_name, id, job.spec.held_bytes());
         self.jobs.insert(id, job);
         id
     }

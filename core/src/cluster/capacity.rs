@@ -69,6 +69,13 @@ impl Cluster {
     /// Refuses a submission whose script is too large or whose jobs (every
     /// task of an array) would take the controller past MaxJobCount.
     pub(super) fn check_caps(&self, spec: &JobSpec) -> Result<(), ClusterError> {
+        if spec.array_task.is_some() {
+            // Only the controller makes array tasks (`add_submission`): a
+            // submission naming one would join another user's array.
+            return Err(ClusterError::Refused(
+                "array_task is set by the controller for the tasks of an array; submit an array with `array` (sbatch --array)".into(),
+            ));
+        }
         if spec.script.len() > self.caps.max_script_bytes {
             return Err(ClusterError::ScriptTooLarge {
                 size: spec.script.len(),
@@ -112,21 +119,14 @@ impl Cluster {
     /// One user's jobs in memory (queued, running, and finished ones kept
     /// for MinJobAge, as MaxJobCount counts them: a user who cancels what
     /// they submit still holds those jobs): how many, and the bytes of
-    /// their scripts, environments and arguments (root's not counted).
+    /// scripts, environments and arguments they came with (root's not
+    /// counted), from the per-user index: no walk over the user's jobs.
     fn check_user_caps(&self, spec: &JobSpec, adding: usize) -> Result<(), ClusterError> {
         let (max_jobs, max_bytes) = (self.caps.max_jobs_per_user, self.caps.max_bytes_per_user);
         if spec.uid == 0 || (max_jobs == usize::MAX && max_bytes == usize::MAX) {
             return Ok(());
         }
-        let (mut jobs, mut bytes) = (0usize, 0usize);
-        for j in self
-            .jobs_by_user
-            .of(&spec.user_name)
-            .filter_map(|id| self.jobs.get(&id))
-        {
-            jobs += 1;
-            bytes = bytes.saturating_add(j.spec.held_bytes());
-        }
+        let (jobs, bytes) = self.jobs_by_user.held(&spec.user_name);
         let violates =
             "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)";
         if jobs.saturating_add(adding) > max_jobs {

@@ -1,36 +1,48 @@
 //! Each user's jobs held in memory, for the counts that submission limits
-//! need (`MaxSubmitJobs`, `MaxSubmitJobsPerUser`): a submission looks at
-//! its own user's jobs, not at every job the controller holds. A job is
-//! added when it is submitted (or restored) and removed when it is
-//! forgotten (retention) or withdrawn, so the index holds exactly the jobs
-//! in memory: its finished ones only until retention forgets them.
+//! need (`MaxSubmitJobs`, `MaxSubmitJobsPerUser`, the per-user caps): a
+//! submission looks at its own user's jobs, not at every job the
+//! controller holds. A job is added when it is submitted (or restored)
+//! and removed when it is forgotten (retention) or withdrawn, so the index
+//! holds exactly the jobs in memory: its finished ones only until
+//! retention forgets them. With each job, the bytes of script,
+//! environment and arguments it came with; their sum per user is kept, so
+//! the byte cap costs a submission nothing.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::job::JobId;
 
 #[derive(Debug, Default)]
+struct UserJobs {
+    bytes: BTreeMap<JobId, usize>,
+    total: usize,
+}
+
+#[derive(Debug, Default)]
 pub(super) struct JobsByUser {
-    by_user: HashMap<String, BTreeSet<JobId>>,
+    by_user: HashMap<String, UserJobs>,
 }
 
 impl JobsByUser {
-    pub fn add(&mut self, user: &str, id: JobId) {
+    /// Adds job `id` of `user`, which came with `bytes`.
+    pub fn add(&mut self, user: &str, id: JobId, bytes: usize) {
         // The user's name is copied only for a user's first job.
-        match self.by_user.get_mut(user) {
-            Some(ids) => {
-                ids.insert(id);
-            }
-            None => {
-                self.by_user.insert(user.to_string(), BTreeSet::from([id]));
-            }
+        let jobs = match self.by_user.get_mut(user) {
+            Some(jobs) => jobs,
+            None => self.by_user.entry(user.to_string()).or_default(),
+        };
+        if let Some(old) = jobs.bytes.insert(id, bytes) {
+            jobs.total -= old;
         }
+        jobs.total += bytes;
     }
 
     pub fn remove(&mut self, user: &str, id: JobId) {
-        if let Some(ids) = self.by_user.get_mut(user) {
-            ids.remove(&id);
-            if ids.is_empty() {
+        if let Some(jobs) = self.by_user.get_mut(user) {
+            if let Some(b) = jobs.bytes.remove(&id) {
+                jobs.total -= b;
+            }
+            if jobs.bytes.is_empty() {
                 self.by_user.remove(user);
             }
         }
@@ -38,7 +50,18 @@ impl JobsByUser {
 
     /// `user`'s jobs in memory.
     pub fn of(&self, user: &str) -> impl Iterator<Item = JobId> + '_ {
-        self.by_user.get(user).into_iter().flatten().copied()
+        self.by_user
+            .get(user)
+            .into_iter()
+            .flat_map(|j| j.bytes.keys())
+            .copied()
+    }
+
+    /// How many jobs `user` has in memory, and the bytes they came with.
+    pub fn held(&self, user: &str) -> (usize, usize) {
+        self.by_user
+            .get(user)
+            .map_or((0, 0), |j| (j.bytes.len(), j.total))
     }
 }
 
@@ -49,10 +72,13 @@ mod tests {
     #[test]
     fn a_users_jobs_are_listed_until_removed() {
         let mut a = JobsByUser::default();
-        a.add("ann", 2);
-        a.add("ann", 1);
-        a.add("bob", 3);
+        a.add("ann", 2, 10);
+        a.add("ann", 1, 5);
+        a.add("bob", 3, 1);
         assert_eq!(a.of("ann").collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(a.held("ann"), (2, 15));
+        a.add("ann", 1, 7);
+        assert_eq!(a.held("ann"), (2, 17), "a job added again counts once");
         a.remove("ann", 1);
         a.remove("ann", 2);
         a.remove("ann", 2);
