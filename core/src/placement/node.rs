@@ -130,7 +130,9 @@ impl NodeBook {
     /// A task asks for a place: placed now (its record follows as an
     /// event), queued, or refused when it can never fit.
     pub fn begin(&mut self, req: TaskRequest, now_ms: i64) -> Result<Begin, PlacementError> {
-        if self.book.tasks_of(req.job) >= MAX_TASKS_PER_JOB {
+        // One pass over the book for both of the job's sums.
+        let (tasks, held) = self.book.usage_of(req.job);
+        if tasks >= MAX_TASKS_PER_JOB {
             return Err(PlacementError::TooManyTasks {
                 job: req.job,
                 max: MAX_TASKS_PER_JOB,
@@ -142,7 +144,7 @@ impl NodeBook {
             .get(&req.job)
             .filter(|_| req.bytes <= self.book.largest_open_bytes());
         if let Some(b) = budget {
-            b.check(req.job, 0, self.book.reserved_by(req.job), req.bytes)?;
+            b.check(req.job, 0, held, req.bytes)?;
         }
         let begin = self.book.begin(req)?;
         if let Begin::Placed(p) = &begin {

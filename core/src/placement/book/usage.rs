@@ -5,12 +5,6 @@ use super::TaskBook;
 use crate::job::JobId;
 
 impl TaskBook {
-    /// How many tasks `job` has placed or waiting.
-    pub fn tasks_of(&self, job: JobId) -> usize {
-        self.active.values().filter(|a| a.job == job).count()
-            + self.waiting.iter().filter(|(_, r)| r.job == job).count()
-    }
-
     /// The memory of the largest instance shared tasks may use, bytes.
     pub fn largest_open_bytes(&self) -> u64 {
         self.instances
@@ -23,24 +17,27 @@ impl TaskBook {
     /// The GPU memory `job`'s tasks hold or wait for (placed, queued, and
     /// growths waiting), bytes.
     pub fn reserved_by(&self, job: JobId) -> u64 {
-        let placed: u64 = self
-            .active
-            .values()
-            .filter(|a| a.job == job)
-            .map(|a| a.bytes)
-            .sum();
-        let queued: u64 = self
-            .waiting
-            .iter()
-            .filter(|(_, r)| r.job == job)
-            .map(|(_, r)| r.bytes)
-            .sum();
+        self.usage_of(job).1
+    }
+
+    /// How many tasks `job` has placed or waiting, and the bytes they
+    /// hold or wait for (growths waiting included), in one pass.
+    pub fn usage_of(&self, job: JobId) -> (usize, u64) {
+        let (mut tasks, mut bytes) = (0usize, 0u64);
+        for a in self.active.values().filter(|a| a.job == job) {
+            tasks += 1;
+            bytes = bytes.saturating_add(a.bytes);
+        }
+        for (_, r) in self.waiting.iter().filter(|(_, r)| r.job == job) {
+            tasks += 1;
+            bytes = bytes.saturating_add(r.bytes);
+        }
         let growing: u64 = self
             .growing
             .iter()
             .filter(|(t, _)| self.active.get(t).is_some_and(|a| a.job == job))
             .map(|(_, b)| *b)
             .sum();
-        placed.saturating_add(queued).saturating_add(growing)
+        (tasks, bytes.saturating_add(growing))
     }
 }
