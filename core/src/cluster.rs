@@ -614,7 +614,7 @@ impl Cluster {
             c.index(&job);
             c.restore_grace(&job);
             c.jobs_by_user
-                .add(&job.spec.user_name, job.id, job.spec.held_bytes());
+                .add(&job.spec.user_name, job.id, job.held_bytes());
             if let Some(k) = &job.spec.idempotency_key {
                 c.submissions
                     .insert((job.spec.uid, k.clone()), job.submitted_as());
@@ -1172,7 +1172,7 @@ impl Cluster {
             let opted_out: HashSet<JobId> = match self.early_start_secs {
                 Some(_) => iso_ids
                     .iter()
-                    .filter(|id| crate::env::intercept_off(&self.jobs[id].spec.environment))
+                    .filter(|id| self.jobs[id].intercept_off())
                     .copied()
                     .collect(),
                 None => HashSet::new(),

@@ -6,9 +6,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod stored_text;
 mod text;
 mod uid_policy;
 
+pub use stored_text::{script_hash, JobText, StoredText};
 pub use text::{is_unprintable, MAX_ARGUMENTS_BYTES, MAX_ENVIRONMENT_BYTES, MAX_OPTION_BYTES};
 pub use uid_policy::{JobUidPolicy, UidRefused, DEFAULT_MIN_JOB_UID};
 
@@ -653,6 +655,10 @@ pub struct Job {
     /// Preempted and in its QOS's grace time (running until it ends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace: Option<crate::preempt::Grace>,
+    /// Set once the job's script and environment are in the controller's
+    /// store only (see [`Job::take_text`]); never sent to a node.
+    #[serde(default, skip)]
+    pub stored_text: Option<StoredText>,
 }
 
 /// One of a job's nodes after its first (see [`Job::sisters`]).
@@ -831,6 +837,7 @@ impl Job {
             launching: false,
             suspension: None,
             grace: None,
+            stored_text: None,
         }
     }
 
@@ -957,7 +964,7 @@ impl Job {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]

@@ -19,6 +19,9 @@ use tracing::{info, warn, Instrument};
 use crate::auth::Authority;
 use crate::config::CtldConfig;
 use crate::store::{JobRuntime, Store, StoreError, Write};
+use job_text::TextFetch;
+
+mod job_text;
 use gsched_daemon::peer::{Direction, PeerAuth, PeerClient};
 
 pub use gsched_daemon::unix_now;
@@ -249,9 +252,15 @@ impl Controller {
                 .collect();
             let mut writes = Vec::with_capacity(2 * ids.len());
             for &j in &ids {
-                writes.push(Write::NewJob(Box::new(
-                    c.job(j).expect("just submitted").clone(),
-                )));
+                // The script and environment go to the store and leave
+                // memory: a launch (sent only after this write is
+                // committed) and the script's readers fetch them there.
+                let text = c.take_text(j);
+                let mut job = c.job(j).expect("just submitted").clone();
+                if let Some(text) = text {
+                    job.put_text(text);
+                }
+                writes.push(Write::NewJob(Box::new(job)));
                 writes.push(Write::Event {
                     time: now,
                     job_id: Some(j),
@@ -840,7 +849,7 @@ impl Controller {
     /// Delivers a launch, sending it again while its delivery is in doubt
     /// (a launch is idempotent for its run); what each answer means is
     /// `Cluster::launch_answered`'s.
-    async fn send_launch(self: Arc<Self>, url: String, node: String, req: Box<LaunchRequest>) {
+    async fn send_launch(self: Arc<Self>, url: String, node: String, mut req: Box<LaunchRequest>) {
         let (id, run) = (req.job.id, req.job.run);
         let span = tracing::info_span!(
             "launch",
@@ -848,6 +857,15 @@ impl Controller {
             run,
             instance = gsched_core::gpu::uuid_list(&req.instances)
         );
+        let missing = match self
+            .fill_text(&node, &mut req)
+            .instrument(span.clone())
+            .await
+        {
+            TextFetch::Ready => None,
+            TextFetch::Settled => return,
+            TextFetch::Missing(why) => Some(why),
+        };
         let mut backoff = Duration::from_millis(500);
         let mut in_doubt = false;
         let effects = loop {
@@ -855,7 +873,10 @@ impl Controller {
                 // Settled meanwhile (confirmed, requeued or expired).
                 return;
             }
-            let answer = self.launch_once(&url, &req).instrument(span.clone()).await;
+            let answer = match &missing {
+                Some(why) => LaunchAnswer::Failed(why.clone()),
+                None => self.launch_once(&url, &req).instrument(span.clone()).await,
+            };
             span.in_scope(|| match &answer {
                 LaunchAnswer::Taken => {}
                 LaunchAnswer::InDoubt => {

@@ -755,11 +755,16 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let (_store, loaded) = Store::open(&path, Durability::Full, None).await.unwrap();
+        let (store, loaded) = Store::open(&path, Durability::Full, None).await.unwrap();
         let mut expect = job(7);
         expect.transition(JobState::Running, 11).unwrap();
         expect.node = Some("n1".into());
+        // Loaded without its script and environment, which the store
+        // gives back on demand.
+        let text = expect.take_text().unwrap();
         assert_eq!(loaded.jobs, vec![expect]);
+        assert_eq!(store.job_text(7).await.unwrap(), Some(text));
+        assert_eq!(store.job_text(8).await.unwrap(), None);
 
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display())).unwrap();
         let mut c = SqliteConnection::connect_with(&opts).await.unwrap();

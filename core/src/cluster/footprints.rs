@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::job::{Job, JobId, JobSpec};
+use crate::job::{script_hash, Job, JobId};
 
 /// What makes two jobs of one user "the same job" for footprint learning.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -81,22 +81,15 @@ fn elapsed_of(job: &Job) -> Option<i64> {
     Some(job.end_time? - job.start_time?).filter(|&e| e >= 0)
 }
 
-fn script_hash(script: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    script.hash(&mut h);
-    h.finish()
-}
-
-fn keys(user_name: &str, name: &str, script: &str) -> [UserKey; 2] {
+fn keys(user_name: &str, name: &str, script_hash: u64) -> [UserKey; 2] {
     [
         (user_name.to_string(), Key::Name(name.to_string())),
-        (user_name.to_string(), Key::Script(script_hash(script))),
+        (user_name.to_string(), Key::Script(script_hash)),
     ]
 }
 
-fn spec_keys(spec: &JobSpec) -> [UserKey; 2] {
-    keys(&spec.user_name, &spec.name, &spec.script)
+fn job_keys(job: &Job) -> [UserKey; 2] {
+    keys(&job.spec.user_name, &job.spec.name, job.script_hash())
 }
 
 impl Footprints {
@@ -106,7 +99,7 @@ impl Footprints {
         if job.gpu_mem_peak.is_none() && job.start_time.is_none() {
             return;
         }
-        self.list(job.id, spec_keys(&job.spec));
+        self.list(job.id, job_keys(job));
     }
 
     fn list(&mut self, id: JobId, keys: [UserKey; 2]) {
@@ -141,7 +134,7 @@ impl Footprints {
     /// `job` leaves memory: its peak stays while a key lists it.
     pub(super) fn retire(&mut self, job: &Job) {
         let mib = job.gpu_mem_peak;
-        let keys = spec_keys(&job.spec);
+        let keys = job_keys(job);
         let listed = keys
             .iter()
             .any(|k| self.by_key.get(k).is_some_and(|ids| ids.contains(&job.id)));
@@ -162,7 +155,7 @@ impl Footprints {
 
     /// A finished run read back from the store.
     pub(super) fn remember(&mut self, past: PastRun) {
-        let keys = keys(&past.user_name, &past.name, &past.script);
+        let keys = keys(&past.user_name, &past.name, script_hash(&past.script));
         self.retired.insert(
             past.id,
             Retired {
@@ -181,7 +174,7 @@ impl Footprints {
     /// latest that measured one, and the longest run time of the latest
     /// [`PEAK_WINDOW`] that ran.
     pub(super) fn learned(&self, job: &Job, jobs: &BTreeMap<JobId, Job>) -> Learned {
-        let keys = spec_keys(&job.spec);
+        let keys = job_keys(job);
         type Run = (JobId, Option<u64>, Option<u32>, Option<i64>);
         let mut runs: Vec<Run> = keys
             .iter()
@@ -194,8 +187,8 @@ impl Footprints {
                 // script is at hand.
                 Some(o) => (o.state.is_final()
                     && o.spec.user_name == job.spec.user_name
-                    && (o.spec.name == job.spec.name || o.spec.script == job.spec.script))
-                    .then(|| (id, o.gpu_mem_peak, o.gpu_share(), elapsed_of(o))),
+                    && (o.spec.name == job.spec.name || o.same_script(job)))
+                .then(|| (id, o.gpu_mem_peak, o.gpu_share(), elapsed_of(o))),
                 None => self
                     .retired
                     .get(&id)

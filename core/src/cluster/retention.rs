@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::{Cluster, PastRun};
-use crate::job::{Job, JobId, JobState};
+use crate::job::{Job, JobId, JobState, JobText};
 
 /// Slurm's default `MinJobAge`, seconds.
 pub const DEFAULT_MIN_JOB_AGE: u64 = 300;
@@ -58,6 +58,14 @@ impl Cluster {
     /// A finished job's environment is needed no more (it never starts
     /// again, and the store keeps it): its memory is given back while the
     /// job waits out its minimum age.
+    /// Moves job `id`'s script and environment out of memory, for a
+    /// controller that keeps them in its store from now on (the launch and
+    /// the script's readers fetch them there); `None` when the job is
+    /// unknown or its text already left.
+    pub fn take_text(&mut self, id: JobId) -> Option<JobText> {
+        self.jobs.get_mut(&id).and_then(|j| j.take_text())
+    }
+
     fn shed_environments(&mut self) {
         for j in self
             .jobs

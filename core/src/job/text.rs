@@ -41,7 +41,7 @@ impl JobSpec {
             .sum()
     }
 
-    fn argument_bytes(&self) -> usize {
+    pub(super) fn argument_bytes(&self) -> usize {
         self.argv.iter().map(|a| a.len() + 1).sum()
     }
 

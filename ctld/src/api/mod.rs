@@ -211,10 +211,21 @@ async fn job_script(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let jid = owned_job(&ctl, &caller, &id)?;
-    let c = ctl.lock();
-    let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
+    let argv = {
+        let c = ctl.lock();
+        c.job(jid)
+            .ok_or_else(|| unknown_job(&id))?
+            .spec
+            .argv
+            .clone()
+    };
+    let text = ctl
+        .job_text(jid)
+        .await
+        .map_err(ApiError::from)?
+        .ok_or_else(|| unknown_job(&id))?;
     Ok(Json(serde_json::json!({
-        "job_id": jid, "script": j.spec.script, "argv": j.spec.argv,
+        "job_id": jid, "script": text.script, "argv": argv,
     })))
 }
 

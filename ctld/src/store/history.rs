@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 
 use gsched_core::cluster::PastRun;
-use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState};
+use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState, JobText};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection};
 
 use super::StoreError;
 
@@ -108,9 +108,36 @@ pub(super) async fn held_jobs(
     let mut rows = q.build().fetch(&mut *conn);
     let mut jobs = Vec::new();
     while let Some(row) = futures_util::TryStreamExt::try_next(&mut rows).await? {
-        jobs.push(job_of(&row)?);
+        let mut job = job_of(&row)?;
+        // The script and environment stay in the store until a launch or
+        // a reader asks for them (`Store::job_text`).
+        job.take_text();
+        jobs.push(job);
     }
     Ok(jobs)
+}
+
+impl super::Store {
+    /// A job's script and environment (`None`: no such job).
+    pub async fn job_text(&self, id: JobId) -> Result<Option<JobText>, StoreError> {
+        let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
+        let Some(row) = sqlx::query("SELECT script, environment FROM jobs WHERE id = ?")
+            .bind(id as i64)
+            .fetch_optional(&mut conn)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let environment =
+            serde_json::from_str(row.try_get("environment")?).map_err(|e| StoreError::Corrupt {
+                id: id as i64,
+                why: format!("environment: {e}"),
+            })?;
+        Ok(Some(JobText {
+            script: row.try_get("script")?,
+            environment,
+        }))
+    }
 }
 
 /// The highest job id ever given (0 when none).
@@ -278,6 +305,7 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
             .unwrap_or_default(),
         suspension: optional_json(row, "suspension").map_err(&corrupt)?,
         grace: optional_json(row, "grace").map_err(&corrupt)?,
+        stored_text: None,
     })
 }
 

@@ -43,6 +43,38 @@ fn finished_jobs_leave_after_the_minimum_age_and_their_footprint_stays() {
 }
 
 #[test]
+fn a_job_whose_text_is_in_the_store_learns_counts_and_leaves_as_before() {
+    let mut c = cluster();
+    let (a, _) = c.submit(spec("train"), 1).unwrap();
+    let counted = c.jobs_by_user.held("u");
+    assert!(c.take_text(a).is_some(), "the text leaves memory");
+    assert!(c.take_text(a).is_none(), "once");
+    assert!(c.job(a).unwrap().spec.script.is_empty());
+    assert_eq!(c.jobs_by_user.held("u"), counted, "counted as it came");
+    assert_eq!(launch(&mut c, 2), vec![a]);
+    c.record_peak(a, 3 << 30);
+    end(&mut c, a, 0, 50);
+    // Another name, the same script: learned through the script's hash.
+    let mut renamed = spec("train");
+    renamed.name = "other name".into();
+    let (b, _) = c.submit(renamed, 60).unwrap();
+    assert_eq!(c.learned_footprint(b), Some(3072));
+    c.take_text(b);
+    assert_eq!(c.learned_footprint(b), Some(3072));
+    let mut changed = spec("train");
+    changed.name = "third".into();
+    changed.script.push_str("echo changed\n");
+    let (d, _) = c.submit(changed, 61).unwrap();
+    c.take_text(d);
+    assert_eq!(c.learned_footprint(d), None, "another script, another job");
+    assert_eq!(c.purge_finished(1000, 0), vec![a]);
+    c.cancel(b, None, 1001).unwrap();
+    c.cancel(d, None, 1001).unwrap();
+    c.purge_finished(2000, 0);
+    assert_eq!(c.jobs_by_user.held("u"), (0, 0), "nothing left counted");
+}
+
+#[test]
 fn pending_and_running_jobs_never_leave() {
     let mut c = cluster();
     let (a, _) = c.submit(spec("a"), 1).unwrap();
