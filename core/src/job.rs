@@ -477,6 +477,13 @@ impl JobSpec {
         if !self.script.starts_with("#!") {
             return Err(SpecError::NoShebang);
         }
+        self.validate_without_script()
+    }
+
+    /// [`JobSpec::validate`] less the script's checks: for a change to a
+    /// submitted job, whose script may be in the controller's store only
+    /// and never changes.
+    pub fn validate_without_script(&self) -> Result<(), SpecError> {
         if self.name.len() > MAX_NAME_LEN {
             return Err(SpecError::NameTooLong);
         }

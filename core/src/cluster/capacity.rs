@@ -138,7 +138,7 @@ impl Cluster {
         let more = spec.held_bytes().saturating_mul(adding);
         if bytes.saturating_add(more) > max_bytes {
             return Err(ClusterError::Refused(format!(
-                "{violates}: the jobs of user {} would hold {} bytes of scripts, environments and arguments in the controller, over {max_bytes} (gctld --max-bytes-per-user)",
+                "{violates}: the jobs of user {} would total {} bytes of scripts, environments and arguments, over {max_bytes} (gctld --max-bytes-per-user)",
                 spec.user_name,
                 bytes.saturating_add(more)
             )));

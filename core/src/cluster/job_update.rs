@@ -94,7 +94,7 @@ impl Cluster {
             spec.nice = nice;
             changed.push("Nice");
         }
-        spec.validate()?;
+        spec.validate_without_script()?;
         let job = self.jobs.get_mut(&id).expect("checked above");
         job.spec = spec;
         // Looked at again on the next pass (a dependency may be met, or a
@@ -127,6 +127,8 @@ mod tests {
         let mut c = cluster();
         let (a, _) = c.submit(limited(600), 0).unwrap();
         c.set_held(a, true).unwrap();
+        // As in the controller: the script is in the store only.
+        assert!(c.take_text(a).is_some());
         let lower = JobUpdate {
             time_limit: Some(Some(60)),
             name: Some("renamed".into()),

@@ -55,9 +55,6 @@ impl Cluster {
         gone
     }
 
-    /// A finished job's environment is needed no more (it never starts
-    /// again, and the store keeps it): its memory is given back while the
-    /// job waits out its minimum age.
     /// Moves job `id`'s script and environment out of memory, for a
     /// controller that keeps them in its store from now on (the launch and
     /// the script's readers fetch them there); `None` when the job is
@@ -66,6 +63,9 @@ impl Cluster {
         self.jobs.get_mut(&id).and_then(|j| j.take_text())
     }
 
+    /// A finished job's environment is needed no more (it never starts
+    /// again, and the store keeps it): its memory is given back while the
+    /// job waits out its minimum age.
     fn shed_environments(&mut self) {
         for j in self
             .jobs

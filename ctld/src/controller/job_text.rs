@@ -9,6 +9,7 @@ use gsched_core::wire::LaunchRequest;
 use tracing::warn;
 
 use super::{Controller, CtlError};
+use crate::store::StoreError;
 
 /// What fetching a launch's text came to.
 pub(super) enum TextFetch {
@@ -42,6 +43,8 @@ impl Controller {
                         "job {id}'s script is missing from the controller's store"
                     ))
                 }
+                // Reading again will not mend it.
+                Err(e @ StoreError::Corrupt { .. }) => return TextFetch::Missing(e.to_string()),
                 Err(e) => {
                     warn!(error = %e, retry_in = ?backoff, "cannot read the job's script from the store")
                 }

@@ -1,0 +1,214 @@
+//! A run ends: as its node reports it, or lost with its node; what it held
+//! is released, and it is requeued where it may be.
+
+use std::collections::BTreeMap;
+
+use super::{preemption, resources_of, Cluster, ClusterError, Effect};
+use crate::job::{JobId, JobState};
+use crate::resources::{JobResources, MemoryRequest};
+use crate::wire::JobEnded;
+
+impl Cluster {
+    /// Takes a job off its nodes' books (instances and workers). A job on
+    /// several nodes has its run stopped on its sisters: the effects.
+    #[must_use]
+    pub(super) fn release(&mut self, id: JobId) -> Vec<Effect> {
+        let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else {
+            return vec![];
+        };
+        self.release_on(&node, id);
+        self.release_sisters(id)
+    }
+
+    /// Takes job `id` off node `node`'s books (a requeued job's old run:
+    /// the job itself no longer names the node).
+    pub(super) fn release_on(&mut self, node: &str, id: JobId) {
+        self.sharing_jobs.remove(&id);
+        // A job on a node's books is in memory (running, or pending while
+        // its old run ends); were it not, its id still leaves the books.
+        let res = self.jobs.get(&id).map_or(
+            JobResources {
+                cpus: 0,
+                memory: MemoryRequest::Unspecified,
+            },
+            resources_of,
+        );
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.remove_running(id, &res);
+            let running = &n.running;
+            for s in &mut n.instances {
+                if s.draining_for == Some(id) {
+                    s.draining_for = None;
+                }
+                if s.isolated_owner == Some(id) {
+                    // Handed to the job started early for it, if one waits.
+                    s.isolated_owner = s.draining_for.filter(|j| running.contains(j));
+                    if s.isolated_owner.is_some() {
+                        s.draining_for = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A job's processes ended on `node`.
+    pub fn job_ended(&mut self, node: &str, ended: &JobEnded) -> Result<Vec<Effect>, ClusterError> {
+        let id = ended.job_id;
+        if self.is_stale(ended) {
+            // An earlier run's end: logged, and nothing changes.
+            return Ok(vec![Effect::Job {
+                id,
+                event: format!(
+                    "end of run {} on {node} ignored: run {} is current",
+                    ended.run, self.jobs[&id].run
+                ),
+            }]);
+        }
+        if self.requeued_runs.get(&id).is_some_and(|n| n == node) {
+            // The run a requeue stopped: free its worker and instance; the
+            // job itself is already pending again.
+            self.requeued_runs.remove(&id);
+            self.release_on(node, id);
+            return Ok(vec![Effect::Job {
+                id,
+                event: "previous run ended".into(),
+            }]);
+        }
+        let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
+        if job.is_sister(node) {
+            return Ok(self.sister_ended(node, ended));
+        }
+        let graced = self.graced.contains_key(&id)
+            && job.state == JobState::Running
+            && job.node.as_deref() == Some(node)
+            && !ended.outcome.cause.is_node_failure();
+        if graced {
+            if let Some(effects) = self.graced_ended(id, ended) {
+                return Ok(effects);
+            }
+        }
+        let job = &self.jobs[&id];
+        if job.state != JobState::Running {
+            return self
+                .late_end(node, ended)
+                .ok_or(ClusterError::NotRunning(id));
+        }
+        if job.node.as_deref() != Some(node) {
+            return Err(ClusterError::WrongNode {
+                job: id,
+                node: node.into(),
+            });
+        }
+        if ended.outcome.cause.is_node_failure() {
+            return Ok(self.lose(id, ended.end_time));
+        }
+        if let crate::outcome::EndCause::GpuFault(f) = &ended.outcome.cause {
+            if f.requeues(job.spec.requeues()) {
+                let mut effects = self.release(id);
+                effects.extend(self.requeue_after_failure(
+                    id,
+                    ended.end_time,
+                    "GpuFaultRequeued",
+                    "requeued after a GPU fault",
+                ));
+                return Ok(effects);
+            }
+        }
+        let (mut state, mut reason) = ended.outcome.final_state();
+        if state == JobState::Cancelled && job.reason.as_deref() == Some(preemption::PREEMPTED) {
+            // Cancelled to make room for another job.
+            (state, reason) = (JobState::Preempted, Some(preemption::PREEMPTED.into()));
+        }
+        let stops = self.release(id);
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.transition(state, ended.end_time)?;
+        job.reason = reason;
+        (job.exit_code, job.exit_signal) = ended.outcome.recorded_exit();
+        job.record_usage(ended.usage, &ended.steps);
+        // Its run time tells when the next run's instance will be free.
+        self.footprints.note(job);
+        let mut effects = vec![Effect::Job {
+            id,
+            event: format!("ended {state}"),
+        }];
+        effects.extend(stops);
+        effects.extend(self.charge(id, ended.end_time));
+        Ok(effects)
+    }
+
+    /// Takes what a node's running jobs have used so far (sstat). Only for
+    /// jobs running there; never persisted before the job ends.
+    pub fn note_usage(
+        &mut self,
+        node: &str,
+        usage: &BTreeMap<JobId, crate::job::ResourceUsage>,
+        steps: &BTreeMap<JobId, crate::job::StepUsage>,
+    ) {
+        let none = crate::job::StepUsage::default();
+        for id in usage.keys().chain(steps.keys()) {
+            if let Some(job) = self
+                .jobs
+                .get_mut(id)
+                .filter(|j| j.state == JobState::Running && j.node.as_deref() == Some(node))
+            {
+                job.record_usage(usage.get(id).copied(), steps.get(id).unwrap_or(&none));
+            }
+        }
+    }
+
+    /// A running job (its resources released) goes back to the queue after
+    /// a failure it did not cause.
+    pub(super) fn requeue_after_failure(
+        &mut self,
+        id: JobId,
+        now: i64,
+        reason: &str,
+        event: &str,
+    ) -> Vec<Effect> {
+        let job = self.jobs.get_mut(&id).expect("caller checked");
+        job.transition(JobState::Requeued, now)
+            .expect("running job");
+        job.transition(JobState::Pending, now)
+            .expect("requeued job");
+        job.reason = Some(reason.into());
+        let isolated = job.spec.isolated;
+        self.enqueue(id, isolated);
+        vec![Effect::Job {
+            id,
+            event: event.into(),
+        }]
+    }
+
+    /// A running job's processes are gone: NODE_FAIL, or back to the queue
+    /// if it asked for requeue.
+    pub(super) fn lose(&mut self, id: JobId, now: i64) -> Vec<Effect> {
+        if let Some(node) = self.requeued_runs.remove(&id) {
+            // Already pending again: only its old run was lost, and with
+            // it what it held on its node.
+            self.release_on(&node, id);
+            return vec![];
+        }
+        let mut effects = self.release(id);
+        self.note_lost_run(id);
+        // What it ran until now counts, as for any end.
+        effects.extend(self.charge(id, now));
+        let job = self.jobs.get_mut(&id).expect("caller checked");
+        if job.spec.requeues() {
+            effects.extend(self.requeue_after_failure(
+                id,
+                now,
+                "NodeFailRequeued",
+                "requeued after node failure",
+            ));
+        } else {
+            job.transition(JobState::NodeFail, now)
+                .expect("running job");
+            job.reason = Some("NodeFail".into());
+            effects.push(Effect::Job {
+                id,
+                event: "ended NODE_FAIL".into(),
+            });
+        }
+        effects
+    }
+}

@@ -1,0 +1,517 @@
+//! The launch pass: which pending jobs start now, where, and what waits
+//! with which reason; and when the jobs that wait are expected to start.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use super::{
+    node_sharing, queued, resources_of, states_of, Cluster, ClusterError, Effect, InstanceSlot,
+    Node,
+};
+use crate::dependency::Verdict;
+use crate::job::{JobId, JobState};
+use crate::launch::{Decision, InstanceView, LaunchInput, NodeView, PendingReason, QueuedJob};
+
+impl Cluster {
+    /// One launch pass of the policy; applies its decisions.
+    pub fn schedule(&mut self, now: i64) -> Vec<Effect> {
+        // MIG layouts are re-made for what waits before the launch policy
+        // hands out instances (an isolated job then gets a right-sized
+        // instance rather than an oversized one), and retiring instances
+        // are launched onto by nobody.
+        let mut effects = self.new_reshapes();
+        // Jobs suspended for others go on before anything queued starts.
+        effects.extend(self.resume_suspended(now));
+        effects.extend(self.launch_queued(now));
+        // A running shared job's task waiting for memory may make room.
+        effects.extend(self.preempt_for_tasks(now));
+        // Drains change with launches, and with ends when nothing is queued.
+        effects.extend(self.drain_changes());
+        self.note_reconfiguring();
+        effects
+    }
+
+    pub(super) fn launch_queued(&mut self, now: i64) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if self.isolated_queue.is_empty() && self.shared_queue.is_empty() {
+            self.unexamined.clear();
+            return effects;
+        }
+        // Every policy launches onto a free worker: when there is none, a pass
+        // would only repeat the reasons it gave before. Give the jobs queued
+        // since then theirs, without walking the whole queue.
+        // (With preemption, a full node may be made room on.)
+        let may_preempt =
+            self.preempt_mode != crate::preempt::PreemptMode::Off && self.qos.in_use();
+        if !may_preempt
+            && !self
+                .nodes
+                .values()
+                .any(|n| n.accepts_launches() && (n.running.len() as u32) < n.worker_limit)
+        {
+            let reason = if self.nodes.values().any(|n| n.up) {
+                PendingReason::Resources
+            } else {
+                PendingReason::NodeDown
+            };
+            for id in std::mem::take(&mut self.unexamined) {
+                if self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| j.state == JobState::Pending)
+                {
+                    self.set_reason(id, &reason.to_string());
+                }
+            }
+            return effects;
+        }
+        self.unexamined.clear();
+        // Arrays at their `%max`: their pending tasks sit this pass out.
+        let mut array_room = self.array_room();
+        // Worked out when a job with a singleton dependency is first seen.
+        let mut singletons: Option<HashMap<(&str, &str), JobId>> = None;
+        let mut throttled: Vec<JobId> = Vec::new();
+        let mut waiting: Vec<(JobId, Verdict)> = Vec::new();
+        let jobs = &self.jobs;
+        let requeued = &self.requeued_runs;
+        let mut held: Vec<JobId> = Vec::new();
+        let mut eligible = |id: &JobId| -> bool {
+            let job = &jobs[id];
+            if requeued.contains_key(id) {
+                return false;
+            }
+            if job.held {
+                held.push(*id);
+                return false;
+            }
+            if let Some(d) = &job.spec.dependency {
+                let earlier = d.singleton
+                    && singletons
+                        .get_or_insert_with(|| self.active_by_name())
+                        .get(&(job.spec.user_name.as_str(), job.spec.name.as_str()))
+                        .is_some_and(|first| first < id);
+                match d.verdict(|dep| states_of(jobs, dep), earlier) {
+                    Verdict::Ready => {}
+                    v => {
+                        waiting.push((*id, v));
+                        return false;
+                    }
+                }
+            }
+            let Some(t) = job.spec.array_task.as_ref() else {
+                return true;
+            };
+            match array_room.get_mut(&t.array_job_id) {
+                Some(0) => {
+                    throttled.push(*id);
+                    false
+                }
+                Some(room) => {
+                    *room -= 1;
+                    true
+                }
+                None => true,
+            }
+        };
+        // The jobs this pass considers: every eligible isolated one, and the
+        // eligible shared ones up to the free workers (each launch takes a
+        // worker: jobs past them cannot start in this pass; they get the
+        // pass's `rest` reason).
+        let mut iso_ids: Vec<JobId> = self
+            .isolated_queue
+            .iter()
+            .filter(|id| eligible(id))
+            .copied()
+            .collect();
+        let free_workers: usize = self
+            .nodes
+            .values()
+            .filter(|n| n.accepts_launches())
+            .map(|n| n.worker_limit.saturating_sub(n.running.len() as u32) as usize)
+            .sum();
+        let truncated = self.shared_queue.len() > free_workers;
+        let ordered = self.priority.orders();
+        let mut shared_ids: Vec<JobId> = self
+            .shared_queue
+            .iter()
+            .filter(|id| eligible(id))
+            // In submission order the first ones are the ones to look at;
+            // by priority, every eligible job is weighed first.
+            .take(if ordered { usize::MAX } else { free_workers })
+            .copied()
+            .collect();
+        let mut priorities = HashMap::new();
+        self.by_priority(&mut iso_ids, now, &mut priorities);
+        self.by_priority(&mut shared_ids, now, &mut priorities);
+        // Jobs their QOS's limits hold back sit this pass out.
+        let over_qos = self.qos_filter([&mut iso_ids, &mut shared_ids]);
+        // The order preemption looks at waiting jobs in (when it is on).
+        let by_rank: Vec<JobId> = if may_preempt {
+            iso_ids.iter().chain(shared_ids.iter()).copied().collect()
+        } else {
+            Vec::new()
+        };
+        shared_ids.truncate(free_workers);
+        let choices = self.node_choices(iso_ids.iter().chain(shared_ids.iter()));
+        let kept = self.kept_nodes(now);
+        let mut plan = {
+            let view = |ids: &[JobId]| -> Vec<QueuedJob<'_>> {
+                ids.iter()
+                    .map(|id| {
+                        let p = priorities.get(id).copied().unwrap_or(0);
+                        queued(&self.jobs[id], choices.get(id), p)
+                    })
+                    .collect()
+            };
+            let iso = view(&iso_ids);
+            let shared = view(&shared_ids);
+            // Who runs where matters to jobs that want a node alone.
+            let with_users = iso.iter().chain(shared.iter()).any(|j| j.sharing.is_some());
+            // When nodes empty matters to jobs that may hold nodes.
+            let holding = with_users || iso.iter().chain(shared.iter()).any(|j| j.width > 1);
+            let nodes: Vec<NodeView<'_>> = self
+                .nodes
+                .values()
+                .map(|n| NodeView {
+                    name: &n.name,
+                    occupancy: self.occupancy(n, with_users),
+                    up: n.accepts_launches(),
+                    worker_limit: n.worker_limit,
+                    workers_used: n.running.len() as u32,
+                    // Only isolated jobs' placement asks for these two.
+                    shared_running: n.shared.len() as u32,
+                    total: n.total(),
+                    free: self.free_on(n),
+                    expected_empty: if holding {
+                        self.expected_empty(n, now)
+                    } else {
+                        None
+                    },
+                    instances: n
+                        .instances
+                        .iter()
+                        .map(|s| InstanceView {
+                            instance: &s.instance,
+                            isolated_owner: s.isolated_owner,
+                            draining_for: s.draining_for,
+                            active_tasks: s.active_tasks,
+                            expected_free: if iso.is_empty() {
+                                None
+                            } else {
+                                self.expected_free(s)
+                            },
+                            retiring: s.retiring,
+                        })
+                        .collect(),
+                })
+                .collect();
+            let opted_out: HashSet<JobId> = match self.early_start_secs {
+                Some(_) => iso_ids
+                    .iter()
+                    .filter(|id| self.jobs[id].intercept_off())
+                    .copied()
+                    .collect(),
+                None => HashSet::new(),
+            };
+            self.policy.plan(&LaunchInput {
+                now,
+                reserved: &kept,
+                scheduler: self.scheduler_type,
+                isolated: &iso,
+                shared: &shared,
+                nodes: &nodes,
+                early: self.early_start_secs.map(|secs| crate::launch::EarlyStart {
+                    until: now.saturating_add(secs),
+                    opted_out: &opted_out,
+                }),
+            })
+        };
+        if truncated && plan.rest.is_none() {
+            plan.rest = Some(PendingReason::Resources);
+        }
+        self.expected_starts = std::mem::take(&mut plan.expected_starts)
+            .into_iter()
+            .collect();
+        for d in plan.decisions {
+            let (job, node, instances, early) = match d {
+                Decision::Launch {
+                    job,
+                    node,
+                    instances,
+                } => (job, node, instances, false),
+                Decision::EarlyStart {
+                    job,
+                    node,
+                    instances,
+                } => (job, node, instances, true),
+                Decision::LaunchWide { job, nodes } => {
+                    effects.extend(self.start_wide(job, nodes, now));
+                    continue;
+                }
+                Decision::Drain {
+                    job,
+                    node,
+                    instances,
+                } => {
+                    self.forget_drains_for(job);
+                    for uuid in &instances {
+                        if let Some(slot) = self.slot_mut(&node, uuid) {
+                            slot.draining_for = Some(job);
+                        }
+                    }
+                    continue;
+                }
+            };
+            if self.start(job, &node, instances, now).is_ok() {
+                let event = if early {
+                    format!(
+                        "started early on {node}: its GPU work waits until its instances are free"
+                    )
+                } else {
+                    format!("started on {node}")
+                };
+                effects.push(Effect::Job { id: job, event });
+                effects.push(Effect::Launch { job, node, early });
+            }
+        }
+        let mut named = BTreeSet::new();
+        for (id, reason) in plan.waiting {
+            named.insert(id);
+            self.set_reason(id, &reason.to_string());
+        }
+        if let Some(rest) = plan.rest {
+            let rest = rest.to_string();
+            let ids: Vec<JobId> = self
+                .isolated_queue
+                .iter()
+                .chain(self.shared_queue.iter())
+                .filter(|id| !named.contains(id))
+                .copied()
+                .collect();
+            for id in ids {
+                self.set_reason(id, &rest);
+            }
+        }
+        for id in throttled {
+            self.set_reason(id, "JobArrayTaskLimit");
+        }
+        for (id, reason) in over_qos {
+            self.set_reason(id, reason);
+        }
+        let waiting_for_resources: Vec<JobId> = by_rank
+            .into_iter()
+            .filter(|id| {
+                self.jobs.get(id).is_some_and(|j| {
+                    j.state == JobState::Pending
+                        && j.reason.as_deref() == Some(&PendingReason::Resources.to_string())
+                })
+            })
+            .collect();
+        effects.extend(self.preempt_for(&waiting_for_resources, now));
+        for id in held {
+            self.set_reason(id, "JobHeldUser");
+        }
+        let ending: Vec<JobId> = self.requeued_runs.keys().copied().collect();
+        for id in ending {
+            self.set_reason(id, "BeginTime");
+        }
+        for (id, v) in waiting {
+            let reason = if v == Verdict::Never {
+                "DependencyNeverSatisfied"
+            } else {
+                "Dependency"
+            };
+            self.set_reason(id, reason);
+        }
+        effects
+    }
+
+    /// For `singleton`: the lowest id of an active (pending or running)
+    /// job per (user, name); worked out when a queued job asks for it.
+    pub(super) fn active_by_name(&self) -> HashMap<(&str, &str), JobId> {
+        let mut m = HashMap::new();
+        let running = self.nodes.values().flat_map(|n| n.running.iter());
+        for id in self
+            .isolated_queue
+            .iter()
+            .chain(&self.shared_queue)
+            .chain(running)
+        {
+            let s = &self.jobs[id].spec;
+            let e = m
+                .entry((s.user_name.as_str(), s.name.as_str()))
+                .or_insert(*id);
+            *e = (*e).min(*id);
+        }
+        m
+    }
+
+    /// How many more tasks each throttled array may start now.
+    pub(super) fn array_room(&mut self) -> HashMap<JobId, u32> {
+        if self.array_limits.is_empty() {
+            return HashMap::new();
+        }
+        let mut running: HashMap<JobId, u32> = HashMap::new();
+        let mut live: HashSet<JobId> = HashSet::new();
+        for id in self.isolated_queue.iter().chain(&self.shared_queue) {
+            if let Some(t) = &self.jobs[id].spec.array_task {
+                live.insert(t.array_job_id);
+            }
+        }
+        for n in self.nodes.values() {
+            for id in &n.running {
+                if let Some(t) = self.jobs.get(id).and_then(|j| j.spec.array_task.as_ref()) {
+                    *running.entry(t.array_job_id).or_default() += 1;
+                }
+            }
+        }
+        // Arrays with nothing left to start no longer need a limit.
+        self.array_limits.retain(|a, _| live.contains(a));
+        self.array_limits
+            .iter()
+            .map(|(a, &m)| (*a, m.saturating_sub(running.get(a).copied().unwrap_or(0))))
+            .collect()
+    }
+
+    pub(super) fn set_reason(&mut self, id: JobId, reason: &str) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            if j.reason.as_deref() != Some(reason) {
+                j.reason = Some(reason.to_string());
+            }
+        }
+    }
+
+    pub(super) fn slot_mut(&mut self, node: &str, uuid: &str) -> Option<&mut InstanceSlot> {
+        self.nodes
+            .get_mut(node)?
+            .instances
+            .iter_mut()
+            .find(|s| s.instance.uuid == uuid)
+    }
+
+    pub(super) fn start(
+        &mut self,
+        id: JobId,
+        node: &str,
+        instances: Vec<String>,
+        now: i64,
+    ) -> Result<(), ClusterError> {
+        let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
+        job.transition(JobState::Running, now)?;
+        job.node = Some(node.to_string());
+        job.gpu_instances = instances.clone();
+        let isolated = job.spec.isolated;
+        let res = resources_of(job);
+        if node_sharing(job).is_some() {
+            self.sharing_jobs.insert(id);
+        }
+        self.queue_for(isolated).remove(&id);
+        self.preemptions.remove(&id);
+        // A new run: an earlier run lost with its node is settled no more.
+        self.lost_runs.remove(&id);
+        let n = self
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
+        n.add_running(id, &res, !isolated);
+        if !instances.is_empty() {
+            // Started early on an instance another isolated job still
+            // holds, it waits for it (drained for it) and takes it over
+            // when that one ends.
+            let mut waits_for = Vec::new();
+            for slot in n
+                .instances
+                .iter_mut()
+                .filter(|s| instances.contains(&s.instance.uuid))
+            {
+                match slot.isolated_owner {
+                    Some(other) if other != id => waits_for.push(slot.instance.uuid.clone()),
+                    _ => slot.isolated_owner = Some(id),
+                }
+            }
+            // Neither it nor an instance it waited for elsewhere is drained
+            // for it any more.
+            self.forget_drains_for(id);
+            for uuid in waits_for {
+                if let Some(slot) = self.slot_mut(node, &uuid) {
+                    slot.draining_for = Some(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// When pending job `id` is expected to start, where the latest launch
+    /// pass could tell (it holds nodes whose jobs all have time limits).
+    pub fn expected_start(&self, id: JobId) -> Option<i64> {
+        let j = self.jobs.get(&id)?;
+        (j.state == JobState::Pending)
+            .then(|| self.expected_starts.get(&id).copied())
+            .flatten()
+    }
+
+    /// When every job on `node`'s books will have ended by its time limit
+    /// (`now` if none is there); `None` if one has no limit.
+    pub(super) fn expected_empty(&self, node: &Node, now: i64) -> Option<i64> {
+        node.running.iter().try_fold(now, |t, id| {
+            let j = self.jobs.get(id)?;
+            // Its limit leaves out the time it was suspended.
+            let end = j
+                .start_time?
+                .saturating_add(j.spec.time_limit?.min(i64::MAX as u64) as i64)
+                .saturating_add(j.suspended_secs(now));
+            Some(t.max(end))
+        })
+    }
+
+    /// The node choices (-w, -x) of the jobs `ids` that make one. One that
+    /// no longer reads (accepted by an older version) allows no node: the
+    /// job waits with ReqNodeNotAvail.
+    pub(super) fn node_choices<'i>(
+        &self,
+        ids: impl Iterator<Item = &'i JobId>,
+    ) -> HashMap<JobId, crate::allocation::NodeChoice> {
+        ids.filter_map(|id| {
+            let other = &self.jobs.get(id)?.spec.slurm.other;
+            if !other.contains_key("nodelist") && !other.contains_key("exclude") {
+                return None;
+            }
+            let choice = crate::allocation::node_choice(other)
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| crate::allocation::NodeChoice {
+                    only: Some(Vec::new()),
+                    ..Default::default()
+                });
+            Some((*id, choice))
+        })
+        .collect()
+    }
+
+    /// Who runs on `node`, against `--exclusive` jobs: whether a job there
+    /// holds it alone (or for its user), and, where `with_users` (some
+    /// queued job asks for a node alone), the users of every job there.
+    pub(super) fn occupancy(&self, node: &Node, with_users: bool) -> crate::launch::NodeOccupancy {
+        let mut o = crate::launch::NodeOccupancy::default();
+        if with_users {
+            o.users = node
+                .running
+                .iter()
+                .filter_map(|id| self.jobs.get(id))
+                .map(|j| j.spec.uid)
+                .collect();
+        }
+        for job in self
+            .sharing_jobs
+            .iter()
+            .filter(|id| node.running.contains(id))
+            .filter_map(|id| self.jobs.get(id))
+        {
+            match node_sharing(job) {
+                Some(crate::launch::NodeSharing::Alone) => o.alone = true,
+                Some(crate::launch::NodeSharing::UserOnly) => o.user_only = Some(job.spec.uid),
+                None => {}
+            }
+        }
+        o
+    }
+}

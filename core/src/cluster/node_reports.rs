@@ -1,0 +1,147 @@
+//! What nodes report between launches: the use of their instances, tasks
+//! begun and waiting, GPU memory peaks, MPS and re-partitioning progress.
+
+use super::{Cluster, ClusterError, Effect, InstanceSlot};
+use crate::gpu::Instance;
+use crate::job::JobId;
+
+impl Cluster {
+    /// Records the shared-task use a node reported. Returns whether an
+    /// instance drained for an isolated job became free (a launch may follow).
+    pub fn update_instance_use(
+        &mut self,
+        node: &str,
+        uses: &std::collections::BTreeMap<String, crate::wire::InstanceUse>,
+    ) -> bool {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return false;
+        };
+        let mut freed = false;
+        for slot in &mut n.instances {
+            let u = uses.get(&slot.instance.uuid).cloned().unwrap_or_default();
+            freed |= slot.draining_for.is_some() && slot.active_tasks > 0 && u.tasks == 0;
+            slot.active_tasks = u.tasks;
+            slot.reserved_bytes = u.reserved_bytes;
+            slot.warps = u.warps;
+            slot.job_bytes = u.jobs;
+            slot.used_bytes = u.used_bytes;
+            slot.processes = u.processes;
+        }
+        freed
+    }
+
+    /// The shared tasks waiting for a place on `node`, as it last said.
+    pub fn set_waiting_tasks(&mut self, node: &str, waiting: Vec<crate::wire::WaitingTask>) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.waiting_tasks = waiting;
+            n.waiting_reports += 1;
+        }
+    }
+
+    /// Notes reservations a node reported as begun (task records arrive
+    /// every 100 ms; heartbeats only every few seconds): an instance the
+    /// controller thought idle is marked busy at once, so an isolated job
+    /// is not sent there to wait for a drain while an idle instance is
+    /// free. The next heartbeat replaces these counts with the node's own.
+    pub fn note_tasks_begun(&mut self, node: &str, records: &[crate::probe::TaskRecord]) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        for r in records.iter().filter(|r| r.end_ms.is_none()) {
+            let Some(slot) = n
+                .instances
+                .iter_mut()
+                .find(|s| s.instance.uuid == r.instance)
+            else {
+                continue;
+            };
+            if let std::collections::btree_map::Entry::Vacant(e) = slot.job_bytes.entry(r.job) {
+                e.insert(r.bytes);
+                slot.reserved_bytes += r.bytes;
+                slot.active_tasks = slot.active_tasks.max(1);
+            }
+        }
+    }
+
+    /// A process of `job` reported its peak GPU memory; the job keeps the
+    /// largest (MiB).
+    pub fn record_peak(&mut self, job: JobId, bytes: u64) -> Vec<Effect> {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return Vec::new();
+        };
+        let mib = bytes.div_ceil(1024 * 1024);
+        if j.gpu_mem_peak.is_some_and(|p| p >= mib) {
+            return Vec::new();
+        }
+        j.gpu_mem_peak = Some(mib);
+        self.footprints.note(j);
+        vec![Effect::Job {
+            id: job,
+            event: "gpu_peak".into(),
+        }]
+    }
+
+    /// Marks a node's instance as being re-partitioned (no isolated job is
+    /// given it) or back in use. Returns whether the instance exists.
+    pub fn set_retiring(&mut self, node: &str, uuid: &str, retiring: bool) -> bool {
+        let slot = self
+            .nodes
+            .get_mut(node)
+            .and_then(|n| n.instances.iter_mut().find(|s| s.instance.uuid == uuid));
+        match slot {
+            Some(s) => {
+                s.retiring = retiring;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Replaces instances of a node after a re-partition: `remove` go (each
+    /// must be free of isolated jobs), `add` come. Refused, changing
+    /// nothing, if the node is unknown or an instance to remove is unknown
+    /// or held.
+    pub fn reshape_node(
+        &mut self,
+        node: &str,
+        remove: &[String],
+        add: Vec<Instance>,
+    ) -> Result<(), ClusterError> {
+        let n = self
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| ClusterError::UnknownNode(node.into()))?;
+        for uuid in remove {
+            let slot = n.instances.iter().find(|s| &s.instance.uuid == uuid);
+            match slot {
+                Some(s) if s.isolated_owner.is_none() && s.draining_for.is_none() => {}
+                _ => return Err(ClusterError::InstanceBusy(uuid.clone())),
+            }
+        }
+        n.instances.retain(|s| !remove.contains(&s.instance.uuid));
+        n.instances.extend(add.into_iter().map(InstanceSlot::new));
+        Ok(())
+    }
+
+    /// Records the MPS daemon states a node reported. Returns whether any
+    /// changed.
+    pub fn update_mps(
+        &mut self,
+        node: &str,
+        states: &std::collections::BTreeMap<String, crate::gpu::MpsState>,
+    ) -> bool {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return false;
+        };
+        let mut changed = false;
+        for slot in &mut n.instances {
+            if let (Some(m), Some(s)) =
+                (slot.instance.mps.as_mut(), states.get(&slot.instance.uuid))
+            {
+                changed |= m.state != *s;
+                m.state = *s;
+            }
+        }
+        changed
+    }
+}
