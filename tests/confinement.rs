@@ -218,7 +218,8 @@ fn cancel_kills_processes_that_left_the_process_group() {
         std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
             .is_ok_and(|c| c.starts_with("sleep\0"))
     };
-    assert!(is_sleep(), "the setsid sleep runs");
+    // setsid and nohup exec on to sleep after the shell wrote the pid.
+    g.wait_until("the setsid sleep runs", T, is_sleep);
     let out = g.cli("gcancel", &[&id.to_string()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     g.wait_state(id, "CANCELLED", T);

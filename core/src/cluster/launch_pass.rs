@@ -9,7 +9,28 @@ use super::{
 };
 use crate::dependency::Verdict;
 use crate::job::{JobId, JobState};
-use crate::launch::{Decision, InstanceView, LaunchInput, NodeView, PendingReason, QueuedJob};
+use crate::launch::{
+    Decision, InstanceView, LaunchInput, LaunchPlan, NodeView, PendingReason, QueuedJob,
+};
+
+/// What a launch pass looks at, and what sits it out and why.
+struct Selection {
+    iso_ids: Vec<JobId>,
+    shared_ids: Vec<JobId>,
+    /// This pass's priority of each, where the policy orders the queues.
+    priorities: HashMap<JobId, u64>,
+    /// Shared jobs were left out for want of free workers.
+    truncated: bool,
+    /// The order preemption looks at waiting jobs in (when it is on).
+    by_rank: Vec<JobId>,
+    held: Vec<JobId>,
+    /// Array tasks at their array's `%max`.
+    throttled: Vec<JobId>,
+    /// Jobs whose dependencies are not (or never will be) met.
+    waiting: Vec<(JobId, Verdict)>,
+    /// Jobs their QOS's or association's limits hold back, with the reason.
+    over_qos: Vec<(JobId, &'static str)>,
+}
 
 impl Cluster {
     /// One launch pass of the policy; applies its decisions.
@@ -30,50 +51,76 @@ impl Cluster {
         effects
     }
 
+    /// The launch pass proper, in named steps: select what may start,
+    /// let the policy plan, carry out its decisions, and give every job
+    /// left waiting its reason.
     pub(super) fn launch_queued(&mut self, now: i64) -> Vec<Effect> {
-        let mut effects = Vec::new();
         if self.isolated_queue.is_empty() && self.shared_queue.is_empty() {
             self.unexamined.clear();
-            return effects;
+            return Vec::new();
         }
-        // Every policy launches onto a free worker: when there is none, a pass
-        // would only repeat the reasons it gave before. Give the jobs queued
-        // since then theirs, without walking the whole queue.
-        // (With preemption, a full node may be made room on.)
+        // With preemption, a full node may be made room on.
         let may_preempt =
             self.preempt_mode != crate::preempt::PreemptMode::Off && self.qos.in_use();
-        if !may_preempt
-            && !self
-                .nodes
-                .values()
-                .any(|n| n.accepts_launches() && (n.running.len() as u32) < n.worker_limit)
-        {
-            let reason = if self.nodes.values().any(|n| n.up) {
-                PendingReason::Resources
-            } else {
-                PendingReason::NodeDown
-            };
-            for id in std::mem::take(&mut self.unexamined) {
-                if self
-                    .jobs
-                    .get(&id)
-                    .is_some_and(|j| j.state == JobState::Pending)
-                {
-                    self.set_reason(id, &reason.to_string());
-                }
-            }
-            return effects;
+        if !may_preempt && self.no_free_worker() {
+            return Vec::new();
         }
         self.unexamined.clear();
+        let selection = self.select(now, may_preempt);
+        let kept = self.kept_nodes(now);
+        let mut plan = self.plan(&selection, &kept, now);
+        if selection.truncated && plan.rest.is_none() {
+            plan.rest = Some(PendingReason::Resources);
+        }
+        self.expected_starts = std::mem::take(&mut plan.expected_starts)
+            .into_iter()
+            .collect();
+        let mut effects = self.carry_out(std::mem::take(&mut plan.decisions), now);
+        self.give_reasons(plan, selection, now, &mut effects);
+        effects
+    }
+
+    /// Every policy launches onto a free worker: when there is none, a pass
+    /// would only repeat the reasons it gave before. Gives the jobs queued
+    /// since then theirs, without walking the whole queue; `false` when a
+    /// worker is free.
+    fn no_free_worker(&mut self) -> bool {
+        if self
+            .nodes
+            .values()
+            .any(|n| n.accepts_launches() && (n.running.len() as u32) < n.worker_limit)
+        {
+            return false;
+        }
+        let reason = if self.nodes.values().any(|n| n.up) {
+            PendingReason::Resources
+        } else {
+            PendingReason::NodeDown
+        };
+        for id in std::mem::take(&mut self.unexamined) {
+            if self
+                .jobs
+                .get(&id)
+                .is_some_and(|j| j.state == JobState::Pending)
+            {
+                self.set_reason(id, &reason.to_string());
+            }
+        }
+        true
+    }
+
+    /// The jobs this pass considers, by priority: every eligible isolated
+    /// one, and the eligible shared ones up to the free workers (each
+    /// launch takes a worker: jobs past them cannot start in this pass;
+    /// they get the pass's `rest` reason); and those that sit it out, why.
+    fn select(&mut self, now: i64, may_preempt: bool) -> Selection {
         // Arrays at their `%max`: their pending tasks sit this pass out.
         let mut array_room = self.array_room();
         // Worked out when a job with a singleton dependency is first seen.
         let mut singletons: Option<HashMap<(&str, &str), JobId>> = None;
-        let mut throttled: Vec<JobId> = Vec::new();
-        let mut waiting: Vec<(JobId, Verdict)> = Vec::new();
+        let (mut throttled, mut waiting, mut held) = (Vec::new(), Vec::new(), Vec::new());
         let jobs = &self.jobs;
         let requeued = &self.requeued_runs;
-        let mut held: Vec<JobId> = Vec::new();
         let mut eligible = |id: &JobId| -> bool {
             let job = &jobs[id];
             if requeued.contains_key(id) {
@@ -112,10 +159,6 @@ impl Cluster {
                 None => true,
             }
         };
-        // The jobs this pass considers: every eligible isolated one, and the
-        // eligible shared ones up to the free workers (each launch takes a
-        // worker: jobs past them cannot start in this pass; they get the
-        // pass's `rest` reason).
         let mut iso_ids: Vec<JobId> = self
             .isolated_queue
             .iter()
@@ -151,87 +194,113 @@ impl Cluster {
             Vec::new()
         };
         shared_ids.truncate(free_workers);
-        let choices = self.node_choices(iso_ids.iter().chain(shared_ids.iter()));
-        let kept = self.kept_nodes(now);
-        let mut plan = {
-            let view = |ids: &[JobId]| -> Vec<QueuedJob<'_>> {
-                ids.iter()
-                    .map(|id| {
-                        let p = priorities.get(id).copied().unwrap_or(0);
-                        queued(&self.jobs[id], choices.get(id), p)
-                    })
-                    .collect()
-            };
-            let iso = view(&iso_ids);
-            let shared = view(&shared_ids);
-            // Who runs where matters to jobs that want a node alone.
-            let with_users = iso.iter().chain(shared.iter()).any(|j| j.sharing.is_some());
-            // When nodes empty matters to jobs that may hold nodes.
-            let holding = with_users || iso.iter().chain(shared.iter()).any(|j| j.width > 1);
-            let nodes: Vec<NodeView<'_>> = self
-                .nodes
-                .values()
-                .map(|n| NodeView {
-                    name: &n.name,
-                    occupancy: self.occupancy(n, with_users),
-                    up: n.accepts_launches(),
-                    worker_limit: n.worker_limit,
-                    workers_used: n.running.len() as u32,
-                    // Only isolated jobs' placement asks for these two.
-                    shared_running: n.shared.len() as u32,
-                    total: n.total(),
-                    free: self.free_on(n),
-                    expected_empty: if holding {
-                        self.expected_empty(n, now)
-                    } else {
-                        None
-                    },
-                    instances: n
-                        .instances
-                        .iter()
-                        .map(|s| InstanceView {
-                            instance: &s.instance,
-                            isolated_owner: s.isolated_owner,
-                            draining_for: s.draining_for,
-                            active_tasks: s.active_tasks,
-                            expected_free: if iso.is_empty() {
-                                None
-                            } else {
-                                self.expected_free(s)
-                            },
-                            retiring: s.retiring,
-                        })
-                        .collect(),
-                })
-                .collect();
-            let opted_out: HashSet<JobId> = match self.early_start_secs {
-                Some(_) => iso_ids
-                    .iter()
-                    .filter(|id| self.jobs[id].intercept_off())
-                    .copied()
-                    .collect(),
-                None => HashSet::new(),
-            };
-            self.policy.plan(&LaunchInput {
-                now,
-                reserved: &kept,
-                scheduler: self.scheduler_type,
-                isolated: &iso,
-                shared: &shared,
-                nodes: &nodes,
-                early: self.early_start_secs.map(|secs| crate::launch::EarlyStart {
-                    until: now.saturating_add(secs),
-                    opted_out: &opted_out,
-                }),
-            })
-        };
-        if truncated && plan.rest.is_none() {
-            plan.rest = Some(PendingReason::Resources);
+        Selection {
+            iso_ids,
+            shared_ids,
+            priorities,
+            truncated,
+            by_rank,
+            held,
+            throttled,
+            waiting,
+            over_qos,
         }
-        self.expected_starts = std::mem::take(&mut plan.expected_starts)
-            .into_iter()
-            .collect();
-        for d in plan.decisions {
+    }
+
+    /// What the launch policy makes of the selected jobs and the nodes.
+    fn plan(&self, selection: &Selection, kept: &[(usize, JobId)], now: i64) -> LaunchPlan {
+        let (iso_ids, shared_ids) = (&selection.iso_ids, &selection.shared_ids);
+        let choices = self.node_choices(iso_ids.iter().chain(shared_ids.iter()));
+        let view = |ids: &[JobId]| -> Vec<QueuedJob<'_>> {
+            ids.iter()
+                .map(|id| {
+                    let p = selection.priorities.get(id).copied().unwrap_or(0);
+                    queued(&self.jobs[id], choices.get(id), p)
+                })
+                .collect()
+        };
+        let iso = view(iso_ids);
+        let shared = view(shared_ids);
+        // Who runs where matters to jobs that want a node alone.
+        let with_users = iso.iter().chain(shared.iter()).any(|j| j.sharing.is_some());
+        // When nodes empty matters to jobs that may hold nodes.
+        let holding = with_users || iso.iter().chain(shared.iter()).any(|j| j.width > 1);
+        let nodes = self.node_views(with_users, holding, !iso.is_empty(), now);
+        let opted_out: HashSet<JobId> = match self.early_start_secs {
+            Some(_) => iso_ids
+                .iter()
+                .filter(|id| self.jobs[id].intercept_off())
+                .copied()
+                .collect(),
+            None => HashSet::new(),
+        };
+        self.policy.plan(&LaunchInput {
+            now,
+            reserved: kept,
+            scheduler: self.scheduler_type,
+            isolated: &iso,
+            shared: &shared,
+            nodes: &nodes,
+            early: self.early_start_secs.map(|secs| crate::launch::EarlyStart {
+                until: now.saturating_add(secs),
+                opted_out: &opted_out,
+            }),
+        })
+    }
+
+    /// The nodes as the launch policy sees them: who runs there only when
+    /// a job wants a node alone (`with_users`), when they empty only when
+    /// a job may hold nodes (`holding`), when instances free up only when
+    /// an isolated job waits.
+    fn node_views(
+        &self,
+        with_users: bool,
+        holding: bool,
+        isolated_waiting: bool,
+        now: i64,
+    ) -> Vec<NodeView<'_>> {
+        self.nodes
+            .values()
+            .map(|n| NodeView {
+                name: &n.name,
+                occupancy: self.occupancy(n, with_users),
+                up: n.accepts_launches(),
+                worker_limit: n.worker_limit,
+                workers_used: n.running.len() as u32,
+                // Only isolated jobs' placement asks for these two.
+                shared_running: n.shared.len() as u32,
+                total: n.total(),
+                free: self.free_on(n),
+                expected_empty: if holding {
+                    self.expected_empty(n, now)
+                } else {
+                    None
+                },
+                instances: n
+                    .instances
+                    .iter()
+                    .map(|s| InstanceView {
+                        instance: &s.instance,
+                        isolated_owner: s.isolated_owner,
+                        draining_for: s.draining_for,
+                        active_tasks: s.active_tasks,
+                        expected_free: if isolated_waiting {
+                            self.expected_free(s)
+                        } else {
+                            None
+                        },
+                        retiring: s.retiring,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Starts what the policy decided to start, and marks the instances it
+    /// decided to drain.
+    fn carry_out(&mut self, decisions: Vec<Decision>, now: i64) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for d in decisions {
             let (job, node, instances, early) = match d {
                 Decision::Launch {
                     job,
@@ -273,6 +342,18 @@ impl Cluster {
                 effects.push(Effect::Launch { job, node, early });
             }
         }
+        effects
+    }
+
+    /// Every job the pass left pending gets its reason (the plan's, or why
+    /// it sat the pass out); jobs waiting for resources may preempt.
+    fn give_reasons(
+        &mut self,
+        plan: LaunchPlan,
+        selection: Selection,
+        now: i64,
+        effects: &mut Vec<Effect>,
+    ) {
         let mut named = BTreeSet::new();
         for (id, reason) in plan.waiting {
             named.insert(id);
@@ -291,13 +372,14 @@ impl Cluster {
                 self.set_reason(id, &rest);
             }
         }
-        for id in throttled {
+        for id in selection.throttled {
             self.set_reason(id, "JobArrayTaskLimit");
         }
-        for (id, reason) in over_qos {
+        for (id, reason) in selection.over_qos {
             self.set_reason(id, reason);
         }
-        let waiting_for_resources: Vec<JobId> = by_rank
+        let waiting_for_resources: Vec<JobId> = selection
+            .by_rank
             .into_iter()
             .filter(|id| {
                 self.jobs.get(id).is_some_and(|j| {
@@ -307,14 +389,14 @@ impl Cluster {
             })
             .collect();
         effects.extend(self.preempt_for(&waiting_for_resources, now));
-        for id in held {
+        for id in selection.held {
             self.set_reason(id, "JobHeldUser");
         }
         let ending: Vec<JobId> = self.requeued_runs.keys().copied().collect();
         for id in ending {
             self.set_reason(id, "BeginTime");
         }
-        for (id, v) in waiting {
+        for (id, v) in selection.waiting {
             let reason = if v == Verdict::Never {
                 "DependencyNeverSatisfied"
             } else {
@@ -322,7 +404,6 @@ impl Cluster {
             };
             self.set_reason(id, reason);
         }
-        effects
     }
 
     /// For `singleton`: the lowest id of an active (pending or running)
