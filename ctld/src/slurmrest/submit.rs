@@ -48,13 +48,13 @@ const KNOWN: &[&str] = &[
 
 /// A number given plainly or as `{"set", "infinite", "number"}`; `Ok(None)`
 /// for unset or infinite.
-fn number(field: &str, v: &Value) -> Result<Option<i64>, String> {
+fn number(field: &str, v: &Value) -> Result<Option<i64>, BadSubmission> {
     match v {
         Value::Null => Ok(None),
         Value::Number(n) => n
             .as_i64()
             .map(Some)
-            .ok_or_else(|| format!("job.{field} must be a whole number")),
+            .ok_or_else(|| BadSubmission(format!("job.{field} must be a whole number"))),
         Value::Object(o) => {
             if o.get("infinite").and_then(Value::as_bool) == Some(true)
                 || o.get("set").and_then(Value::as_bool) == Some(false)
@@ -64,26 +64,26 @@ fn number(field: &str, v: &Value) -> Result<Option<i64>, String> {
             o.get("number")
                 .and_then(Value::as_i64)
                 .map(Some)
-                .ok_or_else(|| format!("job.{field}.number must be a whole number"))
+                .ok_or_else(|| BadSubmission(format!("job.{field}.number must be a whole number")))
         }
-        _ => Err(format!(
-            "job.{field} must be a number or {{\"set\", \"infinite\", \"number\"}}"
-        )),
+        _ => Err(
+            format!("job.{field} must be a number or {{\"set\", \"infinite\", \"number\"}}").into(),
+        ),
     }
 }
 
-fn text(field: &str, v: Option<&Value>) -> Result<Option<String>, String> {
+fn text(field: &str, v: Option<&Value>) -> Result<Option<String>, BadSubmission> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(format!("job.{field} must be a string")),
+        Some(_) => Err(format!("job.{field} must be a string").into()),
     }
 }
 
 /// `gres/gpu[:TYPE][:N]` (or `gpu:...`): GPU instances of the job's own,
 /// so an isolated job: the type (MIG profile or GPU model) when one is
 /// named, and the count N (1 when not given).
-fn gpu_request(tres: &str) -> Result<Option<(Option<String>, u32)>, String> {
+fn gpu_request(tres: &str) -> Result<Option<(Option<String>, u32)>, BadSubmission> {
     let mut found = None;
     for part in tres.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let g = part.strip_prefix("gres/").unwrap_or(part);
@@ -101,7 +101,8 @@ fn gpu_request(tres: &str) -> Result<Option<(Option<String>, u32)>, String> {
         let Some(rest) = g.strip_prefix("gpu") else {
             return Err(format!(
                 "tres {part}: gsched knows only the gpu resource (gres/gpu[:PROFILE][:N])"
-            ));
+            )
+            .into());
         };
         let fields: Vec<&str> = rest.trim_start_matches(':').split(':').collect();
         let profile = fields
@@ -115,10 +116,11 @@ fn gpu_request(tres: &str) -> Result<Option<(Option<String>, u32)>, String> {
                     Ok(0) => {
                         return Err(format!(
                             "tres {part}: a GPU count of 0 is not a GPU request; leave it out"
-                        ))
+                        )
+                        .into())
                     }
                     Ok(n) => n,
-                    Err(_) => return Err(format!("tres {part}: '{n}' is not a GPU count")),
+                    Err(_) => return Err(format!("tres {part}: '{n}' is not a GPU count").into()),
                 },
             };
         found = Some((profile, count));
@@ -129,7 +131,9 @@ fn gpu_request(tres: &str) -> Result<Option<(Option<String>, u32)>, String> {
 /// The node count a submission asks for (`nodes`, a count or `MIN-MAX`,
 /// or `minimum_nodes`), as the recorded `--nodes` option, read as
 /// sbatch's is.
-fn node_count(obj: &serde_json::Map<String, Value>) -> Result<Option<(String, String)>, String> {
+fn node_count(
+    obj: &serde_json::Map<String, Value>,
+) -> Result<Option<(String, String)>, BadSubmission> {
     let nodes = match obj.get("nodes") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -145,21 +149,112 @@ fn node_count(obj: &serde_json::Map<String, Value>) -> Result<Option<(String, St
     Ok(nodes.map(|n| ("nodes".to_string(), n)))
 }
 
-/// The gsched job a slurmrestd submission describes, and its warnings.
-pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
-    let job = match body.get("job") {
-        Some(Value::Object(_)) => &body["job"],
-        Some(_) => return Err("job must be an object".into()),
+/// A slurmrestd submission gsched cannot take, and why (the message its
+/// user reads).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadSubmission(pub String);
+
+impl From<String> for BadSubmission {
+    fn from(why: String) -> Self {
+        BadSubmission(why)
+    }
+}
+
+impl From<&str> for BadSubmission {
+    fn from(why: &str) -> Self {
+        BadSubmission(why.to_string())
+    }
+}
+
+/// The job object of a submission: `job`, or the one entry of `jobs`.
+fn the_job(body: &Value) -> Result<&Value, BadSubmission> {
+    match body.get("job") {
+        Some(Value::Object(_)) => Ok(&body["job"]),
+        Some(_) => Err("job must be an object".into()),
         None => match body.get("jobs").and_then(Value::as_array) {
-            Some(list) if list.len() == 1 => &list[0],
-            Some(_) => {
-                return Err("gsched takes one job per submission (no heterogeneous jobs)".into())
-            }
-            None => {
-                return Err("the body needs a job object: {\"script\": ..., \"job\": {...}}".into())
-            }
+            Some(list) if list.len() == 1 => Ok(&list[0]),
+            Some(_) => Err("gsched takes one job per submission (no heterogeneous jobs)".into()),
+            None => Err("the body needs a job object: {\"script\": ..., \"job\": {...}}".into()),
         },
-    };
+    }
+}
+
+/// `job.environment` (a list of `NAME=value`); absent, PATH only, with a
+/// warning.
+fn environment_of(
+    obj: &serde_json::Map<String, Value>,
+    warnings: &mut Vec<String>,
+) -> Result<BTreeMap<String, String>, BadSubmission> {
+    let mut environment = BTreeMap::new();
+    match obj.get("environment") {
+        None | Some(Value::Null) => {
+            warnings.push("job.environment was not given; the job starts with PATH only".into());
+            environment.insert("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into());
+        }
+        Some(Value::Array(list)) => {
+            for e in list {
+                let s = e
+                    .as_str()
+                    .ok_or("job.environment must be a list of \"NAME=value\" strings")?;
+                let (k, v) = s.split_once('=').ok_or_else(|| {
+                    BadSubmission(format!("job.environment entry {s:?} is not NAME=value"))
+                })?;
+                environment.insert(k.to_string(), v.to_string());
+            }
+        }
+        Some(_) => return Err("job.environment must be a list of \"NAME=value\" strings".into()),
+    }
+    Ok(environment)
+}
+
+/// `job.argv`: a list of strings.
+fn argv_of(obj: &serde_json::Map<String, Value>) -> Result<Vec<String>, BadSubmission> {
+    match obj.get("argv") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => Ok(a
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or("job.argv must be a list of strings")
+            })
+            .collect::<Result<_, _>>()?),
+        Some(_) => Err("job.argv must be a list of strings".into()),
+    }
+}
+
+/// The GPUs a job asks for (type and count) from its `tres_per_*`, and
+/// its `--gpus-per-task` where it asked per task.
+type GpuAsk = (Option<(Option<String>, u32)>, Option<String>);
+
+fn gpus_of(
+    obj: &serde_json::Map<String, Value>,
+    tasks: Option<u32>,
+) -> Result<GpuAsk, BadSubmission> {
+    let mut gpu = None;
+    let mut gpus_per_task = None;
+    for f in ["tres_per_job", "tres_per_node", "tres_per_task"] {
+        if let Some(t) = text(f, obj.get(f))? {
+            if let Some((kind, n)) = gpu_request(&t)? {
+                // Per task: that many for each of the job's tasks, all on
+                // its one node.
+                let count = if f == "tres_per_task" {
+                    gpus_per_task = Some(n.to_string());
+                    n.saturating_mul(tasks.unwrap_or(1).max(1))
+                } else {
+                    n
+                };
+                gpu = Some((kind, count));
+            }
+        }
+    }
+    Ok((gpu, gpus_per_task))
+}
+
+/// The gsched job a slurmrestd submission describes, and its warnings.
+pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), BadSubmission> {
+    let job = the_job(body)?;
     let obj = job.as_object().ok_or("job must be an object")?;
     let mut warnings: Vec<String> = obj
         .keys()
@@ -179,29 +274,11 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
     )?
     .ok_or("job.current_working_directory is required")?;
     if !cwd.starts_with('/') {
-        return Err(format!(
-            "job.current_working_directory must be an absolute path, not {cwd}"
-        ));
+        return Err(
+            format!("job.current_working_directory must be an absolute path, not {cwd}").into(),
+        );
     }
-    let mut environment = BTreeMap::new();
-    match obj.get("environment") {
-        None | Some(Value::Null) => {
-            warnings.push("job.environment was not given; the job starts with PATH only".into());
-            environment.insert("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into());
-        }
-        Some(Value::Array(list)) => {
-            for e in list {
-                let s = e
-                    .as_str()
-                    .ok_or("job.environment must be a list of \"NAME=value\" strings")?;
-                let (k, v) = s
-                    .split_once('=')
-                    .ok_or_else(|| format!("job.environment entry {s:?} is not NAME=value"))?;
-                environment.insert(k.to_string(), v.to_string());
-            }
-        }
-        Some(_) => return Err("job.environment must be a list of \"NAME=value\" strings".into()),
-    }
+    let environment = environment_of(obj, &mut warnings)?;
     let minutes = match obj.get("time_limit") {
         Some(v) => number("time_limit", v)?,
         None => None,
@@ -209,56 +286,31 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), String> {
     if minutes.is_some_and(|m| m <= 0) {
         return Err("job.time_limit must be at least 1 minute".into());
     }
-    let small = |field: &str| -> Result<Option<u32>, String> {
+    let small = |field: &str| -> Result<Option<u32>, BadSubmission> {
         match obj.get(field) {
             Some(v) => number(field, v)?
-                .map(|n| u32::try_from(n).map_err(|_| format!("job.{field} is out of range")))
+                .map(|n| {
+                    u32::try_from(n).map_err(|_| format!("job.{field} is out of range").into())
+                })
                 .transpose(),
             None => Ok(None),
         }
     };
-    let flag = |field: &str| -> Result<bool, String> {
+    let flag = |field: &str| -> Result<bool, BadSubmission> {
         match obj.get(field) {
             None | Some(Value::Null) => Ok(false),
             Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(format!("job.{field} must be true or false")),
+            Some(_) => Err(format!("job.{field} must be true or false").into()),
         }
     };
-    let mut gpu = None;
-    let mut gpus_per_task = None;
-    for f in ["tres_per_job", "tres_per_node", "tres_per_task"] {
-        if let Some(t) = text(f, obj.get(f))? {
-            if let Some((kind, n)) = gpu_request(&t)? {
-                // Per task: that many for each of the job's tasks, all on
-                // its one node.
-                let count = if f == "tres_per_task" {
-                    gpus_per_task = Some(n.to_string());
-                    n.saturating_mul(small("tasks")?.unwrap_or(1).max(1))
-                } else {
-                    n
-                };
-                gpu = Some((kind, count));
-            }
-        }
-    }
-    let argv = match obj.get("argv") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|x| {
-                x.as_str()
-                    .map(str::to_string)
-                    .ok_or("job.argv must be a list of strings")
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err("job.argv must be a list of strings".into()),
-    };
+    let (gpu, gpus_per_task) = gpus_of(obj, small("tasks")?)?;
+    let argv = argv_of(obj)?;
     let array = text("array", obj.get("array"))?
-        .map(|a| ArrayRequest::parse(&a).map_err(|e| format!("job.array: {e}")))
+        .map(|a| ArrayRequest::parse(&a).map_err(|e| BadSubmission(format!("job.array: {e}"))))
         .transpose()?;
     let dependency = text("dependency", obj.get("dependency"))?
         .filter(|d| !d.is_empty())
-        .map(|d| Dependency::parse(&d).map_err(|e| format!("job.dependency: {e}")))
+        .map(|d| Dependency::parse(&d).map_err(|e| BadSubmission(format!("job.dependency: {e}"))))
         .transpose()?;
     let spec = JobSpec {
         name: text("name", obj.get("name"))?.unwrap_or_else(|| "sbatch".into()),
@@ -328,7 +380,7 @@ pub async fn submit(
     let bad = |m: String| r.error(StatusCode::BAD_REQUEST, 2020, m);
     let body: Value =
         serde_json::from_slice(&body).map_err(|e| bad(format!("invalid JSON body: {e}")))?;
-    let (mut spec, warnings) = job_spec(&body).map_err(bad)?;
+    let (mut spec, warnings) = job_spec(&body).map_err(|e| bad(e.to_string()))?;
     // The job is the caller's; a numeric user_id naming someone else is
     // refused the same way.
     if let Some(uid) = body["job"]["user_id"]
@@ -400,7 +452,8 @@ mod tests {
         let e = job_spec(&json!({"script": "#!/bin/sh\n", "job": {
             "current_working_directory": "/", "environment": [],
             "tres_per_job": "gres/gpu:0"}}))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("count of 0"), "{e}");
         assert!(h.gpu.mig_profile.is_none() && h.isolated);
         h.validate().unwrap();
@@ -436,7 +489,7 @@ mod tests {
 
     #[test]
     fn bad_bodies_name_the_field() {
-        let err = |b: Value| job_spec(&b).unwrap_err();
+        let err = |b: Value| job_spec(&b).unwrap_err().to_string().to_string();
         assert!(err(json!({})).contains("needs a job object"));
         assert!(
             err(json!({"job": {"current_working_directory": "/"}})).contains("script is missing")

@@ -1,0 +1,251 @@
+//! Each kind of [`Write`] as the rows it changes.
+
+use gsched_core::cluster::Node;
+use gsched_core::job::{Job, JobId};
+use gsched_core::probe::TaskRecord;
+use sqlx::SqliteConnection;
+
+use super::{instances_column, json, JobRuntime, Write};
+
+/// Applies one write inside the writer's transaction.
+pub(super) async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error> {
+    match w {
+        Write::NewJob(job) => insert_job(conn, job).await,
+        Write::JobSpec(job) => update_spec(conn, job).await,
+        Write::JobState(job) => update_state(conn, job).await,
+        Write::Accounts(data) => store_accounts(conn, data).await,
+        Write::Node(node) => upsert_node(conn, node).await,
+        Write::Task { node, record } => upsert_task(conn, node, record).await,
+        Write::Event {
+            time,
+            job_id,
+            node,
+            kind,
+            detail,
+        } => {
+            append_event(
+                conn,
+                *time,
+                *job_id,
+                node.as_deref(),
+                kind,
+                detail.as_deref(),
+            )
+            .await
+        }
+    }
+}
+
+/// Writes a newly submitted job: the full row.
+async fn insert_job(conn: &mut SqliteConnection, job: &Job) -> Result<(), sqlx::Error> {
+    let s = &job.spec;
+    let mut rest = s.clone();
+    rest.script = String::new();
+    rest.environment.clear();
+    sqlx::query(
+        "INSERT INTO jobs (id, name, user_name, uid, gid, working_dir, script, environment,
+           isolated, gpu_request, time_limit, partition, spec, state, reason, exit_code,
+           exit_signal, submit_time, start_time, end_time, node, gpu_instance, gpu_mem_peak, restarts,
+           held)
+         VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    )
+    .bind(job.id as i64)
+    .bind(&s.name)
+    .bind(&s.user_name)
+    .bind(s.uid as i64)
+    .bind(s.gid as i64)
+    .bind(&s.working_dir)
+    .bind(&s.script)
+    .bind(json(&s.environment))
+    .bind(s.isolated)
+    .bind(json(&s.gpu))
+    .bind(s.time_limit.map(|t| t as i64))
+    .bind(&s.partition)
+    .bind(json(&rest))
+    .bind(job.state.as_str())
+    .bind(&job.reason)
+    .bind(job.exit_code)
+    .bind(job.exit_signal)
+    .bind(job.submit_time)
+    .bind(job.start_time)
+    .bind(job.end_time)
+    .bind(&job.node)
+    .bind(instances_column(&job.gpu_instances))
+    .bind(job.gpu_mem_peak.map(|m| m as i64))
+    .bind(job.restarts as i64)
+    .bind(job.held)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Writes a pending job's spec (the columns that may change).
+async fn update_spec(conn: &mut SqliteConnection, job: &Job) -> Result<(), sqlx::Error> {
+    let s = &job.spec;
+    let mut rest = s.clone();
+    rest.script = String::new();
+    rest.environment.clear();
+    sqlx::query("UPDATE jobs SET name = ?, time_limit = ?, partition = ?, spec = ? WHERE id = ?")
+        .bind(&s.name)
+        .bind(s.time_limit.map(|t| t as i64))
+        .bind(&s.partition)
+        .bind(json(&rest))
+        .bind(job.id as i64)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Writes a job's state, times and placement.
+async fn update_state(conn: &mut SqliteConnection, job: &JobRuntime) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
+           end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
+           cancelled_by = ?, run = ?, launching = ?, usage = ?, batch_usage = ?, sisters = ?,
+           suspension = ?, grace = ?
+         WHERE id = ?",
+    )
+    .bind(job.state.as_str())
+    .bind(&job.reason)
+    .bind(job.exit_code)
+    .bind(job.exit_signal)
+    .bind(job.start_time)
+    .bind(job.end_time)
+    .bind(&job.node)
+    .bind(instances_column(&job.gpu_instances))
+    .bind(job.gpu_mem_peak.map(|m| m as i64))
+    .bind(job.restarts as i64)
+    .bind(job.held)
+    .bind(json(&job.steps))
+    .bind(job.cancelled_by.map(i64::from))
+    .bind(i64::from(job.run))
+    .bind(job.launching)
+    .bind(job.usage.as_ref().map(json))
+    .bind(job.batch_usage.as_ref().map(json))
+    .bind((!job.sisters.is_empty()).then(|| json(&job.sisters)))
+    .bind(job.suspension.as_ref().map(json))
+    .bind(job.grace.as_ref().map(json))
+    .bind(job.id as i64)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Writes the accounts, associations and usage.
+async fn store_accounts(conn: &mut SqliteConnection, data: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT OR REPLACE INTO accounts (id, data) VALUES (1, ?)")
+        .bind(data)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Writes a node and its instances.
+async fn upsert_node(conn: &mut SqliteConnection, node: &Node) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO nodes (name, url, cpus, memory_mib, worker_limit, up, updated_at,
+           admin_state, admin_reason, admin_by, admin_since, mig_frozen)
+         VALUES (?,?,?,?,?,?, unixepoch(), ?,?,?,?,?)
+         ON CONFLICT(name) DO UPDATE SET url = excluded.url, cpus = excluded.cpus,
+           memory_mib = excluded.memory_mib, worker_limit = excluded.worker_limit,
+           up = excluded.up, updated_at = excluded.updated_at,
+           admin_state = excluded.admin_state, admin_reason = excluded.admin_reason,
+           admin_by = excluded.admin_by, admin_since = excluded.admin_since,
+           mig_frozen = excluded.mig_frozen",
+    )
+    .bind(&node.name)
+    .bind(&node.url)
+    .bind(node.cpus as i64)
+    .bind(node.memory_mib as i64)
+    .bind(node.worker_limit as i64)
+    .bind(node.up)
+    .bind(node.admin.as_ref().map(|a| a.state.as_str()))
+    .bind(node.admin.as_ref().map(|a| &a.reason))
+    .bind(node.admin.as_ref().map(|a| &a.by))
+    .bind(node.admin.as_ref().map(|a| a.since))
+    .bind((!node.mig_frozen.is_empty()).then(|| {
+        node.mig_frozen
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM gpu_instances WHERE node = ?")
+        .bind(&node.name)
+        .execute(&mut *conn)
+        .await?;
+    for s in &node.instances {
+        let i = &s.instance;
+        sqlx::query(
+            "INSERT OR REPLACE INTO gpu_instances (uuid, node, gpu_index, gpu_uuid, model, profile,
+               memory_mib, sms, compute_slices, mps_pipe_dir, mps_log_dir, mps_state)
+             VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        )
+        .bind(&i.uuid)
+        .bind(&node.name)
+        .bind(i.gpu_index as i64)
+        .bind(&i.gpu_uuid)
+        .bind(&i.model)
+        .bind(&i.profile)
+        .bind(i.memory_mib as i64)
+        .bind(i.sms as i64)
+        .bind(i.compute_slices as i64)
+        .bind(i.mps.as_ref().map(|m| &m.pipe_dir))
+        .bind(i.mps.as_ref().map(|m| &m.log_dir))
+        .bind(i.mps.as_ref().map(|m| m.state.as_str()))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Writes a task reservation (by job and task).
+async fn upsert_task(
+    conn: &mut SqliteConnection,
+    node: &str,
+    r: &TaskRecord,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO task_reservations (job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid, gpu_share)
+         VALUES (?,?,?,?,?,?,?,?,?,?)
+         ON CONFLICT(job_id, task) DO UPDATE SET
+           mem_bytes = max(mem_bytes, excluded.mem_bytes),
+           warps = max(warps, excluded.warps),
+           end_time = coalesce(excluded.end_time, end_time)",
+    )
+    .bind(r.job as i64)
+    .bind(r.task as i64)
+    .bind(&r.instance)
+    .bind(r.bytes as i64)
+    .bind(r.warps as i64)
+    .bind(r.begin_ms)
+    .bind(r.end_ms)
+    .bind(node)
+    .bind(r.pid as i64)
+    .bind(r.share as i64)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Writes an entry of the append-only event log.
+async fn append_event(
+    conn: &mut SqliteConnection,
+    time: i64,
+    job_id: Option<JobId>,
+    node: Option<&str>,
+    kind: &str,
+    detail: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO events (time, job_id, node, kind, detail) VALUES (?,?,?,?,?)")
+        .bind(time)
+        .bind(job_id.map(|j| j as i64))
+        .bind(node)
+        .bind(kind)
+        .bind(detail)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
