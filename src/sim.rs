@@ -344,128 +344,14 @@ pub fn run(a: SimArgs) -> Result<()> {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    if let Some(f) = a.gpu_share {
-        if !(f > 0.0 && f <= 1.0) {
-            bail!("--gpu-share {f}: must be above 0 and at most 1");
-        }
-    }
-    if a.workers_per_slice == Some(0) {
-        bail!("--workers-per-slice 0: at least one worker is needed");
-    }
-    if !(a.reconfig_secs >= 0.0 && a.reconfig_secs.is_finite()) {
-        bail!(
-            "--reconfig-secs {}: must be a number of seconds, 0 or more",
-            a.reconfig_secs
-        );
-    }
-    if a.nodes == 0 {
-        bail!("--nodes 0: at least one node is needed");
-    }
-    if !(a.load > 0.0 && a.load.is_finite()) {
-        bail!("--load {}: must be above 0", a.load);
-    }
+    check_args(&a)?;
     let options = options(&a)?;
     let policy: Policy = a.policy.parse()?;
     let baseline: Policy = a.baseline.parse()?;
     if a.sweep {
-        let mut rows = Vec::new();
-        for &(i, s) in RATIOS {
-            let jobs = generate(&Mix {
-                isolated: i,
-                shared: s,
-                jobs: a.jobs,
-                footprints: footprints(&a.footprints),
-                seed: a.seed,
-                gpu_share: a.gpu_share,
-            });
-            rows.push((
-                (i, s),
-                run_pair(&a.cluster, policy, baseline, &jobs, &options)?,
-            ));
-        }
-        let mixed: Vec<&Comparison> = rows
-            .iter()
-            .filter(|((i, s), _)| *i > 0 && *s > 0)
-            .map(|(_, c)| c)
-            .collect();
-        let mean = |f: &dyn Fn(&Comparison) -> f64| {
-            mixed.iter().map(|c| f(c)).sum::<f64>() / mixed.len() as f64
-        };
-        if a.json {
-            let v: Vec<serde_json::Value> = rows
-                .iter()
-                .map(|((i, s), c)| serde_json::json!({"mix": format!("{i}:{s}"), "result": c}))
-                .collect();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&serde_json::json!({
-                    "rows": v,
-                    "mixed_mean": {
-                        "throughput_ratio": mean(&|c| c.throughput_ratio),
-                        "turnaround_speedup": mean(&|c| c.turnaround_speedup),
-                        "memory_utilization_ratio": mean(&|c| c.memory_utilization_ratio),
-                    }
-                }))?
-            );
-        } else {
-            println!(
-                "{} vs {} on {}, {} jobs, footprints {} GB, seed {}, re-partitioning {}",
-                policy, baseline, a.cluster, a.jobs, a.footprints, a.seed, a.repartition
-            );
-            println!(
-                "mix    throughput  turnaround  memory-util  OOM(policy/baseline)  packing-eff  reshapes"
-            );
-            for ((i, s), c) in &rows {
-                println!(
-                    "{:<6} {:>9.2}x {:>10.2}x {:>11.2}x {:>10}/{:<10} {:>10.2} {:>9}",
-                    format!("{i}:{s}"),
-                    c.throughput_ratio,
-                    c.turnaround_speedup,
-                    c.memory_utilization_ratio,
-                    c.oom_crashes,
-                    c.baseline_oom_crashes,
-                    c.packing_efficiency,
-                    c.policy.reshapes
-                );
-            }
-            println!(
-                "mean over the mixed ratios (4:1 .. 1:4): throughput {:.2}x, turnaround {:.2}x, memory utilization {:.2}x",
-                mean(&|c| c.throughput_ratio),
-                mean(&|c| c.turnaround_speedup),
-                mean(&|c| c.memory_utilization_ratio)
-            );
-        }
-        return Ok(());
+        return sweep(&a, policy, baseline, &options);
     }
-    let jobs = match &a.trace {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read trace {}", path.display()))?;
-            parse_trace(&text).with_context(|| format!("trace {}", path.display()))?
-        }
-        None if a.workload == "queue" => {
-            let gpus = gsched_core::gpu::parse_sim_spec(&a.cluster)?;
-            let per_node = gsched_core::gpu::sim_instances("sim", &gpus).len() as u32;
-            queue_mix::generate(&QueueMix {
-                jobs: a.jobs,
-                seed: a.seed,
-                nodes: a.nodes as u32,
-                gpus_per_node: per_node,
-                load: a.load,
-            })
-        }
-        None => {
-            let (i, s) = parse_mix(&a.mix)?;
-            generate(&Mix {
-                isolated: i,
-                shared: s,
-                jobs: a.jobs,
-                footprints: footprints(&a.footprints),
-                seed: a.seed,
-                gpu_share: a.gpu_share,
-            })
-        }
-    };
+    let jobs = workload(&a)?;
     let c = run_pair(&a.cluster, policy, baseline, &jobs, &options)?;
     if let Some(p) = &a.plot {
         let title = format!(
@@ -494,4 +380,134 @@ pub fn run(a: SimArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Refuses arguments no simulation can run with, naming the flag.
+fn check_args(a: &SimArgs) -> Result<()> {
+    if let Some(f) = a.gpu_share {
+        if !(f > 0.0 && f <= 1.0) {
+            bail!("--gpu-share {f}: must be above 0 and at most 1");
+        }
+    }
+    if a.workers_per_slice == Some(0) {
+        bail!("--workers-per-slice 0: at least one worker is needed");
+    }
+    if !(a.reconfig_secs >= 0.0 && a.reconfig_secs.is_finite()) {
+        bail!(
+            "--reconfig-secs {}: must be a number of seconds, 0 or more",
+            a.reconfig_secs
+        );
+    }
+    if a.nodes == 0 {
+        bail!("--nodes 0: at least one node is needed");
+    }
+    if !(a.load > 0.0 && a.load.is_finite()) {
+        bail!("--load {}: must be above 0", a.load);
+    }
+    Ok(())
+}
+
+/// `--sweep`: the two policies over every isolated:shared ratio.
+fn sweep(a: &SimArgs, policy: Policy, baseline: Policy, options: &Pair) -> Result<()> {
+    let mut rows = Vec::new();
+    for &(i, s) in RATIOS {
+        let jobs = generate(&Mix {
+            isolated: i,
+            shared: s,
+            jobs: a.jobs,
+            footprints: footprints(&a.footprints),
+            seed: a.seed,
+            gpu_share: a.gpu_share,
+        });
+        rows.push((
+            (i, s),
+            run_pair(&a.cluster, policy, baseline, &jobs, options)?,
+        ));
+    }
+    let mixed: Vec<&Comparison> = rows
+        .iter()
+        .filter(|((i, s), _)| *i > 0 && *s > 0)
+        .map(|(_, c)| c)
+        .collect();
+    let mean = |f: &dyn Fn(&Comparison) -> f64| {
+        mixed.iter().map(|c| f(c)).sum::<f64>() / mixed.len() as f64
+    };
+    if a.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|((i, s), c)| serde_json::json!({"mix": format!("{i}:{s}"), "result": c}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "rows": v,
+                "mixed_mean": {
+                    "throughput_ratio": mean(&|c| c.throughput_ratio),
+                    "turnaround_speedup": mean(&|c| c.turnaround_speedup),
+                    "memory_utilization_ratio": mean(&|c| c.memory_utilization_ratio),
+                }
+            }))?
+        );
+    } else {
+        println!(
+            "{} vs {} on {}, {} jobs, footprints {} GB, seed {}, re-partitioning {}",
+            policy, baseline, a.cluster, a.jobs, a.footprints, a.seed, a.repartition
+        );
+        println!(
+            "mix    throughput  turnaround  memory-util  OOM(policy/baseline)  packing-eff  reshapes"
+        );
+        for ((i, s), c) in &rows {
+            println!(
+                "{:<6} {:>9.2}x {:>10.2}x {:>11.2}x {:>10}/{:<10} {:>10.2} {:>9}",
+                format!("{i}:{s}"),
+                c.throughput_ratio,
+                c.turnaround_speedup,
+                c.memory_utilization_ratio,
+                c.oom_crashes,
+                c.baseline_oom_crashes,
+                c.packing_efficiency,
+                c.policy.reshapes
+            );
+        }
+        println!(
+            "mean over the mixed ratios (4:1 .. 1:4): throughput {:.2}x, turnaround {:.2}x, memory utilization {:.2}x",
+            mean(&|c| c.throughput_ratio),
+            mean(&|c| c.turnaround_speedup),
+            mean(&|c| c.memory_utilization_ratio)
+        );
+    }
+    Ok(())
+}
+
+/// The jobs to simulate: a trace, the queue workload, or a generated mix.
+fn workload(a: &SimArgs) -> Result<Vec<SimJob>> {
+    Ok(match &a.trace {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read trace {}", path.display()))?;
+            parse_trace(&text).with_context(|| format!("trace {}", path.display()))?
+        }
+        None if a.workload == "queue" => {
+            let gpus = gsched_core::gpu::parse_sim_spec(&a.cluster)?;
+            let per_node = gsched_core::gpu::sim_instances("sim", &gpus).len() as u32;
+            queue_mix::generate(&QueueMix {
+                jobs: a.jobs,
+                seed: a.seed,
+                nodes: a.nodes as u32,
+                gpus_per_node: per_node,
+                load: a.load,
+            })
+        }
+        None => {
+            let (i, s) = parse_mix(&a.mix)?;
+            generate(&Mix {
+                isolated: i,
+                shared: s,
+                jobs: a.jobs,
+                footprints: footprints(&a.footprints),
+                seed: a.seed,
+                gpu_share: a.gpu_share,
+            })
+        }
+    })
 }

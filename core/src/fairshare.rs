@@ -323,72 +323,13 @@ impl FairShare {
                 parent,
                 shares,
                 description,
-            } => {
-                if !valid_name(name) {
-                    return Err(AccountError::BadName(name.clone()));
-                }
-                if self.has_account(name) {
-                    return Err(AccountError::Exists(name.clone()));
-                }
-                let parent = parent.clone().unwrap_or_else(|| ROOT.into());
-                if !self.has_account(&parent) {
-                    return Err(AccountError::NoAccount(parent));
-                }
-                self.accounts.insert(
-                    name.clone(),
-                    Account {
-                        name: name.clone(),
-                        parent,
-                        shares: shares.unwrap_or(1),
-                        description: description.clone().unwrap_or_default(),
-                        limits: AssocLimits::default(),
-                    },
-                );
-            }
+            } => self.add_account(name, parent.as_deref(), *shares, description.as_deref())?,
             AccountChange::ModifyAccount {
                 name,
                 shares,
                 parent,
-            } => {
-                if name == ROOT {
-                    return Err(AccountError::Root);
-                }
-                if !self.accounts.contains_key(name) {
-                    return Err(AccountError::NoAccount(name.clone()));
-                }
-                if let Some(p) = parent {
-                    if !self.has_account(p) {
-                        return Err(AccountError::NoAccount(p.clone()));
-                    }
-                    if self.path(p).iter().any(|a| a == name) {
-                        return Err(AccountError::Cycle {
-                            account: name.clone(),
-                            parent: p.clone(),
-                        });
-                    }
-                }
-                let a = self.accounts.get_mut(name).expect("checked");
-                if let Some(s) = shares {
-                    a.shares = *s;
-                }
-                if let Some(p) = parent {
-                    a.parent = p.clone();
-                }
-            }
-            AccountChange::DeleteAccount { name } => {
-                if name == ROOT {
-                    return Err(AccountError::Root);
-                }
-                if !self.accounts.contains_key(name) {
-                    return Err(AccountError::NoAccount(name.clone()));
-                }
-                let used = self.accounts.values().any(|a| &a.parent == name)
-                    || self.associations.keys().any(|(_, a)| a == name);
-                if used {
-                    return Err(AccountError::InUse(name.clone()));
-                }
-                self.accounts.remove(name);
-            }
+            } => self.modify_account(name, *shares, parent.as_deref())?,
+            AccountChange::DeleteAccount { name } => self.delete_account(name)?,
             AccountChange::AddUser {
                 user,
                 account,
@@ -466,6 +407,90 @@ impl FairShare {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `sacctmgr add account NAME [parent=P] [fairshare=N]`.
+    fn add_account(
+        &mut self,
+        name: &str,
+        parent: Option<&str>,
+        shares: Option<u32>,
+        description: Option<&str>,
+    ) -> Result<(), AccountError> {
+        if !valid_name(name) {
+            return Err(AccountError::BadName(name.to_string()));
+        }
+        if self.has_account(name) {
+            return Err(AccountError::Exists(name.to_string()));
+        }
+        let parent = parent.unwrap_or(ROOT).to_string();
+        if !self.has_account(&parent) {
+            return Err(AccountError::NoAccount(parent));
+        }
+        self.accounts.insert(
+            name.to_string(),
+            Account {
+                name: name.to_string(),
+                parent,
+                shares: shares.unwrap_or(1),
+                description: description.unwrap_or_default().to_string(),
+                limits: AssocLimits::default(),
+            },
+        );
+        Ok(())
+    }
+
+    /// `sacctmgr modify account NAME set fairshare=N parent=P` (a parent
+    /// below the account itself is refused).
+    fn modify_account(
+        &mut self,
+        name: &str,
+        shares: Option<u32>,
+        parent: Option<&str>,
+    ) -> Result<(), AccountError> {
+        if name == ROOT {
+            return Err(AccountError::Root);
+        }
+        if !self.accounts.contains_key(name) {
+            return Err(AccountError::NoAccount(name.to_string()));
+        }
+        if let Some(p) = parent {
+            if !self.has_account(p) {
+                return Err(AccountError::NoAccount(p.to_string()));
+            }
+            if self.path(p).iter().any(|a| a == name) {
+                return Err(AccountError::Cycle {
+                    account: name.to_string(),
+                    parent: p.to_string(),
+                });
+            }
+        }
+        let a = self.accounts.get_mut(name).expect("checked");
+        if let Some(s) = shares {
+            a.shares = s;
+        }
+        if let Some(p) = parent {
+            a.parent = p.to_string();
+        }
+        Ok(())
+    }
+
+    /// `sacctmgr delete account NAME`: only one with no account or user
+    /// under it.
+    fn delete_account(&mut self, name: &str) -> Result<(), AccountError> {
+        if name == ROOT {
+            return Err(AccountError::Root);
+        }
+        if !self.accounts.contains_key(name) {
+            return Err(AccountError::NoAccount(name.to_string()));
+        }
+        let used = self.accounts.values().any(|a| a.parent == name)
+            || self.associations.keys().any(|(_, a)| a == name);
+        if used {
+            return Err(AccountError::InUse(name.to_string()));
+        }
+        self.accounts.remove(name);
         Ok(())
     }
 
