@@ -10,12 +10,13 @@ use gsched_core::cluster::{Cluster, ClusterError, Effect};
 use gsched_core::job::{JobId, JobSpec};
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{Heartbeat, JobEndReport, NodeRegistration, RegistrationReply};
-use gsched_daemon::peer::{Direction, PeerAuth, PeerClient};
+use gsched_daemon::peer::{Direction, PeerAuth};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::auth::Authority;
 use crate::config::CtldConfig;
+use crate::node_client::NodeClient;
 use crate::store::{Store, StoreError, Write};
 use node_rpc::Rpc;
 
@@ -23,6 +24,8 @@ mod effects;
 mod job_text;
 mod loops;
 mod node_rpc;
+#[cfg(test)]
+mod tests;
 
 pub use loops::{UtilSample, UTIL_INTERVAL, UTIL_SAMPLES};
 
@@ -69,8 +72,8 @@ pub struct Controller {
     nodes_changed: std::sync::atomic::AtomicI64,
     last_seen: Mutex<HashMap<String, Instant>>,
     started: Instant,
-    /// Sealed requests to the nodes (`gsched_daemon::peer`).
-    peer: PeerClient,
+    /// The calls to the nodes (sealed requests, or a test's fake nodes).
+    nodes: Arc<dyn NodeClient>,
     /// Opens the nodes' sealed requests to `/internal/...`.
     pub peer_auth: Arc<PeerAuth>,
 }
@@ -85,7 +88,7 @@ impl Controller {
         url: String,
         auth: Authority,
         socket: std::path::PathBuf,
-        http: reqwest::Client,
+        nodes: Arc<dyn NodeClient>,
     ) -> Arc<Controller> {
         Arc::new(Controller {
             cluster: Mutex::new(cluster),
@@ -101,7 +104,7 @@ impl Controller {
             nodes_changed: std::sync::atomic::AtomicI64::new(unix_now()),
             last_seen: Mutex::new(HashMap::new()),
             started: Instant::now(),
-            peer: PeerClient::new(http, &key, Direction::ToNode),
+            nodes,
             peer_auth: PeerAuth::new(&key, Direction::ToController),
             key,
         })

@@ -10,6 +10,7 @@ pub mod config;
 pub mod controller;
 pub mod dashboard;
 pub mod metrics;
+pub mod node_client;
 pub mod slurmrest;
 pub mod store;
 
@@ -146,6 +147,8 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         gsched_daemon::advertise::host_name().as_deref(),
     )?;
     let public_url = url.clone();
+    let nodes: Arc<dyn node_client::NodeClient> =
+        Arc::new(node_client::SealedNodes::new(http, &key));
     let controller = Controller::new(
         cluster,
         store,
@@ -154,7 +157,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         url,
         authority,
         socket_path.clone(),
-        http,
+        nodes,
     );
     tokio::spawn(Arc::clone(&controller).scheduler_loop());
     tokio::spawn(Arc::clone(&controller).liveness_loop());

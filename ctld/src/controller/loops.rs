@@ -108,14 +108,19 @@ impl Controller {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
-            let pass = Instant::now();
-            let effects = self.lock().schedule(unix_now());
-            self.metrics
-                .scheduler_pass
-                .observe(pass.elapsed().as_secs_f64());
-            if let Err(e) = self.execute(effects).await {
-                warn!(error = %e, "could not persist launch decisions");
-            }
+            self.launch_pass().await;
+        }
+    }
+
+    /// One launch pass, its decisions persisted and their launches sent.
+    pub async fn launch_pass(self: &Arc<Self>) {
+        let pass = Instant::now();
+        let effects = self.lock().schedule(unix_now());
+        self.metrics
+            .scheduler_pass
+            .observe(pass.elapsed().as_secs_f64());
+        if let Err(e) = self.execute(effects).await {
+            warn!(error = %e, "could not persist launch decisions");
         }
     }
 
@@ -126,31 +131,35 @@ impl Controller {
         let mut tick = tokio::time::interval((timeout / 3).max(Duration::from_millis(200)));
         loop {
             tick.tick().await;
-            let stale: Vec<String> = {
-                let seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());
-                let c = self.lock();
-                c.nodes()
-                    .filter(|n| n.up || !n.running.is_empty())
-                    .filter(|n| {
-                        seen.get(&n.name).copied().unwrap_or(self.started).elapsed() > timeout
-                    })
-                    .map(|n| n.name.clone())
-                    .collect()
-            };
-            let expired = self
-                .lock()
-                .expire_launches(unix_now(), timeout.as_secs() as i64);
-            if let Err(e) = self.execute(expired).await {
-                warn!(error = %e, "could not persist expired launches");
+            self.check_liveness(timeout).await;
+        }
+    }
+
+    /// Marks down the nodes not heard from within `timeout`, and expires
+    /// the launches no node confirmed within it.
+    pub async fn check_liveness(self: &Arc<Self>, timeout: Duration) {
+        let stale: Vec<String> = {
+            let seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());
+            let c = self.lock();
+            c.nodes()
+                .filter(|n| n.up || !n.running.is_empty())
+                .filter(|n| seen.get(&n.name).copied().unwrap_or(self.started).elapsed() > timeout)
+                .map(|n| n.name.clone())
+                .collect()
+        };
+        let expired = self
+            .lock()
+            .expire_launches(unix_now(), timeout.as_secs() as i64);
+        if let Err(e) = self.execute(expired).await {
+            warn!(error = %e, "could not persist expired launches");
+        }
+        for name in stale {
+            warn!(node = %name, "node missed its heartbeats; marking it down");
+            let effects = self.lock().node_down(&name, unix_now());
+            if let Err(e) = self.execute(effects).await {
+                warn!(error = %e, "could not persist node failure");
             }
-            for name in stale {
-                warn!(node = %name, "node missed its heartbeats; marking it down");
-                let effects = self.lock().node_down(&name, unix_now());
-                if let Err(e) = self.execute(effects).await {
-                    warn!(error = %e, "could not persist node failure");
-                }
-                self.wake.notify_one();
-            }
+            self.wake.notify_one();
         }
     }
 }

@@ -12,6 +12,7 @@ use tracing::{warn, Instrument};
 
 use super::job_text::TextFetch;
 use super::{unix_now, Controller};
+use crate::node_client::CallError;
 
 impl Controller {
     // Boxed: `send` and `execute` call each other, and a boxed `Send` future
@@ -31,10 +32,7 @@ impl Controller {
             Rpc::Suspend { url, job, req } => {
                 // Sent once: the node's heartbeats say whether it took it,
                 // and `Cluster::reconcile_suspensions` asks again if not.
-                let res = self
-                    .peer
-                    .post(&format!("{url}/v1/jobs/{job}/suspend"), &req)
-                    .await;
+                let res = self.nodes.suspend(&url, job, &req).await;
                 match res {
                     Ok(r) if r.is_success() => {}
                     Ok(r) => {
@@ -64,10 +62,7 @@ impl Controller {
         let mut backoff = Duration::from_millis(250);
         let mut unknown = 0;
         loop {
-            let res = self
-                .peer
-                .post(&format!("{url}/v1/jobs/{job}/signal"), &req)
-                .await;
+            let res = self.nodes.signal(&url, job, &req).await;
             match res {
                 Ok(r) if r.is_success() => return,
                 Ok(r) if r.status == reqwest::StatusCode::NOT_FOUND && unknown < 19 => {
@@ -159,15 +154,15 @@ impl Controller {
 
     /// One send of a launch, and what its answer says.
     pub(super) async fn launch_once(&self, url: &str, req: &LaunchRequest) -> LaunchAnswer {
-        let res = self.peer.post(&format!("{url}/v1/jobs"), req).await;
+        let res = self.nodes.launch(url, req).await;
         let r = match res {
             Ok(r) if r.is_success() => return LaunchAnswer::Taken,
             Ok(r) => r,
-            Err(e) if e.is_connect() => {
+            Err(e @ CallError::Unreachable(_)) => {
                 warn!(error = %e, "node unreachable");
                 return LaunchAnswer::NotDelivered;
             }
-            Err(e) => {
+            Err(e @ CallError::NoAnswer(_)) => {
                 // No answer, or one from something that could not prove it
                 // is the node (it got only ciphertext): the node may still
                 // come back, so the launch stays in doubt and is resent.
@@ -192,7 +187,7 @@ impl Controller {
     pub(super) async fn send_drain(self: Arc<Self>, url: String, node: String, req: DrainRequest) {
         let mut backoff = Duration::from_millis(250);
         loop {
-            let res = self.peer.post(&format!("{url}/v1/drain"), &req).await;
+            let res = self.nodes.drain(&url, &req).await;
             let error = match res {
                 Ok(r) if r.is_success() => return,
                 Ok(r) => format!("node answered {}", r.status),
@@ -220,7 +215,7 @@ impl Controller {
     ) {
         let mut backoff = Duration::from_millis(250);
         loop {
-            let res = self.peer.post(&format!("{url}/v1/reshape"), &req).await;
+            let res = self.nodes.reshape(&url, &req).await;
             let refused = match res {
                 Ok(r) if r.is_success() => return,
                 Ok(r) if r.status.is_client_error() => {
