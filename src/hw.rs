@@ -116,7 +116,7 @@ fn collect() -> Report {
         Err(reason) => {
             return Report {
                 nvml: false,
-                reason: Some(reason),
+                reason: Some(reason.to_string()),
                 driver: None,
                 gpus: Vec::new(),
                 mps,

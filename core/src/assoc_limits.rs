@@ -95,6 +95,17 @@ pub struct AssocTally {
     by_account: BTreeMap<String, (u32, TresUse)>,
 }
 
+/// A submission over an association's limits, in Slurm's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LimitRefusal(pub String);
+
+impl From<String> for LimitRefusal {
+    fn from(why: String) -> Self {
+        LimitRefusal(why)
+    }
+}
+
 impl FairShare {
     /// Whether any account or association has a limit (none: nothing to
     /// count in a pass).
@@ -229,24 +240,24 @@ impl FairShare {
         time_limit_secs: Option<u64>,
         queued: u32,
         queued_in: &dyn Fn(&str) -> u32,
-    ) -> Result<(), String> {
+    ) -> Result<(), LimitRefusal> {
         const VIOLATES: &str =
             "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)";
         if let (Some(max), Some(t)) = (self.max_wall_secs(user, account), time_limit_secs) {
             if t > max {
-                return Err(format!(
+                return Err(LimitRefusal(format!(
                     "{VIOLATES}: the association of user {user} with account {account} allows {} minutes at most (MaxWall)",
                     max / 60
-                ));
+                )));
             }
         }
         if let Some(m) = self
             .inherited(user, account, |l| l.max_submit_jobs)
             .filter(|m| queued >= *m)
         {
-            return Err(format!(
+            return Err(LimitRefusal(format!(
                 "{VIOLATES}: the association of user {user} with account {account} allows {m} jobs queued or running (MaxSubmitJobs)"
-            ));
+            )));
         }
         let per_job = self
             .associations
@@ -261,10 +272,10 @@ impl FairShare {
             });
         if let Some(t) = per_job {
             if let Some(kind) = t.exceeded(&TresUse::default(), load) {
-                return Err(format!(
+                return Err(LimitRefusal(format!(
                     "{VIOLATES}: the association of user {user} with account {account} allows a job at most {} (MaxTRES)",
                     t.allows(&kind)
-                ));
+                )));
             }
         }
         if let Some(a) = self
@@ -273,9 +284,9 @@ impl FairShare {
             .and_then(|a| a.limits.grp_submit_jobs)
             .filter(|m| queued >= *m)
         {
-            return Err(format!(
+            return Err(LimitRefusal(format!(
                 "{VIOLATES}: user {user} in account {account} allows {a} jobs queued or running (GrpSubmitJobs)"
-            ));
+            )));
         }
         for n in self.path(account) {
             let Some(m) = self.accounts.get(&n).and_then(|a| a.limits.grp_submit_jobs) else {
@@ -288,9 +299,9 @@ impl FairShare {
                 .map(|a| queued_in(a))
                 .sum();
             if in_all >= m {
-                return Err(format!(
+                return Err(LimitRefusal(format!(
                     "{VIOLATES}: account {n} allows {m} jobs queued or running in all (GrpSubmitJobs)"
-                ));
+                )));
             }
         }
         let own = self
@@ -303,10 +314,10 @@ impl FairShare {
         });
         for (what, limits) in own.into_iter().chain(accounts) {
             if let Some(kind) = limits.grp_tres.exceeded(&TresUse::default(), load) {
-                return Err(format!(
+                return Err(LimitRefusal(format!(
                     "{VIOLATES}: {what} allows in all at most {} (GrpTRES; the job alone asks for more)",
                     limits.grp_tres.allows(&kind)
-                ));
+                )));
             }
         }
         Ok(())
@@ -389,7 +400,8 @@ mod tests {
         // Larger alone than the account's GrpTRES: refused at submission.
         let e = f
             .check_submit("ann", "physics", &gpus(4), None, 0, &|_| 0)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("account science allows in all at most 3 GPUs"),
             "{e}"
@@ -412,7 +424,8 @@ mod tests {
         // MaxTRES is inherited by physics's users.
         let e = f
             .check_submit("ann", "physics", &gpus(3), None, 0, &|_| 0)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a job at most 2 GPUs (MaxTRES)"), "{e}");
         // science's GrpSubmitJobs counts the jobs charged to physics too.
         let two_in_physics = |a: &str| if a == "physics" { 2 } else { 0 };
@@ -422,7 +435,8 @@ mod tests {
         let three = |a: &str| if a == "physics" { 3 } else { 0 };
         let e = f
             .check_submit("bob", "physics", &gpus(1), None, 0, &three)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("account science allows 3 jobs"), "{e}");
     }
 
@@ -463,7 +477,8 @@ mod tests {
             .is_ok());
         let e = f
             .check_submit("ann", "physics", &gpus(1), None, 2, &none)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("MaxSubmitJobs"), "{e}");
         // Clearing them lifts them.
         set(&mut f, "physics", None, AssocLimits::default());
@@ -505,7 +520,8 @@ mod tests {
         let none = |_: &str| 0;
         let e = f
             .check_submit("ann", "physics", &gpus(1), Some(7200), 0, &none)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("allows 60 minutes at most (MaxWall)"), "{e}");
         assert!(f
             .check_submit("ann", "physics", &gpus(1), Some(3600), 0, &none)

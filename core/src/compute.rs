@@ -81,10 +81,21 @@ pub fn parse_share(text: &str) -> Result<u32, ShareError> {
     Ok(((fraction * WHOLE_GPU as f64).round() as u32).clamp(1, WHOLE_GPU))
 }
 
+/// A compute ceiling that does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CeilingError(pub String);
+
+impl From<String> for CeilingError {
+    fn from(why: String) -> Self {
+        CeilingError(why)
+    }
+}
+
 /// A ceiling as a setting: a ratio of an instance's compute (`1`, `1.5`),
 /// or a percentage (`150%`), above 0 and at most 8; or `off` (memory alone
 /// decides). Returns thousandths.
-pub fn parse_ceiling(text: &str) -> Result<Option<u32>, String> {
+pub fn parse_ceiling(text: &str) -> Result<Option<u32>, CeilingError> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("off") {
         return Ok(None);
@@ -97,9 +108,9 @@ pub fn parse_ceiling(text: &str) -> Result<Option<u32>, String> {
         Ok(v) if v.is_finite() && v / scale > 0.0 && v / scale <= 8.0 => {
             Ok(Some(((v / scale) * WHOLE_GPU as f64).round().max(1.0) as u32))
         }
-        _ => Err(format!(
+        _ => Err(CeilingError(format!(
             "compute ceiling '{text}' must be a ratio above 0 and at most 8 (such as 1, 1.5 or 150%), or off"
-        )),
+        ))),
     }
 }
 
@@ -211,7 +222,7 @@ mod tests {
         assert_eq!(parse_ceiling("off"), Ok(None));
         assert!(parse_ceiling("0").is_err());
         assert!(parse_ceiling("9").is_err());
-        assert!(parse_ceiling("x").unwrap_err().contains("'x'"));
+        assert!(parse_ceiling("x").unwrap_err().to_string().contains("'x'"));
     }
 
     #[test]

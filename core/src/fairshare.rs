@@ -160,10 +160,21 @@ impl Default for BillingWeights {
     }
 }
 
+/// TRESBillingWeights that do not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BillingWeightsError(pub String);
+
+impl From<String> for BillingWeightsError {
+    fn from(why: String) -> Self {
+        BillingWeightsError(why)
+    }
+}
+
 impl BillingWeights {
     /// Reads Slurm's `TRESBillingWeights` form: `CPU=1.0,Mem=0.25G,GRES/gpu=2.0`
     /// (case-insensitive names; `Mem` per GiB, a `G` suffix allowed).
-    pub fn parse(s: &str) -> Result<BillingWeights, String> {
+    pub fn parse(s: &str) -> Result<BillingWeights, BillingWeightsError> {
         let mut w = BillingWeights {
             cpu: 0.0,
             gpu: 0.0,
@@ -172,18 +183,26 @@ impl BillingWeights {
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part
                 .split_once('=')
-                .ok_or_else(|| format!("'{part}': expected NAME=WEIGHT"))?;
+                .ok_or_else(|| BillingWeightsError(format!("'{part}': expected NAME=WEIGHT")))?;
             let v = v.trim().trim_end_matches(['G', 'g']);
             let x: f64 = v
                 .parse()
                 .ok()
                 .filter(|x: &f64| x.is_finite() && *x >= 0.0)
-                .ok_or_else(|| format!("'{part}': the weight must be a number of at least 0"))?;
+                .ok_or_else(|| {
+                    BillingWeightsError(format!(
+                        "'{part}': the weight must be a number of at least 0"
+                    ))
+                })?;
             match k.trim().to_ascii_lowercase().as_str() {
                 "cpu" => w.cpu = x,
                 "mem" => w.mem_gib = x,
                 "gres/gpu" | "gpu" => w.gpu = x,
-                other => return Err(format!("'{other}': gsched bills CPU, Mem and GRES/gpu")),
+                other => {
+                    return Err(BillingWeightsError(format!(
+                        "'{other}': gsched bills CPU, Mem and GRES/gpu"
+                    )))
+                }
             }
         }
         Ok(w)

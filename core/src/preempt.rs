@@ -30,16 +30,27 @@ pub enum PreemptMode {
     Suspend,
 }
 
+/// A preemption mode gsched does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PreemptModeError(pub String);
+
+impl From<String> for PreemptModeError {
+    fn from(why: String) -> Self {
+        PreemptModeError(why)
+    }
+}
+
 impl PreemptMode {
-    pub fn parse(s: &str) -> Result<PreemptMode, String> {
+    pub fn parse(s: &str) -> Result<PreemptMode, PreemptModeError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "off" | "none" => Ok(PreemptMode::Off),
             "requeue" => Ok(PreemptMode::Requeue),
             "cancel" => Ok(PreemptMode::Cancel),
             "suspend" => Ok(PreemptMode::Suspend),
-            other => Err(format!(
+            other => Err(PreemptModeError(format!(
                 "'{other}': gsched preempts with off, requeue, cancel or suspend"
-            )),
+            ))),
         }
     }
 }
@@ -295,7 +306,10 @@ mod tests {
         assert_eq!(PreemptMode::parse("cancel"), Ok(PreemptMode::Cancel));
         assert_eq!(PreemptMode::parse("off"), Ok(PreemptMode::Off));
         assert_eq!(PreemptMode::parse("Suspend"), Ok(PreemptMode::Suspend));
-        assert!(PreemptMode::parse("gang").unwrap_err().contains("'gang'"));
+        assert!(PreemptMode::parse("gang")
+            .unwrap_err()
+            .to_string()
+            .contains("'gang'"));
     }
 
     #[test]

@@ -53,21 +53,32 @@ pub struct PartitionFactors {
 /// Slurm's bound on a partition's `PriorityJobFactor`.
 pub const MAX_PARTITION_JOB_FACTOR: u32 = 65533;
 
+/// Partition job factors that do not read, or name an unknown partition.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PartitionFactorsError(pub String);
+
+impl From<String> for PartitionFactorsError {
+    fn from(why: String) -> Self {
+        PartitionFactorsError(why)
+    }
+}
+
 impl PartitionFactors {
     /// Reads `NAME=N[,NAME=N]` for the partitions `known` (the default
     /// first); a partition it does not name has 0.
-    pub fn parse(list: &str, known: &[String]) -> Result<PartitionFactors, String> {
+    pub fn parse(list: &str, known: &[String]) -> Result<PartitionFactors, PartitionFactorsError> {
         let mut job_factors = std::collections::BTreeMap::new();
         for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (name, n) = item
                 .split_once('=')
-                .ok_or_else(|| format!("'{item}': expected PARTITION=N"))?;
+                .ok_or_else(|| PartitionFactorsError(format!("'{item}': expected PARTITION=N")))?;
             let name = name.trim();
             if !known.iter().any(|k| k == name) {
-                return Err(format!(
+                return Err(PartitionFactorsError(format!(
                     "'{name}' is not a partition (known: {})",
                     known.join(", ")
-                ));
+                )));
             }
             let n: u32 = n
                 .trim()
@@ -245,14 +256,25 @@ pub fn priority_policy(
         .ok_or_else(|| UnknownPriorityType(name.into()))
 }
 
+/// A nice value out of range, or one only an administrator may give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NiceError(pub String);
+
+impl From<String> for NiceError {
+    fn from(why: String) -> Self {
+        NiceError(why)
+    }
+}
+
 /// Checks who gives a nice value (`admin`: an administrator): a negative
 /// one raises the job above others, so only administrators may (its bounds
 /// are checked with the rest of the spec, `JobSpec::validate`).
-pub fn check_nice(nice: i64, admin: bool) -> Result<(), String> {
+pub fn check_nice(nice: i64, admin: bool) -> Result<(), NiceError> {
     if nice < 0 && !admin {
-        return Err(format!(
+        return Err(NiceError(format!(
             "Access/permission denied: only an administrator may give a negative nice ({nice}); you may raise it"
-        ));
+        )));
     }
     Ok(())
 }
@@ -274,12 +296,17 @@ mod tests {
             PartitionFactors::parse("", &known).unwrap().factor(None),
             0.0
         );
-        let e = PartitionFactors::parse("scratch=1", &known).unwrap_err();
+        let e = PartitionFactors::parse("scratch=1", &known)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("'scratch' is not a partition"), "{e}");
-        let e = PartitionFactors::parse("debug=70000", &known).unwrap_err();
+        let e = PartitionFactors::parse("debug=70000", &known)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("65533"), "{e}");
         assert!(PartitionFactors::parse("debug", &known)
             .unwrap_err()
+            .to_string()
             .contains("PARTITION=N"));
     }
 
@@ -306,6 +333,9 @@ mod tests {
     fn a_negative_nice_is_for_administrators_only() {
         assert!(check_nice(100, false).is_ok());
         assert!(check_nice(-5, true).is_ok());
-        assert!(check_nice(-5, false).unwrap_err().contains("administrator"));
+        assert!(check_nice(-5, false)
+            .unwrap_err()
+            .to_string()
+            .contains("administrator"));
     }
 }

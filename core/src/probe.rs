@@ -210,11 +210,24 @@ pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
     out
 }
 
+/// A probe frame whose length header is out of bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FrameError(pub String);
+
+impl From<String> for FrameError {
+    fn from(why: String) -> Self {
+        FrameError(why)
+    }
+}
+
 /// The body length announced by a frame header, if acceptable.
-pub fn frame_len(header: [u8; 4]) -> Result<usize, String> {
+pub fn frame_len(header: [u8; 4]) -> Result<usize, FrameError> {
     let n = u32::from_le_bytes(header) as usize;
     if n == 0 || n > MAX_MESSAGE {
-        return Err(format!("message length {n} is outside 1..={MAX_MESSAGE}"));
+        return Err(FrameError(format!(
+            "message length {n} is outside 1..={MAX_MESSAGE}"
+        )));
     }
     Ok(n)
 }

@@ -71,11 +71,22 @@ impl TresKind {
     }
 }
 
+/// A TRES list that does not read (the message names the part).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TresError(pub String);
+
+impl From<String> for TresError {
+    fn from(why: String) -> Self {
+        TresError(why)
+    }
+}
+
 impl Tres {
     /// Reads Slurm's `cpu=N,gres/gpu=N,gres/gpu:PROFILE=N` and gsched's
     /// `gres/gpumem=SIZE` (`40G`, `512M`; MiB without a unit), in any
     /// order.
-    pub fn parse(s: &str) -> Result<Tres, String> {
+    pub fn parse(s: &str) -> Result<Tres, TresError> {
         let mut t = Tres::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part.split_once('=').ok_or_else(|| {
@@ -83,10 +94,10 @@ impl Tres {
                     "'{part}': expected cpu=N, gres/gpu=N, gres/gpu:PROFILE=N or gres/gpumem=SIZE"
                 )
             })?;
-            let count = || -> Result<u64, String> {
+            let count = || -> Result<u64, TresError> {
                 v.trim()
                     .parse()
-                    .map_err(|_| format!("'{part}': expected a whole number"))
+                    .map_err(|_| TresError(format!("'{part}': expected a whole number")))
             };
             let key = k.trim().to_ascii_lowercase();
             match key.as_str() {
@@ -98,13 +109,13 @@ impl Tres {
                         .parse()
                         .ok()
                         .filter(|g: &f64| g.is_finite() && *g >= 0.0)
-                        .ok_or_else(|| format!("'{part}': expected GPUs, such as 1.5"))?;
+                        .ok_or_else(|| TresError(format!("'{part}': expected GPUs, such as 1.5")))?;
                     t.gpu_share = Some((gpus * 1000.0).round() as u64);
                 }
                 "gres/gpumem" | "gpumem" => {
                     t.gpu_mem_mib = Some(
                         crate::units::parse_mem_mib(v.trim())
-                            .map_err(|e| format!("'{part}': {e}"))?,
+                            .map_err(|e| TresError(format!("'{part}': {e}")))?,
                     )
                 }
                 _ => match key.strip_prefix("gres/gpu:") {
@@ -112,10 +123,10 @@ impl Tres {
                         t.mig.insert(profile.to_string(), count()?);
                     }
                     _ => {
-                        return Err(format!(
+                        return Err(TresError(format!(
                             "'{}': gsched limits cpu, gres/gpu, gres/gpu:PROFILE (a MIG profile such as 1g.10gb), gres/gpumem and gres/gpushare",
                             k.trim()
-                        ))
+                        )))
                     }
                 },
             }
@@ -215,7 +226,7 @@ mod tests {
             "cpu",
             "gres/gpushare=-1",
         ] {
-            let e = Tres::parse(bad).unwrap_err();
+            let e = Tres::parse(bad).unwrap_err().to_string();
             assert!(e.contains(bad.split('=').next().unwrap()), "{bad}: {e}");
         }
         assert!(Tres::default().is_empty() && !t.is_empty());

@@ -204,6 +204,8 @@ pub enum AuthError {
     UnknownUser(String),
     #[error("this token belonged to job {0}, which has ended; job tokens are good only until their job ends")]
     JobEnded(JobId),
+    #[error("cannot sign a token: {0}")]
+    Sign(String),
 }
 
 impl From<AuthError> for ApiError {
@@ -327,7 +329,7 @@ impl Authority {
         gid: Option<u32>,
         lifetime: u64,
         now: i64,
-    ) -> Result<(String, Claims), String> {
+    ) -> Result<(String, Claims), AuthError> {
         let claims = Claims {
             sun: user.to_string(),
             uid,
@@ -349,7 +351,7 @@ impl Authority {
         job: JobId,
         lifetime: u64,
         now: i64,
-    ) -> Result<(String, Claims), String> {
+    ) -> Result<(String, Claims), AuthError> {
         let (_, base) = self.issue(
             &spec.user_name,
             Some(spec.uid),
@@ -363,10 +365,10 @@ impl Authority {
         })
     }
 
-    fn sign(&self, claims: Claims) -> Result<(String, Claims), String> {
+    fn sign(&self, claims: Claims) -> Result<(String, Claims), AuthError> {
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map(|t| (t, claims))
-            .map_err(|e| format!("cannot sign a token: {e}"))
+            .map_err(|e| AuthError::Sign(e.to_string()))
     }
 
     /// Checks a token's signature and lifetime.

@@ -7,6 +7,17 @@ use serde::Deserialize;
 
 use crate::store::Durability;
 
+/// A controller setting that does not read, named by its flag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    #[error("--partition-job-factors: {0}")]
+    PartitionFactors(gsched_core::priority::PartitionFactorsError),
+    #[error("--tres-billing-weights: {0}")]
+    BillingWeights(gsched_core::fairshare::BillingWeightsError),
+    #[error("--priority-decay-half-life={0}: must be at least 1 second")]
+    HalfLife(i64),
+}
+
 /// gctld's settings. Every flag can also be given in `--config FILE` (TOML,
 /// same names with underscores); flags win.
 #[derive(Debug, Clone, clap::Args, Deserialize)]
@@ -286,24 +297,23 @@ impl CtldConfig {
     }
 
     /// The partitions' job factors, or why they do not read.
-    pub fn partition_factors(&self) -> Result<gsched_core::priority::PartitionFactors, String> {
+    pub fn partition_factors(
+        &self,
+    ) -> Result<gsched_core::priority::PartitionFactors, SettingError> {
         gsched_core::priority::PartitionFactors::parse(
             &self.partition_job_factors,
             &self.all_partitions(),
         )
-        .map_err(|e| format!("--partition-job-factors: {e}"))
+        .map_err(SettingError::PartitionFactors)
     }
 
     /// How jobs are charged to their accounts, or why the settings do not
     /// read.
-    pub fn accounting(&self) -> Result<gsched_core::cluster::AccountingConfig, String> {
+    pub fn accounting(&self) -> Result<gsched_core::cluster::AccountingConfig, SettingError> {
         let weights = gsched_core::fairshare::BillingWeights::parse(&self.tres_billing_weights)
-            .map_err(|e| format!("--tres-billing-weights: {e}"))?;
+            .map_err(SettingError::BillingWeights)?;
         if self.priority_decay_half_life <= 0 {
-            return Err(format!(
-                "--priority-decay-half-life={}: must be at least 1 second",
-                self.priority_decay_half_life
-            ));
+            return Err(SettingError::HalfLife(self.priority_decay_half_life));
         }
         Ok(gsched_core::cluster::AccountingConfig {
             enforce: self.enforce_associations,

@@ -47,7 +47,7 @@ pub enum StoreError {
     #[error("store read failed: {0}")]
     Read(#[from] sqlx::Error),
     #[error("store write failed: {0}")]
-    Write(String),
+    Write(#[source] sqlx::Error),
     #[error("the store writer has stopped")]
     Closed,
 }
@@ -135,7 +135,7 @@ impl JobRuntime {
 
 struct Batch {
     writes: Vec<Write>,
-    done: oneshot::Sender<Result<(), String>>,
+    done: oneshot::Sender<Result<(), sqlx::Error>>,
 }
 
 /// Handle to the writer task.
@@ -333,9 +333,7 @@ async fn writer(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Batc
                 // retry each on its own.
                 tracing::warn!(error = %e, batches = group.len(), "group commit failed; retrying batches one by one");
                 for b in group {
-                    let result = commit(&mut conn, std::slice::from_ref(&b))
-                        .await
-                        .map_err(|e| e.to_string());
+                    let result = commit(&mut conn, std::slice::from_ref(&b)).await;
                     if let Err(e) = &result {
                         tracing::error!(error = %e, "store commit failed");
                     }

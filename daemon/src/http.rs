@@ -37,27 +37,44 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
             .map_err(|e| ApiError(StatusCode::BAD_REQUEST, rejection_text(&e)))?;
         strict_from_value(value)
             .map(Body)
-            .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))
+            .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))
+    }
+}
+
+/// A request body that does not read, or names fields the API does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadBody(pub String);
+
+impl From<String> for BadBody {
+    fn from(why: String) -> Self {
+        BadBody(why)
+    }
+}
+
+impl From<&str> for BadBody {
+    fn from(why: &str) -> Self {
+        BadBody(why.to_string())
     }
 }
 
 /// Deserializes `value` as `T`, refusing fields `T` does not know.
 pub fn strict_from_value<T: serde::de::DeserializeOwned>(
     value: serde_json::Value,
-) -> Result<T, String> {
+) -> Result<T, BadBody> {
     let mut unknown = Vec::new();
     let parsed: Result<T, _> = serde_ignored::deserialize(value, |path| {
         unknown.push(path.to_string());
     });
-    let parsed = parsed.map_err(|e| format!("invalid JSON body: {e}"))?;
+    let parsed = parsed.map_err(|e| BadBody(format!("invalid JSON body: {e}")))?;
     if unknown.is_empty() {
         Ok(parsed)
     } else {
-        Err(format!(
+        Err(BadBody(format!(
             "unknown field{} in the request body: {} (see the API reference, docs/api.md)",
             if unknown.len() == 1 { "" } else { "s" },
             unknown.join(", ")
-        ))
+        )))
     }
 }
 

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::confine::{Confinement, Finished, GpuAccess};
+use crate::probe::StepRefused;
 use crate::spool::{JobSpool, ShepherdSpec};
 use gsched_core::job::WarnSignal;
 
@@ -677,16 +678,16 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Option<T
 }
 
 impl crate::probe::StepControl for Launcher {
-    fn begin_step(&self, job: JobId, step: u32, pid: i32) -> Result<(), String> {
+    fn begin_step(&self, job: JobId, step: u32, pid: i32) -> Result<(), StepRefused> {
         if self.jobs().get(&job).is_none_or(|r| r.pgid.is_none()) {
-            return Err(format!("job {job} is not running on this node"));
+            return Err(StepRefused::NotRunning(job));
         }
         self.confinement()
             .begin_step(job, step, pid)
-            .map_err(|e| e.to_string())
+            .map_err(|e| StepRefused::Confinement(e.to_string()))
     }
 
-    fn end_step(&self, job: JobId, step: u32, pid: i32) -> Result<(), String> {
+    fn end_step(&self, job: JobId, step: u32, pid: i32) -> Result<(), StepRefused> {
         let confine = self.confinement();
         let ended = confine.end_step(job, step, pid);
         // What ended is kept, so a restarted gnoded still reports it.
@@ -696,7 +697,9 @@ impl crate::probe::StepControl for Launcher {
                 warn!(job, step, error = %e, "cannot record the step's use");
             }
         }
-        ended.map(|_| ()).map_err(|e| e.to_string())
+        ended
+            .map(|_| ())
+            .map_err(|e| StepRefused::Confinement(e.to_string()))
     }
 }
 

@@ -34,6 +34,23 @@ pub struct ControllerLink {
     peer: gsched_daemon::peer::PeerClient,
 }
 
+/// Why the controller did not take a call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ControllerError(pub String);
+
+impl From<String> for ControllerError {
+    fn from(why: String) -> Self {
+        ControllerError(why)
+    }
+}
+
+impl From<&str> for ControllerError {
+    fn from(why: &str) -> Self {
+        ControllerError(why.to_string())
+    }
+}
+
 impl ControllerLink {
     pub fn new(
         identity: NodeRegistration,
@@ -95,20 +112,20 @@ impl ControllerLink {
         &self,
         path: &str,
         body: &T,
-    ) -> Result<gsched_daemon::peer::PeerReply, String> {
+    ) -> Result<gsched_daemon::peer::PeerReply, ControllerError> {
         let r = self
             .peer
             .post(&format!("{}{path}", self.controller), body)
             .await
-            .map_err(|e| format!("controller {}: {e}", self.controller))?;
+            .map_err(|e| ControllerError(format!("controller {}: {e}", self.controller)))?;
         if r.is_success() {
             Ok(r)
         } else {
-            Err(format!(
+            Err(ControllerError(format!(
                 "controller answered {}: {}",
                 r.status,
                 r.error_text()
-            ))
+            )))
         }
     }
 
@@ -166,7 +183,7 @@ impl ControllerLink {
             .unwrap_or_default()
     }
 
-    async fn register(&self, ended: &[JobEnded]) -> Result<(), String> {
+    async fn register(&self, ended: &[JobEnded]) -> Result<(), ControllerError> {
         let runs = self.launcher.running_runs();
         let mut reg = NodeRegistration {
             running: runs.keys().copied().collect(),
@@ -191,9 +208,11 @@ impl ControllerLink {
             p.reset_drain_seq();
         }
         let r = self.post("/internal/v1/nodes/register", &reg).await?;
-        let reply: RegistrationReply = r
-            .json()
-            .map_err(|e| format!("the controller's registration answer is unreadable: {e}"))?;
+        let reply: RegistrationReply = r.json().map_err(|e| {
+            ControllerError(format!(
+                "the controller's registration answer is unreadable: {e}"
+            ))
+        })?;
         self.lease
             .set_fence_after(reply.fence_timeout_ms.map(Duration::from_millis));
         self.lease.renewed(sent);

@@ -138,9 +138,18 @@ pub type GpuBusy = Arc<dyn Fn(JobId, u32, u64, u64) + Send + Sync>;
 /// launcher, which knows the jobs and their cgroups). `pid` is the asking
 /// process, from the socket's credentials.
 pub trait StepControl: Send + Sync {
-    fn begin_step(&self, job: JobId, step: u32, pid: i32) -> std::result::Result<(), String>;
+    fn begin_step(&self, job: JobId, step: u32, pid: i32) -> std::result::Result<(), StepRefused>;
     /// Blocks while the step's leftover processes die.
-    fn end_step(&self, job: JobId, step: u32, pid: i32) -> std::result::Result<(), String>;
+    fn end_step(&self, job: JobId, step: u32, pid: i32) -> std::result::Result<(), StepRefused>;
+}
+
+/// Why a step could not begin or end on this node.
+#[derive(Debug, thiserror::Error)]
+pub enum StepRefused {
+    #[error("job {0} is not running on this node")]
+    NotRunning(JobId),
+    #[error("{0}")]
+    Confinement(String),
 }
 
 /// Probe connections one uid may hold open at once (each is a thread; a

@@ -73,6 +73,23 @@ pub enum ReshapeError {
     Empty,
 }
 
+/// Why a re-partition stopped short.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReshapeStopped(pub String);
+
+impl From<String> for ReshapeStopped {
+    fn from(why: String) -> Self {
+        ReshapeStopped(why)
+    }
+}
+
+impl From<&str> for ReshapeStopped {
+    fn from(why: &str) -> Self {
+        ReshapeStopped(why.to_string())
+    }
+}
+
 impl Reshaper {
     pub fn new(
         node: String,
@@ -222,7 +239,7 @@ impl Reshaper {
                 for u in req.retire.iter().filter(|u| !report.removed.contains(u)) {
                     this.probe.set_retiring(u, false);
                 }
-                report.error = Some(e);
+                report.error = Some(e.to_string());
             }
             report
         })
@@ -326,18 +343,22 @@ impl Reshaper {
     /// Destroys the retired instances and creates the new ones (blocking
     /// backend calls), recording in `report` what was done; says why it
     /// stopped short, if it did.
-    fn remake(&self, req: &ReshapeRequest, report: &mut ReshapeReport) -> Result<(), String> {
+    fn remake(
+        &self,
+        req: &ReshapeRequest,
+        report: &mut ReshapeReport,
+    ) -> Result<(), ReshapeStopped> {
         let devices = self
             .backend
             .mig_devices(req.gpu)
-            .map_err(|e| format!("cannot list GPU {}'s instances: {e}", req.gpu))?;
+            .map_err(|e| ReshapeStopped(format!("cannot list GPU {}'s instances: {e}", req.gpu)))?;
         for uuid in &req.retire {
             let Some(d) = devices.iter().find(|d| &d.uuid == uuid) else {
-                return Err(format!("instance {uuid} is gone"));
+                return Err(ReshapeStopped(format!("instance {uuid} is gone")));
             };
             self.backend
                 .destroy_instance(req.gpu, d.gi_id)
-                .map_err(|e| format!("cannot destroy {uuid}: {e}"))?;
+                .map_err(|e| ReshapeStopped(format!("cannot destroy {uuid}: {e}")))?;
             self.probe.remove_instance(uuid);
             self.inventory_change(|inv| inv.retain(|i| &i.uuid != uuid));
             report.removed.push(uuid.clone());
@@ -351,10 +372,15 @@ impl Reshaper {
             let made = self
                 .backend
                 .create_instance(req.gpu, &slot.profile, slot.start)
-                .map_err(|e| format!("cannot create {} at {}: {e}", slot.profile, slot.start))?;
-            let mut instance = self
-                .instance_of(req.gpu, &made)
-                .ok_or_else(|| format!("GPU {} is not in the inventory", req.gpu))?;
+                .map_err(|e| {
+                    ReshapeStopped(format!(
+                        "cannot create {} at {}: {e}",
+                        slot.profile, slot.start
+                    ))
+                })?;
+            let mut instance = self.instance_of(req.gpu, &made).ok_or_else(|| {
+                ReshapeStopped(format!("GPU {} is not in the inventory", req.gpu))
+            })?;
             // Its MPS server first: no process is placed there without it.
             instance.mps = self.start_mps(req.gpu, &instance.uuid);
             self.probe.add_instance(&instance);

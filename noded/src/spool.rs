@@ -276,22 +276,39 @@ fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// A directory above the spool that job users cannot pass through.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreachable(pub String);
+
+impl From<String> for Unreachable {
+    fn from(why: String) -> Self {
+        Unreachable(why)
+    }
+}
+
+impl From<&str> for Unreachable {
+    fn from(why: &str) -> Self {
+        Unreachable(why.to_string())
+    }
+}
+
 /// Checks that users other than the owner can pass through every directory
 /// above `dir` (a root gnoded runs jobs as their users, who must reach their
 /// spool). Returns the first directory that blocks them.
-pub fn check_reachable(dir: &Path) -> Result<(), String> {
+pub fn check_reachable(dir: &Path) -> Result<(), Unreachable> {
     use std::os::unix::fs::PermissionsExt;
     for d in dir.ancestors() {
         if let Ok(meta) = std::fs::metadata(d) {
             let mode = meta.permissions().mode();
             if mode & 0o001 == 0 {
-                return Err(format!(
+                return Err(Unreachable(format!(
                     "job users cannot reach the spool {}: {} has mode {:o}; run `chmod o+x {}` or choose another --state-dir",
                     dir.display(),
                     d.display(),
                     mode & 0o777,
                     d.display()
-                ));
+                )));
             }
         }
     }
@@ -468,7 +485,7 @@ mod tests {
         std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let spool = private.join("spool");
-        let err = check_reachable(&spool).unwrap_err();
+        let err = check_reachable(&spool).unwrap_err().to_string();
         assert!(
             err.contains(&format!("{} has mode 700", private.display())),
             "{err}"

@@ -132,7 +132,7 @@ impl ProbeClient {
         self.stream.write_all(&encode(req)).map_err(broken)?;
         let mut header = [0u8; 4];
         self.stream.read_exact(&mut header).map_err(broken)?;
-        let n = frame_len(header).map_err(|e| err(code::PROTOCOL, e))?;
+        let n = frame_len(header).map_err(|e| err(code::PROTOCOL, e.to_string()))?;
         let mut body = vec![0u8; n];
         self.stream.read_exact(&mut body).map_err(broken)?;
         match serde_json::from_slice(&body) {

@@ -90,7 +90,8 @@ impl Cluster {
             changed.push("Dependency");
         }
         if let Some(nice) = update.nice {
-            crate::priority::check_nice(nice, admin).map_err(ClusterError::Refused)?;
+            crate::priority::check_nice(nice, admin)
+                .map_err(|e| ClusterError::Refused(e.to_string()))?;
             spec.nice = nice;
             changed.push("Nice");
         }

@@ -169,7 +169,7 @@ pub(super) async fn issue_token(
     let (token, claims) = ctl
         .auth
         .issue(&user, uid, gid, lifetime, unix_now())
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     tracing::info!(user, lifetime, by = caller.user, "token issued");
     Ok(Json(serde_json::json!({
         "token": token, "user": user, "expires": claims.exp,

@@ -144,7 +144,7 @@ async fn submit(
 ) -> Result<(StatusCode, Json<Submitted>), ApiError> {
     caller.stamp_owner(&mut spec)?;
     gsched_core::priority::check_nice(spec.nice, caller.admin)
-        .map_err(|e| ApiError(StatusCode::FORBIDDEN, e))?;
+        .map_err(|e| ApiError(StatusCode::FORBIDDEN, e.to_string()))?;
     if let Some(h) = headers.get(IDEMPOTENCY_HEADER) {
         let key = h.to_str().map_err(|_| {
             ApiError(

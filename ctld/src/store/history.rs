@@ -298,27 +298,39 @@ fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
             .map(|u| u as u32),
         run: row.try_get::<i64, _>("run")?.clamp(0, u32::MAX.into()) as u32,
         launching: row.try_get("launching")?,
-        usage: optional_json(row, "usage").map_err(&corrupt)?,
-        batch_usage: optional_json(row, "batch_usage").map_err(&corrupt)?,
+        usage: optional_json(row, "usage").map_err(|e| corrupt(e.to_string()))?,
+        batch_usage: optional_json(row, "batch_usage").map_err(|e| corrupt(e.to_string()))?,
         sisters: optional_json(row, "sisters")
-            .map_err(&corrupt)?
+            .map_err(|e| corrupt(e.to_string()))?
             .unwrap_or_default(),
-        suspension: optional_json(row, "suspension").map_err(&corrupt)?,
-        grace: optional_json(row, "grace").map_err(&corrupt)?,
+        suspension: optional_json(row, "suspension").map_err(|e| corrupt(e.to_string()))?,
+        grace: optional_json(row, "grace").map_err(|e| corrupt(e.to_string()))?,
         stored_text: None,
     })
 }
 
-/// A nullable JSON column; `Err`: why it does not read.
+/// A nullable JSON column that does not read.
+#[derive(Debug, thiserror::Error)]
+#[error("{column}: {why}")]
+struct BadColumn {
+    column: String,
+    why: String,
+}
+
+/// A nullable JSON column.
 fn optional_json<T: serde::de::DeserializeOwned>(
     row: &sqlx::sqlite::SqliteRow,
     column: &str,
-) -> Result<Option<T>, String> {
+) -> Result<Option<T>, BadColumn> {
+    let bad = |why: String| BadColumn {
+        column: column.to_string(),
+        why,
+    };
     match row.try_get::<Option<String>, _>(column) {
         Ok(Some(u)) => serde_json::from_str(&u)
             .map(Some)
-            .map_err(|e| format!("{column}: {e}")),
+            .map_err(|e| bad(e.to_string())),
         Ok(None) => Ok(None),
-        Err(e) => Err(format!("{column}: {e}")),
+        Err(e) => Err(bad(e.to_string())),
     }
 }

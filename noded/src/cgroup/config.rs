@@ -87,6 +87,23 @@ pub enum ConfigError {
     Invalid(String, String),
 }
 
+/// A cgroup setting that cannot mean anything.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadSetting(pub String);
+
+impl From<String> for BadSetting {
+    fn from(why: String) -> Self {
+        BadSetting(why)
+    }
+}
+
+impl From<&str> for BadSetting {
+    fn from(why: &str) -> Self {
+        BadSetting(why.to_string())
+    }
+}
+
 impl CgroupConfig {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<CgroupConfig, ConfigError> {
@@ -99,23 +116,24 @@ impl CgroupConfig {
             path: p.clone(),
             source,
         })?;
-        c.check().map_err(|why| ConfigError::Invalid(why, p))?;
+        c.check()
+            .map_err(|why| ConfigError::Invalid(why.to_string(), p))?;
         Ok(c)
     }
 
     /// Refuses settings that cannot mean anything.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), BadSetting> {
         if !(self.allowed_ram_space > 0.0 && self.allowed_ram_space <= 1000.0) {
-            return Err(format!(
+            return Err(BadSetting(format!(
                 "allowed_ram_space = {} must be a percentage above 0 (at most 1000)",
                 self.allowed_ram_space
-            ));
+            )));
         }
         if !(self.allowed_swap_space >= 0.0 && self.allowed_swap_space <= 1000.0) {
-            return Err(format!(
+            return Err(BadSetting(format!(
                 "allowed_swap_space = {} must be a percentage from 0 to 1000",
                 self.allowed_swap_space
-            ));
+            )));
         }
         let base_ok = !self.base.is_empty()
             && self
@@ -124,16 +142,16 @@ impl CgroupConfig {
                 .all(|c| !c.is_empty() && c != "." && c != "..")
             && !self.base.starts_with('/');
         if !base_ok {
-            return Err(format!(
+            return Err(BadSetting(format!(
                 "base = {:?} must be a relative path without . or .. (such as \"gsched\")",
                 self.base
-            ));
+            )));
         }
         if self.max_processes < 16 {
-            return Err(format!(
+            return Err(BadSetting(format!(
                 "max_processes = {} leaves a job no room for its shell and a few processes (give at least 16)",
                 self.max_processes
-            ));
+            )));
         }
         if self.acct_gather_frequency == 0 {
             return Err("acct_gather_frequency must be at least 1 second".into());

@@ -58,12 +58,16 @@ fn config_is_checked() {
         base: "../x".into(),
         ..CgroupConfig::default()
     };
-    assert!(bad.check().unwrap_err().contains("base"));
+    assert!(bad.check().unwrap_err().to_string().contains("base"));
     let bad = CgroupConfig {
         allowed_ram_space: 0.0,
         ..CgroupConfig::default()
     };
-    assert!(bad.check().unwrap_err().contains("allowed_ram_space"));
+    assert!(bad
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("allowed_ram_space"));
     assert!(toml::from_str::<CgroupConfig>("constrain_ram = true").is_err());
 }
 

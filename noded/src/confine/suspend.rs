@@ -18,6 +18,23 @@ use crate::cgroup::Scope;
 /// How many rounds of SIGSTOP catch processes forked meanwhile.
 const STOP_ROUNDS: u32 = 50;
 
+/// Why a suspended job cannot go on now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ResumeRefused(pub String);
+
+impl From<String> for ResumeRefused {
+    fn from(why: String) -> Self {
+        ResumeRefused(why)
+    }
+}
+
+impl From<&str> for ResumeRefused {
+    fn from(why: &str) -> Self {
+        ResumeRefused(why.to_string())
+    }
+}
+
 impl Confinement {
     fn parked(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<JobId, Vec<u32>>> {
         self.parked.lock().unwrap_or_else(|p| p.into_inner())
@@ -80,7 +97,7 @@ impl Confinement {
     /// else as many others, its cgroup moved onto them) and lets its
     /// processes go on. `Err` (it stays stopped) where too few cores are
     /// free.
-    pub fn cont(&self, job: JobId) -> Result<(), String> {
+    pub fn cont(&self, job: JobId) -> Result<(), ResumeRefused> {
         let parked = self.parked().get(&job).cloned();
         if let Some(own) = parked {
             let mut taken = self.taken();
@@ -93,9 +110,9 @@ impl Confinement {
                 )
             })?;
             if !its_own {
-                self.cgroups
-                    .set_cpus(job, &cpus)
-                    .map_err(|e| format!("cannot move the job onto CPUs {cpus:?}: {e}"))?;
+                self.cgroups.set_cpus(job, &cpus).map_err(|e| {
+                    ResumeRefused(format!("cannot move the job onto CPUs {cpus:?}: {e}"))
+                })?;
             }
             taken.insert(job, cpus);
             self.parked().remove(&job);

@@ -40,17 +40,34 @@ fn c_name(name: &[std::os::raw::c_char]) -> String {
     s.to_string_lossy().trim_start_matches("MIG ").to_string()
 }
 
+/// Why NVML cannot serve this node's GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NvmlUnavailable(pub String);
+
+impl From<String> for NvmlUnavailable {
+    fn from(why: String) -> Self {
+        NvmlUnavailable(why)
+    }
+}
+
+impl From<&str> for NvmlUnavailable {
+    fn from(why: &str) -> Self {
+        NvmlUnavailable(why.to_string())
+    }
+}
+
 impl NvmlGpus {
     /// Loads NVML and checks that it sees at least one GPU.
-    pub fn open() -> Result<NvmlGpus, String> {
-        let nvml = Nvml::init().map_err(|e| format!("NVML not available: {e}"))?;
+    pub fn open() -> Result<NvmlGpus, NvmlUnavailable> {
+        let nvml = Nvml::init().map_err(|e| NvmlUnavailable(format!("NVML not available: {e}")))?;
         match nvml.device_count() {
             Ok(0) => Err("NVML sees no GPU".into()),
             Ok(_) => Ok(NvmlGpus {
                 nvml,
                 allow_reconfigure: false,
             }),
-            Err(e) => Err(format!("NVML cannot count GPUs: {e}")),
+            Err(e) => Err(NvmlUnavailable(format!("NVML cannot count GPUs: {e}"))),
         }
     }
 

@@ -329,7 +329,7 @@ impl ProbeServer {
             Ok(()) => ProbeReply::Ok,
             Err(e) => {
                 warn!(job, step, pid, begin, error = %e, "step request refused");
-                ProbeReply::error(code::STEP, e)
+                ProbeReply::error(code::STEP, e.to_string())
             }
         }
     }

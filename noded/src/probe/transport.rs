@@ -101,7 +101,8 @@ impl ProbeServer {
             let n = match frame_len(header) {
                 Ok(n) => n,
                 Err(e) => {
-                    let _ = stream.write_all(&encode(&ProbeReply::error(code::PROTOCOL, e)));
+                    let _ = stream
+                        .write_all(&encode(&ProbeReply::error(code::PROTOCOL, e.to_string())));
                     return; // framing is lost
                 }
             };
