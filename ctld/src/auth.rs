@@ -214,6 +214,9 @@ impl From<AuthError> for ApiError {
     }
 }
 
+/// No token outlives this (ten years), whatever the settings say.
+pub const MAX_TOKEN_LIFETIME: u64 = 10 * 365 * 86400;
+
 /// Token signing and the admin list.
 pub struct Authority {
     encoding: EncodingKey,
@@ -299,7 +302,7 @@ impl Authority {
             decoding: DecodingKey::from_secret(secret),
             admins: admins.iter().cloned().collect(),
             own_uid,
-            max_lifetime: max_lifetime.min(crate::controller::MAX_TOKEN_LIFETIME),
+            max_lifetime: max_lifetime.min(MAX_TOKEN_LIFETIME),
         }
     }
 

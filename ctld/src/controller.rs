@@ -23,6 +23,7 @@ use node_rpc::Rpc;
 mod effects;
 mod job_text;
 mod loops;
+pub mod metrics;
 mod node_rpc;
 #[cfg(test)]
 mod tests;
@@ -46,9 +47,6 @@ pub enum CtlError {
     Fence(#[from] gsched_core::fence::FenceError),
 }
 
-/// No token outlives this (ten years), whatever the settings say.
-pub const MAX_TOKEN_LIFETIME: u64 = 10 * 365 * 86400;
-
 pub struct Controller {
     cluster: Mutex<Cluster>,
     pub store: Store,
@@ -61,7 +59,7 @@ pub struct Controller {
     /// The local unix socket's path.
     pub socket: std::path::PathBuf,
     /// Histograms for `/metrics`.
-    pub metrics: crate::metrics::Metrics,
+    pub metrics: metrics::Metrics,
     /// Cluster-wide use over the last hour, oldest first.
     utilization: Mutex<std::collections::VecDeque<UtilSample>>,
     wake: Notify,
@@ -97,7 +95,7 @@ impl Controller {
             url,
             auth,
             socket,
-            metrics: crate::metrics::Metrics::default(),
+            metrics: metrics::Metrics::default(),
             utilization: Mutex::new(std::collections::VecDeque::new()),
             wake: Notify::new(),
             changed: Mutex::new(HashMap::new()),

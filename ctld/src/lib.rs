@@ -9,7 +9,6 @@ pub mod auth;
 pub mod config;
 pub mod controller;
 pub mod dashboard;
-pub mod metrics;
 pub mod node_client;
 pub mod slurmrest;
 pub mod store;

@@ -1,5 +1,7 @@
 //! The node API the controller calls: launch, signal and suspend jobs.
 
+pub mod steps;
+
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -57,7 +59,7 @@ pub fn router(api: Arc<NodeApi>) -> Router {
     Router::new()
         .merge(controller_only)
         // Authenticated by the step credential, not the cluster key.
-        .route("/v1/steps", post(crate::steps::run))
+        .route("/v1/steps", post(steps::run))
         .with_state(api)
 }
 

@@ -137,11 +137,11 @@ impl ContextWatch {
 const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Samples each GPU (index, model) once a second for the processes the
-/// probe server placed.
+/// probe server placed (`placed_processes`: job and pid of each).
 pub fn start_sampling(
     watch: std::sync::Arc<ContextWatch>,
     backend: std::sync::Arc<dyn crate::gpu::GpuBackend>,
-    probe: std::sync::Arc<crate::probe::ProbeServer>,
+    placed_processes: impl Fn() -> Vec<(gsched_core::job::JobId, u32)> + Send + 'static,
     gpus: Vec<(u32, String)>,
 ) {
     tokio::spawn(async move {
@@ -149,7 +149,7 @@ pub fn start_sampling(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let placed = probe.placed_processes();
+            let placed = placed_processes();
             if placed.is_empty() {
                 continue;
             }

@@ -85,7 +85,7 @@ pub struct Launcher {
     my_uid: u32,
     running: Mutex<HashMap<JobId, RunningJob>>,
     /// Process groups of the step tasks this node started for a job whose
-    /// script runs on another node (`crate::steps`): signalled and killed
+    /// script runs on another node (`crate::api::steps`): signalled and killed
     /// with the job, also where no cgroup holds them.
     step_groups: Mutex<HashMap<JobId, HashSet<i32>>>,
     /// The steps (job, run, step) whose tasks this node started for

@@ -17,7 +17,6 @@ pub mod reshape;
 pub mod shepherd;
 pub mod spool;
 mod startup;
-pub mod steps;
 pub mod tokens;
 
 use std::collections::HashMap;

@@ -33,8 +33,7 @@ use nix::unistd::{ForkResult, Gid, Pid, Uid};
 
 use crate::spool::{JobSpool, ShepherdSpec, ShepherdStatus};
 
-/// The argv[1] that makes a gsched binary act as a shepherd.
-pub const SHEPHERD_ARG: &str = "__gsched_shepherd";
+pub use crate::spool::SHEPHERD_ARG;
 
 /// The small dedicated shepherd binary, installed next to the daemons.
 pub const SHEPHERD_BIN: &str = "gsched-shepherd";

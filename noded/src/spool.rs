@@ -338,12 +338,15 @@ pub fn shepherds_under(root: &Path) -> Vec<(i32, PathBuf)> {
     found
 }
 
+/// The argv[1] that makes a gsched binary act as a shepherd.
+pub const SHEPHERD_ARG: &str = "__gsched_shepherd";
+
 /// The spool directory a process was started as the shepherd of, from its
 /// command line (`PROGRAM __gsched_shepherd DIR`).
 fn shepherd_dir_of(pid: i32) -> Option<PathBuf> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let mut args = cmdline.split(|b| *b == 0).skip(1);
-    if args.next()? != crate::shepherd::SHEPHERD_ARG.as_bytes() {
+    if args.next()? != SHEPHERD_ARG.as_bytes() {
         return None;
     }
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(args.next()?)))
@@ -418,17 +421,11 @@ mod tests {
         // A stand-in shepherd: `sh __gsched_shepherd DIR` runs the file
         // named __gsched_shepherd, so its command line has a shepherd's shape.
         let work = tempfile::tempdir().unwrap();
-        std::fs::write(
-            work.path().join(crate::shepherd::SHEPHERD_ARG),
-            "sleep 30\n",
-        )
-        .unwrap();
+        std::fs::write(work.path().join(SHEPHERD_ARG), "sleep 30\n").unwrap();
         let spool = work.path().join("job-1");
         let spawn = |group: bool| {
             let mut c = std::process::Command::new("/bin/sh");
-            c.arg(crate::shepherd::SHEPHERD_ARG)
-                .arg(&spool)
-                .current_dir(work.path());
+            c.arg(SHEPHERD_ARG).arg(&spool).current_dir(work.path());
             if group {
                 c.process_group(0);
             }

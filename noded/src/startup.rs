@@ -536,10 +536,11 @@ fn connect_probe(
         }));
     }
     if context.learns() {
+        let probe = Arc::clone(probe_server);
         context::start_sampling(
             Arc::clone(&context),
             Arc::clone(backend),
-            Arc::clone(probe_server),
+            move || probe.placed_processes(),
             gpu_models(instances),
         );
     }

@@ -14,7 +14,6 @@ pub mod sinfo;
 pub mod sprio;
 pub mod squeue;
 pub mod srun;
-mod srun_wide;
 pub mod sshare;
 pub mod sstat;
 pub mod update;

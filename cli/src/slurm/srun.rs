@@ -2,6 +2,8 @@
 //! and per-task output files; outside a job, submit the command as a job
 //! and wait for it, as Slurm's srun does.
 
+mod wide;
+
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 use anyhow::{bail, Context, Result};
@@ -99,7 +101,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
 fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     if env_u64("SLURM_JOB_NUM_NODES").unwrap_or(1) > 1 {
         // Tasks on the job's other nodes too.
-        return super::srun_wide::run(a, job);
+        return wide::run(a, job);
     }
     if let Some(n) = &a.nodes {
         if n.split('-').next() != Some("1") {

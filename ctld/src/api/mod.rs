@@ -128,7 +128,7 @@ async fn metrics(State(ctl): Ctl) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::metrics::render(&ctl),
+        crate::controller::metrics::render(&ctl),
     )
         .into_response()
 }

@@ -44,7 +44,7 @@ impl Confinement {
     /// Step `step` of `job` begins: creates its cgroup and moves `pid` (the
     /// `srun` that asked) into it, so the tasks it starts are the step's.
     /// Creates the cgroup of step `step` of `job` for tasks this node
-    /// starts itself (a step's tasks on a sister node, `crate::steps`):
+    /// starts itself (a step's tasks on a sister node, `crate::api::steps`):
     /// the files each task writes `0` into to join it before it executes
     /// (none where nothing is confined).
     pub fn open_step(&self, job: JobId, step: u32) -> Result<Vec<std::path::PathBuf>, StepError> {

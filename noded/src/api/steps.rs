@@ -24,7 +24,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::api::NodeApi;
+use super::NodeApi;
 use crate::spool::ShepherdSpec;
 
 /// The most tasks one step starts on one node.

@@ -16,7 +16,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::controller::Controller;
+use super::Controller;
 
 /// Histograms the controller observes as it works.
 pub struct Metrics {

@@ -14,8 +14,9 @@ use std::sync::mpsc;
 use anyhow::{bail, Context, Result};
 use gsched_core::steps::{LayoutRequest, StepEvent, StepTasks};
 
-use super::srun::{self, Args, LocalTasks, StepShape};
+use super::{Args, LocalTasks, StepShape};
 use crate::client::{Client, StepNodeAnswer};
+use crate::slurm::srun;
 
 /// How a task ended: its status (code, or 128 + signal) and the signal.
 type Ended = (i32, Option<i32>);
