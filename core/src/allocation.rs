@@ -9,7 +9,28 @@
 use std::collections::BTreeMap;
 
 use crate::hostlist::{self, Hostlist, HostlistError};
-use crate::job::SlurmOptions;
+use crate::slurm_options::SlurmOptions;
+
+/// How a job shares its node (`--exclusive[=user]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeSharing {
+    /// No other job on the node while it runs.
+    Alone,
+    /// Only jobs of the same user beside it.
+    UserOnly,
+}
+
+impl NodeSharing {
+    /// Reads the recorded `--exclusive` value: `None` for one gsched does
+    /// not do (`mcs`, `topo`).
+    pub fn parse(value: &str) -> Option<NodeSharing> {
+        match value.trim() {
+            "" | "exclusive" => Some(NodeSharing::Alone),
+            "user" => Some(NodeSharing::UserOnly),
+            _ => None,
+        }
+    }
+}
 
 /// A request gsched cannot give a job yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -149,8 +170,7 @@ pub fn check(slurm: &SlurmOptions, gpus: usize) -> Result<(), AllocationError> {
         gpu_bind(v).ok_or_else(|| AllocationError::GpuBind(v.clone()))?;
     }
     if let Some(v) = other.get("exclusive") {
-        crate::launch::NodeSharing::parse(v)
-            .ok_or_else(|| AllocationError::Exclusive(v.clone()))?;
+        NodeSharing::parse(v).ok_or_else(|| AllocationError::Exclusive(v.clone()))?;
     }
     node_choice(other).map(|_| ())
 }

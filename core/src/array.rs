@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::JobId;
+use crate::job_state::JobId;
 
 /// Largest array index plus one, as Slurm's default `MaxArraySize`.
 pub const MAX_ARRAY_SIZE: u32 = 1001;

@@ -50,6 +50,7 @@ mod submission;
 #[cfg(test)]
 mod testkit;
 mod unsatisfiable;
+mod views;
 
 use footprints::Footprints;
 pub use footprints::{Learned, PastRun, PEAK_HISTORY, PEAK_WINDOW};
@@ -196,7 +197,7 @@ pub fn node_sharing(job: &Job) -> Option<crate::launch::NodeSharing> {
 /// The CPUs and memory a job takes on its node. A job stored before its
 /// request was checked and found wanting takes one CPU and no memory.
 pub fn resources_of(job: &Job) -> JobResources {
-    JobResources::of(&job.spec).unwrap_or(JobResources {
+    JobResources::of(&job.spec.slurm).unwrap_or(JobResources {
         cpus: 1,
         memory: MemoryRequest::Unspecified,
     })

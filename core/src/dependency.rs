@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{JobId, JobState};
+use crate::job_state::{JobId, JobState};
 
 /// What a dependency waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

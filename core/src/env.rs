@@ -3,10 +3,22 @@
 
 use std::collections::BTreeMap;
 
-use crate::cluster::Learned;
 use crate::gpu::Instance;
 use crate::job::Job;
 use crate::probe::TASK_SHARE_ENV;
+
+/// What earlier runs of the same job tell about a new one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Learned {
+    /// The largest GPU memory peak of the latest [`crate::cluster::PEAK_WINDOW`] earlier
+    /// runs, MiB.
+    pub mib: Option<u64>,
+    /// The GPU share of the latest earlier run that measured one.
+    pub share: Option<u32>,
+    /// The longest run time of the latest [`crate::cluster::PEAK_WINDOW`] earlier runs
+    /// that have one, seconds: when a running job is expected to end.
+    pub runtime_secs: Option<i64>,
+}
 
 /// Where the job runs, for the environment.
 #[derive(Debug, Clone)]
@@ -94,7 +106,7 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     if let Some(n) = per_node {
         set("SLURM_NTASKS_PER_NODE", n);
     }
-    if let Ok(r) = crate::resources::JobResources::of(spec) {
+    if let Ok(r) = crate::resources::JobResources::of(&spec.slurm) {
         set("SLURM_CPUS_ON_NODE", &r.cpus.to_string());
         set(
             "SLURM_JOB_CPUS_PER_NODE",
@@ -320,11 +332,7 @@ pub fn add_gate(env: &mut BTreeMap<String, String>, lib: &str) -> bool {
     true
 }
 
-/// Whether a job's environment turns the interception off
-/// (`GSCHED_INTERCEPT=0`).
-pub fn intercept_off(env: &BTreeMap<String, String>) -> bool {
-    env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0")
-}
+pub use crate::job::intercept_off;
 
 /// Puts `lib` first in `LD_PRELOAD`.
 fn preload_first(env: &mut BTreeMap<String, String>, lib: &str) {

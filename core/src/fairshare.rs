@@ -11,11 +11,13 @@
 //! product of its shares' fractions along its path from root) and `U` its
 //! share of all the decayed usage. Pure: time comes in as an argument.
 
+pub mod assoc_limits;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::assoc_limits::AssocLimits;
+use crate::fairshare::assoc_limits::AssocLimits;
 
 /// The root of the account tree (always there).
 pub const ROOT: &str = "root";

@@ -3,9 +3,14 @@
 //! The profile tables are data (see `shared/mig-profiles.md`). A GPU with MIG
 //! disabled is one instance; with MIG enabled each compute instance is one.
 
+pub mod mig;
+mod request;
+
+pub use request::{GpuRequest, MAX_GPUS_PER_JOB};
+
 use serde::{Deserialize, Serialize};
 
-use crate::mig::{LayoutError, MigPlacement};
+use crate::gpu::mig::{LayoutError, MigPlacement};
 
 /// One MIG GPU-instance profile of a GPU model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,7 +341,7 @@ impl Instance {
     }
 
     /// Whether this instance satisfies an isolated job's request.
-    pub fn satisfies(&self, req: &crate::job::GpuRequest) -> bool {
+    pub fn satisfies(&self, req: &GpuRequest) -> bool {
         if req
             .model
             .as_deref()
@@ -418,7 +423,7 @@ pub enum SimSpecError {
 
 /// Parses `2xA100-40GB`, `4xA30:1g.6gb*4`, `1xH100:mig` (MIG on, no
 /// instances yet), and `+`-joined groups of those. Layouts are placed with
-/// [`crate::mig::plan`], so an impossible one is refused with its reason.
+/// [`crate::gpu::mig::plan`], so an impossible one is refused with its reason.
 pub fn parse_sim_spec(spec: &str) -> Result<Vec<SimGpu>, SimSpecError> {
     let syntax = || SimSpecError::Syntax(spec.to_string());
     let mut gpus = Vec::new();
@@ -455,7 +460,7 @@ pub fn parse_sim_spec(spec: &str) -> Result<Vec<SimGpu>, SimSpecError> {
 
 /// Parses `2g.10gb*2,1g.5gb*3` for one model and places it on the GPU.
 pub fn parse_layout(m: &'static GpuModel, layout: &str) -> Result<Vec<MigPlacement>, LayoutError> {
-    crate::mig::plan(m, &crate::mig::parse_profiles(m, layout)?)
+    crate::gpu::mig::plan(m, &crate::gpu::mig::parse_profiles(m, layout)?)
 }
 
 /// The UUID of a simulated GPU, stable across restarts.

@@ -5,27 +5,24 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-mod state;
 mod stored_text;
 mod text;
 mod uid_policy;
 mod validate;
 
-pub use state::{IllegalTransition, JobState, UnknownState};
-pub use stored_text::{script_hash, JobText, StoredText};
+pub use crate::job_state::{IllegalTransition, JobId, JobState, UnknownState};
+pub use stored_text::{intercept_off, script_hash, JobText, StoredText};
 pub use text::{is_unprintable, MAX_ARGUMENTS_BYTES, MAX_ENVIRONMENT_BYTES, MAX_OPTION_BYTES};
 pub use uid_policy::{JobUidPolicy, UidRefused, DEFAULT_MIN_JOB_UID};
 pub use validate::SpecError;
 
-/// A job id, as Slurm numbers them: positive, increasing with submission order.
-pub type JobId = u64;
+/// Nice values are bounded as in Slurm (`--nice` and `Nice=`).
+pub const NICE_LIMIT: i64 = 2_147_483_645;
 
 /// Longest job name accepted (Slurm truncates at 1024 as well).
 pub const MAX_NAME_LEN: usize = 1024;
 
-/// Longest time limit accepted, in seconds (ten years; UNLIMITED is `None`).
-/// Every later sum of a start time and a limit stays far from overflowing.
-pub const MAX_TIME_LIMIT_SECS: u64 = 10 * 365 * 86400;
+pub use crate::units::MAX_TIME_LIMIT_SECS;
 
 /// Largest GPU memory request accepted, MiB (16 TiB: far above any GPU, far
 /// below where MiB-to-bytes arithmetic could overflow).
@@ -34,59 +31,7 @@ pub const MAX_GPU_MEM_MIB: u64 = 16 << 20;
 /// The umask a job gets when its submission carried none.
 pub const DEFAULT_UMASK: u32 = 0o022;
 
-/// What a job asks of the GPUs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuRequest {
-    /// A MIG profile name such as `1g.5gb` (isolated jobs only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig_profile: Option<String>,
-    /// A GPU model the instance must be of, such as `h100` or `a100-80gb`
-    /// (`--gres=gpu:h100:1`; isolated jobs only; [`crate::gpu::model_matches`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// GPU memory footprint in MiB: the size of instance an isolated job needs,
-    /// or the reservation hint of a non-isolated one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mem_mib: Option<u64>,
-    /// The compute a shared job's GPU tasks demand, stated with
-    /// `--gpu-share`: thousandths of a whole GPU ([`crate::compute`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share: Option<u32>,
-    /// The most of its instance's time the job's processes may take
-    /// (`--gpu-share=REQ:LIMIT`), thousandths; with a share, the job's
-    /// processes are held to a GPU time quota ([`crate::time_quota`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share_limit: Option<u32>,
-    /// How many instances (whole GPUs or MIG instances) an isolated job
-    /// holds, all on its node (`--gres=gpu:N`); one when `None`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<u32>,
-}
-
-/// The most GPU instances one job may ask for.
-pub const MAX_GPUS_PER_JOB: u32 = 64;
-
-impl GpuRequest {
-    /// How many instances the job holds (isolated) or asks for.
-    pub fn instances(&self) -> usize {
-        self.count.unwrap_or(1) as usize
-    }
-
-    /// The GPU type named: the MIG profile, else the model.
-    pub fn kind(&self) -> Option<&str> {
-        self.mig_profile.as_deref().or(self.model.as_deref())
-    }
-
-    /// Slurm's TRES form of an isolated job's request: `gres/gpu:TYPE=N`
-    /// or `gres/gpu=N`.
-    pub fn tres(&self) -> String {
-        let n = self.instances();
-        match self.kind() {
-            Some(k) => format!("gres/gpu:{k}={n}"),
-            None => format!("gres/gpu={n}"),
-        }
-    }
-}
+pub use crate::gpu::{GpuRequest, MAX_GPUS_PER_JOB};
 
 /// What a user submits. The controller validates it with [`JobSpec::validate`].
 /// `Default` is an empty spec, for building one field by field.
@@ -169,38 +114,7 @@ fn is_zero(n: &i64) -> bool {
 /// Longest idempotency key accepted.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
-/// Slurm options a job carries beyond gsched's own: recorded at submit,
-/// shown by `sacct`/`squeue`/`scontrol`, and acted on where docs/slurm.md
-/// says so.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlurmOptions {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub account: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub qos: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comment: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wckey: Option<String>,
-    /// Tasks of the job (`-n`): `srun`'s default count, `SLURM_NTASKS`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ntasks: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus_per_task: Option<u32>,
-    /// `append` or `truncate` for the output files.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub open_mode: Option<String>,
-    /// `--signal=[B:]SIG[@SECS]` as given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<String>,
-    /// The batch script's path as submitted (scontrol's `Command=`);
-    /// `None` for `--wrap` or a script read from standard input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-    /// Other options accepted and recorded as given (`--constraint`, ...).
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub other: BTreeMap<String, String>,
-}
+pub use crate::slurm_options::SlurmOptions;
 
 /// A signal sent ahead of the time limit (`--signal=[B:]SIG[@SECS]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,12 +147,6 @@ impl WarnSignal {
             secs_before: secs,
             batch_only,
         })
-    }
-}
-
-impl SlurmOptions {
-    pub fn is_empty(&self) -> bool {
-        *self == SlurmOptions::default()
     }
 }
 

@@ -6,7 +6,6 @@
 
 pub mod allocation;
 pub mod array;
-pub mod assoc_limits;
 pub mod cluster;
 pub mod compute;
 pub mod context;
@@ -21,8 +20,8 @@ pub mod gpu_time;
 pub mod histogram;
 pub mod hostlist;
 pub mod job;
+pub mod job_state;
 pub mod launch;
-pub mod mig;
 pub mod mps_recovery;
 pub mod outcome;
 pub mod pattern;
@@ -36,6 +35,7 @@ pub mod repartition;
 pub mod resources;
 pub mod rlimits;
 pub mod sim;
+pub mod slurm_options;
 pub mod sm;
 pub mod steps;
 pub mod suspension;
@@ -43,5 +43,8 @@ pub mod time_quota;
 pub mod tres;
 pub mod units;
 pub mod wire;
+
+pub use fairshare::assoc_limits;
+pub use gpu::mig;
 
 pub use job::{Job, JobId, JobSpec, JobState};

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{JobId, JobState};
+use crate::job_state::{JobId, JobState};
 
 /// Why the node stopped the job, if it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

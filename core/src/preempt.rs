@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::JobId;
+use crate::job_state::JobId;
 
 /// What happens to a preempted job.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

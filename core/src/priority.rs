@@ -18,8 +18,7 @@ pub use multifactor::Multifactor;
 /// its reserved top values).
 pub const TOP: u64 = 4_294_901_759;
 
-/// Nice values are bounded as in Slurm (`--nice` and `Nice=`).
-pub const NICE_LIMIT: i64 = 2_147_483_645;
+pub use crate::job::NICE_LIMIT;
 
 /// What a policy weighs a job against.
 #[derive(Debug, Clone, Copy)]
@@ -141,22 +140,7 @@ impl PriorityContext<'_> {
     }
 }
 
-/// A job's priority and the weighted factors it is made of (`sprio`'s
-/// columns; a factor a policy does not use is 0).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Priority {
-    pub value: u64,
-    pub age: u64,
-    pub job_size: u64,
-    #[serde(default)]
-    pub fair_share: u64,
-    #[serde(default)]
-    pub qos: u64,
-    #[serde(default)]
-    pub partition: u64,
-    /// The job's nice, subtracted from the sum.
-    pub nice: i64,
-}
+pub use crate::wire::Priority;
 
 /// The settings of `multifactor` (Slurm's `PriorityWeight*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::job::JobId;
-use crate::placement::TaskId;
+
+/// A task's number on its node (unique among the node's tasks).
+pub type TaskId = u64;
 
 pub const PROBE_SOCK_ENV: &str = "GSCHED_PROBE_SOCK";
 pub const JOB_KEY_ENV: &str = "GSCHED_JOB_KEY";

@@ -8,7 +8,7 @@
 //! else the one QOS granted where there is exactly one. Root's own jobs
 //! may use any QOS. Pure.
 
-use crate::assoc_limits::AssocLimits;
+use crate::fairshare::assoc_limits::AssocLimits;
 use crate::fairshare::{AccountError, FairShare, ROOT};
 use crate::qos::DEFAULT_QOS;
 

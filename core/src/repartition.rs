@@ -24,8 +24,8 @@
 //! matters to a node, which must keep new processes off an instance between
 //! deciding to destroy it and destroying it.
 
+use crate::gpu::mig::{check_create, MigPlacement};
 use crate::gpu::{GpuModel, MigProfile};
-use crate::mig::{check_create, MigPlacement};
 use crate::{Job, JobState};
 
 /// What an instance is doing, as far as re-partitioning cares.

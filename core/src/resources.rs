@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::job::JobSpec;
+use crate::slurm_options::SlurmOptions;
 use crate::units::parse_mem_mib;
 
 /// Most CPUs one job may ask for on a node.
@@ -59,8 +59,7 @@ impl JobResources {
     /// `--ntasks-per-node`, whichever is more) times `--cpus-per-task`, and
     /// `--mem`, or `--mem-per-cpu` times those CPUs, or `--mem-per-gpu`
     /// times its GPUs (a gsched job runs on one GPU or instance).
-    pub fn of(spec: &JobSpec) -> Result<JobResources, ResourceError> {
-        let s = &spec.slurm;
+    pub fn of(s: &SlurmOptions) -> Result<JobResources, ResourceError> {
         if s.ntasks == Some(0) {
             return Err(ResourceError::Zero("ntasks"));
         }
@@ -313,8 +312,13 @@ impl MemoryLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::JobSpec;
 
-    fn spec(opts: &[(&str, &str)], ntasks: Option<u32>, cpt: Option<u32>) -> JobSpec {
+    fn spec_of(opts: &[(&str, &str)], ntasks: Option<u32>, cpt: Option<u32>) -> SlurmOptions {
+        spec_of_job(opts, ntasks, cpt).slurm
+    }
+
+    fn spec_of_job(opts: &[(&str, &str)], ntasks: Option<u32>, cpt: Option<u32>) -> JobSpec {
         let mut s = JobSpec::default();
         s.slurm.ntasks = ntasks;
         s.slurm.cpus_per_task = cpt;
@@ -326,32 +330,34 @@ mod tests {
 
     #[test]
     fn cpus_are_tasks_times_cpus_per_task() {
-        let r = JobResources::of(&spec(&[], None, None)).unwrap();
+        let r = JobResources::of(&spec_of(&[], None, None)).unwrap();
         assert_eq!(r.cpus, 1);
         assert_eq!(r.memory, MemoryRequest::Unspecified);
         assert_eq!(
-            JobResources::of(&spec(&[], Some(3), Some(2))).unwrap().cpus,
+            JobResources::of(&spec_of(&[], Some(3), Some(2)))
+                .unwrap()
+                .cpus,
             6
         );
-        let per_node = spec(&[("ntasks-per-node", "4")], Some(2), Some(2));
-        assert_eq!(JobResources::of(&per_node).unwrap().cpus, 8);
+        let per_node = spec_of_job(&[("ntasks-per-node", "4")], Some(2), Some(2));
+        assert_eq!(JobResources::of(&per_node.slurm).unwrap().cpus, 8);
         assert_eq!(
-            JobResources::of(&spec(&[], Some(0), None)),
+            JobResources::of(&spec_of(&[], Some(0), None)),
             Err(ResourceError::Zero("ntasks"))
         );
         assert!(matches!(
-            JobResources::of(&spec(&[], Some(1 << 16), Some(2))),
+            JobResources::of(&spec_of(&[], Some(1 << 16), Some(2))),
             Err(ResourceError::TooManyCpus(_))
         ));
         assert!(matches!(
-            JobResources::of(&spec(&[("ntasks-per-node", "x")], None, None)),
+            JobResources::of(&spec_of(&[("ntasks-per-node", "x")], None, None)),
             Err(ResourceError::BadTasksPerNode(_))
         ));
     }
 
     #[test]
     fn memory_per_job_cpu_and_gpu() {
-        let m = |opts: &[(&str, &str)]| JobResources::of(&spec(opts, Some(2), Some(2)));
+        let m = |opts: &[(&str, &str)]| JobResources::of(&spec_of(opts, Some(2), Some(2)));
         assert_eq!(
             m(&[("mem", "100M")]).unwrap().memory,
             MemoryRequest::Mib(100)

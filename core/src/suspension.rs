@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::JobId;
+use crate::job_state::JobId;
 
 /// The suspensions of a job's current run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,5 +1,9 @@
 //! Slurm's units: memory sizes and time limits, parsing and printing.
 
+/// Longest time limit accepted, in seconds (ten years; UNLIMITED is `None`).
+/// Every later sum of a start time and a limit stays far from overflowing.
+pub const MAX_TIME_LIMIT_SECS: u64 = 10 * 365 * 86400;
+
 /// A size or time that could not be parsed; the message says what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnitError {
@@ -76,7 +80,7 @@ pub fn parse_time_limit(s: &str) -> Result<Option<u64>, UnitError> {
         _ => return Err(err()),
     };
     match secs {
-        Some(s) if s <= crate::job::MAX_TIME_LIMIT_SECS => Ok(Some(s)),
+        Some(s) if s <= MAX_TIME_LIMIT_SECS => Ok(Some(s)),
         _ => Err(UnitError::TimeTooLong(s.to_string())),
     }
 }

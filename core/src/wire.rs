@@ -411,7 +411,7 @@ pub struct JobInfo {
     /// Its priority and the factors of it, for jobs the controller holds
     /// in memory (`sprio`, `squeue %Q`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<crate::priority::Priority>,
+    pub priority: Option<Priority>,
     /// What it waits for (`--dependency`), as Slurm writes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency: Option<String>,
@@ -482,7 +482,7 @@ impl JobInfo {
     }
 
     /// With its priority now (the controller's policy weighed it).
-    pub fn weighed(mut self, priority: crate::priority::Priority) -> JobInfo {
+    pub fn weighed(mut self, priority: Priority) -> JobInfo {
         self.priority = Some(priority);
         self
     }
@@ -554,6 +554,68 @@ fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
+/// What an administrator set on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAdmin {
+    pub state: AdminState,
+    /// Why, as the administrator gave it (Slurm requires one).
+    pub reason: String,
+    /// Who set it (user name) and when (unix seconds): sinfo -R's USER
+    /// and TIMESTAMP.
+    pub by: String,
+    pub since: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminState {
+    Drain,
+    Down,
+}
+
+impl AdminState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Drain => "drain",
+            AdminState::Down => "down",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AdminState> {
+        match s {
+            "drain" => Some(AdminState::Drain),
+            "down" => Some(AdminState::Down),
+            _ => None,
+        }
+    }
+}
+
+/// What an administrator asks of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum NodeStateChange {
+    Drain { reason: String },
+    Down { reason: String },
+    Resume,
+}
+
+/// A job's priority and the weighted factors it is made of (`sprio`'s
+/// columns; a factor a policy does not use is 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Priority {
+    pub value: u64,
+    pub age: u64,
+    pub job_size: u64,
+    #[serde(default)]
+    pub fair_share: u64,
+    #[serde(default)]
+    pub qos: u64,
+    #[serde(default)]
+    pub partition: u64,
+    /// The job's nice, subtracted from the sum.
+    pub nice: i64,
+}
+
 /// A node as the REST API and `ginfo --json` show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
@@ -571,7 +633,7 @@ pub struct NodeInfo {
     pub url: String,
     /// An administrator's drain or down: why, by whom, since when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub admin: Option<crate::cluster::NodeAdmin>,
+    pub admin: Option<NodeAdmin>,
 }
 
 /// A GPU instance as the REST API and `ginfo --json` show it.
@@ -622,24 +684,6 @@ pub struct InstanceInfo {
     pub mig_start: Option<u32>,
 }
 
-impl NodeInfo {
-    pub fn new(n: &crate::cluster::Node) -> NodeInfo {
-        let used = n.running.len() as u32;
-        NodeInfo {
-            name: n.name.clone(),
-            state: n.state_name().into(),
-            cpus: n.cpus,
-            memory_mib: n.memory_mib,
-            worker_limit: n.worker_limit,
-            workers_used: used,
-            running_jobs: n.running.iter().copied().collect(),
-            gpu_instances: n.instances.len(),
-            url: n.url.clone(),
-            admin: n.admin.clone(),
-        }
-    }
-}
-
 /// One job's memory on one instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reservation {
@@ -652,47 +696,6 @@ impl InstanceInfo {
     pub fn with_drain_end(mut self, end: Option<i64>) -> InstanceInfo {
         self.drain_expected_end = end;
         self
-    }
-
-    pub fn new(node: &str, s: &crate::cluster::InstanceSlot) -> InstanceInfo {
-        let i = &s.instance;
-        let reservations = match s.holder() {
-            Some(owner) => vec![Reservation {
-                job_id: owner,
-                memory_mib: i.memory_mib,
-            }],
-            None => s
-                .job_bytes
-                .iter()
-                .map(|(&job_id, &b)| Reservation {
-                    job_id,
-                    memory_mib: b.div_ceil(1024 * 1024),
-                })
-                .collect(),
-        };
-        InstanceInfo {
-            warps_in_use: s.warps,
-            reservations,
-            memory_used_mib: s.used_bytes.map(|b| b.div_ceil(1024 * 1024)),
-            uuid: i.uuid.clone(),
-            node: node.into(),
-            gpu_index: i.gpu_index,
-            gpu_uuid: i.gpu_uuid.clone(),
-            model: i.model.clone(),
-            profile: i.profile.clone(),
-            memory_mib: i.memory_mib,
-            memory_reserved_mib: s.held_bytes().div_ceil(1024 * 1024),
-            sms: i.sms,
-            isolated_owner: s.isolated_owner,
-            draining_for: s.draining_for,
-            drain_expected_end: None,
-            active_tasks: s.active_tasks,
-            worker_limit: i.worker_limit(),
-            mps: i.mps.clone(),
-            link_domain: i.link_domain,
-            retiring: s.retiring,
-            mig_start: i.mig_start,
-        }
     }
 }
 

@@ -281,7 +281,7 @@ fn resources(j: &JobInfo) -> Option<JobResources> {
         slurm: j.slurm.clone(),
         ..Default::default()
     };
-    JobResources::of(&spec).ok()
+    JobResources::of(&spec.slurm).ok()
 }
 
 /// The usage fields from a job's or step's cgroup counters: CPU and GPU

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::{resources_of, Cluster, ClusterError, Effect};
-use crate::assoc_limits::AssocTally;
+use crate::fairshare::assoc_limits::AssocTally;
 use crate::fairshare::{AccountChange, BillingWeights, ShareRow, StoredFairShare};
 use crate::job::{Job, JobId, JobSpec, JobState};
 use crate::qos::{JobLoad, Qos, QosChange, QosTable, QosTally};
@@ -451,7 +451,7 @@ impl Cluster {
 /// hint); a shared job's stated GPU time share.
 fn load_of(spec: &JobSpec) -> crate::tres::TresUse {
     let width = u64::from(crate::allocation::width_of(&spec.slurm));
-    let cpus = crate::resources::JobResources::of(spec).map_or(1, |r| u64::from(r.cpus));
+    let cpus = crate::resources::JobResources::of(&spec.slurm).map_or(1, |r| u64::from(r.cpus));
     let instances = if spec.isolated {
         spec.gpu.instances() as u64 * width
     } else {
@@ -535,7 +535,7 @@ mod tests {
         c.change_accounts(&AccountChange::SetLimits {
             account: "physics".into(),
             user: None,
-            limits: crate::assoc_limits::AssocLimits {
+            limits: crate::fairshare::assoc_limits::AssocLimits {
                 max_wall_minutes: Some(30),
                 ..Default::default()
             },
@@ -679,7 +679,7 @@ mod tests {
         let grant = |qos: &[&str], default: Option<&str>| AccountChange::SetLimits {
             account: "physics".into(),
             user: None,
-            limits: crate::assoc_limits::AssocLimits {
+            limits: crate::fairshare::assoc_limits::AssocLimits {
                 qos: Some(qos.iter().map(|q| q.to_string()).collect()),
                 default_qos: default.map(String::from),
                 ..Default::default()

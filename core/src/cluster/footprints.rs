@@ -44,18 +44,7 @@ pub struct PastRun {
     pub elapsed_secs: Option<i64>,
 }
 
-/// What earlier runs of the same job tell about a new one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Learned {
-    /// The largest GPU memory peak of the latest [`PEAK_WINDOW`] earlier
-    /// runs, MiB.
-    pub mib: Option<u64>,
-    /// The GPU share of the latest earlier run that measured one.
-    pub share: Option<u32>,
-    /// The longest run time of the latest [`PEAK_WINDOW`] earlier runs
-    /// that have one, seconds: when a running job is expected to end.
-    pub runtime_secs: Option<i64>,
-}
+pub use crate::env::Learned;
 
 /// What is learned from a job that left memory, and the keys it is
 /// listed under.

@@ -4,55 +4,10 @@
 //! it (killed there; requeued where they allow it, NODE_FAIL otherwise);
 //! resume opens it again.
 
-use serde::{Deserialize, Serialize};
-
 use super::{Cluster, ClusterError, Effect};
 use crate::job::{JobId, JobState};
 
-/// What an administrator set on a node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeAdmin {
-    pub state: AdminState,
-    /// Why, as the administrator gave it (Slurm requires one).
-    pub reason: String,
-    /// Who set it (user name) and when (unix seconds): sinfo -R's USER
-    /// and TIMESTAMP.
-    pub by: String,
-    pub since: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AdminState {
-    Drain,
-    Down,
-}
-
-impl AdminState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AdminState::Drain => "drain",
-            AdminState::Down => "down",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<AdminState> {
-        match s {
-            "drain" => Some(AdminState::Drain),
-            "down" => Some(AdminState::Down),
-            _ => None,
-        }
-    }
-}
-
-/// What an administrator asks of a node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "lowercase")]
-pub enum NodeStateChange {
-    Drain { reason: String },
-    Down { reason: String },
-    Resume,
-}
+pub use crate::wire::{AdminState, NodeAdmin, NodeStateChange};
 
 /// The longest reason kept.
 pub const MAX_REASON_LEN: usize = 256;

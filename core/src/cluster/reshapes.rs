@@ -10,8 +10,8 @@
 //! (restarted) reports its real instances, which replace the books.
 
 use super::{Cluster, ClusterError, Effect};
+use crate::gpu::mig::MigPlacement;
 use crate::gpu::Instance;
-use crate::mig::MigPlacement;
 use crate::repartition::{Demand, GpuUse, InstanceUse, RepartitionPolicy, Use};
 use crate::wire::MigSlot;
 
@@ -262,9 +262,9 @@ impl Cluster {
             };
             existing.push(MigPlacement { profile, start });
         }
-        let desired = crate::mig::parse_profiles(model, layout)
+        let desired = crate::gpu::mig::parse_profiles(model, layout)
             .map_err(|e| ClusterError::Refused(e.to_string()))?;
-        let change = crate::mig::reconcile(model, &existing, &desired)
+        let change = crate::gpu::mig::reconcile(model, &existing, &desired)
             .map_err(|e| ClusterError::Refused(e.to_string()))?;
         if change.is_noop() {
             return Ok(Vec::new());

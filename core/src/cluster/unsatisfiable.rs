@@ -24,11 +24,12 @@ impl Cluster {
             return Ok(());
         }
         // Validated already: the request reads.
-        let resources =
-            crate::resources::JobResources::of(spec).unwrap_or(crate::resources::JobResources {
+        let resources = crate::resources::JobResources::of(&spec.slurm).unwrap_or(
+            crate::resources::JobResources {
                 cpus: 1,
                 memory: crate::resources::MemoryRequest::Unspecified,
-            });
+            },
+        );
         let choice = crate::allocation::node_choice(&spec.slurm.other)
             .ok()
             .flatten();

@@ -31,6 +31,12 @@ pub struct StoredText {
     pub intercept_off: bool,
 }
 
+/// Whether a job's environment turns the interception off
+/// (`GSCHED_INTERCEPT=0`).
+pub fn intercept_off(env: &BTreeMap<String, String>) -> bool {
+    env.get("GSCHED_INTERCEPT").is_some_and(|v| v == "0")
+}
+
 /// A hash of a script that is the same for the same text within one
 /// process (footprints are matched in memory only, never by a stored hash).
 pub fn script_hash(script: &str) -> u64 {
@@ -51,7 +57,7 @@ impl Job {
         let summary = StoredText {
             bytes,
             script_hash: script_hash(&self.spec.script),
-            intercept_off: crate::env::intercept_off(&self.spec.environment),
+            intercept_off: intercept_off(&self.spec.environment),
         };
         self.stored_text = Some(summary);
         Some(JobText {
@@ -93,7 +99,7 @@ impl Job {
     pub fn intercept_off(&self) -> bool {
         match &self.stored_text {
             Some(s) => s.intercept_off,
-            None => crate::env::intercept_off(&self.spec.environment),
+            None => intercept_off(&self.spec.environment),
         }
     }
 

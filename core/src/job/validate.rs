@@ -3,7 +3,7 @@
 
 use super::{
     JobSpec, MAX_GPUS_PER_JOB, MAX_GPU_MEM_MIB, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN,
-    MAX_TIME_LIMIT_SECS,
+    MAX_TIME_LIMIT_SECS, NICE_LIMIT,
 };
 
 /// Why a submission was refused. Each message names the field and what to do.
@@ -11,7 +11,7 @@ use super::{
 pub enum SpecError {
     #[error("the batch script is empty")]
     EmptyScript,
-    #[error("Invalid nice value {0}: it must be between -{limit} and {limit}", limit = crate::priority::NICE_LIMIT)]
+    #[error("Invalid nice value {0}: it must be between -{limit} and {limit}", limit = NICE_LIMIT)]
     BadNice(i64),
     #[error("this does not look like a batch script: the first line must start with #! followed by the path to an interpreter")]
     NoShebang,
@@ -103,7 +103,7 @@ impl JobSpec {
         if self.name.len() > MAX_NAME_LEN {
             return Err(SpecError::NameTooLong);
         }
-        if self.nice.abs() > crate::priority::NICE_LIMIT {
+        if self.nice.abs() > NICE_LIMIT {
             return Err(SpecError::BadNice(self.nice));
         }
         if self.name.chars().any(char::is_control) {
@@ -173,7 +173,7 @@ impl JobSpec {
                 return Err(SpecError::BadIdempotencyKey);
             }
         }
-        crate::resources::JobResources::of(self)?;
+        crate::resources::JobResources::of(&self.slurm)?;
         crate::allocation::check(&self.slurm, self.gpu.instances())?;
         crate::rlimits::validate(&self.rlimits)?;
         self.check_nul_bytes()?;

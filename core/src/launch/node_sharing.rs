@@ -4,26 +4,7 @@
 
 use super::{NodeView, QueuedJob};
 
-/// How a job shares its node (`--exclusive[=user]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeSharing {
-    /// No other job on the node while it runs.
-    Alone,
-    /// Only jobs of the same user beside it.
-    UserOnly,
-}
-
-impl NodeSharing {
-    /// Reads the recorded `--exclusive` value: `None` for one gsched does
-    /// not do (`mcs`, `topo`).
-    pub fn parse(value: &str) -> Option<NodeSharing> {
-        match value.trim() {
-            "" | "exclusive" => Some(NodeSharing::Alone),
-            "user" => Some(NodeSharing::UserOnly),
-            _ => None,
-        }
-    }
-}
+pub use crate::allocation::NodeSharing;
 
 /// What holds a node now against jobs that would join it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

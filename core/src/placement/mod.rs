@@ -12,7 +12,7 @@
 use crate::job::JobId;
 use crate::sm::{KernelShape, SmTable};
 
-pub type TaskId = u64;
+pub use crate::probe::TaskId;
 
 /// One instance as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

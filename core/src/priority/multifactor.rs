@@ -32,7 +32,9 @@ impl PriorityPolicy for Multifactor {
         } else {
             (waited / c.max_age_secs as f64).min(1.0)
         };
-        let cpus = crate::cluster::resources_of(job).cpus as f64;
+        // A job stored before its request was checked takes one CPU.
+        let cpus =
+            crate::resources::JobResources::of(&job.spec.slurm).map_or(1.0, |r| r.cpus as f64);
         let size = if ctx.cluster_cpus == 0 {
             0.0
         } else {

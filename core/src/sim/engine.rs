@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, BinaryHeap};
 use super::tokens::Tokens;
 use super::{Phase, Policy, SimJob, SimOutcome, INTERFERENCE, NODE};
 use crate::cluster::Cluster;
+use crate::gpu::mig::MigPlacement;
 use crate::gpu::{Instance, SimGpu};
 use crate::job::{GpuRequest, JobId, JobSpec};
-use crate::mig::MigPlacement;
 use crate::placement::{Begin, NodeBook, NodeEvent, Placed, PlacementError, TaskId, TaskRequest};
 use crate::sm::KernelShape;
 

@@ -9,8 +9,8 @@
 use super::engine::{Creating, Retiring, Sim};
 use super::NODE;
 use crate::cluster::ReshapeOrder;
+use crate::gpu::mig::MigPlacement;
 use crate::gpu::{sim_gpu_uuid, sim_mig_uuid, Instance};
-use crate::mig::MigPlacement;
 
 impl Sim<'_> {
     /// Takes a reshape order from the controller: its instances take no
@@ -108,7 +108,7 @@ impl Sim<'_> {
                         .filter(|&k| self.alive[k])
                         .filter_map(|k| self.layout[k].filter(|(g, _)| *g == gi).map(|(_, p)| p))
                         .collect();
-                    crate::mig::check_create(model, &live, p.profile, p.start).is_ok()
+                    crate::gpu::mig::check_create(model, &live, p.profile, p.start).is_ok()
                 });
                 let inst = Instance {
                     mig_start: Some(p.start),

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BinaryHeap};
 use super::engine::{node_name, spec_of, Progress, Run, Sim, Wake};
 use super::{lower_bound, GroupStats, Policy, SimError, SimJob, SimOptions, SimOutcome, SimResult};
 use crate::cluster::Cluster;
+use crate::gpu::mig::MigPlacement;
 use crate::gpu::{parse_sim_spec, sim_instances, Instance, SimGpu};
 use crate::launch::{CaseLaunch, ExclusiveLaunch, LaunchPolicy};
-use crate::mig::MigPlacement;
 use crate::placement::{
     BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement, NodeBook, TaskBook,
 };

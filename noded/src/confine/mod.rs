@@ -141,7 +141,7 @@ impl Confinement {
 
     /// Picks the job's cores and creates its cgroup with its limits.
     pub fn prepare(&self, job: &Job, gpus: GpuAccess<'_>) -> Result<Prepared, String> {
-        let need = JobResources::of(&job.spec).map_err(|e| e.to_string())?;
+        let need = JobResources::of(&job.spec.slurm).map_err(|e| e.to_string())?;
         let enforced = self.cgroups.enforced();
         let shared = matches!(gpus, GpuAccess::Shared);
         // Held from the rules to the job's listing as shared, so that an

@@ -1,8 +1,13 @@
-//! The states a job goes through, and the moves between them.
+//! A job's identity and the states it goes through, with the moves
+//! between them: the bottom of the model, which every other module may
+//! name.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+/// A job id, as Slurm numbers them: positive, increasing with submission order.
+pub type JobId = u64;
 
 /// The states a job goes through. Names and compact codes are Slurm's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
