@@ -173,8 +173,11 @@ struct UpArgs {
     /// Other partitions jobs may name, comma separated (every node serves all).
     #[arg(long, value_delimiter = ',')]
     partitions: Vec<String>,
-    /// Launch policy: `case` or `exclusive`.
-    #[arg(long, default_value = "case")]
+    /// Launch policy.
+    #[arg(long, default_value = "case",
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::launch::LAUNCHES
+              .iter()
+              .map(|p| clap::builder::PossibleValue::new(p.name).help(p.about))))]
     launch_policy: String,
     /// Which pending job goes first: `basic` (first come, first served) or
     /// `multifactor` (weighted age, job size, fair share and QOS, less nice).

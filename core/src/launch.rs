@@ -263,16 +263,51 @@ pub trait LaunchPolicy: Send + Sync {
 
 /// A policy name that does not exist.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown launch policy '{0}' (known: case, exclusive)")]
-pub struct UnknownPolicy(pub String);
+#[error("unknown launch policy '{name}' (known: {known})")]
+pub struct UnknownPolicy {
+    pub name: String,
+    /// The names that exist, comma-separated.
+    pub known: String,
+}
+
+/// A launch policy as settings name it.
+pub struct LaunchEntry {
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub about: &'static str,
+    pub build: fn() -> Box<dyn LaunchPolicy>,
+}
+
+/// Every launch policy, the default first: one file each
+/// (`launch/case.rs`, `launch/exclusive.rs`), one line here.
+pub const LAUNCHES: &[LaunchEntry] = &[
+    LaunchEntry {
+        name: "case",
+        about: "CASE Algorithm 1: isolated jobs on their best instance, drained first; shared jobs on the node with the most free workers",
+        build: || Box::new(CaseLaunch),
+    },
+    LaunchEntry {
+        name: "exclusive",
+        about: "Slurm's: a whole instance per job, isolated or not",
+        build: || Box::new(ExclusiveLaunch),
+    },
+];
+
+/// The names [`launch_policy`] knows.
+pub fn launch_names() -> Vec<&'static str> {
+    LAUNCHES.iter().map(|p| p.name).collect()
+}
 
 /// Builds the launch policy named in config.
 pub fn launch_policy(name: &str) -> Result<Box<dyn LaunchPolicy>, UnknownPolicy> {
-    match name {
-        "case" => Ok(Box::new(CaseLaunch)),
-        "exclusive" => Ok(Box::new(ExclusiveLaunch)),
-        other => Err(UnknownPolicy(other.into())),
-    }
+    LAUNCHES
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| (p.build)())
+        .ok_or_else(|| UnknownPolicy {
+            name: name.to_string(),
+            known: launch_names().join(", "),
+        })
 }
 
 /// The UUIDs of instances `set` of `node`.

@@ -45,13 +45,17 @@ pub struct CtldConfig {
     #[serde(default = "default_node_timeout")]
     pub node_timeout: u64,
     /// Launch policy.
-    #[arg(long, default_value = "case")]
+    #[arg(long, default_value = "case",
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::launch::LAUNCHES
+              .iter()
+              .map(|p| clap::builder::PossibleValue::new(p.name).help(p.about))))]
     #[serde(default = "default_policy")]
     pub launch_policy: String,
-    /// Which pending job goes first: `basic` (first come, first served) or
-    /// `multifactor` (weighted age and job size, less the job's nice);
-    /// Slurm's PriorityType.
-    #[arg(long, default_value = "basic", value_name = "TYPE")]
+    /// Which pending job goes first (Slurm's PriorityType).
+    #[arg(long, default_value = "basic", value_name = "TYPE",
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::POLICIES
+              .iter()
+              .map(|p| clap::builder::PossibleValue::new(p.name).help(p.about))))]
     #[serde(default = "default_priority_type")]
     pub priority_type: String,
     /// Weight of the age factor under `multifactor` (PriorityWeightAge).

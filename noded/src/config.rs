@@ -47,10 +47,11 @@ pub struct NodeConfig {
     #[arg(long)]
     #[serde(default)]
     pub context_mem: Option<String>,
-    /// How shared tasks are placed on instances: `case` (fewest in-use
-    /// warps among instances with room) or `mgb-sm` (memory and per-SM
-    /// block and warp slots both hard; see docs/simulator.md).
-    #[arg(long, default_value = "case")]
+    /// How shared tasks are placed on instances (docs/simulator.md).
+    #[arg(long, default_value = "case",
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::placement::PLACEMENTS
+              .iter()
+              .map(|p| clap::builder::PossibleValue::new(p.name).help(p.about))))]
     #[serde(default = "default_placement_policy")]
     pub placement_policy: String,
     /// How many times a waiting shared task may be overtaken by later

@@ -463,7 +463,7 @@ fn task_book(
             format!(
                 "unknown --placement-policy '{}' (known: {})",
                 config.placement_policy,
-                gsched_core::placement::PLACEMENT_POLICIES.join(", ")
+                gsched_core::placement::placement_names().join(", ")
             )
         })?;
     let compute_ceiling = gsched_core::compute::parse_ceiling(&config.compute_ceiling)

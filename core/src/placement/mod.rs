@@ -129,20 +129,6 @@ pub trait PlacementPolicy: Send + Sync {
     }
 }
 
-/// The names [`placement_policy`] knows.
-pub const PLACEMENT_POLICIES: &[&str] = &["case", "mgb-sm", "exclusive", "blind"];
-
-/// The placement policy called `name`.
-pub fn placement_policy(name: &str) -> Option<Box<dyn PlacementPolicy>> {
-    match name {
-        "case" => Some(Box::new(CasePlacement)),
-        "mgb-sm" => Some(Box::new(MgbSmPlacement)),
-        "exclusive" => Some(Box::new(ExclusivePlacement)),
-        "blind" => Some(Box::new(BlindPlacement)),
-        _ => None,
-    }
-}
-
 /// Where a task was put.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
@@ -208,4 +194,7 @@ mod policies;
 
 pub use book::{Growth, TaskBook, DEFAULT_MAX_OVERTAKES};
 pub use node::{NodeBook, NodeEvent, RECENTLY_GONE_MS, SETTLE_MS};
-pub use policies::{BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement};
+pub use policies::{
+    placement_names, placement_policy, BlindPlacement, CasePlacement, ExclusivePlacement,
+    MgbSmPlacement, PlacementEntry, PLACEMENTS,
+};

@@ -174,7 +174,18 @@ impl Sim<'_> {
                         self.books[n].set_drained(&instances, seq, now);
                     }
                 }
-                _ => {}
+                Effect::Drain { .. } => {}
+                // What gctld persists: the simulator keeps its state in
+                // memory only.
+                Effect::Job { .. }
+                | Effect::Accounts
+                | Effect::Node { .. }
+                | Effect::JobSpec { .. } => {}
+                // The launch pass carries these out itself (`passes.rs`);
+                // an end or a kill returns none.
+                Effect::Launch { .. } | Effect::Reshape { .. } => {}
+                // Every simulated run is the controller's own.
+                Effect::StopRun { .. } => {}
             }
         }
         killed

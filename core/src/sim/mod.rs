@@ -55,6 +55,28 @@ pub enum Policy {
 #[error("unknown policy '{0}' (known: case, exclusive, cg:R, mgb-sm)")]
 pub struct UnknownSimPolicy(pub String);
 
+impl Policy {
+    /// The launch policy of this preset, by its name in
+    /// [`crate::launch::LAUNCHES`].
+    pub fn launch_name(self) -> &'static str {
+        match self {
+            Policy::Exclusive => "exclusive",
+            Policy::Case | Policy::MgbSm | Policy::Cg(_) => "case",
+        }
+    }
+
+    /// The placement policy of this preset, by its name in
+    /// [`crate::placement::PLACEMENTS`].
+    pub fn placement_name(self) -> &'static str {
+        match self {
+            Policy::Case => "case",
+            Policy::MgbSm => "mgb-sm",
+            Policy::Exclusive => "exclusive",
+            Policy::Cg(_) => "blind",
+        }
+    }
+}
+
 impl std::str::FromStr for Policy {
     type Err = UnknownSimPolicy;
     fn from_str(s: &str) -> Result<Policy, UnknownSimPolicy> {
@@ -510,5 +532,21 @@ mod tests {
         assert_eq!("cg:4".parse::<Policy>().unwrap(), Policy::Cg(4));
         assert!("cg:0".parse::<Policy>().is_err());
         assert!("slurm".parse::<Policy>().is_err());
+    }
+
+    #[test]
+    fn every_preset_is_made_of_registered_policies() {
+        for p in [
+            Policy::Case,
+            Policy::Exclusive,
+            Policy::Cg(4),
+            Policy::MgbSm,
+        ] {
+            assert!(crate::launch::launch_policy(p.launch_name()).is_ok(), "{p}");
+            assert!(
+                crate::placement::placement_policy(p.placement_name()).is_some(),
+                "{p}"
+            );
+        }
     }
 }

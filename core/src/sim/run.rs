@@ -9,10 +9,7 @@ use super::{lower_bound, GroupStats, Policy, SimError, SimJob, SimOptions, SimOu
 use crate::cluster::Cluster;
 use crate::gpu::mig::MigPlacement;
 use crate::gpu::{parse_sim_spec, sim_instances, Instance, SimGpu};
-use crate::launch::{CaseLaunch, ExclusiveLaunch, LaunchPolicy};
-use crate::placement::{
-    BlindPlacement, CasePlacement, ExclusivePlacement, MgbSmPlacement, NodeBook, TaskBook,
-};
+use crate::placement::{NodeBook, TaskBook};
 use crate::wire::NodeRegistration;
 
 /// Checks the jobs against the cluster and makes the simulation, with the
@@ -33,10 +30,10 @@ pub(super) fn build<'a>(
     }
     let per_node = sim_instances(&node_name(0, nodes), &gpus);
     check_jobs(jobs, &gpus, &per_node, repartition.is_some(), nodes)?;
-    let mut cluster = Cluster::new(match policy {
-        Policy::Exclusive => Box::new(ExclusiveLaunch) as Box<dyn LaunchPolicy>,
-        _ => Box::new(CaseLaunch),
-    });
+    let mut cluster = Cluster::new(
+        crate::launch::launch_policy(policy.launch_name())
+            .expect("a preset names a registered launch policy"),
+    );
     cluster.set_scheduler_type(options.scheduler);
     let grace_secs = options.site.apply(&mut cluster, options.priority)?;
     // Where each instance sits, in `sim_instances` order.
@@ -235,12 +232,8 @@ fn registration(
 
 /// A node's placement book under `policy`.
 fn book(policy: Policy, options: &SimOptions, inst: &[Instance]) -> TaskBook {
-    let placement: Box<dyn crate::placement::PlacementPolicy> = match policy {
-        Policy::Case => Box::new(CasePlacement),
-        Policy::MgbSm => Box::new(MgbSmPlacement),
-        Policy::Exclusive => Box::new(ExclusivePlacement),
-        Policy::Cg(_) => Box::new(BlindPlacement),
-    };
+    let placement = crate::placement::placement_policy(policy.placement_name())
+        .expect("a preset names a registered placement policy");
     let mut book = TaskBook::of_instances(placement, inst);
     if let Some(n) = options.max_overtakes {
         book = book.with_max_overtakes(n);
