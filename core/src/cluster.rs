@@ -306,6 +306,9 @@ impl Node {
 /// Something the caller must do after an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
+    /// Persist this newly submitted job's whole row, its script and
+    /// environment with it, and log its submission.
+    Submitted { id: JobId },
     /// Persist this job's row and append `event` to the event log.
     Job { id: JobId, event: String },
     /// Persist the accounts, associations and their usage.

@@ -215,7 +215,7 @@ impl Controller {
     }
 
     /// Accepts a job; returns once it is on disk.
-    pub async fn submit(&self, spec: JobSpec) -> Result<JobId, CtlError> {
+    pub async fn submit(self: &Arc<Self>, spec: JobSpec) -> Result<JobId, CtlError> {
         self.check_partition(spec.partition.as_deref())?;
         let now = unix_now();
         let (id, ids, pending) = {
@@ -230,40 +230,19 @@ impl Controller {
             let ids: Vec<JobId> = effects
                 .iter()
                 .filter_map(|e| match e {
-                    Effect::Job { id, .. } => Some(*id),
+                    Effect::Submitted { id } => Some(*id),
                     _ => None,
                 })
                 .collect();
-            let mut writes = Vec::with_capacity(2 * ids.len());
-            for &j in &ids {
-                // The script and environment go to the store and leave
-                // memory: a launch (sent only after this write is
-                // committed) and the script's readers fetch them there.
-                let text = c.take_text(j);
-                let mut job = c.job(j).expect("just submitted").clone();
-                if let Some(text) = text {
-                    job.put_text(text);
-                }
-                writes.push(Write::NewJob(Box::new(job)));
-                writes.push(Write::Event {
-                    time: now,
-                    job_id: Some(j),
-                    node: None,
-                    kind: "submitted".into(),
-                    detail: None,
-                });
-            }
-            (id, ids, self.store.write(writes))
+            (id, ids, self.carry_all(&mut c, effects, now))
         };
-        let ids_for_touch = ids.clone();
-        if let Err(e) = pending.await {
+        if let Err(e) = self.finish(pending).await {
             let mut c = self.lock();
             for j in ids {
                 c.withdraw(j);
             }
             return Err(e.into());
         }
-        self.touch(ids_for_touch, now);
         self.wake.notify_one();
         Ok(id)
     }

@@ -44,13 +44,7 @@ impl Cluster {
     pub(super) fn add_submission(&mut self, spec: JobSpec, now: i64) -> (JobId, Vec<Effect>) {
         let Some(array) = spec.array.clone() else {
             let id = self.add_job(spec, now);
-            return (
-                id,
-                vec![Effect::Job {
-                    id,
-                    event: "submitted".into(),
-                }],
-            );
+            return (id, vec![Effect::Submitted { id }]);
         };
         // An array: one job per index, numbered on from the first, whose
         // id is the array's (as Slurm does).
@@ -72,10 +66,7 @@ impl Cluster {
                 self.array_limits.insert(first, m);
             }
             let id = self.add_job(task, now);
-            effects.push(Effect::Job {
-                id,
-                event: "submitted".into(),
-            });
+            effects.push(Effect::Submitted { id });
         }
         (first, effects)
     }

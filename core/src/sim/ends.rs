@@ -177,7 +177,8 @@ impl Sim<'_> {
                 Effect::Drain { .. } => {}
                 // What gctld persists: the simulator keeps its state in
                 // memory only.
-                Effect::Job { .. }
+                Effect::Submitted { .. }
+                | Effect::Job { .. }
                 | Effect::Accounts
                 | Effect::Node { .. }
                 | Effect::JobSpec { .. } => {}

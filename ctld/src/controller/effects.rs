@@ -1,6 +1,8 @@
 //! Carrying out effects: the rows they change are written (in the order
 //! the state changed), and then their node calls are sent.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use gsched_core::cluster::{AdminState, Cluster, Effect, Node, ReshapeOrder};
@@ -20,6 +22,13 @@ struct Carried {
     rpcs: Vec<Rpc>,
 }
 
+/// Effects turned into rows (enqueued in the store, in the order the state
+/// changed) and the node calls to send once those are written.
+pub(super) struct Pending {
+    written: Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>,
+    rpcs: Vec<Rpc>,
+}
+
 impl Controller {
     /// Persists the effects and then performs their RPCs. Rows are read fresh
     /// under the lock and enqueued before it is released, so the store always
@@ -28,17 +37,28 @@ impl Controller {
         if effects.is_empty() {
             return Ok(());
         }
-        let now = unix_now();
+        let pending = self.carry_all(&mut self.lock(), effects, unix_now());
+        self.finish(pending).await
+    }
+
+    /// Turns effects into rows and node calls under the caller's lock of
+    /// the cluster, and enqueues the rows before the lock is let go: the
+    /// one path every operation's effects take, a submission's included.
+    pub(super) fn carry_all(&self, c: &mut Cluster, effects: Vec<Effect>, now: i64) -> Pending {
         let mut carried = Carried::default();
-        let pending = {
-            let c = self.lock();
-            for e in effects {
-                self.carry(&c, e, now, &mut carried);
-            }
-            self.store.write(carried.writes)
-        };
-        pending.await?;
-        for rpc in carried.rpcs {
+        for e in effects {
+            self.carry(c, e, now, &mut carried);
+        }
+        Pending {
+            written: Box::pin(self.store.write(carried.writes)),
+            rpcs: carried.rpcs,
+        }
+    }
+
+    /// Waits until the rows are written, then sends the node calls.
+    pub(super) async fn finish(self: &Arc<Self>, pending: Pending) -> Result<(), StoreError> {
+        pending.written.await?;
+        for rpc in pending.rpcs {
             let this = Arc::clone(self);
             tokio::spawn(async move { this.send(rpc).await });
         }
@@ -46,8 +66,29 @@ impl Controller {
     }
 
     /// The rows and node calls of one effect.
-    fn carry(&self, c: &Cluster, effect: Effect, now: i64, out: &mut Carried) {
+    fn carry(&self, c: &mut Cluster, effect: Effect, now: i64, out: &mut Carried) {
         match effect {
+            Effect::Submitted { id } => {
+                self.touch([id], now);
+                // The script and environment go to the store and leave
+                // memory: a launch (sent only after this write is
+                // committed) and the script's readers fetch them there.
+                let text = c.take_text(id);
+                if let Some(j) = c.job(id) {
+                    let mut row = j.clone();
+                    if let Some(text) = text {
+                        row.put_text(text);
+                    }
+                    out.writes.push(Write::NewJob(Box::new(row)));
+                    out.writes.push(Write::Event {
+                        time: now,
+                        job_id: Some(id),
+                        node: None,
+                        kind: "submitted".into(),
+                        detail: None,
+                    });
+                }
+            }
             Effect::Accounts => {
                 let stored = c.stored_accounts();
                 out.writes.push(Write::Accounts(
