@@ -616,6 +616,14 @@ pub struct Priority {
     pub nice: i64,
 }
 
+/// The task reservations a node held open, as the controller recorded
+/// them (`GET /internal/v1/nodes/NAME/tasks`), for the node to restore
+/// after its restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenTasks {
+    pub tasks: Vec<crate::probe::TaskRecord>,
+}
+
 /// A node as the REST API and `ginfo --json` show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {

@@ -115,25 +115,24 @@ async fn restore_reservations(
                 r.error_text()
             ));
         }
-        r.json::<serde_json::Value>().map_err(|e| e.to_string())
+        r.json::<gsched_core::wire::OpenTasks>()
+            .map_err(|e| e.to_string())
     }
     .await;
-    let v = match fetched {
-        Ok(v) => v,
+    let open = match fetched {
+        Ok(open) => open,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the reservations this node held from the controller; running jobs' GPU memory is not accounted until they end");
             return;
         }
     };
-    let records: Vec<gsched_core::probe::TaskRecord> = v["tasks"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter(|t| t["node"] == node && t["end_ms"].is_null())
-                .filter_map(|t| serde_json::from_value(t.clone()).ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    // The controller sends this node's open records only; an ended one is
+    // not restored whatever it says.
+    let records: Vec<gsched_core::probe::TaskRecord> = open
+        .tasks
+        .into_iter()
+        .filter(|t| t.end_ms.is_none())
+        .collect();
     if !records.is_empty() {
         probe.restore(records, running);
     }

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use gsched_core::probe::TaskReport;
 use gsched_core::wire::{
-    Heartbeat, HeartbeatReply, JobEndReport, NodeRegistration, RegistrationReply,
+    Heartbeat, HeartbeatReply, JobEndReport, NodeRegistration, OpenTasks, RegistrationReply,
 };
 use gsched_daemon::http::{ApiError, PeerBody};
 
@@ -89,8 +89,20 @@ pub(super) async fn tasks_reported(
 pub(super) async fn node_open_tasks(
     State(ctl): Ctl,
     Path(name): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    super::task_list(&ctl, None, Some(&name)).await
+) -> Result<Json<OpenTasks>, ApiError> {
+    let rows = ctl
+        .store
+        .task_records(None, Some(&name))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot read task records: {e}"),
+            )
+        })?;
+    Ok(Json(OpenTasks {
+        tasks: rows.into_iter().map(|(_, r)| r).collect(),
+    }))
 }
 
 pub(super) async fn jobs_ended(
