@@ -53,7 +53,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "steps",
         ],
     ),
-    ("proto", &["probe", "wire", "env"]),
+    ("proto", &["probe", "wire", "views", "env"]),
     (
         "policy",
         &[
