@@ -411,14 +411,7 @@ fn check_args(a: &SimArgs) -> Result<()> {
 fn sweep(a: &SimArgs, policy: Policy, baseline: Policy, options: &Pair) -> Result<()> {
     let mut rows = Vec::new();
     for &(i, s) in RATIOS {
-        let jobs = generate(&Mix {
-            isolated: i,
-            shared: s,
-            jobs: a.jobs,
-            footprints: footprints(&a.footprints),
-            seed: a.seed,
-            gpu_share: a.gpu_share,
-        });
+        let jobs = mix_of(a, i, s);
         rows.push((
             (i, s),
             run_pair(&a.cluster, policy, baseline, &jobs, options)?,
@@ -479,6 +472,18 @@ fn sweep(a: &SimArgs, policy: Policy, baseline: Policy, options: &Pair) -> Resul
     Ok(())
 }
 
+/// Generated jobs, `isolated`:`shared` of them, as the flags shape them.
+fn mix_of(a: &SimArgs, isolated: u32, shared: u32) -> Vec<SimJob> {
+    generate(&Mix {
+        isolated,
+        shared,
+        jobs: a.jobs,
+        footprints: footprints(&a.footprints),
+        seed: a.seed,
+        gpu_share: a.gpu_share,
+    })
+}
+
 /// The jobs to simulate: a trace, the queue workload, or a generated mix.
 fn workload(a: &SimArgs) -> Result<Vec<SimJob>> {
     Ok(match &a.trace {
@@ -500,14 +505,7 @@ fn workload(a: &SimArgs) -> Result<Vec<SimJob>> {
         }
         None => {
             let (i, s) = parse_mix(&a.mix)?;
-            generate(&Mix {
-                isolated: i,
-                shared: s,
-                jobs: a.jobs,
-                footprints: footprints(&a.footprints),
-                seed: a.seed,
-                gpu_share: a.gpu_share,
-            })
+            mix_of(a, i, s)
         }
     })
 }
