@@ -182,7 +182,9 @@ struct UpArgs {
     /// Which pending job goes first: `basic` (first come, first served) or
     /// `multifactor` (weighted age, job size, fair share and QOS, less nice).
     #[arg(long, default_value = "basic", value_name = "TYPE",
-          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::names()))]
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::POLICIES
+              .iter()
+              .map(|p| clap::builder::PossibleValue::new(p.name).alias(p.slurm_name).help(p.about))))]
     priority_type: String,
     /// Weight of the age factor under `multifactor`.
     #[arg(long, default_value_t = gsched_core::priority::PriorityConfig::default().weight_age)]

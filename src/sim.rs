@@ -45,11 +45,15 @@ pub struct SimArgs {
     /// alike (gctld's `--priority-type`; a trace's jobs may give `user`
     /// and `nice`).
     #[arg(long, default_value = "basic", value_name = "TYPE",
-          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::names()))]
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::POLICIES
+              .iter()
+              .map(|p| clap::builder::PossibleValue::new(p.name).alias(p.slurm_name).help(p.about))))]
     priority_type: String,
     /// The baseline's priority policy (default: --priority-type).
     #[arg(long, value_name = "TYPE",
-          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::names()))]
+          value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::POLICIES
+              .iter()
+              .map(|p| clap::builder::PossibleValue::new(p.name).alias(p.slurm_name).help(p.about))))]
     baseline_priority_type: Option<String>,
     /// Nodes, each with the GPUs of --cluster.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -181,9 +185,10 @@ fn read_site(path: &std::path::Path) -> Result<SimSite> {
 /// given.
 fn options(a: &SimArgs) -> Result<Pair> {
     let priority = |name: &str| {
+        let short = name.strip_prefix("priority/").unwrap_or(name);
         gsched_core::priority::names()
             .into_iter()
-            .find(|n| *n == name)
+            .find(|n| *n == short)
     };
     let scheduler = |s: &str| -> Result<SchedulerType> {
         s.parse()

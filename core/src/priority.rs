@@ -198,6 +198,8 @@ pub trait PriorityPolicy: Send + Sync {
 /// One registered policy.
 pub struct PolicyEntry {
     pub name: &'static str,
+    /// Slurm's name for it (`PriorityType=priority/NAME`), taken too.
+    pub slurm_name: &'static str,
     pub about: &'static str,
     build: fn(PriorityConfig) -> Box<dyn PriorityPolicy>,
 }
@@ -206,11 +208,13 @@ pub struct PolicyEntry {
 pub const POLICIES: &[PolicyEntry] = &[
     PolicyEntry {
         name: "basic",
+        slurm_name: "priority/basic",
         about: "first come, first served (Slurm's priority/basic)",
         build: |_| Box::new(Basic),
     },
     PolicyEntry {
         name: "multifactor",
+        slurm_name: "priority/multifactor",
         about: "weighted age, job size, fair share, partition and QOS, less the job's nice (Slurm's priority/multifactor)",
         build: |c| Box::new(Multifactor(c)),
     },

@@ -55,7 +55,7 @@ pub struct CtldConfig {
     #[arg(long, default_value = "basic", value_name = "TYPE",
           value_parser = clap::builder::PossibleValuesParser::new(gsched_core::priority::POLICIES
               .iter()
-              .map(|p| clap::builder::PossibleValue::new(p.name).help(p.about))))]
+              .map(|p| clap::builder::PossibleValue::new(p.name).alias(p.slurm_name).help(p.about))))]
     #[serde(default = "default_priority_type")]
     pub priority_type: String,
     /// Weight of the age factor under `multifactor` (PriorityWeightAge).

@@ -238,8 +238,10 @@ impl Controller {
         };
         if let Err(e) = self.finish(pending).await {
             let mut c = self.lock();
+            let mut changed = self.changed.lock().unwrap_or_else(|p| p.into_inner());
             for j in ids {
                 c.withdraw(j);
+                changed.remove(&j);
             }
             return Err(e.into());
         }
