@@ -120,7 +120,7 @@ pub fn job(j: &JobInfo, cluster: &str, profile: Option<&str>) -> Value {
             vec![j.state_name()]
         },
         "name": j.name,
-        "node_count": no_val(Some(1)),
+        "node_count": no_val(Some(i64::from(j.num_nodes))),
         "nodes": j.nodes,
         "partition": j.partition,
         "priority": no_val(Some(j.priority.map_or(1, |p| p.value as i64))),
