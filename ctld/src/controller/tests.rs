@@ -195,13 +195,27 @@ fn state(ctl: &Controller, id: JobId) -> JobState {
     ctl.lock().job(id).unwrap().state
 }
 
-/// A registered node and one job launched there, confirmed.
-async fn running_job(requeue: bool) -> (tempfile::TempDir, Arc<FakeNodes>, Arc<Controller>, JobId) {
+/// A controller with one registered node whose first answer to a launch
+/// is `first_answer` (200 when `None`), and one job submitted, not yet
+/// launched.
+async fn submitted(
+    first_answer: Option<Scripted>,
+    requeue: bool,
+) -> (tempfile::TempDir, Arc<FakeNodes>, Arc<Controller>, JobId) {
     let dir = tempfile::tempdir().unwrap();
     let nodes = Arc::new(FakeNodes::default());
+    if let Some(a) = first_answer {
+        nodes.launch_answers.lock().unwrap().push_back(a);
+    }
     let ctl = open(dir.path(), &nodes).await;
     ctl.register(registration(vec![])).await.unwrap();
     let id = ctl.submit(spec("a", requeue)).await.unwrap();
+    (dir, nodes, ctl, id)
+}
+
+/// A registered node and one job launched there, confirmed.
+async fn running_job(requeue: bool) -> (tempfile::TempDir, Arc<FakeNodes>, Arc<Controller>, JobId) {
+    let (dir, nodes, ctl, id) = submitted(None, requeue).await;
     ctl.launch_pass().await;
     until("the launch is confirmed", || {
         ctl.lock()
@@ -236,11 +250,7 @@ fn ended_by(id: JobId, run: u32, code: i32, cause: EndCause) -> JobEndReport {
 
 #[tokio::test]
 async fn the_launch_carries_the_script_and_environment_from_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = Arc::new(FakeNodes::default());
-    let ctl = open(dir.path(), &nodes).await;
-    ctl.register(registration(vec![])).await.unwrap();
-    let id = ctl.submit(spec("a", false)).await.unwrap();
+    let (_dir, nodes, ctl, id) = submitted(None, false).await;
     assert!(ctl.lock().job(id).unwrap().text_in_store());
     ctl.launch_pass().await;
     until("a launch", || nodes.launches().len() == 1).await;
@@ -256,16 +266,7 @@ async fn the_launch_carries_the_script_and_environment_from_the_store() {
 
 #[tokio::test]
 async fn a_launch_never_delivered_puts_the_job_back_without_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = Arc::new(FakeNodes::default());
-    nodes
-        .launch_answers
-        .lock()
-        .unwrap()
-        .push_back(Scripted::Unreachable);
-    let ctl = open(dir.path(), &nodes).await;
-    ctl.register(registration(vec![])).await.unwrap();
-    let id = ctl.submit(spec("a", false)).await.unwrap();
+    let (_dir, _nodes, ctl, id) = submitted(Some(Scripted::Unreachable), false).await;
     ctl.launch_pass().await;
     until("the job is queued again", || {
         state(&ctl, id) == JobState::Pending
@@ -276,16 +277,7 @@ async fn a_launch_never_delivered_puts_the_job_back_without_a_restart() {
 
 #[tokio::test]
 async fn a_launch_in_doubt_is_sent_again_for_the_same_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = Arc::new(FakeNodes::default());
-    nodes
-        .launch_answers
-        .lock()
-        .unwrap()
-        .push_back(Scripted::NoAnswer);
-    let ctl = open(dir.path(), &nodes).await;
-    ctl.register(registration(vec![])).await.unwrap();
-    let id = ctl.submit(spec("a", false)).await.unwrap();
+    let (_dir, nodes, ctl, id) = submitted(Some(Scripted::NoAnswer), false).await;
     ctl.launch_pass().await;
     until("the launch is confirmed", || {
         ctl.lock()
@@ -300,19 +292,14 @@ async fn a_launch_in_doubt_is_sent_again_for_the_same_run() {
 
 #[tokio::test]
 async fn a_launch_the_node_refuses_fails_the_job_with_its_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = Arc::new(FakeNodes::default());
-    nodes
-        .launch_answers
-        .lock()
-        .unwrap()
-        .push_back(Scripted::Status(
+    let (_dir, _nodes, ctl, id) = submitted(
+        Some(Scripted::Status(
             403,
             r#"{"error":"jobs of uid 0 are not allowed here"}"#,
-        ));
-    let ctl = open(dir.path(), &nodes).await;
-    ctl.register(registration(vec![])).await.unwrap();
-    let id = ctl.submit(spec("a", true)).await.unwrap();
+        )),
+        true,
+    )
+    .await;
     ctl.launch_pass().await;
     until("the job failed", || state(&ctl, id) == JobState::Failed).await;
     let reason = ctl.lock().job(id).unwrap().reason.clone().unwrap();
@@ -419,11 +406,7 @@ async fn a_restarted_controller_launches_a_held_job_with_its_stored_script() {
 
 #[tokio::test]
 async fn a_launch_whose_stored_environment_is_unreadable_fails_the_job() {
-    let dir = tempfile::tempdir().unwrap();
-    let nodes = Arc::new(FakeNodes::default());
-    let ctl = open(dir.path(), &nodes).await;
-    ctl.register(registration(vec![])).await.unwrap();
-    let id = ctl.submit(spec("a", false)).await.unwrap();
+    let (dir, nodes, ctl, id) = submitted(None, false).await;
     {
         use sqlx::Connection;
         let url = format!("sqlite://{}", dir.path().join("state.db").display());
