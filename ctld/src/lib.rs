@@ -10,7 +10,6 @@ pub mod config;
 pub mod controller;
 pub mod dashboard;
 pub mod node_client;
-pub mod slurmrest;
 pub mod store;
 
 use std::path::Path;

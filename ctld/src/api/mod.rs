@@ -6,6 +6,7 @@ mod access;
 mod accounts;
 mod internal;
 mod listing;
+pub mod slurmrest;
 
 use std::sync::Arc;
 
@@ -87,7 +88,7 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .route("/api/v1/utilization", get(utilization))
         .route("/api/v1/tasks", get(list_tasks))
         .merge(internal::routes(Arc::clone(&ctl)))
-        .merge(crate::slurmrest::routes())
+        .merge(slurmrest::routes())
         .merge(crate::dashboard::routes())
         .fallback(|| async {
             ApiError(

@@ -224,7 +224,7 @@ async fn cancel(
 ) -> Result<Json<Value>, SlurmError> {
     let r = Req::new(&ctl, &v, &caller)?;
     let jid = parse_id(&r, &id)?;
-    crate::api::check_owner_of(&ctl, &caller, jid).map_err(|e| r.api_error(e))?;
+    super::check_owner_of(&ctl, &caller, jid).map_err(|e| r.api_error(e))?;
     let signal = match q.signal.as_deref() {
         Some(s) => Some(
             gsched_core::outcome::parse_signal(s)
