@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::auth::Authority;
 use crate::config::CtldConfig;
 use crate::node_client::NodeClient;
-use crate::store::{Store, StoreError, Write};
+use crate::store::{ControllerStore, StoreError, Write};
 use node_rpc::Rpc;
 
 mod effects;
@@ -49,7 +49,7 @@ pub enum CtlError {
 
 pub struct Controller {
     cluster: Mutex<Cluster>,
-    pub store: Store,
+    pub store: Arc<dyn ControllerStore>,
     pub config: CtldConfig,
     pub key: String,
     /// Base URL clients and jobs use to reach this controller.
@@ -80,7 +80,7 @@ impl Controller {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         cluster: Cluster,
-        store: Store,
+        store: Arc<dyn ControllerStore>,
         config: CtldConfig,
         key: String,
         url: String,

@@ -149,7 +149,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         Arc::new(node_client::SealedNodes::new(http, &key));
     let controller = Controller::new(
         cluster,
-        store,
+        Arc::new(store),
         config,
         key,
         url,

@@ -18,9 +18,11 @@ use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 mod history;
+mod port;
 mod writes;
 
 pub use history::JobQuery;
+pub use port::{ControllerStore, StoreCall};
 
 /// How hard commits push to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]

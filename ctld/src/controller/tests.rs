@@ -135,7 +135,7 @@ async fn open(dir: &Path, nodes: &Arc<FakeNodes>) -> Arc<Controller> {
     cluster.restore_history(loaded.max_job_id, loaded.past_runs);
     Controller::new(
         cluster,
-        store,
+        Arc::new(store),
         CtldConfig::default(),
         "k".repeat(32),
         "http://ctld.test".into(),
