@@ -350,7 +350,7 @@ impl Launcher {
         let started = self
             .confinement()
             .prepare(job, gpus)
-            .map_err(LaunchError::Refused)
+            .map_err(|e| LaunchError::Refused(e.to_string()))
             .and_then(|prepared| self.begin(req, &spool, env, prepared, early, budget));
         if started.is_err() {
             // Nothing of this run is left to run or to report later: its

@@ -92,7 +92,24 @@ struct Identity {
     groups: Vec<Gid>,
 }
 
-fn identity(spec: &ShepherdSpec) -> Result<Option<Identity>, String> {
+/// Why the shepherd could not set a job up (reported as the job's launch failure).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SetupFailed(pub String);
+
+impl From<String> for SetupFailed {
+    fn from(why: String) -> Self {
+        SetupFailed(why)
+    }
+}
+
+impl From<&str> for SetupFailed {
+    fn from(why: &str) -> Self {
+        SetupFailed(why.to_string())
+    }
+}
+
+fn identity(spec: &ShepherdSpec) -> Result<Option<Identity>, SetupFailed> {
     if !spec.drop_privileges {
         return Ok(None);
     }
@@ -103,7 +120,7 @@ fn identity(spec: &ShepherdSpec) -> Result<Option<Identity>, String> {
         .map_err(|_| "user name has a NUL byte".to_string())?;
     let gid = Gid::from_raw(spec.gid);
     let groups = nix::unistd::getgrouplist(&name, gid)
-        .map_err(|e| format!("cannot read the groups of {}: {e}", spec.user_name))?;
+        .map_err(|e| SetupFailed(format!("cannot read the groups of {}: {e}", spec.user_name)))?;
     Ok(Some(Identity {
         uid: Uid::from_raw(spec.uid),
         gid,
@@ -114,10 +131,10 @@ fn identity(spec: &ShepherdSpec) -> Result<Option<Identity>, String> {
 fn run(spool: &JobSpool, spec: &ShepherdSpec) -> ShepherdStatus {
     let who = match identity(spec) {
         Ok(w) => w,
-        Err(e) => return failed(e),
+        Err(e) => return failed(e.to_string()),
     };
     if let Err(e) = write_script(spool, spec, who.as_ref()) {
-        return failed(e);
+        return failed(e.to_string());
     }
     // Signals sent to the job's process group must not kill the shepherd:
     // catch them with a no-op handler (the script gets default handling, as
@@ -141,7 +158,7 @@ fn run(spool: &JobSpool, spec: &ShepherdSpec) -> ShepherdStatus {
     }
     let exec = match Exec::prepare(spec) {
         Ok(e) => e,
-        Err(e) => return failed(e),
+        Err(e) => return failed(e.to_string()),
     };
     let limits = gsched_daemon::island::prepare_limits(&spec.rlimits);
     let (err_read, err_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
@@ -174,7 +191,7 @@ fn write_script(
     spool: &JobSpool,
     spec: &ShepherdSpec,
     who: Option<&Identity>,
-) -> Result<(), String> {
+) -> Result<(), SetupFailed> {
     let path = spool.script_path();
     let mut f = OpenOptions::new()
         .write(true)
@@ -182,12 +199,24 @@ fn write_script(
         .mode(0o700)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
-        .map_err(|e| format!("cannot write the batch script {}: {e}", path.display()))?;
-    f.write_all(spec.script_body.as_bytes())
-        .map_err(|e| format!("cannot write the batch script {}: {e}", path.display()))?;
+        .map_err(|e| {
+            SetupFailed(format!(
+                "cannot write the batch script {}: {e}",
+                path.display()
+            ))
+        })?;
+    f.write_all(spec.script_body.as_bytes()).map_err(|e| {
+        SetupFailed(format!(
+            "cannot write the batch script {}: {e}",
+            path.display()
+        ))
+    })?;
     if let Some(w) = who {
-        nix::unistd::fchown(f.as_raw_fd(), Some(w.uid), Some(w.gid))
-            .map_err(|e| format!("cannot hand the batch script to the job's user: {e}"))?;
+        nix::unistd::fchown(f.as_raw_fd(), Some(w.uid), Some(w.gid)).map_err(|e| {
+            SetupFailed(format!(
+                "cannot hand the batch script to the job's user: {e}"
+            ))
+        })?;
     }
     // Closed here, before the fork: nothing holds it open for writing when
     // it is executed.
@@ -203,9 +232,9 @@ struct Exec {
 }
 
 impl Exec {
-    fn prepare(spec: &ShepherdSpec) -> Result<Exec, String> {
+    fn prepare(spec: &ShepherdSpec) -> Result<Exec, SetupFailed> {
         let c = |what: &str, s: &str| {
-            CString::new(s).map_err(|_| format!("the job's {what} has a NUL byte"))
+            CString::new(s).map_err(|_| SetupFailed(format!("the job's {what} has a NUL byte")))
         };
         let program = c("script path", &spec.script.display().to_string())?;
         let mut argv = vec![program.clone()];

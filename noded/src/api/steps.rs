@@ -160,7 +160,7 @@ async fn start_and_watch(
     let mut children = Vec::new();
     let mut failed = None;
     match Prepared::new(&spec, &procs) {
-        Err(why) => failed = Some(why),
+        Err(why) => failed = Some(why.to_string()),
         Ok(prepared) => {
             let devices = task_devices(&req, &spec.env);
             for (local, rank) in req.tasks.iter().enumerate() {
@@ -358,8 +358,25 @@ struct Prepared {
     rlimits: gsched_core::rlimits::ResourceLimits,
 }
 
+/// Why a step's tasks could not be prepared on this node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StepSetupError(pub String);
+
+impl From<String> for StepSetupError {
+    fn from(why: String) -> Self {
+        StepSetupError(why)
+    }
+}
+
+impl From<&str> for StepSetupError {
+    fn from(why: &str) -> Self {
+        StepSetupError(why.to_string())
+    }
+}
+
 impl Prepared {
-    fn new(spec: &ShepherdSpec, procs: &[std::path::PathBuf]) -> Result<Prepared, String> {
+    fn new(spec: &ShepherdSpec, procs: &[std::path::PathBuf]) -> Result<Prepared, StepSetupError> {
         let procs = procs
             .iter()
             .map(|p| {
@@ -367,7 +384,12 @@ impl Prepared {
                     .write(true)
                     .open(p)
                     .map(OwnedFd::from)
-                    .map_err(|e| format!("cannot open the step's cgroup ({}): {e}", p.display()))
+                    .map_err(|e| {
+                        StepSetupError(format!(
+                            "cannot open the step's cgroup ({}): {e}",
+                            p.display()
+                        ))
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let identity = if spec.drop_privileges {
@@ -379,8 +401,9 @@ impl Prepared {
             let name = CString::new(spec.user_name.as_str())
                 .map_err(|_| "the job's user name has a NUL byte".to_string())?;
             let gid = nix::unistd::Gid::from_raw(spec.gid);
-            let groups = nix::unistd::getgrouplist(&name, gid)
-                .map_err(|e| format!("cannot read the groups of {}: {e}", spec.user_name))?;
+            let groups = nix::unistd::getgrouplist(&name, gid).map_err(|e| {
+                StepSetupError(format!("cannot read the groups of {}: {e}", spec.user_name))
+            })?;
             Some((
                 spec.uid,
                 spec.gid,

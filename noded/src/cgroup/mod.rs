@@ -347,16 +347,19 @@ pub fn select(config: &CgroupConfig, node_dir: &str) -> std::sync::Arc<dyn Cgrou
         .map(|p| read_words(&p.join("cgroup.controllers")))
         .unwrap_or_default();
     let chosen = choose(config.plugin, &mounts, &v2_controllers);
-    let made: std::result::Result<std::sync::Arc<dyn Cgroups>, String> = match chosen {
+    let made: std::result::Result<
+        std::sync::Arc<dyn Cgroups>,
+        Box<dyn std::error::Error + Send + Sync>,
+    > = match chosen {
         Plugin::V2 => match &mounts.v2 {
             Some(root) => v2::CgroupV2::new(root, config, node_dir)
                 .map(|c| std::sync::Arc::new(c) as _)
-                .map_err(|e| e.to_string()),
+                .map_err(Into::into),
             None => Err("no cgroup v2 hierarchy is mounted".into()),
         },
         Plugin::V1 => v1::CgroupV1::new(&mounts, config, node_dir)
             .map(|c| std::sync::Arc::new(c) as _)
-            .map_err(|e| e.to_string()),
+            .map_err(Into::into),
         Plugin::None | Plugin::Auto => Err("cgroups are turned off (plugin = \"none\")".into()),
     };
     match made {

@@ -10,6 +10,7 @@ use gsched_core::devices::{
 use gsched_core::job::JobId;
 use tracing::warn;
 
+use super::ConfineError;
 use super::{Confinement, GpuAccess};
 
 /// Who may open which GPU: the instances isolated jobs hold, and the jobs
@@ -33,7 +34,7 @@ impl Confinement {
         &self,
         gpus: GpuAccess<'_>,
         holds: &GpuHolds,
-    ) -> Result<Vec<DeviceRule>, String> {
+    ) -> Result<Vec<DeviceRule>, ConfineError> {
         let (devices, mig_minors) = &self.device_files;
         let proc_devices = std::fs::read_to_string(devices).unwrap_or_default();
         let majors = DeviceMajors::parse(&proc_devices);
@@ -54,7 +55,7 @@ impl Confinement {
         } else {
             parse_mig_minors(&std::fs::read_to_string(mig_minors).unwrap_or_default())
         };
-        allowed_devices(&majors, &minors, &given).map_err(|e| e.to_string())
+        allowed_devices(&majors, &minors, &given).map_err(|e| ConfineError(e.to_string()))
     }
 
     /// Isolated job `job` holds instances `uuids` from now on: no shared

@@ -90,6 +90,23 @@ pub struct Confinement {
     gpu_metered: std::sync::atomic::AtomicBool,
 }
 
+/// Why a job's confinement (cores, cgroup, device rules) could not be set up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfineError(pub String);
+
+impl From<String> for ConfineError {
+    fn from(why: String) -> Self {
+        ConfineError(why)
+    }
+}
+
+impl From<&str> for ConfineError {
+    fn from(why: &str) -> Self {
+        ConfineError(why.to_string())
+    }
+}
+
 impl Confinement {
     pub fn new(
         cgroups: Arc<dyn Cgroups>,
@@ -140,7 +157,7 @@ impl Confinement {
     }
 
     /// Picks the job's cores and creates its cgroup with its limits.
-    pub fn prepare(&self, job: &Job, gpus: GpuAccess<'_>) -> Result<Prepared, String> {
+    pub fn prepare(&self, job: &Job, gpus: GpuAccess<'_>) -> Result<Prepared, ConfineError> {
         let need = JobResources::of(&job.spec.slurm).map_err(|e| e.to_string())?;
         let enforced = self.cgroups.enforced();
         let shared = matches!(gpus, GpuAccess::Shared);
@@ -193,7 +210,7 @@ impl Confinement {
             Err(e) => {
                 self.cgroups.remove(job.id, Scope::Job);
                 self.taken().remove(&job.id);
-                Err(format!("cannot confine the job: {e}"))
+                Err(ConfineError(format!("cannot confine the job: {e}")))
             }
         }
     }
