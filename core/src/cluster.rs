@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::gpu::Instance;
 use crate::job::{IllegalTransition, Job, JobId, JobState, SpecError};
 use crate::launch::{LaunchPolicy, QueuedJob};
-use crate::resources::{JobResources, MemoryRequest, NodeResources};
+use crate::resources::{JobResources, NodeResources};
 
 mod accounting;
 mod capacity;
@@ -194,13 +194,9 @@ pub fn node_sharing(job: &Job) -> Option<crate::launch::NodeSharing> {
         .and_then(|v| crate::launch::NodeSharing::parse(v))
 }
 
-/// The CPUs and memory a job takes on its node. A job stored before its
-/// request was checked and found wanting takes one CPU and no memory.
+/// The CPUs and memory a job takes on its node ([`Job::resources`]).
 pub fn resources_of(job: &Job) -> JobResources {
-    JobResources::of(&job.spec.slurm).unwrap_or(JobResources {
-        cpus: 1,
-        memory: MemoryRequest::Unspecified,
-    })
+    job.resources()
 }
 
 impl Node {

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::resources::{JobResources, MemoryRequest};
+
 mod stored_text;
 mod text;
 mod uid_policy;
@@ -383,6 +385,18 @@ pub struct Step {
     /// What its processes used (its own cgroup), as its node reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ResourceUsage>,
+}
+
+impl Job {
+    /// The CPUs and memory the job takes on its node. A job stored before
+    /// its request was checked and found wanting takes one CPU and no
+    /// memory.
+    pub fn resources(&self) -> JobResources {
+        JobResources::of(&self.spec.slurm).unwrap_or(JobResources {
+            cpus: 1,
+            memory: MemoryRequest::Unspecified,
+        })
+    }
 }
 
 impl Job {

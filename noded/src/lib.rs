@@ -268,7 +268,7 @@ impl MpsWatch {
 /// Checks the MPS daemons every `every` ([`MpsWatch::check`]): restarts
 /// those that died, handles fatal GPU errors, and keeps shared work off an
 /// instance while its daemon is down or it recovers from a fault.
-fn watch_mps(watch: MpsWatch, every: Duration) {
+fn watch_mps(watch: MpsWatch, period: Duration) {
     let watch = Arc::new(watch);
     watch.check();
     {
@@ -281,13 +281,19 @@ fn watch_mps(watch: MpsWatch, every: Duration) {
             }
         }));
     }
+    every(period, move || watch.check());
+}
+
+/// Runs `f` off the async threads every `period`, one run at a time.
+pub(crate) fn every(period: Duration, f: impl Fn() + Send + Sync + 'static) {
+    let f = Arc::new(f);
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
+        let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let w = Arc::clone(&watch);
-            let _ = tokio::task::spawn_blocking(move || w.check()).await;
+            let f = Arc::clone(&f);
+            let _ = tokio::task::spawn_blocking(move || f()).await;
         }
     });
 }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use tokio::net::TcpListener;
 
 use crate::{
-    api, confine, context, fence, gpu, gpu_models, instance_id, launcher, link, memory_mib,
+    api, confine, context, every, fence, gpu, gpu_models, instance_id, launcher, link, memory_mib,
     mig_ids, mig_reconfig_delay, mps, probe, reshape, restore_reservations, watch_mps, MpsWatch,
     NodeConfig, Running, UNPLACED_CHECK,
 };
@@ -436,20 +436,6 @@ async fn start_gpus(config: &NodeConfig, state_dir: &Path, name: &str) -> Result
         instances,
         mps,
     })
-}
-
-/// Runs `f` off the async threads every `period`, one run at a time.
-fn every(period: Duration, f: impl Fn() + Send + Sync + 'static) {
-    let f = Arc::new(f);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let f = Arc::clone(&f);
-            let _ = tokio::task::spawn_blocking(move || f()).await;
-        }
-    });
 }
 
 /// The book of shared tasks, with the placement policy and compute

@@ -32,9 +32,7 @@ impl PriorityPolicy for Multifactor {
         } else {
             (waited / c.max_age_secs as f64).min(1.0)
         };
-        // A job stored before its request was checked takes one CPU.
-        let cpus =
-            crate::resources::JobResources::of(&job.spec.slurm).map_or(1.0, |r| r.cpus as f64);
+        let cpus = job.resources().cpus as f64;
         let size = if ctx.cluster_cpus == 0 {
             0.0
         } else {
