@@ -10,6 +10,8 @@ use gsched_core::job::{JobId, JobSpec};
 use gsched_core::wire::{ErrorBody, InstanceInfo, JobInfo, JobList, NodeInfo, Submitted};
 use serde::Deserialize;
 
+pub use gsched_core::steps::StepNodeAnswer;
+
 /// Default controller URL when `GSCHED_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:6817";
 
@@ -572,6 +574,31 @@ fn encode_query(query: &[(&str, String)]) -> String {
     format!("?{}", parts.join("&"))
 }
 
+/// Posts `body` to `url` (a node's gnoded) and returns the response to read
+/// as it streams: no time limit on the whole exchange (a step runs as long
+/// as its tasks), only on connecting. Checks `https://` against
+/// `GSCHED_TLS_CA` as the controller's client does.
+pub fn post_streaming(url: &str, body: &serde_json::Value) -> Result<Box<dyn Read + Send>> {
+    let mut agent = ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(10));
+    if let Some(ca) = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty()) {
+        agent = agent.tls_config(
+            crate::tls::client_config(std::path::Path::new(&ca))
+                .map_err(|e| anyhow!("{TLS_CA_ENV}: {e}"))?,
+        );
+    }
+    match agent.build().post(url).send_json(body) {
+        Ok(r) => Ok(Box::new(r.into_reader())),
+        Err(ureq::Error::Status(code, r)) => {
+            let text = r.into_string().unwrap_or_default();
+            let why = serde_json::from_str::<ErrorBody>(&text)
+                .map(|e| e.error)
+                .unwrap_or(text);
+            bail!("{url}: {code}: {why}")
+        }
+        Err(e) => bail!("{url}: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -604,44 +631,5 @@ mod tests {
             ]),
             "?state=PENDING%2CRUNNING&name=a%20b%26c"
         );
-    }
-}
-
-/// One node of a step as the controller answers it: its tasks, its
-/// gnoded's URL and the credential that lets `srun` start them there.
-#[derive(Debug, Clone, Deserialize)]
-pub struct StepNodeAnswer {
-    pub name: String,
-    pub node_id: u32,
-    pub tasks: Vec<u32>,
-    pub url: String,
-    pub credential: String,
-    /// The secret that seals the step's request to this node and opens
-    /// the node's answers (`gsched_seal`).
-    pub seal: String,
-}
-
-/// Posts `body` to `url` (a node's gnoded) and returns the response to read
-/// as it streams: no time limit on the whole exchange (a step runs as long
-/// as its tasks), only on connecting. Checks `https://` against
-/// `GSCHED_TLS_CA` as the controller's client does.
-pub fn post_streaming(url: &str, body: &serde_json::Value) -> Result<Box<dyn Read + Send>> {
-    let mut agent = ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(10));
-    if let Some(ca) = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty()) {
-        agent = agent.tls_config(
-            crate::tls::client_config(std::path::Path::new(&ca))
-                .map_err(|e| anyhow!("{TLS_CA_ENV}: {e}"))?,
-        );
-    }
-    match agent.build().post(url).send_json(body) {
-        Ok(r) => Ok(Box::new(r.into_reader())),
-        Err(ureq::Error::Status(code, r)) => {
-            let text = r.into_string().unwrap_or_default();
-            let why = serde_json::from_str::<ErrorBody>(&text)
-                .map(|e| e.error)
-                .unwrap_or(text);
-            bail!("{url}: {code}: {why}")
-        }
-        Err(e) => bail!("{url}: {e}"),
     }
 }

@@ -9,7 +9,7 @@ use crate::job_state::JobId;
 pub const MAX_ARRAY_SIZE: u32 = 1001;
 
 /// An `--array` request: the indices, and how many may run at once.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ArrayRequest {
     /// Sorted, without repeats.
     pub indices: Vec<u32>,
@@ -117,7 +117,7 @@ impl ArrayRequest {
 }
 
 /// The place of one job in its array.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ArrayTask {
     /// The array's id (`%A`, `SLURM_ARRAY_JOB_ID`): the job id of its first task.
     pub array_job_id: JobId,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::job_state::{JobId, JobState};
 
 /// What a dependency waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Condition {
     /// The other job has started (or ended).
@@ -21,7 +21,7 @@ pub enum Condition {
 }
 
 /// One term: a condition on some jobs (an id may be an array's: all its tasks).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Term {
     pub condition: Condition,
     pub jobs: Vec<JobId>,
@@ -29,7 +29,7 @@ pub struct Term {
 
 /// A job's dependency: all terms (`,`) or any of them (`?`), and/or
 /// `singleton` (no earlier job of the same user and name still active).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Dependency {
     pub terms: Vec<Term>,
     #[serde(default)]

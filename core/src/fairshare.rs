@@ -23,7 +23,7 @@ use crate::fairshare::assoc_limits::AssocLimits;
 pub const ROOT: &str = "root";
 
 /// An account: its parent and its shares among its siblings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Account {
     pub name: String,
     pub parent: String,
@@ -37,7 +37,7 @@ pub struct Account {
 }
 
 /// A user in an account, with the user's shares among its users.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Association {
     pub user: String,
     pub account: String,
@@ -52,7 +52,7 @@ pub struct Association {
 /// A change to the accounts, as `sacctmgr` asks it. (One at a time, from
 /// an administrator: the size of its largest variant costs nothing.)
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AccountChange {
     AddAccount {
@@ -221,7 +221,7 @@ impl BillingWeights {
 }
 
 /// One line of `sshare`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShareRow {
     pub account: String,
     /// Empty for an account's own line.
@@ -251,7 +251,7 @@ pub struct FairShare {
 }
 
 /// One association's decayed usage, as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UsageEntry {
     pub user: String,
     pub account: String,
@@ -259,7 +259,7 @@ pub struct UsageEntry {
 }
 
 /// [`FairShare`] as it is stored and sent (lists, for JSON).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StoredFairShare {
     #[serde(default)]
     pub accounts: Vec<Account>,

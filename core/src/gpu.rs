@@ -263,7 +263,7 @@ pub struct Instance {
 }
 
 /// An instance's MPS control daemon, as the node last saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Mps {
     /// `CUDA_MPS_PIPE_DIRECTORY` for jobs placed on the instance.
     pub pipe_dir: String,
@@ -272,7 +272,7 @@ pub struct Mps {
     pub state: MpsState,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MpsState {
     /// The control daemon answers.

@@ -37,7 +37,7 @@ pub use crate::gpu::{GpuRequest, MAX_GPUS_PER_JOB};
 
 /// What a user submits. The controller validates it with [`JobSpec::validate`].
 /// `Default` is an empty spec, for building one field by field.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobSpec {
     pub name: String,
     /// The batch script itself (copied at submit time).
@@ -249,7 +249,7 @@ pub struct Sister {
 
 /// What a job's processes used, as its node's cgroup counted it (sacct's
 /// MaxRSS, AveRSS, MaxVMSize, UserCPU, SystemCPU; TotalCPU is their sum).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResourceUsage {
     /// The most memory in use at once (bytes): the cgroup's peak, which is
     /// what `--mem` limits.
@@ -371,7 +371,7 @@ impl StepUsage {
 }
 
 /// A step: one `srun` inside a job (`ID.0`, `ID.1`, ...).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Step {
     pub id: u32,
     /// The command it ran.

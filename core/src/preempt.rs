@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::job_state::JobId;
 
 /// What happens to a preempted job.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PreemptMode {
     /// No preemption.

@@ -235,7 +235,7 @@ pub fn frame_len(header: [u8; 4]) -> Result<usize, FrameError> {
 }
 
 /// One reservation as gctld records it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskRecord {
     pub job: JobId,
     pub task: TaskId,

@@ -18,7 +18,7 @@ pub use crate::tres::Tres;
 use crate::tres::{TresKind, TresUse};
 
 /// A QOS and its limits (`None`: no limit).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Qos {
     pub name: String,
     #[serde(default)]
@@ -153,7 +153,7 @@ pub struct QosTable {
 }
 
 /// A change to the QOS, as `sacctmgr` asks it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum QosChange {
     /// A new QOS.

@@ -35,7 +35,7 @@ pub const LIMIT_NAMES: [&str; 10] = {
 };
 
 /// One limit: `None` is unlimited (`RLIM_INFINITY`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limit {
     #[serde(default)]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// Slurm options a job carries beyond gsched's own: recorded at submit,
 /// shown by `sacct`/`squeue`/`scontrol`, and acted on where docs/slurm.md
 /// says so.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SlurmOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,

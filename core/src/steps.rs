@@ -11,7 +11,7 @@ use crate::job::Job;
 
 /// What `srun` asks for inside the allocation (`-N`, `-n`,
 /// `--ntasks-per-node`, `-w`); what it leaves out, the job's.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LayoutRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<u32>,
@@ -32,6 +32,20 @@ pub struct StepNode {
     pub name: String,
     pub node_id: u32,
     pub tasks: Vec<u32>,
+}
+
+/// One node of a step as the controller answers `srun`: its tasks, its
+/// gnoded's URL and the credential that lets `srun` start them there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct StepNodeAnswer {
+    pub name: String,
+    pub node_id: u32,
+    pub tasks: Vec<u32>,
+    pub url: String,
+    pub credential: String,
+    /// The secret that seals the step's request to this node and opens
+    /// the node's answers (`gsched_seal`).
+    pub seal: String,
 }
 
 /// A step that does not fit the job's allocation.

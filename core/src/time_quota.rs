@@ -37,7 +37,9 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::compute::WHOLE_GPU;
 
 /// A client's claim on its instance's time, in thousandths of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub struct TimeQuota {
     /// Time the client is owed when it has work (1..=1000).
     pub request: u32,

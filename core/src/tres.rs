@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// A limit on trackable resources (`None`, absent: no limit on it).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Tres {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<u64>,

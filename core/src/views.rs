@@ -16,14 +16,14 @@ fn is_zero(n: &i64) -> bool {
 }
 
 /// `GET /api/v1/nodes/{name}/mig`: a node's MIG GPUs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MigNodeInfo {
     pub node: String,
     pub gpus: Vec<MigGpuInfo>,
 }
 
 /// One GPU of a node, as re-partitioning sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MigGpuInfo {
     pub index: u32,
     pub model: String,
@@ -38,7 +38,7 @@ pub struct MigGpuInfo {
     pub reshaping: Vec<MigSlotsInFlight>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MigInstanceInfo {
     pub uuid: String,
     pub profile: Option<String>,
@@ -46,7 +46,7 @@ pub struct MigInstanceInfo {
     pub state: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MigSlotsInFlight {
     pub seq: u64,
     pub retire: Vec<String>,
@@ -55,7 +55,7 @@ pub struct MigSlotsInFlight {
 
 /// `POST /api/v1/nodes/{name}/mig` (administrators): freeze or thaw GPU
 /// `gpu`'s layout, or apply `layout` (`3g.20gb,1g.5gb*4`) to it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MigChange {
     pub gpu: u32,
@@ -66,14 +66,14 @@ pub struct MigChange {
 }
 
 /// Errors on the wire: `{"error": "..."}` with an HTTP status.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: String,
 }
 
 /// A job as the REST API, `gqueue --json` and `gacct --json` show it.
 /// Field names are slurmrestd's where it has one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobInfo {
     pub job_id: JobId,
     pub name: String,
@@ -261,7 +261,7 @@ impl JobInfo {
 }
 
 /// What an administrator set on a node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeAdmin {
     pub state: AdminState,
     /// Why, as the administrator gave it (Slurm requires one).
@@ -272,7 +272,7 @@ pub struct NodeAdmin {
     pub since: i64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AdminState {
     Drain,
@@ -297,7 +297,7 @@ impl AdminState {
 }
 
 /// What an administrator asks of a node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum NodeStateChange {
     Drain { reason: String },
@@ -307,7 +307,7 @@ pub enum NodeStateChange {
 
 /// A job's priority and the weighted factors it is made of (`sprio`'s
 /// columns; a factor a policy does not use is 0).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Priority {
     pub value: u64,
     pub age: u64,
@@ -323,7 +323,7 @@ pub struct Priority {
 }
 
 /// A node as the REST API and `ginfo --json` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeInfo {
     pub name: String,
     /// Slurm's words: IDLE, MIXED, ALLOCATED, DRAINING, DRAINED or DOWN.
@@ -343,7 +343,7 @@ pub struct NodeInfo {
 }
 
 /// A GPU instance as the REST API and `ginfo --json` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InstanceInfo {
     pub uuid: String,
     pub node: String,
@@ -391,7 +391,7 @@ pub struct InstanceInfo {
 }
 
 /// One job's memory on one instance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Reservation {
     pub job_id: JobId,
     pub memory_mib: u64,
@@ -406,7 +406,7 @@ impl InstanceInfo {
 }
 
 /// `GET /api/v1/jobs` answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobList {
     pub jobs: Vec<JobInfo>,
     /// Set when there may be more: ask again with `after` set to it.
@@ -415,14 +415,14 @@ pub struct JobList {
 }
 
 /// `POST /api/v1/jobs` answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Submitted {
     pub job_id: JobId,
 }
 
 /// One MIG instance to create: its profile and the memory slice where it
 /// starts on its GPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MigSlot {
     pub profile: String,
     pub start: u32,

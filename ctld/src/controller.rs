@@ -26,7 +26,7 @@ mod loops;
 pub mod metrics;
 mod node_rpc;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use loops::{UtilSample, UTIL_INTERVAL, UTIL_SAMPLES};
 
@@ -296,7 +296,7 @@ impl Controller {
         id: JobId,
         name: &str,
         layout: &gsched_core::steps::LayoutRequest,
-    ) -> Result<(u32, Vec<serde_json::Value>), CtlError> {
+    ) -> Result<(u32, Vec<gsched_core::steps::StepNodeAnswer>), CtlError> {
         let (nodes, run) = {
             let c = self.lock();
             let job = c
@@ -319,14 +319,14 @@ impl Controller {
                 // What srun seals its request to the node with, and opens
                 // the node's answers with: nothing goes out in clear.
                 let seal = gsched_seal::secret(&self.key, id, run, step, &n.name);
-                serde_json::json!({
-                    "name": n.name,
-                    "node_id": n.node_id,
-                    "tasks": n.tasks,
-                    "url": url,
-                    "credential": credential,
-                    "seal": seal,
-                })
+                gsched_core::steps::StepNodeAnswer {
+                    name: n.name,
+                    node_id: n.node_id,
+                    tasks: n.tasks,
+                    url,
+                    credential,
+                    seal,
+                }
             })
             .collect();
         Ok((step, answer))

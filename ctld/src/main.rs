@@ -12,12 +12,24 @@ struct Args {
     daemon: DaemonArgs,
     #[command(flatten)]
     ctld: CtldConfig,
+    /// Print the REST API's OpenAPI document (as `GET /openapi.json`
+    /// serves it) and exit.
+    #[arg(long, exclusive = true)]
+    print_openapi: bool,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let command = Args::command();
     let matches = command.clone().get_matches();
+    // Alone on the command line (`exclusive`): nothing else is read.
+    if matches.get_flag("print_openapi") {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&gsched_ctld::api::document())?
+        );
+        return Ok(());
+    }
     let args = Args::from_arg_matches(&matches)?;
     let d = args.daemon;
     gsched_daemon::init_logs(&d.log_format);

@@ -270,7 +270,7 @@ impl Store {
 }
 
 /// One line of a job's history, as the event log holds it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct JobEvent {
     pub time: i64,
     pub kind: String,

@@ -17,7 +17,7 @@ use crate::qos::{JobLoad, Qos, QosChange, QosTable, QosTally};
 
 /// What the store keeps of accounting: accounts, associations, usage and
 /// QOS.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StoredAccounting {
     #[serde(flatten)]
     pub fair_share: StoredFairShare,

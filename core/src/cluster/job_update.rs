@@ -10,7 +10,7 @@ use crate::dependency::Dependency;
 use crate::job::{JobId, JobState};
 
 /// The fields to change; `None` leaves one as it is.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobUpdate {
     /// Seconds; `Some(None)` is UNLIMITED.

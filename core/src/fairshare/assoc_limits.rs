@@ -20,7 +20,7 @@ use crate::fairshare::FairShare;
 use crate::tres::{Tres, TresUse};
 
 /// The limits of an account or association (`None`: none).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AssocLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grp_jobs: Option<u32>,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What a job asks of the GPUs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GpuRequest {
     /// A MIG profile name such as `1g.5gb` (isolated jobs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::serve::IncomingStream;
 use axum::{Extension, Json, Router};
 use gsched_core::job::JobId;
+use gsched_core::wire::ErrorBody;
 use gsched_daemon::http::{ApiError, Body};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{router, unknown_job, Ctl, Who};
 use crate::auth::{lookup_user, Caller, Via};
@@ -116,7 +117,9 @@ pub fn check_owner_of(ctl: &Controller, caller: &Caller, id: JobId) -> Result<()
     caller.check_owner(id, &j.spec.user_name, j.spec.uid)
 }
 
-#[derive(Deserialize)]
+/// `POST /api/v1/tokens`: a token for the caller, or (administrators)
+/// for another user.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TokenRequest {
     /// Seconds; default 1800 as `scontrol token`.
@@ -127,13 +130,40 @@ pub(super) struct TokenRequest {
     user: Option<String>,
 }
 
+/// A token issued.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct TokenIssued {
+    token: String,
+    user: String,
+    /// Unix seconds.
+    expires: i64,
+}
+
+/// Who the API takes the caller for.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct WhoAmI {
+    user: String,
+    uid: Option<u32>,
+    admin: bool,
+    /// When the caller's token expires (unix seconds).
+    expires: Option<i64>,
+    /// `socket`, `token` or `none`.
+    via: String,
+}
+
 /// Issues a token: to the local socket's caller, or by an administrator
 /// for anyone.
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "auth",
+    request_body = TokenRequest,
+    responses(
+        (status = 200, description = "The token", body = TokenIssued),
+        (status = 400, description = "Bad lifetime or unknown user", body = ErrorBody),
+        (status = 403, description = "Not on the local socket and not an administrator, or another user's token asked by a non-administrator", body = ErrorBody)))]
 pub(super) async fn issue_token(
     State(ctl): Ctl,
     Extension(caller): Who,
     Body(r): Body<TokenRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<TokenIssued>, ApiError> {
     let forbid = |m: &str| Err(ApiError(StatusCode::FORBIDDEN, m.into()));
     if caller.via != Via::Socket && !caller.admin {
         return forbid("tokens are issued on the controller host's local socket (`gsched token` there), or by an administrator");
@@ -171,15 +201,27 @@ pub(super) async fn issue_token(
         .issue(&user, uid, gid, lifetime, unix_now())
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     tracing::info!(user, lifetime, by = caller.user, "token issued");
-    Ok(Json(serde_json::json!({
-        "token": token, "user": user, "expires": claims.exp,
-    })))
+    Ok(Json(TokenIssued {
+        token,
+        user,
+        expires: claims.exp,
+    }))
 }
 
-pub(super) async fn whoami(Extension(caller): Who) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
-        "user": caller.user, "uid": caller.uid, "admin": caller.admin,
-        "expires": caller.expires,
-        "via": match caller.via { Via::Socket => "socket", Via::Token => "token", Via::Anonymous => "none" },
-    }))
+/// The caller as the API sees them.
+#[utoipa::path(get, path = "/api/v1/whoami", tag = "auth",
+    responses((status = 200, description = "The caller", body = WhoAmI)))]
+pub(super) async fn whoami(Extension(caller): Who) -> Json<WhoAmI> {
+    let via = match caller.via {
+        Via::Socket => "socket",
+        Via::Token => "token",
+        Via::Anonymous => "none",
+    };
+    Json(WhoAmI {
+        user: caller.user,
+        uid: caller.uid,
+        admin: caller.admin,
+        expires: caller.expires,
+        via: via.into(),
+    })
 }

@@ -6,6 +6,7 @@ use axum::{Extension, Json};
 use gsched_core::cluster::StoredAccounting;
 use gsched_core::fairshare::{AccountChange, ShareRow};
 use gsched_core::qos::QosChange;
+use gsched_core::wire::ErrorBody;
 use gsched_daemon::http::{ApiError, Body};
 use serde::Serialize;
 
@@ -13,7 +14,7 @@ use super::{Ctl, Who};
 use crate::controller::unix_now;
 
 /// The accounts, associations and `sshare`'s lines.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AccountsView {
     #[serde(flatten)]
     pub stored: StoredAccounting,
@@ -21,6 +22,10 @@ pub struct AccountsView {
     pub half_life_secs: i64,
 }
 
+/// Accounts, associations, QOS and fair-share lines (`sacctmgr show`,
+/// `sshare`).
+#[utoipa::path(get, path = "/api/v1/accounts", tag = "accounts",
+    responses((status = 200, description = "The accounting state", body = AccountsView)))]
 pub async fn list(State(ctl): Ctl) -> Json<AccountsView> {
     let c = ctl.lock();
     Json(AccountsView {
@@ -30,6 +35,15 @@ pub async fn list(State(ctl): Ctl) -> Json<AccountsView> {
     })
 }
 
+/// Adds, changes or removes an account, a user's association or its
+/// limits (`sacctmgr add|modify|delete`; administrators).
+#[utoipa::path(post, path = "/api/v1/accounts", tag = "accounts",
+    request_body = AccountChange,
+    responses(
+        (status = 200, description = "The accounting state after the change", body = AccountsView),
+        (status = 400, description = "Bad request: the error names the problem", body = ErrorBody),
+        (status = 403, description = "Not an administrator", body = ErrorBody),
+        (status = 409, description = "The change conflicts with what exists", body = ErrorBody)))]
 pub async fn change(
     State(ctl): Ctl,
     Extension(caller): Who,
@@ -41,6 +55,14 @@ pub async fn change(
     Ok(list(State(ctl)).await)
 }
 
+/// Adds, changes or removes a QOS (`sacctmgr ... qos`; administrators).
+#[utoipa::path(post, path = "/api/v1/qos", tag = "accounts",
+    request_body = QosChange,
+    responses(
+        (status = 200, description = "The accounting state after the change", body = AccountsView),
+        (status = 400, description = "Bad request: the error names the problem", body = ErrorBody),
+        (status = 403, description = "Not an administrator", body = ErrorBody),
+        (status = 409, description = "The change conflicts with what exists", body = ErrorBody)))]
 pub async fn change_qos(
     State(ctl): Ctl,
     Extension(caller): Who,

@@ -21,11 +21,17 @@ use crate::store::JobQuery;
 pub const DEFAULT_PAGE: u32 = 1000;
 pub const MAX_PAGE: u32 = 10_000;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct JobFilter {
+    /// Job states, comma-separated (`PENDING,RUNNING`), or `all`; default:
+    /// every state that is not final.
     state: Option<String>,
+    /// User names, comma-separated.
     user: Option<String>,
+    /// Job names, comma-separated.
     name: Option<String>,
+    /// Job ids, comma-separated.
     id: Option<String>,
     /// Array ids: every task of these arrays (with `id`: either matches).
     array: Option<String>,
@@ -38,6 +44,7 @@ pub struct JobFilter {
     until: Option<i64>,
     /// Only ids above this: the previous page's `next_after`.
     after: Option<JobId>,
+    /// Jobs per page: 1 to 10,000, default 1,000.
     limit: Option<u32>,
 }
 
@@ -98,6 +105,12 @@ impl JobFilter {
     }
 }
 
+/// Jobs, by id, a page at a time (`squeue`, `sacct`, `gqueue`).
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
+    params(JobFilter),
+    responses(
+        (status = 200, description = "A page of jobs; `next_after` asks for the next", body = JobList),
+        (status = 400, description = "Bad filter: the error names it", body = gsched_core::wire::ErrorBody)))]
 pub async fn list_jobs(
     axum::extract::State(ctl): Ctl,
     Query(f): Query<JobFilter>,

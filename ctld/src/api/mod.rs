@@ -4,28 +4,33 @@
 
 mod access;
 mod accounts;
+#[cfg(test)]
+mod conformance;
+mod doc;
 mod internal;
+mod jobs;
 mod listing;
+mod nodes;
 pub mod slurmrest;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use gsched_core::cluster::ClusterError;
-use gsched_core::job::{JobId, JobSpec};
-use gsched_core::outcome::parse_signal;
-use gsched_core::wire::{InstanceInfo, JobInfo, NodeInfo, Submitted};
-use gsched_daemon::http::{ApiError, Body};
-use serde::Deserialize;
+use gsched_daemon::http::ApiError;
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::auth::Caller;
-use crate::controller::{unix_now, Controller, CtlError};
+use crate::controller::{Controller, CtlError};
 
 pub use access::{check_owner_of, socket_app, tcp_app, PeerCred};
+pub use jobs::IDEMPOTENCY_HEADER;
 
 pub(crate) type Ctl = State<Arc<Controller>>;
 pub(crate) type Who = Extension<Caller>;
@@ -52,43 +57,51 @@ impl From<CtlError> for ApiError {
     }
 }
 
-pub(crate) fn router(ctl: Arc<Controller>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi))
-        .route("/api/v1/tokens", post(access::issue_token))
-        .route("/api/v1/whoami", get(access::whoami))
-        .route("/api/v1/jobs", post(submit).get(listing::list_jobs))
-        .route(
-            "/api/v1/jobs/{id}",
-            get(get_job).delete(cancel_job).patch(update_job),
-        )
-        .route("/api/v1/jobs/{id}/script", get(job_script))
-        .route("/api/v1/jobs/{id}/events", get(job_events))
-        .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
-        .route("/api/v1/jobs/{id}/hold", post(hold_job))
-        .route("/api/v1/jobs/{id}/suspend", post(suspend_job))
-        .route("/api/v1/jobs/{id}/resume", post(resume_job))
-        .route("/api/v1/jobs/{id}/steps", post(begin_step))
-        .route("/api/v1/jobs/{id}/steps/{step}/end", post(end_step))
-        .route("/api/v1/jobs/{id}/release", post(release_job))
-        .route(
-            "/api/v1/accounts",
-            get(accounts::list).post(accounts::change),
-        )
-        .route("/api/v1/qos", post(accounts::change_qos))
-        .route("/api/v1/nodes", get(list_nodes))
-        .route("/api/v1/nodes/{name}/state", post(set_node_state))
-        .route(
-            "/api/v1/nodes/{name}/mig",
-            get(node_mig).post(change_node_mig),
-        )
-        .route("/api/v1/instances", get(list_instances))
-        .route("/api/v1/utilization", get(utilization))
-        .route("/api/v1/tasks", get(list_tasks))
-        .merge(internal::routes(Arc::clone(&ctl)))
+/// gsched's own API and the slurmrestd endpoints, each route registered
+/// with its `#[utoipa::path]` so that the OpenAPI document lists exactly
+/// what is served.
+fn documented() -> OpenApiRouter<Arc<Controller>> {
+    OpenApiRouter::with_openapi(doc::ApiDoc::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi))
+        .routes(routes!(access::issue_token))
+        .routes(routes!(access::whoami))
+        .routes(routes!(jobs::submit, listing::list_jobs))
+        .routes(routes!(jobs::get_job, jobs::cancel_job, jobs::update_job))
+        .routes(routes!(jobs::job_script))
+        .routes(routes!(jobs::job_events))
+        .routes(routes!(jobs::requeue_job))
+        .routes(routes!(jobs::hold_job))
+        .routes(routes!(jobs::suspend_job))
+        .routes(routes!(jobs::resume_job))
+        .routes(routes!(jobs::begin_step))
+        .routes(routes!(jobs::end_step))
+        .routes(routes!(jobs::release_job))
+        .routes(routes!(accounts::list, accounts::change))
+        .routes(routes!(accounts::change_qos))
+        .routes(routes!(nodes::list_nodes))
+        .routes(routes!(nodes::set_node_state))
+        .routes(routes!(nodes::node_mig, nodes::change_node_mig))
+        .routes(routes!(nodes::list_instances))
+        .routes(routes!(nodes::utilization))
+        .routes(routes!(nodes::list_tasks))
         .merge(slurmrest::routes())
+}
+
+/// The OpenAPI document of the public API (`/api/v1` and `/slurm`),
+/// generated from the routes and the types they take and answer with.
+pub fn document() -> serde_json::Value {
+    let doc = documented().split_for_parts().1;
+    let mut doc = serde_json::to_value(doc).expect("an OpenAPI document serializes");
+    doc::tidy(&mut doc);
+    doc
+}
+
+pub(crate) fn router(ctl: Arc<Controller>) -> Router {
+    let (api, _) = documented().split_for_parts();
+    api.merge(internal::routes(Arc::clone(&ctl)))
+        .merge(slurmrest::slash_routes())
         .merge(crate::dashboard::routes())
         .fallback(|| async {
             ApiError(
@@ -99,30 +112,61 @@ pub(crate) fn router(ctl: Arc<Controller>) -> Router {
         .with_state(ctl)
 }
 
-async fn healthz(State(ctl): Ctl) -> Json<serde_json::Value> {
+/// What the controller is and holds, for probes and the dashboard.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` when the controller answers.
+    pub status: String,
+    pub pending: usize,
+    pub running: usize,
+    pub nodes_up: usize,
+    pub launch_policy: String,
+    pub cluster_name: String,
+    /// The default partition.
+    pub partition: String,
+    pub partitions: Vec<String>,
+    /// How the TCP API authenticates: `jwt`.
+    pub auth: String,
+    /// The local socket, served without tokens.
+    pub socket: String,
+    /// Seconds a finished job stays in memory.
+    pub min_job_age: u64,
+}
+
+/// The controller's health; no token needed.
+#[utoipa::path(get, path = "/healthz", tag = "meta", security(()),
+    responses((status = 200, description = "The controller answers", body = Health)))]
+async fn healthz(State(ctl): Ctl) -> Json<Health> {
     let c = ctl.lock();
-    Json(serde_json::json!({
-        "status": "ok",
-        "pending": c.pending_count(),
-        "running": c.running_count(),
-        "nodes_up": c.nodes().filter(|n| n.up).count(),
-        "launch_policy": c.policy_name(),
-        "cluster_name": ctl.config.cluster_name,
-        "partition": ctl.config.partition,
-        "partitions": ctl.config.all_partitions(),
-        "auth": "jwt",
-        "socket": ctl.socket.display().to_string(),
-        "min_job_age": ctl.config.min_job_age,
-    }))
+    Json(Health {
+        status: "ok".into(),
+        pending: c.pending_count(),
+        running: c.running_count(),
+        nodes_up: c.nodes().filter(|n| n.up).count(),
+        launch_policy: c.policy_name().to_string(),
+        cluster_name: ctl.config.cluster_name.clone(),
+        partition: ctl.config.partition.clone(),
+        partitions: ctl.config.all_partitions(),
+        auth: "jwt".into(),
+        socket: ctl.socket.display().to_string(),
+        min_job_age: ctl.config.min_job_age,
+    })
 }
 
-/// The OpenAPI document of the public API (`/api/v1` and `/slurm`).
-pub const OPENAPI: &str = include_str!("../openapi.json");
-
+/// This document; no token needed.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta", security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")))]
 async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+    static TEXT: OnceLock<String> = OnceLock::new();
+    let text = TEXT.get_or_init(|| {
+        serde_json::to_string_pretty(&document()).expect("a JSON value serializes")
+    });
+    ([(header::CONTENT_TYPE, "application/json")], text.as_str()).into_response()
 }
 
+/// Prometheus metrics; no token needed.
+#[utoipa::path(get, path = "/metrics", tag = "meta", security(()),
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text")))]
 async fn metrics(State(ctl): Ctl) -> Response {
     (
         [(
@@ -134,38 +178,6 @@ async fn metrics(State(ctl): Ctl) -> Response {
         .into_response()
 }
 
-/// The header a client may send to make a submission safe to retry.
-pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
-
-async fn submit(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    headers: axum::http::HeaderMap,
-    Body(mut spec): Body<JobSpec>,
-) -> Result<(StatusCode, Json<Submitted>), ApiError> {
-    caller.stamp_owner(&mut spec)?;
-    gsched_core::priority::check_nice(spec.nice, caller.admin)
-        .map_err(|e| ApiError(StatusCode::FORBIDDEN, e.to_string()))?;
-    if let Some(h) = headers.get(IDEMPOTENCY_HEADER) {
-        let key = h.to_str().map_err(|_| {
-            ApiError(
-                StatusCode::BAD_REQUEST,
-                "the Idempotency-Key header is not text".into(),
-            )
-        })?;
-        if spec.idempotency_key.as_deref().is_some_and(|k| k != key) {
-            return Err(ApiError(
-                StatusCode::BAD_REQUEST,
-                "the Idempotency-Key header and the job's idempotency_key differ".into(),
-            ));
-        }
-        spec.idempotency_key = Some(key.to_string());
-    }
-    let job_id = ctl.submit(spec).await?;
-    Ok((StatusCode::CREATED, Json(Submitted { job_id })))
-}
-
-/// The job `id` names, if it exists and the caller may change it.
 /// Refuses anyone but an administrator to do `action` ("change QOS").
 pub(crate) fn admin_only(caller: &Caller, action: &str) -> Result<(), ApiError> {
     if caller.admin {
@@ -180,360 +192,9 @@ pub(crate) fn admin_only(caller: &Caller, action: &str) -> Result<(), ApiError> 
     ))
 }
 
-fn owned_job(ctl: &Controller, caller: &Caller, id: &str) -> Result<JobId, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(id))?;
-    check_owner_of(ctl, caller, jid)?;
-    Ok(jid)
-}
-
 pub(crate) fn unknown_job(id: &str) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
         format!("Invalid job id specified: {id}"),
     )
-}
-
-async fn get_job(State(ctl): Ctl, Path(id): Path<String>) -> Result<Json<JobInfo>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    let c = ctl.lock();
-    let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
-    let now = unix_now();
-    Ok(Json(
-        JobInfo::new(j, &ctl.config.partition, now)
-            .weighed(c.priority_of(j, now))
-            .expecting(c.expected_start(j.id)),
-    ))
-}
-
-/// The batch script, for its owner and administrators only.
-async fn job_script(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid = owned_job(&ctl, &caller, &id)?;
-    let argv = {
-        let c = ctl.lock();
-        c.job(jid)
-            .ok_or_else(|| unknown_job(&id))?
-            .spec
-            .argv
-            .clone()
-    };
-    let text = ctl
-        .job_text(jid)
-        .await
-        .map_err(ApiError::from)?
-        .ok_or_else(|| unknown_job(&id))?;
-    Ok(Json(serde_json::json!({
-        "job_id": jid, "script": text.script, "argv": argv,
-    })))
-}
-
-/// The job's history from the event log (submitted, started, ended, ...).
-async fn job_events(
-    State(ctl): Ctl,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(&id))?;
-    let events = ctl.store.job_events(jid).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot read the event log: {e}"),
-        )
-    })?;
-    // A job that left memory still has its log.
-    if events.is_empty() && !ctl.has_job(jid) {
-        return Err(unknown_job(&id));
-    }
-    Ok(Json(serde_json::json!({ "job_id": jid, "events": events })))
-}
-
-#[derive(Deserialize)]
-pub struct CancelQuery {
-    signal: Option<String>,
-}
-
-async fn cancel_job(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-    Query(q): Query<CancelQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid = owned_job(&ctl, &caller, &id)?;
-    let signal = match &q.signal {
-        Some(s) => {
-            Some(parse_signal(s).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?)
-        }
-        None => None,
-    };
-    ctl.cancel(jid, signal, caller.uid).await?;
-    let c = ctl.lock();
-    let state = c.job(jid).map(|j| j.state.as_str()).unwrap_or("UNKNOWN");
-    Ok(Json(
-        serde_json::json!({ "job_id": jid, "job_state": state }),
-    ))
-}
-
-async fn requeue_job(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid = owned_job(&ctl, &caller, &id)?;
-    ctl.requeue(jid).await?;
-    Ok(Json(
-        serde_json::json!({ "job_id": jid, "job_state": "PENDING" }),
-    ))
-}
-
-async fn suspend_job(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    suspend_or_resume(&ctl, &caller, &id, true).await
-}
-
-async fn resume_job(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    suspend_or_resume(&ctl, &caller, &id, false).await
-}
-
-/// `scontrol suspend|resume`: an administrator's only, as in Slurm (a
-/// user who could stop jobs and start them again could run past others).
-async fn suspend_or_resume(
-    ctl: &Arc<Controller>,
-    caller: &Caller,
-    id: &str,
-    suspend: bool,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid: JobId = id.parse().map_err(|_| unknown_job(id))?;
-    admin_only(
-        caller,
-        if suspend {
-            "suspend jobs"
-        } else {
-            "resume jobs"
-        },
-    )?;
-    // An unknown job is the controller's UnknownJob: 404.
-    ctl.suspend(jid, suspend).await?;
-    let c = ctl.lock();
-    let state = c.job(jid).map(|j| j.state_name()).unwrap_or("UNKNOWN");
-    Ok(Json(
-        serde_json::json!({ "job_id": jid, "job_state": state }),
-    ))
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StepBegin {
-    name: String,
-    #[serde(default = "one")]
-    ntasks: u32,
-    /// Asked by `srun` in a job on several nodes: where the step's tasks
-    /// run, answered with each node's URL and step credential.
-    #[serde(default)]
-    layout: Option<gsched_core::steps::LayoutRequest>,
-}
-
-fn one() -> u32 {
-    1
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StepEnd {
-    exit_code: i32,
-    #[serde(default)]
-    signal: Option<i32>,
-}
-
-async fn begin_step(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-    Body(b): Body<StepBegin>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid = owned_job(&ctl, &caller, &id)?;
-    let Some(layout) = b.layout else {
-        let step = ctl.begin_step(jid, &b.name, b.ntasks).await?;
-        return Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })));
-    };
-    let (step, nodes) = ctl.begin_wide_step(jid, &b.name, &layout).await?;
-    Ok(Json(
-        serde_json::json!({ "job_id": jid, "step_id": step, "nodes": nodes }),
-    ))
-}
-
-async fn end_step(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path((id, step)): Path<(String, u32)>,
-    Body(b): Body<StepEnd>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid = owned_job(&ctl, &caller, &id)?;
-    ctl.end_step(jid, step, b.exit_code, b.signal).await?;
-    Ok(Json(serde_json::json!({ "job_id": jid, "step_id": step })))
-}
-
-/// `scontrol update JobId=...`: changes a pending job, for its owner (who
-/// may only lower its time limit) or an administrator.
-async fn update_job(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-    Body(update): Body<gsched_core::cluster::JobUpdate>,
-) -> Result<Json<JobInfo>, ApiError> {
-    let jid = owned_job(&ctl, &caller, &id)?;
-    ctl.update_job(jid, &update, caller.admin).await?;
-    let c = ctl.lock();
-    let j = c.job(jid).ok_or_else(|| unknown_job(&id))?;
-    let now = unix_now();
-    Ok(Json(
-        JobInfo::new(j, &ctl.config.partition, now)
-            .weighed(c.priority_of(j, now))
-            .expecting(c.expected_start(j.id)),
-    ))
-}
-
-async fn hold_job(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    set_held(&ctl, &caller, &id, true).await
-}
-
-async fn release_job(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    set_held(&ctl, &caller, &id, false).await
-}
-
-async fn set_held(
-    ctl: &Arc<Controller>,
-    caller: &Caller,
-    id: &str,
-    held: bool,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let jid = owned_job(ctl, caller, id)?;
-    ctl.set_held(jid, held).await?;
-    Ok(Json(serde_json::json!({ "job_id": jid, "held": held })))
-}
-
-/// `scontrol update NodeName=... State=DRAIN|DOWN|RESUME Reason=...`:
-/// administrators only.
-async fn set_node_state(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(name): Path<String>,
-    Body(change): Body<gsched_core::cluster::NodeStateChange>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    admin_only(&caller, &format!("change node {name}'s state"))?;
-    ctl.set_node_state(&name, &change, &caller.user).await?;
-    let c = ctl.lock();
-    let node = c.node(&name).map(NodeInfo::new);
-    Ok(Json(serde_json::json!({ "node": node })))
-}
-
-/// A node's MIG GPUs: layouts, states, frozen, reshapes under way.
-async fn node_mig(
-    State(ctl): Ctl,
-    Path(name): Path<String>,
-) -> Result<Json<gsched_core::wire::MigNodeInfo>, ApiError> {
-    ctl.lock()
-        .mig_info(&name)
-        .map(Json)
-        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("unknown node '{name}'")))
-}
-
-/// An administrator freezes, thaws or lays out one of a node's GPUs.
-async fn change_node_mig(
-    State(ctl): Ctl,
-    Extension(caller): Who,
-    Path(name): Path<String>,
-    Body(change): Body<gsched_core::wire::MigChange>,
-) -> Result<Json<gsched_core::wire::MigNodeInfo>, ApiError> {
-    admin_only(&caller, &format!("change node {name}'s MIG layout"))?;
-    if change.frozen.is_some() == change.layout.is_some() {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            "give either \"frozen\" or \"layout\"".into(),
-        ));
-    }
-    ctl.change_mig(&name, &change, &caller.user).await?;
-    node_mig(State(ctl), Path(name)).await
-}
-
-async fn list_nodes(State(ctl): Ctl) -> Json<serde_json::Value> {
-    let c = ctl.lock();
-    let nodes: Vec<NodeInfo> = c.nodes().map(NodeInfo::new).collect();
-    Json(serde_json::json!({ "nodes": nodes }))
-}
-
-/// Cluster-wide GPU use over the last hour, and now.
-async fn utilization(State(ctl): Ctl) -> Json<serde_json::Value> {
-    let mut samples = ctl.utilization();
-    samples.push(ctl.sample(unix_now()));
-    Json(serde_json::json!({
-        "interval_s": crate::controller::UTIL_INTERVAL,
-        "samples": samples,
-    }))
-}
-
-async fn list_instances(State(ctl): Ctl) -> Json<serde_json::Value> {
-    let c = ctl.lock();
-    let inst: Vec<InstanceInfo> = c
-        .nodes()
-        .flat_map(|n| {
-            n.instances
-                .iter()
-                .map(|s| InstanceInfo::new(&n.name, s).with_drain_end(c.drain_expected_end(s)))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    Json(serde_json::json!({ "instances": inst }))
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TaskQuery {
-    job: Option<JobId>,
-}
-
-async fn list_tasks(
-    State(ctl): Ctl,
-    Query(q): Query<TaskQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    task_list(&ctl, q.job, None).await
-}
-
-/// `{"tasks": [record + "node", ...]}` for `Store::task_records`.
-async fn task_list(
-    ctl: &Controller,
-    job: Option<JobId>,
-    open_on: Option<&str>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let rows = ctl.store.task_records(job, open_on).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot read task records: {e}"),
-        )
-    })?;
-    let tasks: Vec<serde_json::Value> = rows
-        .into_iter()
-        .map(|(node, r)| {
-            let mut v = serde_json::to_value(&r).unwrap_or_default();
-            v["node"] = node.into();
-            v
-        })
-        .collect();
-    Ok(Json(serde_json::json!({ "tasks": tasks })))
 }

@@ -13,7 +13,7 @@ pub const UTIL_INTERVAL: u64 = 10;
 pub const UTIL_SAMPLES: usize = 360;
 
 /// The cluster's GPU use at one moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct UtilSample {
     pub time: i64,
     pub memory_total_mib: u64,

@@ -26,7 +26,7 @@ use crate::store::{Durability, Store};
 
 /// How a fake node answers a call.
 #[derive(Debug, Clone)]
-enum Scripted {
+pub(crate) enum Scripted {
     Status(u16, &'static str),
     Unreachable,
     NoAnswer,
@@ -46,7 +46,7 @@ enum Seen {
 /// Nodes that record every call and answer from a script (200 once the
 /// script is used up).
 #[derive(Default)]
-struct FakeNodes {
+pub(crate) struct FakeNodes {
     seen: Mutex<Vec<Seen>>,
     launch_answers: Mutex<VecDeque<Scripted>>,
     signal_answers: Mutex<VecDeque<Scripted>>,
@@ -125,7 +125,7 @@ impl NodeClient for FakeNodes {
 }
 
 /// A controller on the store in `dir`, as gctld restores one.
-async fn open(dir: &Path, nodes: &Arc<FakeNodes>) -> Arc<Controller> {
+pub(crate) async fn open(dir: &Path, nodes: &Arc<FakeNodes>) -> Arc<Controller> {
     let (store, loaded) = Store::open(&dir.join("state.db"), Durability::Normal, None)
         .await
         .unwrap();
@@ -145,7 +145,7 @@ async fn open(dir: &Path, nodes: &Arc<FakeNodes>) -> Arc<Controller> {
     )
 }
 
-fn registration(running: Vec<JobId>) -> NodeRegistration {
+pub(crate) fn registration(running: Vec<JobId>) -> NodeRegistration {
     let gpus = gsched_core::gpu::parse_sim_spec("1xA100-40GB").unwrap();
     NodeRegistration {
         name: "n1".into(),
@@ -165,7 +165,7 @@ fn registration(running: Vec<JobId>) -> NodeRegistration {
     }
 }
 
-fn spec(name: &str, requeue: bool) -> JobSpec {
+pub(crate) fn spec(name: &str, requeue: bool) -> JobSpec {
     JobSpec {
         name: name.into(),
         script: format!("#!/bin/sh\n# {name}\ntrue\n"),
@@ -181,7 +181,7 @@ fn spec(name: &str, requeue: bool) -> JobSpec {
 }
 
 /// Waits (at most 20 s) until `what` holds.
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) async fn until(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..2000 {
         if f() {
             return;
@@ -198,7 +198,7 @@ fn state(ctl: &Controller, id: JobId) -> JobState {
 /// A controller with one registered node whose first answer to a launch
 /// is `first_answer` (200 when `None`), and one job submitted, not yet
 /// launched.
-async fn submitted(
+pub(crate) async fn submitted(
     first_answer: Option<Scripted>,
     requeue: bool,
 ) -> (tempfile::TempDir, Arc<FakeNodes>, Arc<Controller>, JobId) {
@@ -214,7 +214,9 @@ async fn submitted(
 }
 
 /// A registered node and one job launched there, confirmed.
-async fn running_job(requeue: bool) -> (tempfile::TempDir, Arc<FakeNodes>, Arc<Controller>, JobId) {
+pub(crate) async fn running_job(
+    requeue: bool,
+) -> (tempfile::TempDir, Arc<FakeNodes>, Arc<Controller>, JobId) {
     let (dir, nodes, ctl, id) = submitted(None, requeue).await;
     ctl.launch_pass().await;
     until("the launch is confirmed", || {

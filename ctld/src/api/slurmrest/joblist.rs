@@ -10,10 +10,21 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use gsched_core::job::JobId;
 use gsched_core::wire::JobInfo;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::shape::{Envelope, SlurmNumber};
 use super::{no_val, shape, Req};
 use crate::controller::{unix_now, Controller};
+
+/// What follows the list of jobs in the answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobsTail {
+    last_backfill: SlurmNumber,
+    last_update: SlurmNumber,
+    #[serde(flatten)]
+    envelope: Envelope,
+}
 
 /// Jobs shaped per lock and per chunk of the body.
 const CHUNK: usize = 200;
@@ -57,7 +68,7 @@ impl Cursor {
             }
             self.first = false;
             serde_json::to_writer(&mut out, &shape::job(&info, &self.cluster, profile))
-                .expect("a JSON value serializes");
+                .expect("a job's shape serializes");
         }
         drop(c);
         self.next = end;
@@ -89,13 +100,12 @@ pub(super) fn answer(
         (ids, types)
     };
     // `{"jobs":[` ... `],` and the rest of the envelope without its `{`.
-    let envelope = r
-        .ok(json!({
-            "last_backfill": no_val(Some(now)),
-            "last_update": no_val(Some(now)),
-        }))
-        .0;
-    let rest = serde_json::to_vec(&envelope).expect("a JSON value serializes");
+    let rest = serde_json::to_vec(&JobsTail {
+        last_backfill: no_val(Some(now)),
+        last_update: no_val(Some(now)),
+        envelope: r.envelope(),
+    })
+    .expect("the envelope serializes");
     let mut tail = b"],".to_vec();
     tail.extend_from_slice(&rest[1..]);
     let mut cursor = Cursor {

@@ -1,4 +1,4 @@
-//! `POST /slurm/{v}/job/submit`: slurmrestd's job description read into a
+//! `POST /slurm/{version}/job/submit`: slurmrestd's job description read into a
 //! gsched job, with errors that name the field.
 
 use std::collections::BTreeMap;
@@ -9,8 +9,11 @@ use axum::{Extension, Json};
 use gsched_core::array::ArrayRequest;
 use gsched_core::dependency::Dependency;
 use gsched_core::job::{GpuRequest, JobSpec, SlurmOptions};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
+use super::shape::{Envelope, SlurmResponse, SlurmWarning};
 use super::{Ctl, Req, SlurmError, Who};
 
 /// Fields of `job` read here; others are accepted with a warning.
@@ -370,12 +373,41 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), BadSubmission> {
     Ok((spec, warnings))
 }
 
+/// v0.0.41's `result` block, kept for its clients.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubmitResult {
+    job_id: u64,
+    step_id: String,
+    error_code: i32,
+    error: String,
+    job_submit_user_msg: String,
+}
+
+/// A submission accepted; `warnings` name the fields gsched ignored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubmitAnswer {
+    job_id: u64,
+    step_id: String,
+    job_submit_user_msg: String,
+    result: SubmitResult,
+    #[serde(flatten)]
+    envelope: Envelope,
+}
+
+/// Submits a batch job (`sbatch` through slurmrestd): `{"script", "job":
+/// {...}}` as slurmrestd's `job_submit_req`.
+#[utoipa::path(post, path = "/slurm/{version}/job/submit", tag = "slurmrestd", operation_id = "slurm_submit",
+    params(super::Version),
+    request_body(content = Object, description = "slurmrestd's job_submit_req: script and job (job_desc_msg)"),
+    responses(
+        (status = 200, description = "Accepted", body = SubmitAnswer),
+        (status = "default", description = "slurmrestd-shaped error: errors[] says why", body = SlurmResponse)))]
 pub async fn submit(
     State(ctl): Ctl,
     Extension(caller): Who,
     Path(v): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, SlurmError> {
+) -> Result<Json<SubmitAnswer>, SlurmError> {
     let r = Req::new(&ctl, &v, &caller)?;
     let bad = |m: String| r.error(StatusCode::BAD_REQUEST, 2020, m);
     let body: Value =
@@ -391,26 +423,33 @@ pub async fn submit(
     }
     caller.stamp_owner(&mut spec).map_err(|e| r.api_error(e))?;
     let id = ctl.submit(spec).await.map_err(|e| r.ctl_error(e))?;
-    let mut out = r.ok(json!({
-        "job_id": id,
-        "step_id": "batch",
-        "job_submit_user_msg": "",
-        // v0.0.41's block, kept for its clients.
-        "result": {
-            "job_id": id, "step_id": "batch", "error_code": 0,
-            "error": "No error", "job_submit_user_msg": "",
-        },
-    }));
-    out.0["warnings"] = warnings
+    let mut envelope = r.envelope();
+    envelope.warnings = warnings
         .into_iter()
-        .map(|w| json!({"description": w, "source": "gsched"}))
+        .map(|w| SlurmWarning {
+            description: w,
+            source: "gsched".into(),
+        })
         .collect();
-    Ok(out)
+    Ok(Json(SubmitAnswer {
+        job_id: id,
+        step_id: "batch".into(),
+        job_submit_user_msg: String::new(),
+        result: SubmitResult {
+            job_id: id,
+            step_id: "batch".into(),
+            error_code: 0,
+            error: "No error".into(),
+            job_submit_user_msg: String::new(),
+        },
+        envelope,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_slurmrestd_body_becomes_a_job() {
