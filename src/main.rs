@@ -157,9 +157,10 @@ struct UpArgs {
     /// Seconds between node heartbeats.
     #[arg(long, default_value_t = 5)]
     heartbeat_interval: u64,
-    /// MIG re-partitioning: `none`, or `demand[:N]` (the node's MIG GPUs
-    /// are re-made for what waits: idle instances split or merged).
-    #[arg(long, default_value = "none", value_name = "POLICY")]
+    /// MIG re-partitioning of the nodes' MIG GPUs for what waits.
+    #[arg(long, default_value = "none", value_name = "POLICY",
+          help = gsched_core::repartition::repartition_help(),
+          value_parser = gsched_core::repartition::parse_repartition)]
     repartition: String,
     /// Seconds a simulated GPU takes to change its MIG layout.
     #[arg(long, default_value_t = gsched_noded::config::DEFAULT_MIG_RECONFIG_SECS, value_name = "SECS")]

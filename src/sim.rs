@@ -106,11 +106,10 @@ pub struct SimArgs {
     /// task until it ends, as one process under the driver interception).
     #[arg(long, default_value = "task", value_parser = ["task", "process"])]
     memory_hold: String,
-    /// MIG re-partitioning under the policy: `none` (the layout stays, as
-    /// in the papers) or `demand[:N]` (split for isolated jobs, merge for
-    /// shared work up to N compute slices, default 2; docs/simulator.md).
-    /// Baselines keep the layout.
-    #[arg(long, default_value = "none", value_name = "POLICY")]
+    /// MIG re-partitioning (the simulator's baselines keep the layout).
+    #[arg(long, default_value = "none", value_name = "POLICY",
+          help = gsched_core::repartition::repartition_help(),
+          value_parser = gsched_core::repartition::parse_repartition)]
     repartition: String,
     /// Seconds from destroying MIG instances to their replacements being
     /// usable (an assumption: not measured, see docs/simulator.md).
@@ -205,7 +204,8 @@ fn options(a: &SimArgs) -> Result<Pair> {
         workers_per_slice: a.workers_per_slice,
         hold_per_process: a.memory_hold == "process",
         repartition: gsched_core::repartition::repartition_policy(&a.repartition)
-            .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?,
+            .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?
+            .map(|_| a.repartition.clone()),
         reconfig_secs: a.reconfig_secs,
         max_overtakes: a.max_overtakes,
         compute_ceiling: gsched_core::compute::parse_ceiling(&a.compute_ceiling)

@@ -198,10 +198,10 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = default_early_start_secs(), value_name = "SECS")]
     #[serde(default = "default_early_start_secs")]
     pub early_start_secs: u64,
-    /// MIG re-partitioning: `none`, or `demand[:N]` (split or merge idle
-    /// instances of nodes' MIG GPUs for what waits; N, 1-8, the largest
-    /// instance merged for shared work in compute slices, default 2).
-    #[arg(long, default_value = "none", value_name = "POLICY")]
+    /// MIG re-partitioning of the nodes' MIG GPUs for what waits.
+    #[arg(long, default_value = "none", value_name = "POLICY",
+          help = gsched_core::repartition::repartition_help(),
+          value_parser = gsched_core::repartition::parse_repartition)]
     #[serde(default = "default_repartition")]
     pub repartition: String,
     /// Serve the TCP API over TLS with this certificate chain (PEM, leaf

@@ -120,9 +120,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     );
     let repartition = gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("--repartition: {e}"))?;
-    cluster.set_repartition(
-        repartition.map(|p| Box::new(p) as Box<dyn gsched_core::repartition::RepartitionPolicy>),
-    );
+    cluster.set_repartition(repartition);
     // What no known node could ever run is refused (with re-partitioning,
     // what no layout of a node's MIG GPUs could give).
     cluster.set_refuse_unsatisfiable(true);

@@ -26,7 +26,6 @@ pub mod workload;
 
 use crate::gpu::Instance;
 use crate::launch::SchedulerType;
-use crate::repartition::DemandRepartition;
 
 pub use site::SimSite;
 pub use workload::{Phase, SimJob};
@@ -236,6 +235,8 @@ pub enum SimError {
     TooWide(String, u32, usize),
     #[error("MIG re-partitioning is simulated on one node only (asked for {0})")]
     RepartitionNodes(usize),
+    #[error(transparent)]
+    Repartition(#[from] crate::repartition::UnknownRepartition),
     #[error("the site's {0}")]
     Site(String),
     #[error("job '{0}': {1}")]
@@ -263,7 +264,8 @@ pub struct SimOptions {
     pub hold_per_process: bool,
     /// Re-partitions MIG GPUs by demand (under `case` and `mgb-sm`; the
     /// other policies keep the layout, as Slurm does).
-    pub repartition: Option<DemandRepartition>,
+    /// `--repartition`'s value (`demand:2`): a registered policy.
+    pub repartition: Option<String>,
     /// Seconds from destroying instances to their replacements being
     /// usable (MIG create, compute instance, MPS daemon).
     pub reconfig_secs: f64,
@@ -337,7 +339,6 @@ pub mod parity;
 mod tests {
     use super::workload::{generate, Footprints, Mix};
     use super::*;
-    use crate::repartition::DemandRepartition;
 
     const A30: &str = "4xA30:1g.6gb*4";
 
@@ -434,7 +435,7 @@ mod tests {
     #[test]
     fn repartitioning_merges_idle_slices_for_shared_work_and_keeps_layouts_legal() {
         let demand = |secs| SimOptions {
-            repartition: Some(DemandRepartition { max_pool_slices: 2 }),
+            repartition: Some("demand:2".into()),
             reconfig_secs: secs,
             ..SimOptions::default()
         };
@@ -473,9 +474,7 @@ mod tests {
     #[test]
     fn repartitioning_finishes_every_job_without_crashes() {
         let opts = |pool| SimOptions {
-            repartition: Some(DemandRepartition {
-                max_pool_slices: pool,
-            }),
+            repartition: Some(format!("demand:{pool}")),
             reconfig_secs: 5.0,
             ..SimOptions::default()
         };
@@ -504,7 +503,7 @@ mod tests {
     fn repartitioning_splits_idle_instances_for_isolated_jobs() {
         let jobs = mix(1, 0, 16);
         let opts = SimOptions {
-            repartition: Some(DemandRepartition { max_pool_slices: 2 }),
+            repartition: Some("demand:2".into()),
             reconfig_secs: 1.0,
             ..SimOptions::default()
         };

@@ -22,9 +22,12 @@ pub(super) fn build<'a>(
 ) -> Result<(Sim<'a>, Vec<Instance>), SimError> {
     let gpus = parse_sim_spec(spec)?;
     let nodes = options.nodes.max(1);
-    let repartition = options
-        .repartition
-        .filter(|_| matches!(policy, Policy::Case | Policy::MgbSm));
+    let repartition = match &options.repartition {
+        Some(spec) if matches!(policy, Policy::Case | Policy::MgbSm) => {
+            crate::repartition::repartition_policy(spec)?
+        }
+        _ => None,
+    };
     if repartition.is_some() && nodes > 1 {
         return Err(SimError::RepartitionNodes(nodes));
     }
@@ -55,9 +58,7 @@ pub(super) fn build<'a>(
             .collect(),
         None => Vec::new(),
     };
-    if let Some(p) = repartition {
-        cluster.set_repartition(Some(Box::new(p)));
-    }
+    cluster.set_repartition(repartition);
     let mut inst = Vec::new();
     let mut inst_node = Vec::new();
     let mut names = Vec::new();

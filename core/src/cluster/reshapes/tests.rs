@@ -12,7 +12,7 @@ fn seven_small() -> Cluster {
     reg.reshape_gpus = vec![0];
     c.register_node(&reg, 0);
     let policy = repartition_policy("demand").unwrap().unwrap();
-    c.set_repartition(Some(Box::new(policy)));
+    c.set_repartition(Some(policy));
     c
 }
 
@@ -256,7 +256,7 @@ fn a_job_naming_a_profile_gets_that_profile_made() {
     reg.reshape_gpus = vec![0];
     c.register_node(&reg, 0);
     let policy = repartition_policy("demand").unwrap().unwrap();
-    c.set_repartition(Some(Box::new(policy)));
+    c.set_repartition(Some(policy));
     c.submit(isolated("2g.10gb"), 1).unwrap();
     let o = orders(&c.schedule(2));
     assert_eq!(o.len(), 1, "{o:?}");
@@ -274,7 +274,7 @@ fn a_nodes_bounds_reach_the_policy() {
     reg.reshape_keep = [(0, vec![("1g.5gb".to_string(), 7)])].into();
     c.register_node(&reg, 0);
     let policy = repartition_policy("demand").unwrap().unwrap();
-    c.set_repartition(Some(Box::new(policy)));
+    c.set_repartition(Some(policy));
     c.submit(isolated("3g.20gb"), 1).unwrap();
     assert!(orders(&c.schedule(2)).is_empty());
     reg.reshape_keep = [(0, vec![("1g.5gb".to_string(), 3)])].into();
