@@ -224,7 +224,7 @@ pub fn repartition_help() -> String {
 }
 
 /// Checks a `--repartition` value (clap's value parser).
-pub fn parse_repartition(spec: &str) -> Result<String, UnknownRepartition> {
+pub fn parse_repartition(spec: &str) -> Result<String, RepartitionError> {
     repartition_policy(spec).map(|_| spec.to_string())
 }
 
@@ -232,7 +232,7 @@ pub fn parse_repartition(spec: &str) -> Result<String, UnknownRepartition> {
 /// `NAME:SETTING`); `None` for `none`.
 pub fn repartition_policy(
     spec: &str,
-) -> Result<Option<Box<dyn RepartitionPolicy>>, UnknownRepartition> {
+) -> Result<Option<Box<dyn RepartitionPolicy>>, RepartitionError> {
     if spec == "none" {
         return Ok(None);
     }
@@ -243,13 +243,13 @@ pub fn repartition_policy(
     let entry = REPARTITIONS
         .iter()
         .find(|p| p.name == name)
-        .ok_or_else(|| UnknownRepartition::Unknown {
+        .ok_or_else(|| RepartitionError::Unknown {
             name: spec.to_string(),
             known: repartition_names().join(", "),
         })?;
     (entry.build)(setting)
         .map(Some)
-        .map_err(|why| UnknownRepartition::BadSetting {
+        .map_err(|why| RepartitionError::BadSetting {
             spec: spec.to_string(),
             why: why.0,
         })
@@ -257,7 +257,7 @@ pub fn repartition_policy(
 
 /// A re-partitioning policy that does not exist, or a setting it refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UnknownRepartition {
+pub enum RepartitionError {
     #[error("unknown re-partitioning policy '{name}' (known: {known})")]
     Unknown { name: String, known: String },
     #[error("re-partitioning policy '{spec}': {why}")]

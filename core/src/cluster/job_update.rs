@@ -3,7 +3,7 @@
 //! may lower a time limit but only an administrator may raise it (Slurm's
 //! rule).
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{Cluster, ClusterError, Effect};
 use crate::dependency::Dependency;
@@ -13,19 +13,37 @@ use crate::job::{JobId, JobState};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobUpdate {
-    /// Seconds; `Some(None)` is UNLIMITED.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Seconds; `null` is UNLIMITED (absent: unchanged).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub time_limit: Option<Option<u64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
-    /// `Some(None)` removes the job's dependency.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `null` removes the job's dependency (absent: unchanged).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub dependency: Option<Option<Dependency>>,
     /// Taken off the job's priority; negative only for administrators.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nice: Option<i64>,
+}
+
+/// A field that is present: `null` is `Some(None)`, not "absent" as serde
+/// reads an `Option<Option<_>>` by itself (absent is the `default`).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 impl JobUpdate {
@@ -115,6 +133,22 @@ impl Cluster {
 mod tests {
     use super::*;
     use crate::cluster::testkit::{cluster, launch, spec};
+
+    #[test]
+    fn null_unlimits_or_removes_and_absent_leaves_as_is() {
+        let u = JobUpdate {
+            time_limit: Some(None),
+            dependency: Some(None),
+            ..JobUpdate::default()
+        };
+        let text = serde_json::to_string(&u).unwrap();
+        assert_eq!(text, r#"{"time_limit":null,"dependency":null}"#);
+        assert_eq!(serde_json::from_str::<JobUpdate>(&text).unwrap(), u);
+        let absent: JobUpdate = serde_json::from_str(r#"{"name":"x"}"#).unwrap();
+        assert_eq!((absent.time_limit, absent.dependency), (None, None));
+        let set: JobUpdate = serde_json::from_str(r#"{"time_limit":60}"#).unwrap();
+        assert_eq!(set.time_limit, Some(Some(60)));
+    }
 
     fn limited(secs: u64) -> crate::job::JobSpec {
         crate::job::JobSpec {

@@ -236,7 +236,7 @@ pub enum SimError {
     #[error("MIG re-partitioning is simulated on one node only (asked for {0})")]
     RepartitionNodes(usize),
     #[error(transparent)]
-    Repartition(#[from] crate::repartition::UnknownRepartition),
+    Repartition(#[from] crate::repartition::RepartitionError),
     #[error("the site's {0}")]
     Site(String),
     #[error("job '{0}': {1}")]

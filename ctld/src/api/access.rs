@@ -158,7 +158,8 @@ pub(super) struct WhoAmI {
     responses(
         (status = 200, description = "The token", body = TokenIssued),
         (status = 400, description = "Bad lifetime or unknown user", body = ErrorBody),
-        (status = 403, description = "Not on the local socket and not an administrator, or another user's token asked by a non-administrator", body = ErrorBody)))]
+        (status = 403, description = "Not on the local socket and not an administrator, or another user's token asked by a non-administrator", body = ErrorBody),
+        (status = 500, description = "The token could not be signed", body = ErrorBody)))]
 pub(super) async fn issue_token(
     State(ctl): Ctl,
     Extension(caller): Who,

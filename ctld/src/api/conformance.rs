@@ -104,6 +104,11 @@ fn check(doc: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<Str
         }
         _ => {}
     }
+    // A schema made of parts (serde's flatten) describes an object.
+    if schema.get("allOf").is_some() && schema.get("type").is_none() && !value.is_object() {
+        out.push(format!("{at}: {value} is not an object"));
+        return;
+    }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
         if !allowed.contains(value) {
             out.push(format!("{at}: {value} is not one of {}", schema["enum"]));
@@ -254,98 +259,137 @@ async fn every_answer_matches_the_openapi_document() {
     let (s, sub) = c.call("POST", "/api/v1/jobs", Some(job("b"))).await;
     assert_eq!(s, 201, "{sub}");
     let pending = sub["job_id"].as_u64().unwrap();
-    for (method, path, body) in [
-        ("GET", "/healthz".to_string(), None),
-        ("GET", "/api/v1/whoami".into(), None),
+    // (method, path, body, the status expected): errors are called on
+    // purpose too, so their shape is checked as well.
+    let calls: Vec<(&str, String, Option<Value>, u16)> = vec![
+        ("GET", "/healthz".into(), None, 200),
+        ("GET", "/api/v1/whoami".into(), None, 200),
         (
             "POST",
             "/api/v1/tokens".into(),
             Some(json!({"lifetime": 60})),
+            200,
         ),
-        ("GET", "/api/v1/jobs?state=all".into(), None),
-        ("GET", format!("/api/v1/jobs/{running}"), None),
-        ("GET", "/api/v1/jobs/999".into(), None),
-        ("GET", format!("/api/v1/jobs/{running}/script"), None),
-        ("GET", format!("/api/v1/jobs/{running}/events"), None),
-        ("POST", format!("/api/v1/jobs/{pending}/hold"), None),
+        ("GET", "/api/v1/jobs?state=all".into(), None, 200),
+        ("GET", format!("/api/v1/jobs/{running}"), None, 200),
+        ("GET", "/api/v1/jobs/999".into(), None, 404),
+        ("GET", format!("/api/v1/jobs/{running}/script"), None, 200),
+        ("GET", format!("/api/v1/jobs/{running}/events"), None, 200),
+        ("POST", format!("/api/v1/jobs/{pending}/hold"), None, 200),
         (
             "PATCH",
             format!("/api/v1/jobs/{pending}"),
             Some(json!({"name": "c", "time_limit": 300})),
+            200,
         ),
-        ("POST", format!("/api/v1/jobs/{pending}/release"), None),
+        (
+            "PATCH",
+            format!("/api/v1/jobs/{pending}"),
+            Some(json!({"time_limit": null, "dependency": null})),
+            200,
+        ),
+        ("POST", format!("/api/v1/jobs/{pending}/release"), None, 200),
         (
             "POST",
             format!("/api/v1/jobs/{running}/steps"),
             Some(json!({"name": "hostname", "ntasks": 1})),
+            200,
         ),
         (
             "POST",
             format!("/api/v1/jobs/{running}/steps"),
             Some(json!({"name": "wide", "layout": {"nodes": 1}})),
+            200,
         ),
         (
             "POST",
             format!("/api/v1/jobs/{running}/steps/1/end"),
             Some(json!({"exit_code": 0})),
+            200,
         ),
-        ("POST", format!("/api/v1/jobs/{running}/suspend"), None),
-        ("POST", format!("/api/v1/jobs/{running}/resume"), None),
-        ("GET", "/api/v1/nodes".into(), None),
-        ("GET", "/api/v1/nodes/n1/mig".into(), None),
+        ("POST", format!("/api/v1/jobs/{running}/suspend"), None, 200),
+        ("POST", format!("/api/v1/jobs/{running}/resume"), None, 200),
+        ("GET", "/api/v1/nodes".into(), None, 200),
+        ("GET", "/api/v1/nodes/n1/mig".into(), None, 200),
         (
             "POST",
             "/api/v1/nodes/n1/mig".into(),
             Some(json!({"gpu": 0, "frozen": true})),
+            200,
         ),
-        ("GET", "/api/v1/instances".into(), None),
-        ("GET", "/api/v1/utilization".into(), None),
-        ("GET", "/api/v1/tasks".into(), None),
+        ("GET", "/api/v1/instances".into(), None, 200),
+        ("GET", "/api/v1/utilization".into(), None, 200),
+        ("GET", "/api/v1/tasks".into(), None, 200),
         (
             "POST",
             "/api/v1/accounts".into(),
             Some(json!({"op": "add_account", "name": "physics", "shares": 2})),
+            200,
         ),
         (
             "POST",
             "/api/v1/accounts".into(),
             Some(json!({"op": "add_user", "user": "root", "account": "physics"})),
+            200,
         ),
-        ("GET", "/api/v1/accounts".into(), None),
+        ("GET", "/api/v1/accounts".into(), None, 200),
+        (
+            "POST",
+            "/api/v1/qos".into(),
+            Some(json!({"op": "add", "qos": {"name": "high", "priority": 10}})),
+            200,
+        ),
         (
             "POST",
             "/api/v1/qos".into(),
             Some(json!({"op": "delete", "name": "nosuch"})),
+            400,
         ),
-        ("GET", "/slurm/v0.0.44/ping".into(), None),
-        ("GET", "/slurm/v0.0.41/jobs".into(), None),
-        ("GET", format!("/slurm/v0.0.44/job/{running}"), None),
-        ("GET", "/slurm/v0.0.44/job/999".into(), None),
-        ("GET", "/slurm/v0.0.44/nodes".into(), None),
-        ("GET", "/slurm/v0.0.44/node/n1".into(), None),
-        ("GET", "/slurm/v0.0.44/partitions".into(), None),
-        ("GET", "/slurm/v0.0.9/partitions".into(), None),
+        ("GET", "/slurm/v0.0.44/ping".into(), None, 200),
+        ("GET", "/slurm/v0.0.41/jobs".into(), None, 200),
+        ("GET", format!("/slurm/v0.0.44/job/{running}"), None, 200),
+        ("GET", "/slurm/v0.0.44/job/999".into(), None, 404),
+        ("GET", "/slurm/v0.0.44/nodes".into(), None, 200),
+        ("GET", "/slurm/v0.0.44/node/n1".into(), None, 200),
+        ("GET", "/slurm/v0.0.44/partitions".into(), None, 200),
+        ("GET", "/slurm/v0.0.9/partitions".into(), None, 404),
         (
             "POST",
             "/slurm/v0.0.44/job/submit".into(),
             Some(json!({"script": "#!/bin/sh\ntrue\n",
             "job": {"current_working_directory": "/tmp", "environment": ["PATH=/bin"], "x_unknown": 1}})),
+            200,
+        ),
+        (
+            "DELETE",
+            format!("/slurm/v0.0.44/job/{running}?signal=USR1"),
+            None,
+            200,
         ),
         (
             "DELETE",
             format!("/slurm/v0.0.44/job/{pending}?signal=USR1"),
             None,
+            409,
         ),
-        ("DELETE", format!("/api/v1/jobs/{pending}"), None),
-        ("POST", format!("/api/v1/jobs/{running}/requeue"), None),
+        ("DELETE", format!("/api/v1/jobs/{pending}"), None, 200),
+        ("POST", format!("/api/v1/jobs/{running}/requeue"), None, 200),
         (
             "POST",
             "/api/v1/nodes/n1/state".into(),
             Some(json!({"state": "drain", "reason": "test"})),
+            200,
         ),
-    ] {
+    ];
+    for (method, path, body, expected) in calls {
         let (status, answer) = c.call(method, &path, body).await;
-        assert!(status < 500, "{method} {path}: {status} {answer}");
+        assert_eq!(status, expected, "{method} {path}: {answer}");
+    }
+    // Without a token, on the TCP API: the authentication layer's answer.
+    c.app = super::tcp_app(Arc::clone(&ctl));
+    for path in ["/api/v1/jobs", "/slurm/v0.0.44/jobs"] {
+        let (status, answer) = c.call("GET", path, None).await;
+        assert_eq!(status, 401, "{path}: {answer}");
     }
     assert!(
         c.problems.is_empty(),
@@ -400,6 +444,7 @@ fn the_checker_finds_undocumented_missing_and_mistyped_fields() {
         problems(&b, json!({"n": 1, "extra": 1})),
         ["x.extra: 1 is not of type boolean"]
     );
+    assert_eq!(problems(&b, json!([1])), ["x: [1] is not an object"]);
 }
 
 #[test]

@@ -68,6 +68,7 @@ impl Modify for Authentication {
 /// `BTreeMap`. The first is inlined where it is referenced, the second
 /// given its own name.
 pub fn tidy(doc: &mut Value) {
+    common_answers(doc);
     const PRIMITIVES: [&str; 2] = ["u64", "u32"];
     const RENAMED: [(&str, &str); 1] = [("BTreeMap", "ResourceLimits")];
     let schemas = doc["components"]["schemas"].as_object_mut();
@@ -87,6 +88,45 @@ pub fn tidy(doc: &mut Value) {
 }
 
 const REFS: &str = "#/components/schemas/";
+
+/// The answers every operation shares, which no handler writes itself:
+/// 401 from the authentication layer where a token is needed, and 503
+/// where a write the store could not commit is refused.
+fn common_answers(doc: &mut Value) {
+    let error = |description: &str| {
+        serde_json::json!({
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": format!("{REFS}ErrorBody")}}},
+        })
+    };
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for (method, op) in item.iter_mut() {
+            let open = op["security"].as_array().is_some_and(|s| {
+                s.iter()
+                    .all(|r| r.as_object().is_some_and(|o| o.is_empty()))
+            });
+            let Some(responses) = op["responses"].as_object_mut() else {
+                continue;
+            };
+            if !open {
+                responses.entry("401").or_insert_with(|| {
+                    error("No valid token, or a user name that is not the token's: the error says why")
+                });
+            }
+            if method != "get" && path.starts_with("/api/v1/") {
+                responses.entry("503").or_insert_with(|| {
+                    error("The store could not commit the change: nothing was changed, try again")
+                });
+            }
+        }
+    }
+}
 
 fn rewrite(v: &mut Value, inline: &BTreeMap<String, Value>, renames: &BTreeMap<String, Value>) {
     match v {

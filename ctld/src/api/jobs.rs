@@ -179,7 +179,8 @@ pub(super) async fn get_job(
     responses(
         (status = 200, description = "The script", body = JobScript),
         (status = 403, description = "Not the job's owner or an administrator", body = ErrorBody),
-        (status = 404, description = "Unknown job", body = ErrorBody)))]
+        (status = 404, description = "Unknown job", body = ErrorBody),
+        (status = 503, description = "The store cannot be read", body = ErrorBody)))]
 pub(super) async fn job_script(
     State(ctl): Ctl,
     Extension(caller): Who,
@@ -212,7 +213,8 @@ pub(super) async fn job_script(
     params(("id" = u64, Path, description = "Job id")),
     responses(
         (status = 200, description = "The job's events, oldest first", body = JobEvents),
-        (status = 404, description = "Unknown job", body = ErrorBody)))]
+        (status = 404, description = "Unknown job", body = ErrorBody),
+        (status = 500, description = "The event log cannot be read", body = ErrorBody)))]
 pub(super) async fn job_events(
     State(ctl): Ctl,
     Path(id): Path<String>,
@@ -241,7 +243,8 @@ pub(super) async fn job_events(
         (status = 200, description = "The job's state now", body = JobStateReply),
         (status = 400, description = "Bad request: the error names the problem", body = ErrorBody),
         (status = 403, description = "Not the job's owner or an administrator", body = ErrorBody),
-        (status = 404, description = "Unknown job", body = ErrorBody)))]
+        (status = 404, description = "Unknown job", body = ErrorBody),
+        (status = 409, description = "A signal for a job that is not running, or a job already ended", body = ErrorBody)))]
 pub(super) async fn cancel_job(
     State(ctl): Ctl,
     Extension(caller): Who,
@@ -351,6 +354,7 @@ async fn suspend_or_resume(
     responses(
         (status = 200, description = "The step's number, and where its tasks run", body = StepBegun),
         (status = 400, description = "A layout the allocation cannot hold", body = ErrorBody),
+        (status = 403, description = "Not the job's owner or an administrator", body = ErrorBody),
         (status = 404, description = "Unknown job", body = ErrorBody),
         (status = 409, description = "The job is not running", body = ErrorBody)))]
 pub(super) async fn begin_step(
@@ -382,7 +386,10 @@ pub(super) async fn begin_step(
     request_body = StepEnd,
     responses(
         (status = 200, description = "Recorded", body = StepEnded),
-        (status = 404, description = "Unknown job or step", body = ErrorBody)))]
+        (status = 400, description = "Bad request: the error names the problem", body = ErrorBody),
+        (status = 403, description = "Not the job's owner or an administrator", body = ErrorBody),
+        (status = 404, description = "Unknown job or step", body = ErrorBody),
+        (status = 409, description = "The job is not running", body = ErrorBody)))]
 pub(super) async fn end_step(
     State(ctl): Ctl,
     Extension(caller): Who,

@@ -9,7 +9,7 @@ use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::Json;
 use gsched_core::job::{Job, JobId, JobState};
-use gsched_core::wire::{JobInfo, JobList};
+use gsched_core::wire::{ErrorBody, JobInfo, JobList};
 use gsched_daemon::http::ApiError;
 use serde::Deserialize;
 
@@ -45,6 +45,7 @@ pub struct JobFilter {
     /// Only ids above this: the previous page's `next_after`.
     after: Option<JobId>,
     /// Jobs per page: 1 to 10,000, default 1,000.
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<u32>,
 }
 
@@ -110,7 +111,8 @@ impl JobFilter {
     params(JobFilter),
     responses(
         (status = 200, description = "A page of jobs; `next_after` asks for the next", body = JobList),
-        (status = 400, description = "Bad filter: the error names it", body = gsched_core::wire::ErrorBody)))]
+        (status = 400, description = "Bad filter: the error names it", body = ErrorBody),
+        (status = 503, description = "The store cannot be read (history)", body = ErrorBody)))]
 pub async fn list_jobs(
     axum::extract::State(ctl): Ctl,
     Query(f): Query<JobFilter>,

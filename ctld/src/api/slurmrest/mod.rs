@@ -1,4 +1,4 @@
-//! slurmrestd-compatible endpoints, `/slurm/{v}/...` for data parser
+//! slurmrestd-compatible endpoints, `/slurm/{version}/...` for data parser
 //! versions v0.0.41 to v0.0.44 (one implementation): ping, jobs, job,
 //! job submit and cancel, nodes, node, partitions. Authentication is the
 //! API's (tokens as `X-SLURM-USER-TOKEN`/`X-SLURM-USER-NAME` or Bearer).

@@ -132,7 +132,7 @@ pub struct Envelope {
     pub warnings: Vec<SlurmWarning>,
 }
 
-/// An answer with nothing but the envelope (errors, and a cancel's).
+/// An answer with nothing but the envelope: every error.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SlurmResponse {
     #[serde(flatten)]
