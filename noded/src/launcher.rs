@@ -100,17 +100,68 @@ pub struct Launcher {
     ended: mpsc::UnboundedSender<JobEnded>,
     /// The probe server: jobs get its socket and a key; isolated jobs hold
     /// their instance in it.
-    probe: std::sync::OnceLock<Arc<crate::probe::ProbeServer>>,
+    probe: Option<Arc<crate::probe::ProbeServer>>,
     /// `libgprobe.so` to preload into non-isolated jobs, and the reservation
-    /// for a job with no footprint of its own (bytes).
-    interception: std::sync::OnceLock<(PathBuf, u64, Arc<crate::context::ContextWatch>)>,
-    end_check: std::sync::OnceLock<Arc<dyn Fn() + Send + Sync>>,
+    /// for a job with no footprint of its own.
+    interception: Option<InterceptionLib>,
+    /// Run at each job's end before its outcome is read.
+    end_check: Option<EndCheck>,
     /// The CA file jobs' tools check an https controller against.
-    tls_ca: std::sync::OnceLock<PathBuf>,
+    tls_ca: Option<PathBuf>,
     /// Runs that ended and whose spools were removed, newest last.
     finished_runs: Mutex<std::collections::VecDeque<(JobId, u32)>>,
-    /// Jobs' cgroups (unconfined until set).
-    confine: std::sync::OnceLock<Arc<Confinement>>,
+    /// Jobs' cgroups.
+    confine: Arc<Confinement>,
+}
+
+/// What is run at each job's end before its outcome is read (the MPS
+/// servers' logs: a fault found there marks the jobs it hit).
+pub type EndCheck = Arc<dyn Fn() + Send + Sync>;
+
+/// The CUDA driver interception preloaded into non-isolated jobs.
+pub struct InterceptionLib {
+    /// `libgprobe.so`.
+    pub lib: PathBuf,
+    /// The reservation of a job with no known footprint (bytes).
+    pub default_bytes: u64,
+    /// What is reserved on top of each process's footprint for its CUDA
+    /// context.
+    pub context: Arc<crate::context::ContextWatch>,
+}
+
+/// Everything a launcher is given when it is built: no part is connected
+/// later.
+pub struct LauncherSetup {
+    pub node: String,
+    pub spool_root: PathBuf,
+    pub shepherd_exe: PathBuf,
+    pub kill_wait: Duration,
+    pub uid_policy: gsched_core::job::JobUidPolicy,
+    /// Where the ends of runs go (the controller link).
+    pub ended: mpsc::UnboundedSender<JobEnded>,
+    /// Jobs' cgroups ([`Confinement::unconfined`] where there are none).
+    pub confine: Arc<Confinement>,
+    /// The CA jobs' tools check an https controller against
+    /// (`GSCHED_TLS_CA`).
+    pub tls_ca: Option<PathBuf>,
+    pub interception: Option<InterceptionLib>,
+}
+
+/// The parts built with the launcher that hold it (weakly) in turn: the
+/// probe server (steps begin and end through the launcher) and the end
+/// check (the MPS watch marks the jobs a GPU fault hit).
+pub struct LauncherPeers {
+    pub probe: Arc<crate::probe::ProbeServer>,
+    pub end_check: Option<EndCheck>,
+}
+
+/// The spool root: root's, traversable by jobs' users (0711).
+fn prepare_spool_root(root: &std::path::Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(root)?;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711))
 }
 
 fn signal_group(pgid: i32, sig: Signal) {
@@ -120,80 +171,55 @@ fn signal_group(pgid: i32, sig: Signal) {
 }
 
 impl Launcher {
-    pub fn new(
-        node: String,
-        spool_root: PathBuf,
-        shepherd_exe: PathBuf,
-        kill_wait: Duration,
-        uid_policy: gsched_core::job::JobUidPolicy,
-        ended: mpsc::UnboundedSender<JobEnded>,
+    /// A launcher on its own (no probe server, no end check).
+    pub fn new(setup: LauncherSetup) -> std::io::Result<Arc<Launcher>> {
+        prepare_spool_root(&setup.spool_root)?;
+        Ok(Arc::new(Launcher::of(setup, None, None)))
+    }
+
+    /// A launcher with the parts that hold it in turn, built by `peers`
+    /// from a weak reference to it.
+    pub fn with_peers(
+        setup: LauncherSetup,
+        peers: impl FnOnce(&std::sync::Weak<Launcher>) -> LauncherPeers,
     ) -> std::io::Result<Arc<Launcher>> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o711)
-            .create(&spool_root)?;
-        std::fs::set_permissions(&spool_root, std::fs::Permissions::from_mode(0o711))?;
+        prepare_spool_root(&setup.spool_root)?;
+        Ok(Arc::new_cyclic(|me| {
+            let p = peers(me);
+            Launcher::of(setup, Some(p.probe), p.end_check)
+        }))
+    }
+
+    fn of(
+        setup: LauncherSetup,
+        probe: Option<Arc<crate::probe::ProbeServer>>,
+        end_check: Option<EndCheck>,
+    ) -> Launcher {
         let uid = nix::unistd::getuid().as_raw();
-        Ok(Arc::new(Launcher {
-            node,
-            spool_root,
-            shepherd_exe,
-            kill_wait,
+        Launcher {
+            node: setup.node,
+            spool_root: setup.spool_root,
+            shepherd_exe: setup.shepherd_exe,
+            kill_wait: setup.kill_wait,
             is_root: uid == 0,
             my_uid: uid,
-            uid_policy,
+            uid_policy: setup.uid_policy,
             running: Mutex::new(HashMap::new()),
             step_groups: Mutex::new(HashMap::new()),
             steps_started: Mutex::new(HashSet::new()),
             setting_up: Mutex::new(HashSet::new()),
-            ended,
-            probe: std::sync::OnceLock::new(),
-            interception: std::sync::OnceLock::new(),
-            end_check: std::sync::OnceLock::new(),
-            tls_ca: std::sync::OnceLock::new(),
+            ended: setup.ended,
+            probe,
+            interception: setup.interception,
+            end_check,
+            tls_ca: setup.tls_ca,
             finished_runs: Mutex::new(std::collections::VecDeque::new()),
-            confine: std::sync::OnceLock::new(),
-        }))
-    }
-
-    /// Preloads `lib` into non-isolated jobs (CUDA driver interception);
-    /// `default_bytes` is the reservation of a job with no known footprint.
-    /// `context` says what is reserved on top of each process's footprint
-    /// for its CUDA context.
-    /// Runs `check` at each job's end before its outcome is read (the MPS
-    /// servers' logs: a fault found there marks the jobs it hit).
-    pub fn set_end_check(&self, check: Arc<dyn Fn() + Send + Sync>) {
-        let _ = self.end_check.set(check);
-    }
-
-    pub fn set_interception(
-        &self,
-        lib: PathBuf,
-        default_bytes: u64,
-        context: Arc<crate::context::ContextWatch>,
-    ) {
-        let _ = self.interception.set((lib, default_bytes, context));
-    }
-
-    /// Tells jobs' tools which CA to check an https controller against
-    /// (`GSCHED_TLS_CA`).
-    pub fn set_tls_ca(&self, ca: PathBuf) {
-        let _ = self.tls_ca.set(ca);
-    }
-
-    /// Confines jobs with cgroups (once, at start).
-    pub fn set_confinement(&self, confine: Arc<Confinement>) {
-        let _ = self.confine.set(confine);
+            confine: setup.confine,
+        }
     }
 
     pub fn confinement(&self) -> &Arc<Confinement> {
-        self.confine
-            .get_or_init(|| Arc::new(Confinement::unconfined()))
-    }
-
-    /// Connects the probe server (once, at start).
-    pub fn set_probe(&self, probe: Arc<crate::probe::ProbeServer>) {
-        let _ = self.probe.set(probe);
+        &self.confine
     }
 
     fn jobs(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, RunningJob>> {
@@ -293,7 +319,7 @@ impl Launcher {
         if let Some(token) = &req.job_token {
             env.insert(gsched_core::env::TOKEN_ENV.into(), token.clone());
         }
-        if let Some(ca) = self.tls_ca.get() {
+        if let Some(ca) = &self.tls_ca {
             env.insert(
                 gsched_core::env::TLS_CA_ENV.into(),
                 ca.display().to_string(),
@@ -302,13 +328,16 @@ impl Launcher {
         // Only the shared processes of a job with a quota are held to one.
         let quota = req.time_quota.filter(|_| req.instances.is_empty());
         // One context reservation for the job's environment and its budget.
-        let context_bytes = self.interception.get().map(|(_, _, c)| c.reserve_bytes());
+        let context_bytes = self
+            .interception
+            .as_ref()
+            .map(|i| i.context.reserve_bytes());
         let budget = gpu_budget(req).map(|mut b| {
             b.context_bytes = context_bytes;
-            b.largest_bytes = self.probe.get().map(|p| p.largest_open_bytes());
+            b.largest_bytes = self.probe.as_ref().map(|p| p.largest_open_bytes());
             b
         });
-        if let Some(probe) = self.probe.get() {
+        if let Some(probe) = self.probe.as_ref() {
             let key = probe
                 .register_job(job.id, job.spec.uid, None, quota, budget)
                 .map_err(|e| LaunchError::Io(e.to_string()))?;
@@ -318,13 +347,11 @@ impl Launcher {
             env.insert(PROBE_SOCK_ENV.into(), probe.path().display().to_string());
             env.insert(JOB_KEY_ENV.into(), key);
         }
-        if let (Some((lib, default_bytes, _)), Some(context_bytes)) =
-            (self.interception.get(), context_bytes)
-        {
-            let lib = lib.display().to_string();
+        if let (Some(i), Some(context_bytes)) = (&self.interception, context_bytes) {
+            let lib = i.lib.display().to_string();
             let with = Interception {
                 lib: &lib,
-                default_bytes: *default_bytes,
+                default_bytes: i.default_bytes,
                 context_bytes,
             };
             add_interception(
@@ -356,7 +383,7 @@ impl Launcher {
             // Nothing of this run is left to run or to report later: its
             // cgroup (and anything in it), its probe key and its spool go.
             self.confinement().abandon(job.id);
-            if let Some(probe) = self.probe.get() {
+            if let Some(probe) = self.probe.as_ref() {
                 probe.job_ended(job.id);
             }
             spool.remove();
@@ -439,7 +466,7 @@ impl Launcher {
         let limit = spec.time_limit.map(Duration::from_secs);
         let warn = spec.warn_signal;
         let uuids = spec.instances.clone();
-        if let (Some(probe), false) = (self.probe.get(), uuids.is_empty()) {
+        if let (Some(probe), false) = (self.probe.as_ref(), uuids.is_empty()) {
             // The instances are closed to shared tasks from now on.
             let busy: Vec<String> = uuids
                 .iter()
@@ -508,7 +535,7 @@ impl Launcher {
         uuids: Vec<String>,
         busy: Vec<String>,
     ) {
-        let Some(probe) = self.probe.get().cloned() else {
+        let Some(probe) = self.probe.clone() else {
             return;
         };
         let this = Arc::clone(self);
@@ -532,10 +559,8 @@ impl Launcher {
     /// its processes (a probe socket and the interception library) and the
     /// job did not turn the interception off.
     fn gate(&self, env: &mut std::collections::BTreeMap<String, String>) -> bool {
-        match (self.probe.get(), self.interception.get()) {
-            (Some(_), Some((lib, _, _))) => {
-                gsched_core::env::add_gate(env, &lib.display().to_string())
-            }
+        match (&self.probe, &self.interception) {
+            (Some(_), Some(i)) => gsched_core::env::add_gate(env, &i.lib.display().to_string()),
             _ => false,
         }
     }
@@ -761,17 +786,20 @@ mod tests {
     fn an_acknowledged_end_removes_only_its_own_run() {
         let root = tempfile::tempdir().unwrap();
         let (tx, _rx) = mpsc::unbounded_channel();
-        let l = Launcher::new(
-            "n".into(),
-            root.path().join("spool"),
-            "/bin/false".into(),
-            Duration::from_secs(1),
-            gsched_core::job::JobUidPolicy {
+        let l = Launcher::new(LauncherSetup {
+            node: "n".into(),
+            spool_root: root.path().join("spool"),
+            shepherd_exe: "/bin/false".into(),
+            kill_wait: Duration::from_secs(1),
+            uid_policy: gsched_core::job::JobUidPolicy {
                 min_uid: 1000,
                 allow_root: true,
             },
-            tx,
-        )
+            ended: tx,
+            confine: Arc::new(Confinement::unconfined()),
+            tls_ca: None,
+            interception: None,
+        })
         .unwrap();
         // The acknowledged run's spool goes.
         let spool = run_ended(&l, 7, 100);

@@ -168,7 +168,8 @@ fn instance_id(state_dir: &Path) -> Result<String> {
 struct MpsWatch {
     sup: Arc<mps::MpsSupervisor>,
     probe: Arc<probe::ProbeServer>,
-    launcher: Arc<launcher::Launcher>,
+    /// Weakly: the launcher holds this watch's end check.
+    launcher: std::sync::Weak<launcher::Launcher>,
     confine: Arc<confine::Confinement>,
     /// Instances whose server is handling a fatal GPU error.
     recovering: std::sync::Mutex<gsched_core::mps_recovery::MpsRecovery>,
@@ -254,9 +255,10 @@ impl MpsWatch {
             ?xids,
             "the MPS server tore down every client after a fatal GPU error: the jobs hit end FAILED (requeued if requeueable and not named); no new shared work there until the torn-down processes exit"
         );
-        for job in &hit {
-            self.launcher
-                .mark_gpu_fault(*job, &GpuFault::of(*job, uuid, &hit, named, &xids));
+        if let Some(launcher) = self.launcher.upgrade() {
+            for job in &hit {
+                launcher.mark_gpu_fault(*job, &GpuFault::of(*job, uuid, &hit, named, &xids));
+            }
         }
         self.recovering
             .lock()
@@ -268,19 +270,8 @@ impl MpsWatch {
 /// Checks the MPS daemons every `every` ([`MpsWatch::check`]): restarts
 /// those that died, handles fatal GPU errors, and keeps shared work off an
 /// instance while its daemon is down or it recovers from a fault.
-fn watch_mps(watch: MpsWatch, period: Duration) {
-    let watch = Arc::new(watch);
+fn watch_mps(watch: Arc<MpsWatch>, period: Duration) {
     watch.check();
-    {
-        // A job hit by a fault ends within a moment of it, before the next
-        // check: its end looks at the servers' logs first.
-        let w = Arc::clone(&watch);
-        watch.launcher.set_end_check(Arc::new(move || {
-            if w.handle_faults() {
-                w.close_while_down_or_recovering();
-            }
-        }));
-    }
     every(period, move || watch.check());
 }
 

@@ -87,6 +87,17 @@ impl ControllerLink {
         self
     }
 
+    /// Reports each reshape that comes from the reshaper, each on its own
+    /// (a report being retried does not hold up the next).
+    pub async fn report_reshapes(
+        self: Arc<Self>,
+        mut reports: tokio::sync::mpsc::UnboundedReceiver<gsched_core::wire::ReshapeReport>,
+    ) {
+        while let Some(report) = reports.recv().await {
+            tokio::spawn(Arc::clone(&self).report_reshape(report));
+        }
+    }
+
     /// Tells the controller what a reshape did, until it has heard it (or
     /// the node registers again, which reports the instances anyway).
     pub async fn report_reshape(self: Arc<Self>, report: gsched_core::wire::ReshapeReport) {

@@ -111,10 +111,10 @@ pub struct ProbeServer {
     path: PathBuf,
     /// For the pidfd watchers, spawned from connection threads.
     runtime: tokio::runtime::Handle,
-    free_memory: std::sync::OnceLock<FreeMemory>,
-    processes_on: std::sync::OnceLock<ProcessesOn>,
+    free_memory: Option<FreeMemory>,
+    processes_on: Option<ProcessesOn>,
     /// Learns the context cost from the processes placed here.
-    context: std::sync::OnceLock<Arc<crate::context::ContextWatch>>,
+    context: Option<Arc<crate::context::ContextWatch>>,
     state: Mutex<State>,
     /// Each instance's MPS pipe directory (re-partitions change them).
     mps: std::sync::RwLock<BTreeMap<String, String>>,
@@ -124,8 +124,8 @@ pub struct ProbeServer {
     latency: Mutex<(LatencyHistogram, LatencyHistogram)>,
     /// Open connections by uid: each holds a thread.
     limits: Arc<gsched_daemon::limits::ConnectionLimits<u32>>,
-    steps: std::sync::OnceLock<std::sync::Weak<dyn StepControl>>,
-    gpu_busy: std::sync::OnceLock<GpuBusy>,
+    steps: std::sync::Weak<dyn StepControl>,
+    gpu_busy: Option<GpuBusy>,
     /// GPU time quotas (token connections).
     tokens: Arc<TokenServer>,
 }
@@ -164,14 +164,32 @@ thread_local! {
     static WAITED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-impl ProbeServer {
-    /// Binds the socket at `path`; `instances` are (uuid, bytes, MPS pipe dir).
-    pub fn bind(
-        path: PathBuf,
-        book: TaskBook,
-        mps: BTreeMap<String, String>,
-        events: Arc<TaskEvents>,
-    ) -> Result<(Arc<ProbeServer>, UnixListener)> {
+/// What the probe server reads from the GPUs and the cgroups, each
+/// optional (simulated GPUs and tests have none of them).
+#[derive(Default)]
+pub struct ProbeReaders {
+    /// Lets placements wait until the memory they reserve is physically
+    /// free.
+    pub free_memory: Option<FreeMemory>,
+    /// Lets drains see processes the GPU runs on an instance, placed or not.
+    pub processes_on: Option<ProcessesOn>,
+    /// Learns the context cost from the processes placed here.
+    pub context: Option<Arc<crate::context::ContextWatch>>,
+    /// Where a process's measured GPU use is counted.
+    pub gpu_busy: Option<GpuBusy>,
+}
+
+/// The probe socket, bound, and the GPU token timer: what can fail in
+/// building a probe server, done before it is built.
+pub struct ProbeSocket {
+    path: PathBuf,
+    tokens: Arc<TokenServer>,
+}
+
+impl ProbeSocket {
+    /// Binds the socket at `path` (any local user may connect; requests are
+    /// checked by key and uid) and starts the token timer.
+    pub fn bind(path: PathBuf) -> Result<(ProbeSocket, UnixListener)> {
         if path.as_os_str().len() > MAX_SOCK_PATH {
             bail!(
                 "the probe socket path {} is too long for a unix socket; use a shorter state directory",
@@ -186,24 +204,49 @@ impl ProbeServer {
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path)
             .with_context(|| format!("cannot bind the probe socket {}", path.display()))?;
-        // Any local user may connect; requests are checked by key and uid.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
-        let server = Arc::new(ProbeServer {
-            path,
+        let tokens = TokenServer::start(TokenConfig::default())
+            .context("cannot start the GPU token timer")?;
+        Ok((ProbeSocket { path, tokens }, listener))
+    }
+}
+
+/// What a probe server is built from, beside its socket.
+pub struct ProbeSetup {
+    pub book: TaskBook,
+    /// Each instance's MPS pipe directory.
+    pub mps: BTreeMap<String, String>,
+    pub events: Arc<TaskEvents>,
+    pub readers: ProbeReaders,
+    /// Where steps begin and end (the launcher, which holds this server).
+    pub steps: std::sync::Weak<dyn StepControl>,
+}
+
+impl ProbeServer {
+    /// The server on `socket`, with everything it reads given here.
+    pub fn new(socket: ProbeSocket, setup: ProbeSetup) -> Arc<ProbeServer> {
+        let ProbeReaders {
+            free_memory,
+            processes_on,
+            context,
+            gpu_busy,
+        } = setup.readers;
+        Arc::new(ProbeServer {
+            path: socket.path,
             runtime: tokio::runtime::Handle::current(),
-            free_memory: std::sync::OnceLock::new(),
-            processes_on: std::sync::OnceLock::new(),
-            context: std::sync::OnceLock::new(),
+            free_memory,
+            processes_on,
+            context,
             state: Mutex::new(State {
-                node: NodeBook::new(book),
+                node: NodeBook::new(setup.book),
                 jobs: HashMap::new(),
                 waiters: HashMap::new(),
                 growers: HashMap::new(),
                 watched: HashSet::new(),
                 gates: HashMap::new(),
             }),
-            mps: std::sync::RwLock::new(mps),
-            events,
+            mps: std::sync::RwLock::new(setup.mps),
+            events: setup.events,
             changed: Notify::new(),
             latency: Mutex::new((
                 LatencyHistogram::new(&PROBE_BOUNDS),
@@ -213,36 +256,59 @@ impl ProbeServer {
                 PROBE_CONNECTIONS_PER_UID,
                 PROBE_CONNECTIONS_TOTAL,
             ),
-            steps: std::sync::OnceLock::new(),
-            gpu_busy: std::sync::OnceLock::new(),
-            tokens: TokenServer::start(TokenConfig::default())
-                .context("cannot start the GPU token timer")?,
-        });
-        Ok((server, listener))
+            steps: setup.steps,
+            gpu_busy,
+            tokens: socket.tokens,
+        })
+    }
+
+    /// A server with no readers and no steps, on a socket at `path`.
+    #[cfg(test)]
+    pub(crate) fn bind(
+        path: PathBuf,
+        book: TaskBook,
+        mps: BTreeMap<String, String>,
+        events: Arc<TaskEvents>,
+    ) -> Result<(Arc<ProbeServer>, UnixListener)> {
+        ProbeServer::bind_reading(path, book, mps, events, ProbeReaders::default())
+    }
+
+    /// A server with `readers` and no steps, on a socket at `path`.
+    #[cfg(test)]
+    pub(crate) fn bind_reading(
+        path: PathBuf,
+        book: TaskBook,
+        mps: BTreeMap<String, String>,
+        events: Arc<TaskEvents>,
+        readers: ProbeReaders,
+    ) -> Result<(Arc<ProbeServer>, UnixListener)> {
+        struct NoSteps;
+        impl StepControl for NoSteps {
+            fn begin_step(
+                &self,
+                job: JobId,
+                _: u32,
+                _: i32,
+            ) -> std::result::Result<(), StepRefused> {
+                Err(StepRefused::NotRunning(job))
+            }
+            fn end_step(&self, job: JobId, _: u32, _: i32) -> std::result::Result<(), StepRefused> {
+                Err(StepRefused::NotRunning(job))
+            }
+        }
+        let (socket, listener) = ProbeSocket::bind(path)?;
+        let setup = ProbeSetup {
+            book,
+            mps,
+            events,
+            readers,
+            steps: std::sync::Weak::<NoSteps>::new(),
+        };
+        Ok((ProbeServer::new(socket, setup), listener))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Lets placements wait until the memory they reserve is physically free.
-    pub fn set_free_memory(&self, f: FreeMemory) {
-        let _ = self.free_memory.set(f);
-    }
-
-    /// Lets drains see processes the GPU runs on an instance, placed or not.
-    pub fn set_processes_on(&self, f: ProcessesOn) {
-        let _ = self.processes_on.set(f);
-    }
-
-    pub fn set_context(&self, c: Arc<crate::context::ContextWatch>) {
-        let _ = self.context.set(c);
-    }
-
-    /// Connects where a process's measured GPU use is counted (once, at
-    /// start).
-    pub fn set_gpu_busy(&self, f: GpuBusy) {
-        let _ = self.gpu_busy.set(f);
     }
 
     /// Every process bound to an instance here (job, pid).
@@ -254,7 +320,7 @@ impl ProbeServer {
     /// tell).
     fn processes_on(&self, uuid: &str) -> Vec<(u32, JobId)> {
         self.processes_on
-            .get()
+            .as_ref()
             .and_then(|f| f(uuid))
             .unwrap_or_default()
     }
@@ -264,7 +330,7 @@ impl ProbeServer {
     /// new process is bound to that instance, as if its job held it, and
     /// the log names it. Blocks on the GPU (call it off the async threads).
     pub fn check_unplaced(&self) {
-        if self.processes_on.get().is_none() {
+        if self.processes_on.is_none() {
             return;
         }
         let uuids: Vec<String> = self
@@ -297,7 +363,7 @@ impl ProbeServer {
     /// the memory is available, but an exited process's memory may still be
     /// on its way back.
     fn physically_free(&self, instance: &str, bytes: u64) {
-        let Some(f) = self.free_memory.get() else {
+        let Some(f) = &self.free_memory else {
             return;
         };
         // Only where a dead process's memory may still be returning: the
@@ -367,7 +433,7 @@ impl ProbeServer {
             Some(k) => k,
             None => gsched_daemon::key::random_hex(24)?,
         };
-        let context = self.context.get().map_or(0, |c| c.reserve_bytes());
+        let context = self.context.as_ref().map_or(0, |c| c.reserve_bytes());
         let mut st = self.lock();
         if let Some(input) = budget {
             let largest = st.node.tasks().largest_open_bytes();
@@ -387,7 +453,7 @@ impl ProbeServer {
 
     /// The job ended or was cancelled: its reservations go, at once.
     pub fn job_ended(&self, job: JobId) {
-        if let Some(c) = self.context.get() {
+        if let Some(c) = self.context.as_ref() {
             c.job_ended(job);
         }
         let mut st = self.lock();
@@ -434,7 +500,7 @@ impl ProbeServer {
             if let Some(u) = uses.get_mut(&i.uuid) {
                 u.used_bytes = self
                     .free_memory
-                    .get()
+                    .as_ref()
                     .and_then(|f| f(&i.uuid))
                     .map(|free| i.memory_bytes.saturating_sub(free));
             }
@@ -543,11 +609,6 @@ impl ProbeServer {
             bytes: p.bytes,
         }
     }
-
-    /// Connects the node's step control (once, at start).
-    pub fn set_steps(&self, steps: std::sync::Weak<dyn StepControl>) {
-        let _ = self.steps.set(steps);
-    }
 }
 
 /// The peer's uid and pid (SO_PEERCRED).
@@ -586,6 +647,20 @@ mod tests {
         ProbeServer::bind(sock, book, BTreeMap::new(), Arc::new(TaskEvents::default())).unwrap()
     }
 
+    /// The same, with the GPU reporting `processes_on` each instance.
+    fn server_seeing(
+        sock: std::path::PathBuf,
+        book: TaskBook,
+        processes_on: ProcessesOn,
+    ) -> (Arc<ProbeServer>, UnixListener) {
+        let readers = ProbeReaders {
+            processes_on: Some(processes_on),
+            ..ProbeReaders::default()
+        };
+        let events = Arc::new(TaskEvents::default());
+        ProbeServer::bind_reading(sock, book, BTreeMap::new(), events, readers).unwrap()
+    }
+
     fn begin(job: JobId, key: &str, bytes: u64) -> Vec<u8> {
         serde_json::to_vec(&ProbeRequest::Begin {
             job,
@@ -602,14 +677,17 @@ mod tests {
     async fn a_drain_waits_for_processes_it_has_no_placement_for() {
         let dir = tempfile::tempdir().unwrap();
         let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 4 * G)]);
-        let (server, _listener) = server_on(dir.path().join("p.sock"), book);
         // The GPU reports a process there that gnoded never placed.
         let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let r = Arc::clone(&running);
-        server.set_processes_on(Arc::new(move |uuid: &str| {
-            (uuid == "GPU-a" && r.load(std::sync::atomic::Ordering::SeqCst))
-                .then(|| vec![(4242, 9)])
-        }));
+        let (server, _listener) = server_seeing(
+            dir.path().join("p.sock"),
+            book,
+            Arc::new(move |uuid: &str| {
+                (uuid == "GPU-a" && r.load(std::sync::atomic::Ordering::SeqCst))
+                    .then(|| vec![(4242, 9)])
+            }),
+        );
         assert!(server.hold("GPU-a", 7), "a process is on the instance");
         let s = Arc::clone(&server);
         server.register_job(7, 0, None, None, None).unwrap();
@@ -632,21 +710,25 @@ mod tests {
     #[tokio::test]
     async fn a_process_without_a_placement_closes_its_instance_while_it_runs() {
         let dir = tempfile::tempdir().unwrap();
-        let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 40 * G)]);
-        let (server, _listener) = server_on(dir.path().join("p.sock"), book);
+        let book = || TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 40 * G)]);
+        let (blind, _l) = server_on(dir.path().join("blind.sock"), book());
         let bypassed = |s: &ProbeServer| s.lock().node.tasks().instances()[0].bypassed;
         // Nothing to look at: nothing changes.
-        server.check_unplaced();
-        assert!(!bypassed(&server));
+        blind.check_unplaced();
+        assert!(!bypassed(&blind));
         let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let r = Arc::clone(&running);
-        server.set_processes_on(Arc::new(move |_: &str| {
-            Some(if r.load(std::sync::atomic::Ordering::SeqCst) {
-                vec![(4242, 9)]
-            } else {
-                Vec::new()
-            })
-        }));
+        let (server, _listener) = server_seeing(
+            dir.path().join("p.sock"),
+            book(),
+            Arc::new(move |_: &str| {
+                Some(if r.load(std::sync::atomic::Ordering::SeqCst) {
+                    vec![(4242, 9)]
+                } else {
+                    Vec::new()
+                })
+            }),
+        );
         server.check_unplaced();
         assert!(bypassed(&server), "job 9's process has no placement");
         running.store(false, std::sync::atomic::Ordering::SeqCst);

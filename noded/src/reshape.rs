@@ -38,9 +38,6 @@ const EMPTY_WITHIN: Duration = Duration::from_secs(600);
 /// How often a reshape looks whether its instances are empty.
 const EMPTY_POLL: Duration = Duration::from_millis(200);
 
-/// Where a reshape's report goes (the controller link).
-pub type Report = Arc<dyn Fn(ReshapeReport) + Send + Sync>;
-
 pub struct Reshaper {
     node: String,
     backend: Arc<dyn GpuBackend>,
@@ -55,7 +52,8 @@ pub struct Reshaper {
     sim_delay: Duration,
     /// Reshapes under way (by order number) and the instances they retire.
     running: Mutex<std::collections::BTreeMap<u64, Vec<String>>>,
-    report: std::sync::OnceLock<Report>,
+    /// Where each reshape's report goes (the controller link).
+    reports: Option<tokio::sync::mpsc::UnboundedSender<ReshapeReport>>,
 }
 
 /// Why an order is refused.
@@ -110,8 +108,17 @@ impl Reshaper {
             mps: None,
             sim_delay,
             running: Mutex::new(Default::default()),
-            report: std::sync::OnceLock::new(),
+            reports: None,
         }
+    }
+
+    /// Sends each reshape's report to `reports`.
+    pub fn reporting_to(
+        mut self,
+        reports: tokio::sync::mpsc::UnboundedSender<ReshapeReport>,
+    ) -> Self {
+        self.reports = Some(reports);
+        self
     }
 
     /// Gives the instances of `gpus` MPS daemons from `sup`.
@@ -131,11 +138,6 @@ impl Reshaper {
     /// The GPUs this node re-partitions when asked.
     pub fn reshapeable(&self) -> &BTreeSet<u32> {
         &self.reshapeable
-    }
-
-    /// Connects where reports go (once, at start).
-    pub fn set_report(&self, report: Report) {
-        let _ = self.report.set(report);
     }
 
     /// Takes an order: checks it, retires its instances and carries it out
@@ -191,8 +193,8 @@ impl Reshaper {
             let seq = req.seq;
             let report = this.carry_out(req).await;
             this.lock_running().remove(&seq);
-            if let Some(r) = this.report.get() {
-                r(report);
+            if let Some(r) = &this.reports {
+                let _ = r.send(report);
             }
         });
         Ok(())
@@ -502,18 +504,26 @@ mod tests {
         )
         .unwrap();
         let reshapeable = reshapeable_gpus(&instances, true);
-        let reshaper = Arc::new(Reshaper::new(
-            "n1".into(),
-            Arc::clone(&backend),
-            Arc::clone(&probe),
-            Arc::new(crate::confine::Confinement::unconfined()),
-            Arc::new(RwLock::new(instances)),
-            reshapeable,
-            Duration::ZERO,
-        ));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let reports = Arc::new(Mutex::new(Vec::new()));
         let r = Arc::clone(&reports);
-        reshaper.set_report(Arc::new(move |rep| r.lock().unwrap().push(rep)));
+        tokio::spawn(async move {
+            while let Some(rep) = rx.recv().await {
+                r.lock().unwrap().push(rep);
+            }
+        });
+        let reshaper = Arc::new(
+            Reshaper::new(
+                "n1".into(),
+                Arc::clone(&backend),
+                Arc::clone(&probe),
+                Arc::new(crate::confine::Confinement::unconfined()),
+                Arc::new(RwLock::new(instances)),
+                reshapeable,
+                Duration::ZERO,
+            )
+            .reporting_to(tx),
+        );
         Node {
             _dir: dir,
             probe,

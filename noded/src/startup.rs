@@ -1,24 +1,29 @@
-//! Starting gnoded: its parts built in dependency order (GPUs, launcher
-//! and confinement, probe server, reshaper, API, the link to the
-//! controller), each from the flags and the parts before it.
+//! Starting gnoded: its parts built in dependency order (GPUs,
+//! confinement, what is read from them, the launcher together with the
+//! probe server and the MPS watch, reshaper, API, the link to the
+//! controller), each from the flags and the parts before it. No part is
+//! connected to another after it is built: the two that hold each other
+//! (the launcher and the probe server, the launcher and the MPS watch) are
+//! built together, the later one holding the launcher weakly, and the
+//! reshaper's reports reach the link through a channel.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::net::TcpListener;
 
+use crate::launcher::{EndCheck, InterceptionLib, Launcher, LauncherPeers, LauncherSetup};
+use crate::probe::{ProbeReaders, ProbeServer, ProbeSetup, ProbeSocket, TaskEvents};
 use crate::{
-    api, confine, context, every, fence, gpu, gpu_models, instance_id, launcher, link, memory_mib,
-    mig_ids, mig_reconfig_delay, mps, probe, reshape, restore_reservations, watch_mps, MpsWatch,
-    NodeConfig, Running, UNPLACED_CHECK,
+    api, confine, context, every, fence, gpu, gpu_models, instance_id, link, memory_mib, mig_ids,
+    mig_reconfig_delay, mps, probe, reshape, restore_reservations, watch_mps, MpsWatch, NodeConfig,
+    Running, UNPLACED_CHECK,
 };
 
 /// Starts the node daemon. `shepherd_exe` is a binary that runs
 /// [`shepherd::main`] when called with [`shepherd::SHEPHERD_ARG`].
-/// Built in dependency order: GPUs, launcher and confinement, probe
-/// server, reshaper, API, and the link to the controller.
 pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) -> Result<Running> {
     gsched_daemon::state::prepare_dir(state_dir)?;
     let name = node_name(&config)?;
@@ -33,34 +38,96 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         instances,
         mps,
     } = start_gpus(&config, state_dir, &name).await?;
-    let JobSide {
-        launcher,
-        confine,
-        cpus,
-        memory_mib,
-        node_id,
-        ended_rx,
-    } = start_jobs(
+    let backend: Arc<dyn gpu::GpuBackend> = Arc::from(backend);
+    let node_id = instance_id(state_dir)?;
+    let (confine, cpus, memory_mib) = confine::start(
         &config,
-        state_dir,
-        &name,
-        shepherd_exe,
-        &*backend,
-        &instances,
+        &confine::dir_name(&name, &node_id),
+        memory_mib(),
+        (!backend.is_simulated()).then(|| confine::NodeGpus {
+            instances: instances.to_vec(),
+            mig_ids: mig_ids(&*backend, &instances),
+        }),
     )?;
-    let (probe_server, probe_listener, events) =
-        start_probe(&config, state_dir, &name, &instances, &launcher)?;
     // The instances as the node registers them (re-partitions change them).
-    let inventory = Arc::new(std::sync::RwLock::new(instances.clone()));
+    let inventory = Arc::new(RwLock::new(instances.clone()));
+    let reading = start_reading(&config, &backend, &confine, &instances)?;
+    let (ended_tx, ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    let events = Arc::new(TaskEvents::default());
+    let (socket, probe_listener) =
+        ProbeSocket::bind(state_dir.join("run").join(format!("{name}.probe.sock")))?;
+    let book = task_book(&config, &instances)?;
+    let mps_dirs = instances
+        .iter()
+        .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))
+        .collect();
+    let spool_root = state_dir.join("spool").join(&name);
+    let setup = LauncherSetup {
+        node: name.clone(),
+        spool_root: spool_root.clone(),
+        shepherd_exe,
+        kill_wait: Duration::from_secs(config.kill_wait),
+        uid_policy: gsched_core::job::JobUidPolicy {
+            min_uid: config.min_job_uid,
+            allow_root: config.allow_root_jobs,
+        },
+        ended: ended_tx,
+        confine: Arc::clone(&confine),
+        tls_ca: config.tls_ca.clone(),
+        interception: reading.interception,
+    };
+    let mut parts_built = None;
+    let launcher = Launcher::with_peers(setup, |me| {
+        let probe = ProbeServer::new(
+            socket,
+            ProbeSetup {
+                book,
+                mps: mps_dirs,
+                events: Arc::clone(&events),
+                readers: reading.probe,
+                steps: me.clone(),
+            },
+        );
+        let watch = mps.as_ref().map(|sup| {
+            Arc::new(MpsWatch {
+                sup: Arc::clone(sup),
+                probe: Arc::clone(&probe),
+                launcher: me.clone(),
+                confine: Arc::clone(&confine),
+                recovering: Default::default(),
+                xids: Arc::clone(&reading.xids),
+                inventory: Arc::clone(&inventory),
+            })
+        });
+        // A job hit by a fault ends within a moment of it, before the
+        // watch's next look: its end looks at the servers' logs first.
+        let end_check = watch.as_ref().map(|w| {
+            let w = Arc::clone(w);
+            Arc::new(move || {
+                if w.handle_faults() {
+                    w.close_while_down_or_recovering();
+                }
+            }) as EndCheck
+        });
+        parts_built = Some((Arc::clone(&probe), watch));
+        LauncherPeers { probe, end_check }
+    })
+    .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
+    let (probe_server, watch) = parts_built.expect("the launcher builds its peers");
     let parts = Parts {
-        backend: Arc::from(backend),
+        backend,
         confine,
         launcher,
         probe: probe_server,
         inventory,
     };
-    connect_probe(&config, &parts, &instances)?;
-    watch_gpu_faults(&parts, mps.as_ref(), &gpu_settings);
+    start_sampling(&parts, reading.context, &instances);
+    if let Some(w) = watch {
+        watch_mps(
+            w,
+            Duration::from_secs(gpu_settings.mps_check_interval.max(1)),
+        );
+    }
     let Parts {
         backend,
         confine,
@@ -90,9 +157,6 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         config.allow_plain_http,
     )?;
     let http = gsched_daemon::tls::http_client(config.tls_ca.as_deref())?;
-    if let Some(ca) = &config.tls_ca {
-        launcher.set_tls_ca(ca.clone());
-    }
     restore_reservations(
         &gsched_daemon::peer::PeerClient::new(
             http.clone(),
@@ -112,6 +176,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     let lease = Arc::new(fence::NodeLease::open(state_dir));
     tokio::spawn(Arc::clone(&lease).watch(Arc::clone(launcher)));
     let reshape_keep = reshape_keep(&gpu_settings, &instances)?;
+    let (reshape_tx, reshape_rx) = tokio::sync::mpsc::unbounded_channel();
     let reshaper = reshaper(
         &config,
         &name,
@@ -120,6 +185,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         &parts,
         &instances,
     )?;
+    let reshaper = Arc::new(reshaper.reporting_to(reshape_tx));
     let app = api::router(Arc::new(api::NodeApi {
         launcher: Arc::clone(launcher),
         probe: Some(Arc::clone(probe_server)),
@@ -150,12 +216,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         reshape_keep,
     };
     let link = link_to_controller(&config, &parts, identity, key, lease, http, mps.as_ref());
-    {
-        let l = Arc::clone(&link);
-        reshaper.set_report(Arc::new(move |r| {
-            tokio::spawn(Arc::clone(&l).report_reshape(r));
-        }));
-    }
+    tokio::spawn(Arc::clone(&link).report_reshapes(reshape_rx));
     tokio::spawn(Arc::clone(&link).report_tasks(events));
     tokio::spawn(link.run(ended_rx, ended));
     tracing::info!(%addr, %url, node = %name, "gnoded listening");
@@ -171,99 +232,10 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
 struct Parts {
     backend: Arc<dyn gpu::GpuBackend>,
     confine: Arc<confine::Confinement>,
-    launcher: Arc<launcher::Launcher>,
-    probe: Arc<probe::ProbeServer>,
+    launcher: Arc<Launcher>,
+    probe: Arc<ProbeServer>,
     /// The instances as the node registers them (re-partitions change them).
-    inventory: Arc<std::sync::RwLock<Vec<gsched_core::gpu::Instance>>>,
-}
-
-/// The launcher and the confinement of jobs (cgroups), and what the
-/// node registers of its CPUs and memory.
-struct JobSide {
-    launcher: Arc<launcher::Launcher>,
-    confine: Arc<confine::Confinement>,
-    cpus: u32,
-    memory_mib: u64,
-    /// This start of gnoded (`instance_id`).
-    node_id: String,
-    /// The ends of runs the launcher saw, for the link to report.
-    ended_rx: tokio::sync::mpsc::UnboundedReceiver<gsched_core::wire::JobEnded>,
-}
-
-/// Starts the launcher and the confinement of jobs, and samples the jobs'
-/// use of their cgroups.
-fn start_jobs(
-    config: &NodeConfig,
-    state_dir: &Path,
-    name: &str,
-    shepherd_exe: PathBuf,
-    backend: &dyn gpu::GpuBackend,
-    instances: &[gsched_core::gpu::Instance],
-) -> Result<JobSide> {
-    let (ended_tx, ended_rx) = tokio::sync::mpsc::unbounded_channel();
-    let spool_root = state_dir.join("spool").join(name);
-    let launcher = launcher::Launcher::new(
-        name.to_string(),
-        spool_root.clone(),
-        shepherd_exe,
-        Duration::from_secs(config.kill_wait),
-        gsched_core::job::JobUidPolicy {
-            min_uid: config.min_job_uid,
-            allow_root: config.allow_root_jobs,
-        },
-        ended_tx,
-    )
-    .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
-    let node_id = instance_id(state_dir)?;
-    let (confine, cpus, memory_mib) = confine::start(
-        config,
-        &confine::dir_name(name, &node_id),
-        memory_mib(),
-        (!backend.is_simulated()).then(|| confine::NodeGpus {
-            instances: instances.to_vec(),
-            mig_ids: mig_ids(backend, instances),
-        }),
-    )?;
-    launcher.set_confinement(Arc::clone(&confine));
-    {
-        let l = Arc::clone(&launcher);
-        every(confine.sample_interval(), move || l.sample_usage());
-    }
-    Ok(JobSide {
-        launcher,
-        confine,
-        cpus,
-        memory_mib,
-        node_id,
-        ended_rx,
-    })
-}
-
-/// Watches the GPUs for faults (Xid events) and the MPS control daemons
-/// for failures, recovering what it can.
-fn watch_gpu_faults(
-    parts: &Parts,
-    mps: Option<&Arc<mps::MpsSupervisor>>,
-    gpu_settings: &gpu::layout::GpuSettings,
-) {
-    let xids = Arc::new(gpu::xid::XidLog::default());
-    if !parts.backend.is_simulated() {
-        gpu::xid::watch(Arc::clone(&xids));
-    }
-    if let Some(sup) = mps {
-        watch_mps(
-            MpsWatch {
-                sup: Arc::clone(sup),
-                probe: Arc::clone(&parts.probe),
-                launcher: Arc::clone(&parts.launcher),
-                confine: Arc::clone(&parts.confine),
-                recovering: Default::default(),
-                xids,
-                inventory: Arc::clone(&parts.inventory),
-            },
-            Duration::from_secs(gpu_settings.mps_check_interval.max(1)),
-        );
-    }
+    inventory: Arc<RwLock<Vec<gsched_core::gpu::Instance>>>,
 }
 
 /// The URL the node registers with: `--advertise-url`, else its listening
@@ -329,39 +301,6 @@ fn link_to_controller(
         link.with_probe(Arc::clone(&parts.probe))
             .with_inventory(Arc::clone(&parts.inventory)),
     )
-}
-
-/// The probe server of the node's shared tasks (not yet serving), and
-/// the channel of task events it reports on.
-fn start_probe(
-    config: &NodeConfig,
-    state_dir: &Path,
-    name: &str,
-    instances: &[gsched_core::gpu::Instance],
-    launcher: &Arc<launcher::Launcher>,
-) -> Result<(
-    Arc<probe::ProbeServer>,
-    tokio::net::UnixListener,
-    Arc<probe::TaskEvents>,
-)> {
-    let events = Arc::new(probe::TaskEvents::default());
-    let sock = state_dir.join("run").join(format!("{name}.probe.sock"));
-    let mps_dirs = instances
-        .iter()
-        .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))
-        .collect();
-    let (probe_server, probe_listener) = probe::ProbeServer::bind(
-        sock,
-        task_book(config, instances)?,
-        mps_dirs,
-        Arc::clone(&events),
-    )?;
-    launcher.set_probe(Arc::clone(&probe_server));
-    {
-        let steps: Arc<dyn probe::StepControl> = Arc::clone(launcher) as _;
-        probe_server.set_steps(Arc::downgrade(&steps));
-    }
-    Ok((probe_server, probe_listener, events))
 }
 
 /// The node's name: `--name`, else the host name.
@@ -465,42 +404,32 @@ fn task_book(
     )
 }
 
-/// Gives the probe server what it reads from the GPUs and the cgroups
-/// (free memory, processes, busy time, context costs), and the launcher
-/// the interception library.
-fn connect_probe(
+/// What is read from the GPUs and the cgroups, for the probe server
+/// (free memory, processes, busy time, context costs) and the launcher
+/// (the interception library); the GPU meter runs from here on.
+struct Reading {
+    probe: ProbeReaders,
+    context: Arc<context::ContextWatch>,
+    interception: Option<InterceptionLib>,
+    /// The driver's recent Xid errors (watched on real GPUs).
+    xids: Arc<gpu::xid::XidLog>,
+}
+
+fn start_reading(
     config: &NodeConfig,
-    parts: &Parts,
+    backend: &Arc<dyn gpu::GpuBackend>,
+    confine: &Arc<confine::Confinement>,
     instances: &[gsched_core::gpu::Instance],
-) -> Result<()> {
-    let Parts {
-        backend,
-        confine,
-        launcher,
-        probe: probe_server,
-        ..
-    } = parts;
+) -> Result<Reading> {
     {
         let mut gpus: Vec<u32> = instances.iter().map(|i| i.gpu_index).collect();
         gpus.sort_unstable();
         gpus.dedup();
         gpu::meter::start(Arc::clone(backend), Arc::clone(confine), &gpus);
     }
-    {
-        let b = Arc::clone(backend);
-        probe_server.set_free_memory(Arc::new(move |uuid: &str| b.free_bytes(uuid)));
-        // Only jobs' processes hold a drain: not the MPS server, nor what
-        // runs outside gsched.
-        let (b, c) = (Arc::clone(backend), Arc::clone(confine));
-        probe_server.set_processes_on(Arc::new(move |uuid: &str| {
-            let pids = b.processes_on(uuid)?;
-            Some(
-                c.jobs_of(&pids)
-                    .into_iter()
-                    .map(|(p, j, _)| (p, j))
-                    .collect(),
-            )
-        }));
+    let xids = Arc::new(gpu::xid::XidLog::default());
+    if !backend.is_simulated() {
+        gpu::xid::watch(Arc::clone(&xids));
     }
     let task_mem = gsched_core::units::parse_mem_mib(&config.default_task_mem)
         .with_context(|| format!("invalid --default-task-mem '{}'", config.default_task_mem))?;
@@ -514,22 +443,27 @@ fn connect_probe(
             default_mib: gsched_core::context::DEFAULT_CONTEXT_MIB,
         },
     }));
-    probe_server.set_context(Arc::clone(&context));
-    {
-        let c = Arc::clone(confine);
-        probe_server.set_gpu_busy(Arc::new(move |job, pid, busy, placed| {
-            c.add_gpu_busy(job, pid, busy, placed)
-        }));
-    }
-    if context.learns() {
-        let probe = Arc::clone(probe_server);
-        context::start_sampling(
-            Arc::clone(&context),
-            Arc::clone(backend),
-            move || probe.placed_processes(),
-            gpu_models(instances),
-        );
-    }
+    let free = Arc::clone(backend);
+    // Only jobs' processes hold a drain: not the MPS server, nor what runs
+    // outside gsched.
+    let (b, c) = (Arc::clone(backend), Arc::clone(confine));
+    let busy = Arc::clone(confine);
+    let probe = ProbeReaders {
+        free_memory: Some(Arc::new(move |uuid: &str| free.free_bytes(uuid))),
+        processes_on: Some(Arc::new(move |uuid: &str| {
+            let pids = b.processes_on(uuid)?;
+            Some(
+                c.jobs_of(&pids)
+                    .into_iter()
+                    .map(|(p, j, _)| (p, j))
+                    .collect(),
+            )
+        })),
+        context: Some(Arc::clone(&context)),
+        gpu_busy: Some(Arc::new(move |job, pid, used, placed| {
+            busy.add_gpu_busy(job, pid, used, placed)
+        })),
+    };
     let probe_lib = match &config.probe_lib {
         Some(p) if p.is_file() => Some(p.clone()),
         Some(p) => anyhow::bail!("the probe library {} does not exist", p.display()),
@@ -538,16 +472,50 @@ fn connect_probe(
             .and_then(|e| e.parent().map(|d| d.join("libgprobe.so")))
             .filter(|p| p.is_file()),
     };
-    match probe_lib {
-        Some(p) => {
-            tracing::info!(lib = %p.display(), "CUDA programs of shared jobs run under the interception library");
-            launcher.set_interception(p, task_mem * 1024 * 1024, context);
+    let interception = match probe_lib {
+        Some(lib) => {
+            tracing::info!(lib = %lib.display(), "CUDA programs of shared jobs run under the interception library");
+            Some(InterceptionLib {
+                lib,
+                default_bytes: task_mem * 1024 * 1024,
+                context: Arc::clone(&context),
+            })
         }
-        None => tracing::warn!(
-            "libgprobe.so not found next to this program: CUDA programs of shared jobs are not intercepted (give --probe-lib)"
-        ),
+        None => {
+            tracing::warn!(
+                "libgprobe.so not found next to this program: CUDA programs of shared jobs are not intercepted (give --probe-lib)"
+            );
+            None
+        }
+    };
+    Ok(Reading {
+        probe,
+        context,
+        interception,
+        xids,
+    })
+}
+
+/// Samples the jobs' use of their cgroups, and (where the context cost is
+/// learned) the processes placed on the GPUs.
+fn start_sampling(
+    parts: &Parts,
+    context: Arc<context::ContextWatch>,
+    instances: &[gsched_core::gpu::Instance],
+) {
+    {
+        let l = Arc::clone(&parts.launcher);
+        every(parts.confine.sample_interval(), move || l.sample_usage());
     }
-    Ok(())
+    if context.learns() {
+        let probe = Arc::clone(&parts.probe);
+        context::start_sampling(
+            context,
+            Arc::clone(&parts.backend),
+            move || probe.placed_processes(),
+            gpu_models(instances),
+        );
+    }
 }
 
 /// The reshaper of the GPUs that may be re-partitioned.
@@ -558,7 +526,7 @@ fn reshaper(
     mps: Option<&Arc<mps::MpsSupervisor>>,
     parts: &Parts,
     instances: &[gsched_core::gpu::Instance],
-) -> Result<Arc<reshape::Reshaper>> {
+) -> Result<reshape::Reshaper> {
     let Parts {
         backend,
         confine,
@@ -581,9 +549,8 @@ fn reshaper(
         .collect(),
         mig_reconfig_delay(config.mig_reconfig_secs)?,
     );
-    let reshaper = match mps {
+    Ok(match mps {
         Some(sup) => reshaper.with_mps(Arc::clone(sup), gpu_settings.mps_gpus()),
         None => reshaper,
-    };
-    Ok(Arc::new(reshaper))
+    })
 }

@@ -85,7 +85,7 @@ impl Launcher {
                             suspension,
                         },
                     );
-                    if let (Some(probe), Some(spec)) = (self.probe.get(), &spec) {
+                    if let (Some(probe), Some(spec)) = (self.probe.as_ref(), &spec) {
                         // The job keeps its key across gnoded restarts.
                         let key = spec.env.get(JOB_KEY_ENV).cloned();
                         // Its quota, as given at its launch (gnoded's own
@@ -121,7 +121,7 @@ impl Launcher {
                 }
             }
         }
-        if let Some(probe) = self.probe.get() {
+        if let Some(probe) = self.probe.as_ref() {
             for (job, run, instances) in gated {
                 probe.close_gate(job);
                 for uuid in &instances {

@@ -37,7 +37,7 @@ impl Launcher {
     /// nothing of it runs, its cgroup and cores go.
     pub(super) fn end_unstarted(&self, job: JobId) {
         self.jobs().remove(&job);
-        if let Some(probe) = self.probe.get() {
+        if let Some(probe) = self.probe.as_ref() {
             probe.job_ended(job);
         }
         self.confinement().abandon(job);

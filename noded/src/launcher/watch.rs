@@ -167,7 +167,7 @@ impl Launcher {
         signal_group(pid, Signal::SIGKILL);
         self.signal_step_groups(job, Signal::SIGKILL);
         let confine = Arc::clone(self.confinement());
-        let check = self.end_check.get().cloned();
+        let check = self.end_check.clone();
         let finished = tokio::task::spawn_blocking(move || {
             if let Some(check) = check {
                 check();
@@ -180,7 +180,7 @@ impl Launcher {
         record_finished(&spool, &finished);
         let ended = ended_from_spool(job, &spool);
         self.jobs().remove(&job);
-        if let Some(probe) = self.probe.get() {
+        if let Some(probe) = self.probe.as_ref() {
             probe.job_ended(job);
         }
         info!(job, outcome = ?ended.outcome, "job ended");

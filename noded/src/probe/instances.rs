@@ -40,7 +40,7 @@ impl ProbeServer {
                 continue;
             }
             // NVML and the cgroups' process lists: off the async threads.
-            let unplaced = match self.processes_on.get().cloned() {
+            let unplaced = match self.processes_on.clone() {
                 Some(f) => {
                     let u = uuid.to_string();
                     // The job's own processes (one that bypassed the gate

@@ -268,7 +268,7 @@ impl ProbeServer {
         bytes: u64,
         busy: Option<BusyTime>,
     ) -> ProbeReply {
-        if let Some(c) = self.context.get() {
+        if let Some(c) = self.context.as_ref() {
             c.allocated(job, pid, bytes);
         }
         self.events.send(TaskEvent::Peak(job, bytes));
@@ -281,7 +281,7 @@ impl ProbeServer {
                 .map(|i| i.capacity)
         });
         drop(st);
-        if let (Some(b), Some(capacity), Some(add)) = (busy, capacity, self.gpu_busy.get()) {
+        if let (Some(b), Some(capacity), Some(add)) = (busy, capacity, self.gpu_busy.as_ref()) {
             let whole = gsched_core::compute::whole_gpu_usec(b.busy_usec, capacity);
             add(job, pid, whole.min(b.placed_usec), b.placed_usec);
         }
@@ -311,7 +311,7 @@ impl ProbeServer {
 
     /// Begins or ends step `step` of `job` for the process `pid`.
     pub(super) fn step(&self, job: JobId, step: u32, pid: u32, begin: bool) -> ProbeReply {
-        let Some(control) = self.steps.get().and_then(std::sync::Weak::upgrade) else {
+        let Some(control) = self.steps.upgrade() else {
             return ProbeReply::error(code::UNAVAILABLE, "this node does not run steps");
         };
         let Ok(pid) = i32::try_from(pid) else {
@@ -352,7 +352,7 @@ impl ProbeServer {
             {
                 let _ = afd.readable().await;
             }
-            if let Some(c) = this.context.get() {
+            if let Some(c) = this.context.as_ref() {
                 c.ended(job, pid);
             }
             let mut st = this.lock();
