@@ -27,11 +27,7 @@ use crate::{
 pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) -> Result<Running> {
     gsched_daemon::state::prepare_dir(state_dir)?;
     let name = node_name(&config)?;
-    let key_path = config
-        .cluster_key_file
-        .clone()
-        .unwrap_or_else(|| state_dir.join("cluster.key"));
-    let key = gsched_daemon::key::read(&key_path)?;
+    let key = cluster_key(&config, state_dir)?;
     let Gpus {
         backend,
         settings: gpu_settings,
@@ -51,69 +47,34 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     )?;
     // The instances as the node registers them (re-partitions change them).
     let inventory = Arc::new(RwLock::new(instances.clone()));
-    let reading = start_reading(&config, &backend, &confine, &instances)?;
-    let (ended_tx, ended_rx) = tokio::sync::mpsc::unbounded_channel();
-    let events = Arc::new(TaskEvents::default());
-    let (socket, probe_listener) =
-        ProbeSocket::bind(state_dir.join("run").join(format!("{name}.probe.sock")))?;
-    let book = task_book(&config, &instances)?;
-    let mps_dirs = instances
-        .iter()
-        .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))
-        .collect();
-    let spool_root = state_dir.join("spool").join(&name);
-    let setup = LauncherSetup {
-        node: name.clone(),
-        spool_root: spool_root.clone(),
+    let Reading {
+        probe: readers,
+        context,
+        interception,
+        xids,
+    } = start_reading(&config, &backend, &confine, &instances)?;
+    let JobSide {
+        launcher,
+        probe: probe_server,
+        watch,
+        probe_listener,
+        events,
+        ended_rx,
+    } = start_jobs(
+        &config,
+        state_dir,
+        &name,
         shepherd_exe,
-        kill_wait: Duration::from_secs(config.kill_wait),
-        uid_policy: gsched_core::job::JobUidPolicy {
-            min_uid: config.min_job_uid,
-            allow_root: config.allow_root_jobs,
+        &instances,
+        JobParts {
+            mps: mps.as_ref(),
+            confine: &confine,
+            inventory: &inventory,
+            readers,
+            interception,
+            xids,
         },
-        ended: ended_tx,
-        confine: Arc::clone(&confine),
-        tls_ca: config.tls_ca.clone(),
-        interception: reading.interception,
-    };
-    let mut parts_built = None;
-    let launcher = Launcher::with_peers(setup, |me| {
-        let probe = ProbeServer::new(
-            socket,
-            ProbeSetup {
-                book,
-                mps: mps_dirs,
-                events: Arc::clone(&events),
-                readers: reading.probe,
-                steps: me.clone(),
-            },
-        );
-        let watch = mps.as_ref().map(|sup| {
-            Arc::new(MpsWatch {
-                sup: Arc::clone(sup),
-                probe: Arc::clone(&probe),
-                launcher: me.clone(),
-                confine: Arc::clone(&confine),
-                recovering: Default::default(),
-                xids: Arc::clone(&reading.xids),
-                inventory: Arc::clone(&inventory),
-            })
-        });
-        // A job hit by a fault ends within a moment of it, before the
-        // watch's next look: its end looks at the servers' logs first.
-        let end_check = watch.as_ref().map(|w| {
-            let w = Arc::clone(w);
-            Arc::new(move || {
-                if w.handle_faults() {
-                    w.close_while_down_or_recovering();
-                }
-            }) as EndCheck
-        });
-        parts_built = Some((Arc::clone(&probe), watch));
-        LauncherPeers { probe, end_check }
-    })
-    .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
-    let (probe_server, watch) = parts_built.expect("the launcher builds its peers");
+    )?;
     let parts = Parts {
         backend,
         confine,
@@ -121,35 +82,20 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         probe: probe_server,
         inventory,
     };
-    start_sampling(&parts, reading.context, &instances);
+    start_sampling(&parts, context, &instances);
     if let Some(w) = watch {
         watch_mps(
             w,
             Duration::from_secs(gpu_settings.mps_check_interval.max(1)),
         );
     }
+    let ended = serve_probe_and_adopt(&parts, probe_listener).await?;
     let Parts {
-        backend,
         confine,
         launcher,
         probe: probe_server,
         ..
     } = &parts;
-    tokio::spawn(Arc::clone(probe_server).serve(probe_listener));
-    if !backend.is_simulated() {
-        // Processes that use an instance without a placement close it to
-        // new shared processes while they run (NVML: off the async threads;
-        // simulated GPUs run no process).
-        let p = Arc::clone(probe_server);
-        every(UNPLACED_CHECK, move || p.check_unplaced());
-    }
-    // Adopting waits for the cgroups of jobs that ended meanwhile to empty:
-    // off the async threads.
-    let ended = {
-        let l = Arc::clone(launcher);
-        tokio::task::spawn_blocking(move || l.adopt()).await
-    }
-    .context("adopting the running jobs failed")?;
     let endpoint = gsched_daemon::tls::Endpoint::from_flags(
         config.tls_cert.as_deref(),
         config.tls_key.as_deref(),
@@ -228,6 +174,133 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
     })
 }
 
+/// Serves the probe socket and adopts the jobs still running from before
+/// a restart; answers the ends of those that ended meanwhile.
+async fn serve_probe_and_adopt(
+    parts: &Parts,
+    probe_listener: tokio::net::UnixListener,
+) -> Result<Vec<gsched_core::wire::JobEnded>> {
+    tokio::spawn(Arc::clone(&parts.probe).serve(probe_listener));
+    if !parts.backend.is_simulated() {
+        // Processes that use an instance without a placement close it to
+        // new shared processes while they run (NVML: off the async threads;
+        // simulated GPUs run no process).
+        let p = Arc::clone(&parts.probe);
+        every(UNPLACED_CHECK, move || p.check_unplaced());
+    }
+    // Adopting waits for the cgroups of jobs that ended meanwhile to empty:
+    // off the async threads.
+    let ended = {
+        let l = Arc::clone(&parts.launcher);
+        tokio::task::spawn_blocking(move || l.adopt()).await
+    }
+    .context("adopting the running jobs failed")?;
+    Ok(ended)
+}
+
+/// The launcher and, built with it and holding it weakly, the probe
+/// server (not yet serving) and the MPS watch.
+struct JobSide {
+    launcher: Arc<Launcher>,
+    probe: Arc<ProbeServer>,
+    watch: Option<Arc<MpsWatch>>,
+    probe_listener: tokio::net::UnixListener,
+    /// The task events the probe server reports on.
+    events: Arc<TaskEvents>,
+    /// The ends of runs the launcher saw, for the link to report.
+    ended_rx: tokio::sync::mpsc::UnboundedReceiver<gsched_core::wire::JobEnded>,
+}
+
+/// What the job side is built from, of the parts before it.
+struct JobParts<'a> {
+    mps: Option<&'a Arc<mps::MpsSupervisor>>,
+    confine: &'a Arc<confine::Confinement>,
+    inventory: &'a Arc<RwLock<Vec<gsched_core::gpu::Instance>>>,
+    readers: ProbeReaders,
+    interception: Option<InterceptionLib>,
+    xids: Arc<gpu::xid::XidLog>,
+}
+
+fn start_jobs(
+    config: &NodeConfig,
+    state_dir: &Path,
+    name: &str,
+    shepherd_exe: PathBuf,
+    instances: &[gsched_core::gpu::Instance],
+    parts: JobParts<'_>,
+) -> Result<JobSide> {
+    let (ended_tx, ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    let events = Arc::new(TaskEvents::default());
+    let (socket, probe_listener) =
+        ProbeSocket::bind(state_dir.join("run").join(format!("{name}.probe.sock")))?;
+    let book = task_book(config, instances)?;
+    let mps_dirs = instances
+        .iter()
+        .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))
+        .collect();
+    let spool_root = state_dir.join("spool").join(name);
+    let setup = LauncherSetup {
+        node: name.to_string(),
+        spool_root: spool_root.clone(),
+        shepherd_exe,
+        kill_wait: Duration::from_secs(config.kill_wait),
+        uid_policy: gsched_core::job::JobUidPolicy {
+            min_uid: config.min_job_uid,
+            allow_root: config.allow_root_jobs,
+        },
+        ended: ended_tx,
+        confine: Arc::clone(parts.confine),
+        tls_ca: config.tls_ca.clone(),
+        interception: parts.interception,
+    };
+    let mut parts_built = None;
+    let launcher = Launcher::with_peers(setup, |me| {
+        let probe = ProbeServer::new(
+            socket,
+            ProbeSetup {
+                book,
+                mps: mps_dirs,
+                events: Arc::clone(&events),
+                readers: parts.readers,
+                steps: me.clone(),
+            },
+        );
+        let watch = parts.mps.map(|sup| {
+            Arc::new(MpsWatch {
+                sup: Arc::clone(sup),
+                probe: Arc::clone(&probe),
+                launcher: me.clone(),
+                confine: Arc::clone(parts.confine),
+                recovering: Default::default(),
+                xids: Arc::clone(&parts.xids),
+                inventory: Arc::clone(parts.inventory),
+            })
+        });
+        // A job hit by a fault ends within a moment of it, before the
+        // watch's next look: its end looks at the servers' logs first.
+        let end_check = watch.as_ref().map(|w| {
+            let w = Arc::clone(w);
+            Arc::new(move || {
+                if w.handle_faults() {
+                    w.close_while_down_or_recovering();
+                }
+            }) as EndCheck
+        });
+        parts_built = Some((Arc::clone(&probe), watch));
+        LauncherPeers { probe, end_check }
+    })
+    .with_context(|| format!("cannot set up the spool directory {}", spool_root.display()))?;
+    let (probe, watch) = parts_built.expect("the launcher builds its peers");
+    Ok(JobSide {
+        launcher,
+        probe,
+        watch,
+        probe_listener,
+        events,
+        ended_rx,
+    })
+}
+
 /// The daemon's parts started so far, as later parts need them.
 struct Parts {
     backend: Arc<dyn gpu::GpuBackend>,
@@ -301,6 +374,15 @@ fn link_to_controller(
         link.with_probe(Arc::clone(&parts.probe))
             .with_inventory(Arc::clone(&parts.inventory)),
     )
+}
+
+/// The cluster key: `--cluster-key-file`, else `STATE_DIR/cluster.key`.
+fn cluster_key(config: &NodeConfig, state_dir: &Path) -> Result<String> {
+    let path = config
+        .cluster_key_file
+        .clone()
+        .unwrap_or_else(|| state_dir.join("cluster.key"));
+    gsched_daemon::key::read(&path)
 }
 
 /// The node's name: `--name`, else the host name.
