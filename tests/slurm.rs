@@ -500,6 +500,34 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
     assert!(s
         .ok("sshare", &["-P", "-n"])
         .starts_with("root||1|1.000000|0|"));
+    // `-h` leaves the header out, as Slurm's sshare takes it.
+    assert_eq!(s.ok("sshare", &["-P", "-h"]), s.ok("sshare", &["-P", "-n"]));
+
+    // A reader that goes away (`| head -1` done reading) ends the command
+    // quietly, by SIGPIPE as Slurm's do: no panic, no message.
+    let path = format!(
+        "{}:{}",
+        s.shims.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = g.run_program(
+        std::path::Path::new("/bin/bash"),
+        &[
+            "-c",
+            "for c in 'scontrol show job' 'squeue' 'sacct'; do $c | :; echo \"$c ${PIPESTATUS[0]}\" >&2; done",
+        ],
+        g.work.path(),
+        None,
+        &[("PATH", path)],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
+    for line in err.lines() {
+        assert!(line.ends_with(" 141") || line.ends_with(" 0"), "{err}");
+    }
 }
 
 #[test]
@@ -1585,4 +1613,43 @@ fn a_partitions_job_factor_puts_its_jobs_first() {
         g.wait_state(id, "COMPLETED", T);
     }
     assert!(ran_before(g, debug, plain), "the debug job went first");
+}
+
+#[test]
+fn scancel_signals_the_steps_unless_asked_for_the_batch_shell() {
+    let s = Slurm::start();
+    let g = &s.g;
+    // scancel --signal goes to the steps only: the batch shell, which has
+    // no trap, lives on and sees its step end well.
+    let steps = g.script(
+        "steps.sh",
+        "#!/bin/sh\n#SBATCH -o steps.out\n\
+         srun sh -c 'trap \"echo step got USR1; exit 0\" USR1; touch step-ready; while :; do sleep 0.1; done'\n\
+         echo srun=$?\n",
+    );
+    let id = s.sbatch(&[&steps]);
+    g.wait_until("the step runs", T, || {
+        g.work.path().join("step-ready").exists()
+    });
+    s.ok("scancel", &["--signal=USR1", &id.to_string()]);
+    g.wait_state(id, "COMPLETED", T);
+    // (The task's `sleep` gets it too, as every process of a Slurm step
+    // does: its shell may report it.)
+    let out = s.file("steps.out");
+    assert!(out.ends_with("step got USR1\nsrun=0\n"), "{out}");
+    // -b: the batch shell only; its step does not get it.
+    let batch = g.script(
+        "batch.sh",
+        "#!/bin/sh\n#SBATCH -o batch.out\n\
+         trap 'echo batch got USR1' USR1\n\
+         srun sh -c 'trap \"echo step got USR1\" USR1; touch batch-ready; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done'\n\
+         echo done\n",
+    );
+    let id = s.sbatch(&[&batch]);
+    g.wait_until("the step runs", T, || {
+        g.work.path().join("batch-ready").exists()
+    });
+    s.ok("scancel", &["-b", "--signal=USR1", &id.to_string()]);
+    g.wait_state(id, "COMPLETED", T);
+    assert_eq!(s.file("batch.out"), "batch got USR1\ndone\n");
 }

@@ -360,12 +360,19 @@ impl Client {
         }
     }
 
-    /// Cancels a job, or sends it `signal`.
-    pub fn cancel(&self, id: &str, signal: Option<&str>) -> Result<()> {
-        let query: Vec<(&str, String)> = signal
-            .map(|s| ("signal", s.to_string()))
-            .into_iter()
-            .collect();
+    /// Cancels a job, or sends `signal` to the processes `scope` names.
+    pub fn cancel(
+        &self,
+        id: &str,
+        signal: Option<&str>,
+        scope: gsched_core::outcome::SignalScope,
+    ) -> Result<()> {
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(s) = signal {
+            query.push(("signal", s.to_string()));
+            let scope = serde_json::to_value(scope)?;
+            query.push(("scope", scope.as_str().unwrap_or("full").to_string()));
+        }
         self.request::<serde_json::Value>("DELETE", &format!("/api/v1/jobs/{id}"), &query, None)
             .map(|_| ())
     }

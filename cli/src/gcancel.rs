@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Parser;
-use gsched_core::outcome::parse_signal;
+use gsched_core::outcome::{parse_signal, SignalScope};
 
 use crate::client::{ApiError, Client};
 
@@ -26,7 +26,8 @@ pub fn main_with(args: Vec<String>) -> Result<()> {
     let client = Client::from_env();
     let mut failed = 0;
     for id in &a.ids {
-        match client.cancel(id, a.signal.as_deref()) {
+        // gcancel signals every process of the job.
+        match client.cancel(id, a.signal.as_deref(), SignalScope::Full) {
             Ok(()) => {}
             Err(e) => {
                 failed += 1;

@@ -23,7 +23,23 @@ pub fn fail(prog: &str, msg: impl std::fmt::Display) -> ! {
 }
 
 /// Runs a command's body, turning an error into one line on stderr and exit 1.
+/// A command whose output is read by a pipe that closes (`scontrol show
+/// job | head -1`) ends there, silently, as Slurm's C commands do: the
+/// default action of SIGPIPE, which Rust's runtime ignores (every later
+/// write would fail and `println!` would panic).
+pub fn end_quietly_when_the_reader_goes() {
+    // SAFETY: setting a signal's disposition to its default is always
+    // sound; no handler runs.
+    unsafe {
+        let _ = nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        );
+    }
+}
+
 pub fn run(prog: &str, body: impl FnOnce() -> anyhow::Result<()>) {
+    end_quietly_when_the_reader_goes();
     if let Err(e) = body() {
         fail(prog, format!("{e:#}"));
     }

@@ -347,6 +347,8 @@ pub enum Effect {
         node: String,
         signal: i32,
         cancel: bool,
+        /// Which processes a signal that does not cancel goes to.
+        scope: crate::outcome::SignalScope,
     },
     /// Ask the node to stop (SIGSTOP) or continue (SIGCONT) run `run` of
     /// the job (`suspension.rs`).

@@ -245,6 +245,21 @@ const SIGNALS: &[(&str, i32)] = &[
 #[error("invalid signal '{0}': give a name such as TERM, USR1, KILL (with or without SIG) or a number from 1 to 64")]
 pub struct BadSignal(pub String);
 
+/// Which of a running job's processes a signal (not a cancel) goes to.
+/// `scancel --signal` sends to the job's steps (`srun`) only, `-b` to the
+/// batch shell and its children only, `-f` to both, as Slurm's scancel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SignalScope {
+    /// Every process of the job: the batch shell, its children, its steps.
+    #[default]
+    Full,
+    /// The batch shell and its children, not the steps.
+    Batch,
+    /// The steps only.
+    Steps,
+}
+
 /// Parses `TERM`, `SIGTERM`, `term` or `15`.
 pub fn parse_signal(s: &str) -> Result<i32, BadSignal> {
     let t = s.trim();

@@ -229,6 +229,10 @@ pub struct SignalRequest {
     /// `None`: whichever run the node has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<u32>,
+    /// Which processes a signal that does not cancel goes to (absent:
+    /// every one, as nodes before it did).
+    #[serde(default)]
+    pub scope: crate::outcome::SignalScope,
 }
 
 /// Stop (SIGSTOP) or continue (SIGCONT) run `run` of a job: Slurm's

@@ -254,11 +254,11 @@ impl Controller {
     pub async fn cancel(
         self: &Arc<Self>,
         id: JobId,
-        signal: Option<i32>,
+        signal: Option<(i32, gsched_core::outcome::SignalScope)>,
         by: Option<u32>,
     ) -> Result<(), CtlError> {
         self.operate(|c, now| match signal {
-            Some(sig) => c.signal(id, sig),
+            Some((sig, scope)) => c.signal(id, sig, scope),
             None => c.cancel(id, by, now),
         })
         .await

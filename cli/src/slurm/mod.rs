@@ -27,6 +27,7 @@ pub const COMMANDS: &[&str] = &[
 /// Runs Slurm command `name` with `args`; returns its exit status.
 /// Errors are printed as Slurm does (`prog: error: ...`).
 pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
+    crate::end_quietly_when_the_reader_goes();
     let result = match name {
         "sbatch" => crate::gsub::submit_main("sbatch", args).map(|()| 0),
         "squeue" => squeue::main_with(args),

@@ -84,7 +84,7 @@ fn allocate_and_run(opts: SubmitOptions, command: &[String], dir: &Path) -> Resu
     };
     run().inspect_err(|_| {
         // Nothing is left to use the allocation: it is given back.
-        let _ = client.cancel(&id.to_string(), None);
+        let _ = client.cancel(&id.to_string(), None, Default::default());
     })
 }
 

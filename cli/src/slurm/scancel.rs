@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Parser;
 use gsched_core::array::JobRef;
-use gsched_core::outcome::parse_signal;
+use gsched_core::outcome::{parse_signal, SignalScope};
 
 use super::ids::{named, parse_refs};
 use crate::client::Client;
@@ -22,10 +22,11 @@ pub struct Args {
     pub user: Option<String>,
     #[arg(short = 'n', long = "name", visible_alias = "jobname")]
     pub name: Option<String>,
-    /// Signal only the batch shell (accepted; the batch shell leads the job).
+    /// With --signal: signal the batch shell and its children only, not
+    /// the steps (without it the signal goes to the steps only).
     #[arg(short = 'b', long = "batch")]
     pub batch: bool,
-    /// Signal every process of the job (the default in gsched).
+    /// With --signal: signal the batch shell, its children and the steps.
     #[arg(short = 'f', long = "full")]
     pub full: bool,
     /// No messages about jobs that are gone.
@@ -49,6 +50,12 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     if refs.is_empty() && user.is_none() && a.name.is_none() {
         anyhow::bail!("No job identification provided");
     }
+    // Slurm's scancel: a signal goes to the steps unless -b or -f.
+    let scope = match (a.full, a.batch) {
+        (true, _) => SignalScope::Full,
+        (false, true) => SignalScope::Batch,
+        (false, false) => SignalScope::Steps,
+    };
     let client = Client::from_env();
     let mut q: Vec<(&str, String)> = vec![("state", "all".into())];
     if let Some(u) = &user {
@@ -75,7 +82,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     }
     // Known jobs that already ended: nothing to do, silently.
     for j in jobs.iter().filter(|j| !j.job_state.is_final()) {
-        if let Err(e) = client.cancel(&j.job_id.to_string(), a.signal.as_deref()) {
+        if let Err(e) = client.cancel(&j.job_id.to_string(), a.signal.as_deref(), scope) {
             eprintln!(
                 "scancel: error: Kill job error on job id {}: {e:#}",
                 j.display_id()

@@ -10,9 +10,13 @@ use crate::client::Client;
 #[derive(Parser, Debug)]
 #[command(
     name = "sshare",
-    about = "Shares and usage of gsched's accounts (Slurm's sshare)"
+    about = "Shares and usage of gsched's accounts (Slurm's sshare)",
+    disable_help_flag = true
 )]
 pub struct Args {
+    /// Print this help (`-h` is `--noheader`, as in Slurm).
+    #[arg(long, visible_alias = "usage", action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
     /// Every user's line (they are all shown).
     #[arg(short = 'a', long = "all")]
     pub all: bool,
@@ -26,7 +30,8 @@ pub struct Args {
     pub parsable2: bool,
     #[arg(short = 'p', long = "parsable")]
     pub parsable: bool,
-    #[arg(short = 'n', long = "noheader")]
+    /// No header line (`-h` as well, as Slurm's sshare takes it).
+    #[arg(short = 'n', short_alias = 'h', long = "noheader")]
     pub noheader: bool,
     /// Accepted (the long form adds columns gsched does not have).
     #[arg(short = 'l', long = "long")]

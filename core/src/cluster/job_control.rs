@@ -117,6 +117,7 @@ impl Cluster {
                 node,
                 signal: SIGTERM,
                 cancel: true,
+                scope: crate::outcome::SignalScope::Full,
             },
         ];
         effects.extend(stops);
@@ -157,14 +158,21 @@ impl Cluster {
                     node,
                     signal: SIGTERM,
                     cancel: true,
+                    scope: crate::outcome::SignalScope::Full,
                 }])
             }
             _ => Ok(vec![]),
         }
     }
 
-    /// Sends a signal to a running job without cancelling it.
-    pub fn signal(&mut self, id: JobId, signal: i32) -> Result<Vec<Effect>, ClusterError> {
+    /// Sends a signal to the processes of a running job that `scope`
+    /// names, without cancelling it.
+    pub fn signal(
+        &mut self,
+        id: JobId,
+        signal: i32,
+        scope: crate::outcome::SignalScope,
+    ) -> Result<Vec<Effect>, ClusterError> {
         let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
         if job.state != JobState::Running {
             return Err(ClusterError::NotRunning(id));
@@ -175,6 +183,7 @@ impl Cluster {
             node,
             signal,
             cancel: false,
+            scope,
         }])
     }
 }

@@ -387,6 +387,7 @@ impl Cluster {
                 node: vnode,
                 signal: crate::cluster::SIGTERM,
                 cancel: false,
+                scope: crate::outcome::SignalScope::Full,
             });
             effects.push(Effect::Job {
                 id: *v,

@@ -120,6 +120,7 @@ impl Cluster {
                 node: batch,
                 signal: super::SIGTERM,
                 cancel: true,
+                scope: crate::outcome::SignalScope::Full,
             },
         ];
         effects.extend(self.release_sisters(id));

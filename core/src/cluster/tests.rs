@@ -432,7 +432,8 @@ fn cancel_pending_and_running() {
             job: b,
             node: "n1".into(),
             signal: SIGTERM,
-            cancel: true
+            cancel: true,
+            scope: crate::outcome::SignalScope::Full,
         }]
     );
     c.job_ended("n1", &ended(b, 0, EndCause::Cancelled))

@@ -25,6 +25,8 @@ use utoipa::Modify;
     servers((url = "http://127.0.0.1:6817", description = "gctld's default address")),
     security(("bearerAuth" = []), ("token" = [], "user" = []), ("token" = [])),
     modifiers(&Authentication),
+    // Referenced from query parameters, which utoipa does not collect.
+    components(schemas(gsched_core::outcome::SignalScope)),
     tags(
         (name = "jobs", description = "Submit, list, change and cancel jobs"),
         (name = "steps", description = "Steps (srun) inside a running job"),

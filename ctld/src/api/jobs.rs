@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use gsched_core::cluster::JobUpdate;
 use gsched_core::job::{JobId, JobSpec};
-use gsched_core::outcome::parse_signal;
+use gsched_core::outcome::{parse_signal, SignalScope};
 use gsched_core::steps::{LayoutRequest, StepNodeAnswer};
 use gsched_core::wire::{ErrorBody, JobInfo, Submitted};
 use gsched_daemon::http::{ApiError, Body};
@@ -103,6 +103,10 @@ pub struct CancelQuery {
     /// A signal name or number (`USR1`, `SIGTERM`, `9`); without it the
     /// job is cancelled.
     signal: Option<String>,
+    /// Which processes the signal goes to: `full` (every one, the
+    /// default), `batch` (the batch shell and its children) or `steps`
+    /// (the `srun` steps; scancel's default).
+    scope: Option<SignalScope>,
 }
 
 /// Submits a job (`sbatch`, `gsub`). An `Idempotency-Key` header (or the
@@ -253,9 +257,10 @@ pub(super) async fn cancel_job(
 ) -> Result<Json<JobStateReply>, ApiError> {
     let jid = owned_job(&ctl, &caller, &id)?;
     let signal = match &q.signal {
-        Some(s) => {
-            Some(parse_signal(s).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?)
-        }
+        Some(s) => Some((
+            parse_signal(s).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?,
+            q.scope.unwrap_or_default(),
+        )),
         None => None,
     };
     ctl.cancel(jid, signal, caller.uid).await?;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use gsched_core::cluster::{AdminState, Cluster, Effect, Node, ReshapeOrder};
 use gsched_core::job::JobId;
+use gsched_core::outcome::SignalScope;
 use gsched_core::wire::{
     DrainRequest, LaunchRequest, ReshapeRequest, SignalRequest, SuspendRequest,
 };
@@ -130,6 +131,7 @@ impl Controller {
                 node,
                 signal,
                 cancel,
+                scope,
             } => {
                 if let Some(n) = c.node(&node) {
                     out.rpcs.push(Rpc::Signal {
@@ -139,6 +141,7 @@ impl Controller {
                             signal,
                             cancel,
                             run: None,
+                            scope,
                         },
                     });
                 }
@@ -204,6 +207,7 @@ impl Controller {
                             signal: nix::sys::signal::Signal::SIGKILL as i32,
                             cancel: true,
                             run,
+                            scope: SignalScope::Full,
                         },
                     });
                 }

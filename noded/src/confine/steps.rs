@@ -71,6 +71,35 @@ impl Confinement {
         Ok(self.cgroups.procs_files(job, Scope::Step(step)))
     }
 
+    /// Sends `sig` to the processes of the job's steps, `srun` itself left
+    /// out (the signal is for its tasks, as Slurm's slurmstepd delivers
+    /// it). Only where jobs are tracked in cgroups.
+    pub fn signal_steps(&self, job: JobId, sig: nix::sys::signal::Signal) {
+        let sruns: std::collections::HashSet<i32> = self
+            .accounts()
+            .get(&job)
+            .map(|a| a.joined.values().map(|(pid, _)| *pid).collect())
+            .unwrap_or_default();
+        for scope in self.cgroups.steps(job) {
+            if !matches!(scope, Scope::Step(_)) {
+                continue;
+            }
+            for pid in self.cgroups.pids(job, scope) {
+                if !sruns.contains(&pid) {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+                }
+            }
+        }
+    }
+
+    /// Sends `sig` to the batch script and its children (its step), not
+    /// to the job's `srun` steps. Only where jobs are tracked in cgroups.
+    pub fn signal_batch(&self, job: JobId, sig: nix::sys::signal::Signal) {
+        for pid in self.cgroups.pids(job, Scope::Batch) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
+    }
+
     pub fn begin_step(&self, job: JobId, step: u32, pid: i32) -> Result<(), StepError> {
         if !self.tracks() {
             // Nothing is confined: the step's processes are the job's.

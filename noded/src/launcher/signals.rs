@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use gsched_core::job::JobId;
+use gsched_core::outcome::SignalScope;
 use gsched_core::wire::SignalRequest;
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
@@ -54,6 +55,23 @@ impl Launcher {
             signal_group(pgid, sig);
         }
         self.signal_step_groups(job, sig);
+    }
+
+    /// Sends `sig` to the processes of a job that `scope` names: with
+    /// cgroups, the batch step's and the `srun` steps' own cgroups; without,
+    /// the batch script's process group and the step tasks started here
+    /// for other nodes' `srun` (a local `srun`'s tasks are then in the
+    /// script's group).
+    fn signal_scope(&self, job: JobId, pgid: i32, sig: Signal, scope: SignalScope) {
+        let tracked = self.confinement().tracks();
+        match scope {
+            SignalScope::Full => self.signal_job(job, pgid, sig),
+            SignalScope::Batch if tracked => self.confinement().signal_batch(job, sig),
+            SignalScope::Batch => signal_group(pgid, sig),
+            SignalScope::Steps if tracked => self.confinement().signal_steps(job, sig),
+            SignalScope::Steps => self.signal_step_groups(job, sig),
+        }
+        info!(job, signal = %sig, ?scope, "job signalled");
     }
 
     /// SIGKILLs every process of a job, its whole cgroup at once.
@@ -151,7 +169,7 @@ impl Launcher {
             let sig = Signal::try_from(req.signal).map_err(|_| {
                 LaunchError::Refused(format!("invalid signal number {}", req.signal))
             })?;
-            self.signal_job(job, pgid, sig);
+            self.signal_scope(job, pgid, sig, req.scope);
         }
         Ok(())
     }

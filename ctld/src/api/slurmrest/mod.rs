@@ -19,6 +19,8 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use gsched_core::outcome::{parse_signal, SignalScope};
+
 use crate::auth::Caller;
 use crate::controller::{unix_now, Controller, CtlError};
 
@@ -304,9 +306,29 @@ async fn job(
 struct KillQuery {
     /// A signal name or number; default: cancel.
     signal: Option<String>,
-    /// Accepted as slurmrestd does.
-    #[allow(dead_code)]
+    /// slurmrestd's kill flags, comma-separated: a signal goes to the
+    /// job's steps only, unless `BATCH_JOB` (the batch shell only) or
+    /// `FULL_JOB` (every process) says otherwise, as Slurm's scancel.
     flags: Option<String>,
+}
+
+impl KillQuery {
+    fn scope(&self) -> SignalScope {
+        let flags: Vec<&str> = self
+            .flags
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .collect();
+        if flags.contains(&"FULL_JOB") {
+            SignalScope::Full
+        } else if flags.contains(&"BATCH_JOB") {
+            SignalScope::Batch
+        } else {
+            SignalScope::Steps
+        }
+    }
 }
 
 /// Cancels a job, or sends it a signal (`scancel`).
@@ -325,10 +347,10 @@ async fn cancel(
     let jid = parse_id(&r, &id)?;
     super::check_owner_of(&ctl, &caller, jid).map_err(|e| r.api_error(e))?;
     let signal = match q.signal.as_deref() {
-        Some(s) => Some(
-            gsched_core::outcome::parse_signal(s)
-                .map_err(|e| r.error(StatusCode::BAD_REQUEST, 2020, e.to_string()))?,
-        ),
+        Some(s) => Some((
+            parse_signal(s).map_err(|e| r.error(StatusCode::BAD_REQUEST, 2020, e.to_string()))?,
+            q.scope(),
+        )),
         None => None,
     };
     ctl.cancel(jid, signal, caller.uid)
