@@ -397,7 +397,10 @@ fn main() -> Result<()> {
         .next()
         .map(PathBuf::from)
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .filter(|n| gsched_cli::slurm::COMMANDS.contains(&n.as_str()))
+        .filter(|n| {
+            gsched_cli::slurm::COMMANDS.contains(&n.as_str())
+                || gsched_cli::slurm::DAEMONS.contains(&n.as_str())
+        })
     {
         std::process::exit(gsched_cli::slurm::dispatch(
             &name,

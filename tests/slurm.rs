@@ -500,6 +500,13 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
     assert!(s
         .ok("sshare", &["-P", "-n"])
         .starts_with("root||1|1.000000|0|"));
+    // Slurm's version form on every command; the controller's ping.
+    for c in ["sbatch", "squeue", "srun", "sacctmgr", "scontrol"] {
+        assert_eq!(s.ok(c, &["-V"]), "slurm 25.11.0\n", "{c}");
+    }
+    assert_eq!(s.ok("sinfo", &["--version"]), "slurm 25.11.0\n");
+    assert!(s.ok("scontrol", &["ping"]).ends_with(" is UP\n"));
+    assert_eq!(s.ok("scontrol", &["show", "hostnames", "[]"]), "");
     // `-h` leaves the header out, as Slurm's sshare takes it.
     assert_eq!(s.ok("sshare", &["-P", "-h"]), s.ok("sshare", &["-P", "-n"]));
 

@@ -118,6 +118,11 @@ impl Client {
         Client::with_token(&base, env_token())
     }
 
+    /// The controller's address as given (`http://host:port`, `unix:PATH`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     pub fn new(base: &str) -> Client {
         Client::with_token(base, None)
     }

@@ -70,6 +70,8 @@ suite=$work/suite
 mkdir -p "$suite" "$work/prefix/bin" "$work/prefix/sbin" "$work/prefix/etc" "$work/reports"
 tar xzf "$tgz" -C "$suite"
 "$gsched" slurm-shims "$work/prefix/bin" > /dev/null
+# Slurm's daemons: the suite asks their versions (gsched answers only that).
+for d in slurmctld slurmd slurmdbd slurmrestd; do ln -s "$gsched" "$work/prefix/sbin/$d"; done
 # The suite runs commands as users through sudo (scripts/slurm-suite/sudo).
 ln -s "$here/sudo" "$work/prefix/bin/sudo"
 export PATH="$work/prefix/bin:$PATH"

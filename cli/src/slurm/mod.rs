@@ -24,10 +24,32 @@ pub const COMMANDS: &[&str] = &[
     "sprio", "sacctmgr", "sshare",
 ];
 
+/// The Slurm release whose commands these are, as `-V`/`--version` and
+/// `scontrol show config` give it (gsched's own version is `gsched
+/// --version`).
+pub const SLURM_VERSION: &str = "25.11.0";
+
+/// Slurm's daemons: gsched has none of them (gctld and gnoded stand in),
+/// but tools ask their versions (`slurmctld -V`); called by these names,
+/// gsched answers that and refuses anything else.
+pub const DAEMONS: &[&str] = &["slurmctld", "slurmd", "slurmdbd", "slurmrestd"];
+
 /// Runs Slurm command `name` with `args`; returns its exit status.
 /// Errors are printed as Slurm does (`prog: error: ...`).
 pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
     crate::end_quietly_when_the_reader_goes();
+    // `-V`/`--version` first on the line, as every Slurm command takes it
+    // (after a program's name it is the program's: `srun prog -V`).
+    if matches!(args.first().map(String::as_str), Some("-V" | "--version")) {
+        println!("slurm {SLURM_VERSION}");
+        return 0;
+    }
+    if DAEMONS.contains(&name) {
+        eprintln!(
+            "{name}: error: gsched has no {name}: its controller is gctld and its node daemon gnoded (`gsched up` runs both); only `{name} -V` is answered"
+        );
+        return 1;
+    }
     let result = match name {
         "sbatch" => crate::gsub::submit_main("sbatch", args).map(|()| 0),
         "squeue" => squeue::main_with(args),

@@ -145,8 +145,35 @@ pub fn show_job(j: &JobInfo) -> String {
     lines.join("\n") + "\n\n"
 }
 
+/// The controller's host and port, from its URL (`http://HOST:PORT`): what
+/// Slurm calls SlurmctldHost and SlurmctldPort.
+fn controller_address(base: &str) -> (String, String) {
+    let rest = base.split("://").nth(1).unwrap_or(base);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    match authority.rsplit_once(':') {
+        Some((host, port)) => (host.trim_matches(['[', ']']).to_string(), port.to_string()),
+        None => (authority.to_string(), "6817".to_string()),
+    }
+}
+
+/// `scontrol ping`, as Slurm's: whether the controller answers.
+fn ping(client: &Client) -> Result<i32> {
+    let (host, _) = controller_address(client.base());
+    match client.health() {
+        Ok(_) => {
+            println!("Slurmctld(primary) at {host} is UP");
+            Ok(0)
+        }
+        Err(_) => {
+            println!("Slurmctld(primary) at {host} is DOWN");
+            Ok(1)
+        }
+    }
+}
+
 /// `scontrol show config`'s lines (the settings clients read).
-pub fn show_config(health: &serde_json::Value) -> String {
+pub fn show_config(health: &serde_json::Value, base: &str) -> String {
+    let (host, port) = controller_address(base);
     let cluster = health["cluster_name"].as_str().unwrap_or("gsched");
     let policy = health["launch_policy"].as_str().unwrap_or("case");
     let min_job_age = health["min_job_age"]
@@ -160,7 +187,9 @@ pub fn show_config(health: &serde_json::Value) -> String {
         ),
         ("MinJobAge", format!("{min_job_age} sec")),
         ("SchedulerType", format!("gsched/{policy}")),
-        ("SLURM_VERSION", "23.11.0 (gsched)".into()),
+        ("SlurmctldHost[0]", host),
+        ("SlurmctldPort", port),
+        ("SLURM_VERSION", super::SLURM_VERSION.into()),
         ("KillWait", "30 sec".into()),
     ];
     let mut out = format!(
@@ -186,6 +215,10 @@ fn named_jobs(client: &Client, ids: &[&str]) -> Result<Vec<JobInfo>> {
 
 /// `scontrol show hostnames LIST`: one host name per line.
 fn print_hostnames(list: &str) -> Result<i32> {
+    // An empty list names no host: nothing to print, as Slurm's.
+    if matches!(list.trim(), "" | "[]") {
+        return Ok(0);
+    }
     for name in gsched_core::hostlist::expand(list)? {
         println!("{name}");
     }
@@ -197,7 +230,7 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let client = Client::from_env();
     match words.as_slice() {
         ["show", "config"] | ["show", "conf"] => {
-            print!("{}", show_config(&client.health()?));
+            print!("{}", show_config(&client.health()?, client.base()));
             Ok(0)
         }
         ["show", "job"] | ["show", "jobs"] => {
@@ -273,6 +306,11 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             Ok(0)
         }
         ["update", words @ ..] if !words.is_empty() => super::update::update(&client, words),
+        ["ping"] => ping(&client),
+        ["version"] => {
+            println!("slurm {}", super::SLURM_VERSION);
+            Ok(0)
+        }
         ["show", "hostnames"] | ["show", "hostname"] => {
             let list = std::env::var("SLURM_JOB_NODELIST")
                 .context("no hostlist given and SLURM_JOB_NODELIST is not set")?;
@@ -309,9 +347,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_controller_address_comes_from_its_url() {
+        let a = |u: &str| controller_address(u);
+        assert_eq!(a("http://h1:6817"), ("h1".into(), "6817".into()));
+        assert_eq!(a("https://[::1]:9/x"), ("::1".into(), "9".into()));
+        assert_eq!(a("http://h2"), ("h2".into(), "6817".into()));
+    }
+
+    #[test]
     fn config_lines_clients_read() {
-        let c = show_config(&serde_json::json!({"cluster_name": "c1"}));
+        let c = show_config(
+            &serde_json::json!({"cluster_name": "c1"}),
+            "http://ctl.example:6820",
+        );
         assert!(c.contains("\nMinJobAge              = 300 sec\n"), "{c}");
+        assert!(
+            c.contains("\nSlurmctldHost[0]       = ctl.example\n"),
+            "{c}"
+        );
+        assert!(c.contains("\nSlurmctldPort          = 6820\n"), "{c}");
+        assert!(c.contains("\nSLURM_VERSION          = 25.11.0\n"), "{c}");
         assert!(c.contains("\nMaxArraySize           = 1001\n"), "{c}");
         assert!(c.contains("\nClusterName            = c1\n"), "{c}");
     }
