@@ -507,6 +507,23 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
     assert_eq!(s.ok("sinfo", &["--version"]), "slurm 25.11.0\n");
     assert!(s.ok("scontrol", &["ping"]).ends_with(" is UP\n"));
     assert_eq!(s.ok("scontrol", &["show", "hostnames", "[]"]), "");
+    // --json in Slurm's data_parser shape, from the slurmrestd endpoints.
+    let nodes: serde_json::Value =
+        serde_json::from_str(&s.ok("scontrol", &["show", "nodes", "--json", "-F"])).unwrap();
+    assert_eq!(nodes["nodes"][0]["name"], "node1", "{nodes}");
+    assert_eq!(nodes["meta"]["slurm"]["version"]["major"], "25");
+    let jobs: serde_json::Value =
+        serde_json::from_str(&s.ok("scontrol", &["--json", "-d", "-a", "show", "jobs"])).unwrap();
+    assert!(jobs["jobs"].as_array().is_some_and(|j| !j.is_empty()), "{jobs}");
+    assert!(s
+        .ok("scontrol", &["show", "node", "node1"])
+        .starts_with("NodeName=node1 "));
+    assert_eq!(s.ok("scontrol", &["-o", "show", "node"]).lines().count(), 1);
+    assert!(s.ok("sacct", &["-e"]).starts_with("JobID "));
+    assert!(s.ok("sstat", &["--helpformat"]).starts_with("JobID "));
+    for c in ["squeue", "sbatch", "scontrol", "sacctmgr"] {
+        assert!(s.ok(c, &["--usage"]).to_lowercase().contains("usage"), "{c}");
+    }
     // `-h` leaves the header out, as Slurm's sshare takes it.
     assert_eq!(s.ok("sshare", &["-P", "-h"]), s.ok("sshare", &["-P", "-n"]));
 

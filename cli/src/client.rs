@@ -311,6 +311,12 @@ impl Client {
         Err(ApiError { status, message }.into())
     }
 
+    /// What a slurmrestd-compatible endpoint (`/slurm/v0.0.44/nodes`)
+    /// answers, as JSON.
+    pub fn slurm_data(&self, path: &str) -> Result<serde_json::Value> {
+        self.get(path)
+    }
+
     fn get<T: for<'de> Deserialize<'de>>(&self, path: &str) -> Result<T> {
         self.request("GET", path, &[], None)
     }

@@ -52,11 +52,11 @@ for p in python3.13 python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/
 done
 [ -n "$python" ] || { echo "slurm-suite: the suite needs Python 3.12 or later (python3.12 or python3.13 on PATH)" >&2; exit 2; }
 venv=$root/target/slurm-suite-venv
-if [ ! -x "$venv/bin/pytest" ]; then
-    "$python" -m venv "$venv"
+if ! "$venv/bin/python" -c 'import pytest, xmltodict' 2> /dev/null; then
+    [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
         "pytest>=8,<9" "pytest-timeout>=2,<3" "jsondiff>=2,<3" "jsonpatch>=1.33,<2" \
-        "pexpect>=4.9,<5" "requests>=2.31,<3" "pyyaml>=6,<7"
+        "pexpect>=4.9,<5" "requests>=2.31,<3" "pyyaml>=6,<7" "xmltodict>=0.13,<1"
 fi
 
 . "$root/scripts/lib/gsched-up.sh"

@@ -3,6 +3,16 @@
 use gsched_core::job::JobState;
 use gsched_core::wire::JobInfo;
 
+/// `-e`/`--helpformat`: the fields `--format` takes, four to a line as
+/// Slurm's sacct and sstat print them.
+pub fn print_field_names<'a>(names: impl Iterator<Item = &'a str>) {
+    let names: Vec<&str> = names.collect();
+    for line in names.chunks(4) {
+        let cells: Vec<String> = line.iter().map(|n| format!("{n:<20}")).collect();
+        println!("{}", cells.join("").trim_end());
+    }
+}
+
 /// Seconds since the epoch.
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()

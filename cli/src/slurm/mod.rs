@@ -3,6 +3,7 @@
 //! `sacctmgr`, `sshare`. They share gsub's option parser and the controller's job
 //! model; what they print follows Slurm's (docs/slurm.md).
 
+pub mod data_parser;
 pub mod format;
 pub mod ids;
 pub mod sacct;
@@ -44,6 +45,14 @@ pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
         println!("slurm {SLURM_VERSION}");
         return 0;
     }
+    // `--usage`, which every Slurm command takes, is the help here.
+    let args = if args.first().map(String::as_str) == Some("--usage") {
+        std::iter::once("--help".to_string())
+            .chain(args.into_iter().skip(1))
+            .collect()
+    } else {
+        args
+    };
     if DAEMONS.contains(&name) {
         eprintln!(
             "{name}: error: gsched has no {name}: its controller is gctld and its node daemon gnoded (`gsched up` runs both); only `{name} -V` is answered"

@@ -18,6 +18,9 @@ use crate::identity::current_user;
     about = "Accounting data of gsched jobs (Slurm's sacct)"
 )]
 pub struct Args {
+    /// Print the fields --format takes, and exit.
+    #[arg(short = 'e', long = "helpformat")]
+    pub helpformat: bool,
     /// Job ids (repeatable, comma lists; `A` is every task of array A).
     #[arg(short = 'j', long = "jobs", action = clap::ArgAction::Append)]
     pub jobs: Vec<String>,
@@ -372,6 +375,10 @@ fn midnight(now: i64) -> i64 {
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
     let a: Args = super::parse("sacct", args)?;
+    if a.helpformat {
+        super::format::print_field_names(FIELDS.iter().map(|(f, _)| *f));
+        return Ok(0);
+    }
     let cols = parse_format(a.format.as_deref().unwrap_or(DEFAULT_FORMAT))?;
     let refs = parse_refs(&a.jobs)?;
     let now = super::format::unix_now();

@@ -475,7 +475,19 @@ fn qos_changes(verb: &str, w: &Words, current: &Value) -> Result<Vec<QosChange>>
     Ok(out)
 }
 
+/// What sacctmgr does, for `--help`.
+const USAGE: &str = "Usage: sacctmgr [-i] [-n] [-P|-p] COMMAND ENTITY [SPECS]
+  add|modify|delete|show  account|user|association|qos  [name=..] [where ..] [set ..]
+gsched's sacctmgr; see docs/slurm.md (sacctmgr) for what each takes.";
+
 pub fn main_with(args: Vec<String>) -> Result<i32> {
+    if matches!(
+        args.first().map(String::as_str),
+        Some("--help" | "-h" | "help")
+    ) {
+        println!("{USAGE}");
+        return Ok(0);
+    }
     let mut parsable = false;
     let mut header = true;
     let mut rest = Vec::new();

@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use gsched_core::job::JobState;
 use gsched_core::wire::JobInfo;
 
+use super::data_parser;
 use super::format::{elapsed_long, timestamp};
 use super::ids::{fetch, parse_refs};
 use crate::client::{ApiError, Client};
@@ -202,6 +203,15 @@ pub fn show_config(health: &serde_json::Value, base: &str) -> String {
     out
 }
 
+/// A record's block as it is, or (`-o`) on one line.
+fn one_or_more_lines(block: String, oneliner: bool) -> String {
+    if !oneliner {
+        return block;
+    }
+    let fields: Vec<&str> = block.split_whitespace().collect();
+    format!("{}\n", fields.join(" "))
+}
+
 /// The jobs the given ids (`N`, `A`, `A_i`) name, in any state; an error
 /// as Slurm words it when none exists.
 fn named_jobs(client: &Client, ids: &[&str]) -> Result<Vec<JobInfo>> {
@@ -225,10 +235,66 @@ fn print_hostnames(list: &str) -> Result<i32> {
     Ok(0)
 }
 
+/// The commands gsched's scontrol carries out.
+const SUPPORTED: &str = "show job [ID], show node [NAME], show config, show partition, show hostnames [LIST], show hostlist LIST, ping, version, requeue ID, hold ID, release ID, suspend ID, resume ID, update NodeName=.. State=.., update JobId=.. FIELD=..";
+
+/// scontrol's options, wherever they stand on the line.
+#[derive(Default)]
+struct Options {
+    /// `--json`: Slurm's data_parser output.
+    json: bool,
+    /// `-o`/`--oneliner`: one line per record.
+    oneliner: bool,
+}
+
+/// Takes scontrol's options out of `args`: `--json`, `-o`, and those that
+/// change nothing here: `-d` (the details gsched has are always shown),
+/// `-a` (every partition is always shown), `-F` (gsched has no future
+/// nodes), `-Q`, `-v`. `--yaml` is refused.
+fn options(args: &[String]) -> Result<(Options, Vec<&str>)> {
+    let mut o = Options::default();
+    let mut words = Vec::new();
+    for a in args {
+        match a.as_str() {
+            "--json" => o.json = true,
+            "--yaml" => bail!("--yaml is not supported by gsched's scontrol; use --json"),
+            "-o" | "--oneliner" => o.oneliner = true,
+            "-d" | "-dd" | "--details" | "-a" | "--all" | "-F" | "--future" | "-Q" | "--quiet"
+            | "-v" | "--verbose" => {}
+            w => words.push(w),
+        }
+    }
+    Ok((o, words))
+}
+
 pub fn main_with(args: Vec<String>) -> Result<i32> {
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (opts, words) = options(&args)?;
     let client = Client::from_env();
+    if opts.json {
+        match words.as_slice() {
+            ["show", "node" | "nodes"] => return data_parser::print_json(&client, "nodes"),
+            ["show", "node" | "nodes", name] => {
+                return data_parser::print_json(&client, &format!("node/{name}"))
+            }
+            ["show", "job" | "jobs"] => return data_parser::print_json(&client, "jobs"),
+            ["show", "job" | "jobs", id] => {
+                return data_parser::print_json(&client, &format!("job/{id}"))
+            }
+            ["show", "partition" | "partitions"] => {
+                return data_parser::print_json(&client, "partitions")
+            }
+            _ => {}
+        }
+    }
     match words.as_slice() {
+        ["--help" | "-h" | "help"] => {
+            println!("Usage: scontrol [-o] [--json] COMMAND\n  {SUPPORTED}");
+            Ok(0)
+        }
+        ["show", "node" | "nodes"] => data_parser::print_nodes(&client, None, opts.oneliner),
+        ["show", "node" | "nodes", name] => {
+            data_parser::print_nodes(&client, Some(name), opts.oneliner)
+        }
         ["show", "config"] | ["show", "conf"] => {
             print!("{}", show_config(&client.health()?, client.base()));
             Ok(0)
@@ -237,14 +303,14 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             let mut jobs = client.jobs(&[("state", "all".into())])?;
             jobs.sort_by_key(|j| j.job_id);
             for j in &jobs {
-                print!("{}", show_job(j));
+                print!("{}", one_or_more_lines(show_job(j), opts.oneliner));
             }
             Ok(0)
         }
         ["show", "job", id] | ["show", "jobs", id] => {
             let jobs = named_jobs(&client, &[id])?;
             for j in &jobs {
-                print!("{}", show_job(j));
+                print!("{}", one_or_more_lines(show_job(j), opts.oneliner));
             }
             Ok(0)
         }
@@ -335,9 +401,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             Ok(0)
         }
-        [] => bail!("no command given (supported: show job [ID], show config, show partition, show hostnames [LIST], show hostlist LIST, requeue ID, hold ID, release ID, suspend ID, resume ID, update NodeName=.. State=.., update JobId=.. FIELD=..)"),
+        [] => bail!("no command given (supported: {SUPPORTED})"),
         [cmd, ..] => bail!(
-            "'{cmd}' is not supported by gsched's scontrol (supported: show job [ID], show config, show partition, show hostnames [LIST], show hostlist LIST, requeue ID, hold ID, release ID, suspend ID, resume ID, update NodeName=.. State=.., update JobId=.. FIELD=..); see docs/slurm.md"
+            "'{cmd}' is not supported by gsched's scontrol (supported: {SUPPORTED}); see docs/slurm.md"
         ),
     }
 }

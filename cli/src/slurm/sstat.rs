@@ -17,8 +17,11 @@ use crate::client::Client;
     about = "Resource use of running gsched jobs (Slurm's sstat)"
 )]
 pub struct Args {
+    /// Print the fields --format takes, and exit.
+    #[arg(short = 'e', long = "helpformat")]
+    pub helpformat: bool,
     /// Job ids (comma lists; repeatable).
-    #[arg(short = 'j', long = "jobs", action = clap::ArgAction::Append, required = true)]
+    #[arg(short = 'j', long = "jobs", action = clap::ArgAction::Append, required_unless_present = "helpformat")]
     pub jobs: Vec<String>,
     /// Fields to print, comma separated (e.g. JobID,MaxRSS,AveCPU).
     #[arg(short = 'o', long = "format", visible_alias = "fields")]
@@ -99,6 +102,10 @@ fn value(r: &Row, field: &str) -> String {
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
     let a: Args = super::parse("sstat", args)?;
+    if a.helpformat {
+        super::format::print_field_names(FIELDS.iter().map(|(f, _)| *f));
+        return Ok(0);
+    }
     let mut cols: Vec<(&'static str, usize)> = Vec::new();
     for name in a.format.as_deref().unwrap_or(DEFAULT_FORMAT).split(',') {
         let name = name.trim();

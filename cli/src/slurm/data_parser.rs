@@ -1,0 +1,129 @@
+//! The commands' `--json` output in Slurm's data_parser shapes (v0.0.44),
+//! taken from the controller's slurmrestd endpoints, so that the commands
+//! and the REST API answer from one source; and `scontrol show node`'s
+//! text, read from the same node shape.
+
+use anyhow::Result;
+use serde_json::Value;
+
+use crate::client::Client;
+
+/// The data parser version the commands print.
+pub const DATA_PARSER: &str = "v0.0.44";
+
+/// What `/slurm/v0.0.44/{what}` answers (`nodes`, `node/NAME`, `jobs`,
+/// `job/ID`, `partitions`), printed as the command's `--json` output.
+pub fn print_json(client: &Client, what: &str) -> Result<i32> {
+    let v: Value = client.slurm_data(&format!("/slurm/{DATA_PARSER}/{what}"))?;
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(0)
+}
+
+/// `scontrol show node[s] [NAME]` as Slurm prints it, one block per node
+/// (`-o`: one line per node).
+pub fn print_nodes(client: &Client, name: Option<&str>, oneliner: bool) -> Result<i32> {
+    let path = match name {
+        Some(n) => format!("/slurm/{DATA_PARSER}/node/{n}"),
+        None => format!("/slurm/{DATA_PARSER}/nodes"),
+    };
+    let v: Value = client.slurm_data(&path)?;
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        let lines = node_lines(n);
+        if oneliner {
+            println!("{}", lines.join(" "));
+        } else {
+            println!("{}\n", lines.join("\n   "));
+        }
+    }
+    Ok(0)
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) if s.is_empty() => "(null)".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => {
+            a.iter()
+                .map(text)
+                .collect::<Vec<_>>()
+                .join(if a.iter().all(Value::is_string) {
+                    ","
+                } else {
+                    " "
+                })
+        }
+        Value::Object(o) if o.contains_key("number") => {
+            if o["set"] == Value::Bool(true) {
+                o["number"].to_string()
+            } else {
+                "N/A".into()
+            }
+        }
+        Value::Null => "(null)".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A node's lines as `scontrol show node` prints them.
+fn node_lines(n: &Value) -> Vec<String> {
+    let state = n["state"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+        .unwrap_or_default();
+    vec![
+        format!("NodeName={} Arch=x86_64 CoresPerSocket=1", text(&n["name"])),
+        format!(
+            "CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=N/A",
+            text(&n["alloc_cpus"]),
+            text(&n["cpus"]),
+            text(&n["cpus"])
+        ),
+        format!("AvailableFeatures=(null)"),
+        format!("ActiveFeatures=(null)"),
+        format!("Gres={}", text(&n["gres"])),
+        format!(
+            "NodeAddr={} NodeHostName={} Version={}",
+            text(&n["address"]),
+            text(&n["hostname"]),
+            text(&n["version"])
+        ),
+        format!(
+            "RealMemory={} AllocMem={} FreeMem={} Sockets=1 Boards=1",
+            text(&n["real_memory"]),
+            text(&n["alloc_memory"]),
+            text(&n["free_mem"])
+        ),
+        format!("State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1"),
+        format!("Partitions={}", text(&n["partitions"])),
+        format!("CfgTRES={}", text(&n["tres"])),
+        format!("AllocTRES={}", text(&n["tres_used"])),
+        format!("Reason={}", text(&n["reason"])),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_in_scontrols_words() {
+        let n = serde_json::json!({
+            "name": "n1", "hostname": "n1", "address": "10.0.0.1", "cpus": 8,
+            "alloc_cpus": 2, "real_memory": 16384, "alloc_memory": 0,
+            "free_mem": {"set": false, "infinite": false, "number": 0},
+            "state": ["MIXED"], "partitions": ["gpu", "debug"], "gres": "gpu:1g.5gb:2(IDX:0-1)",
+            "tres": "cpu=8", "tres_used": "cpu=2", "reason": "", "version": "0.1.0"});
+        let l = node_lines(&n);
+        assert_eq!(l[0], "NodeName=n1 Arch=x86_64 CoresPerSocket=1");
+        assert_eq!(l[1], "CPUAlloc=2 CPUEfctv=8 CPUTot=8 CPULoad=N/A");
+        assert!(l.contains(&"Partitions=gpu,debug".to_string()), "{l:?}");
+        assert!(l.contains(&"State=MIXED ThreadsPerCore=1 TmpDisk=0 Weight=1".to_string()));
+        assert!(l.contains(&"Reason=(null)".to_string()));
+        assert!(l[6].contains("FreeMem=N/A"), "{l:?}");
+    }
+}
