@@ -9,7 +9,8 @@ suite itself skips (a configuration the running cluster lacks, in its
 local-config mode) are listed with the suite's reason and counted apart:
 they are neither passes nor failures.
 
-Usage: report.py REPORT_DIR NOT_APPLICABLE_FILE
+Usage: report.py [--strict] REPORT_DIR NOT_APPLICABLE_FILE
+  --strict  exit 1 unless every applicable case passed (CI's subset)
 """
 import collections
 import pathlib
@@ -55,7 +56,10 @@ def cases(report_dir):
 
 
 def main():
-    report_dir, na_file = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
+    strict = "--strict" in args
+    args = [a for a in args if a != "--strict"]
+    report_dir, na_file = args[0], args[1]
     na = not_applicable(na_file)
     counts = collections.Counter()
     skips = collections.Counter()
@@ -81,6 +85,9 @@ def main():
     )
     rate = 100.0 * counts["passed"] / applicable if applicable else 0.0
     print(f"pass rate on applicable cases: {counts['passed']}/{applicable} = {rate:.1f}%")
+    if strict and counts["passed"] != applicable:
+        print("--strict: not every applicable case passed", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

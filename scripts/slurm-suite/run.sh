@@ -12,7 +12,8 @@
 # target/slurm-suite-venv.
 #
 # Usage: scripts/slurm-suite/run.sh [--fast] [--gsched PATH] [TEST_FILE...]
-#   --fast      only the files in scripts/slurm-suite/fast.txt (CI's subset)
+#   --fast      only the files in scripts/slurm-suite/fast.txt (CI's subset;
+#               exits 1 unless every applicable case of them passes)
 #   TEST_FILE   e.g. tests/test_102_1.py (default: every file of the suite)
 # Environment: SLURM_SUITE_FILE_TIMEOUT (seconds per test file, default
 # 600), SLURM_SUITE_CASE_TIMEOUT (seconds per case, default 120),
@@ -120,4 +121,6 @@ if [ -n "${SLURM_SUITE_REPORTS:-}" ]; then
     mkdir -p "$SLURM_SUITE_REPORTS"
     cp "$work"/reports/* "$SLURM_SUITE_REPORTS"/
 fi
-"$venv/bin/python" "$here/report.py" "$work/reports" "$here/not-applicable.txt"
+strict=()
+[ $fast -eq 1 ] && strict=(--strict)
+"$venv/bin/python" "$here/report.py" "${strict[@]}" "$work/reports" "$here/not-applicable.txt"
