@@ -514,7 +514,10 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
     assert_eq!(nodes["meta"]["slurm"]["version"]["major"], "25");
     let jobs: serde_json::Value =
         serde_json::from_str(&s.ok("scontrol", &["--json", "-d", "-a", "show", "jobs"])).unwrap();
-    assert!(jobs["jobs"].as_array().is_some_and(|j| !j.is_empty()), "{jobs}");
+    assert!(
+        jobs["jobs"].as_array().is_some_and(|j| !j.is_empty()),
+        "{jobs}"
+    );
     assert!(s
         .ok("scontrol", &["show", "node", "node1"])
         .starts_with("NodeName=node1 "));
@@ -522,7 +525,10 @@ fn squeue_sacct_scancel_sinfo_scontrol_formats() {
     assert!(s.ok("sacct", &["-e"]).starts_with("JobID "));
     assert!(s.ok("sstat", &["--helpformat"]).starts_with("JobID "));
     for c in ["squeue", "sbatch", "scontrol", "sacctmgr"] {
-        assert!(s.ok(c, &["--usage"]).to_lowercase().contains("usage"), "{c}");
+        assert!(
+            s.ok(c, &["--usage"]).to_lowercase().contains("usage"),
+            "{c}"
+        );
     }
     // `-h` leaves the header out, as Slurm's sshare takes it.
     assert_eq!(s.ok("sshare", &["-P", "-h"]), s.ok("sshare", &["-P", "-n"]));
