@@ -93,6 +93,8 @@ fn install_shims(dir: &std::path::Path) -> Result<()> {
 }
 
 #[derive(clap::Args)]
+// A later flag overrides an earlier one (a wrapper's defaults, then yours).
+#[command(args_override_self = true)]
 struct UpArgs {
     /// State directory (database, spool, cluster key). Default: /var/lib/gsched
     /// for root, else $XDG_STATE_HOME/gsched, else ~/.local/state/gsched.

@@ -1683,3 +1683,44 @@ fn scancel_signals_the_steps_unless_asked_for_the_batch_shell() {
     g.wait_state(id, "COMPLETED", T);
     assert_eq!(s.file("batch.out"), "batch got USR1\ndone\n");
 }
+
+#[test]
+fn scancel_marks_the_job_cancelled_at_once_and_completing_until_it_ends() {
+    // Eight seconds between SIGTERM and SIGKILL: the program below ignores
+    // SIGTERM (as submitit's jobs do), so it lives that long.
+    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--kill-wait", "8"]);
+    let g = &s.g;
+    let stubborn = g.script(
+        "stubborn.sh",
+        "#!/bin/bash\n#SBATCH -o stubborn.out\ntrap '' TERM\ntouch stubborn-ready\nsleep 60\n",
+    );
+    let id = s.sbatch(&[&stubborn]);
+    g.wait_until("the job runs", T, || {
+        g.work.path().join("stubborn-ready").exists()
+    });
+    s.ok("scancel", &[&id.to_string()]);
+    // At once, before its processes are gone: CANCELLED, and completing.
+    let squeue = s.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%t %T"]);
+    assert_eq!(squeue.trim(), "CG COMPLETING");
+    let sacct = s.ok(
+        "sacct",
+        &["-n", "-X", "-P", "-j", &id.to_string(), "-o", "State"],
+    );
+    assert!(sacct.trim().starts_with("CANCELLED by "), "{sacct}");
+    assert_eq!(g.job(id)["job_state"], "CANCELLED");
+    // Not a running job: `squeue -t R` leaves it out, `-t CG` lists it.
+    let running = s.ok("squeue", &["-h", "-t", "R", "-o", "%i"]);
+    assert!(running.trim().is_empty(), "{running}");
+    let completing = s.ok("squeue", &["-h", "-t", "CG", "-o", "%i"]);
+    assert_eq!(completing.trim(), id.to_string());
+    // The kill wait later its processes are killed: still CANCELLED, no
+    // longer completing, gone from squeue.
+    g.wait_until("the job's processes end", Duration::from_secs(30), || {
+        s.ok("squeue", &["-h", "-o", "%i"]).trim().is_empty()
+    });
+    let sacct = s.ok(
+        "sacct",
+        &["-n", "-X", "-P", "-j", &id.to_string(), "-o", "State"],
+    );
+    assert!(sacct.trim().starts_with("CANCELLED by "), "{sacct}");
+}

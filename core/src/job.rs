@@ -498,6 +498,24 @@ impl Job {
         }
     }
 
+    /// Cancelled by a user while running: shown CANCELLED, and completing
+    /// (Slurm's `CG`) until its node reports its processes gone. It keeps
+    /// its resources until then, and its run ends CANCELLED whatever the
+    /// processes did.
+    pub fn cancelling(&self) -> bool {
+        self.state == JobState::Running && self.cancelled_by.is_some()
+    }
+
+    /// The state users see: CANCELLED for a job being cancelled, else its
+    /// state.
+    pub fn shown_state(&self) -> JobState {
+        if self.cancelling() {
+            JobState::Cancelled
+        } else {
+            self.state
+        }
+    }
+
     /// Running, and stopped (Slurm's SUSPENDED).
     pub fn is_suspended(&self) -> bool {
         self.state == JobState::Running && self.suspension.is_some_and(|s| s.is_suspended())

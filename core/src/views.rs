@@ -148,6 +148,10 @@ pub struct JobInfo {
     /// RUNNING, but stopped (Slurm's SUSPENDED).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspended: bool,
+    /// CANCELLED, and its processes not yet gone (Slurm's COMPLETING,
+    /// `CG`): it keeps its resources until its node reports the end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub completing: bool,
     /// Seconds its run was suspended in all (sacct's `Suspended`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub suspended_secs: i64,
@@ -163,7 +167,9 @@ pub struct JobInfo {
 impl JobInfo {
     /// The state in Slurm's words (CONFIGURING while launching).
     pub fn state_name(&self) -> &'static str {
-        if self.launching && self.job_state == crate::job::JobState::Running {
+        if self.completing {
+            "COMPLETING"
+        } else if self.launching && self.job_state == crate::job::JobState::Running {
             "CONFIGURING"
         } else if self.suspended && self.job_state == crate::job::JobState::Running {
             "SUSPENDED"
@@ -174,7 +180,9 @@ impl JobInfo {
 
     /// The state's short form, as squeue's `%t` (CF while launching).
     pub fn state_compact(&self) -> &'static str {
-        if self.launching && self.job_state == crate::job::JobState::Running {
+        if self.completing {
+            "CG"
+        } else if self.launching && self.job_state == crate::job::JobState::Running {
             "CF"
         } else if self.suspended && self.job_state == crate::job::JobState::Running {
             "S"
@@ -211,7 +219,7 @@ impl JobInfo {
         JobInfo {
             job_id: job.id,
             name: s.name.clone(),
-            job_state: job.state,
+            job_state: job.shown_state(),
             state_reason: job.reason.clone(),
             exit_code: job.exit_code,
             exit_signal: job.exit_signal,
@@ -253,6 +261,7 @@ impl JobInfo {
             cancelled_by: job.cancelled_by,
             launching: job.launching,
             suspended: job.is_suspended(),
+            completing: job.cancelling(),
             suspended_secs: job.suspended_secs(job.end_time.unwrap_or(now)),
             usage: job.usage,
             batch_usage: job.batch_usage,

@@ -11,7 +11,7 @@ gsched=${1:-$root/target/debug/gsched}
 [ -x "$gsched" ] || { echo "submitit.sh: $gsched not built (cargo build --workspace)" >&2; exit 1; }
 . "$root/scripts/lib/gsched-up.sh"
 compat_venv "submitit>=1.5,<2"
-gsched_up "$gsched" --sim-gpus 1xA100-40GB --kill-wait 2
+gsched_up "$gsched" --sim-gpus 1xA100-40GB --kill-wait 10
 "$gsched" slurm-shims "$work/bin" > /dev/null
 export PATH="$work/bin:$PATH"
 if ! timeout 300 "$venv/bin/python" "$root/scripts/compat/submitit_check.py" "$work/jobs"; then

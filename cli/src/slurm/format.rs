@@ -86,6 +86,8 @@ pub fn sacct_state(j: &JobInfo) -> String {
 pub struct StateFilter {
     pub states: Vec<JobState>,
     pub suspended: bool,
+    /// COMPLETING (`CG`): jobs cancelled whose processes are not yet gone.
+    pub completing: bool,
 }
 
 impl StateFilter {
@@ -93,10 +95,15 @@ impl StateFilter {
         let mut f = StateFilter {
             states: Vec::new(),
             suspended: false,
+            completing: false,
         };
         for st in list.split(',').map(str::trim).filter(|x| !x.is_empty()) {
             if st.eq_ignore_ascii_case("SUSPENDED") || st.eq_ignore_ascii_case("S") {
                 f.suspended = true;
+                continue;
+            }
+            if st.eq_ignore_ascii_case("COMPLETING") || st.eq_ignore_ascii_case("CG") {
+                f.completing = true;
                 continue;
             }
             match JobState::parse(st) {
@@ -114,11 +121,16 @@ impl StateFilter {
         if self.suspended && !self.states.contains(&JobState::Running) {
             v.push(JobState::Running.as_str());
         }
+        if self.completing && !self.states.contains(&JobState::Cancelled) {
+            v.push(JobState::Cancelled.as_str());
+        }
         v
     }
 
     pub fn matches(&self, j: &JobInfo) -> bool {
-        if j.suspended && j.job_state == JobState::Running {
+        if j.completing {
+            self.completing || self.states.contains(&JobState::Cancelled)
+        } else if j.suspended && j.job_state == JobState::Running {
             self.suspended
         } else {
             self.states.contains(&j.job_state)
@@ -130,8 +142,6 @@ impl StateFilter {
 /// filter naming them matches nothing rather than being an error.
 pub fn is_other_slurm_state(s: &str) -> bool {
     const OTHER: &[&str] = &[
-        "COMPLETING",
-        "CG",
         "PREEMPTED",
         "PR",
         "BOOT_FAIL",

@@ -94,7 +94,8 @@ impl Cluster {
     /// once its node reports the old run ended.
     pub fn requeue(&mut self, id: JobId, now: i64) -> Result<Vec<Effect>, ClusterError> {
         let job = self.jobs.get_mut(&id).ok_or(ClusterError::UnknownJob(id))?;
-        if job.state != JobState::Running {
+        if job.state != JobState::Running || job.cancelling() {
+            // One being cancelled is CANCELLED already, as users see it.
             return Err(ClusterError::NotRunning(id));
         }
         let node = job.node.clone().unwrap_or_default();
@@ -124,9 +125,12 @@ impl Cluster {
         Ok(effects)
     }
 
-    /// Cancels a job: a queued one ends at once, a running one is signalled
-    /// and ends when its node reports it. A finished job is left as it is.
-    /// Cancels a job; `by` is the uid that asked (shown by sacct).
+    /// Cancels a job; `by` is the uid that asked (shown by sacct; the
+    /// owner's when the caller has none). A queued job ends at once. A
+    /// running one is CANCELLED at once as well, as Slurm marks it: its
+    /// processes are signalled and, until its node reports them gone, it
+    /// keeps its resources and is shown completing (`CG`, `Job::cancelling`).
+    /// A finished job is left as it is.
     pub fn cancel(
         &mut self,
         id: JobId,
@@ -138,7 +142,7 @@ impl Cluster {
             job.state,
             JobState::Pending | JobState::Requeued | JobState::Running
         ) {
-            job.cancelled_by = by;
+            job.cancelled_by = Some(by.unwrap_or(job.spec.uid));
         }
         match job.state {
             JobState::Pending | JobState::Requeued => {
@@ -151,17 +155,26 @@ impl Cluster {
                     event: "cancelled while pending".into(),
                 }])
             }
-            JobState::Running => {
-                let node = job.node.clone().unwrap_or_default();
-                Ok(vec![Effect::Signal {
-                    job: id,
-                    node,
-                    signal: SIGTERM,
-                    cancel: true,
-                    scope: crate::outcome::SignalScope::Full,
-                }])
-            }
+            JobState::Running => Ok(vec![
+                Effect::Job {
+                    id,
+                    event: "cancelled; completing until its processes end".into(),
+                },
+                self.stop_running(id),
+            ]),
             _ => Ok(vec![]),
+        }
+    }
+
+    /// The signal that ends running job `id` (SIGTERM to everything, then
+    /// SIGKILL after the kill wait, on its node).
+    pub(super) fn stop_running(&self, id: JobId) -> Effect {
+        Effect::Signal {
+            job: id,
+            node: self.jobs[&id].node.clone().unwrap_or_default(),
+            signal: SIGTERM,
+            cancel: true,
+            scope: crate::outcome::SignalScope::Full,
         }
     }
 

@@ -80,6 +80,7 @@ impl Cluster {
         }
         let graced = self.graced.contains_key(&id)
             && job.state == JobState::Running
+            && !job.cancelling()
             && job.node.as_deref() == Some(node)
             && !ended.outcome.cause.is_node_failure();
         if graced {
@@ -99,11 +100,12 @@ impl Cluster {
                 node: node.into(),
             });
         }
+        let cancelling = job.cancelling();
         if ended.outcome.cause.is_node_failure() {
             return Ok(self.lose(id, ended.end_time));
         }
         if let crate::outcome::EndCause::GpuFault(f) = &ended.outcome.cause {
-            if f.requeues(job.spec.requeues()) {
+            if f.requeues(job.spec.requeues()) && !cancelling {
                 let mut effects = self.release(id);
                 effects.extend(self.requeue_after_failure(
                     id,
@@ -115,7 +117,13 @@ impl Cluster {
             }
         }
         let (mut state, mut reason) = ended.outcome.final_state();
-        if state == JobState::Cancelled && job.reason.as_deref() == Some(preemption::PREEMPTED) {
+        if cancelling {
+            // Shown CANCELLED since the user asked; it stays so, even if
+            // its processes ended on their own meanwhile.
+            (state, reason) = (JobState::Cancelled, None);
+        } else if state == JobState::Cancelled
+            && job.reason.as_deref() == Some(preemption::PREEMPTED)
+        {
             // Cancelled to make room for another job.
             (state, reason) = (JobState::Preempted, Some(preemption::PREEMPTED.into()));
         }
@@ -193,7 +201,16 @@ impl Cluster {
         // What it ran until now counts, as for any end.
         effects.extend(self.charge(id, now));
         let job = self.jobs.get_mut(&id).expect("caller checked");
-        if job.spec.requeues() {
+        if job.cancelling() {
+            // Already shown CANCELLED: its processes are gone with the node.
+            job.transition(JobState::Cancelled, now)
+                .expect("running job");
+            job.reason = None;
+            effects.push(Effect::Job {
+                id,
+                event: "ended CANCELLED (its node was lost while it completed)".into(),
+            });
+        } else if job.spec.requeues() {
             effects.extend(self.requeue_after_failure(
                 id,
                 now,

@@ -152,6 +152,17 @@ impl Cluster {
         let mut effects = self.stop_batch_of_wide(id);
         effects.extend(self.release(id));
         let job = self.jobs.get_mut(&id).expect("checked");
+        if job.cancelling() {
+            // Already shown CANCELLED: it stays so.
+            job.transition(JobState::Cancelled, now)
+                .expect("running job");
+            job.reason = None;
+            effects.push(Effect::Job {
+                id,
+                event: format!("ended CANCELLED; its launch had failed: {why}"),
+            });
+            return effects;
+        }
         job.transition(JobState::Failed, now).expect("running job");
         job.reason = Some(why.clone());
         effects.push(Effect::Job {
@@ -210,6 +221,18 @@ impl Cluster {
         let mut effects = self.stop_batch_of_wide(id);
         effects.extend(self.release(id));
         let job = self.jobs.get_mut(&id).expect("caller checked");
+        if job.cancelling() {
+            // Cancelled before its start was confirmed: it ends CANCELLED
+            // rather than going back to the queue.
+            job.transition(JobState::Cancelled, now)
+                .expect("running job");
+            job.reason = None;
+            effects.push(Effect::Job {
+                id,
+                event: format!("{why}; ended CANCELLED"),
+            });
+            return effects;
+        }
         job.return_unstarted(now).expect("running job");
         job.reason = Some("LaunchFailedRequeued".into());
         let isolated = job.spec.isolated;

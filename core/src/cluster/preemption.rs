@@ -162,15 +162,13 @@ impl Cluster {
         let mut effects = if requeue {
             self.requeue(v, now)
         } else {
-            let killed = self.cancel(v, None, now);
-            if let Some(job) = self
-                .jobs
-                .get_mut(&v)
-                .filter(|j| j.state == JobState::Running)
-            {
-                job.reason = Some(PREEMPTED.into());
+            match self.jobs.get_mut(&v) {
+                Some(job) if job.state == JobState::Running => {
+                    job.reason = Some(PREEMPTED.into());
+                    Ok(vec![self.stop_running(v)])
+                }
+                _ => Ok(vec![]),
             }
-            killed
         }
         .unwrap_or_default();
         effects.push(Effect::Job {

@@ -426,23 +426,51 @@ fn cancel_pending_and_running() {
     c.schedule(1);
     let fx = c.cancel(b, Some(7), 2).unwrap();
     assert_eq!(c.job(b).unwrap().cancelled_by, Some(7), "who asked is kept");
+    assert!(fx.contains(&Effect::Signal {
+        job: b,
+        node: "n1".into(),
+        signal: SIGTERM,
+        cancel: true,
+        scope: crate::outcome::SignalScope::Full,
+    }));
+    // CANCELLED to users at once, completing until the node reports.
+    let jb = c.job(b).unwrap();
     assert_eq!(
-        fx,
-        vec![Effect::Signal {
-            job: b,
-            node: "n1".into(),
-            signal: SIGTERM,
-            cancel: true,
-            scope: crate::outcome::SignalScope::Full,
-        }]
+        (jb.state, jb.shown_state()),
+        (JobState::Running, JobState::Cancelled)
     );
-    c.job_ended("n1", &ended(b, 0, EndCause::Cancelled))
-        .unwrap();
-    assert_eq!(c.job(b).unwrap().state, JobState::Cancelled);
+    let info = crate::views::JobInfo::new(jb, "gpu", 3);
+    assert_eq!(
+        (info.job_state, info.state_compact()),
+        (JobState::Cancelled, "CG")
+    );
+    assert!(
+        c.requeue(b, 3).is_err(),
+        "a job being cancelled is not requeued"
+    );
+    // Its processes ended on their own meanwhile: it stays CANCELLED.
+    c.job_ended("n1", &ended(b, 0, EndCause::Exited)).unwrap();
+    let jb = c.job(b).unwrap();
+    assert_eq!((jb.state, jb.exit_code), (JobState::Cancelled, Some(0)));
+    assert!(!crate::views::JobInfo::new(jb, "gpu", 4).completing);
     assert!(matches!(
         c.cancel(99, None, 0),
         Err(ClusterError::UnknownJob(99))
     ));
+}
+
+#[test]
+fn a_job_being_cancelled_ends_cancelled_when_its_node_is_lost() {
+    let mut c = Cluster::new(Box::new(CaseLaunch));
+    c.register_node(&reg(vec![], vec![]), 0);
+    // Requeueable: lost otherwise, it would go back to the queue.
+    let (a, _) = c.submit(spec(true, true), 0).unwrap();
+    testkit::launch(&mut c, 1);
+    c.cancel(a, Some(5), 2).unwrap();
+    c.node_down("n1", 5);
+    let ja = c.job(a).unwrap();
+    assert_eq!((ja.state, ja.restarts), (JobState::Cancelled, 0));
+    assert_eq!(c.pending_count(), 0);
 }
 
 #[test]

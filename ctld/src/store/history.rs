@@ -44,7 +44,10 @@ impl JobQuery {
             }
         };
         by_id
-            && self.states.as_ref().is_none_or(|s| s.contains(&j.state))
+            // One being cancelled is still RUNNING inside, CANCELLED to users.
+            && self.states.as_ref().is_none_or(|s| {
+                s.contains(&j.state) || j.cancelling() && s.contains(&JobState::Cancelled)
+            })
             && self
                 .users
                 .as_ref()

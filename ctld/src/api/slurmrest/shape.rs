@@ -258,6 +258,8 @@ pub fn job(j: &JobInfo, cluster: &str, profile: Option<&str>) -> SlurmJob {
     // RUNNING; SUSPENDED is a state of its own.
     let job_state = if j.state_name() == "CONFIGURING" {
         vec!["RUNNING".to_string(), "CONFIGURING".to_string()]
+    } else if j.completing {
+        vec!["CANCELLED".to_string(), "COMPLETING".to_string()]
     } else {
         vec![j.state_name().to_string()]
     };
