@@ -11,6 +11,7 @@ pub mod sacctmgr;
 pub mod salloc;
 pub mod scancel;
 pub mod scontrol;
+pub mod scontrol_data;
 pub mod sinfo;
 pub mod sprio;
 pub mod squeue;
@@ -18,6 +19,7 @@ pub mod srun;
 pub mod sshare;
 pub mod sstat;
 pub mod update;
+pub mod usage;
 
 /// The command names a shim directory holds.
 pub const COMMANDS: &[&str] = &[
@@ -45,7 +47,17 @@ pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
         println!("slurm {SLURM_VERSION}");
         return 0;
     }
-    // `--usage`, which every Slurm command takes, is the help here.
+    // `--usage` and `--help` in Slurm's forms, where the command has them.
+    let shown = match args.first().map(String::as_str) {
+        Some("--usage") => usage::usage(name),
+        Some("--help") => usage::help(name),
+        _ => None,
+    };
+    if let Some(text) = shown {
+        print!("{text}");
+        return 0;
+    }
+    // Otherwise `--usage`, which every Slurm command takes, is the help.
     let args = if args.first().map(String::as_str) == Some("--usage") {
         std::iter::once("--help".to_string())
             .chain(args.into_iter().skip(1))
