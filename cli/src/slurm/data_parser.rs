@@ -19,6 +19,83 @@ pub fn print_json(client: &Client, what: &str) -> Result<i32> {
     Ok(0)
 }
 
+/// As [`print_json`], with `command` (the command line, as the user gave
+/// it) in the answer's `meta.command`, as Slurm's commands put theirs.
+pub fn print_json_for(client: &Client, what: &str, command: &[String]) -> Result<i32> {
+    let mut v: Value = client.slurm_data(&format!("/slurm/{DATA_PARSER}/{what}"))?;
+    v["meta"]["command"] = serde_json::json!(command);
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(0)
+}
+
+/// `sinfo --json`: one entry per node of each partition, in data_parser's
+/// `sinfo` shape, made from the controller's slurmrestd node and partition
+/// answers (one source for both).
+pub fn print_sinfo(client: &Client, command: &[String]) -> Result<i32> {
+    let nodes: Value = client.slurm_data(&format!("/slurm/{DATA_PARSER}/nodes"))?;
+    let parts: Value = client.slurm_data(&format!("/slurm/{DATA_PARSER}/partitions"))?;
+    let mut entries = Vec::new();
+    for p in parts["partitions"].as_array().into_iter().flatten() {
+        let name = p["name"].as_str().unwrap_or_default();
+        for n in nodes["nodes"].as_array().into_iter().flatten() {
+            let serves = n["partitions"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|x| x == name));
+            if serves {
+                entries.push(sinfo_entry(n, p));
+            }
+        }
+    }
+    let mut meta = nodes["meta"].clone();
+    meta["command"] = serde_json::json!(command);
+    let out = serde_json::json!({
+        "sinfo": entries,
+        "meta": meta,
+        "errors": [],
+        "warnings": [],
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(0)
+}
+
+fn sinfo_entry(n: &Value, partition: &Value) -> Value {
+    let state = n["state"].clone();
+    let busy = state
+        .as_array()
+        .is_some_and(|s| s.iter().any(|x| x == "ALLOCATED" || x == "MIXED"));
+    serde_json::json!({
+        "node": { "state": state },
+        "nodes": {
+            "allocated": u32::from(busy),
+            "idle": u32::from(!busy),
+            "other": 0,
+            "total": 1,
+            "hostnames": [n["hostname"].clone()],
+            "addresses": [n["address"].clone()],
+            "nodes": [n["name"].clone()],
+        },
+        "cpus": {
+            "allocated": n["alloc_cpus"].clone(),
+            "idle": n["alloc_idle_cpus"].clone(),
+            "other": 0,
+            "total": n["cpus"].clone(),
+            "minimum": n["cpus"].clone(),
+            "maximum": n["cpus"].clone(),
+        },
+        "memory": {
+            "minimum": n["real_memory"].clone(),
+            "maximum": n["real_memory"].clone(),
+            "allocated": n["alloc_memory"].clone(),
+            "free": n["free_mem"].clone(),
+        },
+        "gres": { "total": n["gres"].clone(), "used": n["gres_used"].clone() },
+        "cluster": n["cluster_name"].clone(),
+        "reason": { "description": n["reason"].clone() },
+        "features": { "total": "", "active": "" },
+        "partition": partition.clone(),
+    })
+}
+
 /// `scontrol show node[s] [NAME]` as Slurm prints it, one block per node
 /// (`-o`: one line per node).
 pub fn print_nodes(client: &Client, name: Option<&str>, oneliner: bool) -> Result<i32> {

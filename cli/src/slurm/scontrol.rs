@@ -236,7 +236,7 @@ fn print_hostnames(list: &str) -> Result<i32> {
 }
 
 /// The commands gsched's scontrol carries out.
-const SUPPORTED: &str = "show job [ID], show node [NAME], show config, show partition, show hostnames [LIST], show hostlist LIST, ping, version, requeue ID, hold ID, release ID, suspend ID, resume ID, update NodeName=.. State=.., update JobId=.. FIELD=..";
+const SUPPORTED: &str = "show job [ID], show node [NAME], show config, show partition, show step [JOB[.STEP]], show licenses, show reservations, show hostnames [LIST], show hostlist LIST, ping, version, requeue ID, hold ID, release ID, suspend ID, resume ID, update NodeName=.. State=.., update JobId=.. FIELD=..";
 
 /// scontrol's options, wherever they stand on the line.
 #[derive(Default)]
@@ -271,17 +271,25 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let (opts, words) = options(&args)?;
     let client = Client::from_env();
     if opts.json {
+        let command: Vec<String> = std::iter::once("scontrol".to_string())
+            .chain(args.iter().cloned())
+            .collect();
+        let json = |what: &str| data_parser::print_json_for(&client, what, &command);
         match words.as_slice() {
-            ["show", "node" | "nodes"] => return data_parser::print_json(&client, "nodes"),
-            ["show", "node" | "nodes", name] => {
-                return data_parser::print_json(&client, &format!("node/{name}"))
+            ["show", "node" | "nodes"] => return json("nodes"),
+            ["show", "node" | "nodes", name] => return json(&format!("node/{name}")),
+            ["show", "job" | "jobs"] => return json("jobs"),
+            ["show", "job" | "jobs", id] => return json(&format!("job/{id}")),
+            ["show", "partition" | "partitions"] => return json("partitions"),
+            ["ping"] => return super::scontrol_data::ping_json(&client, &command),
+            ["show", "step" | "steps", rest @ ..] if rest.len() <= 1 => {
+                return super::scontrol_data::steps_json(&client, rest.first().copied(), &command)
             }
-            ["show", "job" | "jobs"] => return data_parser::print_json(&client, "jobs"),
-            ["show", "job" | "jobs", id] => {
-                return data_parser::print_json(&client, &format!("job/{id}"))
+            ["show", "license" | "licenses"] => {
+                return super::scontrol_data::empty_json(&client, "licenses", &command)
             }
-            ["show", "partition" | "partitions"] => {
-                return data_parser::print_json(&client, "partitions")
+            ["show", "reservation" | "reservations"] => {
+                return super::scontrol_data::empty_json(&client, "reservations", &command)
             }
             _ => {}
         }
@@ -373,6 +381,17 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         }
         ["update", words @ ..] if !words.is_empty() => super::update::update(&client, words),
         ["ping"] => ping(&client),
+        ["show", "step" | "steps", rest @ ..] if rest.len() <= 1 => {
+            super::scontrol_data::print_steps(&client, rest.first().copied(), opts.oneliner)
+        }
+        ["show", "license" | "licenses"] => {
+            println!("No licenses configured");
+            Ok(0)
+        }
+        ["show", "reservation" | "reservations"] => {
+            println!("No reservations in the system");
+            Ok(0)
+        }
         ["version"] => {
             println!("slurm {}", super::SLURM_VERSION);
             Ok(0)

@@ -29,6 +29,96 @@ pub struct Args {
     /// Why nodes are down or drained, by whom and since when.
     #[arg(short = 'R', long = "list-reasons")]
     pub reasons: bool,
+    /// Only nodes in these states (comma list, `&` for all of them; `all`;
+    /// names as `--helpstate` lists them, or a prefix of one).
+    #[arg(short = 't', long = "states")]
+    pub states: Option<String>,
+    /// The node state names `--states` takes, one per line.
+    #[arg(long = "helpstate")]
+    pub helpstate: bool,
+    /// Nodes by partition as Slurm's data_parser prints them.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Slurm's node state names, long and compact, in the order Slurm tries
+/// them; `--states` takes either, or a prefix of either. gsched's nodes are
+/// IDLE, MIXED, ALLOCATED, DRAINING, DRAINED or DOWN (`NO_RESPOND` when no
+/// administrator set them down); the others match no node here.
+const NODE_STATES: &[(&str, &str)] = &[
+    ("UNKNOWN", "UNK"),
+    ("DOWN", "DOWN"),
+    ("IDLE", "IDLE"),
+    ("ALLOCATED", "ALLOC"),
+    ("ERROR", "ERR"),
+    ("MIXED", "MIX"),
+    ("FUTURE", "FUTR"),
+    ("BLOCKED", "BLOCK"),
+    ("PLANNED", "PLND"),
+    ("DRAIN", "DRAIN"),
+    ("DRAINED", "DRAINED"),
+    ("RESERVED", "RESV"),
+    ("DRAINING", "DRNG"),
+    ("COMPLETING", "COMP"),
+    ("NO_RESPOND", "NO_RESPOND"),
+    ("POWERING_DOWN", "POWRING_DN"),
+    ("POWERED_DOWN", "POWERED_DN"),
+    ("POWER_DOWN", "POW_DN"),
+    ("POWERING_UP", "POW_UP"),
+    ("FAIL", "FAIL"),
+    ("MAINT", "MAINT"),
+    ("REBOOT_REQUESTED", "BOOT"),
+    ("REBOOT_ISSUED", "BOOT^"),
+    ("CLOUD", "CLOUD"),
+];
+
+/// A `--states` list: the states asked for, and whether a node must be in
+/// all of them (`&`) rather than one.
+#[derive(Debug, PartialEq)]
+struct StateList {
+    states: Vec<&'static str>,
+    all: bool,
+}
+
+impl StateList {
+    /// Parses as Slurm does; `None` for `all`.
+    fn parse(list: &str) -> Result<Option<StateList>> {
+        if list.trim().eq_ignore_ascii_case("all") {
+            return Ok(None);
+        }
+        let mut states = Vec::new();
+        for word in list.split([',', '&']).map(str::trim) {
+            let prefix = |name: &str| {
+                !word.is_empty()
+                    && name.len() >= word.len()
+                    && name[..word.len()].eq_ignore_ascii_case(word)
+            };
+            match NODE_STATES
+                .iter()
+                .find(|(long, short)| prefix(long) || prefix(short))
+            {
+                Some((long, _)) => states.push(*long),
+                None => anyhow::bail!("Bad state string: \"{word}\""),
+            }
+        }
+        Ok(Some(StateList {
+            states,
+            all: list.contains('&'),
+        }))
+    }
+
+    fn matches(&self, n: &NodeInfo) -> bool {
+        let is = |state: &str| match state {
+            "DRAIN" => matches!(n.state.as_str(), "DRAINED" | "DRAINING"),
+            "NO_RESPOND" => n.state == "DOWN" && n.admin.is_none(),
+            other => n.state == other,
+        };
+        if self.all {
+            self.states.iter().all(|s| is(s))
+        } else {
+            self.states.iter().any(|s| is(s))
+        }
+    }
 }
 
 const DEFAULT: &str = "%9P %.5a %.10l %.6D %.6t %N";
@@ -99,7 +189,23 @@ fn reasons(nodes: &[NodeInfo], noheader: bool) -> String {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let command: Vec<String> = std::iter::once("sinfo".to_string())
+        .chain(args.iter().cloned())
+        .collect();
     let a: Args = super::parse("sinfo", args)?;
+    if a.json {
+        return super::data_parser::print_sinfo(&Client::from_env(), &command);
+    }
+    if a.helpstate {
+        for (long, _) in NODE_STATES {
+            println!("{}", long.to_ascii_lowercase());
+        }
+        return Ok(0);
+    }
+    let wanted = match &a.states {
+        Some(list) => StateList::parse(list)?,
+        None => None,
+    };
     let fmt = a
         .format
         .clone()
@@ -107,7 +213,10 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let pieces = parse_format(&fmt.replace("%R", "%P"), |c| header(c).is_some())
         .map_err(|e| anyhow::anyhow!("Invalid node format specification '{fmt}': {e}"))?;
     let client = Client::from_env();
-    let nodes: Vec<NodeInfo> = client.nodes()?;
+    let mut nodes: Vec<NodeInfo> = client.nodes()?;
+    if let Some(w) = &wanted {
+        nodes.retain(|n| w.matches(n));
+    }
     if a.reasons {
         print!("{}", reasons(&nodes, a.noheader));
         return Ok(0);
@@ -178,4 +287,23 @@ fn row(pieces: &[Piece], group: &[&NodeInfo], shown: &str) -> String {
         'G' => "(null)".into(),
         _ => String::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_parse_as_slurm_parses_them() {
+        assert_eq!(StateList::parse("all").unwrap(), None);
+        let l = StateList::parse("reboot,BOOT,idle,drng").unwrap().unwrap();
+        assert_eq!(
+            l.states,
+            ["REBOOT_REQUESTED", "REBOOT_REQUESTED", "IDLE", "DRAINING"]
+        );
+        for bad in ["NOTASTATE", "npc", "perfctrs", "idle,"] {
+            let e = StateList::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with("Bad state string"), "{bad}: {e}");
+        }
+    }
 }

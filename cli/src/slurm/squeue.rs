@@ -52,6 +52,9 @@ pub struct Args {
     /// one).
     #[arg(long)]
     pub start: bool,
+    /// The jobs as Slurm's data_parser prints them (slurmrestd's shape).
+    #[arg(long)]
+    pub json: bool,
 }
 
 const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R";
@@ -223,7 +226,13 @@ pub fn render(pieces: &[Piece], f: impl Fn(char) -> String) -> String {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let command: Vec<String> = std::iter::once("squeue".to_string())
+        .chain(args.iter().cloned())
+        .collect();
     let a: Args = super::parse("squeue", args)?;
+    if a.json {
+        return super::data_parser::print_json_for(&Client::from_env(), "jobs", &command);
+    }
     let fmt = if a.only_job_state {
         "%i %T".to_string()
     } else if a.start {
