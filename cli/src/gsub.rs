@@ -168,6 +168,9 @@ pub struct RecordedOptions {
     pub mail_type: Option<String>,
     #[arg(long, hide = true)]
     pub mail_user: Option<String>,
+    /// At least this many CPUs on each of the job's nodes.
+    #[arg(long, hide = true)]
+    pub mincpus: Option<String>,
 }
 
 impl RecordedOptions {
@@ -194,7 +197,8 @@ impl RecordedOptions {
             dependency,
             reservation,
             mail_type,
-            mail_user
+            mail_user,
+            mincpus
         )
     }
 
@@ -224,7 +228,8 @@ impl RecordedOptions {
             dependency => "dependency",
             reservation => "reservation",
             mail_type => "mail-type",
-            mail_user => "mail-user"
+            mail_user => "mail-user",
+            mincpus => "mincpus"
         );
         m
     }
@@ -669,7 +674,13 @@ pub fn submit_main(prog: &str, args: Vec<String>) -> Result<()> {
             .first()
             .map(|p| cwd.join(p).display().to_string()),
     };
-    let opts = cli.over(directive_options(&script)?);
+    // Slurm's order: the command line, then SBATCH_* variables, then the
+    // script's directives.
+    let environment = match prog {
+        "sbatch" => crate::input_env::from_environment(crate::input_env::Reader::Sbatch)?,
+        _ => SubmitOptions::default(),
+    };
+    let opts = cli.over(environment.over(directive_options(&script)?));
     let mut spec = build_spec(&opts, script, &default_name, &cwd)?;
     spec.slurm.command = command;
     let id = Client::from_env().submit(&spec)?;

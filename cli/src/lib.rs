@@ -9,6 +9,7 @@ pub mod ginfo;
 pub mod gqueue;
 pub mod gsub;
 pub mod identity;
+pub mod input_env;
 pub mod local_socket;
 pub mod retry;
 pub mod slurm;

@@ -31,7 +31,11 @@ d=\"$1\"; shift\n\
 exec \"$@\" < \"$d/in\" > \"$d/out\" 2> \"$d/err\"\n";
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
-    let mut cli: SubmitOptions = super::parse("salloc", args)?;
+    let cli: SubmitOptions = super::parse("salloc", args)?;
+    // SALLOC_* variables below the command line, as in Slurm.
+    let mut cli = cli.over(crate::input_env::from_environment(
+        crate::input_env::Reader::Salloc,
+    )?);
     if cli.wrap.is_some() {
         bail!("--wrap is sbatch's; give salloc the command itself");
     }
