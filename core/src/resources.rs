@@ -50,6 +50,8 @@ pub enum ResourceError {
     TooManyCpus(u64),
     #[error("--ntasks-per-node={0}: expected a whole number of at least 1")]
     BadTasksPerNode(String),
+    #[error("--mincpus={0}: expected a whole number of at least 1")]
+    BadMinCpus(String),
     #[error("the job's memory request overflows: {0}")]
     Overflow(String),
 }
@@ -81,7 +83,15 @@ impl JobResources {
         } else {
             u64::from(s.ntasks.unwrap_or(1).max(per_node))
         };
-        let cpus = tasks * u64::from(s.cpus_per_task.unwrap_or(1));
+        // `--mincpus`: at least that many on the node.
+        let at_least = match s.other.get("mincpus") {
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if n > 0 => u64::from(n),
+                _ => return Err(ResourceError::BadMinCpus(v.clone())),
+            },
+            None => 1,
+        };
+        let cpus = (tasks * u64::from(s.cpus_per_task.unwrap_or(1))).max(at_least);
         if cpus > u64::from(MAX_JOB_CPUS) {
             return Err(ResourceError::TooManyCpus(cpus));
         }
@@ -353,6 +363,11 @@ mod tests {
             JobResources::of(&spec_of(&[("ntasks-per-node", "x")], None, None)),
             Err(ResourceError::BadTasksPerNode(_))
         ));
+        // --mincpus raises the CPUs, never lowers them.
+        let min = |v: &str| JobResources::of(&spec_of(&[("mincpus", v)], Some(2), None));
+        assert_eq!(min("5").unwrap().cpus, 5);
+        assert_eq!(min("1").unwrap().cpus, 2);
+        assert!(matches!(min("0"), Err(ResourceError::BadMinCpus(_))));
     }
 
     #[test]

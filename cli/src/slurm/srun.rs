@@ -20,7 +20,7 @@ pub struct Args {
     pub ntasks: Option<u32>,
     /// Nodes: inside a job, of its allocation (the first N); outside, the
     /// job's (`N` or `MIN-MAX`).
-    #[arg(short = 'N', long = "nodes")]
+    #[arg(short = 'N', long = "nodes", value_name = "N")]
     pub nodes: Option<String>,
     /// Do not buffer output (tasks write straight to their files).
     #[arg(short = 'u', long = "unbuffered")]
@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long = "cpu-bind")]
     pub cpu_bind: Option<String>,
     /// Accepted inside a job (the job's GPU instances are its GPUs).
-    #[arg(short = 'G', long = "gpus")]
+    #[arg(short = 'G', long = "gpus", value_name = "n")]
     pub gpus: Option<String>,
     /// GPUs each task sees, from the job's (default: the job's
     /// SLURM_GPUS_PER_TASK).
@@ -69,6 +69,28 @@ pub struct Args {
     pub time: Option<String>,
     #[arg(short = 'p', long = "partition")]
     pub partition: Option<String>,
+    /// Say what srun does: the job's id, and where it runs.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// A new job only: give up, cancelling it, unless it starts within
+    /// this many seconds (default 1).
+    #[arg(short = 'I', long = "immediate", num_args = 0..=1, require_equals = true, default_missing_value = "1", value_name = "secs")]
+    pub immediate: Option<u64>,
+    /// A new job only: submit it held (it starts after `scontrol release`).
+    #[arg(short = 'H', long = "hold")]
+    pub hold: bool,
+    /// A new job only: its QOS.
+    #[arg(short = 'q', long = "qos", value_name = "qos")]
+    pub qos: Option<String>,
+    /// A new job only: the account charged.
+    #[arg(short = 'A', long = "account", value_name = "name")]
+    pub account: Option<String>,
+    /// A new job only: memory per node (`--mem` of sbatch).
+    #[arg(long = "mem", value_name = "MB")]
+    pub mem: Option<String>,
+    /// A new job only: at least this many CPUs on its node.
+    #[arg(long = "mincpus", value_name = "n")]
+    pub mincpus: Option<u32>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true)]
     pub command: Vec<String>,
@@ -92,8 +114,33 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         );
     }
     match env_u64("SLURM_JOB_ID") {
-        Some(job) => run_tasks(&a, job),
+        Some(job) => {
+            refuse_new_job_options(&a)?;
+            if a.verbose > 0 {
+                eprintln!("srun: jobid {job}: a step of the job (SLURM_JOB_ID)");
+            }
+            run_tasks(&a, job)
+        }
         None => submit_and_wait(&a),
+    }
+}
+
+/// Inside a job, the options that only shape a new job are errors, not
+/// silently dropped (a step runs in its job's allocation).
+fn refuse_new_job_options(a: &Args) -> Result<()> {
+    let given = [
+        ("--hold", a.hold),
+        ("--qos", a.qos.is_some()),
+        ("--account", a.account.is_some()),
+        ("--mem", a.mem.is_some()),
+        ("--mincpus", a.mincpus.is_some()),
+    ];
+    match given.iter().find(|(_, set)| *set) {
+        Some((option, _)) => bail!(
+            "{option} shapes a new job; inside job {} a step runs in the job's allocation",
+            std::env::var("SLURM_JOB_ID").unwrap_or_default()
+        ),
+        None => Ok(()),
     }
 }
 
@@ -475,14 +522,22 @@ fn submit_and_wait(a: &Args) -> Result<i32> {
         ntasks: a.ntasks,
         cpus_per_task: a.cpus_per_task,
         gpus: a.gpus.clone(),
+        hold: a.hold,
+        account: a.account.clone(),
+        qos: a.qos.clone(),
         recorded: crate::gsub::RecordedOptions {
             nodes: a.nodes.clone(),
             nodelist: a.nodelist.clone(),
             ntasks_per_node: a.ntasks_per_node.map(|n| n.to_string()),
+            mem: a.mem.clone(),
+            mincpus: a.mincpus.map(|n| n.to_string()),
             ..Default::default()
         },
         ..Default::default()
     };
+    if a.hold && a.immediate.is_some() {
+        bail!("Unable to allocate resources: a held job cannot start immediately (--hold with --immediate)");
+    }
     // The job runs `srun CMD` itself, so that its tasks start inside it,
     // on each of its nodes.
     let mut inner = vec!["srun".to_string()];
@@ -501,16 +556,40 @@ fn submit_and_wait(a: &Args) -> Result<i32> {
     let spec = crate::gsub::build_spec(&opts, script, "srun", &cwd)?;
     let client = Client::from_env();
     let id = client.submit(&spec)?;
+    let submitted = std::time::Instant::now();
+    let give_up = a
+        .immediate
+        .map(|secs| submitted + std::time::Duration::from_secs(secs));
     // The output is copied as the job writes it.
     let mut shown = 0u64;
+    let mut said = Said::Nothing;
     let job = loop {
         let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
-        let done = jobs.into_iter().next().filter(|j| j.job_state.is_final());
+        let Some(now) = jobs.into_iter().next() else {
+            bail!("job {id} is no longer known to the controller");
+        };
+        said = said.tell(id, &now, a.verbose);
         shown = copy_new_output(&out, shown);
-        match done {
-            Some(j) => break j,
-            None => std::thread::sleep(std::time::Duration::from_millis(200)),
+        if now.job_state.is_final() {
+            break now;
         }
+        let pending = now.job_state == gsched_core::job::JobState::Pending;
+        if pending && give_up.is_some_and(|t| std::time::Instant::now() >= t) {
+            client.cancel(
+                &id.to_string(),
+                None,
+                gsched_core::outcome::SignalScope::Full,
+            )?;
+            let _ = std::fs::remove_file(&out);
+            eprintln!("srun: error: Unable to allocate resources: Requested nodes are busy");
+            eprintln!("srun: job {id} cancelled: it did not start within --immediate's time");
+            return Ok(1);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(if pending {
+            100
+        } else {
+            200
+        }));
     };
     copy_new_output(&out, shown);
     let _ = std::fs::remove_file(&out);
@@ -525,6 +604,42 @@ fn submit_and_wait(a: &Args) -> Result<i32> {
         );
     }
     Ok(exit_status(&job))
+}
+
+/// What srun has told of its job so far, as Slurm's srun tells it: that
+/// it waits (when it must), that it got its resources, and with `-v` where.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Nothing,
+    Waiting,
+    Started,
+}
+
+impl Said {
+    fn tell(self, id: u64, job: &gsched_core::wire::JobInfo, verbose: u8) -> Said {
+        use gsched_core::job::JobState;
+        match (self, job.job_state) {
+            (Said::Nothing, JobState::Pending) => {
+                eprintln!("srun: job {id} queued and waiting for resources");
+                Said::Waiting
+            }
+            (Said::Nothing | Said::Waiting, JobState::Running) => {
+                if self == Said::Waiting {
+                    eprintln!("srun: job {id} has been allocated resources");
+                }
+                if verbose > 0 {
+                    eprintln!(
+                        "srun: jobid {id}: nodes({}):`{}', cpu counts: {}(x1)",
+                        job.num_nodes.max(1),
+                        job.nodes,
+                        job.slurm.ntasks.unwrap_or(1) * job.slurm.cpus_per_task.unwrap_or(1)
+                    );
+                }
+                Said::Started
+            }
+            (said, _) => said,
+        }
+    }
 }
 
 /// The status a command waiting for a job exits with: the job's exit
