@@ -1137,10 +1137,21 @@ fn srun_inside_and_outside_a_job() {
             format!("rank {r} of 3 local {r}\n")
         );
     }
-    assert_eq!(
-        s.file("batch.out"),
-        "srun=0\nsrun=5\nbare 3\nbare 3\nbare 3\nfrom-stdin\n"
-    );
+    // Each task that ends badly is told on srun's stderr, as Slurm does.
+    let batch = s.file("batch.out");
+    for rank in [0, 1] {
+        let told = format!(
+            "srun: error: node1: task {rank}: Exited with exit code {}\n",
+            rank + 4
+        );
+        assert!(batch.contains(&told), "{batch}");
+    }
+    let rest: String = batch
+        .lines()
+        .filter(|l| !l.starts_with("srun: error: node1: task"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(rest, "srun=0\nsrun=5\nbare 3\nbare 3\nbare 3\nfrom-stdin\n");
     // Each srun is a step that sacct shows (sacct's ID.N rows).
     assert_eq!(
         s.ok("sacct", &["-j", &id.to_string(), "-P", "-o", "JobID,JobName,State,ExitCode"]),
@@ -1165,7 +1176,7 @@ fn srun_inside_and_outside_a_job() {
     g.wait_state(id, "COMPLETED", T);
     assert_eq!(
         s.file("more.out"),
-        "0: err\n0: hi\n1: err\n1: hi\nkill=137\none 1\nsrun: error: -w node9: the job's allocation is node node1 alone\nrefused\n"
+        "0: err\n0: hi\n1: err\n1: hi\nsrun: error: node1: task 0: Exited with exit code 3\nkill=137\none 1\nsrun: error: -w node9: the job's allocation is node node1 alone\nrefused\n"
     );
 
     // Outside a job: submits, waits, prints the output, returns the status.

@@ -171,6 +171,15 @@ pub struct RecordedOptions {
     /// At least this many CPUs on each of the job's nodes.
     #[arg(long, hide = true)]
     pub mincpus: Option<String>,
+    /// `-O`: CPUs as if one task ran per node (tasks may outnumber them).
+    #[arg(
+        short = 'O',
+        long,
+        hide = true,
+        num_args = 0,
+        default_missing_value = "yes"
+    )]
+    pub overcommit: Option<String>,
 }
 
 impl RecordedOptions {
@@ -198,7 +207,8 @@ impl RecordedOptions {
             reservation,
             mail_type,
             mail_user,
-            mincpus
+            mincpus,
+            overcommit
         )
     }
 
@@ -229,7 +239,8 @@ impl RecordedOptions {
             reservation => "reservation",
             mail_type => "mail-type",
             mail_user => "mail-user",
-            mincpus => "mincpus"
+            mincpus => "mincpus",
+            overcommit => "overcommit"
         );
         m
     }

@@ -77,7 +77,11 @@ impl JobResources {
         };
         // On each node: a job on several takes its share on each.
         let width = crate::allocation::width_of(s);
-        let tasks = if width > 1 {
+        // `--overcommit`: as if one task ran on each node.
+        let overcommit = s.other.contains_key("overcommit");
+        let tasks = if overcommit {
+            1
+        } else if width > 1 {
             let spread = crate::allocation::tasks_per_node(s, width);
             u64::from(spread.into_iter().max().unwrap_or(1))
         } else {
@@ -368,6 +372,8 @@ mod tests {
         assert_eq!(min("5").unwrap().cpus, 5);
         assert_eq!(min("1").unwrap().cpus, 2);
         assert!(matches!(min("0"), Err(ResourceError::BadMinCpus(_))));
+        let over = spec_of(&[("overcommit", "yes")], Some(8), Some(2));
+        assert_eq!(JobResources::of(&over).unwrap().cpus, 2, "one task's CPUs");
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! and per-task output files; outside a job, submit the command as a job
 //! and wait for it, as Slurm's srun does.
 
+mod new_job;
 mod wide;
+
+pub(super) use new_job::exit_status;
 
 use std::process::{Child, Command, ExitStatus, Stdio};
 
@@ -91,6 +94,18 @@ pub struct Args {
     /// A new job only: at least this many CPUs on its node.
     #[arg(long = "mincpus", value_name = "n")]
     pub mincpus: Option<u32>,
+    /// More tasks than CPUs: a new job takes CPUs as if one task ran on
+    /// each node (inside a job, a step's tasks may always outnumber its
+    /// CPUs here).
+    #[arg(short = 'O', long = "overcommit")]
+    pub overcommit: bool,
+    /// The step shares the job's resources with its other steps, which
+    /// every step here does (Slurm's default is exclusive steps).
+    #[arg(long = "overlap")]
+    pub overlap: bool,
+    /// The tasks' working directory (relative: to srun's own).
+    #[arg(short = 'D', long = "chdir", value_name = "path")]
+    pub chdir: Option<String>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true)]
     pub command: Vec<String>,
@@ -113,6 +128,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             "--mpi={m}: gsched runs no PMI server (pmi2, PMIx); start MPI programs with mpirun inside the allocation, or give --mpi=none"
         );
     }
+    if a.verbose > 0 {
+        tell_options(&a);
+    }
     match env_u64("SLURM_JOB_ID") {
         Some(job) => {
             refuse_new_job_options(&a)?;
@@ -121,8 +139,31 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             }
             run_tasks(&a, job)
         }
-        None => submit_and_wait(&a),
+        None => new_job::submit_and_wait(&a),
     }
+}
+
+/// `-v`: the options in force, as Slurm's srun lists them.
+fn tell_options(a: &Args) {
+    let rule = "srun: -------------------- --------------------";
+    eprintln!("srun: defined options\n{rule}");
+    let mut rows = vec![("verbose", a.verbose.to_string())];
+    if let Some(n) = a.ntasks {
+        rows.push(("ntasks", n.to_string()));
+    }
+    if let Some(n) = &a.nodes {
+        rows.push(("nodes", n.clone()));
+    }
+    if let Some(d) = &a.chdir {
+        rows.push(("chdir", d.clone()));
+    }
+    if let Some(t) = &a.time {
+        rows.push(("time", t.clone()));
+    }
+    for (k, v) in rows {
+        eprintln!("srun: {k:<20}: {v}");
+    }
+    eprintln!("{rule}\nsrun: end of defined options");
 }
 
 /// Inside a job, the options that only shape a new job are errors, not
@@ -208,7 +249,8 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
         vars: &vars,
     };
     let ran = start_local(a, &local, &open).and_then(|(children, labels)| {
-        let ended = wait_all(children, a.kill_on_bad_exit.unwrap_or(0) != 0);
+        let tasks: Vec<(u32, Child)> = local.ranks.iter().copied().zip(children).collect();
+        let ended = wait_all(tasks, &node, a.kill_on_bad_exit.unwrap_or(0) != 0);
         for l in labels {
             let _ = l.join();
         }
@@ -356,7 +398,7 @@ pub(super) fn start_local(
     let path = std::env::var("PATH").unwrap_or_default();
     if !gsched_core::env::finds_program(&a.command[0], &path, |p| p.is_file()) {
         bail!(
-            "cannot start {}: No such file or directory (not in PATH)",
+            "Unable to run executable {}: No such file or directory (not in PATH)",
             a.command[0]
         );
     }
@@ -368,6 +410,9 @@ pub(super) fn start_local(
         if let Some(d) = devices.as_ref().map(|d| &d[local]) {
             cmd.env("CUDA_VISIBLE_DEVICES", d)
                 .env("GPU_DEVICE_ORDINAL", d);
+        }
+        if let Some(d) = &a.chdir {
+            cmd.current_dir(d);
         }
         cmd.args(&argv[1..])
             .env("SLURM_PROCID", rank.to_string())
@@ -401,7 +446,9 @@ pub(super) fn start_local(
                 for c in &mut children {
                     let _ = c.kill();
                 }
-                return Err(e).with_context(|| format!("cannot start {}", a.command[0]));
+                return Err(e).with_context(|| {
+                    format!("task {rank}: Unable to run executable {}", a.command[0])
+                });
             }
         };
         if let Some(out) = child.stdout.take() {
@@ -419,7 +466,8 @@ pub(super) fn start_local(
 /// one. With `kill_on_bad_exit`, the first task to end with a non-zero
 /// status (or a signal) has the others killed.
 pub(super) fn wait_all(
-    mut children: Vec<Child>,
+    mut children: Vec<(u32, Child)>,
+    node: &str,
     kill_on_bad_exit: bool,
 ) -> Result<(i32, Option<i32>)> {
     use std::os::unix::process::ExitStatusExt;
@@ -428,21 +476,24 @@ pub(super) fn wait_all(
     let mut killed = false;
     while !children.is_empty() {
         let mut still = Vec::new();
-        for mut c in children {
+        for (rank, mut c) in children {
             match c.try_wait().context("cannot wait for a task")? {
                 Some(s) => {
                     if let Some(sig) = s.signal() {
                         signal = Some(sig);
                     }
+                    if !killed {
+                        tell_end(node, rank, s);
+                    }
                     worst = worst.max(code_of(s));
                 }
-                None => still.push(c),
+                None => still.push((rank, c)),
             }
         }
         children = still;
         if kill_on_bad_exit && worst != 0 && !killed {
             killed = true;
-            for c in &mut children {
+            for (_, c) in &mut children {
                 let _ = c.kill();
             }
         }
@@ -451,6 +502,32 @@ pub(super) fn wait_all(
         }
     }
     Ok((worst, signal))
+}
+
+/// Slurm's line for a task that did not end well: `srun: error: NODE:
+/// task 0: Segmentation fault` or `... Exited with exit code 3`.
+fn tell_end(node: &str, rank: u32, s: ExitStatus) {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(sig) = s.signal() {
+        // SAFETY: strsignal returns a static or thread-local string, read
+        // at once.
+        let name = unsafe {
+            let p = libc::strsignal(sig);
+            if p.is_null() {
+                format!("signal {sig}")
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        let core = if s.core_dumped() {
+            " (core dumped)"
+        } else {
+            ""
+        };
+        eprintln!("srun: error: {node}: task {rank}: {name}{core}");
+    } else if let Some(c) = s.code().filter(|c| *c != 0) {
+        eprintln!("srun: error: {node}: task {rank}: Exited with exit code {c}");
+    }
 }
 
 /// Copies a task's output to srun's own, each line prefixed with the
@@ -510,168 +587,8 @@ pub(super) fn step_cgroup(job: u64, step: u32) -> Option<gsched_probe::client::P
 
 /// Outside a job: submit the command as a job, wait for its end, print its
 /// output and return its exit code.
-fn submit_and_wait(a: &Args) -> Result<i32> {
-    let cwd = std::env::current_dir().context("cannot determine the current directory")?;
-    let out = cwd.join(format!(".gsched-srun-{}.out", std::process::id()));
-    let quoted: Vec<String> = a.command.iter().map(|w| shell_quote(w)).collect();
-    let mut opts = crate::gsub::SubmitOptions {
-        job_name: Some(a.job_name.clone().unwrap_or_else(|| a.command[0].clone())),
-        output: Some(out.display().to_string()),
-        time: a.time.clone(),
-        partition: a.partition.clone(),
-        ntasks: a.ntasks,
-        cpus_per_task: a.cpus_per_task,
-        gpus: a.gpus.clone(),
-        hold: a.hold,
-        account: a.account.clone(),
-        qos: a.qos.clone(),
-        recorded: crate::gsub::RecordedOptions {
-            nodes: a.nodes.clone(),
-            nodelist: a.nodelist.clone(),
-            ntasks_per_node: a.ntasks_per_node.map(|n| n.to_string()),
-            mem: a.mem.clone(),
-            mincpus: a.mincpus.map(|n| n.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    if a.hold && a.immediate.is_some() {
-        bail!("Unable to allocate resources: a held job cannot start immediately (--hold with --immediate)");
-    }
-    // The job runs `srun CMD` itself, so that its tasks start inside it,
-    // on each of its nodes.
-    let mut inner = vec!["srun".to_string()];
-    if let Some(n) = a.ntasks {
-        inner.push(format!("-n{n}"));
-    }
-    if a.label {
-        inner.push("-l".into());
-    }
-    if let Some(k) = a.kill_on_bad_exit.filter(|k| *k != 0) {
-        inner.push(format!("--kill-on-bad-exit={k}"));
-    }
-    inner.extend(quoted);
-    opts.wrap = Some(inner.join(" "));
-    let script = crate::gsub::wrap_script(opts.wrap.as_deref().unwrap_or(""));
-    let spec = crate::gsub::build_spec(&opts, script, "srun", &cwd)?;
-    let client = Client::from_env();
-    let id = client.submit(&spec)?;
-    let submitted = std::time::Instant::now();
-    let give_up = a
-        .immediate
-        .map(|secs| submitted + std::time::Duration::from_secs(secs));
-    // The output is copied as the job writes it.
-    let mut shown = 0u64;
-    let mut said = Said::Nothing;
-    let job = loop {
-        let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
-        let Some(now) = jobs.into_iter().next() else {
-            bail!("job {id} is no longer known to the controller");
-        };
-        said = said.tell(id, &now, a.verbose);
-        shown = copy_new_output(&out, shown);
-        if now.job_state.is_final() {
-            break now;
-        }
-        let pending = now.job_state == gsched_core::job::JobState::Pending;
-        if pending && give_up.is_some_and(|t| std::time::Instant::now() >= t) {
-            client.cancel(
-                &id.to_string(),
-                None,
-                gsched_core::outcome::SignalScope::Full,
-            )?;
-            let _ = std::fs::remove_file(&out);
-            eprintln!("srun: error: Unable to allocate resources: Requested nodes are busy");
-            eprintln!("srun: job {id} cancelled: it did not start within --immediate's time");
-            return Ok(1);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(if pending {
-            100
-        } else {
-            200
-        }));
-    };
-    copy_new_output(&out, shown);
-    let _ = std::fs::remove_file(&out);
-    if job.job_state != gsched_core::job::JobState::Completed {
-        eprintln!(
-            "srun: error: job {id}: {}{}",
-            job.job_state.as_str(),
-            job.state_reason
-                .as_deref()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default()
-        );
-    }
-    Ok(exit_status(&job))
-}
-
-/// What srun has told of its job so far, as Slurm's srun tells it: that
-/// it waits (when it must), that it got its resources, and with `-v` where.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Said {
-    Nothing,
-    Waiting,
-    Started,
-}
-
-impl Said {
-    fn tell(self, id: u64, job: &gsched_core::wire::JobInfo, verbose: u8) -> Said {
-        use gsched_core::job::JobState;
-        match (self, job.job_state) {
-            (Said::Nothing, JobState::Pending) => {
-                eprintln!("srun: job {id} queued and waiting for resources");
-                Said::Waiting
-            }
-            (Said::Nothing | Said::Waiting, JobState::Running) => {
-                if self == Said::Waiting {
-                    eprintln!("srun: job {id} has been allocated resources");
-                }
-                if verbose > 0 {
-                    eprintln!(
-                        "srun: jobid {id}: nodes({}):`{}', cpu counts: {}(x1)",
-                        job.num_nodes.max(1),
-                        job.nodes,
-                        job.slurm.ntasks.unwrap_or(1) * job.slurm.cpus_per_task.unwrap_or(1)
-                    );
-                }
-                Said::Started
-            }
-            (said, _) => said,
-        }
-    }
-}
-
-/// The status a command waiting for a job exits with: the job's exit
-/// code, 128 + the signal that ended it, or 1 when it has neither.
-pub(super) fn exit_status(job: &gsched_core::wire::JobInfo) -> i32 {
-    match (job.exit_code, job.exit_signal) {
-        (_, Some(sig)) if sig > 0 => 128 + sig,
-        (Some(c), _) => c,
-        _ => 1,
-    }
-}
-
-/// Writes to srun's standard output what file `path` holds past byte
-/// `from`; returns the new end.
-fn copy_new_output(path: &std::path::Path, from: u64) -> u64 {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return from;
-    };
-    if f.seek(SeekFrom::Start(from)).is_err() {
-        return from;
-    }
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(&buf);
-    let _ = out.flush();
-    from + buf.len() as u64
-}
-
 /// Quotes a word for `sh` when it needs it.
-fn shell_quote(w: &str) -> String {
+pub(super) fn shell_quote(w: &str) -> String {
     if !w.is_empty()
         && w.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))

@@ -1,0 +1,201 @@
+//! `srun` outside a job: it submits a job that runs `srun CMD` itself (so
+//! that the tasks start inside it, on each of its nodes), then follows it,
+//! copying the tasks' standard output and error to its own, as they are
+//! written, and exits with the job's status.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use gsched_core::job::JobState;
+use gsched_core::wire::JobInfo;
+
+use super::{shell_quote, Args};
+use crate::client::Client;
+
+/// The job's options from srun's (those that shape a new job).
+fn submission(a: &Args, cwd: &Path, out: &Path, err: &Path) -> crate::gsub::SubmitOptions {
+    let mut other = crate::gsub::RecordedOptions {
+        nodes: a.nodes.clone(),
+        nodelist: a.nodelist.clone(),
+        ntasks_per_node: a.ntasks_per_node.map(|n| n.to_string()),
+        mem: a.mem.clone(),
+        mincpus: a.mincpus.map(|n| n.to_string()),
+        ..Default::default()
+    };
+    if a.overcommit {
+        other.overcommit = Some(String::new());
+    }
+    crate::gsub::SubmitOptions {
+        job_name: Some(a.job_name.clone().unwrap_or_else(|| a.command[0].clone())),
+        output: Some(out.display().to_string()),
+        error: Some(err.display().to_string()),
+        time: a.time.clone(),
+        partition: a.partition.clone(),
+        ntasks: a.ntasks,
+        cpus_per_task: a.cpus_per_task,
+        gpus: a.gpus.clone(),
+        hold: a.hold,
+        account: a.account.clone(),
+        qos: a.qos.clone(),
+        chdir: Some(
+            a.chdir
+                .as_ref()
+                .map(|d| cwd.join(d).display().to_string())
+                .unwrap_or_else(|| cwd.display().to_string()),
+        ),
+        recorded: other,
+        ..Default::default()
+    }
+}
+
+/// The `srun` the job runs: the task options, then the command.
+fn inner_command(a: &Args) -> String {
+    let mut inner = vec!["srun".to_string()];
+    if let Some(n) = a.ntasks {
+        inner.push(format!("-n{n}"));
+    }
+    if a.label {
+        inner.push("-l".into());
+    }
+    if a.overcommit {
+        inner.push("-O".into());
+    }
+    if let Some(k) = a.kill_on_bad_exit.filter(|k| *k != 0) {
+        inner.push(format!("--kill-on-bad-exit={k}"));
+    }
+    inner.extend(a.command.iter().map(|w| shell_quote(w)));
+    inner.join(" ")
+}
+
+pub(super) fn submit_and_wait(a: &Args) -> Result<i32> {
+    if a.hold && a.immediate.is_some() {
+        bail!("Unable to allocate resources: a held job cannot start immediately (--hold with --immediate)");
+    }
+    let cwd = std::env::current_dir().context("cannot determine the current directory")?;
+    let out = cwd.join(format!(".gsched-srun-{}.out", std::process::id()));
+    let err = cwd.join(format!(".gsched-srun-{}.err", std::process::id()));
+    let mut opts = submission(a, &cwd, &out, &err);
+    opts.wrap = Some(inner_command(a));
+    let script = crate::gsub::wrap_script(opts.wrap.as_deref().unwrap_or(""));
+    let spec = crate::gsub::build_spec(&opts, script, "srun", &cwd)?;
+    let client = Client::from_env();
+    let id = client.submit(&spec)?;
+    let result = follow(a, &client, id, &out, &err);
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&err);
+    result
+}
+
+/// Follows job `id` to its end, copying its output as it comes.
+fn follow(a: &Args, client: &Client, id: u64, out: &Path, err: &Path) -> Result<i32> {
+    let give_up = a
+        .immediate
+        .map(|secs| Instant::now() + Duration::from_secs(secs));
+    let (mut shown_out, mut shown_err) = (0u64, 0u64);
+    let mut said = Said::Nothing;
+    let job = loop {
+        let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
+        let Some(now) = jobs.into_iter().next() else {
+            bail!("job {id} is no longer known to the controller");
+        };
+        said = said.tell(id, &now, a.verbose);
+        shown_out = copy_new(out, shown_out, &mut std::io::stdout());
+        shown_err = copy_new(err, shown_err, &mut std::io::stderr());
+        if now.job_state.is_final() {
+            break now;
+        }
+        let pending = now.job_state == JobState::Pending;
+        if pending && give_up.is_some_and(|t| Instant::now() >= t) {
+            client.cancel(
+                &id.to_string(),
+                None,
+                gsched_core::outcome::SignalScope::Full,
+            )?;
+            eprintln!("srun: error: Unable to allocate resources: Requested nodes are busy");
+            eprintln!("srun: job {id} cancelled: it did not start within --immediate's time");
+            return Ok(1);
+        }
+        std::thread::sleep(Duration::from_millis(if pending { 100 } else { 200 }));
+    };
+    copy_new(out, shown_out, &mut std::io::stdout());
+    copy_new(err, shown_err, &mut std::io::stderr());
+    // A task's own failure was told by the job's srun (`task 0: Exited
+    // with exit code 3`); anything else that ended it is told here.
+    let told = job.job_state == JobState::Completed
+        || job.job_state == JobState::Failed
+            && job.state_reason.as_deref() == Some("NonZeroExitCode");
+    if !told {
+        eprintln!(
+            "srun: error: job {id}: {}{}",
+            job.job_state.as_str(),
+            job.state_reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(exit_status(&job))
+}
+
+/// What srun has told of its job so far, as Slurm's srun tells it: that
+/// it waits (when it must), that it got its resources, and with `-v` where.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Nothing,
+    Waiting,
+    Started,
+}
+
+impl Said {
+    fn tell(self, id: u64, job: &JobInfo, verbose: u8) -> Said {
+        match (self, job.job_state) {
+            (Said::Nothing, JobState::Pending) => {
+                eprintln!("srun: job {id} queued and waiting for resources");
+                Said::Waiting
+            }
+            (Said::Nothing | Said::Waiting, _) if job.job_state != JobState::Pending => {
+                if self == Said::Waiting && job.start_time.is_some() {
+                    eprintln!("srun: job {id} has been allocated resources");
+                }
+                if verbose > 0 {
+                    eprintln!(
+                        "srun: jobid {id}: nodes({}):`{}', cpu counts: {}(x1)",
+                        job.num_nodes.max(1),
+                        job.nodes,
+                        job.slurm.ntasks.unwrap_or(1) * job.slurm.cpus_per_task.unwrap_or(1)
+                    );
+                }
+                Said::Started
+            }
+            (said, _) => said,
+        }
+    }
+}
+
+/// The status a command waiting for a job exits with: the job's exit
+/// code, 128 + the signal that ended it, or 1 when it has neither.
+pub(in crate::slurm) fn exit_status(job: &JobInfo) -> i32 {
+    match (job.exit_code, job.exit_signal) {
+        (_, Some(sig)) if sig > 0 => 128 + sig,
+        (Some(c), _) => c,
+        _ => 1,
+    }
+}
+
+/// Writes to `to` what file `path` holds past byte `from`; returns the
+/// new end.
+fn copy_new(path: &Path, from: u64, to: &mut dyn std::io::Write) -> u64 {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return from;
+    };
+    if f.seek(SeekFrom::Start(from)).is_err() {
+        return from;
+    }
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let _ = to.write_all(&buf);
+    let _ = to.flush();
+    from + buf.len() as u64
+}
