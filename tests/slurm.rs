@@ -1735,3 +1735,37 @@ fn scancel_marks_the_job_cancelled_at_once_and_completing_until_it_ends() {
     );
     assert!(sacct.trim().starts_with("CANCELLED by "), "{sacct}");
 }
+
+#[test]
+fn begin_holds_a_job_until_its_time() {
+    let s = Slurm::start();
+    let g = &s.g;
+    let id = s.sbatch(&["--begin=now+3", "--wrap", "true"]);
+    let why = s.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%t %r"]);
+    assert_eq!(why.trim(), "PD BeginTime");
+    let shown = s.ok("scontrol", &["show", "job", &id.to_string()]);
+    let field = |k: &str| {
+        shown
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_ne!(field("SubmitTime="), field("EligibleTime="), "{shown}");
+    g.wait_state(id, "COMPLETED", T);
+    let job = g.job(id);
+    let (submit, start) = (
+        job["submit_time"].as_i64().unwrap(),
+        job["start_time"].as_i64().unwrap(),
+    );
+    assert!(
+        start - submit >= 2,
+        "started {}s after submission",
+        start - submit
+    );
+    s.refused(
+        "sbatch",
+        &["--begin=soon", "--wrap", "true"],
+        "--begin: invalid time specification 'soon'",
+    );
+}

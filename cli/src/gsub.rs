@@ -111,6 +111,10 @@ pub struct SubmitOptions {
     /// Submit the job held: it waits for `scontrol release`.
     #[arg(short = 'H', long)]
     pub hold: bool,
+    /// Start no earlier than this time (`now+1hour`, `16:00`, `tomorrow`,
+    /// `2026-12-24T08:00`, ...); pending with reason BeginTime until then.
+    #[arg(short = 'b', long, value_name = "time")]
+    pub begin: Option<String>,
     /// Lower the job's priority by N (100 if no N is given), under
     /// `--priority-type multifactor`; only administrators may give a
     /// negative N.
@@ -180,6 +184,9 @@ pub struct RecordedOptions {
         default_missing_value = "yes"
     )]
     pub overcommit: Option<String>,
+    /// Refused with the reason (see `build_spec`).
+    #[arg(long, hide = true)]
+    pub tres_bind: Option<String>,
 }
 
 impl RecordedOptions {
@@ -208,7 +215,8 @@ impl RecordedOptions {
             mail_type,
             mail_user,
             mincpus,
-            overcommit
+            overcommit,
+            tres_bind
         )
     }
 
@@ -279,6 +287,7 @@ impl SubmitOptions {
             export: self.export.or(under.export),
             clusters: self.clusters.or(under.clusters),
             hold: self.hold || under.hold,
+            begin: self.begin.or(under.begin),
             nice: self.nice.or(under.nice),
             recorded: self.recorded.over(under.recorded),
             script: self.script,
@@ -417,6 +426,11 @@ pub fn build_spec(
     default_name: &str,
     cwd: &std::path::Path,
 ) -> Result<JobSpec> {
+    if let Some(b) = &opts.recorded.tres_bind {
+        bail!(
+            "--tres-bind={b}: gsched decides which GPU or MIG instance each task runs in (a shared job's tasks are packed by their measured footprint); binding tasks to GPUs by map or mask is not supported (docs/slurm.md)"
+        );
+    }
     // The footprint hint: --gpu-mem, or Slurm's --mem-per-gpu.
     let mem = match opts.gpu_mem.as_ref().or(opts.recorded.mem_per_gpu.as_ref()) {
         Some(m) => Some(parse_mem_mib(m)?),
@@ -522,6 +536,12 @@ pub fn build_spec(
         array,
         dependency,
         hold: opts.hold,
+        begin: match &opts.begin {
+            Some(b) => {
+                Some(crate::when::parse(b, crate::slurm::format::unix_now()).context("--begin")?)
+            }
+            None => None,
+        },
         nice: opts.nice.unwrap_or(0),
         umask: Some(current_umask()),
         rlimits: current_limits(),

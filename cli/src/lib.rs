@@ -16,6 +16,7 @@ pub mod slurm;
 pub mod table;
 pub mod tls;
 pub mod unix_http;
+pub mod when;
 
 /// Prints `prog: error: msg` on stderr and exits with status 1.
 pub fn fail(prog: &str, msg: impl std::fmt::Display) -> ! {

@@ -84,6 +84,10 @@ pub struct JobSpec {
     /// Jobs this one waits for (`--dependency`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency: Option<crate::dependency::Dependency>,
+    /// Not started before this (unix seconds; `--begin`): pending with
+    /// reason `BeginTime` until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin: Option<i64>,
     /// The job's place in its array, set by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_task: Option<crate::array::ArrayTask>,

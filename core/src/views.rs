@@ -126,6 +126,9 @@ pub struct JobInfo {
     /// in memory (`sprio`, `squeue %Q`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+    /// Not started before this (`--begin`, unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin: Option<i64>,
     /// What it waits for (`--dependency`), as Slurm writes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency: Option<String>,
@@ -254,6 +257,7 @@ impl JobInfo {
             held: job.held,
             nice: s.nice,
             priority: None,
+            begin: s.begin,
             dependency: s.dependency.as_ref().map(|d| d.to_string()),
             array: s.array_task.clone(),
             slurm: s.slurm.clone(),

@@ -305,59 +305,6 @@ pub fn usage_value(u: Option<&ResourceUsage>, field: &str, step_row: bool) -> Op
     })
 }
 
-/// Parses sacct's time options: `now`, `now-N[units]`, or a date.
-fn parse_when(s: &str, now: i64) -> Result<i64> {
-    if let Some(rest) = s.strip_prefix("now") {
-        if rest.is_empty() {
-            return Ok(now);
-        }
-        let Some(ago) = rest.strip_prefix('-') else {
-            bail!("invalid time '{s}'");
-        };
-        let digits: String = ago.chars().take_while(|c| c.is_ascii_digit()).collect();
-        let n: i64 = digits
-            .parse()
-            .map_err(|_| anyhow::anyhow!("invalid time '{s}'"))?;
-        let unit = &ago[digits.len()..];
-        let mult = match unit {
-            "" | "seconds" | "s" => 1,
-            "minutes" | "minute" | "m" => 60,
-            "hours" | "hour" | "h" => 3600,
-            "days" | "day" | "d" => 86400,
-            "weeks" | "week" => 604800,
-            _ => bail!("invalid time '{s}'"),
-        };
-        return Ok(now - n * mult);
-    }
-    // YYYY-MM-DD[THH:MM[:SS]], local time.
-    let (date, time) = s.split_once('T').unwrap_or((s, "00:00:00"));
-    let d: Vec<i32> = date
-        .split('-')
-        .map(|x| x.parse().map_err(|_| anyhow::anyhow!("invalid time '{s}'")))
-        .collect::<Result<_>>()?;
-    let t: Vec<i32> = time
-        .split(':')
-        .map(|x| x.parse().map_err(|_| anyhow::anyhow!("invalid time '{s}'")))
-        .collect::<Result<_>>()?;
-    if d.len() != 3 || t.is_empty() || t.len() > 3 {
-        bail!("invalid time '{s}'");
-    }
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    tm.tm_year = d[0] - 1900;
-    tm.tm_mon = d[1] - 1;
-    tm.tm_mday = d[2];
-    tm.tm_hour = t[0];
-    tm.tm_min = *t.get(1).unwrap_or(&0);
-    tm.tm_sec = *t.get(2).unwrap_or(&0);
-    tm.tm_isdst = -1;
-    // SAFETY: mktime reads and normalizes the tm we own.
-    let secs = unsafe { libc::mktime(&mut tm) };
-    if secs == -1 {
-        bail!("invalid time '{s}'");
-    }
-    Ok(secs as i64)
-}
-
 /// Midnight today, local time (sacct's default start without -j).
 fn midnight(now: i64) -> i64 {
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
@@ -395,14 +342,14 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     }
     // Without -j, jobs since midnight (or -S); -E bounds the other end.
     let start = match &a.starttime {
-        Some(s) => Some(parse_when(s, now)?),
+        Some(s) => Some(crate::when::parse(s, now)?),
         None if refs.is_empty() => Some(midnight(now)),
         None => None,
     };
     let end = a
         .endtime
         .as_deref()
-        .map(|s| parse_when(s, now))
+        .map(|s| crate::when::parse(s, now))
         .transpose()?;
     extra.extend(start.map(|s| ("since", s.to_string())));
     extra.extend(end.map(|e| ("until", e.to_string())));
@@ -499,9 +446,12 @@ mod tests {
 
     #[test]
     fn relative_times() {
-        assert_eq!(parse_when("now", 1000).unwrap(), 1000);
-        assert_eq!(parse_when("now-2hours", 10_000).unwrap(), 10_000 - 7200);
-        assert!(parse_when("yesterday", 0).is_err());
-        assert!(parse_when("2026-13", 0).is_err());
+        assert_eq!(crate::when::parse("now", 1000).unwrap(), 1000);
+        assert_eq!(
+            crate::when::parse("now-2hours", 10_000).unwrap(),
+            10_000 - 7200
+        );
+        assert!(crate::when::parse("yesterday", 0).is_err());
+        assert!(crate::when::parse("2026-13", 0).is_err());
     }
 }

@@ -98,7 +98,7 @@ pub fn show_job(j: &JobInfo) -> String {
         format!(
             "   SubmitTime={} EligibleTime={}",
             timestamp(Some(j.submit_time)),
-            timestamp(Some(j.submit_time))
+            timestamp(Some(j.begin.map_or(j.submit_time, |b| b.max(j.submit_time))))
         ),
         format!(
             "   StartTime={} EndTime={} Deadline=N/A",

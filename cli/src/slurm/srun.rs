@@ -79,6 +79,10 @@ pub struct Args {
     /// this many seconds (default 1).
     #[arg(short = 'I', long = "immediate", num_args = 0..=1, require_equals = true, default_missing_value = "1", value_name = "secs")]
     pub immediate: Option<u64>,
+    /// A new job only: start it no earlier than this time (sbatch's
+    /// forms: `now+60`, `16:00`, `tomorrow`, ...).
+    #[arg(short = 'b', long = "begin", value_name = "time")]
+    pub begin: Option<String>,
     /// A new job only: submit it held (it starts after `scontrol release`).
     #[arg(short = 'H', long = "hold")]
     pub hold: bool,
@@ -171,6 +175,7 @@ fn tell_options(a: &Args) {
 fn refuse_new_job_options(a: &Args) -> Result<()> {
     let given = [
         ("--hold", a.hold),
+        ("--begin", a.begin.is_some()),
         ("--qos", a.qos.is_some()),
         ("--account", a.account.is_some()),
         ("--mem", a.mem.is_some()),

@@ -24,6 +24,8 @@ struct Selection {
     /// The order preemption looks at waiting jobs in (when it is on).
     by_rank: Vec<JobId>,
     held: Vec<JobId>,
+    /// Jobs whose `--begin` time has not come.
+    not_yet: Vec<JobId>,
     /// Array tasks at their array's `%max`.
     throttled: Vec<JobId>,
     /// Jobs whose dependencies are not (or never will be) met.
@@ -119,6 +121,7 @@ impl Cluster {
         // Worked out when a job with a singleton dependency is first seen.
         let mut singletons: Option<HashMap<(&str, &str), JobId>> = None;
         let (mut throttled, mut waiting, mut held) = (Vec::new(), Vec::new(), Vec::new());
+        let mut not_yet = Vec::new();
         let jobs = &self.jobs;
         let requeued = &self.requeued_runs;
         let mut eligible = |id: &JobId| -> bool {
@@ -128,6 +131,10 @@ impl Cluster {
             }
             if job.held {
                 held.push(*id);
+                return false;
+            }
+            if job.spec.begin.is_some_and(|t| t > now) {
+                not_yet.push(*id);
                 return false;
             }
             if let Some(d) = &job.spec.dependency {
@@ -201,6 +208,7 @@ impl Cluster {
             truncated,
             by_rank,
             held,
+            not_yet,
             throttled,
             waiting,
             over_qos,
@@ -391,6 +399,9 @@ impl Cluster {
         effects.extend(self.preempt_for(&waiting_for_resources, now));
         for id in selection.held {
             self.set_reason(id, "JobHeldUser");
+        }
+        for id in selection.not_yet {
+            self.set_reason(id, "BeginTime");
         }
         let ending: Vec<JobId> = self.requeued_runs.keys().copied().collect();
         for id in ending {
