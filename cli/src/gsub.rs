@@ -547,7 +547,8 @@ pub fn build_spec(
         rlimits: current_limits(),
         idempotency_key: Some(submission_key()),
         slurm: SlurmOptions {
-            account: opts.account.clone(),
+            // Slurm keeps account names in lower case.
+            account: opts.account.as_ref().map(|a| a.to_lowercase()),
             qos: opts.qos.clone(),
             comment: opts.comment.clone(),
             wckey: opts.wckey.clone(),

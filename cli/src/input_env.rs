@@ -65,6 +65,42 @@ const VARIABLES: &[(&str, &str, Form, bool)] = &[
     ("WCKEY", "wckey", Form::Value, false),
 ];
 
+/// srun's input variables outside a job (inside one, Slurm's output
+/// variables of the same names describe the job, and srun takes its
+/// allocation instead): (variable, srun's option, form).
+const SRUN_VARIABLES: &[(&str, &str, Form)] = &[
+    ("SLURM_ACCOUNT", "account", Form::Value),
+    ("SLURM_CPUS_PER_TASK", "cpus-per-task", Form::Value),
+    ("SLURM_EXPORT_ENV", "export", Form::Value),
+    ("SLURM_JOB_NAME", "job-name", Form::Value),
+    ("SLURM_LABELIO", "label", Form::Flag),
+    ("SLURM_NNODES", "nodes", Form::Value),
+    ("SLURM_NPROCS", "ntasks", Form::Value),
+    ("SLURM_NTASKS", "ntasks", Form::Value),
+    ("SLURM_OVERCOMMIT", "overcommit", Form::Flag),
+    ("SLURM_PARTITION", "partition", Form::Value),
+    ("SLURM_QOS", "qos", Form::Value),
+    ("SLURM_STDERRMODE", "error", Form::Value),
+    ("SLURM_STDOUTMODE", "output", Form::Value),
+    ("SLURM_TIMELIMIT", "time", Form::Value),
+    ("SLURM_UNBUFFEREDIO", "unbuffered", Form::Flag),
+    ("SLURM_WORKING_DIR", "chdir", Form::Value),
+];
+
+/// srun's options from its input variables, to go before the command
+/// line's (which override them), read with `var`.
+pub fn srun_arguments(var: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let mut args = Vec::new();
+    for (variable, option, form) in SRUN_VARIABLES {
+        match (var(variable), form) {
+            (Some(_), Form::Flag) => args.push(format!("--{option}")),
+            (Some(v), Form::Value) if !v.is_empty() => args.push(format!("--{option}={v}")),
+            _ => {}
+        }
+    }
+    args
+}
+
 /// The variables `reader` reads, with the option each gives.
 pub fn variables(reader: Reader) -> Vec<(String, &'static str)> {
     VARIABLES
@@ -117,6 +153,23 @@ mod tests {
                 "--{option}"
             );
         }
+    }
+
+    #[test]
+    fn srun_variables_name_options_srun_takes() {
+        let cmd = crate::slurm::srun::Args::command();
+        for (_, option, _) in SRUN_VARIABLES {
+            assert!(
+                cmd.get_arguments().any(|a| a.get_long() == Some(option)),
+                "--{option}"
+            );
+        }
+        let args = srun_arguments(|k| match k {
+            "SLURM_ACCOUNT" => Some("acct".into()),
+            "SLURM_LABELIO" => Some("1".into()),
+            _ => None,
+        });
+        assert_eq!(args, ["--account=acct", "--label"]);
     }
 
     #[test]

@@ -138,6 +138,9 @@ pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String
     set("SLURM_JOB_NODELIST", &list);
     set("SLURM_NODELIST", &list);
     set("SLURMD_NODENAME", at.node);
+    // No network topology is configured: Slurm's values for that case.
+    set("SLURM_TOPOLOGY_ADDR", at.node);
+    set("SLURM_TOPOLOGY_ADDR_PATTERN", "node");
     set("SLURM_SUBMIT_DIR", &spec.working_dir);
     set("SLURM_SUBMIT_HOST", &spec.submit_host);
     set("SLURM_CLUSTER_NAME", at.cluster);

@@ -55,6 +55,23 @@ fn read_words(words: &[String]) -> Result<Words> {
 }
 
 impl Words {
+    /// Account names in lower case, as Slurm keeps them (and as sbatch
+    /// sends them): the values of `account`, `accounts`, `parent` and
+    /// `defaultaccount`, and the names when the entity is an account.
+    fn lowercase_accounts(&mut self, entity_is_account: bool) {
+        const KEYS: &[&str] = &["account", "accounts", "parent", "defaultaccount"];
+        if entity_is_account {
+            for n in &mut self.names {
+                *n = n.to_lowercase();
+            }
+        }
+        for (k, v) in self.cond.iter_mut().chain(self.set.iter_mut()) {
+            if KEYS.contains(&k.as_str()) {
+                *v = v.to_lowercase();
+            }
+        }
+    }
+
     fn get(&self, keys: &[&str]) -> Option<&str> {
         self.cond
             .iter()
@@ -505,7 +522,8 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     ) else {
         bail!("usage: sacctmgr [-i] [-P] add|delete|modify|show account|user|association ...");
     };
-    let w = read_words(&rest[2..])?;
+    let mut w = read_words(&rest[2..])?;
+    w.lowercase_accounts(entity == "account");
     let client = Client::from_env();
     if verb == "show" {
         return show(&client.accounts()?, entity, &w, parsable, header);

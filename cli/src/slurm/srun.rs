@@ -16,7 +16,11 @@ use gsched_core::pattern::{expand, PatternContext};
 use crate::client::Client;
 
 #[derive(Parser, Debug)]
-#[command(name = "srun", about = "Run tasks of a gsched job (Slurm's srun)")]
+#[command(
+    name = "srun",
+    about = "Run tasks of a gsched job (Slurm's srun)",
+    args_override_self = true
+)]
 pub struct Args {
     /// Number of tasks (default: the job's, SLURM_NTASKS).
     #[arg(short = 'n', long = "ntasks")]
@@ -107,6 +111,11 @@ pub struct Args {
     /// every step here does (Slurm's default is exclusive steps).
     #[arg(long = "overlap")]
     pub overlap: bool,
+    /// The tasks' environment: ALL (default), NONE, or a comma list of
+    /// names (taken from here) and NAME=VALUE pairs, ALL in it adding the
+    /// rest; Slurm's SLURM_* variables are always given.
+    #[arg(long = "export", value_name = "[ALL,]vars|NONE")]
+    pub export: Option<String>,
     /// The tasks' working directory (relative: to srun's own).
     #[arg(short = 'D', long = "chdir", value_name = "path")]
     pub chdir: Option<String>,
@@ -126,6 +135,16 @@ pub(super) fn code_of(s: ExitStatus) -> i32 {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
+    // Outside a job, SLURM_* input variables give options; the command
+    // line's own come after them and win.
+    let args = match env_u64("SLURM_JOB_ID") {
+        Some(_) => args,
+        None => {
+            let mut all = crate::input_env::srun_arguments(|k| std::env::var(k).ok());
+            all.extend(args);
+            all
+        }
+    };
     let a: Args = super::parse("srun", args)?;
     if let Some(m) = a.mpi.as_deref().filter(|m| *m != "none") {
         bail!(
@@ -316,10 +335,42 @@ pub(super) struct StepShape<'a> {
     pub per_node: &'a [u32],
 }
 
+/// The address of srun's host, as the controller's network sees it: the
+/// local address a datagram to the controller would leave from (nothing
+/// is sent); the host name's address, or loopback, without one.
+fn launch_address() -> String {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let controller = std::env::var("GSCHED_URL")
+        .ok()
+        .and_then(|u| {
+            let rest = u.split("://").nth(1)?.to_string();
+            Some(rest.split('/').next()?.to_string())
+        })
+        .and_then(|authority| authority.to_socket_addrs().ok()?.next());
+    let via_route = controller.and_then(|to| {
+        let any = if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+        let s = UdpSocket::bind(any).ok()?;
+        s.connect(to).ok()?;
+        Some(s.local_addr().ok()?.ip())
+    });
+    via_route
+        .or_else(|| {
+            let host = crate::identity::hostname();
+            (host.as_str(), 0)
+                .to_socket_addrs()
+                .ok()?
+                .next()
+                .map(|a| a.ip())
+        })
+        .map(|ip| ip.to_string())
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
 /// The step's variables (the same for each of its tasks, on every node).
 pub(super) fn step_vars(s: &StepShape<'_>) -> Vec<(String, String)> {
     let n = s.ntasks.to_string();
     let job = s.job.to_string();
+    let launched_from = launch_address();
     [
         ("SLURM_NTASKS", n.clone()),
         ("SLURM_NPROCS", n.clone()),
@@ -337,6 +388,10 @@ pub(super) fn step_vars(s: &StepShape<'_>) -> Vec<(String, String)> {
         ),
         ("SLURM_JOB_ID", job.clone()),
         ("SLURM_JOBID", job),
+        // Where srun runs (it talks to its tasks through pipes and the
+        // node daemons: there is no SLURM_SRUN_COMM_PORT).
+        ("SLURM_LAUNCH_NODE_IPADDR", launched_from.clone()),
+        ("SLURM_SRUN_COMM_HOST", launched_from),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -408,10 +463,26 @@ pub(super) fn start_local(
         );
     }
     let argv = gsched_core::env::with_task_pid(&a.command);
+    // --export: the tasks' environment, with the job's SLURM_* and
+    // GSCHED_* variables always there.
+    let exported = match &a.export {
+        Some(x) => {
+            let mut env = crate::gsub::exported_environment(Some(x))?;
+            env.extend(
+                std::env::vars()
+                    .filter(|(k, _)| k.starts_with("SLURM") || k.starts_with("GSCHED_")),
+            );
+            Some(env)
+        }
+        None => None,
+    };
     let mut children: Vec<Child> = Vec::new();
     let mut labels = Vec::new();
     for (local, &rank) in tasks.ranks.iter().enumerate() {
         let mut cmd = Command::new(&argv[0]);
+        if let Some(env) = &exported {
+            cmd.env_clear().envs(env);
+        }
         if let Some(d) = devices.as_ref().map(|d| &d[local]) {
             cmd.env("CUDA_VISIBLE_DEVICES", d)
                 .env("GPU_DEVICE_ORDINAL", d);

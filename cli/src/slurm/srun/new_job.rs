@@ -36,6 +36,7 @@ fn submission(a: &Args, cwd: &Path, out: &Path, err: &Path) -> crate::gsub::Subm
         cpus_per_task: a.cpus_per_task,
         gpus: a.gpus.clone(),
         hold: a.hold,
+        export: a.export.clone(),
         begin: a.begin.clone(),
         account: a.account.clone(),
         qos: a.qos.clone(),
