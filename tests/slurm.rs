@@ -1769,3 +1769,59 @@ fn begin_holds_a_job_until_its_time() {
         "--begin: invalid time specification 'soon'",
     );
 }
+
+#[test]
+fn srun_task_prolog_epilog_and_io_files() {
+    let s = Slurm::start();
+    let g = &s.g;
+    let dir = g.work.path();
+    let script = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    };
+    script("prolog", "#!/bin/sh\necho x >> pre.out\necho print HEADER\necho export TEST=from_prolog\necho unset DROPPED\n");
+    script("epilog", "#!/bin/sh\necho x >> post.out\nsleep 200\n");
+    script("task", "#!/bin/sh\necho TEST=$TEST DROPPED=${DROPPED}.\n");
+    let path = format!("{}:{}", s.shims.display(), std::env::var("PATH").unwrap());
+    let o = g.run_program(
+        &s.shims.join("srun"),
+        &[
+            "-n2",
+            "-O",
+            "--task-prolog=prolog",
+            "--task-epilog=epilog",
+            "./task",
+        ],
+        dir,
+        None,
+        &[("PATH", path), ("DROPPED", "yes".into())],
+    );
+    let out = stdout(&o);
+    assert_eq!(out.matches("HEADER\n").count(), 2, "{out}{}", stderr(&o));
+    assert_eq!(
+        out.matches("TEST=from_prolog DROPPED=.\n").count(),
+        2,
+        "{out}"
+    );
+    // Each task's epilog ran, and was killed after its 5 seconds.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("pre.out")).unwrap(),
+        "x\nx\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("post.out")).unwrap(),
+        "x\nx\n"
+    );
+    // -i, -o, -e with files, and none.
+    std::fs::write(dir.join("in.txt"), "echo from-input; echo to-err >&2\n").unwrap();
+    s.ok(
+        "srun",
+        &["-i", "in.txt", "-o", "out.txt", "-e", "err.txt", "sh"],
+    );
+    assert_eq!(s.file("out.txt"), "from-input\n");
+    assert_eq!(s.file("err.txt"), "to-err\n");
+    let o = s.run("srun", &["--output=none", "echo", "gone"], None);
+    assert_eq!(stdout(&o), "");
+    assert!(!dir.join("none").exists());
+}

@@ -53,6 +53,9 @@ pub struct Args {
     /// Every user's jobs.
     #[arg(short = 'a', long = "allusers")]
     pub allusers: bool,
+    /// Only jobs charged to these accounts (comma list).
+    #[arg(short = 'A', long = "accounts")]
+    pub accounts: Option<String>,
     /// Only jobs in these states.
     #[arg(short = 's', long = "state")]
     pub state: Option<String>,
@@ -354,6 +357,15 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     extra.extend(start.map(|s| ("since", s.to_string())));
     extra.extend(end.map(|e| ("until", e.to_string())));
     let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
+    if let Some(list) = &a.accounts {
+        let wanted: Vec<String> = list.split(',').map(|x| x.trim().to_lowercase()).collect();
+        jobs.retain(|j| {
+            j.slurm
+                .account
+                .as_ref()
+                .is_some_and(|acct| wanted.contains(&acct.to_lowercase()))
+        });
+    }
     if let Some(states) = &a.state {
         let wanted = super::format::StateFilter::parse(states)?;
         jobs.retain(|j| wanted.matches(j));

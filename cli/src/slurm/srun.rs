@@ -116,6 +116,19 @@ pub struct Args {
     /// rest; Slurm's SLURM_* variables are always given.
     #[arg(long = "export", value_name = "[ALL,]vars|NONE")]
     pub export: Option<String>,
+    /// Every task's standard input from this file (`%t`, `%j`, ... as
+    /// for --output; `none`: nothing); default: srun's own, to task 0.
+    #[arg(short = 'i', long = "input", value_name = "filename")]
+    pub input: Option<String>,
+    /// A program run before each task, in its process and environment:
+    /// its output lines `export NAME=VALUE`, `unset NAME` and `print TEXT`
+    /// change the task's environment or print to its output.
+    #[arg(long = "task-prolog", value_name = "executable")]
+    pub task_prolog: Option<String>,
+    /// A program run after each task ends (killed after 5 seconds; its
+    /// output is discarded).
+    #[arg(long = "task-epilog", value_name = "executable")]
+    pub task_epilog: Option<String>,
     /// The tasks' working directory (relative: to srun's own).
     #[arg(short = 'D', long = "chdir", value_name = "path")]
     pub chdir: Option<String>,
@@ -299,6 +312,13 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
 /// Opens (as the caller, on this node) the file `pattern` names for task
 /// `rank` of job `job` running on `node`.
 pub(super) fn output_file(pattern: &str, job: u64, node: &str, rank: u32) -> Result<std::fs::File> {
+    if pattern == "none" {
+        // Slurm's `none`: the stream is thrown away.
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .context("cannot open /dev/null");
+    }
     let user = std::env::var("SLURM_JOB_USER")
         .or_else(|_| std::env::var("USER"))
         .unwrap_or_default();
@@ -323,6 +343,27 @@ pub(super) fn output_file(pattern: &str, job: u64, node: &str, rank: u32) -> Res
         .truncate(!append)
         .open(&path)
         .with_context(|| format!("cannot open output file {path}"))
+}
+
+/// The path `pattern` names for task `rank`'s input (as for its output).
+fn task_input_path(pattern: &str, rank: u32) -> String {
+    let user = std::env::var("SLURM_JOB_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_default();
+    let name = std::env::var("SLURM_JOB_NAME").unwrap_or_default();
+    let node = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+    expand(
+        pattern,
+        &PatternContext {
+            job_id: env_u64("SLURM_JOB_ID").unwrap_or(0),
+            array_job_id: env_u64("SLURM_ARRAY_JOB_ID"),
+            array_task_id: env_u64("SLURM_ARRAY_TASK_ID").map(|t| t as u32),
+            user: &user,
+            name: &name,
+            node: &node,
+            task_rank: rank,
+        },
+    )
 }
 
 /// A step's shape, for the variables every task of it gets.
@@ -444,6 +485,33 @@ fn task_gpus(a: &Args, ntasks: u32) -> Result<Option<Vec<String>>> {
         .map(Some)
 }
 
+/// The task prolog and epilog, as the variables that name them to the
+/// task's wrapper (absolute paths; they must exist).
+fn task_scripts(a: &Args) -> Result<Vec<(&'static str, String)>> {
+    let mut v = Vec::new();
+    for (var, option, given) in [
+        (
+            gsched_core::env::TASK_PROLOG_VAR,
+            "--task-prolog",
+            &a.task_prolog,
+        ),
+        (
+            gsched_core::env::TASK_EPILOG_VAR,
+            "--task-epilog",
+            &a.task_epilog,
+        ),
+    ] {
+        if let Some(p) = given {
+            let path = std::path::absolute(p).with_context(|| format!("{option}={p}"))?;
+            if !path.is_file() {
+                bail!("{option}={p}: no such file");
+            }
+            v.push((var, path.display().to_string()));
+        }
+    }
+    Ok(v)
+}
+
 /// Starts the step's tasks on this node: the children, and the threads
 /// copying their labelled output.
 pub(super) fn start_local(
@@ -462,7 +530,12 @@ pub(super) fn start_local(
             a.command[0]
         );
     }
-    let argv = gsched_core::env::with_task_pid(&a.command);
+    let scripts = task_scripts(a)?;
+    let argv = if scripts.is_empty() {
+        gsched_core::env::with_task_pid(&a.command)
+    } else {
+        gsched_core::env::with_task_scripts(&a.command)
+    };
     // --export: the tasks' environment, with the job's SLURM_* and
     // GSCHED_* variables always there.
     let exported = match &a.export {
@@ -490,6 +563,7 @@ pub(super) fn start_local(
         if let Some(d) = &a.chdir {
             cmd.current_dir(d);
         }
+        cmd.envs(scripts.iter().map(|(k, v)| (k, v)));
         cmd.args(&argv[1..])
             .env("SLURM_PROCID", rank.to_string())
             .env("SLURM_LOCALID", local.to_string())
@@ -498,9 +572,21 @@ pub(super) fn start_local(
         if let Some(c) = a.cpus_per_task {
             cmd.env("SLURM_CPUS_PER_TASK", c.to_string());
         }
-        // Standard input goes to task 0.
-        if rank > 0 {
-            cmd.stdin(Stdio::null());
+        // Standard input goes to task 0, or `-i FILE` to every task.
+        match a.input.as_deref() {
+            Some("none") => {
+                cmd.stdin(Stdio::null());
+            }
+            Some(p) => {
+                let path = task_input_path(p, rank);
+                let f = std::fs::File::open(&path)
+                    .with_context(|| format!("cannot open input file {path}"))?;
+                cmd.stdin(f);
+            }
+            None if rank > 0 => {
+                cmd.stdin(Stdio::null());
+            }
+            None => {}
         }
         if let Some(p) = &a.output {
             let out = open(p, rank)?;

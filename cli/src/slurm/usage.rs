@@ -159,7 +159,7 @@ fn help_text(name: &str, f: &Form) -> String {
     };
     match f.layout {
         Layout::Options => {
-            out.push_str(&format!("Usage: {name} [OPTIONS...] {}\n", f.operands));
+            out.push_str(&format!("Usage: {name} [OPTIONS] {}\n", f.operands));
             let rows: Vec<(String, String)> = options(&f.command)
                 .into_iter()
                 .map(|a| (flag_names(a), about(a)))

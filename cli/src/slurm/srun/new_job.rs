@@ -63,6 +63,26 @@ fn inner_command(a: &Args) -> String {
     if a.overcommit {
         inner.push("-O".into());
     }
+    // Where the tasks read and write: the job's srun opens these on the
+    // node, in the job's working directory (srun's own, or --chdir).
+    for (flag, value) in [("-i", &a.input), ("-o", &a.output), ("-e", &a.error)] {
+        if let Some(v) = value {
+            inner.push(flag.into());
+            inner.push(shell_quote(v));
+        }
+    }
+    for (flag, value) in [
+        ("--task-prolog", &a.task_prolog),
+        ("--task-epilog", &a.task_epilog),
+    ] {
+        if let Some(v) = value {
+            let path = std::path::absolute(v).unwrap_or_else(|_| v.into());
+            inner.push(format!(
+                "{flag}={}",
+                shell_quote(&path.display().to_string())
+            ));
+        }
+    }
     if let Some(k) = a.kill_on_bad_exit.filter(|k| *k != 0) {
         inner.push(format!("--kill-on-bad-exit={k}"));
     }
