@@ -282,6 +282,8 @@ pub fn gpu_bind(v: &str) -> Option<GpuBind> {
 /// `None` when it is not a count.
 fn min_nodes(v: &str) -> Option<u32> {
     let (min, max) = match v.trim().split_once('-') {
+        // `-MAX`: Slurm reads the missing minimum as 1.
+        Some(("", b)) => (1, Some(b.trim().parse::<u32>().ok()?)),
         Some((a, b)) => (
             a.trim().parse::<u32>().ok()?,
             Some(b.trim().parse::<u32>().ok()?),
@@ -355,7 +357,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--gpus-per-node"), "{e}");
-        for v in ["0", "x", "4-2", "1-"] {
+        assert_eq!(check(&opts("nodes", "-3"), 1), Ok(()), "-MAX is 1-MAX");
+        for v in ["0", "x", "4-2", "1-", "-0", "-"] {
             assert_eq!(
                 check(&opts("nodes", v), 1),
                 Err(AllocationError::BadNodes(v.into())),

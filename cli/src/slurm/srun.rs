@@ -2,9 +2,11 @@
 //! and per-task output files; outside a job, submit the command as a job
 //! and wait for it, as Slurm's srun does.
 
+mod ending;
 mod new_job;
 mod wide;
 
+pub(super) use ending::{wait_all, Ending};
 pub(super) use new_job::exit_status;
 
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -120,6 +122,10 @@ pub struct Args {
     /// for --output; `none`: nothing); default: srun's own, to task 0.
     #[arg(short = 'i', long = "input", value_name = "filename")]
     pub input: Option<String>,
+    /// Once a task has ended, wait at most this many seconds for the
+    /// others, then kill them (0: wait for all, the default).
+    #[arg(short = 'W', long = "wait", value_name = "seconds")]
+    pub wait: Option<u64>,
     /// A program run before each task, in its process and environment:
     /// its output lines `export NAME=VALUE`, `unset NAME` and `print TEXT`
     /// change the task's environment or print to its output.
@@ -287,7 +293,7 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     };
     let ran = start_local(a, &local, &open).and_then(|(children, labels)| {
         let tasks: Vec<(u32, Child)> = local.ranks.iter().copied().zip(children).collect();
-        let ended = wait_all(tasks, &node, a.kill_on_bad_exit.unwrap_or(0) != 0);
+        let ended = wait_all(tasks, &node, &Ending::of(a, job, step.unwrap_or(0)));
         for l in labels {
             let _ = l.join();
         }
@@ -622,74 +628,6 @@ pub(super) fn start_local(
         children.push(child);
     }
     Ok((children, labels))
-}
-
-/// Waits for every task: the highest exit status, and a signal that ended
-/// one. With `kill_on_bad_exit`, the first task to end with a non-zero
-/// status (or a signal) has the others killed.
-pub(super) fn wait_all(
-    mut children: Vec<(u32, Child)>,
-    node: &str,
-    kill_on_bad_exit: bool,
-) -> Result<(i32, Option<i32>)> {
-    use std::os::unix::process::ExitStatusExt;
-    let mut worst = 0;
-    let mut signal = None;
-    let mut killed = false;
-    while !children.is_empty() {
-        let mut still = Vec::new();
-        for (rank, mut c) in children {
-            match c.try_wait().context("cannot wait for a task")? {
-                Some(s) => {
-                    if let Some(sig) = s.signal() {
-                        signal = Some(sig);
-                    }
-                    if !killed {
-                        tell_end(node, rank, s);
-                    }
-                    worst = worst.max(code_of(s));
-                }
-                None => still.push((rank, c)),
-            }
-        }
-        children = still;
-        if kill_on_bad_exit && worst != 0 && !killed {
-            killed = true;
-            for (_, c) in &mut children {
-                let _ = c.kill();
-            }
-        }
-        if !children.is_empty() {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-    Ok((worst, signal))
-}
-
-/// Slurm's line for a task that did not end well: `srun: error: NODE:
-/// task 0: Segmentation fault` or `... Exited with exit code 3`.
-fn tell_end(node: &str, rank: u32, s: ExitStatus) {
-    use std::os::unix::process::ExitStatusExt;
-    if let Some(sig) = s.signal() {
-        // SAFETY: strsignal returns a static or thread-local string, read
-        // at once.
-        let name = unsafe {
-            let p = libc::strsignal(sig);
-            if p.is_null() {
-                format!("signal {sig}")
-            } else {
-                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-            }
-        };
-        let core = if s.core_dumped() {
-            " (core dumped)"
-        } else {
-            ""
-        };
-        eprintln!("srun: error: {node}: task {rank}: {name}{core}");
-    } else if let Some(c) = s.code().filter(|c| *c != 0) {
-        eprintln!("srun: error: {node}: task {rank}: Exited with exit code {c}");
-    }
 }
 
 /// Copies a task's output to srun's own, each line prefixed with the

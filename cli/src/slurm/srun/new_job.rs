@@ -83,6 +83,9 @@ fn inner_command(a: &Args) -> String {
             ));
         }
     }
+    if let Some(w) = a.wait {
+        inner.push(format!("-W{w}"));
+    }
     if let Some(k) = a.kill_on_bad_exit.filter(|k| *k != 0) {
         inner.push(format!("--kill-on-bad-exit={k}"));
     }
