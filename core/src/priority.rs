@@ -143,7 +143,7 @@ impl PriorityContext<'_> {
 pub use crate::wire::Priority;
 
 /// The settings of `multifactor` (Slurm's `PriorityWeight*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PriorityConfig {
     /// Weight of the age factor (time waiting, up to `max_age_secs`).
     pub weight_age: u32,

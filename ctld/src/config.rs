@@ -287,17 +287,19 @@ impl CtldConfig {
         Box<dyn gsched_core::priority::PriorityPolicy>,
         gsched_core::priority::UnknownPriorityType,
     > {
-        gsched_core::priority::priority_policy(
-            &self.priority_type,
-            gsched_core::priority::PriorityConfig {
-                weight_age: self.priority_weight_age,
-                weight_job_size: self.priority_weight_job_size,
-                max_age_secs: self.priority_max_age,
-                weight_fair_share: self.priority_weight_fairshare,
-                weight_qos: self.priority_weight_qos,
-                weight_partition: self.priority_weight_partition,
-            },
-        )
+        gsched_core::priority::priority_policy(&self.priority_type, self.priority_config())
+    }
+
+    /// The `multifactor` settings (Slurm's `PriorityWeight*`).
+    pub fn priority_config(&self) -> gsched_core::priority::PriorityConfig {
+        gsched_core::priority::PriorityConfig {
+            weight_age: self.priority_weight_age,
+            weight_job_size: self.priority_weight_job_size,
+            max_age_secs: self.priority_max_age,
+            weight_fair_share: self.priority_weight_fairshare,
+            weight_qos: self.priority_weight_qos,
+            weight_partition: self.priority_weight_partition,
+        }
     }
 
     /// The partitions' job factors, or why they do not read.

@@ -18,7 +18,7 @@ pub fn ping_json(client: &Client, command: &[String]) -> Result<i32> {
 }
 
 /// The `meta` of Slurm's answers, taken from the controller's own.
-fn meta(client: &Client, command: &[String]) -> Result<Value> {
+pub(super) fn meta(client: &Client, command: &[String]) -> Result<Value> {
     let ping: Value = client.slurm_data(&format!("/slurm/{DATA_PARSER}/ping"))?;
     let mut meta = ping["meta"].clone();
     meta["command"] = json!(command);

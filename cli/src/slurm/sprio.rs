@@ -31,6 +31,16 @@ pub struct Args {
     pub partition: Option<String>,
     #[arg(short = 'h', long = "noheader")]
     pub noheader: bool,
+    /// The long form: the job's user and QOS name too.
+    #[arg(short = 'l', long = "long")]
+    pub long: bool,
+    /// The weight of each factor (the controller's PriorityWeight*
+    /// settings; all 0 unless it runs `multifactor`).
+    #[arg(short = 'w', long = "weights")]
+    pub weights: bool,
+    /// Clusters: only this one's name is known.
+    #[arg(short = 'M', long = "cluster", visible_alias = "clusters")]
+    pub cluster: Option<String>,
 }
 
 /// The columns: JOBID, PARTITION, then the numbers.
@@ -84,26 +94,103 @@ fn header() -> String {
     out
 }
 
+/// `-w`: the header and one `Weights` line.
+fn weights(health: &serde_json::Value) -> String {
+    let multifactor = health["priority_type"]
+        .as_str()
+        .is_some_and(|t| t.contains("multifactor"));
+    let w = &health["priority_weights"];
+    let weight = |k: &str| {
+        if multifactor {
+            w[k].as_u64().unwrap_or(0)
+        } else {
+            0
+        }
+    };
+    let mut out = format!(
+        "{} {}",
+        pad("Weights", Some(15), false),
+        pad("", Some(9), true)
+    );
+    // PRIORITY has no weight; SITE's is Slurm's fixed 1.
+    let values = [
+        String::new(),
+        "1".into(),
+        weight("weight_age").to_string(),
+        weight("weight_fair_share").to_string(),
+        weight("weight_job_size").to_string(),
+        weight("weight_partition").to_string(),
+        weight("weight_qos").to_string(),
+        String::new(),
+    ];
+    for v in values {
+        out.push(' ');
+        out.push_str(&pad(&v, Some(10), false));
+    }
+    out
+}
+
 pub fn main_with(args: Vec<String>) -> Result<i32> {
     let a: Args = super::parse("sprio", args)?;
+    let client = Client::from_env();
+    if let Some(c) = &a.cluster {
+        let health = client.health()?;
+        let name = health["cluster_name"].as_str().unwrap_or("gsched");
+        if let Some(other) = c.split(',').find(|x| *x != name) {
+            anyhow::bail!("no cluster '{other}': this is cluster '{name}', the only one");
+        }
+    }
+    if a.weights {
+        if !a.noheader {
+            println!("{}", header());
+        }
+        println!("{}", weights(&client.health()?));
+        return Ok(0);
+    }
     let refs = parse_refs(a.jobs.as_slice())?;
     let mut extra = vec![("state", JobState::Pending.as_str().to_string())];
     if let Some(u) = &a.user {
         extra.push(("user", u.clone()));
     }
-    let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
+    let mut jobs = fetch(&client, &refs, &extra)?;
     if let Some(p) = &a.partition {
         let parts: Vec<&str> = p.split(',').collect();
         jobs.retain(|j| parts.contains(&j.partition.as_str()));
     }
     jobs.sort_by_key(|j| j.job_id);
     if !a.noheader {
-        println!("{}", header());
+        let h = header();
+        println!(
+            "{}",
+            if a.long {
+                long_form(&h, "USER", "QOSNAME")
+            } else {
+                h
+            }
+        );
     }
     for j in &jobs {
-        println!("{}", line(j));
+        let l = line(j);
+        if a.long {
+            let qos = j.slurm.qos.clone().unwrap_or_else(|| "normal".into());
+            println!("{}", long_form(&l, &j.user_name, &qos));
+        } else {
+            println!("{l}");
+        }
     }
     Ok(0)
+}
+
+/// The long form of a line: the user after the partition, the QOS name
+/// before the numbers' QOS column.
+fn long_form(line: &str, user: &str, qos: &str) -> String {
+    // JOBID (15) PARTITION (9), then the numbers.
+    let (head, numbers) = line.split_at(line.len().min(26));
+    format!(
+        "{head} {} {}{numbers}",
+        pad(user, Some(8), true),
+        pad(qos, Some(10), true)
+    )
 }
 
 #[cfg(test)]

@@ -36,12 +36,63 @@ pub struct Args {
     /// Accepted (the long form adds columns gsched does not have).
     #[arg(short = 'l', long = "long")]
     pub long: bool,
+    /// The shares as Slurm's data_parser prints them.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `sshare --json`: data_parser's `shares` shape.
+fn print_json(rows: &[ShareRow], client: &Client, command: &[String]) -> Result<i32> {
+    let number = |n: f64| serde_json::json!({ "set": true, "infinite": false, "number": n });
+    let shares: Vec<serde_json::Value> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let user = !r.user.is_empty();
+            serde_json::json!({
+                "id": i,
+                "cluster": "",
+                "name": if user { &r.user } else { &r.account },
+                "parent": if user { r.account.as_str() } else { "" },
+                "partition": "",
+                "shares_normalized": number(r.norm_shares),
+                "shares": { "set": true, "infinite": false, "number": r.raw_shares },
+                "effective_usage": number(r.effective_usage),
+                "usage": r.raw_usage.round() as u64,
+                "fairshare": {
+                    "factor": number(r.fair_share.unwrap_or(0.0)),
+                    "level": number(r.fair_share.unwrap_or(0.0)),
+                },
+                "type": [if user { "USER" } else { "ASSOCIATION" }],
+            })
+        })
+        .collect();
+    let total: u64 = rows
+        .iter()
+        .filter(|r| r.user.is_empty())
+        .map(|r| u64::from(r.raw_shares))
+        .sum();
+    let out = serde_json::json!({
+        "shares": { "shares": shares, "total_shares": total },
+        "meta": super::scontrol_data::meta(client, command)?,
+        "errors": [],
+        "warnings": [],
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(0)
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let command: Vec<String> = std::iter::once("sshare".to_string())
+        .chain(args.iter().cloned())
+        .collect();
     let a: Args = super::parse("sshare", args)?;
-    let v = Client::from_env().accounts()?;
+    let client = Client::from_env();
+    let v = client.accounts()?;
     let rows: Vec<ShareRow> = serde_json::from_value(v["shares"].clone())?;
+    if a.json {
+        return print_json(&rows, &client, &command);
+    }
     let list = |o: &Option<String>| -> Option<Vec<String>> {
         o.as_ref().map(|s| s.split(',').map(String::from).collect())
     };

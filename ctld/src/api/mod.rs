@@ -131,6 +131,10 @@ pub struct Health {
     pub socket: String,
     /// Seconds a finished job stays in memory.
     pub min_job_age: u64,
+    /// The priority policy's name (`basic`, `multifactor`).
+    pub priority_type: String,
+    /// The weights `multifactor` gives each factor (sprio -w).
+    pub priority_weights: gsched_core::priority::PriorityConfig,
 }
 
 /// The controller's health; no token needed.
@@ -150,6 +154,8 @@ async fn healthz(State(ctl): Ctl) -> Json<Health> {
         auth: "jwt".into(),
         socket: ctl.socket.display().to_string(),
         min_job_age: ctl.config.min_job_age,
+        priority_type: ctl.config.priority_type.clone(),
+        priority_weights: ctl.config.priority_config(),
     })
 }
 
