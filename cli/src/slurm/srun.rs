@@ -122,6 +122,10 @@ pub struct Args {
     /// for --output; `none`: nothing); default: srun's own, to task 0.
     #[arg(short = 'i', long = "input", value_name = "filename")]
     pub input: Option<String>,
+    /// A new job: one Ctrl-C kills its tasks (without it, the first
+    /// reports their state and a second within a second kills them).
+    #[arg(long = "quit-on-interrupt")]
+    pub quit_on_interrupt: bool,
     /// Once a task has ended, wait at most this many seconds for the
     /// others, then kill them (0: wait for all, the default).
     #[arg(short = 'W', long = "wait", value_name = "seconds")]
@@ -274,6 +278,13 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     let client = Client::from_env();
     let step = client.begin_step(job, &a.command[0], ntasks).ok();
     let step_id = step.unwrap_or(0).to_string();
+    if a.verbose > 0 {
+        let ranks: Vec<String> = (0..ntasks).map(|r| r.to_string()).collect();
+        eprintln!(
+            "srun: launching StepId={job}.{step_id} on host {node}, {ntasks} tasks: {}",
+            ranks.join(",")
+        );
+    }
     // The step's own cgroup (below the job's): this process joins it, so
     // the tasks it starts are counted, and killed at the end, as the step.
     // Without the job's probe socket (a stripped environment) there is no

@@ -4,6 +4,7 @@
 //! written, and exits with the job's status.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -83,6 +84,9 @@ fn inner_command(a: &Args) -> String {
             ));
         }
     }
+    if a.verbose > 0 {
+        inner.push(format!("-{}", "v".repeat(a.verbose as usize)));
+    }
     if let Some(w) = a.wait {
         inner.push(format!("-W{w}"));
     }
@@ -112,6 +116,71 @@ pub(super) fn submit_and_wait(a: &Args) -> Result<i32> {
     result
 }
 
+/// Ctrl-C's (SIGINT's) received and not yet handled.
+static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn count_interrupt(_: libc::c_int) {
+    INTERRUPTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Counts SIGINTs from now on, for [`follow`] to handle.
+fn catch_interrupts() -> Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(count_interrupt),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only adds to an atomic counter.
+    unsafe { sigaction(Signal::SIGINT, &action) }.context("cannot catch SIGINT")?;
+    Ok(())
+}
+
+/// What a Ctrl-C does, as in Slurm's srun: the first reports the tasks'
+/// state, a second within a second (or the first, with
+/// `--quit-on-interrupt`) kills them.
+struct Interrupts {
+    quit_at_once: bool,
+    last: Option<Instant>,
+    /// srun killed the job (its end is then told as the tasks').
+    killed: bool,
+}
+
+impl Interrupts {
+    fn handle(&mut self, client: &Client, id: u64, job: &JobInfo) -> Result<()> {
+        if INTERRUPTS.swap(0, Ordering::SeqCst) == 0 || self.killed {
+            return Ok(());
+        }
+        let again = self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1));
+        if self.quit_at_once || again {
+            eprintln!("srun: forcing job termination");
+            client.cancel(
+                &id.to_string(),
+                Some("KILL"),
+                gsched_core::outcome::SignalScope::Full,
+            )?;
+            self.killed = true;
+            return Ok(());
+        }
+        self.last = Some(Instant::now());
+        eprintln!("srun: interrupt (one more within 1 sec to abort)");
+        let tasks = job.slurm.ntasks.unwrap_or(1);
+        let state = match job.job_state {
+            JobState::Pending => "pending",
+            _ => "running",
+        };
+        let which = if tasks == 1 {
+            "task 0".to_string()
+        } else {
+            format!("tasks 0-{}", tasks - 1)
+        };
+        eprintln!("srun: StepId={id}.0 {which}: {state}");
+        Ok(())
+    }
+}
+
 /// Follows job `id` to its end, copying its output as it comes.
 fn follow(a: &Args, client: &Client, id: u64, out: &Path, err: &Path) -> Result<i32> {
     let give_up = a
@@ -119,6 +188,12 @@ fn follow(a: &Args, client: &Client, id: u64, out: &Path, err: &Path) -> Result<
         .map(|secs| Instant::now() + Duration::from_secs(secs));
     let (mut shown_out, mut shown_err) = (0u64, 0u64);
     let mut said = Said::Nothing;
+    catch_interrupts()?;
+    let mut interrupts = Interrupts {
+        quit_at_once: a.quit_on_interrupt,
+        last: None,
+        killed: false,
+    };
     let job = loop {
         let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
         let Some(now) = jobs.into_iter().next() else {
@@ -130,6 +205,7 @@ fn follow(a: &Args, client: &Client, id: u64, out: &Path, err: &Path) -> Result<
         if now.job_state.is_final() {
             break now;
         }
+        interrupts.handle(client, id, &now)?;
         let pending = now.job_state == JobState::Pending;
         if pending && give_up.is_some_and(|t| Instant::now() >= t) {
             client.cancel(
@@ -145,6 +221,30 @@ fn follow(a: &Args, client: &Client, id: u64, out: &Path, err: &Path) -> Result<
     };
     copy_new(out, shown_out, &mut std::io::stdout());
     copy_new(err, shown_err, &mut std::io::stderr());
+    if interrupts.killed {
+        // The tasks died of the SIGKILL srun had sent them.
+        let tasks = job.slurm.ntasks.unwrap_or(1);
+        let which = if tasks == 1 {
+            "task 0".to_string()
+        } else {
+            format!("tasks 0-{}", tasks - 1)
+        };
+        eprintln!("srun: error: {}: {which}: Killed", job.nodes);
+        return Ok(exit_status(&job));
+    }
+    if job.job_state == JobState::Cancelled {
+        eprintln!(
+            "srun: Job step aborted: job {id} was cancelled{}",
+            job.cancelled_by
+                .map(|u| format!(" by uid {u}"))
+                .unwrap_or_default()
+        );
+        eprintln!(
+            "srun: error: *** STEP {id}.0 ON {} CANCELLED ***",
+            job.nodes
+        );
+        return Ok(exit_status(&job));
+    }
     // A task's own failure was told by the job's srun (`task 0: Exited
     // with exit code 3`); anything else that ended it is told here.
     let told = job.job_state == JobState::Completed
