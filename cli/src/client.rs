@@ -36,15 +36,44 @@ impl std::error::Error for NotConnected {}
 /// is not there, e.g. restarting), as opposed to a failure after it was
 /// reached (TLS, a reset, a timeout).
 fn connection_refused(t: &ureq::Transport) -> bool {
+    io_kind(t) == Some(std::io::ErrorKind::ConnectionRefused)
+}
+
+/// The kind of the I/O error under a transport error, if one is.
+fn io_kind(t: &ureq::Transport) -> Option<std::io::ErrorKind> {
     let mut source = std::error::Error::source(t);
     while let Some(e) = source {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+            return Some(io.kind());
         }
         source = e.source();
     }
-    false
+    None
 }
+
+/// Whether an I/O error means the connection was closed before any answer:
+/// a controller at its connection cap closes a client's newest when all of
+/// that client's others are busy (gsched_daemon::listener).
+fn closed_unanswered(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        kind,
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+    )
+}
+
+/// The connection was closed before an answer came, as a controller busy
+/// with the caller's other connections does: a read (GET) is tried again.
+#[derive(Debug)]
+struct ClosedUnanswered(String);
+
+impl std::fmt::Display for ClosedUnanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ClosedUnanswered {}
 
 /// Where one request goes.
 enum Route<'a> {
@@ -234,13 +263,20 @@ impl Client {
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
         let mut retry = crate::retry::Retry::from_env();
+        let mut busy = crate::retry::Retry::from_env();
         loop {
             match self.request_once(method, path, query, body) {
                 Err(e) if e.is::<NotConnected>() && retry.wait(&self.base) => {}
+                // Reading changes nothing: a read cut off unanswered is
+                // asked again (a write might have been done, and is not).
+                Err(e) if e.is::<ClosedUnanswered>() && method == "GET" && busy.wait_quietly() => {}
                 Err(e) => {
                     return Err(match e.downcast::<NotConnected>() {
                         Ok(NotConnected(why)) => self.unreachable(why),
-                        Err(e) => e,
+                        Err(e) => match e.downcast::<ClosedUnanswered>() {
+                            Ok(ClosedUnanswered(why)) => self.unreachable(why),
+                            Err(e) => e,
+                        },
                     })
                 }
                 Ok(v) => return Ok(v),
@@ -274,6 +310,11 @@ impl Client {
                     Err(ureq::Error::Transport(t)) if connection_refused(&t) => {
                         return Err(NotConnected(t.to_string()).into())
                     }
+                    Err(ureq::Error::Transport(t))
+                        if io_kind(&t).is_some_and(closed_unanswered) =>
+                    {
+                        return Err(ClosedUnanswered(t.to_string()).into())
+                    }
                     Err(ureq::Error::Transport(t)) => return Err(self.unreachable(t)),
                 };
                 let status = r.status();
@@ -295,6 +336,7 @@ impl Client {
                             // Nothing was sent: the controller is not there.
                             std::io::ErrorKind::ConnectionRefused
                             | std::io::ErrorKind::NotFound => NotConnected(why).into(),
+                            k if closed_unanswered(k) => ClosedUnanswered(why).into(),
                             _ => self.unreachable(why),
                         }
                     },

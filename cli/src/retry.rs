@@ -36,6 +36,24 @@ impl Retry {
         Retry::new(Duration::from_secs(secs))
     }
 
+    /// As [`Retry::wait`], without saying anything, from a short first
+    /// wait (25 to 75 ms, spread so that many callers do not come back
+    /// together), for a controller that is there but busy.
+    pub fn wait_quietly(&mut self) -> bool {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return false;
+        }
+        if !self.said {
+            // The first quiet wait: short, and spread by the process id.
+            self.said = true;
+            self.next = Duration::from_millis(25 + u64::from(std::process::id() % 50));
+        }
+        std::thread::sleep(self.next.min(self.deadline - now));
+        self.next = (self.next * 2).min(Duration::from_secs(1));
+        true
+    }
+
     /// Sleeps before the next try and returns true, or returns false when
     /// the window is over.
     pub fn wait(&mut self, what: &str) -> bool {

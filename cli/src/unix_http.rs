@@ -44,6 +44,12 @@ pub fn request(
     }
     let mut raw = Vec::new();
     s.take(MAX_ANSWER).read_to_end(&mut raw)?;
+    if raw.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the connection was closed before any answer",
+        ));
+    }
     parse_response(&raw)
 }
 

@@ -268,7 +268,13 @@ pub struct MemoryPolicy {
     /// Whether swap counts against the limit (ConstrainSwapSpace): a job
     /// cannot escape its limit by being swapped out.
     pub constrain_swap: bool,
+    /// The lowest RAM limit a job's cgroup gets, MiB (MinRAMSpace): a
+    /// smaller request (`--mem=1`) still leaves its shell room to start.
+    pub min_ram_mib: u64,
 }
+
+/// Slurm's default MinRAMSpace (MB).
+pub const DEFAULT_MIN_RAM_MIB: u64 = 30;
 
 impl Default for MemoryPolicy {
     fn default() -> Self {
@@ -276,6 +282,7 @@ impl Default for MemoryPolicy {
             allowed_ram_percent: 100.0,
             allowed_swap_percent: 0.0,
             constrain_swap: true,
+            min_ram_mib: DEFAULT_MIN_RAM_MIB,
         }
     }
 }
@@ -305,8 +312,10 @@ impl MemoryLimits {
         };
         let bytes = mib.saturating_mul(1 << 20);
         let share = |percent: f64| (bytes as f64 * percent.max(0.0) / 100.0) as u64;
-        // At least 1 MiB, so a tiny percentage never means "no memory".
-        let ram = share(policy.allowed_ram_percent).max(1 << 20);
+        // At least MinRAMSpace (and 1 MiB), so a tiny request or
+        // percentage never means "no room to start".
+        let floor = policy.min_ram_mib.max(1).saturating_mul(1 << 20);
+        let ram = share(policy.allowed_ram_percent).max(floor);
         MemoryLimits {
             ram_bytes: ram,
             ram_and_swap_bytes: policy
@@ -468,6 +477,7 @@ mod tests {
             allowed_ram_percent: 110.0,
             allowed_swap_percent: 50.0,
             constrain_swap: true,
+            min_ram_mib: DEFAULT_MIN_RAM_MIB,
         };
         let l = MemoryLimits::for_job(MemoryRequest::Mib(100), 8192, &loose);
         assert_eq!(l.ram_bytes, 110 * mib);
@@ -482,6 +492,9 @@ mod tests {
         // A request above the node is capped at the node.
         let l = MemoryLimits::for_job(MemoryRequest::Mib(1 << 30), 8192, &strict);
         assert_eq!(l.ram_bytes, 8192 * mib);
+        // One below MinRAMSpace gets MinRAMSpace (Slurm's 30 MB).
+        let l = MemoryLimits::for_job(MemoryRequest::Mib(1), 8192, &strict);
+        assert_eq!((l.ram_bytes, l.requested_mib), (30 * mib, 1));
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub struct Args {
     /// Output format (`%P %a %l %D %t %T %N %c %G`).
     #[arg(short = 'o', long = "format")]
     pub format: Option<String>,
+    /// Output fields by name (`NodeList,StateCompact:.8`; each 20 wide by
+    /// default): Partition, PartitionName, Available, Time, Nodes,
+    /// StateCompact, StateLong, NodeList, CPUs, Memory, Gres.
+    #[arg(short = 'O', long = "Format", conflicts_with = "format")]
+    pub long_format: Option<String>,
     #[arg(short = 'p', long = "partition")]
     pub partition: Option<String>,
     /// Why nodes are down or drained, by whom and since when.
@@ -121,6 +126,21 @@ impl StateList {
     }
 }
 
+/// sinfo's `-O` names and the `-o` letters they stand for.
+const LONG_FIELDS: &[(&str, char)] = &[
+    ("Partition", 'P'),
+    ("PartitionName", 'P'),
+    ("Available", 'a'),
+    ("Time", 'l'),
+    ("Nodes", 'D'),
+    ("StateCompact", 't'),
+    ("StateLong", 'T'),
+    ("NodeList", 'N'),
+    ("CPUs", 'c'),
+    ("Memory", 'm'),
+    ("Gres", 'G'),
+];
+
 const DEFAULT: &str = "%9P %.5a %.10l %.6D %.6t %N";
 const NODE_DEFAULT: &str = "%N %.6D %9P %6t";
 
@@ -210,8 +230,11 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         .format
         .clone()
         .unwrap_or_else(|| if a.nodes { NODE_DEFAULT } else { DEFAULT }.into());
-    let pieces = parse_format(&fmt.replace("%R", "%P"), |c| header(c).is_some())
-        .map_err(|e| anyhow::anyhow!("Invalid node format specification '{fmt}': {e}"))?;
+    let pieces = match &a.long_format {
+        Some(spec) => super::squeue::parse_long_format(spec, LONG_FIELDS)?,
+        None => parse_format(&fmt.replace("%R", "%P"), |c| header(c).is_some())
+            .map_err(|e| anyhow::anyhow!("Invalid node format specification '{fmt}': {e}"))?,
+    };
     let client = Client::from_env();
     let mut nodes: Vec<NodeInfo> = client.nodes()?;
     if let Some(w) = &wanted {

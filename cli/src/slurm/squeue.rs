@@ -24,6 +24,13 @@ pub struct Args {
     /// Output format (`%i %t %T %j %u %M %L %D %C %m %b %R %P %N %Q`).
     #[arg(short = 'o', long = "format")]
     pub format: Option<String>,
+    /// Output fields by name (`JobID,Name:30,State:.10`; each 20 wide by
+    /// default): JobID, Partition, Name, UserName, StateCompact, State,
+    /// TimeUsed, TimeLeft, TimeLimit, NumNodes, NumCPUs, MinMemory,
+    /// ReasonList, Reason, NodeList, Priority, Account, QOS, Comment,
+    /// StartTime, tres-per-node.
+    #[arg(short = 'O', long = "Format", conflicts_with = "format")]
+    pub long_format: Option<String>,
     /// States (comma list, or `all`).
     #[arg(short = 't', long = "states")]
     pub states: Option<String>,
@@ -117,6 +124,67 @@ pub fn parse_format(spec: &str, known: impl Fn(char) -> bool) -> Result<Vec<Piec
     }
     Ok(out)
 }
+
+/// Parses a `-O/--Format` list (`Name[:[.]WIDTH][SUFFIX],...`, names
+/// case-insensitive): each name is one of `fields` (long name, the `-o`
+/// letter it stands for); a field is 20 wide unless given, padded on the
+/// right (`.`: on the left), and followed by its suffix.
+pub fn parse_long_format(spec: &str, fields: &[(&str, char)]) -> Result<Vec<Piece>> {
+    let mut out = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, rest) = item.split_once(':').unwrap_or((item, ""));
+        let Some((_, letter)) = fields.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) else {
+            bail!("Invalid job format specification: {name}");
+        };
+        let right = rest.starts_with('.');
+        let rest = rest.strip_prefix('.').unwrap_or(rest);
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        let width = if digits.is_empty() {
+            20
+        } else {
+            digits.parse().unwrap_or(20)
+        };
+        out.push(Piece::Field {
+            letter: *letter,
+            width: Some(width),
+            right,
+        });
+        let suffix = &rest[digits.len()..];
+        if !suffix.is_empty() {
+            out.push(Piece::Text(suffix.to_string()));
+        }
+    }
+    if out.is_empty() {
+        bail!("Invalid job format specification: {spec}");
+    }
+    Ok(out)
+}
+
+/// squeue's `-O` names and the `-o` letters they stand for.
+const LONG_FIELDS: &[(&str, char)] = &[
+    ("JobID", 'i'),
+    ("JobArrayID", 'i'),
+    ("Partition", 'P'),
+    ("Name", 'j'),
+    ("UserName", 'u'),
+    ("StateCompact", 't'),
+    ("State", 'T'),
+    ("TimeUsed", 'M'),
+    ("TimeLeft", 'L'),
+    ("TimeLimit", 'l'),
+    ("NumNodes", 'D'),
+    ("NumCPUs", 'C'),
+    ("MinMemory", 'm'),
+    ("tres-per-node", 'b'),
+    ("ReasonList", 'R'),
+    ("Reason", 'r'),
+    ("NodeList", 'N'),
+    ("Priority", 'Q'),
+    ("Account", 'a'),
+    ("QOS", 'q'),
+    ("Comment", 'k'),
+    ("StartTime", 'S'),
+];
 
 fn header(letter: char) -> Option<&'static str> {
     Some(match letter {
@@ -240,7 +308,10 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     } else {
         a.format.clone().unwrap_or_else(|| DEFAULT_FORMAT.into())
     };
-    let pieces = parse_format(&fmt, |l| header(l).is_some())?;
+    let pieces = match &a.long_format {
+        Some(spec) => parse_long_format(spec, LONG_FIELDS)?,
+        _ => parse_format(&fmt, |l| header(l).is_some())?,
+    };
     let refs = parse_refs(a.jobs.as_slice())?;
     let mut extra: Vec<(&'static str, String)> = Vec::new();
     let mut wanted = None;
@@ -318,6 +389,34 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_formats_name_fields_with_widths() {
+        let p = parse_long_format("JobID,name:30,State:.10|", LONG_FIELDS).unwrap();
+        assert_eq!(
+            p,
+            vec![
+                Piece::Field {
+                    letter: 'i',
+                    width: Some(20),
+                    right: false
+                },
+                Piece::Field {
+                    letter: 'j',
+                    width: Some(30),
+                    right: false
+                },
+                Piece::Field {
+                    letter: 'T',
+                    width: Some(10),
+                    right: true
+                },
+                Piece::Text("|".into()),
+            ]
+        );
+        let e = parse_long_format("JobID,Bogus", LONG_FIELDS).unwrap_err();
+        assert_eq!(e.to_string(), "Invalid job format specification: Bogus");
+    }
 
     #[test]
     fn formats_keep_text_and_widths() {

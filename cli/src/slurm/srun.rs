@@ -9,6 +9,7 @@ mod wide;
 pub(super) use ending::{wait_all, Ending};
 pub(super) use new_job::exit_status;
 
+use std::collections::BTreeMap;
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 use anyhow::{bail, Context, Result};
@@ -353,13 +354,25 @@ pub(super) fn output_file(pattern: &str, job: u64, node: &str, rank: u32) -> Res
             task_rank: rank,
         },
     );
-    std::fs::OpenOptions::new()
+    // Tasks whose pattern names the same file share it (opened, and
+    // truncated, once), as in Slurm: `-o out.txt` collects every task's.
+    static OPENED: std::sync::Mutex<BTreeMap<String, std::fs::File>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let mut opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(f) = opened.get(&path) {
+        return f
+            .try_clone()
+            .with_context(|| format!("cannot share output file {path}"));
+    }
+    let f = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
         .append(append)
         .truncate(!append)
         .open(&path)
-        .with_context(|| format!("cannot open output file {path}"))
+        .with_context(|| format!("cannot open output file {path}"))?;
+    opened.insert(path, f.try_clone().context("cannot share an output file")?);
+    Ok(f)
 }
 
 /// The path `pattern` names for task `rank`'s input (as for its output).

@@ -44,6 +44,8 @@ pub struct CgroupConfig {
     /// Percent of its memory request a job may use in swap beyond its RAM
     /// limit (AllowedSwapSpace).
     pub allowed_swap_space: f64,
+    /// The lowest RAM limit a job gets, MB (MinRAMSpace).
+    pub min_ram_space: u64,
     /// Seconds between samples of a running job's memory and processes
     /// (for AveRSS, MaxVMSize and sstat; JobAcctGatherFrequency).
     pub acct_gather_frequency: u64,
@@ -64,6 +66,7 @@ impl Default for CgroupConfig {
             constrain_devices: true,
             allowed_ram_space: 100.0,
             allowed_swap_space: 0.0,
+            min_ram_space: gsched_core::resources::DEFAULT_MIN_RAM_MIB,
             acct_gather_frequency: 5,
             max_processes: DEFAULT_MAX_PROCESSES,
         }
@@ -165,6 +168,7 @@ impl CgroupConfig {
             allowed_ram_percent: self.allowed_ram_space,
             allowed_swap_percent: self.allowed_swap_space,
             constrain_swap: self.constrain_swap_space,
+            min_ram_mib: self.min_ram_space,
         }
     }
 }

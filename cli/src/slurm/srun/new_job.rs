@@ -52,9 +52,27 @@ fn submission(a: &Args, cwd: &Path, out: &Path, err: &Path) -> crate::gsub::Subm
     }
 }
 
+/// This srun's own path, for the job to run it by (the job's environment
+/// may have no PATH: `--export=NONE`); `srun` when it cannot be told.
+fn own_path() -> String {
+    let called = std::env::args().next().unwrap_or_else(|| "srun".into());
+    if called.contains('/') {
+        return std::path::absolute(&called)
+            .map(|p| p.display().to_string())
+            .unwrap_or(called);
+    }
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join(&called))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .unwrap_or(called)
+}
+
 /// The `srun` the job runs: the task options, then the command.
 fn inner_command(a: &Args) -> String {
-    let mut inner = vec!["srun".to_string()];
+    let mut inner = vec![shell_quote(&own_path())];
     if let Some(n) = a.ntasks {
         inner.push(format!("-n{n}"));
     }
