@@ -298,6 +298,7 @@ async fn up(args: UpArgs) -> Result<()> {
     };
     let ctld = gsched_ctld::start(
         CtldConfig {
+            config_file: None,
             listen: args.listen,
             cluster_name: "gsched".into(),
             partition: args.partition,

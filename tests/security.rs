@@ -309,7 +309,7 @@ fn a_job_token_dies_with_its_job() {
         Err(ureq::Error::Status(401, r)) => {
             let body = r.into_string().unwrap();
             assert!(
-                body.contains(&format!("job {id}, which has ended")),
+                body.contains(&format!("job {id}, which has ended or was cancelled")),
                 "{body}"
             );
         }

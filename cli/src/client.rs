@@ -432,6 +432,10 @@ impl Client {
 
     /// The controller's `/healthz` answer: status, cluster name, default
     /// partition, launch policy.
+    pub fn reconfigure(&self) -> Result<serde_json::Value> {
+        self.post("/api/v1/reconfigure", &serde_json::json!({}))
+    }
+
     pub fn health(&self) -> Result<serde_json::Value> {
         self.get("/healthz")
     }

@@ -202,7 +202,7 @@ pub enum AuthError {
     UserMismatch { token: String, header: String },
     #[error("user {0} is not known on the controller host")]
     UnknownUser(String),
-    #[error("this token belonged to job {0}, which has ended; job tokens are good only until their job ends")]
+    #[error("this token belonged to job {0}, which has ended or was cancelled; job tokens are good only until their job ends")]
     JobEnded(JobId),
     #[error("cannot sign a token: {0}")]
     Sign(String),

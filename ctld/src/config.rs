@@ -20,9 +20,14 @@ pub enum SettingError {
 
 /// gctld's settings. Every flag can also be given in `--config FILE` (TOML,
 /// same names with underscores); flags win.
-#[derive(Debug, Clone, clap::Args, Deserialize)]
+#[derive(Debug, Clone, clap::Args, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CtldConfig {
+    /// The `--config` file these settings were read from (none: the
+    /// command line), for `scontrol reconfigure`.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
     /// Address of the REST API.
     #[arg(long, default_value = "127.0.0.1:6817", env = "GSCHED_LISTEN")]
     #[serde(default = "default_listen")]
@@ -235,6 +240,7 @@ pub struct CtldConfig {
 impl Default for CtldConfig {
     fn default() -> CtldConfig {
         CtldConfig {
+            config_file: None,
             listen: default_listen(),
             cluster_name: default_cluster(),
             partition: default_partition(),
@@ -288,6 +294,20 @@ impl CtldConfig {
         gsched_core::priority::UnknownPriorityType,
     > {
         gsched_core::priority::priority_policy(&self.priority_type, self.priority_config())
+    }
+
+    /// The settings (by their names in the file) whose values differ in
+    /// `other`.
+    pub fn changed_settings(&self, other: &CtldConfig) -> Vec<String> {
+        let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+            (serde_json::to_value(self), serde_json::to_value(other))
+        else {
+            return vec!["(the settings cannot be compared)".into()];
+        };
+        a.iter()
+            .filter(|(k, v)| b.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// The `multifactor` settings (Slurm's `PriorityWeight*`).
@@ -429,4 +449,29 @@ fn default_min_job_age() -> u64 {
 }
 fn default_durability() -> Durability {
     Durability::Normal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_settings_are_named_as_in_the_file() {
+        let running = CtldConfig::default();
+        let same: CtldConfig = serde_json::from_str("{}").unwrap();
+        assert!(running.changed_settings(&same).is_empty());
+        let read: CtldConfig =
+            serde_json::from_str(r#"{"min_job_age": 42, "partitions": ["debug"]}"#).unwrap();
+        assert_eq!(
+            running.changed_settings(&read),
+            ["min_job_age", "partitions"],
+            "the file's names, in the file's order of fields"
+        );
+        // Where the settings came from is not a setting.
+        let from_file = CtldConfig {
+            config_file: Some("/etc/gsched/gctld.toml".into()),
+            ..CtldConfig::default()
+        };
+        assert!(running.changed_settings(&from_file).is_empty());
+    }
 }

@@ -130,13 +130,14 @@ impl Controller {
         }
     }
 
-    /// Refuses a job token once its job has ended (or is no longer known).
-    /// A requeued job's token stays good: the old run may still be ending,
-    /// and it acts for the same user on the same job.
+    /// Refuses a job token once its job has ended, or was cancelled (its
+    /// processes, while they are being ended, act for no one), or is no
+    /// longer known. A requeued job's token stays good: the old run may
+    /// still be ending, and it acts for the same user on the same job.
     pub fn check_job_token(&self, job: JobId) -> Result<(), crate::auth::AuthError> {
         let c = self.lock();
         match c.job(job) {
-            Some(j) if !j.state.is_final() => Ok(()),
+            Some(j) if !j.shown_state().is_final() => Ok(()),
             _ => Err(crate::auth::AuthError::JobEnded(job)),
         }
     }

@@ -34,7 +34,8 @@ async fn main() -> Result<()> {
     let d = args.daemon;
     gsched_daemon::init_logs(&d.log_format);
     gsched_daemon::island::prepare_daemon();
-    let config = gsched_daemon::settings(&command, &matches, d.config.as_deref(), args.ctld)?;
+    let mut config = gsched_daemon::settings(&command, &matches, d.config.as_deref(), args.ctld)?;
+    config.config_file = d.config.as_deref().map(std::path::absolute).transpose()?;
     gsched_ctld::start(config, &d.state_dir).await?;
     tokio::signal::ctrl_c().await?;
     Ok(())

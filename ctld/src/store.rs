@@ -25,7 +25,9 @@ pub use history::JobQuery;
 pub use port::{ControllerStore, StoreCall};
 
 /// How hard commits push to disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// WAL with synchronous=NORMAL: survives any process crash (kill -9);

@@ -287,9 +287,12 @@ impl Gsched {
         while Instant::now() < deadline {
             last = self.job(id);
             // RUNNING means started: a launch the node has not confirmed
-            // yet (CONFIGURING) is not there yet.
+            // yet (CONFIGURING) is not there yet. A job cancelled while
+            // running is CANCELLED at once, but its processes are gone only
+            // once it no longer shows completing: the tests wait for that.
             let launching = last["launching"] == true;
-            if last["job_state"] == state && !(state == "RUNNING" && launching) {
+            let completing = last["completing"] == true;
+            if last["job_state"] == state && !(state == "RUNNING" && launching) && !completing {
                 return last;
             }
             std::thread::sleep(Duration::from_millis(50));

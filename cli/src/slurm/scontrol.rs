@@ -236,7 +236,34 @@ fn print_hostnames(list: &str) -> Result<i32> {
 }
 
 /// The commands gsched's scontrol carries out.
-const SUPPORTED: &str = "show job [ID], show node [NAME], show config, show partition, show step [JOB[.STEP]], show licenses, show reservations, show hostnames [LIST], show hostlist LIST, ping, version, requeue ID, hold ID, release ID, suspend ID, resume ID, update NodeName=.. State=.., update JobId=.. FIELD=..";
+const SUPPORTED: &str = "show job [ID], show node [NAME], show config, show partition, show step [JOB[.STEP]], show licenses, show reservations, show hostnames [LIST], show hostlist LIST, ping, version, reconfigure, requeue ID, hold ID, release ID, suspend ID, resume ID, update NodeName=.. State=.., update JobId=.. FIELD=..";
+
+/// `scontrol --help`, in Slurm's form, with what gsched's scontrol takes.
+const HELP: &str = "\
+scontrol [<OPTION>] [<COMMAND>]
+    Valid <OPTION> values are:
+     -d or --details: show details (gsched always shows those it has)
+     --json: produce JSON output (data_parser v0.0.44)
+     -o or --oneliner: print each record on one line
+     -Q or --quiet: accepted; changes nothing here
+     -V or --version: report the Slurm release these commands follow
+
+    Valid <COMMAND> values are:
+     hold <job_list>          hold the pending jobs
+     ping                     print the status of the controller
+     reconfigure              read the controller's configuration file again
+                              (it says which settings a restart would apply)
+     release <job_list>       release the held jobs
+     requeue <job_list>       requeue the running jobs
+     resume <job_list>        resume the suspended jobs (administrators)
+     show <ENTITY> [<ID>]     display the state of the entity: job, node,
+                              partition, step, config, licenses,
+                              reservations, hostnames, hostlist
+     suspend <job_list>       suspend the running jobs (administrators)
+     token [lifespan=S] [username=U]  print a token for the REST API
+     update <SPECIFICATIONS>  update job (JobId=...) or node (NodeName=...)
+     version                  print the Slurm release these commands follow
+";
 
 /// scontrol's options, wherever they stand on the line.
 #[derive(Default)]
@@ -296,7 +323,12 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     }
     match words.as_slice() {
         ["--help" | "-h" | "help"] => {
-            println!("Usage: scontrol [-o] [--json] COMMAND\n  {SUPPORTED}");
+            print!("{HELP}");
+            Ok(0)
+        }
+        ["reconfigure" | "reconfig"] => {
+            let answer = client.reconfigure()?;
+            println!("{}", answer["message"].as_str().unwrap_or_default());
             Ok(0)
         }
         ["show", "node" | "nodes"] => data_parser::print_nodes(&client, None, opts.oneliner),

@@ -309,6 +309,8 @@ async fn every_answer_matches_the_openapi_document() {
         ),
         ("POST", format!("/api/v1/jobs/{running}/suspend"), None, 200),
         ("POST", format!("/api/v1/jobs/{running}/resume"), None, 200),
+        // Started without a configuration file: nothing to read again.
+        ("POST", "/api/v1/reconfigure".into(), None, 200),
         ("GET", "/api/v1/nodes".into(), None, 200),
         ("GET", "/api/v1/nodes/n1/mig".into(), None, 200),
         (

@@ -11,6 +11,7 @@ mod internal;
 mod jobs;
 mod listing;
 mod nodes;
+mod reconfigure;
 pub mod slurmrest;
 
 use std::sync::{Arc, OnceLock};
@@ -86,6 +87,7 @@ fn documented() -> OpenApiRouter<Arc<Controller>> {
         .routes(routes!(nodes::list_instances))
         .routes(routes!(nodes::utilization))
         .routes(routes!(nodes::list_tasks))
+        .routes(routes!(reconfigure::reconfigure))
         .merge(slurmrest::routes())
 }
 
