@@ -167,6 +167,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize, priority: &st
                 url: String::new(),
                 cpus: 4096,
                 memory_mib: 1 << 20,
+                tmp_disk_mib: 0,
                 instances: sim_instances(&name, &layout),
                 worker_limit: None,
                 running: vec![],

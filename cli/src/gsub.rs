@@ -175,6 +175,9 @@ pub struct RecordedOptions {
     /// At least this many CPUs on each of the job's nodes.
     #[arg(long, hide = true)]
     pub mincpus: Option<String>,
+    /// At least this much temporary disk (`/tmp`) on each of its nodes.
+    #[arg(long, hide = true)]
+    pub tmp: Option<String>,
     /// `-O`: CPUs as if one task ran per node (tasks may outnumber them).
     #[arg(
         short = 'O',
@@ -215,6 +218,7 @@ impl RecordedOptions {
             mail_type,
             mail_user,
             mincpus,
+            tmp,
             overcommit,
             tres_bind
         )
@@ -248,6 +252,7 @@ impl RecordedOptions {
             mail_type => "mail-type",
             mail_user => "mail-user",
             mincpus => "mincpus",
+            tmp => "tmp",
             overcommit => "overcommit"
         );
         m

@@ -51,6 +51,8 @@ pub enum AllocationError {
     },
     #[error("--nodes={0}: expected a node count N or a range MIN-MAX")]
     BadNodes(String),
+    #[error("--tmp={0}: expected a size (MB, or with K, M, G, T)")]
+    BadTmp(String),
     #[error("--{option}={value}: expected [TYPE:]N, a GPU count N of at least 1")]
     BadGpusPer { option: &'static str, value: String },
     #[error("--{option}={value} asks for {asked} GPU instances on the job's node, but its GPU request is for {given}; give one count (--gres=gpu:N, --gpus=N, --gpus-per-node=N or --gpus-per-task=N with -n)")]
@@ -113,10 +115,22 @@ pub fn node_choice(
     Ok((only.is_some() || except.is_some()).then_some(NodeChoice { only, except }))
 }
 
+/// `--tmp`: the temporary disk space (MiB) each of the job's nodes must
+/// have, if the job asks for any.
+pub fn tmp_mib(other: &BTreeMap<String, String>) -> Result<Option<u64>, AllocationError> {
+    match other.get("tmp") {
+        None => Ok(None),
+        Some(v) => crate::units::parse_mem_mib(v)
+            .map(Some)
+            .map_err(|_| AllocationError::BadTmp(v.clone())),
+    }
+}
+
 /// Checks a job's recorded Slurm options against what one allocation can
 /// give: its nodes, and `gpus` GPU instances on each.
 pub fn check(slurm: &SlurmOptions, gpus: usize) -> Result<(), AllocationError> {
     let other = &slurm.other;
+    tmp_mib(other)?;
     let asked = match other.get("nodes") {
         Some(v) => min_nodes(v).ok_or_else(|| AllocationError::BadNodes(v.clone()))?,
         None => 1,

@@ -123,6 +123,9 @@ pub struct Node {
     pub url: String,
     pub cpus: u32,
     pub memory_mib: u64,
+    /// Its temporary file system's size, MiB (`--tmp`; not stored: taken
+    /// from the node's registration).
+    pub tmp_disk_mib: u64,
     pub worker_limit: u32,
     pub up: bool,
     pub instances: Vec<InstanceSlot>,

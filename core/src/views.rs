@@ -343,6 +343,9 @@ pub struct NodeInfo {
     pub state: String,
     pub cpus: u32,
     pub memory_mib: u64,
+    /// Its temporary file system's size, MiB (Slurm's TmpDisk).
+    #[serde(default)]
+    pub tmp_disk_mib: u64,
     pub worker_limit: u32,
     pub workers_used: u32,
     pub running_jobs: Vec<JobId>,

@@ -27,6 +27,11 @@ pub struct NodeRegistration {
     pub url: String,
     pub cpus: u32,
     pub memory_mib: u64,
+    /// The size of the node's temporary file system, MiB (Slurm's TmpDisk
+    /// of its TmpFS, `/tmp`): `--tmp` asks for at least so much. 0 from a
+    /// node that does not say.
+    #[serde(default)]
+    pub tmp_disk_mib: u64,
     pub instances: Vec<Instance>,
     /// Non-isolated jobs the node runs at once; `None` lets the controller
     /// derive it from the instances.

@@ -417,6 +417,8 @@ async fn load(
             url: row.try_get("url")?,
             cpus: row.try_get::<i64, _>("cpus")? as u32,
             memory_mib: row.try_get::<i64, _>("memory_mib")? as u64,
+            // Not stored: the node's next registration says it.
+            tmp_disk_mib: 0,
             worker_limit: row.try_get::<i64, _>("worker_limit")? as u32,
             up: row.try_get("up")?,
             instances,

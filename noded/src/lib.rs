@@ -57,6 +57,14 @@ impl Running {
     }
 }
 
+/// The size of the node's temporary file system (`/tmp`, Slurm's default
+/// TmpFS), MiB; 0 if it cannot be read.
+pub(crate) fn tmp_disk_mib() -> u64 {
+    nix::sys::statvfs::statvfs("/tmp")
+        .map(|s| s.blocks().saturating_mul(s.fragment_size()) / (1 << 20))
+        .unwrap_or(0)
+}
+
 fn memory_mib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()

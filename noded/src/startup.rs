@@ -151,6 +151,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         url: url.clone(),
         cpus,
         memory_mib,
+        tmp_disk_mib: crate::tmp_disk_mib(),
         instances,
         worker_limit: config.workers,
         running: Vec::new(),

@@ -175,7 +175,10 @@ fn node_lines(n: &Value) -> Vec<String> {
             text(&n["alloc_memory"]),
             text(&n["free_mem"])
         ),
-        format!("State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1"),
+        format!(
+            "State={state} ThreadsPerCore=1 TmpDisk={} Weight=1",
+            n["tmp_disk"].as_u64().unwrap_or(0)
+        ),
         format!("Partitions={}", text(&n["partitions"])),
         format!("CfgTRES={}", text(&n["tres"])),
         format!("AllocTRES={}", text(&n["tres_used"])),

@@ -21,7 +21,7 @@ pub struct Args {
     /// Node-oriented: one line per node.
     #[arg(short = 'N', long = "Node")]
     pub nodes: bool,
-    /// Output format (`%P %a %l %D %t %T %N %c %G`).
+    /// Output format (`%P %a %l %D %t %T %N %c %m %d %G`).
     #[arg(short = 'o', long = "format")]
     pub format: Option<String>,
     /// Output fields by name (`NodeList,StateCompact:.8`; each 20 wide by
@@ -138,6 +138,7 @@ const LONG_FIELDS: &[(&str, char)] = &[
     ("NodeList", 'N'),
     ("CPUs", 'c'),
     ("Memory", 'm'),
+    ("Disk", 'd'),
     ("Gres", 'G'),
 ];
 
@@ -155,6 +156,7 @@ fn header(c: char) -> Option<&'static str> {
         'c' => "CPUS",
         'G' => "GRES",
         'm' => "MEMORY",
+        'd' => "TMP_DISK",
         _ => return None,
     })
 }
@@ -307,6 +309,7 @@ fn row(pieces: &[Piece], group: &[&NodeInfo], shown: &str) -> String {
         'N' => gsched_core::hostlist::compress(&names),
         'c' => first.cpus.to_string(),
         'm' => first.memory_mib.to_string(),
+        'd' => first.tmp_disk_mib.to_string(),
         'G' => "(null)".into(),
         _ => String::new(),
     })

@@ -105,6 +105,10 @@ pub struct Args {
     /// A new job only: at least this many CPUs on its node.
     #[arg(long = "mincpus", value_name = "n")]
     pub mincpus: Option<u32>,
+    /// A new job only: at least this much temporary disk (`/tmp`, MB or
+    /// with K, M, G, T) on its node.
+    #[arg(long = "tmp", value_name = "MB")]
+    pub tmp: Option<String>,
     /// More tasks than CPUs: a new job takes CPUs as if one task ran on
     /// each node (inside a job, a step's tasks may always outnumber its
     /// CPUs here).
@@ -223,6 +227,7 @@ fn refuse_new_job_options(a: &Args) -> Result<()> {
         ("--account", a.account.is_some()),
         ("--mem", a.mem.is_some()),
         ("--mincpus", a.mincpus.is_some()),
+        ("--tmp", a.tmp.is_some()),
     ];
     match given.iter().find(|(_, set)| *set) {
         Some((option, _)) => bail!(

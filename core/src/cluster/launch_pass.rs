@@ -564,16 +564,31 @@ impl Cluster {
     ) -> HashMap<JobId, crate::allocation::NodeChoice> {
         ids.filter_map(|id| {
             let other = &self.jobs.get(id)?.spec.slurm.other;
-            if !other.contains_key("nodelist") && !other.contains_key("exclude") {
+            let tmp = other.contains_key("tmp");
+            if !other.contains_key("nodelist") && !other.contains_key("exclude") && !tmp {
                 return None;
             }
-            let choice = crate::allocation::node_choice(other)
+            let mut choice = crate::allocation::node_choice(other)
                 .ok()
                 .flatten()
                 .unwrap_or_else(|| crate::allocation::NodeChoice {
-                    only: Some(Vec::new()),
+                    only: (other.contains_key("nodelist") || other.contains_key("exclude"))
+                        .then(Vec::new),
                     ..Default::default()
                 });
+            if tmp {
+                // `--tmp`: only the nodes with that much temporary disk
+                // (none, if the value no longer reads).
+                let want = crate::allocation::tmp_mib(other).ok().flatten();
+                let big: Vec<String> = self
+                    .nodes
+                    .values()
+                    .filter(|n| want.is_some_and(|t| n.tmp_disk_mib >= t))
+                    .filter(|n| choice.allows(&n.name))
+                    .map(|n| n.name.clone())
+                    .collect();
+                choice.only = Some(big);
+            }
             Some((*id, choice))
         })
         .collect()

@@ -34,6 +34,7 @@ impl Cluster {
             url: reg.url.clone(),
             cpus: reg.cpus,
             memory_mib: reg.memory_mib,
+            tmp_disk_mib: reg.tmp_disk_mib,
             worker_limit,
             up: true,
             instances: reg

@@ -35,6 +35,7 @@ pub fn registration(
         url: format!("http://{name}"),
         cpus: 64,
         memory_mib: 1024,
+        tmp_disk_mib: 0,
         instances: sim_instances(name, &parse_sim_spec("1xA100-40GB:1g.5gb*2").unwrap()),
         worker_limit: Some(64),
         running: running.iter().map(|(j, _)| *j).collect(),

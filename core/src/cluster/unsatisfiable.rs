@@ -69,6 +69,16 @@ fn unfit(
     if choice.is_some_and(|c| !c.allows(&node.name)) {
         return Some("not allowed by -w/-x".into());
     }
+    if let Some(tmp) = crate::allocation::tmp_mib(&spec.slurm.other)
+        .ok()
+        .flatten()
+        .filter(|t| *t > node.tmp_disk_mib)
+    {
+        return Some(format!(
+            "has {} MiB of temporary disk, the job asks {tmp} (--tmp)",
+            node.tmp_disk_mib
+        ));
+    }
     if !resources.could_fit(&node.total()) {
         return Some(format!(
             "has {} CPUs and {} MiB, the job asks {}",
@@ -180,6 +190,33 @@ mod tests {
         big.slurm.ntasks = Some(1000);
         let e = c.submit(big, 0).unwrap_err().to_string();
         assert!(e.contains("64 CPUs"), "{e}");
+    }
+
+    #[test]
+    fn tmp_asks_for_a_node_with_that_much_temporary_disk() {
+        let mut c = crate::cluster::Cluster::new(Box::new(crate::launch::CaseLaunch));
+        c.set_refuse_unsatisfiable(true);
+        let small = crate::wire::NodeRegistration {
+            tmp_disk_mib: 100,
+            ..crate::cluster::testkit::registration("a-small", &[], vec![])
+        };
+        let big = crate::wire::NodeRegistration {
+            tmp_disk_mib: 1000,
+            ..crate::cluster::testkit::registration("b-big", &[], vec![])
+        };
+        c.register_node(&small, 0);
+        c.register_node(&big, 0);
+        let with_tmp = |v: &str| {
+            let mut s = spec("t", false);
+            s.slurm.other.insert("tmp".into(), v.into());
+            s
+        };
+        let e = c.submit(with_tmp("2000"), 0).unwrap_err().to_string();
+        assert!(e.contains("the job asks 2000 (--tmp)"), "{e}");
+        // 500 MB fits only the big node: it runs there.
+        let (id, _) = c.submit(with_tmp("500"), 0).unwrap();
+        crate::cluster::testkit::launch(&mut c, 1);
+        assert_eq!(c.job(id).unwrap().node.as_deref(), Some("b-big"));
     }
 
     #[test]

@@ -12,6 +12,7 @@ impl NodeInfo {
             state: n.state_name().into(),
             cpus: n.cpus,
             memory_mib: n.memory_mib,
+            tmp_disk_mib: n.tmp_disk_mib,
             worker_limit: n.worker_limit,
             workers_used: used,
             running_jobs: n.running.iter().copied().collect(),

@@ -217,6 +217,7 @@ fn registration(
         url: "sim://".into(),
         cpus: 1024,
         memory_mib: 1 << 30,
+        tmp_disk_mib: 0,
         instances: inst.to_vec(),
         worker_limit,
         running: vec![],

@@ -153,6 +153,7 @@ pub(crate) fn registration(running: Vec<JobId>) -> NodeRegistration {
         url: "http://n1.test".into(),
         cpus: 8,
         memory_mib: 16384,
+        tmp_disk_mib: 0,
         instances: gsched_core::gpu::sim_instances("n1", &gpus),
         worker_limit: Some(8),
         running,

@@ -22,6 +22,7 @@ fn submission(a: &Args, cwd: &Path, out: &Path, err: &Path) -> crate::gsub::Subm
         ntasks_per_node: a.ntasks_per_node.map(|n| n.to_string()),
         mem: a.mem.clone(),
         mincpus: a.mincpus.map(|n| n.to_string()),
+        tmp: a.tmp.clone(),
         ..Default::default()
     };
     if a.overcommit {

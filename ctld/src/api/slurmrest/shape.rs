@@ -389,6 +389,8 @@ pub struct SlurmNode {
     alloc_cpus: u32,
     alloc_idle_cpus: u32,
     real_memory: u64,
+    /// MiB of temporary disk (`/tmp`).
+    tmp_disk: u64,
     alloc_memory: u64,
     free_mem: SlurmNumber,
     partitions: Vec<String>,
@@ -426,6 +428,7 @@ pub fn node(n: &Node, partitions: &[String], cluster: &str) -> SlurmNode {
         alloc_cpus,
         alloc_idle_cpus: n.cpus - alloc_cpus,
         real_memory: n.memory_mib,
+        tmp_disk: n.tmp_disk_mib,
         alloc_memory: 0,
         free_mem: no_val(None),
         partitions: partitions.to_vec(),
