@@ -62,13 +62,33 @@ pub fn rendezvous_socket(run_dir: &std::path::Path, port: u16) -> std::path::Pat
     run_dir.join(format!("ctld.{port}.sock"))
 }
 
+/// The submitter's `SLURM_*` variables a job keeps, as Slurm passes them
+/// on: the commands' input variables that no job sets, so none of them
+/// can describe another job (an enclosing job's `SLURM_NTASKS` or
+/// `SLURM_ARRAY_TASK_ID` could, and is left out with every other).
+pub const KEPT_SLURM_INPUTS: &[&str] = &[
+    "SLURM_ACCOUNT",
+    "SLURM_DEBUG",
+    "SLURM_EXPORT_ENV",
+    "SLURM_LABELIO",
+    "SLURM_OVERCOMMIT",
+    "SLURM_PARTITION",
+    "SLURM_QOS",
+    "SLURM_STDERRMODE",
+    "SLURM_STDOUTMODE",
+    "SLURM_TIMELIMIT",
+    "SLURM_UNBUFFEREDIO",
+    "SLURM_WORKING_DIR",
+];
+
 pub fn job_environment(job: &Job, at: &Placement<'_>) -> BTreeMap<String, String> {
     let spec = &job.spec;
     let mut env: BTreeMap<String, String> = spec
         .environment
         .iter()
         .filter(|(k, _)| {
-            !k.starts_with("SLURM_") && !k.starts_with("GSCHED_") && !SCRUBBED.contains(&k.as_str())
+            let slurm = k.starts_with("SLURM_") && !KEPT_SLURM_INPUTS.contains(&k.as_str());
+            !slurm && !k.starts_with("GSCHED_") && !SCRUBBED.contains(&k.as_str())
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
@@ -510,6 +530,14 @@ mod tests {
         // No task option: no task count (as Slurm); one CPU on the node.
         assert!(!env.contains_key("SLURM_NTASKS") && !env.contains_key("SLURM_TASKS_PER_NODE"));
         assert_eq!(env["SLURM_CPUS_ON_NODE"], "1");
+        // The submitter's input variables stay; other SLURM_* ones do not.
+        let mut from_shell = job();
+        for (k, v) in [("SLURM_ACCOUNT", "QA"), ("SLURM_ARRAY_TASK_ID", "7")] {
+            from_shell.spec.environment.insert(k.into(), v.into());
+        }
+        let env2 = job_environment(&from_shell, &at);
+        assert_eq!(env2.get("SLURM_ACCOUNT").map(String::as_str), Some("QA"));
+        assert!(!env2.contains_key("SLURM_ARRAY_TASK_ID"));
         let mut tasks = job();
         tasks.spec.slurm.ntasks = Some(3);
         tasks.spec.slurm.cpus_per_task = Some(2);

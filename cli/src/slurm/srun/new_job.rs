@@ -219,8 +219,10 @@ fn follow(a: &Args, client: &Client, id: u64, out: &Path, err: &Path) -> Result<
             bail!("job {id} is no longer known to the controller");
         };
         said = said.tell(id, &now, a.verbose);
-        shown_out = copy_new(out, shown_out, &mut std::io::stdout());
+        // Standard error first: what the job's srun says before its tasks
+        // start (`launching StepId=...`) comes before what they write.
         shown_err = copy_new(err, shown_err, &mut std::io::stderr());
+        shown_out = copy_new(out, shown_out, &mut std::io::stdout());
         if now.job_state.is_final() {
             break now;
         }
@@ -238,8 +240,8 @@ fn follow(a: &Args, client: &Client, id: u64, out: &Path, err: &Path) -> Result<
         }
         std::thread::sleep(Duration::from_millis(if pending { 100 } else { 200 }));
     };
-    copy_new(out, shown_out, &mut std::io::stdout());
     copy_new(err, shown_err, &mut std::io::stderr());
+    copy_new(out, shown_out, &mut std::io::stdout());
     if interrupts.killed {
         // The tasks died of the SIGKILL srun had sent them.
         let tasks = job.slurm.ntasks.unwrap_or(1);
