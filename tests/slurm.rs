@@ -1813,6 +1813,14 @@ fn srun_task_prolog_epilog_and_io_files() {
         std::fs::read_to_string(dir.join("post.out")).unwrap(),
         "x\nx\n"
     );
+    // The task is the command's own process: its status is its own (an
+    // exit status above 128 is not taken for a signal).
+    let o = s.run(
+        "srun",
+        &["--task-prolog=prolog", "sh", "-c", "exit 147"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(147), "{}", stderr(&o));
     // -i, -o, -e with files, and none.
     std::fs::write(dir.join("in.txt"), "echo from-input; echo to-err >&2\n").unwrap();
     s.ok(

@@ -432,12 +432,14 @@ impl Client {
 
     /// The controller's `/healthz` answer: status, cluster name, default
     /// partition, launch policy.
-    pub fn reconfigure(&self) -> Result<serde_json::Value> {
-        self.post("/api/v1/reconfigure", &serde_json::json!({}))
-    }
-
     pub fn health(&self) -> Result<serde_json::Value> {
         self.get("/healthz")
+    }
+
+    /// Asks the controller to read its configuration file again
+    /// (`scontrol reconfigure`; administrators).
+    pub fn reconfigure(&self) -> Result<serde_json::Value> {
+        self.post("/api/v1/reconfigure", &serde_json::json!({}))
     }
 
     /// Records the start of a step of running job `id`; returns its number.

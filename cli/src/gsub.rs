@@ -658,7 +658,7 @@ pub fn exported_environment(export: Option<&str>) -> Result<BTreeMap<String, Str
 
 /// `gsub` with the given arguments (without the program name).
 pub fn main_with(args: Vec<String>) -> Result<()> {
-    submit_main("gsub", args)
+    submit_main("gsub", args, SubmitOptions::default())
 }
 
 /// The body of a script given with `--wrap` (as sbatch writes it).
@@ -666,8 +666,10 @@ pub fn wrap_script(cmd: &str) -> String {
     format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n")
 }
 
-/// `gsub` or `sbatch` (`prog`): parse, read the script, submit, print the id.
-pub fn submit_main(prog: &str, args: Vec<String>) -> Result<()> {
+/// `gsub` or `sbatch` (`prog`): parse, read the script, submit, print the
+/// id. `environment`: the options Slurm's input variables give (sbatch's
+/// `SBATCH_*`), below the command line and above the script's directives.
+pub fn submit_main(prog: &str, args: Vec<String>, environment: SubmitOptions) -> Result<()> {
     let cli = match SubmitOptions::try_parse_from(std::iter::once(prog.to_string()).chain(args)) {
         Ok(c) => c,
         Err(e)
@@ -713,10 +715,6 @@ pub fn submit_main(prog: &str, args: Vec<String>) -> Result<()> {
     };
     // Slurm's order: the command line, then SBATCH_* variables, then the
     // script's directives.
-    let environment = match prog {
-        "sbatch" => crate::input_env::from_environment(crate::input_env::Reader::Sbatch)?,
-        _ => SubmitOptions::default(),
-    };
     let opts = cli.over(environment.over(directive_options(&script)?));
     let mut spec = build_spec(&opts, script, &default_name, &cwd)?;
     spec.slurm.command = command;

@@ -1,5 +1,6 @@
-//! Slurm's input environment variables: `SBATCH_*` for sbatch (and gsub),
-//! `SALLOC_*` for salloc. Each gives an option as the command line would;
+//! Slurm's input environment variables: `SBATCH_*` for sbatch, `SALLOC_*`
+//! for salloc, `SLURM_*` for srun outside a job (gsched's own gsub reads
+//! none). Each gives an option as the command line would;
 //! Slurm ranks them below the command line and above the script's
 //! `#SBATCH` directives, and so does gsched. Only the variables whose
 //! option gsched's submission parser takes are read (docs/slurm.md lists

@@ -195,50 +195,37 @@ pub fn with_task_pid(argv: &[String]) -> Vec<String> {
     v
 }
 
-/// The variables naming a step's task prolog and epilog for
-/// [`with_task_scripts`] (`srun --task-prolog`/`--task-epilog`).
+/// The variable naming a step's task prolog for [`with_task_prolog`]
+/// (`srun --task-prolog`).
 pub const TASK_PROLOG_VAR: &str = "GSCHED_TASK_PROLOG";
-pub const TASK_EPILOG_VAR: &str = "GSCHED_TASK_EPILOG";
 
 /// Seconds a task epilog may run before it is killed (Slurm's too).
-pub const TASK_EPILOG_SECS: u32 = 5;
+pub const TASK_EPILOG_SECS: u64 = 5;
 
-/// As [`with_task_pid`], with the task's prolog and epilog around the
-/// command, as Slurm runs them: the prolog (named by [`TASK_PROLOG_VAR`])
-/// first, in the task's process and environment, its output read line by
-/// line (`export NAME=VALUE` and `unset NAME` change the task's
-/// environment, `print TEXT` writes TEXT to the task's output, anything
-/// else is ignored); then the command; then the epilog (named by
-/// [`TASK_EPILOG_VAR`]), its output discarded, killed after
-/// [`TASK_EPILOG_SECS`]. The task ends with the command's status, a signal
-/// that killed the command raised again.
-pub fn with_task_scripts(argv: &[String]) -> Vec<String> {
+/// As [`with_task_pid`], with the task's prolog (named by
+/// [`TASK_PROLOG_VAR`]) run first, as Slurm runs it: in the task's process
+/// and environment, without its input, its output read line by line
+/// (`export NAME=VALUE` and `unset NAME` change the task's environment,
+/// `print TEXT` writes TEXT to the task's output, anything else is
+/// ignored); a prolog that fails ends the task with status 1. Then the
+/// shell replaces itself with the command, as without a prolog: the task
+/// is the command's process, its status the command's.
+pub fn with_task_prolog(argv: &[String]) -> Vec<String> {
     let script = format!(
         r#"SLURM_TASK_PID=$$; export SLURM_TASK_PID
-if [ -n "${{{prolog}:-}}" ]; then
-  gsched_prolog_out=$("${prolog}") || exit 1
-  while IFS= read -r gsched_line; do
-    case $gsched_line in
-      "export "*) export "${{gsched_line#export }}" ;;
-      "unset "*) unset "${{gsched_line#unset }}" ;;
-      "print "*) printf '%s
-' "${{gsched_line#print }}" ;;
-    esac
-  done <<GSCHED_PROLOG_END
+gsched_prolog_out=$("${prolog}" < /dev/null) || exit 1
+while IFS= read -r gsched_line; do
+  case $gsched_line in
+    "export "*) export "${{gsched_line#export }}" ;;
+    "unset "*) unset "${{gsched_line#unset }}" ;;
+    "print "*) printf '%s\n' "${{gsched_line#print }}" ;;
+  esac
+done <<GSCHED_PROLOG_END
 $gsched_prolog_out
 GSCHED_PROLOG_END
-  unset gsched_prolog_out gsched_line
-fi
-"$0" "$@"
-gsched_rc=$?
-if [ -n "${{{epilog}:-}}" ]; then
-  timeout -k 1 {secs} "${epilog}" > /dev/null 2>&1
-fi
-if [ $gsched_rc -gt 128 ]; then kill -$((gsched_rc - 128)) $$; fi
-exit $gsched_rc"#,
+unset gsched_prolog_out gsched_line {prolog}
+exec "$0" "$@""#,
         prolog = TASK_PROLOG_VAR,
-        epilog = TASK_EPILOG_VAR,
-        secs = TASK_EPILOG_SECS,
     );
     let mut v: Vec<String> = vec!["/bin/sh".into(), "-c".into(), script];
     v.extend(argv.iter().cloned());

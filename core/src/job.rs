@@ -487,6 +487,8 @@ impl Job {
         self.transition(JobState::Requeued, now)?;
         self.transition(JobState::Pending, now)?;
         self.restarts = restarts;
+        // Back in the queue, it is not being cancelled (see `cancelling`).
+        self.cancelled_by = None;
         Ok(())
     }
 

@@ -294,31 +294,36 @@ fn options(args: &[String]) -> Result<(Options, Vec<&str>)> {
     Ok((o, words))
 }
 
+/// `scontrol --json ...`: the entities with a data_parser shape (`None`
+/// for the others, which answer in text). `meta.command` is the line.
+fn json_answer(client: &Client, args: &[String], words: &[&str]) -> Option<Result<i32>> {
+    use super::scontrol_data::{empty_json, ping_json, steps_json};
+    let command: Vec<String> = std::iter::once("scontrol".to_string())
+        .chain(args.iter().cloned())
+        .collect();
+    let json = |what: &str| data_parser::print_json_for(client, what, &command);
+    Some(match words {
+        ["show", "node" | "nodes"] => json("nodes"),
+        ["show", "node" | "nodes", name] => json(&format!("node/{name}")),
+        ["show", "job" | "jobs"] => json("jobs"),
+        ["show", "job" | "jobs", id] => json(&format!("job/{id}")),
+        ["show", "partition" | "partitions"] => json("partitions"),
+        ["ping"] => ping_json(client, &command),
+        ["show", "step" | "steps", rest @ ..] if rest.len() <= 1 => {
+            steps_json(client, rest.first().copied(), &command)
+        }
+        ["show", "license" | "licenses"] => empty_json(client, "licenses", &command),
+        ["show", "reservation" | "reservations"] => empty_json(client, "reservations", &command),
+        _ => return None,
+    })
+}
+
 pub fn main_with(args: Vec<String>) -> Result<i32> {
     let (opts, words) = options(&args)?;
     let client = Client::from_env();
     if opts.json {
-        let command: Vec<String> = std::iter::once("scontrol".to_string())
-            .chain(args.iter().cloned())
-            .collect();
-        let json = |what: &str| data_parser::print_json_for(&client, what, &command);
-        match words.as_slice() {
-            ["show", "node" | "nodes"] => return json("nodes"),
-            ["show", "node" | "nodes", name] => return json(&format!("node/{name}")),
-            ["show", "job" | "jobs"] => return json("jobs"),
-            ["show", "job" | "jobs", id] => return json(&format!("job/{id}")),
-            ["show", "partition" | "partitions"] => return json("partitions"),
-            ["ping"] => return super::scontrol_data::ping_json(&client, &command),
-            ["show", "step" | "steps", rest @ ..] if rest.len() <= 1 => {
-                return super::scontrol_data::steps_json(&client, rest.first().copied(), &command)
-            }
-            ["show", "license" | "licenses"] => {
-                return super::scontrol_data::empty_json(&client, "licenses", &command)
-            }
-            ["show", "reservation" | "reservations"] => {
-                return super::scontrol_data::empty_json(&client, "reservations", &command)
-            }
-            _ => {}
+        if let Some(answered) = json_answer(&client, &args, &words) {
+            return answered;
         }
     }
     match words.as_slice() {

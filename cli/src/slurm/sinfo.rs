@@ -216,6 +216,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         .collect();
     let a: Args = super::parse("sinfo", args)?;
     if a.json {
+        if a.states.is_some() || a.partition.is_some() {
+            anyhow::bail!("--json lists every node of every partition: -t and -p are not applied to it; leave them out");
+        }
         return super::data_parser::print_sinfo(&Client::from_env(), &command);
     }
     if a.helpstate {

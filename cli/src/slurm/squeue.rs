@@ -299,6 +299,15 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         .collect();
     let a: Args = super::parse("squeue", args)?;
     if a.json {
+        let filtered = a.states.is_some()
+            || a.user.is_some()
+            || a.me
+            || a.partition.is_some()
+            || a.jobs.is_some()
+            || a.name.is_some();
+        if filtered {
+            bail!("--json lists every active job: -t, -u, --me, -p, -j and -n are not applied to it; leave them out");
+        }
         return super::data_parser::print_json_for(&Client::from_env(), "jobs", &command);
     }
     let fmt = if a.only_job_state {

@@ -241,7 +241,19 @@ fn refuse_new_job_options(a: &Args) -> Result<()> {
 /// Inside job `job`: start the tasks, wait for all, return the highest status.
 fn run_tasks(a: &Args, job: u64) -> Result<i32> {
     if env_u64("SLURM_JOB_NUM_NODES").unwrap_or(1) > 1 {
-        // Tasks on the job's other nodes too.
+        // Tasks on the job's other nodes too: their nodes' gnoded starts
+        // them, which takes none of these yet.
+        let unsupported = [
+            ("--task-prolog", a.task_prolog.is_some()),
+            ("--task-epilog", a.task_epilog.is_some()),
+            ("--export", a.export.is_some()),
+            ("--chdir", a.chdir.is_some()),
+            ("--wait", a.wait.is_some()),
+            ("--input", a.input.is_some()),
+        ];
+        if let Some((option, _)) = unsupported.iter().find(|(_, given)| *given) {
+            bail!("{option} is not supported for a step of a job on several nodes yet (docs/slurm.md)");
+        }
         return wide::run(a, job);
     }
     if let Some(n) = &a.nodes {
@@ -316,6 +328,10 @@ fn run_tasks(a: &Args, job: u64) -> Result<i32> {
         }
         ended
     });
+    // The tasks' epilog, once they have ended (the tasks that started).
+    if let (Ok(_), Ok(Some(epilog))) = (&ran, task_script("--task-epilog", &a.task_epilog)) {
+        ending::run_epilogs(&epilog, &local, a.chdir.as_deref());
+    }
     // The step ends however its tasks went (a task that could not start
     // too): its cgroup is counted and removed.
     if let Some((n, c)) = confined.as_mut() {
@@ -520,31 +536,17 @@ fn task_gpus(a: &Args, ntasks: u32) -> Result<Option<Vec<String>>> {
         .map(Some)
 }
 
-/// The task prolog and epilog, as the variables that name them to the
-/// task's wrapper (absolute paths; they must exist).
-fn task_scripts(a: &Args) -> Result<Vec<(&'static str, String)>> {
-    let mut v = Vec::new();
-    for (var, option, given) in [
-        (
-            gsched_core::env::TASK_PROLOG_VAR,
-            "--task-prolog",
-            &a.task_prolog,
-        ),
-        (
-            gsched_core::env::TASK_EPILOG_VAR,
-            "--task-epilog",
-            &a.task_epilog,
-        ),
-    ] {
-        if let Some(p) = given {
-            let path = std::path::absolute(p).with_context(|| format!("{option}={p}"))?;
-            if !path.is_file() {
-                bail!("{option}={p}: no such file");
-            }
-            v.push((var, path.display().to_string()));
-        }
+/// `--task-prolog` or `--task-epilog`'s program: an absolute path to a
+/// file that exists.
+pub(super) fn task_script(option: &str, given: &Option<String>) -> Result<Option<String>> {
+    let Some(p) = given else {
+        return Ok(None);
+    };
+    let path = std::path::absolute(p).with_context(|| format!("{option}={p}"))?;
+    if !path.is_file() {
+        bail!("{option}={p}: no such file");
     }
-    Ok(v)
+    Ok(Some(path.display().to_string()))
 }
 
 /// Starts the step's tasks on this node: the children, and the threads
@@ -565,11 +567,11 @@ pub(super) fn start_local(
             a.command[0]
         );
     }
-    let scripts = task_scripts(a)?;
-    let argv = if scripts.is_empty() {
-        gsched_core::env::with_task_pid(&a.command)
-    } else {
-        gsched_core::env::with_task_scripts(&a.command)
+    let prolog = task_script("--task-prolog", &a.task_prolog)?;
+    task_script("--task-epilog", &a.task_epilog)?;
+    let argv = match prolog {
+        None => gsched_core::env::with_task_pid(&a.command),
+        Some(_) => gsched_core::env::with_task_prolog(&a.command),
     };
     // --export: the tasks' environment, with the job's SLURM_* and
     // GSCHED_* variables always there.
@@ -598,7 +600,9 @@ pub(super) fn start_local(
         if let Some(d) = &a.chdir {
             cmd.current_dir(d);
         }
-        cmd.envs(scripts.iter().map(|(k, v)| (k, v)));
+        if let Some(p) = &prolog {
+            cmd.env(gsched_core::env::TASK_PROLOG_VAR, p);
+        }
         cmd.args(&argv[1..])
             .env("SLURM_PROCID", rank.to_string())
             .env("SLURM_LOCALID", local.to_string())

@@ -91,6 +91,11 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     let v = client.accounts()?;
     let rows: Vec<ShareRow> = serde_json::from_value(v["shares"].clone())?;
     if a.json {
+        if a.accounts.is_some() || a.users.is_some() {
+            anyhow::bail!(
+                "--json lists every association: -A and -u are not applied to it; leave them out"
+            );
+        }
         return print_json(&rows, &client, &command);
     }
     let list = |o: &Option<String>| -> Option<Vec<String>> {

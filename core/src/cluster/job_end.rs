@@ -78,6 +78,12 @@ impl Cluster {
         if job.is_sister(node) {
             return Ok(self.sister_ended(node, ended));
         }
+        if job.cancelling() && self.graced.contains_key(&id) {
+            // Cancelled in its grace time: it ends CANCELLED below, and
+            // its grace with it.
+            self.leave_grace(id);
+        }
+        let job = &self.jobs[&id];
         let graced = self.graced.contains_key(&id)
             && job.state == JobState::Running
             && !job.cancelling()
@@ -178,6 +184,9 @@ impl Cluster {
             .expect("running job");
         job.transition(JobState::Pending, now)
             .expect("requeued job");
+        // A job cancelled never comes back here; one stored by an older
+        // version might: its next run must not look cancelled.
+        job.cancelled_by = None;
         job.reason = Some(reason.into());
         let isolated = job.spec.isolated;
         self.enqueue(id, isolated);

@@ -77,7 +77,9 @@ impl Cluster {
         if job.state != JobState::Running {
             return vec![];
         }
-        if job.spec.requeues() {
+        // One being cancelled ends CANCELLED, as users already see it.
+        let cancelling = job.cancelling();
+        if job.spec.requeues() && !cancelling {
             let mut effects = self.requeue(id, now).unwrap_or_default();
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.reason = Some("NodeDown".into());
@@ -91,16 +93,23 @@ impl Cluster {
         let run = job.run;
         // Its batch node (this one, or another where this is a sister).
         let batch = job.node.clone().unwrap_or_else(|| node.to_string());
-        self.note_lost_run(id);
+        if !cancelling {
+            // A late report of this run may still give its real end.
+            self.note_lost_run(id);
+        }
         let stops = self.release(id);
         let job = self.jobs.get_mut(&id).expect("checked above");
-        job.transition(JobState::NodeFail, now)
-            .expect("running job");
-        job.reason = Some(why.to_string());
+        let state = if cancelling {
+            JobState::Cancelled
+        } else {
+            JobState::NodeFail
+        };
+        job.transition(state, now).expect("running job");
+        job.reason = (!cancelling).then(|| why.to_string());
         let mut effects = vec![
             Effect::Job {
                 id,
-                event: format!("ended NODE_FAIL: {why}"),
+                event: format!("ended {state}: {why}"),
             },
             // The run is no longer the controller's: killed, its end
             // (cancelled) changes nothing.

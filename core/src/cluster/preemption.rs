@@ -252,6 +252,7 @@ impl Cluster {
             .filter(|v| {
                 v.state == JobState::Running
                     && !v.launching
+                    && !v.cancelling()
                     && !v.is_suspended()
                     && !self.graced.contains_key(&v.id)
                     && v.runs_on(&n.name)
@@ -409,7 +410,7 @@ impl Cluster {
     }
 
     /// Job `id` leaves its grace time (its index and its own record).
-    fn leave_grace(&mut self, id: JobId) -> Option<Grace> {
+    pub(super) fn leave_grace(&mut self, id: JobId) -> Option<Grace> {
         if let Some(j) = self.jobs.get_mut(&id) {
             j.grace = None;
         }

@@ -154,7 +154,8 @@ impl Cluster {
                     j.node.clone().unwrap_or_default(),
                     j.run,
                     j.launching,
-                    j.spec.requeues(),
+                    // One being cancelled is lost, and ends CANCELLED.
+                    j.spec.requeues() && !j.cancelling(),
                 )
             });
         if let Some((_, _, false, true)) = sister {

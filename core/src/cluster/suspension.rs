@@ -44,7 +44,8 @@ impl Cluster {
 
     fn check_suspendable(&self, id: JobId, suspend: bool) -> Result<(), ClusterError> {
         let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
-        if job.state != JobState::Running {
+        // One being cancelled is not frozen: its processes are to end.
+        if job.state != JobState::Running || suspend && job.cancelling() {
             return Err(ClusterError::NotRunning(id));
         }
         if job.launching {

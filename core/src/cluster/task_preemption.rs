@@ -128,6 +128,7 @@ impl Cluster {
                     let vj = self.jobs.get(v)?;
                     let preemptable = vj.state == JobState::Running
                         && !vj.launching
+                        && !vj.cancelling()
                         && !vj.spec.isolated
                         && !self.graced.contains_key(v)
                         // A suspended job keeps its GPU memory.

@@ -471,6 +471,25 @@ fn a_job_being_cancelled_ends_cancelled_when_its_node_is_lost() {
     let ja = c.job(a).unwrap();
     assert_eq!((ja.state, ja.restarts), (JobState::Cancelled, 0));
     assert_eq!(c.pending_count(), 0);
+    // Set down by an administrator: the same, requeueable or not.
+    for requeue in [true, false] {
+        c.register_node(&reg(vec![], vec![]), 10);
+        let (b, _) = c.submit(spec(true, requeue), 10).unwrap();
+        testkit::launch(&mut c, 11);
+        c.cancel(b, Some(5), 12).unwrap();
+        let down = crate::cluster::NodeStateChange::Down {
+            reason: "maintenance".into(),
+        };
+        c.set_node_state("n1", &down, "root", 13).unwrap();
+        let jb = c.job(b).unwrap();
+        assert_eq!(
+            (jb.state, jb.restarts),
+            (JobState::Cancelled, 0),
+            "requeue {requeue}"
+        );
+        c.set_node_state("n1", &crate::cluster::NodeStateChange::Resume, "root", 14)
+            .unwrap();
+    }
 }
 
 #[test]

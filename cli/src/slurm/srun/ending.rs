@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::{code_of, Args};
+use super::{code_of, Args, LocalTasks};
 
 /// What ends a step's remaining tasks early.
 pub struct Ending {
@@ -88,6 +88,52 @@ pub fn wait_all(
         }
     }
     Ok((worst, signal))
+}
+
+/// Runs `--task-epilog`'s program once for each of this node's tasks
+/// (with its rank's variables, in its directory, without input or output),
+/// all at once, after the tasks have ended; each is killed, with whatever
+/// it started, after [`TASK_EPILOG_SECS`], as Slurm kills its task epilogs.
+pub fn run_epilogs(epilog: &str, tasks: &LocalTasks<'_>, chdir: Option<&str>) {
+    use gsched_core::env::TASK_EPILOG_SECS;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let mut running: Vec<Child> = Vec::new();
+    for (local, &rank) in tasks.ranks.iter().enumerate() {
+        let mut cmd = Command::new(epilog);
+        cmd.env("SLURM_PROCID", rank.to_string())
+            .env("SLURM_LOCALID", local.to_string())
+            .env("SLURM_NODEID", tasks.node_id.to_string())
+            .envs(tasks.vars.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own group: killed with what it started.
+            .process_group(0);
+        if let Some(d) = chdir {
+            cmd.current_dir(d);
+        }
+        match cmd.spawn() {
+            Ok(c) => running.push(c),
+            Err(e) => {
+                eprintln!("srun: error: task {rank}: cannot run the task epilog {epilog}: {e}")
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(TASK_EPILOG_SECS);
+    while !running.is_empty() {
+        running.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        if Instant::now() >= deadline {
+            for c in &running {
+                // SAFETY: kill(2) on the process group this srun made.
+                unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            }
+            for mut c in running.drain(..) {
+                let _ = c.wait();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `task 3` or `tasks 0,2-9`.

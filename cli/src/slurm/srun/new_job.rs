@@ -170,6 +170,17 @@ impl Interrupts {
         if INTERRUPTS.swap(0, Ordering::SeqCst) == 0 || self.killed {
             return Ok(());
         }
+        if job.job_state == JobState::Pending {
+            // Nothing runs yet: the job is given back, as Slurm's srun
+            // gives back an allocation it is waiting for.
+            eprintln!("srun: interrupt: job {id} cancelled while it waited");
+            client.cancel(
+                &id.to_string(),
+                None,
+                gsched_core::outcome::SignalScope::Full,
+            )?;
+            return Ok(());
+        }
         let again = self
             .last
             .is_some_and(|t| t.elapsed() < Duration::from_secs(1));
