@@ -194,9 +194,9 @@ impl Cluster {
         }
         let width = crate::allocation::width_of(&job.spec.slurm) as usize;
         let res = resources_of(job);
-        let choice = crate::allocation::node_choice(&job.spec.slurm.other)
-            .ok()
-            .flatten();
+        // The nodes it may run on (-w, -x, --tmp), as the launch pass
+        // reads them.
+        let choice = self.node_choices(std::iter::once(&id)).remove(&id);
         // The fewest nodes' work lost (a job on several nodes loses its
         // run on each).
         let cost = |v: &[JobId]| -> usize {
