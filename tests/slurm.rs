@@ -289,6 +289,11 @@ fn arrays_ids_throttle_and_environment() {
         s.ok("squeue", &["-h", "-t", "R"]).lines().count() == 3
     });
     s.ok("scancel", &[&format!("{b}_2")]);
+    // CANCELLED at once, completing (still listed by squeue) until its
+    // processes are gone.
+    g.wait_until("one task cancelled and gone", T, || {
+        s.ok("squeue", &["-h", "-o", "%i"]) == format!("{b}_1\n{b}_3\n")
+    });
     g.wait_until("one task cancelled", T, || {
         s.ok(
             "sacct",

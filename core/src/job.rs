@@ -512,6 +512,14 @@ impl Job {
         self.state == JobState::Running && self.cancelled_by.is_some()
     }
 
+    /// Ends a job being cancelled ([`Job::cancelling`]): CANCELLED, as its
+    /// users already see it, whatever ended its run.
+    pub fn end_cancelled(&mut self, now: i64) {
+        self.transition(JobState::Cancelled, now)
+            .expect("a job being cancelled is running");
+        self.reason = None;
+    }
+
     /// The state users see: CANCELLED for a job being cancelled, else its
     /// state.
     pub fn shown_state(&self) -> JobState {

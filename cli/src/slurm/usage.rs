@@ -200,6 +200,13 @@ pub fn usage(name: &str) -> Option<String> {
     if name == "sstat" {
         return Some("Usage: sstat [options] -j <job(.stepid)>\n\tUse --help for help\n".into());
     }
+    if name == "scontrol" {
+        // Its options stand anywhere; `scontrol --help` lists the commands.
+        return Some(
+            "Usage: scontrol [-a] [-d] [--json] [-o] [-Q] [-v] [-V] [COMMAND]\n\tUse --help for the commands\n"
+                .into(),
+        );
+    }
     form(name).map(|f| usage_text(name, &f))
 }
 

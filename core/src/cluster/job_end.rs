@@ -212,9 +212,7 @@ impl Cluster {
         let job = self.jobs.get_mut(&id).expect("caller checked");
         if job.cancelling() {
             // Already shown CANCELLED: its processes are gone with the node.
-            job.transition(JobState::Cancelled, now)
-                .expect("running job");
-            job.reason = None;
+            job.end_cancelled(now);
             effects.push(Effect::Job {
                 id,
                 event: "ended CANCELLED (its node was lost while it completed)".into(),

@@ -154,9 +154,7 @@ impl Cluster {
         let job = self.jobs.get_mut(&id).expect("checked");
         if job.cancelling() {
             // Already shown CANCELLED: it stays so.
-            job.transition(JobState::Cancelled, now)
-                .expect("running job");
-            job.reason = None;
+            job.end_cancelled(now);
             effects.push(Effect::Job {
                 id,
                 event: format!("ended CANCELLED; its launch had failed: {why}"),
@@ -224,9 +222,7 @@ impl Cluster {
         if job.cancelling() {
             // Cancelled before its start was confirmed: it ends CANCELLED
             // rather than going back to the queue.
-            job.transition(JobState::Cancelled, now)
-                .expect("running job");
-            job.reason = None;
+            job.end_cancelled(now);
             effects.push(Effect::Job {
                 id,
                 event: format!("{why}; ended CANCELLED"),
