@@ -1773,6 +1773,14 @@ fn begin_holds_a_job_until_its_time() {
         &["--begin=soon", "--wrap", "true"],
         "--begin: invalid time specification 'soon'",
     );
+    // -W: sbatch waits for the job and exits with its code.
+    let o = s.run("sbatch", &["-W", "--wrap", "sleep 1; exit 3"], None);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("Submitted batch job "),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]

@@ -111,6 +111,10 @@ pub struct SubmitOptions {
     /// Submit the job held: it waits for `scontrol release`.
     #[arg(short = 'H', long)]
     pub hold: bool,
+    /// Do not exit until the job has ended (its processes gone); exit with
+    /// its exit code (128 + a signal that ended it).
+    #[arg(short = 'W', long)]
+    pub wait: bool,
     /// Start no earlier than this time (`now+1hour`, `16:00`, `tomorrow`,
     /// `2026-12-24T08:00`, ...); pending with reason BeginTime until then.
     #[arg(short = 'b', long, value_name = "time")]
@@ -292,6 +296,7 @@ impl SubmitOptions {
             export: self.export.or(under.export),
             clusters: self.clusters.or(under.clusters),
             hold: self.hold || under.hold,
+            wait: self.wait || under.wait,
             begin: self.begin.or(under.begin),
             nice: self.nice.or(under.nice),
             recorded: self.recorded.over(under.recorded),
@@ -658,7 +663,11 @@ pub fn exported_environment(export: Option<&str>) -> Result<BTreeMap<String, Str
 
 /// `gsub` with the given arguments (without the program name).
 pub fn main_with(args: Vec<String>) -> Result<()> {
-    submit_main("gsub", args, SubmitOptions::default())
+    match submit_main("gsub", args, SubmitOptions::default())? {
+        0 => Ok(()),
+        // `-W`: the job's exit code is gsub's.
+        code => std::process::exit(code),
+    }
 }
 
 /// The body of a script given with `--wrap` (as sbatch writes it).
@@ -669,7 +678,7 @@ pub fn wrap_script(cmd: &str) -> String {
 /// `gsub` or `sbatch` (`prog`): parse, read the script, submit, print the
 /// id. `environment`: the options Slurm's input variables give (sbatch's
 /// `SBATCH_*`), below the command line and above the script's directives.
-pub fn submit_main(prog: &str, args: Vec<String>, environment: SubmitOptions) -> Result<()> {
+pub fn submit_main(prog: &str, args: Vec<String>, environment: SubmitOptions) -> Result<i32> {
     let cli = match SubmitOptions::try_parse_from(std::iter::once(prog.to_string()).chain(args)) {
         Ok(c) => c,
         Err(e)
@@ -718,13 +727,29 @@ pub fn submit_main(prog: &str, args: Vec<String>, environment: SubmitOptions) ->
     let opts = cli.over(environment.over(directive_options(&script)?));
     let mut spec = build_spec(&opts, script, &default_name, &cwd)?;
     spec.slurm.command = command;
-    let id = Client::from_env().submit(&spec)?;
+    let client = Client::from_env();
+    let id = client.submit(&spec)?;
     match (opts.parsable, &opts.clusters) {
         (true, Some(c)) => println!("{id};{c}"),
         (true, None) => println!("{id}"),
         (false, _) => println!("Submitted batch job {id}"),
     }
-    Ok(())
+    if !opts.wait {
+        return Ok(0);
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // `-W`: until the job has ended and its processes are gone.
+    loop {
+        let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
+        match jobs.into_iter().next() {
+            Some(j) if j.job_state.is_final() && !j.completing => {
+                return Ok(crate::slurm::srun::exit_status(&j));
+            }
+            Some(_) => std::thread::sleep(std::time::Duration::from_millis(250)),
+            None => bail!("job {id} is no longer known to the controller"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ const VARIABLES: &[(&str, &str, Form, bool)] = &[
     ("RESERVATION", "reservation", Form::Value, false),
     ("SIGNAL", "signal", Form::Value, false),
     ("TIMELIMIT", "time", Form::Value, false),
+    ("WAIT", "wait", Form::Flag, true),
     ("WCKEY", "wckey", Form::Value, false),
 ];
 

@@ -73,8 +73,7 @@ pub fn dispatch(name: &str, args: Vec<String>) -> i32 {
     }
     let result = match name {
         "sbatch" => crate::input_env::from_environment(crate::input_env::Reader::Sbatch)
-            .and_then(|environment| crate::gsub::submit_main("sbatch", args, environment))
-            .map(|()| 0),
+            .and_then(|environment| crate::gsub::submit_main("sbatch", args, environment)),
         "squeue" => squeue::main_with(args),
         "scancel" => scancel::main_with(args),
         "sacct" => sacct::main_with(args),

@@ -361,24 +361,51 @@ fn limit_changes(entity: &str, w: &Words, current: &Value) -> Result<Vec<Account
     Ok(out)
 }
 
+/// A word of `table` that `word` names: the word itself, or (as Slurm's
+/// sacctmgr reads them) a prefix of at least three letters that names one
+/// meaning only (`mod`, `del`, `lis`, `acc`, `assoc`).
+fn by_prefix(word: &str, table: &[(&str, &'static str)]) -> Option<&'static str> {
+    let w = word.to_ascii_lowercase();
+    if let Some((_, m)) = table.iter().find(|(n, _)| *n == w) {
+        return Some(m);
+    }
+    if w.len() < 3 {
+        return None;
+    }
+    let mut meanings = table
+        .iter()
+        .filter(|(n, _)| n.starts_with(&w))
+        .map(|(_, m)| *m);
+    let first = meanings.next()?;
+    meanings.all(|m| m == first).then_some(first)
+}
+
 fn verb_of(v: &str) -> Option<&'static str> {
-    Some(match v.to_ascii_lowercase().as_str() {
-        "add" | "create" => "add",
-        "delete" | "remove" => "delete",
-        "modify" | "update" => "modify",
-        "show" | "list" => "show",
-        _ => return None,
-    })
+    const VERBS: &[(&str, &str)] = &[
+        ("add", "add"),
+        ("create", "add"),
+        ("delete", "delete"),
+        ("remove", "delete"),
+        ("modify", "modify"),
+        ("update", "modify"),
+        ("show", "show"),
+        ("list", "show"),
+    ];
+    by_prefix(v, VERBS)
 }
 
 fn entity_of(e: &str) -> Option<&'static str> {
-    Some(match e.to_ascii_lowercase().as_str() {
-        "account" | "accounts" => "account",
-        "user" | "users" => "user",
-        "association" | "associations" | "assoc" => "association",
-        "qos" => "qos",
-        _ => return None,
-    })
+    const ENTITIES: &[(&str, &str)] = &[
+        ("account", "account"),
+        ("accounts", "account"),
+        ("user", "user"),
+        ("users", "user"),
+        ("association", "association"),
+        ("associations", "association"),
+        ("assoc", "association"),
+        ("qos", "qos"),
+    ];
+    by_prefix(e, ENTITIES)
 }
 
 /// A limit's value: a count, or `-1` for none (as Slurm clears one).
@@ -759,6 +786,24 @@ pub(super) fn print_table(titles: &[String], rows: &[Vec<String>], parsable: boo
     }
     for r in rows {
         println!("{}", line(r));
+    }
+}
+
+#[cfg(test)]
+mod abbreviation_tests {
+    use super::*;
+
+    #[test]
+    fn commands_and_entities_read_from_unique_prefixes() {
+        assert_eq!(verb_of("mod"), Some("modify"));
+        assert_eq!(verb_of("del"), Some("delete"));
+        assert_eq!(verb_of("lis"), Some("show"));
+        assert_eq!(verb_of("MODIFY"), Some("modify"));
+        assert_eq!(verb_of("mo"), None, "too short");
+        assert_eq!(entity_of("acc"), Some("account"));
+        assert_eq!(entity_of("assoc"), Some("association"));
+        assert_eq!(entity_of("us"), None);
+        assert_eq!(entity_of("use"), Some("user"));
     }
 }
 

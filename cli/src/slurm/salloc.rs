@@ -39,6 +39,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
     if cli.wrap.is_some() {
         bail!("--wrap is sbatch's; give salloc the command itself");
     }
+    if cli.wait {
+        bail!("-W/--wait is sbatch's; salloc always waits for its command");
+    }
     let command = std::mem::take(&mut cli.script);
     let dir = private_dir()?;
     let result = allocate_and_run(cli, &command, &dir);

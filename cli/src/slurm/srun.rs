@@ -7,7 +7,7 @@ mod new_job;
 mod wide;
 
 pub(super) use ending::{wait_all, Ending};
-pub(super) use new_job::exit_status;
+pub(crate) use new_job::exit_status;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -332,7 +332,7 @@ impl Said {
 
 /// The status a command waiting for a job exits with: the job's exit
 /// code, 128 + the signal that ended it, or 1 when it has neither.
-pub(in crate::slurm) fn exit_status(job: &JobInfo) -> i32 {
+pub(crate) fn exit_status(job: &JobInfo) -> i32 {
     match (job.exit_code, job.exit_signal) {
         (_, Some(sig)) if sig > 0 => 128 + sig,
         (Some(c), _) => c,
