@@ -1773,6 +1773,14 @@ fn begin_holds_a_job_until_its_time() {
         &["--begin=soon", "--wrap", "true"],
         "--begin: invalid time specification 'soon'",
     );
+    // sacct --json: data_parser's accounting shape.
+    let acct: serde_json::Value =
+        serde_json::from_str(&s.ok("sacct", &["--json", "-j", &id.to_string()])).unwrap();
+    let j = &acct["jobs"][0];
+    assert_eq!(j["job_id"], id, "{acct}");
+    assert_eq!(j["state"]["current"][0], "COMPLETED", "{acct}");
+    assert_eq!(j["exit_code"]["status"][0], "SUCCESS", "{acct}");
+    assert_eq!(acct["meta"]["command"][1], "--json", "{acct}");
     // -W: sbatch waits for the job and exits with its code.
     let o = s.run("sbatch", &["-W", "--wrap", "sleep 1; exit 3"], None);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));

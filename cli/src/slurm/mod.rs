@@ -7,6 +7,7 @@ pub mod data_parser;
 pub mod format;
 pub mod ids;
 pub mod sacct;
+pub mod sacct_json;
 pub mod sacctmgr;
 pub mod salloc;
 pub mod scancel;

@@ -53,6 +53,10 @@ pub struct Args {
     /// Every user's jobs.
     #[arg(short = 'a', long = "allusers")]
     pub allusers: bool,
+    /// The jobs as Slurm's data_parser prints them (its accounting jobs
+    /// shape, with the fields gsched records).
+    #[arg(long)]
+    pub json: bool,
     /// Only jobs charged to these accounts (comma list).
     #[arg(short = 'A', long = "accounts")]
     pub accounts: Option<String>,
@@ -324,6 +328,9 @@ fn midnight(now: i64) -> i64 {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
+    let command: Vec<String> = std::iter::once("sacct".to_string())
+        .chain(args.iter().cloned())
+        .collect();
     let a: Args = super::parse("sacct", args)?;
     if a.helpformat {
         super::format::print_field_names(FIELDS.iter().map(|(f, _)| *f));
@@ -356,7 +363,8 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         .transpose()?;
     extra.extend(start.map(|s| ("since", s.to_string())));
     extra.extend(end.map(|e| ("until", e.to_string())));
-    let mut jobs = fetch(&Client::from_env(), &refs, &extra)?;
+    let client = Client::from_env();
+    let mut jobs = fetch(&client, &refs, &extra)?;
     if let Some(list) = &a.accounts {
         let wanted: Vec<String> = list.split(',').map(|x| x.trim().to_lowercase()).collect();
         jobs.retain(|j| {
@@ -376,6 +384,9 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
         start.is_none_or(|s| ran_until >= s) && end.is_none_or(|e| from <= e)
     });
     jobs.sort_by_key(|j| j.job_id);
+    if a.json {
+        return super::sacct_json::print(&jobs, &client, &command);
+    }
     let mut rows: Vec<Row<'_>> = Vec::new();
     for (j, collapsed) in group_pending_arrays(&jobs) {
         if let Some(id) = collapsed {
