@@ -1789,6 +1789,19 @@ fn begin_holds_a_job_until_its_time() {
         "{}",
         stdout(&o)
     );
+    // For an array: every task, the highest status.
+    let o = s.run(
+        "sbatch",
+        &["-W", "--array=0-2", "--wrap", "exit $SLURM_ARRAY_TASK_ID"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // An option sacctmgr does not take is named, not read as a name.
+    s.refused(
+        "sacctmgr",
+        &["show", "user", "--json"],
+        "unrecognized option '--json'",
+    );
 }
 
 #[test]

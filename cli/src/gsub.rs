@@ -739,16 +739,30 @@ pub fn submit_main(prog: &str, args: Vec<String>, environment: SubmitOptions) ->
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    // `-W`: until the job has ended and its processes are gone.
+    // `-W`: until the job (every task of an array) has ended and its
+    // processes are gone; the highest status, as Slurm's.
+    let mut query = vec![
+        ("state", "all".to_string()),
+        ("history", "true".to_string()),
+    ];
+    if spec.array.is_some() {
+        query.push(("array", id.to_string()));
+    } else {
+        query.push(("id", id.to_string()));
+    }
     loop {
-        let jobs = client.jobs(&[("id", id.to_string()), ("state", "all".into())])?;
-        match jobs.into_iter().next() {
-            Some(j) if j.job_state.is_final() && !j.completing => {
-                return Ok(crate::slurm::srun::exit_status(&j));
-            }
-            Some(_) => std::thread::sleep(std::time::Duration::from_millis(250)),
-            None => bail!("job {id} is no longer known to the controller"),
+        let jobs = client.jobs(&query)?;
+        if jobs.is_empty() {
+            bail!("job {id} is no longer known to the controller");
         }
+        if jobs.iter().all(|j| j.job_state.is_final() && !j.completing) {
+            return Ok(jobs
+                .iter()
+                .map(crate::slurm::srun::exit_status)
+                .max()
+                .unwrap_or(0));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
     }
 }
 

@@ -206,8 +206,9 @@ pub const TASK_EPILOG_SECS: u64 = 5;
 /// [`TASK_PROLOG_VAR`]) run first, as Slurm runs it: in the task's process
 /// and environment, without its input, its output read line by line
 /// (`export NAME=VALUE` and `unset NAME` change the task's environment,
-/// `print TEXT` writes TEXT to the task's output, anything else is
-/// ignored); a prolog that fails ends the task with status 1. Then the
+/// `print TEXT` writes TEXT to the task's output; anything else, and an
+/// `export` or `unset` that does not read, is ignored); a prolog that
+/// fails ends the task with status 1. Then the
 /// shell replaces itself with the command, as without a prolog: the task
 /// is the command's process, its status the command's.
 pub fn with_task_prolog(argv: &[String]) -> Vec<String> {
@@ -216,8 +217,8 @@ pub fn with_task_prolog(argv: &[String]) -> Vec<String> {
 gsched_prolog_out=$("${prolog}" < /dev/null) || exit 1
 while IFS= read -r gsched_line; do
   case $gsched_line in
-    "export "*) export "${{gsched_line#export }}" ;;
-    "unset "*) unset "${{gsched_line#unset }}" ;;
+    "export "*) command export "${{gsched_line#export }}" 2> /dev/null || : ;;
+    "unset "*) command unset "${{gsched_line#unset }}" 2> /dev/null || : ;;
     "print "*) printf '%s\n' "${{gsched_line#print }}" ;;
   esac
 done <<GSCHED_PROLOG_END

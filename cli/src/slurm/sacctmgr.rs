@@ -540,6 +540,10 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
             "-i" | "--immediate" => {}
             "-P" | "--parsable2" | "-p" | "--parsable" => parsable = true,
             "-n" | "--noheader" => header = false,
+            // An option it does not take is named, not read as a name.
+            o if o.starts_with('-') && o.len() > 1 => {
+                bail!("unrecognized option '{o}' (sacctmgr takes -i, -n, -p, -P here)")
+            }
             _ => rest.push(a),
         }
     }

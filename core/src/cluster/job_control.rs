@@ -155,13 +155,17 @@ impl Cluster {
                     event: "cancelled while pending".into(),
                 }])
             }
-            JobState::Running => Ok(vec![
-                Effect::Job {
-                    id,
-                    event: "cancelled; completing until its processes end".into(),
-                },
-                self.stop_running(id),
-            ]),
+            JobState::Running => {
+                // Out of a preemption grace time: it is cancelled instead.
+                self.leave_grace(id);
+                Ok(vec![
+                    Effect::Job {
+                        id,
+                        event: "cancelled; completing until its processes end".into(),
+                    },
+                    self.stop_running(id),
+                ])
+            }
             _ => Ok(vec![]),
         }
     }

@@ -93,19 +93,22 @@ impl Cluster {
         let run = job.run;
         // Its batch node (this one, or another where this is a sister).
         let batch = job.node.clone().unwrap_or_else(|| node.to_string());
-        if !cancelling {
-            // A late report of this run may still give its real end.
-            self.note_lost_run(id);
-        }
-        let stops = self.release(id);
+        // Remembered as lost with its node: stopped there when the node is
+        // back (and, not cancelled, given its real end if it had one).
+        self.note_lost_run(id);
+        let mut stops = self.release(id);
+        // What it ran until now counts, as for any end.
+        stops.extend(self.charge(id, now));
         let job = self.jobs.get_mut(&id).expect("checked above");
         let state = if cancelling {
+            job.end_cancelled(now);
             JobState::Cancelled
         } else {
+            job.transition(JobState::NodeFail, now)
+                .expect("running job");
+            job.reason = Some(why.to_string());
             JobState::NodeFail
         };
-        job.transition(state, now).expect("running job");
-        job.reason = (!cancelling).then(|| why.to_string());
         let mut effects = vec![
             Effect::Job {
                 id,

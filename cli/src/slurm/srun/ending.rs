@@ -92,8 +92,9 @@ pub fn wait_all(
 
 /// Runs `--task-epilog`'s program once for each of this node's tasks
 /// (with its rank's variables, in its directory, without input or output),
-/// all at once, after the tasks have ended; each is killed, with whatever
-/// it started, after [`TASK_EPILOG_SECS`], as Slurm kills its task epilogs.
+/// all at once, after the tasks have ended; each is killed after
+/// [`TASK_EPILOG_SECS`], as Slurm kills its task epilogs, and whatever it
+/// left running in its process group when it ends.
 pub fn run_epilogs(epilog: &str, tasks: &LocalTasks<'_>, chdir: Option<&str>) {
     use gsched_core::env::TASK_EPILOG_SECS;
     use std::os::unix::process::CommandExt;
@@ -120,19 +121,31 @@ pub fn run_epilogs(epilog: &str, tasks: &LocalTasks<'_>, chdir: Option<&str>) {
             }
         }
     }
+    // Each leader is left unreaped until the end (WNOWAIT), so its group's
+    // id stays its own: the groups are killed then, with whatever an
+    // epilog left behind, and the leaders reaped.
+    let exited = |c: &Child| -> bool {
+        // SAFETY: waitid(2) on our own child, writing into a zeroed
+        // siginfo we own; WNOWAIT leaves it to be reaped below.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                c.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        rc != 0 || unsafe { info.si_pid() } != 0
+    };
     let deadline = Instant::now() + Duration::from_secs(TASK_EPILOG_SECS);
-    while !running.is_empty() {
-        running.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
-        if Instant::now() >= deadline {
-            for c in &running {
-                // SAFETY: kill(2) on the process group this srun made.
-                unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
-            }
-            for mut c in running.drain(..) {
-                let _ = c.wait();
-            }
-        }
+    while Instant::now() < deadline && !running.iter().all(exited) {
         std::thread::sleep(Duration::from_millis(20));
+    }
+    for mut c in running {
+        // SAFETY: kill(2) on the process group this srun made for it.
+        unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+        let _ = c.wait();
     }
 }
 
