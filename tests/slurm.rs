@@ -1796,6 +1796,8 @@ fn begin_holds_a_job_until_its_time() {
         None,
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // The daemons' log, written to a file, has no colour codes.
+    assert!(!g.log().contains('\x1b'), "colour codes in the log file");
     // An option sacctmgr does not take is named, not read as a name.
     s.refused(
         "sacctmgr",

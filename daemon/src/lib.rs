@@ -26,8 +26,12 @@ pub fn unix_now() -> i64 {
 pub fn init_logs(format: &str) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // Colour codes only on a terminal: a log file or journald gets plain
+    // text.
+    use std::io::IsTerminal;
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if format == "json" {
         b.json().init();
