@@ -263,7 +263,7 @@ impl Client {
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
         let mut retry = crate::retry::Retry::from_env();
-        let mut busy = crate::retry::Retry::from_env();
+        let mut busy = retry.clone();
         loop {
             match self.request_once(method, path, query, body) {
                 Err(e) if e.is::<NotConnected>() && retry.wait(&self.base) => {}

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 /// The window when `GSCHED_RETRY_SECS` does not say (seconds).
 pub const DEFAULT_WINDOW_SECS: u64 = 60;
 
+#[derive(Clone)]
 pub struct Retry {
     deadline: Instant,
     next: Duration,

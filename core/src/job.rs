@@ -495,7 +495,9 @@ impl Job {
     /// The state in Slurm's words: CONFIGURING for a job whose launch the
     /// node has not confirmed, else the state's own name.
     pub fn state_name(&self) -> &'static str {
-        if self.launching && self.state == JobState::Running {
+        if self.cancelling() {
+            "COMPLETING"
+        } else if self.launching && self.state == JobState::Running {
             "CONFIGURING"
         } else if self.is_suspended() {
             "SUSPENDED"

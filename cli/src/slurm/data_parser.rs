@@ -11,6 +11,22 @@ use crate::client::Client;
 /// The data parser version the commands print.
 pub const DATA_PARSER: &str = "v0.0.44";
 
+/// A command line as Slurm's `meta.command` gives it: the command's name,
+/// then its arguments.
+pub fn command_line(name: &str, args: &[String]) -> Vec<String> {
+    std::iter::once(name.to_string())
+        .chain(args.iter().cloned())
+        .collect()
+}
+
+/// data_parser's number: `{"set", "infinite", "number"}`, unset for `None`.
+pub fn number(n: Option<impl Into<Value>>) -> Value {
+    match n {
+        Some(n) => serde_json::json!({ "set": true, "infinite": false, "number": n.into() }),
+        None => serde_json::json!({ "set": false, "infinite": false, "number": 0 }),
+    }
+}
+
 /// What `/slurm/v0.0.44/{what}` answers (`nodes`, `node/NAME`, `jobs`,
 /// `job/ID`, `partitions`), printed as the command's `--json` output.
 pub fn print_json(client: &Client, what: &str) -> Result<i32> {

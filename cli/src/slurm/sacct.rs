@@ -328,9 +328,7 @@ fn midnight(now: i64) -> i64 {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
-    let command: Vec<String> = std::iter::once("sacct".to_string())
-        .chain(args.iter().cloned())
-        .collect();
+    let command = super::data_parser::command_line("sacct", &args);
     let a: Args = super::parse("sacct", args)?;
     if a.helpformat {
         super::format::print_field_names(FIELDS.iter().map(|(f, _)| *f));

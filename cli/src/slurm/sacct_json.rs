@@ -7,15 +7,9 @@ use gsched_core::job::{JobState, Step};
 use gsched_core::wire::JobInfo;
 use serde_json::{json, Value};
 
+use super::data_parser::number;
 use super::format::sacct_state;
 use crate::client::Client;
-
-fn number(n: Option<i64>) -> Value {
-    match n {
-        Some(n) => json!({ "set": true, "infinite": false, "number": n }),
-        None => json!({ "set": false, "infinite": false, "number": 0 }),
-    }
-}
 
 /// Slurm's `exit_code`: SUCCESS, ERROR with its code, or SIGNALED.
 fn exit_code(code: Option<i32>, signal: Option<i32>) -> Value {

@@ -298,9 +298,7 @@ fn options(args: &[String]) -> Result<(Options, Vec<&str>)> {
 /// for the others, which answer in text). `meta.command` is the line.
 fn json_answer(client: &Client, args: &[String], words: &[&str]) -> Option<Result<i32>> {
     use super::scontrol_data::{empty_json, ping_json, steps_json};
-    let command: Vec<String> = std::iter::once("scontrol".to_string())
-        .chain(args.iter().cloned())
-        .collect();
+    let command = super::data_parser::command_line("scontrol", args);
     let json = |what: &str| data_parser::print_json_for(client, what, &command);
     Some(match words {
         ["show", "node" | "nodes"] => json("nodes"),

@@ -8,7 +8,7 @@ use gsched_core::job::{JobState, Step};
 use gsched_core::wire::JobInfo;
 use serde_json::{json, Value};
 
-use super::data_parser::{print_json_for, DATA_PARSER};
+use super::data_parser::{number, print_json_for, DATA_PARSER};
 use super::format::timestamp;
 use crate::client::Client;
 
@@ -111,10 +111,6 @@ pub fn print_steps(client: &Client, which: Option<&str>, oneliner: bool) -> Resu
     Ok(0)
 }
 
-fn number(n: i64) -> Value {
-    json!({ "set": true, "infinite": false, "number": n })
-}
-
 /// `scontrol --json show steps [JOB[.STEP]]`: data_parser's `steps`.
 pub fn steps_json(client: &Client, which: Option<&str>, command: &[String]) -> Result<i32> {
     let steps: Vec<Value> = running_steps(client, which)?
@@ -129,9 +125,9 @@ pub fn steps_json(client: &Client, which: Option<&str>, command: &[String]) -> R
                 "node_list": j.nodes,
                 "tasks": s.ntasks,
                 "user_id": j.user_id,
-                "start_time": number(s.start_time),
+                "start_time": number(Some(s.start_time)),
                 "time_limit": match j.time_limit {
-                    Some(m) => number(m as i64),
+                    Some(m) => number(Some(m)),
                     None => json!({ "set": false, "infinite": true, "number": 0 }),
                 },
             })

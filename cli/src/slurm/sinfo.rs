@@ -211,9 +211,7 @@ fn reasons(nodes: &[NodeInfo], noheader: bool) -> String {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
-    let command: Vec<String> = std::iter::once("sinfo".to_string())
-        .chain(args.iter().cloned())
-        .collect();
+    let command = super::data_parser::command_line("sinfo", &args);
     let a: Args = super::parse("sinfo", args)?;
     if a.json {
         if a.states.is_some() || a.partition.is_some() {

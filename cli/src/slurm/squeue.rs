@@ -294,9 +294,7 @@ pub fn render(pieces: &[Piece], f: impl Fn(char) -> String) -> String {
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
-    let command: Vec<String> = std::iter::once("squeue".to_string())
-        .chain(args.iter().cloned())
-        .collect();
+    let command = super::data_parser::command_line("squeue", &args);
     let a: Args = super::parse("squeue", args)?;
     if a.json {
         let filtered = a.states.is_some()

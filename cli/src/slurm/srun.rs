@@ -358,23 +358,8 @@ pub(super) fn output_file(pattern: &str, job: u64, node: &str, rank: u32) -> Res
             .open("/dev/null")
             .context("cannot open /dev/null");
     }
-    let user = std::env::var("SLURM_JOB_USER")
-        .or_else(|_| std::env::var("USER"))
-        .unwrap_or_default();
-    let name = std::env::var("SLURM_JOB_NAME").unwrap_or_default();
     let append = std::env::var("SLURM_OPEN_MODE").as_deref() == Ok("a");
-    let path = expand(
-        pattern,
-        &PatternContext {
-            job_id: job,
-            array_job_id: env_u64("SLURM_ARRAY_JOB_ID"),
-            array_task_id: env_u64("SLURM_ARRAY_TASK_ID").map(|t| t as u32),
-            user: &user,
-            name: &name,
-            node,
-            task_rank: rank,
-        },
-    );
+    let path = task_file_path(pattern, job, node, rank);
     // Tasks whose pattern names the same file share it (opened, and
     // truncated, once), as in Slurm: `-o out.txt` collects every task's.
     static OPENED: std::sync::Mutex<BTreeMap<String, std::fs::File>> =
@@ -396,22 +381,22 @@ pub(super) fn output_file(pattern: &str, job: u64, node: &str, rank: u32) -> Res
     Ok(f)
 }
 
-/// The path `pattern` names for task `rank`'s input (as for its output).
-fn task_input_path(pattern: &str, rank: u32) -> String {
+/// The path `pattern` (`%j %J %A %a %t %u %x %N %%`) names for task
+/// `rank` of job `job` on `node`: its output, error or input file.
+fn task_file_path(pattern: &str, job: u64, node: &str, rank: u32) -> String {
     let user = std::env::var("SLURM_JOB_USER")
         .or_else(|_| std::env::var("USER"))
         .unwrap_or_default();
     let name = std::env::var("SLURM_JOB_NAME").unwrap_or_default();
-    let node = std::env::var("SLURMD_NODENAME").unwrap_or_default();
     expand(
         pattern,
         &PatternContext {
-            job_id: env_u64("SLURM_JOB_ID").unwrap_or(0),
+            job_id: job,
             array_job_id: env_u64("SLURM_ARRAY_JOB_ID"),
             array_task_id: env_u64("SLURM_ARRAY_TASK_ID").map(|t| t as u32),
             user: &user,
             name: &name,
-            node: &node,
+            node,
             task_rank: rank,
         },
     )
@@ -617,7 +602,9 @@ pub(super) fn start_local(
                 cmd.stdin(Stdio::null());
             }
             Some(p) => {
-                let path = task_input_path(p, rank);
+                let job = env_u64("SLURM_JOB_ID").unwrap_or(0);
+                let node = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+                let path = task_file_path(p, job, &node, rank);
                 let f = std::fs::File::open(&path)
                     .with_context(|| format!("cannot open input file {path}"))?;
                 cmd.stdin(f);

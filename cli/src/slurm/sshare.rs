@@ -43,7 +43,7 @@ pub struct Args {
 
 /// `sshare --json`: data_parser's `shares` shape.
 fn print_json(rows: &[ShareRow], client: &Client, command: &[String]) -> Result<i32> {
-    let number = |n: f64| serde_json::json!({ "set": true, "infinite": false, "number": n });
+    use super::data_parser::number;
     let shares: Vec<serde_json::Value> = rows
         .iter()
         .enumerate()
@@ -55,13 +55,13 @@ fn print_json(rows: &[ShareRow], client: &Client, command: &[String]) -> Result<
                 "name": if user { &r.user } else { &r.account },
                 "parent": if user { r.account.as_str() } else { "" },
                 "partition": "",
-                "shares_normalized": number(r.norm_shares),
-                "shares": { "set": true, "infinite": false, "number": r.raw_shares },
-                "effective_usage": number(r.effective_usage),
+                "shares_normalized": number(Some(r.norm_shares)),
+                "shares": number(Some(r.raw_shares)),
+                "effective_usage": number(Some(r.effective_usage)),
                 "usage": r.raw_usage.round() as u64,
                 "fairshare": {
-                    "factor": number(r.fair_share.unwrap_or(0.0)),
-                    "level": number(r.fair_share.unwrap_or(0.0)),
+                    "factor": number(Some(r.fair_share.unwrap_or(0.0))),
+                    "level": number(Some(r.fair_share.unwrap_or(0.0))),
                 },
                 "type": [if user { "USER" } else { "ASSOCIATION" }],
             })
@@ -83,9 +83,7 @@ fn print_json(rows: &[ShareRow], client: &Client, command: &[String]) -> Result<
 }
 
 pub fn main_with(args: Vec<String>) -> Result<i32> {
-    let command: Vec<String> = std::iter::once("sshare".to_string())
-        .chain(args.iter().cloned())
-        .collect();
+    let command = super::data_parser::command_line("sshare", &args);
     let a: Args = super::parse("sshare", args)?;
     let client = Client::from_env();
     let v = client.accounts()?;

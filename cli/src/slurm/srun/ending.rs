@@ -150,7 +150,7 @@ pub fn run_epilogs(epilog: &str, tasks: &LocalTasks<'_>, chdir: Option<&str>) {
 }
 
 /// `task 3` or `tasks 0,2-9`.
-fn tasks_phrase(ranks: &[u32]) -> String {
+pub(super) fn tasks_phrase(ranks: &[u32]) -> String {
     let mut sorted = ranks.to_vec();
     sorted.sort_unstable();
     let mut parts: Vec<String> = Vec::new();

@@ -196,19 +196,19 @@ impl Interrupts {
         }
         self.last = Some(Instant::now());
         eprintln!("srun: interrupt (one more within 1 sec to abort)");
-        let tasks = job.slurm.ntasks.unwrap_or(1);
         let state = match job.job_state {
             JobState::Pending => "pending",
             _ => "running",
         };
-        let which = if tasks == 1 {
-            "task 0".to_string()
-        } else {
-            format!("tasks 0-{}", tasks - 1)
-        };
-        eprintln!("srun: StepId={id}.0 {which}: {state}");
+        eprintln!("srun: StepId={id}.0 {}: {state}", all_tasks(job));
         Ok(())
     }
+}
+
+/// `task 0` or `tasks 0-N`: every task of the job's step.
+fn all_tasks(job: &JobInfo) -> String {
+    let ranks: Vec<u32> = (0..job.slurm.ntasks.unwrap_or(1).max(1)).collect();
+    super::ending::tasks_phrase(&ranks)
 }
 
 /// Follows job `id` to its end, copying its output as it comes.
@@ -255,13 +255,7 @@ fn follow(a: &Args, client: &Client, id: u64, out: &Path, err: &Path) -> Result<
     copy_new(out, shown_out, &mut std::io::stdout());
     if interrupts.killed {
         // The tasks died of the SIGKILL srun had sent them.
-        let tasks = job.slurm.ntasks.unwrap_or(1);
-        let which = if tasks == 1 {
-            "task 0".to_string()
-        } else {
-            format!("tasks 0-{}", tasks - 1)
-        };
-        eprintln!("srun: error: {}: {which}: Killed", job.nodes);
+        eprintln!("srun: error: {}: {}: Killed", job.nodes, all_tasks(&job));
         return Ok(exit_status(&job));
     }
     if job.job_state == JobState::Cancelled {
