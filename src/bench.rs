@@ -176,6 +176,8 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize, priority: &st
                 fence_timeout_ms: None,
                 heartbeat_ms: 0,
                 reshape_keep: Default::default(),
+                release: gsched_core::version::RELEASE.into(),
+                protocol: gsched_core::version::PROTOCOL,
                 reshape_gpus: Vec::new(),
             },
             0,

@@ -20,7 +20,7 @@ use gsched_noded::{shepherd, NodeConfig};
 #[derive(Parser)]
 #[command(
     name = "gsched",
-    version,
+    version = gsched_core::version::VERSION_LINE,
     about = "Slurm-compatible batch scheduler that packs GPU jobs into MIG instances"
 )]
 struct Cli {
@@ -356,6 +356,7 @@ async fn up(args: UpArgs) -> Result<()> {
             cpus: args.cpus,
             real_memory: args.real_memory,
             cgroup_config: args.cgroup_config,
+            cgroup: None,
             kill_wait: args.kill_wait,
             heartbeat_interval: args.heartbeat_interval,
             mig_reconfig_secs: args.mig_reconfig_secs,

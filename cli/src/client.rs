@@ -134,17 +134,56 @@ pub fn env_token() -> Option<String> {
         .find(|t| !t.is_empty())
 }
 
+/// The site file's `[cluster]` settings, read once (`gsched_site`).
+fn site_cluster() -> Result<&'static gsched_site::ClusterSettings, String> {
+    static READ: std::sync::OnceLock<Result<gsched_site::ClusterSettings, String>> =
+        std::sync::OnceLock::new();
+    READ.get_or_init(|| gsched_site::cluster_settings().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The controller's URL: `GSCHED_URL`, else `controller` in the site
+/// file's `[cluster]`, else the default.
+pub fn controller_url() -> Result<String> {
+    if let Some(url) = std::env::var("GSCHED_URL").ok().filter(|u| !u.is_empty()) {
+        return Ok(url);
+    }
+    let site = site_cluster().map_err(|e| anyhow!("{e}"))?;
+    Ok(site
+        .controller
+        .clone()
+        .unwrap_or_else(|| DEFAULT_URL.into()))
+}
+
+/// The CA certificates https peers are checked against: `GSCHED_TLS_CA`,
+/// else `tls_ca` in the site file's `[cluster]`; none: the public roots.
+pub fn tls_ca() -> Result<Option<PathBuf>> {
+    if let Some(ca) = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty()) {
+        return Ok(Some(PathBuf::from(ca)));
+    }
+    if std::env::var("GSCHED_URL").is_ok_and(|u| !u.is_empty()) {
+        // Inside a job, or pointed elsewhere on purpose: the site file's
+        // CA belongs to the site file's controller.
+        return Ok(None);
+    }
+    Ok(site_cluster().map_err(|e| anyhow!("{e}"))?.tls_ca.clone())
+}
+
 impl Client {
     /// The controller named by `GSCHED_URL` (`http://HOST:PORT`, or
-    /// `unix:PATH` for its socket), or the default. A plain-HTTP loopback
-    /// controller is reached through its local socket (`local_socket`),
-    /// so local commands need no token and never send one to the port.
+    /// `unix:PATH` for its socket), else by the site file, else the
+    /// default. A plain-HTTP loopback controller is reached through its
+    /// local socket (`local_socket`), so local commands need no token and
+    /// never send one to the port.
     pub fn from_env() -> Client {
-        let base = std::env::var("GSCHED_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| DEFAULT_URL.into());
-        Client::with_token(&base, env_token())
+        match controller_url() {
+            Ok(base) => Client::with_token(&base, env_token()),
+            Err(e) => Client {
+                base: DEFAULT_URL.into(),
+                transport: Transport::Unusable(format!("{e:#}")),
+            },
+        }
     }
 
     /// The controller's address as given (`http://host:port`, `unix:PATH`).
@@ -165,13 +204,25 @@ impl Client {
         }
         let base = base.trim_end_matches('/').to_string();
         let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30));
-        if let Some(ca) = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty()) {
-            match crate::tls::client_config(std::path::Path::new(&ca)) {
+        let ca = match tls_ca() {
+            Ok(ca) => ca,
+            Err(e) => {
+                return Client {
+                    base,
+                    transport: Transport::Unusable(format!("{e:#}")),
+                }
+            }
+        };
+        if let Some(ca) = ca {
+            match crate::tls::client_config(&ca) {
                 Ok(config) => agent = agent.tls_config(config),
                 Err(e) => {
                     return Client {
                         base,
-                        transport: Transport::Unusable(format!("{TLS_CA_ENV}: {e}")),
+                        transport: Transport::Unusable(format!(
+                            "{} ({TLS_CA_ENV}): {e}",
+                            ca.display()
+                        )),
                     }
                 }
             }
@@ -245,7 +296,7 @@ impl Client {
 
     fn unreachable(&self, why: impl std::fmt::Display) -> anyhow::Error {
         Unreachable(format!(
-            "cannot reach the gsched controller at {}: {why}; is `gsched up` running, and is GSCHED_URL right?",
+            "cannot reach the gsched controller at {}: {why}; is `gsched up` (or gctld) running, and is GSCHED_URL (or [cluster] controller in /etc/gsched/gsched.toml) right?",
             self.base
         ))
         .into()
@@ -646,10 +697,10 @@ fn encode_query(query: &[(&str, String)]) -> String {
 /// `GSCHED_TLS_CA` as the controller's client does.
 pub fn post_streaming(url: &str, body: &serde_json::Value) -> Result<Box<dyn Read + Send>> {
     let mut agent = ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(10));
-    if let Some(ca) = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty()) {
+    if let Some(ca) = tls_ca()? {
         agent = agent.tls_config(
-            crate::tls::client_config(std::path::Path::new(&ca))
-                .map_err(|e| anyhow!("{TLS_CA_ENV}: {e}"))?,
+            crate::tls::client_config(&ca)
+                .map_err(|e| anyhow!("{} ({TLS_CA_ENV}): {e}", ca.display()))?,
         );
     }
     match agent.build().post(url).send_json(body) {

@@ -10,7 +10,7 @@ use crate::gqueue::query;
 use crate::table::{cell, row};
 
 #[derive(Parser, Debug)]
-#[command(name = "gacct", version, about = "Show finished and running jobs")]
+#[command(name = "gacct", version = gsched_core::version::VERSION_LINE, about = "Show finished and running jobs")]
 pub struct Args {
     /// Only these job ids (comma list; may be repeated).
     #[arg(short = 'j', long = "jobs")]

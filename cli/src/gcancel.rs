@@ -7,7 +7,7 @@ use gsched_core::outcome::{parse_signal, SignalScope};
 use crate::client::{ApiError, Client};
 
 #[derive(Parser, Debug)]
-#[command(name = "gcancel", version, about = "Cancel jobs or send them a signal")]
+#[command(name = "gcancel", version = gsched_core::version::VERSION_LINE, about = "Cancel jobs or send them a signal")]
 pub struct Args {
     /// Send this signal instead of cancelling (e.g. USR1, SIGTERM, 10).
     #[arg(short = 's', long)]

@@ -9,7 +9,7 @@ use crate::slurm::format::timestamp;
 use crate::table::{cell, row};
 
 #[derive(Parser, Debug)]
-#[command(name = "ginfo", version, about = "Show nodes and GPU instances")]
+#[command(name = "ginfo", version = gsched_core::version::VERSION_LINE, about = "Show nodes and GPU instances")]
 pub struct Args {
     /// Print JSON: {"nodes": [...], "instances": [...]}.
     #[arg(long)]

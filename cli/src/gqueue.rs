@@ -13,7 +13,7 @@ use crate::table::{cell, row};
 #[derive(Parser, Debug)]
 #[command(
     name = "gqueue",
-    version,
+    version = gsched_core::version::VERSION_LINE,
     about = "Show queued and running jobs",
     disable_help_flag = true
 )]

@@ -16,7 +16,7 @@ use crate::identity::{current_user, hostname};
 #[derive(Parser, Debug, Clone, Default)]
 #[command(
     name = "gsub",
-    version,
+    version = gsched_core::version::VERSION_LINE,
     about = "Submit a batch script to gsched",
     disable_help_flag = false
 )]

@@ -42,6 +42,7 @@ pub mod suspension;
 pub mod time_quota;
 pub mod tres;
 pub mod units;
+pub mod version;
 pub mod views;
 pub mod wire;
 

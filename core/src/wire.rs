@@ -60,6 +60,13 @@ pub struct NodeRegistration {
     /// at least how many) (`keep` in `gpus.toml`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub reshape_keep: std::collections::BTreeMap<u32, Vec<(String, u32)>>,
+    /// The node's gsched release (`crate::version`; empty from nodes of
+    /// 0.1.0, which did not say).
+    #[serde(default)]
+    pub release: String,
+    /// The protocol the node speaks (0 from nodes that did not say).
+    #[serde(default)]
+    pub protocol: u32,
 }
 
 /// The controller's answer to a registration.
@@ -69,6 +76,9 @@ pub struct RegistrationReply {
     pub node_timeout_ms: u64,
     /// The fence timeout the node must keep (`None`: it does not fence).
     pub fence_timeout_ms: Option<u64>,
+    /// The controller's gsched release (empty from controllers of 0.1.0).
+    #[serde(default)]
+    pub release: String,
 }
 
 /// Periodic liveness report.

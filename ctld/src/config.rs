@@ -1,4 +1,5 @@
-//! Controller settings: command-line flags, optionally from a TOML file.
+//! Controller settings: the `[controller]` section of the site file
+//! (`gsched_site`) under the command-line flags.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,8 +19,8 @@ pub enum SettingError {
     HalfLife(i64),
 }
 
-/// gctld's settings. Every flag can also be given in `--config FILE` (TOML,
-/// same names with underscores); flags win.
+/// gctld's settings. Every flag can also be given in the site file's
+/// `[controller]` section (same names with underscores); flags win.
 #[derive(Debug, Clone, clap::Args, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CtldConfig {
@@ -28,6 +29,11 @@ pub struct CtldConfig {
     #[arg(skip)]
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
+    /// The settings given as flags or environment variables, which
+    /// re-reading the file leaves as they are.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub fixed_settings: Vec<String>,
     /// Address of the REST API.
     #[arg(long, default_value = "127.0.0.1:6817", env = "GSCHED_LISTEN")]
     #[serde(default = "default_listen")]
@@ -241,6 +247,7 @@ impl Default for CtldConfig {
     fn default() -> CtldConfig {
         CtldConfig {
             config_file: None,
+            fixed_settings: Vec::new(),
             listen: default_listen(),
             cluster_name: default_cluster(),
             partition: default_partition(),

@@ -45,6 +45,8 @@ pub enum CtlError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Fence(#[from] gsched_core::fence::FenceError),
+    #[error(transparent)]
+    Version(#[from] gsched_core::version::VersionMismatch),
 }
 
 pub struct Controller {
@@ -183,6 +185,12 @@ impl Controller {
     /// The cluster state (a panicked holder's state is still used).
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Cluster> {
         self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns once the cluster state can be taken: what the service
+    /// watchdog asks (a wedged controller never returns).
+    pub fn alive(&self) {
+        drop(self.lock());
     }
 
     /// Whether the controller knows job `id`.
@@ -404,6 +412,16 @@ impl Controller {
         reg: NodeRegistration,
     ) -> Result<RegistrationReply, CtlError> {
         let timeout = Duration::from_secs(self.config.node_timeout.max(1));
+        gsched_core::version::Release::stated(&reg.release)
+            .and_then(|peer| {
+                gsched_core::version::check_peer(
+                    gsched_core::version::Release::this(),
+                    "the controller",
+                    peer,
+                    &format!("node {}", reg.name),
+                )
+            })
+            .inspect_err(|e| warn!(node = %reg.name, error = %e, "registration refused"))?;
         let fence = gsched_core::fence::agreed_fence_timeout(
             reg.fence_timeout_ms.map(Duration::from_millis),
             timeout,
@@ -416,6 +434,7 @@ impl Controller {
         let reply = RegistrationReply {
             node_timeout_ms: timeout.as_millis() as u64,
             fence_timeout_ms: fence.map(|d| d.as_millis() as u64),
+            release: gsched_core::version::RELEASE.into(),
         };
         let effects = {
             let mut seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());

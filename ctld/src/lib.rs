@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod command;
 pub mod config;
 pub mod controller;
 pub mod dashboard;
@@ -38,6 +39,7 @@ pub struct Running {
     /// `http://ADDR`, or `https://ADDR` with TLS.
     pub url: String,
     pub socket: std::path::PathBuf,
+    pub controller: Arc<Controller>,
 }
 
 /// Opens the store under `state_dir`, binds the API, and starts the loops.
@@ -176,6 +178,7 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         addr,
         url: public_url,
         socket: socket_path,
+        controller,
     })
 }
 

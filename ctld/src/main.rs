@@ -1,26 +1,12 @@
 //! `gctld`: the controller daemon on its own.
 
 use anyhow::Result;
-use clap::{CommandFactory, FromArgMatches, Parser};
-use gsched_ctld::CtldConfig;
-use gsched_daemon::DaemonArgs;
-
-#[derive(Parser)]
-#[command(name = "gctld", version, about = "gsched controller daemon")]
-struct Args {
-    #[command(flatten)]
-    daemon: DaemonArgs,
-    #[command(flatten)]
-    ctld: CtldConfig,
-    /// Print the REST API's OpenAPI document (as `GET /openapi.json`
-    /// serves it) and exit.
-    #[arg(long, exclusive = true)]
-    print_openapi: bool,
-}
+use clap::{CommandFactory, FromArgMatches};
+use gsched_ctld::command::GctldArgs;
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let command = Args::command();
+    let command = GctldArgs::command();
     let matches = command.clone().get_matches();
     // Alone on the command line (`exclusive`): nothing else is read.
     if matches.get_flag("print_openapi") {
@@ -30,13 +16,25 @@ async fn main() -> Result<()> {
         );
         return Ok(());
     }
-    let args = Args::from_arg_matches(&matches)?;
-    let d = args.daemon;
-    gsched_daemon::init_logs(&d.log_format);
+    let args = GctldArgs::from_arg_matches(&matches)?;
+    let file = gsched_site::SiteFile::locate(args.daemon.config.as_deref())?;
+    let loaded = gsched_ctld::command::load(&command, &matches, args, file.as_ref())?;
+    gsched_daemon::init_logs(&loaded.daemon.value.log_format);
     gsched_daemon::island::prepare_daemon();
-    let mut config = gsched_daemon::settings(&command, &matches, d.config.as_deref(), args.ctld)?;
-    config.config_file = d.config.as_deref().map(std::path::absolute).transpose()?;
-    gsched_ctld::start(config, &d.state_dir).await?;
-    tokio::signal::ctrl_c().await?;
+    if let Some(f) = &loaded.file {
+        tracing::info!(file = %f.display(), "settings read from the site file");
+    }
+    let state_dir = loaded.daemon.value.state_dir();
+    let running = gsched_ctld::start(loaded.settings.value, &state_dir).await?;
+    let controller = std::sync::Arc::clone(&running.controller);
+    gsched_daemon::service::feed_watchdog(move || controller.alive());
+    gsched_daemon::service::ready("serving");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    gsched_daemon::service::stopping();
+    tracing::info!("stopping");
     Ok(())
 }

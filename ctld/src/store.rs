@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 mod history;
 mod port;
+pub mod schema;
 mod writes;
 
 pub use history::JobQuery;
@@ -45,6 +46,18 @@ pub enum StoreError {
     Migrate {
         path: String,
         source: sqlx::migrate::MigrateError,
+    },
+    #[error("the database {path} was written by a newer gsched (schema {database}; gsched {release} knows up to {known}): run that release or a later one, or restore the backup taken before the upgrade (backups/ beside the database; docs/install.md)", release = gsched_core::version::RELEASE)]
+    Newer {
+        path: String,
+        database: i64,
+        known: i64,
+    },
+    #[error("cannot back up {path} into {to} before migrating it (nothing was changed): {why}")]
+    Backup {
+        path: String,
+        to: String,
+        why: String,
     },
     #[error("stored job {id} is unreadable: {why}")]
     Corrupt { id: i64, why: String },
@@ -196,13 +209,8 @@ impl Store {
                     path: shown.clone(),
                     source: e,
                 })?;
-        MIGRATOR
-            .run(&mut conn)
-            .await
-            .map_err(|e| StoreError::Migrate {
-                path: shown.clone(),
-                source: e,
-            })?;
+        let backups = path.with_file_name("backups");
+        schema::upgrade(&mut conn, path, &backups, gsched_daemon::unix_now()).await?;
         let loaded = load(&mut conn, keep_finished_since).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(writer(conn, rx));

@@ -5,10 +5,16 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-/// gnoded's settings; also readable from a TOML file (`--config`).
-#[derive(Debug, Clone, clap::Args, Deserialize)]
+/// gnoded's settings; also read from the site file's `[node]` and
+/// `[nodes.NAME]` sections (same names with underscores); flags win.
+#[derive(Debug, Clone, clap::Args, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
+    /// The cgroup settings, read at start from `--cgroup-config` or the
+    /// site file's `[cgroup]` (none: every limit enforced).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub cgroup: Option<crate::cgroup::CgroupConfig>,
     /// Node name (default: the host name).
     #[arg(long)]
     #[serde(default)]
@@ -30,7 +36,8 @@ pub struct NodeConfig {
     #[serde(default)]
     pub gpu_config: Option<PathBuf>,
     /// `libgprobe.so`, preloaded into non-isolated jobs to intercept the CUDA
-    /// driver (default: next to this program).
+    /// driver (default: next to this program, else ../lib/gsched/ beside
+    /// it, where the packages put it).
     #[arg(long)]
     #[serde(default)]
     pub probe_lib: Option<PathBuf>,
@@ -83,7 +90,8 @@ pub struct NodeConfig {
     #[serde(default)]
     pub real_memory: Option<String>,
     /// Cgroup settings file (TOML; gsched's cgroup.conf): which limits are
-    /// enforced; see docs/user-guide.md. Default: enforce everything.
+    /// enforced; see docs/user-guide.md. Default: the site file's [cgroup]
+    /// section, else enforce everything.
     #[arg(long)]
     #[serde(default)]
     pub cgroup_config: Option<PathBuf>,

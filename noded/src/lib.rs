@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod cgroup;
+pub mod command;
 pub mod config;
 pub mod confine;
 pub mod context;

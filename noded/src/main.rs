@@ -1,36 +1,34 @@
 //! `gnoded`: the node daemon on its own.
 
 use anyhow::{Context, Result};
-use clap::{CommandFactory, FromArgMatches, Parser};
-use gsched_daemon::DaemonArgs;
-use gsched_noded::{shepherd, NodeConfig};
-
-#[derive(Parser)]
-#[command(name = "gnoded", version, about = "gsched node daemon")]
-struct Args {
-    #[command(flatten)]
-    daemon: DaemonArgs,
-    #[command(flatten)]
-    node: NodeConfig,
-}
+use clap::{CommandFactory, FromArgMatches};
+use gsched_noded::command::GnodedArgs;
+use gsched_noded::shepherd;
 
 fn main() -> Result<()> {
     shepherd::run_if_called_as_shepherd();
-    let command = Args::command();
+    let command = GnodedArgs::command();
     let matches = command.clone().get_matches();
-    let args = Args::from_arg_matches(&matches)?;
-    let d = args.daemon;
-    gsched_daemon::init_logs(&d.log_format);
+    let args = GnodedArgs::from_arg_matches(&matches)?;
+    let file = gsched_site::SiteFile::locate(args.daemon.config.as_deref())?;
+    let loaded = gsched_noded::command::load(&command, &matches, args, file.as_ref())?;
+    gsched_daemon::init_logs(&loaded.daemon.value.log_format);
     gsched_daemon::island::prepare_daemon();
-    let config = gsched_daemon::settings(&command, &matches, d.config.as_deref(), args.node)?;
+    if let Some(f) = &loaded.file {
+        tracing::info!(file = %f.display(), "settings read from the site file");
+    }
+    let state_dir = loaded.daemon.value.state_dir();
     let exe = shepherd::shepherd_program().context("cannot find the job shepherd program")?;
     tokio::runtime::Runtime::new()?.block_on(async move {
-        let node = gsched_noded::start(config, &d.state_dir, exe).await?;
+        let node = gsched_noded::start(loaded.settings.value, &state_dir, exe).await?;
+        gsched_daemon::service::feed_watchdog(|| {});
+        gsched_daemon::service::ready("serving");
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
+        gsched_daemon::service::stopping();
         node.shutdown().await;
         Ok(())
     })

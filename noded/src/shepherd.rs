@@ -39,11 +39,20 @@ pub use crate::spool::SHEPHERD_ARG;
 pub const SHEPHERD_BIN: &str = "gsched-shepherd";
 
 /// The program to start shepherds with: `gsched-shepherd` next to this
-/// executable if it is there (cheap to start), else this executable itself.
+/// executable or in `../lib/gsched/` beside it (the packages' place) if it
+/// is there (cheap to start), else this executable itself.
 pub fn shepherd_program() -> std::io::Result<std::path::PathBuf> {
     let me = std::env::current_exe()?;
-    let small = me.with_file_name(SHEPHERD_BIN);
-    Ok(if small.is_file() { small } else { me })
+    Ok(beside_program(&me, SHEPHERD_BIN).unwrap_or(me))
+}
+
+/// `name` next to the program `exe`, else in `../lib/gsched/` beside it
+/// (`/usr/sbin/gnoded` finds `/usr/lib/gsched/NAME`), if it is a file.
+pub fn beside_program(exe: &Path, name: &str) -> Option<std::path::PathBuf> {
+    let dir = exe.parent()?;
+    [dir.join(name), dir.join("../lib/gsched").join(name)]
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 /// For a binary's `main`: runs the shepherd if called as one, and exits.

@@ -161,6 +161,8 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         heartbeat_ms: config.heartbeat_interval.max(1).saturating_mul(1000),
         reshape_gpus: reshaper.reshapeable().iter().copied().collect(),
         reshape_keep,
+        release: gsched_core::version::RELEASE.into(),
+        protocol: gsched_core::version::PROTOCOL,
     };
     let link = link_to_controller(&config, &parts, identity, key, lease, http, mps.as_ref());
     tokio::spawn(Arc::clone(&link).report_reshapes(reshape_rx));
@@ -552,8 +554,7 @@ fn start_reading(
         Some(p) => anyhow::bail!("the probe library {} does not exist", p.display()),
         None => std::env::current_exe()
             .ok()
-            .and_then(|e| e.parent().map(|d| d.join("libgprobe.so")))
-            .filter(|p| p.is_file()),
+            .and_then(|e| crate::shepherd::beside_program(&e, "libgprobe.so")),
     };
     let interception = match probe_lib {
         Some(lib) => {
@@ -566,7 +567,7 @@ fn start_reading(
         }
         None => {
             tracing::warn!(
-                "libgprobe.so not found next to this program: CUDA programs of shared jobs are not intercepted (give --probe-lib)"
+                "libgprobe.so not found next to this program or in ../lib/gsched/: CUDA programs of shared jobs are not intercepted (give --probe-lib)"
             );
             None
         }

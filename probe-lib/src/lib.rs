@@ -7,6 +7,7 @@
 //! context that follows.
 
 pub mod client;
+pub mod command;
 pub mod meter;
 
 pub use client::{Placement, ProbeClient, ProbeError};

@@ -417,7 +417,7 @@ pub(super) struct StepShape<'a> {
 /// is sent); the host name's address, or loopback, without one.
 fn launch_address() -> String {
     use std::net::{ToSocketAddrs, UdpSocket};
-    let controller = std::env::var("GSCHED_URL")
+    let controller = crate::client::controller_url()
         .ok()
         .and_then(|u| {
             let rest = u.split("://").nth(1)?.to_string();

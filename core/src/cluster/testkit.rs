@@ -44,6 +44,8 @@ pub fn registration(
         fence_timeout_ms: None,
         heartbeat_ms: 0,
         reshape_keep: Default::default(),
+        release: crate::version::RELEASE.into(),
+        protocol: crate::version::PROTOCOL,
         reshape_gpus: Vec::new(),
     }
 }

@@ -228,6 +228,8 @@ fn registration(
         // The controller plans re-partitions of every MIG GPU, as for a
         // live node that offers them.
         reshape_keep: Default::default(),
+        release: crate::version::RELEASE.into(),
+        protocol: crate::version::PROTOCOL,
         reshape_gpus: reshape_gpus.to_vec(),
     }
 }

@@ -50,6 +50,7 @@ impl From<CtlError> for ApiError {
             CtlError::Cluster(ClusterError::TooManyJobs(_)) => StatusCode::SERVICE_UNAVAILABLE,
             CtlError::UnknownPartition(..) => StatusCode::BAD_REQUEST,
             CtlError::Fence(_) => StatusCode::BAD_REQUEST,
+            CtlError::Version(_) => StatusCode::CONFLICT,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(_) => StatusCode::CONFLICT,
             CtlError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -137,6 +138,10 @@ pub struct Health {
     pub priority_type: String,
     /// The weights `multifactor` gives each factor (sprio -w).
     pub priority_weights: gsched_core::priority::PriorityConfig,
+    /// The controller's gsched release (`0.2.0`).
+    pub release: String,
+    /// The protocol it speaks.
+    pub protocol: u32,
 }
 
 /// The controller's health; no token needed.
@@ -158,6 +163,8 @@ async fn healthz(State(ctl): Ctl) -> Json<Health> {
         min_job_age: ctl.config.min_job_age,
         priority_type: ctl.config.priority_type.clone(),
         priority_weights: ctl.config.priority_config(),
+        release: gsched_core::version::RELEASE.into(),
+        protocol: gsched_core::version::PROTOCOL,
     })
 }
 

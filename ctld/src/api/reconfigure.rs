@@ -1,5 +1,6 @@
-//! `scontrol reconfigure`: gctld reads its configuration file again and
-//! says which settings differ from those it runs with. It applies none of
+//! `scontrol reconfigure`: gctld reads the site file again (its
+//! `[controller]` section; settings given as flags stay as given) and says
+//! which settings differ from those it runs with. It applies none of
 //! them while running (its scheduler, store and listeners are built from
 //! them at start): a restart applies them, and running jobs keep running
 //! across one. Started without a file, it has nothing to read again.
@@ -44,8 +45,16 @@ pub(super) async fn reconfigure(
         }));
     };
     let file = path.display().to_string();
-    let read: CtldConfig = gsched_daemon::read_config(&path)
-        .map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")))?;
+    let read: CtldConfig = gsched_daemon::settings::reread(
+        &path,
+        crate::command::CLUSTER_DEFAULTS,
+        &[crate::command::SECTION.to_string()],
+        &CtldConfig::default(),
+        &ctl.config,
+        &ctl.config.fixed_settings,
+    )
+    .and_then(|c| crate::command::check(&c).map(|()| c))
+    .map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")))?;
     let changed = ctl.config.changed_settings(&read);
     if changed.is_empty() {
         return Ok(Json(Reconfigured {

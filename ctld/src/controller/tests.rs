@@ -163,6 +163,8 @@ pub(crate) fn registration(running: Vec<JobId>) -> NodeRegistration {
         heartbeat_ms: 1000,
         reshape_gpus: Vec::new(),
         reshape_keep: BTreeMap::new(),
+        release: gsched_core::version::RELEASE.into(),
+        protocol: gsched_core::version::PROTOCOL,
     }
 }
 

@@ -508,9 +508,10 @@ pub fn start(
     gpus: Option<NodeGpus>,
 ) -> anyhow::Result<(Arc<Confinement>, u32, u64)> {
     use anyhow::Context;
-    let cg_config = match &config.cgroup_config {
-        Some(p) => CgroupConfig::load(p)?,
-        None => CgroupConfig::default(),
+    let cg_config = match (&config.cgroup, &config.cgroup_config) {
+        (Some(c), _) => c.clone(),
+        (None, Some(p)) => CgroupConfig::load(p)?,
+        (None, None) => CgroupConfig::default(),
     };
     let cgroups: Arc<dyn Cgroups> = if nix::unistd::getuid().is_root() {
         crate::cgroup::select(&cg_config, node_dir)

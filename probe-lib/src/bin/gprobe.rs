@@ -6,37 +6,18 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitCode};
 
+use clap::Parser;
 use gsched_probe::client::placement_env;
+use gsched_probe::command::{GprobeArgs, GprobeCommand};
 use gsched_probe::ProbeClient;
 
-const USAGE: &str = "usage: gprobe run --mem SIZE [--warps N] -- COMMAND [ARGS...]
-       gprobe bench [--count N] [--mem SIZE]   (probe round-trip latency, inside a job)
-  SIZE: bytes, or with a K, M, G or T suffix (binary multiples), e.g. 3G";
-
 /// Times `count` begin+end round trips and prints percentiles.
-fn bench(args: &[String]) -> ExitCode {
-    let mut count = 10_000usize;
-    let mut bytes = 1u64 << 20;
-    let mut i = 0;
-    while i < args.len() {
-        match (args[i].as_str(), args.get(i + 1)) {
-            ("--count", Some(v)) => match v.parse() {
-                Ok(n) if n > 0 => count = n,
-                _ => return fail(&format!("--count: '{v}' is not a positive number")),
-            },
-            ("--mem", Some(v)) => match gsched_core::units::parse_mem_mib(v) {
-                Ok(m) => bytes = m << 20,
-                Err(e) => return fail(&e.to_string()),
-            },
-            (other, _) => return fail(&format!("unexpected argument '{other}'\n{USAGE}")),
-        }
-        i += 2;
-    }
+fn bench(count: u64, bytes: u64) -> ExitCode {
     let mut client = match ProbeClient::from_env() {
         Ok(c) => c,
         Err(e) => return fail(&e.message),
     };
-    let mut times = Vec::with_capacity(count);
+    let mut times = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let t = std::time::Instant::now();
         let p = match client.begin(bytes, 32) {
@@ -66,55 +47,14 @@ fn fail(msg: &str) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("run") => {}
-        Some("bench") => return bench(&args[1..]),
-        Some("-h") | Some("--help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        _ => return fail(&format!("expected the subcommand 'run'\n{USAGE}")),
-    }
-    let mut mem: Option<u64> = None;
-    let mut warps: u64 = 0;
-    let mut i = 1;
-    let command = loop {
-        let Some(a) = args.get(i) else {
-            return fail(&format!("no command given after --\n{USAGE}"));
-        };
-        let value = |i: usize| args.get(i + 1).cloned();
-        match a.as_str() {
-            "--" => break &args[i + 1..],
-            "--mem" => {
-                let Some(v) = value(i) else {
-                    return fail("--mem needs a size");
-                };
-                match gsched_core::units::parse_mem_mib(&v) {
-                    Ok(mib) => mem = Some(mib * 1024 * 1024),
-                    Err(e) => return fail(&e.to_string()),
-                }
-                i += 2;
-            }
-            "--warps" => {
-                let Some(v) = value(i) else {
-                    return fail("--warps needs a number");
-                };
-                match v.parse() {
-                    Ok(w) => warps = w,
-                    Err(_) => return fail(&format!("--warps: '{v}' is not a number")),
-                }
-                i += 2;
-            }
-            other => return fail(&format!("unexpected argument '{other}'\n{USAGE}")),
-        }
+    let (bytes, warps, command) = match GprobeArgs::parse().command {
+        GprobeCommand::Bench { count, mem } => return bench(count, mem),
+        GprobeCommand::Run {
+            mem,
+            warps,
+            command,
+        } => (mem, warps, command),
     };
-    let Some(bytes) = mem else {
-        return fail(&format!("--mem is required\n{USAGE}"));
-    };
-    if command.is_empty() {
-        return fail(&format!("no command given after --\n{USAGE}"));
-    }
     let mut client = match ProbeClient::from_env() {
         Ok(c) => c,
         Err(e) => return fail(&e.message),

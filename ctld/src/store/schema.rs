@@ -1,0 +1,290 @@
+//! The database across releases: a database that a newer gsched wrote is
+//! refused, and one that an older gsched wrote is backed up before it is
+//! migrated forward (migrations only go forward). Backups and `gsched db
+//! backup` use SQLite's `VACUUM INTO`: a consistent copy, taken while the
+//! controller runs.
+
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use sqlx::{Connection, Row, SqliteConnection};
+
+use super::{StoreError, MIGRATOR};
+
+/// What opening a database must do about its schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaPlan {
+    /// A new database: every migration runs, nothing to back up.
+    Create,
+    /// Every migration this release knows is applied.
+    Current,
+    /// An older release's database: back it up, then apply these.
+    Upgrade { from: i64, to: i64, pending: usize },
+    /// Written by a newer release: migrations this one does not know.
+    Newer { database: i64, known: i64 },
+}
+
+/// Decides from the migrations applied to a database and those this
+/// release knows.
+pub fn plan(applied: &[i64], known: &[i64]) -> SchemaPlan {
+    let known_max = known.iter().copied().max().unwrap_or(0);
+    if let Some(unknown) = applied.iter().copied().filter(|v| !known.contains(v)).max() {
+        return SchemaPlan::Newer {
+            database: unknown.max(applied.iter().copied().max().unwrap_or(0)),
+            known: known_max,
+        };
+    }
+    if applied.is_empty() {
+        return SchemaPlan::Create;
+    }
+    let pending = known.iter().filter(|v| !applied.contains(v)).count();
+    if pending == 0 {
+        return SchemaPlan::Current;
+    }
+    SchemaPlan::Upgrade {
+        from: applied.iter().copied().max().unwrap_or(0),
+        to: known_max,
+        pending,
+    }
+}
+
+/// The migrations applied to the database (none for a new one).
+async fn applied(conn: &mut SqliteConnection) -> Result<Vec<i64>, sqlx::Error> {
+    let exists = sqlx::query(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .is_some();
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success = 1")
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
+}
+
+/// Brings the database at `path` to this release's schema: refuses a
+/// newer one, backs up an older one into `backups` first. Returns the
+/// backup taken, if any.
+pub(super) async fn upgrade(
+    conn: &mut SqliteConnection,
+    path: &Path,
+    backups: &Path,
+    now: i64,
+) -> Result<Option<PathBuf>, StoreError> {
+    let shown = path.display().to_string();
+    let read = |source| StoreError::Open {
+        path: shown.clone(),
+        source,
+    };
+    let known: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+    let backup = match plan(&applied(conn).await.map_err(read)?, &known) {
+        SchemaPlan::Newer { database, known } => {
+            return Err(StoreError::Newer {
+                path: shown,
+                database,
+                known,
+            })
+        }
+        SchemaPlan::Create | SchemaPlan::Current => None,
+        SchemaPlan::Upgrade { from, to, pending } => {
+            let to_file = backups.join(format!("ctld-schema{from}-{now}.db"));
+            backup_into(conn, backups, &to_file)
+                .await
+                .map_err(|why| StoreError::Backup {
+                    path: shown.clone(),
+                    to: to_file.display().to_string(),
+                    why,
+                })?;
+            tracing::info!(db = %shown, backup = %to_file.display(), from, to, pending,
+                "database written by an earlier release backed up before its migration");
+            Some(to_file)
+        }
+    };
+    MIGRATOR
+        .run(&mut *conn)
+        .await
+        .map_err(|e| StoreError::Migrate {
+            path: shown.clone(),
+            source: e,
+        })?;
+    sqlx::query(
+        "INSERT OR IGNORE INTO releases (release, protocol, first_opened) VALUES (?, ?, ?)",
+    )
+    .bind(gsched_core::version::RELEASE)
+    .bind(gsched_core::version::PROTOCOL)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(StoreError::Write)?;
+    Ok(backup)
+}
+
+/// Copies the database `conn` reads into `to` (0600, in `dir`, created
+/// 0700 if missing), consistently.
+async fn backup_into(conn: &mut SqliteConnection, dir: &Path, to: &Path) -> Result<(), String> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    create_empty_private(to)?;
+    let target = to.to_str().ok_or("the backup's path is not UTF-8")?;
+    if let Err(e) = sqlx::query("VACUUM INTO ?")
+        .bind(target)
+        .execute(&mut *conn)
+        .await
+    {
+        let _ = std::fs::remove_file(to);
+        return Err(e.to_string());
+    }
+    Ok(())
+}
+
+/// Creates `path` empty, 0600, refusing one that exists (or a link).
+fn create_empty_private(path: &Path) -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map(drop)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))
+}
+
+/// `gsched db backup`: a consistent copy of the database at `db` (read
+/// only; the controller may be running) into `to`, a new file (0600).
+pub async fn backup(db: &Path, to: &Path) -> Result<(), String> {
+    if !db.is_file() {
+        return Err(format!("no database at {}", db.display()));
+    }
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(db)
+        .read_only(true)
+        .busy_timeout(std::time::Duration::from_secs(10));
+    let mut conn = SqliteConnection::connect_with(&opts)
+        .await
+        .map_err(|e| format!("cannot open {}: {e}", db.display()))?;
+    create_empty_private(to)?;
+    let target = to.to_str().ok_or("the backup's path is not UTF-8")?;
+    let copied = sqlx::query("VACUUM INTO ?")
+        .bind(target)
+        .execute(&mut conn)
+        .await;
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(to);
+        return Err(format!("cannot copy {}: {e}", db.display()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_follow_the_applied_migrations() {
+        let known = [1, 2, 3];
+        assert_eq!(plan(&[], &known), SchemaPlan::Create);
+        assert_eq!(plan(&[1, 2, 3], &known), SchemaPlan::Current);
+        assert_eq!(
+            plan(&[1, 2], &known),
+            SchemaPlan::Upgrade {
+                from: 2,
+                to: 3,
+                pending: 1
+            }
+        );
+        assert_eq!(
+            plan(&[1, 2, 3, 4], &known),
+            SchemaPlan::Newer {
+                database: 4,
+                known: 3
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn an_older_database_is_backed_up_then_migrated_and_a_newer_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ctld.db");
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&db)
+            .create_if_missing(true);
+        let mut conn = SqliteConnection::connect_with(&opts).await.unwrap();
+        // An older release: every migration but the last.
+        let all: Vec<_> = MIGRATOR.iter().collect();
+        let older = sqlx::migrate::Migrator {
+            migrations: std::borrow::Cow::Owned(
+                all[..all.len() - 1].iter().map(|m| (*m).clone()).collect(),
+            ),
+            ..sqlx::migrate::Migrator::DEFAULT
+        };
+        older.run(&mut conn).await.unwrap();
+        let backups = dir.path().join("backups");
+        let taken = upgrade(&mut conn, &db, &backups, 1000)
+            .await
+            .unwrap()
+            .unwrap();
+        let before = all[all.len() - 2].version;
+        assert_eq!(taken, backups.join(format!("ctld-schema{before}-1000.db")));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&taken).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // The backup is the older schema; the database the newer.
+        let mut copy = SqliteConnection::connect_with(
+            &sqlx::sqlite::SqliteConnectOptions::new().filename(&taken),
+        )
+        .await
+        .unwrap();
+        assert_eq!(applied(&mut copy).await.unwrap().len(), all.len() - 1);
+        assert_eq!(applied(&mut conn).await.unwrap().len(), all.len());
+        // Opening again takes no second backup.
+        assert_eq!(upgrade(&mut conn, &db, &backups, 2000).await.unwrap(), None);
+        let releases: Vec<(String, i64)> =
+            sqlx::query_as("SELECT release, first_opened FROM releases")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(
+            releases,
+            [(gsched_core::version::RELEASE.to_string(), 1000)]
+        );
+        // A newer release's migration: refused, naming both schemas.
+        sqlx::query("INSERT INTO _sqlx_migrations (version, description, installed_on, success, checksum, execution_time) VALUES (99999, 'from the future', CURRENT_TIMESTAMP, 1, x'00', 0)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let e = upgrade(&mut conn, &db, &backups, 3000)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("newer gsched"), "{e}");
+        assert!(e.contains("schema 99999"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_backup_is_a_new_private_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ctld.db");
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&db)
+            .create_if_missing(true);
+        let mut conn = SqliteConnection::connect_with(&opts).await.unwrap();
+        MIGRATOR.run(&mut conn).await.unwrap();
+        let to = dir.path().join("copy.db");
+        backup(&db, &to).await.unwrap();
+        assert!(std::fs::metadata(&to).unwrap().len() > 0);
+        let e = backup(&db, &to).await.unwrap_err();
+        assert!(e.contains("File exists"), "{e}");
+        let e = backup(&dir.path().join("none.db"), &dir.path().join("x.db"))
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("no database at"), "{e}");
+    }
+}

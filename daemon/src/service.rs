@@ -1,0 +1,51 @@
+//! Telling the service manager (systemd, `Type=notify`) that a daemon is
+//! ready, still alive, or stopping. Outside systemd (no `NOTIFY_SOCKET`)
+//! every call does nothing.
+//!
+//! `NOTIFY_SOCKET` stays in the daemon's environment, but jobs never see
+//! it: their environment is built from nothing (`env_clear`), and the
+//! units say `NotifyAccess=main`, so only the daemon itself is heard.
+
+use std::time::Duration;
+
+use sd_notify::NotifyState;
+
+/// The daemon is serving: systemd starts what waits for it.
+pub fn ready(status: &str) {
+    if let Err(e) = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(status)]) {
+        tracing::warn!(error = %e, "cannot tell the service manager that the daemon is ready");
+    }
+}
+
+/// The daemon is shutting down.
+pub fn stopping() {
+    let _ = sd_notify::notify(&[NotifyState::Stopping]);
+}
+
+/// When the unit has `WatchdogSec=`, feeds the watchdog at half its period
+/// for as long as `alive` returns (it should take what a wedged daemon
+/// would never get, e.g. the controller's state lock): a daemon stuck
+/// there stops feeding it and systemd restarts it.
+pub fn feed_watchdog<F>(alive: F)
+where
+    F: Fn() + Send + Sync + 'static,
+{
+    let Some(period) = sd_notify::watchdog_enabled() else {
+        return;
+    };
+    let alive = std::sync::Arc::new(alive);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval((period / 2).max(Duration::from_millis(100)));
+        loop {
+            tick.tick().await;
+            let check = std::sync::Arc::clone(&alive);
+            if tokio::task::spawn_blocking(move || check()).await.is_err() {
+                tracing::error!(
+                    "the watchdog check failed; not telling systemd the daemon is alive"
+                );
+                continue;
+            }
+            let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+        }
+    });
+}

@@ -1,0 +1,298 @@
+//! A daemon's settings: the site file's sections under its command line.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use gsched_site::{Layered, Section, SiteFile, Source};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Where both daemons keep their state unless told otherwise (as `gsched
+/// up` does for root).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/gsched";
+
+/// The flags every daemon has besides its settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DaemonArgs {
+    /// State directory (database, spool, cluster key); `state_dir` in the
+    /// site file. Default: /var/lib/gsched.
+    #[arg(long, env = "GSCHED_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The site configuration file (TOML; docs/install.md). Default:
+    /// $GSCHED_CONFIG (empty: none), else /etc/gsched/gsched.toml when it
+    /// exists. Flags win over it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Log format (`log_format` in the site file).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// What a daemon's section may say besides the daemon's own settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSettings {
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    #[serde(default = "default_log_format")]
+    pub log_format: String,
+}
+
+fn default_log_format() -> String {
+    "text".into()
+}
+
+const DAEMON_KEYS: [&str; 2] = ["state_dir", "log_format"];
+
+impl DaemonSettings {
+    /// The state directory to use.
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+    }
+}
+
+/// Which `[cluster]` keys stand in for which of a daemon's settings
+/// (beneath its own section): `(cluster key, setting)`.
+pub type ClusterDefaults = &'static [(&'static str, &'static str)];
+
+/// A daemon's settings, read.
+#[derive(Debug, Clone)]
+pub struct Loaded<T> {
+    pub daemon: Layered<DaemonSettings>,
+    pub settings: Layered<T>,
+    /// The site file read, if any.
+    pub file: Option<PathBuf>,
+}
+
+impl<T> Loaded<T> {
+    /// The settings given as flags or through the environment (which a
+    /// re-read of the file leaves as they are).
+    pub fn fixed_keys(&self) -> Vec<String> {
+        self.settings
+            .sources
+            .iter()
+            .filter(|(_, s)| matches!(s, Source::Flag(_) | Source::Environment(_)))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+}
+
+/// The sections a daemon reads, lowest first: the `[cluster]` keys that
+/// stand in for its settings, then `sections` in order.
+pub fn daemon_sections(
+    file: &SiteFile,
+    cluster: ClusterDefaults,
+    sections: &[String],
+) -> Vec<Section> {
+    let mut out = Vec::new();
+    if let Some(c) = file.section("cluster") {
+        let entries = c
+            .entries
+            .iter()
+            .filter_map(|e| {
+                cluster
+                    .iter()
+                    .find(|(from, _)| *from == e.key)
+                    .map(|(_, to)| {
+                        let mut e = e.clone();
+                        e.key = to.to_string();
+                        e
+                    })
+            })
+            .collect();
+        out.push(Section {
+            entries,
+            ..c.clone()
+        });
+    }
+    out.extend(sections.iter().filter_map(|s| file.section(s)).cloned());
+    out
+}
+
+/// Reads a daemon's settings: defaults, then the site file's `[cluster]`
+/// stand-ins and `sections`, then the environment and flags.
+pub fn load<T: Serialize + DeserializeOwned>(
+    command: &clap::Command,
+    matches: &clap::ArgMatches,
+    args: &DaemonArgs,
+    from_flags: T,
+    cluster: ClusterDefaults,
+    sections: &[String],
+) -> anyhow::Result<Loaded<T>> {
+    let file = SiteFile::locate(args.config.as_deref())?;
+    load_from(
+        command,
+        matches,
+        args,
+        from_flags,
+        file.as_ref(),
+        cluster,
+        sections,
+    )
+}
+
+/// As `load`, with the site file already read.
+pub fn load_from<T: Serialize + DeserializeOwned>(
+    command: &clap::Command,
+    matches: &clap::ArgMatches,
+    args: &DaemonArgs,
+    from_flags: T,
+    file: Option<&SiteFile>,
+    cluster: ClusterDefaults,
+    sections: &[String],
+) -> anyhow::Result<Loaded<T>> {
+    let layers = match file {
+        Some(f) => daemon_sections(f, cluster, sections),
+        None => Vec::new(),
+    };
+    let refs: Vec<&Section> = layers.iter().collect();
+    let settings_keys = keys_of(&from_flags);
+    let settings_keys: Vec<&str> = settings_keys.iter().map(String::as_str).collect();
+    let daemon_flags = DaemonSettings {
+        state_dir: args.state_dir.clone(),
+        log_format: args.log_format.clone(),
+    };
+    let daemon = gsched_site::layer(command, matches, &daemon_flags, &refs, &settings_keys)?;
+    let settings = gsched_site::layer(command, matches, &from_flags, &refs, &DAEMON_KEYS)?;
+    Ok(Loaded {
+        daemon,
+        settings,
+        file: file.map(|f| f.path.clone()),
+    })
+}
+
+/// Reads the site file again for a running daemon: `running`'s values
+/// for the `fixed` keys (given as flags), the file's where it has them,
+/// `defaults` elsewhere.
+pub fn reread<T: Serialize + DeserializeOwned>(
+    path: &Path,
+    cluster: ClusterDefaults,
+    sections: &[String],
+    defaults: &T,
+    running: &T,
+    fixed: &[String],
+) -> anyhow::Result<T> {
+    let file = SiteFile::read(path)?;
+    let layers = daemon_sections(&file, cluster, sections);
+    let mut object = match serde_json::to_value(defaults)? {
+        serde_json::Value::Object(o) => o,
+        _ => anyhow::bail!("settings are not a structure"),
+    };
+    for section in &layers {
+        section.check_each::<T>(&DAEMON_KEYS)?;
+        for e in &section.entries {
+            if !DAEMON_KEYS.contains(&e.key.as_str()) {
+                object.insert(e.key.clone(), e.value.clone());
+            }
+        }
+    }
+    if let serde_json::Value::Object(now) = serde_json::to_value(running)? {
+        for k in fixed {
+            if let Some(v) = now.get(k) {
+                object.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    serde_json::from_value(serde_json::Value::Object(object))
+        .with_context(|| format!("the settings of {} do not go together", path.display()))
+}
+
+fn keys_of<T: Serialize>(value: &T) -> Vec<String> {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::Object(o)) => o.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The effective settings of one section as TOML lines, each followed by
+/// where it came from.
+pub fn describe(title: &str, value: &serde_json::Value, sources: &[(String, Source)]) -> String {
+    let mut out = format!("[{title}]\n");
+    for (key, source) in sources {
+        let v = value.get(key).unwrap_or(&serde_json::Value::Null);
+        match gsched_site::example::toml_text(v) {
+            Some(text) => out.push_str(&format!("{key} = {text}    # {source}\n")),
+            None => out.push_str(&format!("# {key} is not set    # {source}\n")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    #[derive(Parser, Debug)]
+    struct Node {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+        #[command(flatten)]
+        node: NodeSettings,
+    }
+
+    #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct NodeSettings {
+        #[arg(long, default_value = "http://127.0.0.1:6817")]
+        #[serde(default)]
+        controller: String,
+        #[arg(long)]
+        #[serde(default)]
+        cpus: Option<u32>,
+    }
+
+    const CLUSTER: ClusterDefaults = &[("controller", "controller")];
+
+    #[test]
+    fn cluster_keys_stand_in_beneath_the_section_and_daemon_keys_are_apart() {
+        let file = SiteFile::parse(
+            Path::new("/g.toml"),
+            "[cluster]\ncontroller = \"https://ctl:6817\"\ntls_ca = \"/ca.pem\"\n[node]\nstate_dir = \"/srv/g\"\ncpus = 3\n[nodes.n2]\ncpus = 5\n",
+        )
+        .unwrap();
+        let command = Node::command();
+        let matches = command.clone().try_get_matches_from(["gnoded"]).unwrap();
+        let parsed = Node::from_arg_matches(&matches).unwrap();
+        let sections = ["node".to_string(), "nodes.n2".to_string()];
+        let l = load_from(
+            &command,
+            &matches,
+            &parsed.daemon,
+            parsed.node,
+            Some(&file),
+            CLUSTER,
+            &sections,
+        )
+        .unwrap();
+        assert_eq!(l.settings.value.controller, "https://ctl:6817");
+        assert_eq!(l.settings.value.cpus, Some(5));
+        assert_eq!(l.daemon.value.state_dir(), PathBuf::from("/srv/g"));
+        assert_eq!(
+            l.settings.source("controller").unwrap().to_string(),
+            "/g.toml:2 [cluster]"
+        );
+        assert!(l.fixed_keys().is_empty());
+
+        let matches = command
+            .clone()
+            .try_get_matches_from(["gnoded", "--cpus", "9", "--state-dir", "/x"])
+            .unwrap();
+        let parsed = Node::from_arg_matches(&matches).unwrap();
+        let l = load_from(
+            &command,
+            &matches,
+            &parsed.daemon,
+            parsed.node,
+            Some(&file),
+            CLUSTER,
+            &sections,
+        )
+        .unwrap();
+        assert_eq!(l.settings.value.cpus, Some(9));
+        assert_eq!(l.daemon.value.state_dir(), PathBuf::from("/x"));
+        assert_eq!(l.fixed_keys(), ["cpus"]);
+    }
+}
