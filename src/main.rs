@@ -4,9 +4,12 @@
 //! with state under `--state-dir`.
 
 mod bench;
+mod db;
 mod hw;
+mod manuals;
 mod mig;
 mod sim;
+mod site_config;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -55,6 +58,22 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// The site configuration file (/etc/gsched/gsched.toml): `check` one,
+    /// or print the `example` with every key commented.
+    Config {
+        #[command(subcommand)]
+        command: site_config::ConfigCommand,
+    },
+    /// The controller's database: `backup FILE`, consistent, while gctld
+    /// runs.
+    Db {
+        #[command(subcommand)]
+        command: db::DbCommand,
+    },
+    /// Write the manual pages of every command and daemon into DIR
+    /// (man1/, man8/), as the packages ship them.
+    #[command(hide = true)]
+    Manuals { dir: PathBuf },
     /// Install Slurm's command names (sbatch, squeue, ...) into DIR; with DIR
     /// first on PATH, Slurm clients drive gsched (docs/slurm.md).
     SlurmShims {
@@ -423,6 +442,17 @@ fn main() -> Result<()> {
         Command::Mig(args) => mig::run(args),
         Command::Sim(args) => sim::run(args),
         Command::SlurmShims { dir } => install_shims(&dir),
+        Command::Config { command } => site_config::run(command),
+        Command::Db { command } => db::run(command),
+        Command::Manuals { dir } => {
+            let pages = manuals::write_all(&dir)?;
+            println!(
+                "{} manual pages written under {}",
+                pages.len(),
+                dir.display()
+            );
+            Ok(())
+        }
         Command::Token {
             lifetime,
             user,

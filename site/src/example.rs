@@ -7,9 +7,16 @@ use std::fmt::Write;
 use serde_json::Value;
 
 /// One section of the example: `[name]`, then for every argument of
-/// `command` that is a key of `defaults`, its help as comments and
-/// `#key = default`. `about` opens the section.
-pub fn section(name: &str, about: &str, command: &clap::Command, defaults: &Value) -> String {
+/// `command` that is a key of `defaults`, its help as comments (with the
+/// flag that overrides it when `flags`) and `#key = default`. `about`
+/// opens the section.
+pub fn section(
+    name: &str,
+    about: &str,
+    command: &clap::Command,
+    defaults: &Value,
+    flags: bool,
+) -> String {
     let mut out = format!("{}[{name}]\n", comment(about, ""));
     let Value::Object(defaults) = defaults else {
         return out;
@@ -26,7 +33,7 @@ pub fn section(name: &str, about: &str, command: &clap::Command, defaults: &Valu
             .unwrap_or_default();
         out.push('\n');
         out.push_str(&comment(&help, ""));
-        if let Some(long) = arg.get_long() {
+        if let Some(long) = arg.get_long().filter(|_| flags) {
             let _ = writeln!(out, "# (flag --{long})");
         }
         out.push_str(&key_line(key, value));

@@ -22,6 +22,8 @@ pub enum Source {
     },
     Environment(String),
     Flag(String),
+    /// The name of the `[nodes.NAME]` section being shown.
+    SectionName,
 }
 
 impl fmt::Display for Source {
@@ -40,6 +42,7 @@ impl fmt::Display for Source {
             } => write!(f, "{}:{line} [{section}]", path.display()),
             Source::Environment(var) => write!(f, "environment {var}"),
             Source::Flag(flag) => write!(f, "flag {flag}"),
+            Source::SectionName => f.write_str("the section's name"),
         }
     }
 }

@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use gsched_core::resources::MemoryPolicy;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which cgroup backend to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Plugin {
     /// v2 where its controllers are available, else v1, else none.
@@ -25,7 +25,7 @@ pub enum Plugin {
 pub const DEFAULT_MAX_PROCESSES: u64 = 16_384;
 
 /// The settings, with Slurm's `cgroup.conf` names where Slurm has one.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CgroupConfig {
     pub plugin: Plugin,
@@ -108,6 +108,22 @@ impl From<&str> for BadSetting {
 }
 
 impl CgroupConfig {
+    /// Every key with what it does, for the site file's commented example
+    /// (a test keeps it equal to the fields).
+    pub const KEYS: &'static [(&'static str, &'static str)] = &[
+        ("plugin", "Which cgroup backend: auto (v2 where its controllers are available, else v1, else none), v1, v2, or none (jobs are not confined; a loud warning at start)."),
+        ("base", "The directory under each hierarchy's root that holds gsched's cgroups."),
+        ("constrain_ram_space", "Limit each job to its memory request (ConstrainRAMSpace)."),
+        ("constrain_swap_space", "Count swap against the limit (ConstrainSwapSpace)."),
+        ("constrain_cores", "Run each job on its allocated cores only (ConstrainCores)."),
+        ("constrain_devices", "Let each job open only the GPU devices it was given (ConstrainDevices)."),
+        ("allowed_ram_space", "Percent of its memory request a job may use (AllowedRAMSpace)."),
+        ("allowed_swap_space", "Percent of its memory request a job may use in swap beyond its RAM limit (AllowedSwapSpace)."),
+        ("min_ram_space", "The lowest RAM limit a job gets, MB (MinRAMSpace)."),
+        ("acct_gather_frequency", "Seconds between samples of a running job's memory and processes, for AveRSS, MaxVMSize and sstat (JobAcctGatherFrequency)."),
+        ("max_processes", "The most processes and threads one job may have at once on a node (pids.max): a fork bomb in a job stops there."),
+    ];
+
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<CgroupConfig, ConfigError> {
         let p = path.display().to_string();
@@ -170,5 +186,25 @@ impl CgroupConfig {
             constrain_swap: self.constrain_swap_space,
             min_ram_mib: self.min_ram_space,
         }
+    }
+}
+
+#[cfg(test)]
+mod keys_tests {
+    use super::CgroupConfig;
+
+    #[test]
+    fn every_field_is_described_once_in_order() {
+        let serde_json::Value::Object(fields) =
+            serde_json::to_value(CgroupConfig::default()).unwrap()
+        else {
+            panic!("a structure");
+        };
+        let described: Vec<&str> = CgroupConfig::KEYS.iter().map(|(k, _)| *k).collect();
+        let mut names: Vec<&str> = fields.keys().map(String::as_str).collect();
+        let mut sorted = described.clone();
+        names.sort_unstable();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
     }
 }
