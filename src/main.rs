@@ -78,7 +78,11 @@ enum Command {
     /// first on PATH, Slurm clients drive gsched (docs/slurm.md).
     SlurmShims {
         /// Directory to write the commands into (created if missing).
-        dir: PathBuf,
+        #[arg(required_unless_present = "list")]
+        dir: Option<PathBuf>,
+        /// Print the command names, one per line, and install nothing.
+        #[arg(long, conflicts_with = "dir")]
+        list: bool,
     },
 }
 
@@ -441,7 +445,13 @@ fn main() -> Result<()> {
         Command::Hw(args) => hw::run(args),
         Command::Mig(args) => mig::run(args),
         Command::Sim(args) => sim::run(args),
-        Command::SlurmShims { dir } => install_shims(&dir),
+        Command::SlurmShims { list: true, .. } => {
+            for name in gsched_cli::slurm::COMMANDS {
+                println!("{name}");
+            }
+            Ok(())
+        }
+        Command::SlurmShims { dir, .. } => install_shims(&dir.context("give DIR or --list")?),
         Command::Config { command } => site_config::run(command),
         Command::Db { command } => db::run(command),
         Command::Manuals { dir } => {
