@@ -414,6 +414,7 @@ async fn up(args: UpArgs) -> Result<()> {
     }
     tracing::info!("shutting down; running jobs keep running and are adopted at the next start");
     node.shutdown().await;
+    ctld.remove_sockets();
     Ok(())
 }
 

@@ -39,7 +39,21 @@ pub struct Running {
     /// `http://ADDR`, or `https://ADDR` with TLS.
     pub url: String,
     pub socket: std::path::PathBuf,
+    /// The socket published for loopback commands (`/run/gsched/...`).
+    pub rendezvous: Option<std::path::PathBuf>,
     pub controller: Arc<Controller>,
+}
+
+impl Running {
+    /// Removes the local sockets at shutdown, so no command finds a dead
+    /// one (a crash leaves them; the next start replaces them).
+    pub fn remove_sockets(&self) {
+        for path in std::iter::once(&self.socket).chain(self.rendezvous.as_ref()) {
+            if let Err(e) = std::fs::remove_file(path) {
+                tracing::warn!(socket = %path.display(), error = %e, "cannot remove the local socket");
+            }
+        }
+    }
 }
 
 /// Opens the store under `state_dir`, binds the API, and starts the loops.
@@ -170,14 +184,16 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     );
     endpoint.serve("API", listener, app);
     serve_socket(socket, &controller);
-    if let Some(rendezvous) = publish_rendezvous(addr) {
-        serve_socket(rendezvous, &controller);
-    }
+    let rendezvous = publish_rendezvous(addr).map(|(listener, path)| {
+        serve_socket(listener, &controller);
+        path
+    });
     tracing::info!(%addr, socket = %socket_path.display(), "gctld listening");
     Ok(Running {
         addr,
         url: public_url,
         socket: socket_path,
+        rendezvous,
         controller,
     })
 }
@@ -205,7 +221,9 @@ fn serve_socket(socket: tokio::net::UnixListener, controller: &Arc<Controller>) 
 /// Only for a controller that loopback clients can reach (listening on a
 /// loopback or wildcard address). Failing to publish is not fatal: local
 /// commands then need `GSCHED_SOCKET` or `GSCHED_URL=unix:PATH`.
-fn publish_rendezvous(addr: std::net::SocketAddr) -> Option<tokio::net::UnixListener> {
+fn publish_rendezvous(
+    addr: std::net::SocketAddr,
+) -> Option<(tokio::net::UnixListener, std::path::PathBuf)> {
     if !(addr.ip().is_loopback() || addr.ip().is_unspecified()) {
         return None;
     }
@@ -221,7 +239,7 @@ fn publish_rendezvous(addr: std::net::SocketAddr) -> Option<tokio::net::UnixList
     match published {
         Ok(l) => {
             tracing::info!(socket = %path.display(), "local socket published for loopback commands");
-            Some(l)
+            Some((l, path))
         }
         Err(e) => {
             tracing::warn!(

@@ -36,5 +36,6 @@ async fn main() -> Result<()> {
     }
     gsched_daemon::service::stopping();
     tracing::info!("stopping");
+    running.remove_sockets();
     Ok(())
 }

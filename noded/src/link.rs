@@ -36,18 +36,26 @@ pub struct ControllerLink {
 
 /// Why the controller did not take a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ControllerError(pub String);
+#[error("{message}")]
+pub struct ControllerError {
+    pub message: String,
+    /// The controller answered and said no (4xx), as opposed to not
+    /// answering: asking again at once would get the same answer.
+    pub refused: bool,
+}
 
 impl From<String> for ControllerError {
-    fn from(why: String) -> Self {
-        ControllerError(why)
+    fn from(message: String) -> Self {
+        ControllerError {
+            message,
+            refused: false,
+        }
     }
 }
 
 impl From<&str> for ControllerError {
     fn from(why: &str) -> Self {
-        ControllerError(why.to_string())
+        ControllerError::from(why.to_string())
     }
 }
 
@@ -128,15 +136,14 @@ impl ControllerLink {
             .peer
             .post(&format!("{}{path}", self.controller), body)
             .await
-            .map_err(|e| ControllerError(format!("controller {}: {e}", self.controller)))?;
+            .map_err(|e| ControllerError::from(format!("controller {}: {e}", self.controller)))?;
         if r.is_success() {
             Ok(r)
         } else {
-            Err(ControllerError(format!(
-                "controller answered {}: {}",
-                r.status,
-                r.error_text()
-            )))
+            Err(ControllerError {
+                message: format!("controller answered {}: {}", r.status, r.error_text()),
+                refused: (400..500).contains(&r.status.as_u16()),
+            })
         }
     }
 
@@ -220,7 +227,7 @@ impl ControllerLink {
         }
         let r = self.post("/internal/v1/nodes/register", &reg).await?;
         let reply: RegistrationReply = r.json().map_err(|e| {
-            ControllerError(format!(
+            ControllerError::from(format!(
                 "the controller's registration answer is unreadable: {e}"
             ))
         })?;
@@ -243,6 +250,11 @@ impl ControllerLink {
         mut pending: Vec<JobEnded>,
     ) {
         let mut registered = false;
+        // Doubles while the controller refuses the registration (this
+        // node's release, its fence timeout: an administrator must act),
+        // up to 30 s; a controller that does not answer is asked every
+        // second, so a restarted one has its nodes back at once.
+        let mut retry = Duration::from_secs(1);
         let mut tick = tokio::time::interval(self.heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -254,12 +266,18 @@ impl ControllerLink {
                     Ok(()) => {
                         info!(controller = %self.controller, "registered with the controller");
                         registered = true;
+                        retry = Duration::from_secs(1);
                         let n = pending.len();
                         self.acknowledged(&mut pending, n);
                     }
                     Err(e) => {
-                        warn!(error = %e, "registration failed; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        warn!(error = %e, retry_secs = retry.as_secs(), "registration failed; retrying");
+                        tokio::time::sleep(retry).await;
+                        retry = if e.refused {
+                            (retry * 2).min(Duration::from_secs(30))
+                        } else {
+                            Duration::from_secs(1)
+                        };
                         continue;
                     }
                 }

@@ -141,6 +141,7 @@ mod tests {
             "gctld's settings.",
             &Settings::command(),
             &defaults,
+            true,
         );
         assert_eq!(
             text,

@@ -439,3 +439,30 @@ async fn suspending_a_job_asks_its_node() {
     assert!(req.suspend);
     assert!(ctl.lock().job(id).unwrap().is_suspended());
 }
+
+#[tokio::test]
+async fn a_node_one_minor_version_apart_registers_and_one_further_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = Arc::new(FakeNodes::default());
+    let ctl = open(dir.path(), &nodes).await;
+    // 0.1.0 nodes stated no release.
+    let unstated = NodeRegistration {
+        release: String::new(),
+        protocol: 0,
+        ..registration(vec![])
+    };
+    ctl.register(unstated).await.unwrap();
+    let far = NodeRegistration {
+        release: "9.0.0".into(),
+        ..registration(vec![])
+    };
+    let e = ctl.register(far).await.unwrap_err().to_string();
+    assert!(e.contains("runs gsched 9.0.0"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "the controller gsched {}",
+            gsched_core::version::RELEASE
+        )),
+        "{e}"
+    );
+}
