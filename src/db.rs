@@ -32,7 +32,6 @@ pub fn run(command: DbCommand) -> Result<()> {
             let db = state_dir.join("ctld.db");
             tokio::runtime::Runtime::new()?
                 .block_on(gsched_ctld::store::schema::backup(&db, &file))
-                .map_err(|e| anyhow::anyhow!("{e}"))
                 .context("no backup taken")?;
             println!("{} copied into {}", db.display(), file.display());
             Ok(())
@@ -45,7 +44,7 @@ fn controller_state_dir() -> Result<PathBuf> {
     let command = gsched_ctld::command::GctldArgs::command();
     let matches = command.clone().try_get_matches_from(["gctld"])?;
     let args = gsched_ctld::command::GctldArgs::from_arg_matches(&matches)?;
-    let file = gsched_site::SiteFile::locate(None)?;
+    let file = gsched_daemon::settings::site_file(&args.daemon)?;
     let loaded = gsched_ctld::command::load(&command, &matches, args, file.as_ref())?;
     Ok(loaded.daemon.value.state_dir())
 }

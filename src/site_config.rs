@@ -40,6 +40,12 @@ pub fn run(command: ConfigCommand) -> Result<()> {
                 Some(p) => Some(SiteFile::read(p)?),
                 None => SiteFile::locate(None)?,
             };
+            if let Some(f) = &file {
+                // As the daemons check it before they read it.
+                gsched_daemon::state::check_trusted_file(&f.path).map_err(|e| {
+                    anyhow::anyhow!("{}: the daemons would refuse it: {e}", f.path.display())
+                })?;
+            }
             print!("{}", check(file.as_ref())?);
             Ok(())
         }

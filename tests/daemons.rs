@@ -417,15 +417,18 @@ fn a_key_file_readable_by_others_is_refused() {
     );
 }
 
+/// Issue 39: the site file drives gctld and the commands; flags win over
+/// it; an unknown key stops the daemon naming its line; a file others
+/// could change is refused; a flat file of the earlier kind still reads.
 #[test]
-fn gctld_reads_its_settings_from_a_config_file_and_refuses_mixed_or_unknown_ones() {
+fn the_site_file_drives_gctld_and_the_commands() {
     let mut p = Pair::new();
-    let cfg = p.dir.path().join("gctld.toml");
-    std::fs::write(
-        &cfg,
-        format!("listen = \"127.0.0.1:{}\"\nnode_timeout = 7\n", p.port),
-    )
-    .unwrap();
+    let cfg = p.dir.path().join("gsched.toml");
+    let site = format!(
+        "[cluster]\ncontroller = \"http://127.0.0.1:{port}\"\n\n[controller]\nlisten = \"127.0.0.1:{port}\"\ncluster_name = \"fromfile\"\nnode_timeout = 7\n",
+        port = p.port
+    );
+    std::fs::write(&cfg, &site).unwrap();
     let run = |extra: &[&str]| {
         let mut c = Command::new(common::bin("gctld"));
         c.arg("--state-dir")
@@ -438,22 +441,68 @@ fn gctld_reads_its_settings_from_a_config_file_and_refuses_mixed_or_unknown_ones
             .stderr(Stdio::piped());
         c
     };
-    let out = run(&["--node-timeout", "9"]).output().unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("also given as flags: --node-timeout"), "{err}");
-
-    p.ctld = Some(run(&[]).spawn().unwrap());
+    p.ctld = Some(run(&["--cluster-name", "fromflag"]).spawn().unwrap());
     p.wait("gctld listens where the file says", || p.health().is_some());
+    assert_eq!(
+        p.health().unwrap()["cluster_name"],
+        "fromflag",
+        "the flag wins"
+    );
+    // A command finds the controller through [cluster], as root through
+    // its local socket.
+    let out = Command::new(common::bin("gqueue"))
+        .env("GSCHED_CONFIG", &cfg)
+        .env_remove("GSCHED_URL")
+        .env("GSCHED_RETRY_SECS", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let elsewhere = Command::new(common::bin("gqueue"))
+        .env("GSCHED_CONFIG", p.dir.path().join("missing.toml"))
+        .env_remove("GSCHED_URL")
+        .output()
+        .unwrap();
+    assert!(!elsewhere.status.success());
+    assert!(
+        common::stderr(&elsewhere).contains("cannot read the configuration file"),
+        "{}",
+        common::stderr(&elsewhere)
+    );
+    common::kill_child(&mut p.ctld);
 
-    std::fs::write(&cfg, "listen = \"127.0.0.1:1\"\nnode_timout = 7\n").unwrap();
+    std::fs::write(&cfg, site.replace("node_timeout = 7", "node_timout = 7")).unwrap();
     let out = run(&[]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("invalid config file") && err.contains("node_timout"),
+        err.contains(&format!(
+            "{}:7: [controller] node_timout: unknown field `node_timout`",
+            cfg.display()
+        )),
         "{err}"
     );
+
+    std::fs::write(&cfg, &site).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = run(&[]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is not safe to read") && err.contains("chmod go-w"),
+        "{err}"
+    );
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    std::fs::write(
+        &cfg,
+        format!("listen = \"127.0.0.1:{}\"\nnode_timeout = 7\n", p.port),
+    )
+    .unwrap();
+    p.ctld = Some(run(&[]).spawn().unwrap());
+    p.wait("gctld reads a flat file of the earlier kind", || {
+        p.health().is_some()
+    });
 }
 
 /// Issue 15, item 7: a command started while the controller is down waits

@@ -17,7 +17,7 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     let args = GctldArgs::from_arg_matches(&matches)?;
-    let file = gsched_site::SiteFile::locate(args.daemon.config.as_deref())?;
+    let file = gsched_daemon::settings::site_file(&args.daemon)?;
     let loaded = gsched_ctld::command::load(&command, &matches, args, file.as_ref())?;
     gsched_daemon::init_logs(&loaded.daemon.value.log_format);
     gsched_daemon::island::prepare_daemon();

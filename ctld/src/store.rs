@@ -57,7 +57,7 @@ pub enum StoreError {
     Backup {
         path: String,
         to: String,
-        why: String,
+        why: schema::BackupError,
     },
     #[error("stored job {id} is unreadable: {why}")]
     Corrupt { id: i64, why: String },

@@ -111,29 +111,21 @@ pub fn daemon_sections(
     out
 }
 
-/// Reads a daemon's settings: defaults, then the site file's `[cluster]`
-/// stand-ins and `sections`, then the environment and flags.
-pub fn load<T: Serialize + DeserializeOwned>(
-    command: &clap::Command,
-    matches: &clap::ArgMatches,
-    args: &DaemonArgs,
-    from_flags: T,
-    cluster: ClusterDefaults,
-    sections: &[String],
-) -> anyhow::Result<Loaded<T>> {
+/// The site file a daemon reads (`--config`, `GSCHED_CONFIG`, or
+/// `/etc/gsched/gsched.toml`), once it is known that no one but root or
+/// the daemon's user could have written it (`state::check_trusted_file`).
+pub fn site_file(args: &DaemonArgs) -> anyhow::Result<Option<SiteFile>> {
     let file = SiteFile::locate(args.config.as_deref())?;
-    load_from(
-        command,
-        matches,
-        args,
-        from_flags,
-        file.as_ref(),
-        cluster,
-        sections,
-    )
+    if let Some(f) = &file {
+        crate::state::check_trusted_file(&f.path)
+            .with_context(|| format!("the site file {} is not safe to read", f.path.display()))?;
+    }
+    Ok(file)
 }
 
-/// As `load`, with the site file already read.
+/// Reads a daemon's settings from `file` (`site_file`): defaults, then
+/// the file's `[cluster]` stand-ins and `sections`, then the environment
+/// and flags.
 pub fn load_from<T: Serialize + DeserializeOwned>(
     command: &clap::Command,
     matches: &clap::ArgMatches,
@@ -174,6 +166,8 @@ pub fn reread<T: Serialize + DeserializeOwned>(
     running: &T,
     fixed: &[String],
 ) -> anyhow::Result<T> {
+    crate::state::check_trusted_file(path)
+        .with_context(|| format!("the site file {} is not safe to read", path.display()))?;
     let file = SiteFile::read(path)?;
     let layers = daemon_sections(&file, cluster, sections);
     let mut object = match serde_json::to_value(defaults)? {

@@ -10,7 +10,7 @@ fn main() -> Result<()> {
     let command = GnodedArgs::command();
     let matches = command.clone().get_matches();
     let args = GnodedArgs::from_arg_matches(&matches)?;
-    let file = gsched_site::SiteFile::locate(args.daemon.config.as_deref())?;
+    let file = gsched_daemon::settings::site_file(&args.daemon)?;
     let loaded = gsched_noded::command::load(&command, &matches, args, file.as_ref())?;
     gsched_daemon::init_logs(&loaded.daemon.value.log_format);
     gsched_daemon::island::prepare_daemon();

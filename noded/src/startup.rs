@@ -96,13 +96,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         probe: probe_server,
         ..
     } = &parts;
-    let endpoint = gsched_daemon::tls::Endpoint::from_flags(
-        config.tls_cert.as_deref(),
-        config.tls_key.as_deref(),
-        config.listen,
-        config.allow_plain_http,
-    )?;
-    let http = gsched_daemon::tls::http_client(config.tls_ca.as_deref())?;
+    let (endpoint, http) = tls_endpoint(&config)?;
     restore_reservations(
         &gsched_daemon::peer::PeerClient::new(
             http.clone(),
@@ -389,6 +383,19 @@ fn cluster_key(config: &NodeConfig, state_dir: &Path) -> Result<String> {
 }
 
 /// The node's name: `--name`, else the host name.
+/// The node API's endpoint (https with a certificate) and the client
+/// that calls the controller (checking it against `--tls-ca`).
+fn tls_endpoint(config: &NodeConfig) -> Result<(gsched_daemon::tls::Endpoint, reqwest::Client)> {
+    let endpoint = gsched_daemon::tls::Endpoint::from_flags(
+        config.tls_cert.as_deref(),
+        config.tls_key.as_deref(),
+        config.listen,
+        config.allow_plain_http,
+    )?;
+    let http = gsched_daemon::tls::http_client(config.tls_ca.as_deref())?;
+    Ok((endpoint, http))
+}
+
 fn node_name(config: &NodeConfig) -> Result<String> {
     Ok(match &config.name {
         Some(n) => n.clone(),

@@ -11,6 +11,24 @@ use sqlx::{Connection, Row, SqliteConnection};
 
 use super::{StoreError, MIGRATOR};
 
+/// Why a copy of the database was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("no database at {0}")]
+    NoDatabase(String),
+    #[error("cannot create {path}: {source}")]
+    Create {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the path {0} is not UTF-8")]
+    NotUtf8(String),
+    #[error("cannot open {path}: {source}")]
+    Open { path: String, source: sqlx::Error },
+    #[error("cannot copy {path}: {source}")]
+    Copy { path: String, source: sqlx::Error },
+}
+
 /// What opening a database must do about its schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchemaPlan {
@@ -124,29 +142,50 @@ pub(super) async fn upgrade(
 
 /// Copies the database `conn` reads into `to` (0600, in `dir`, created
 /// 0700 if missing), consistently.
-async fn backup_into(conn: &mut SqliteConnection, dir: &Path, to: &Path) -> Result<(), String> {
+async fn backup_into(
+    conn: &mut SqliteConnection,
+    dir: &Path,
+    to: &Path,
+) -> Result<(), BackupError> {
     if std::fs::symlink_metadata(dir).is_err() {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .map_err(|source| BackupError::Create {
+                path: dir.display().to_string(),
+                source,
+            })?;
     }
+    vacuum_into(conn, to, "the database").await
+}
+
+/// `VACUUM INTO` a new private file `to`; removed again if the copy fails.
+async fn vacuum_into(
+    conn: &mut SqliteConnection,
+    to: &Path,
+    from: &str,
+) -> Result<(), BackupError> {
     create_empty_private(to)?;
-    let target = to.to_str().ok_or("the backup's path is not UTF-8")?;
-    if let Err(e) = sqlx::query("VACUUM INTO ?")
+    let target = to
+        .to_str()
+        .ok_or_else(|| BackupError::NotUtf8(to.display().to_string()))?;
+    if let Err(source) = sqlx::query("VACUUM INTO ?")
         .bind(target)
         .execute(&mut *conn)
         .await
     {
         let _ = std::fs::remove_file(to);
-        return Err(e.to_string());
+        return Err(BackupError::Copy {
+            path: from.to_string(),
+            source,
+        });
     }
     Ok(())
 }
 
 /// Creates `path` empty, 0600, refusing one that exists (or a link).
-fn create_empty_private(path: &Path) -> Result<(), String> {
+fn create_empty_private(path: &Path) -> Result<(), BackupError> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -154,14 +193,18 @@ fn create_empty_private(path: &Path) -> Result<(), String> {
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
         .map(drop)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))
+        .map_err(|source| BackupError::Create {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// `gsched db backup`: a consistent copy of the database at `db` (read
 /// only; the controller may be running) into `to`, a new file (0600).
-pub async fn backup(db: &Path, to: &Path) -> Result<(), String> {
+pub async fn backup(db: &Path, to: &Path) -> Result<(), BackupError> {
+    let shown = db.display().to_string();
     if !db.is_file() {
-        return Err(format!("no database at {}", db.display()));
+        return Err(BackupError::NoDatabase(shown));
     }
     let opts = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(db)
@@ -169,18 +212,11 @@ pub async fn backup(db: &Path, to: &Path) -> Result<(), String> {
         .busy_timeout(std::time::Duration::from_secs(10));
     let mut conn = SqliteConnection::connect_with(&opts)
         .await
-        .map_err(|e| format!("cannot open {}: {e}", db.display()))?;
-    create_empty_private(to)?;
-    let target = to.to_str().ok_or("the backup's path is not UTF-8")?;
-    let copied = sqlx::query("VACUUM INTO ?")
-        .bind(target)
-        .execute(&mut conn)
-        .await;
-    if let Err(e) = copied {
-        let _ = std::fs::remove_file(to);
-        return Err(format!("cannot copy {}: {e}", db.display()));
-    }
-    Ok(())
+        .map_err(|source| BackupError::Open {
+            path: shown.clone(),
+            source,
+        })?;
+    vacuum_into(&mut conn, to, &shown).await
 }
 
 #[cfg(test)]
@@ -280,11 +316,12 @@ mod tests {
         let to = dir.path().join("copy.db");
         backup(&db, &to).await.unwrap();
         assert!(std::fs::metadata(&to).unwrap().len() > 0);
-        let e = backup(&db, &to).await.unwrap_err();
+        let e = backup(&db, &to).await.unwrap_err().to_string();
         assert!(e.contains("File exists"), "{e}");
         let e = backup(&dir.path().join("none.db"), &dir.path().join("x.db"))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("no database at"), "{e}");
     }
 }
