@@ -42,7 +42,7 @@ pub fn run(command: ConfigCommand) -> Result<()> {
             };
             if let Some(f) = &file {
                 // As the daemons check it before they read it.
-                gsched_daemon::state::check_trusted_file(&f.path).map_err(|e| {
+                gsched_site::trust::check(&f.path).map_err(|e| {
                     anyhow::anyhow!("{}: the daemons would refuse it: {e}", f.path.display())
                 })?;
             }
@@ -66,7 +66,10 @@ pub fn check(file: Option<&SiteFile>) -> Result<String> {
             gsched_site::DEFAULT_PATH
         ),
     };
-    out.push_str("# Effective settings; after each, where it came from.\n\n");
+    out.push_str("# Effective settings; after each, where it came from (this shell's\n# environment included, which a service's may not have).\n\n");
+    if let Some(f) = file.filter(|f| f.is_flat()) {
+        return Ok(out + &flat_report(f)?);
+    }
     out.push_str(&cluster_report(file)?);
     let command = GctldArgs::command();
     let matches = command.clone().try_get_matches_from(["gctld"])?;
@@ -132,6 +135,34 @@ pub fn check(file: Option<&SiteFile>) -> Result<String> {
         &sources,
     ));
     Ok(out)
+}
+
+/// A flat file of the earlier kind is one daemon's: said as whichever
+/// reads it.
+fn flat_report(file: &SiteFile) -> Result<String> {
+    let command = GctldArgs::command();
+    let matches = command.clone().try_get_matches_from(["gctld"])?;
+    let args = GctldArgs::from_arg_matches(&matches)?;
+    let as_controller = gsched_ctld::command::load(&command, &matches, args, Some(file));
+    if let Ok(ctld) = &as_controller {
+        return daemon_report("controller", &ctld.daemon, &ctld.settings)
+            .map(|r| format!("# read as gctld's file\n{r}"));
+    }
+    let command = GnodedArgs::command();
+    let matches = command.clone().try_get_matches_from(["gnoded"])?;
+    let args = GnodedArgs::from_arg_matches(&matches)?;
+    match gsched_noded::command::load(&command, &matches, args, Some(file)) {
+        Ok(node) => daemon_report("node", &node.daemon, &node.settings)
+            .map(|r| format!("# read as gnoded's file\n{r}")),
+        Err(as_node) => anyhow::bail!(
+            "{}: neither daemon reads it: as gctld's: {:#}; as gnoded's: {as_node:#}",
+            file.path.display(),
+            as_controller
+                .err()
+                .map(|e| format!("{e:#}"))
+                .unwrap_or_default()
+        ),
+    }
 }
 
 fn cluster_report(file: Option<&SiteFile>) -> Result<String> {

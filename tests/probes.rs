@@ -327,31 +327,36 @@ fn gprobe_refuses_bad_input_with_a_reason() {
         }
         c.output().unwrap()
     };
+    // Usage errors: clap's exit status 2, naming the argument.
     for (args, want) in [
-        (vec!["launch"], "expected the subcommand 'run'"),
-        (vec!["run", "--", "true"], "--mem is required"),
+        (vec!["launch"], "unrecognized subcommand 'launch'"),
+        (vec!["run", "--", "true"], "--mem <SIZE>"),
         (
             vec!["run", "--mem", "lots", "--", "true"],
             "invalid memory size 'lots'",
         ),
         (
             vec!["run", "--mem", "1G", "--warps", "x", "--", "true"],
-            "--warps: 'x' is not a number",
+            "invalid value 'x' for '--warps <WARPS>'",
         ),
-        (vec!["run", "--mem", "1G"], "no command given after --"),
-        (
-            vec!["run", "--mem", "1G", "--", "true"],
-            "not inside a gsched job",
-        ),
+        (vec!["run", "--mem", "1G"], "<COMMAND>"),
     ] {
         let out = run(&args, &[]);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.starts_with("gprobe: ") && err.contains(want),
+            err.starts_with("error: ") && err.contains(want),
             "{args:?}: {err}"
         );
     }
+    // Outside a job: exit status 1, said by gprobe.
+    let out = run(&["run", "--mem", "1G", "--", "true"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("gprobe: ") && err.contains("not inside a gsched job"),
+        "{err}"
+    );
     // A socket that is not there: said, not hung.
     let out = run(
         &["run", "--mem", "1G", "--", "true"],

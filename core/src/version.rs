@@ -71,9 +71,19 @@ impl fmt::Display for Release {
     }
 }
 
+/// The protocol of peers that do not state one (0.1.0).
+pub const UNSTATED_PROTOCOL: u32 = 1;
+
 /// Why two releases do not work together.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionMismatch {
+    #[error("{peer_role} speaks protocol {peer}, {our_role} protocol {ours}: protocols more than one apart do not work together; upgrade the older side")]
+    ProtocolTooFarApart {
+        ours: u32,
+        our_role: &'static str,
+        peer: u32,
+        peer_role: String,
+    },
     #[error("the peer's release '{0}' is not MAJOR.MINOR.PATCH")]
     Unreadable(String),
     #[error("{peer_role} runs gsched {peer}, {our_role} gsched {ours}: releases more than one minor version apart do not work together; upgrade the older one to at least {needed}")]
@@ -110,6 +120,27 @@ pub fn check_peer(
         peer,
         peer_role: peer_role.to_string(),
         needed,
+    })
+}
+
+/// Whether a peer of protocol `peer` (0: not stated, a peer of 0.1.0)
+/// works with ours: at most one apart, as releases one minor version apart
+/// are.
+pub fn check_protocol(
+    ours: u32,
+    our_role: &'static str,
+    peer: u32,
+    peer_role: &str,
+) -> Result<(), VersionMismatch> {
+    let peer = if peer == 0 { UNSTATED_PROTOCOL } else { peer };
+    if ours.abs_diff(peer) <= 1 {
+        return Ok(());
+    }
+    Err(VersionMismatch::ProtocolTooFarApart {
+        ours,
+        our_role,
+        peer,
+        peer_role: peer_role.to_string(),
     })
 }
 
@@ -172,6 +203,18 @@ mod tests {
                 "{a} with {b}"
             );
         }
+    }
+
+    #[test]
+    fn protocols_at_most_one_apart_work_and_unstated_is_the_first() {
+        assert_eq!(check_protocol(2, "the controller", 0, "node n1"), Ok(()));
+        assert_eq!(check_protocol(2, "the controller", 3, "node n1"), Ok(()));
+        let e = check_protocol(2, "the controller", 99, "node n1").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "node n1 speaks protocol 99, the controller protocol 2: protocols more than one apart do not work together; upgrade the older side"
+        );
+        assert!(check_protocol(4, "the controller", 0, "node n1").is_err());
     }
 
     #[test]

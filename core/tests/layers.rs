@@ -21,6 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "hostlist",
             "rlimits",
             "histogram",
+            "version",
         ],
     ),
     (

@@ -412,14 +412,12 @@ impl Controller {
         reg: NodeRegistration,
     ) -> Result<RegistrationReply, CtlError> {
         let timeout = Duration::from_secs(self.config.node_timeout.max(1));
+        let node = format!("node {}", reg.name);
         gsched_core::version::Release::stated(&reg.release)
             .and_then(|peer| {
-                gsched_core::version::check_peer(
-                    gsched_core::version::Release::this(),
-                    "the controller",
-                    peer,
-                    &format!("node {}", reg.name),
-                )
+                use gsched_core::version::{check_peer, check_protocol, Release, PROTOCOL};
+                check_peer(Release::this(), "the controller", peer, &node)?;
+                check_protocol(PROTOCOL, "the controller", reg.protocol, &node)
             })
             .inspect_err(|e| warn!(node = %reg.name, error = %e, "registration refused"))?;
         let fence = gsched_core::fence::agreed_fence_timeout(

@@ -24,8 +24,29 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Log format (`log_format` in the site file).
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// How a daemon writes its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Lines of text (journald adds its own time stamps).
+    Text,
+    /// One JSON object per line, with the job, run and instance ids as
+    /// fields, for a log shipper.
+    Json,
+}
+
+impl LogFormat {
+    /// The name `init_logs` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
 }
 
 /// What a daemon's section may say besides the daemon's own settings.
@@ -35,11 +56,11 @@ pub struct DaemonSettings {
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
     #[serde(default = "default_log_format")]
-    pub log_format: String,
+    pub log_format: LogFormat,
 }
 
-fn default_log_format() -> String {
-    "text".into()
+fn default_log_format() -> LogFormat {
+    LogFormat::Text
 }
 
 const DAEMON_KEYS: [&str; 2] = ["state_dir", "log_format"];
@@ -115,12 +136,7 @@ pub fn daemon_sections(
 /// `/etc/gsched/gsched.toml`), once it is known that no one but root or
 /// the daemon's user could have written it (`state::check_trusted_file`).
 pub fn site_file(args: &DaemonArgs) -> anyhow::Result<Option<SiteFile>> {
-    let file = SiteFile::locate(args.config.as_deref())?;
-    if let Some(f) = &file {
-        crate::state::check_trusted_file(&f.path)
-            .with_context(|| format!("the site file {} is not safe to read", f.path.display()))?;
-    }
-    Ok(file)
+    Ok(SiteFile::locate_trusted(args.config.as_deref())?)
 }
 
 /// Reads a daemon's settings from `file` (`site_file`): defaults, then
@@ -144,10 +160,17 @@ pub fn load_from<T: Serialize + DeserializeOwned>(
     let settings_keys: Vec<&str> = settings_keys.iter().map(String::as_str).collect();
     let daemon_flags = DaemonSettings {
         state_dir: args.state_dir.clone(),
-        log_format: args.log_format.clone(),
+        log_format: args.log_format,
     };
-    let daemon = gsched_site::layer(command, matches, &daemon_flags, &refs, &settings_keys)?;
+    if let Some(f) = file {
+        // [cluster] is the commands' too: an unknown key there is an error
+        // here as well, not a setting quietly lost.
+        f.read_section::<gsched_site::ClusterSettings>("cluster")?;
+    }
+    // The daemon's own settings first: an unknown key is named against
+    // them, not against `state_dir` and `log_format`.
     let settings = gsched_site::layer(command, matches, &from_flags, &refs, &DAEMON_KEYS)?;
+    let daemon = gsched_site::layer(command, matches, &daemon_flags, &refs, &settings_keys)?;
     Ok(Loaded {
         daemon,
         settings,
@@ -166,9 +189,7 @@ pub fn reread<T: Serialize + DeserializeOwned>(
     running: &T,
     fixed: &[String],
 ) -> anyhow::Result<T> {
-    crate::state::check_trusted_file(path)
-        .with_context(|| format!("the site file {} is not safe to read", path.display()))?;
-    let file = SiteFile::read(path)?;
+    let file = SiteFile::read_trusted(path)?;
     let layers = daemon_sections(&file, cluster, sections);
     let mut object = match serde_json::to_value(defaults)? {
         serde_json::Value::Object(o) => o,
@@ -288,5 +309,52 @@ mod tests {
         assert_eq!(l.settings.value.cpus, Some(9));
         assert_eq!(l.daemon.value.state_dir(), PathBuf::from("/x"));
         assert_eq!(l.fixed_keys(), ["cpus"]);
+    }
+
+    #[test]
+    fn unknown_keys_are_named_against_the_daemons_settings_and_cluster_typos_refused() {
+        let command = Node::command();
+        let matches = command.clone().try_get_matches_from(["gnoded"]).unwrap();
+        let sections = ["node".to_string()];
+        let load = |text: &str| {
+            let file = SiteFile::parse(Path::new("/g.toml"), text).unwrap();
+            let parsed = Node::from_arg_matches(&matches).unwrap();
+            load_from(
+                &command,
+                &matches,
+                &parsed.daemon,
+                parsed.node,
+                Some(&file),
+                CLUSTER,
+                &sections,
+            )
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+        };
+        let e = load(
+            "[node]
+cpu = 3
+",
+        );
+        assert!(
+            e.contains("unknown field `cpu`, expected `controller` or `cpus`"),
+            "{e}"
+        );
+        let e = load(
+            "[cluster]
+tls-ca = \"/ca.pem\"
+",
+        );
+        assert!(
+            e.starts_with("/g.toml:2: [cluster] tls-ca: unknown field"),
+            "{e}"
+        );
+        let e = load(
+            "[node]
+log_format = \"JSON\"
+",
+        );
+        assert!(e.contains("log_format: unknown variant `JSON`"), "{e}");
     }
 }

@@ -139,50 +139,6 @@ pub fn check_private_if_present(file: &Path) -> Result<(), StateError> {
     check_owned(file, Kind::Private)
 }
 
-/// Checks a file a daemon takes settings from (the site file): the file
-/// (links followed) and every directory above it belong to root or this
-/// process's user, and no one else may change them; a sticky directory
-/// such as `/tmp` may be passed through (no one can rename what others
-/// put in it). So a root daemon never takes a decision from a file a user
-/// could write or swap.
-pub fn check_trusted_file(path: &Path) -> Result<(), StateError> {
-    let shown = path.display().to_string();
-    let real = std::fs::canonicalize(path).map_err(|source| StateError::Inspect {
-        path: shown.clone(),
-        source,
-    })?;
-    let me = nix::unistd::geteuid().as_raw();
-    let mut at = Some(real.as_path());
-    let mut is_file = true;
-    while let Some(p) = at {
-        let meta = std::fs::metadata(p).map_err(|source| StateError::Inspect {
-            path: p.display().to_string(),
-            source,
-        })?;
-        let owner = meta.uid();
-        if owner != 0 && owner != me {
-            return Err(StateError::Owner {
-                path: p.display().to_string(),
-                owner,
-                me,
-            });
-        }
-        let mode = meta.mode() & 0o7777;
-        let sticky = !is_file && mode & 0o1000 != 0;
-        if mode & 0o022 != 0 && !sticky {
-            return Err(StateError::Mode {
-                path: p.display().to_string(),
-                mode,
-                what: "change it",
-                fix: "go-w",
-            });
-        }
-        is_file = false;
-        at = p.parent();
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,37 +195,5 @@ mod tests {
             e.contains("could change it") && e.contains("chmod go-w"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn a_settings_file_others_could_change_is_refused() {
-        let root = tempfile::tempdir().unwrap();
-        // Explicit modes: another test here runs under umask 0.
-        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let dir = root.path().join("etc");
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let file = dir.join("gsched.toml");
-        std::fs::write(&file, b"").unwrap();
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        check_trusted_file(&file).unwrap();
-        // Through a link in a trusted place: the real file is checked.
-        let link = dir.join("link.toml");
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        check_trusted_file(&link).unwrap();
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let e = check_trusted_file(&link).unwrap_err().to_string();
-        assert!(
-            e.contains("gsched.toml has mode 666") && e.contains("chmod go-w"),
-            "{e}"
-        );
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        // A directory above it others could write (not sticky).
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = check_trusted_file(&file).unwrap_err().to_string();
-        assert!(e.contains("etc has mode 777"), "{e}");
-        // Sticky, as /tmp: no one can swap the file in it.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        check_trusted_file(&file).unwrap();
     }
 }

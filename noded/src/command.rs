@@ -1,6 +1,6 @@
 //! gnoded's command line and where its settings come from: its flags over
-//! the site file's `[nodes.NAME]` section, then `[node]`, then
-//! `[cluster]`'s `controller` and `tls_ca`. Used by `gnoded` itself,
+//! the site file's `[nodes.NAME]` section (NAME: its `--name`, else its
+//! host name), then `[node]`, then `[cluster]`'s `controller` and `tls_ca`. Used by `gnoded` itself,
 //! `gsched config check` and the manual pages.
 
 use clap::Parser;
@@ -33,7 +33,8 @@ pub struct GnodedArgs {
     pub node: NodeConfig,
 }
 
-/// The node's name: `--name`, else `name` in `[node]`, else the host name.
+/// The node's name: `--name`, else (from a flat file of the earlier kind)
+/// its `name`, else the host name.
 pub fn node_name(
     matches: &clap::ArgMatches,
     args: &GnodedArgs,
@@ -42,15 +43,45 @@ pub fn node_name(
     if matches.value_source("name").is_some() {
         return args.node.name.clone();
     }
-    let from_file = file
+    let from_flat_file = file
+        .filter(|f| f.is_flat())
         .and_then(|f| f.section("node"))
         .and_then(|s| s.entries.iter().find(|e| e.key == "name"))
         .and_then(|e| e.value.as_str().map(str::to_string));
-    from_file.or_else(|| {
+    from_flat_file.or_else(|| {
         nix::unistd::gethostname()
             .ok()
             .map(|h| h.to_string_lossy().into_owned())
     })
+}
+
+/// Refuses what a shared site file cannot mean: a `name` in `[node]`
+/// (every node would take it) or in `[nodes.X]` other than X.
+fn check_names(file: &SiteFile) -> anyhow::Result<()> {
+    if file.is_flat() {
+        return Ok(());
+    }
+    let sections = std::iter::once("node".to_string())
+        .chain(file.node_names().into_iter().map(|n| format!("nodes.{n}")));
+    for name in sections {
+        let Some(section) = file.section(&name) else {
+            continue;
+        };
+        for e in section.entries.iter().filter(|e| e.key == "name") {
+            let own = name.strip_prefix("nodes.");
+            if own.is_some() && e.value.as_str() == own {
+                continue;
+            }
+            return Err(section
+                .invalid(
+                    e,
+                    "a node's name is its --name or its host name; its own settings go in [nodes.NAME]"
+                        .into(),
+                )
+                .into());
+        }
+    }
+    Ok(())
 }
 
 /// The node's settings: defaults, the site file, then the flags; with its
@@ -61,6 +92,9 @@ pub fn load(
     args: GnodedArgs,
     file: Option<&SiteFile>,
 ) -> anyhow::Result<Loaded<NodeConfig>> {
+    if let Some(f) = file {
+        check_names(f)?;
+    }
     let name = node_name(matches, &args, file);
     let mut sections = vec!["node".to_string()];
     if let Some(n) = &name {
@@ -78,6 +112,19 @@ pub fn load(
     if loaded.settings.value.name.is_none() {
         loaded.settings.value.name = name;
     }
+    let cgroup_section = file.and_then(|f| f.section("cgroup"));
+    if let (Some(path), Some(section)) = (&loaded.settings.value.cgroup_config, cgroup_section) {
+        anyhow::bail!(
+            "{}: both a [cgroup] section and cgroup_config = {} ({}): keep one",
+            section.path.display(),
+            path.display(),
+            loaded
+                .settings
+                .source("cgroup_config")
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        );
+    }
     loaded.settings.value.cgroup = match (&loaded.settings.value.cgroup_config, file) {
         (Some(path), _) => Some(CgroupConfig::load(path)?),
         (None, Some(f)) => {
@@ -89,4 +136,66 @@ pub fn load(
         (None, None) => None,
     };
     Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches};
+
+    fn load_with(text: &str, name: &str) -> anyhow::Result<Loaded<NodeConfig>> {
+        let file = SiteFile::parse(std::path::Path::new("/g.toml"), text).unwrap();
+        let command = GnodedArgs::command();
+        let matches = command
+            .clone()
+            .try_get_matches_from(["gnoded", "--name", name])
+            .unwrap();
+        let args = GnodedArgs::from_arg_matches(&matches).unwrap();
+        load(&command, &matches, args, Some(&file))
+    }
+
+    #[test]
+    fn a_nodes_section_applies_to_its_node_only() {
+        let text = "[node]\ncpus = 4\n[nodes.n2]\ncpus = 8\n";
+        assert_eq!(load_with(text, "n1").unwrap().settings.value.cpus, Some(4));
+        assert_eq!(load_with(text, "n2").unwrap().settings.value.cpus, Some(8));
+    }
+
+    #[test]
+    fn a_name_every_node_would_take_is_refused() {
+        let e = load_with("[node]\nname = \"n1\"\n", "n1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/g.toml:2: [node] name: a node's name is its --name"),
+            "{e}"
+        );
+        let e = load_with("[nodes.n2]\nname = \"n3\"\n", "n2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[nodes.n2] name"), "{e}");
+        load_with("[nodes.n2]\nname = \"n2\"\n", "n2").unwrap();
+        // A flat file of the earlier kind was one node's: its name stands.
+        let flat = load_with("controller = \"http://c:6817\"\nname = \"n9\"\n", "n9").unwrap();
+        assert_eq!(flat.settings.value.controller, "http://c:6817");
+    }
+
+    #[test]
+    fn a_cgroup_section_and_a_cgroup_file_together_are_refused() {
+        let e = load_with(
+            "[node]\ncgroup_config = \"/etc/c.toml\"\n[cgroup]\nplugin = \"none\"\n",
+            "n1",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("both a [cgroup] section and cgroup_config"),
+            "{e}"
+        );
+        let c = load_with("[cgroup]\nplugin = \"none\"\n", "n1").unwrap();
+        assert_eq!(
+            c.settings.value.cgroup.unwrap().plugin,
+            crate::cgroup::Plugin::None
+        );
+    }
 }

@@ -231,6 +231,9 @@ impl ControllerLink {
                 "the controller's registration answer is unreadable: {e}"
             ))
         })?;
+        if !reply.release.is_empty() {
+            tracing::info!(release = %reply.release, "the controller's release");
+        }
         self.lease
             .set_fence_after(reply.fence_timeout_ms.map(Duration::from_millis));
         self.lease.renewed(sent);

@@ -12,7 +12,7 @@ fn main() -> Result<()> {
     let args = GnodedArgs::from_arg_matches(&matches)?;
     let file = gsched_daemon::settings::site_file(&args.daemon)?;
     let loaded = gsched_noded::command::load(&command, &matches, args, file.as_ref())?;
-    gsched_daemon::init_logs(&loaded.daemon.value.log_format);
+    gsched_daemon::init_logs(loaded.daemon.value.log_format.as_str());
     gsched_daemon::island::prepare_daemon();
     if let Some(f) = &loaded.file {
         tracing::info!(file = %f.display(), "settings read from the site file");

@@ -336,7 +336,17 @@ impl MpsServer {
         }
     }
 
+    /// The MPS control program's whole environment: where to find its
+    /// programs and libraries, and its instance's directories. Nothing
+    /// else of gnoded's (such as systemd's `NOTIFY_SOCKET`) reaches it or
+    /// the servers it starts for jobs' users.
     fn env(&self, cmd: &mut Command) {
+        cmd.env_clear();
+        for kept in ["PATH", "LD_LIBRARY_PATH"] {
+            if let Some(v) = std::env::var_os(kept) {
+                cmd.env(kept, v);
+            }
+        }
         cmd.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
             .env("CUDA_MPS_LOG_DIRECTORY", &self.log_dir)
             .env("CUDA_VISIBLE_DEVICES", &self.instance);

@@ -26,6 +26,11 @@ pub enum SiteError {
     },
     #[error("{path}: {message}")]
     Syntax { path: PathBuf, message: String },
+    #[error("the configuration file {path} is not safe to read: {source}")]
+    Untrusted {
+        path: PathBuf,
+        source: crate::trust::Untrusted,
+    },
     #[error("{path}:{line}: unknown section `{key}` (a site file has [cluster], [controller], [node], [nodes.NAME] and [cgroup])")]
     UnknownSection {
         path: PathBuf,
@@ -75,30 +80,67 @@ pub struct SiteFile {
 }
 
 impl SiteFile {
-    /// The site file to use: `explicit` (a daemon's `--config`, which must
-    /// exist), else `GSCHED_CONFIG` (must exist; empty: no file), else
+    /// Where the site file is: `explicit` (a daemon's `--config`, which
+    /// must exist), else `GSCHED_CONFIG` (must exist; empty: no file), else
     /// `/etc/gsched/gsched.toml` when it exists. `None`: no file, defaults.
-    pub fn locate(explicit: Option<&Path>) -> Result<Option<SiteFile>, SiteError> {
-        let path = match explicit {
+    pub fn locate_path(explicit: Option<&Path>) -> Result<Option<PathBuf>, SiteError> {
+        Ok(Some(match explicit {
             Some(p) => p.to_path_buf(),
             None => match std::env::var_os(CONFIG_ENV) {
                 Some(v) if v.is_empty() => return Ok(None),
                 Some(v) => PathBuf::from(v),
                 None => {
                     let default = Path::new(DEFAULT_PATH);
-                    if !default.exists() {
-                        return Ok(None);
+                    match std::fs::symlink_metadata(default) {
+                        Ok(_) => default.to_path_buf(),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                        Err(source) => {
+                            return Err(SiteError::Read {
+                                path: default.to_path_buf(),
+                                source,
+                            })
+                        }
                     }
-                    default.to_path_buf()
                 }
             },
-        };
-        SiteFile::read(&path).map(Some)
+        }))
+    }
+
+    /// The site file (`locate_path`), read as it is: for a command run by
+    /// an ordinary user, who decides only for themselves.
+    pub fn locate(explicit: Option<&Path>) -> Result<Option<SiteFile>, SiteError> {
+        SiteFile::locate_path(explicit)?
+            .map(|p| SiteFile::read(&p))
+            .transpose()
+    }
+
+    /// The site file (`locate_path`), read only if no one but root or the
+    /// caller could have written it (`trust`): for the daemons and root.
+    pub fn locate_trusted(explicit: Option<&Path>) -> Result<Option<SiteFile>, SiteError> {
+        SiteFile::locate_path(explicit)?
+            .map(|p| SiteFile::read_trusted(&p))
+            .transpose()
     }
 
     /// Reads and checks the file at `path`.
     pub fn read(path: &Path) -> Result<SiteFile, SiteError> {
         let text = std::fs::read_to_string(path).map_err(|source| SiteError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        SiteFile::parse(path, &text)
+    }
+
+    /// Reads the file at `path` once `trust` finds that no one but root
+    /// or the caller could have written it or swapped it.
+    pub fn read_trusted(path: &Path) -> Result<SiteFile, SiteError> {
+        if let Err(source) = std::fs::metadata(path) {
+            return Err(SiteError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        let text = crate::trust::read(path).map_err(|source| SiteError::Untrusted {
             path: path.to_path_buf(),
             source,
         })?;
@@ -116,7 +158,11 @@ impl SiteFile {
                 .unwrap_or(0)
         };
         let root = doc.as_table();
-        let any_section = root.iter().any(|(k, _)| SECTIONS.contains(&k));
+        // A flat file of the earlier kind has keys only; its `controller`
+        // (gnoded's URL) is a string, never a section.
+        let any_section = root
+            .iter()
+            .any(|(k, item)| SECTIONS.contains(&k) && item.is_table_like());
         if !any_section && !root.is_empty() {
             // The earlier per-daemon file: its keys are one daemon's.
             let flat = section_of(
@@ -394,6 +440,13 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("/etc/gsched/gsched.toml: "), "{text}");
         assert!(text.contains("line 2"), "{text}");
+    }
+
+    #[test]
+    fn a_flat_node_file_with_its_controller_url_is_of_the_earlier_kind() {
+        let f = parse("controller = \"https://ctl:6817\"\nname = \"n1\"\n").unwrap();
+        assert!(f.is_flat());
+        assert_eq!(f.section("node").unwrap().entries[0].key, "controller");
     }
 
     #[test]

@@ -465,4 +465,10 @@ async fn a_node_one_minor_version_apart_registers_and_one_further_is_refused() {
         )),
         "{e}"
     );
+    let other_protocol = NodeRegistration {
+        protocol: 99,
+        ..registration(vec![])
+    };
+    let e = ctl.register(other_protocol).await.unwrap_err().to_string();
+    assert!(e.contains("speaks protocol 99"), "{e}");
 }

@@ -27,6 +27,8 @@ pub enum BackupError {
     Open { path: String, source: sqlx::Error },
     #[error("cannot copy {path}: {source}")]
     Copy { path: String, source: sqlx::Error },
+    #[error("{0}")]
+    Unsafe(String),
 }
 
 /// What opening a database must do about its schema.
@@ -157,7 +159,18 @@ async fn backup_into(
                 source,
             })?;
     }
-    vacuum_into(conn, to, "the database").await
+    gsched_daemon::state::check_owned(dir, gsched_daemon::state::Kind::Private)
+        .map_err(|e| BackupError::Unsafe(e.to_string()))?;
+    // Copied under a name no reader takes for a backup, then renamed: a
+    // copy cut short (a start timeout, a full disk) is never left looking
+    // whole.
+    let partial = to.with_extension("db.partial");
+    let _ = std::fs::remove_file(&partial);
+    vacuum_into(conn, &partial, "the database").await?;
+    std::fs::rename(&partial, to).map_err(|source| BackupError::Create {
+        path: to.display().to_string(),
+        source,
+    })
 }
 
 /// `VACUUM INTO` a new private file `to`; removed again if the copy fails.
@@ -200,12 +213,25 @@ fn create_empty_private(path: &Path) -> Result<(), BackupError> {
 }
 
 /// `gsched db backup`: a consistent copy of the database at `db` (read
-/// only; the controller may be running) into `to`, a new file (0600).
+/// only; the controller may be running) into `to`, a new file (0600) in
+/// a directory only root or the caller can write.
 pub async fn backup(db: &Path, to: &Path) -> Result<(), BackupError> {
     let shown = db.display().to_string();
     if !db.is_file() {
         return Err(BackupError::NoDatabase(shown));
     }
+    // Root writes the site's jobs, scripts and accounting here: only into
+    // a directory no one else could swap the file in (`trust`), by an
+    // absolute path (SQLite would read `file:...` as a URI).
+    let to = std::path::absolute(to).map_err(|source| BackupError::Create {
+        path: to.display().to_string(),
+        source,
+    })?;
+    let dir = to.parent().unwrap_or(Path::new("/"));
+    gsched_site::trust::check_directory(dir).map_err(|e| {
+        BackupError::Unsafe(format!("not writing a backup into {}: {e}", dir.display()))
+    })?;
+    let to = to.as_path();
     let opts = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(db)
         .read_only(true)
@@ -323,5 +349,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("no database at"), "{e}");
+        // A directory others could write: no copy there.
+        use std::os::unix::fs::PermissionsExt;
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = backup(&db, &open.join("x.db"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("not writing a backup into") && e.contains("mode 777"),
+            "{e}"
+        );
+        assert!(!open.join("x.db").exists());
     }
 }
