@@ -28,13 +28,7 @@ async fn main() -> Result<()> {
     let running = gsched_ctld::start(loaded.settings.value, &state_dir).await?;
     let controller = std::sync::Arc::clone(&running.controller);
     gsched_daemon::service::feed_watchdog(move || controller.alive());
-    gsched_daemon::service::ready("serving");
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    gsched_daemon::service::stopping();
+    gsched_daemon::service::serve_until_stopped().await?;
     tracing::info!("stopping");
     running.remove_sockets();
     Ok(())

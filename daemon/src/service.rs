@@ -22,6 +22,21 @@ pub fn stopping() {
     let _ = sd_notify::notify(&[NotifyState::Stopping]);
 }
 
+/// Says the daemon serves, waits for SIGINT or SIGTERM (systemd's stop),
+/// and says it is stopping: the end of both daemons' `main`.
+pub async fn serve_until_stopped() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    ready("serving");
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = term.recv() => {}
+    }
+    stopping();
+    Ok(())
+}
+
 /// When the unit has `WatchdogSec=`, feeds the watchdog at half its period
 /// for as long as `alive` returns (it should take what a wedged daemon
 /// would never get, e.g. the controller's state lock): a daemon stuck

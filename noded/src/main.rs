@@ -22,13 +22,7 @@ fn main() -> Result<()> {
     tokio::runtime::Runtime::new()?.block_on(async move {
         let node = gsched_noded::start(loaded.settings.value, &state_dir, exe).await?;
         gsched_daemon::service::feed_watchdog(|| {});
-        gsched_daemon::service::ready("serving");
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        gsched_daemon::service::stopping();
+        gsched_daemon::service::serve_until_stopped().await?;
         node.shutdown().await;
         Ok(())
     })
