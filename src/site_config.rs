@@ -112,6 +112,9 @@ pub fn check(file: Option<&SiteFile>) -> Result<String> {
         Some(f) => f.read_section("cgroup")?,
         None => Default::default(),
     };
+    cgroup
+        .check()
+        .map_err(|e| anyhow::anyhow!("[cgroup]: {e}"))?;
     let entries = file.and_then(|f| f.section("cgroup"));
     let sources: Vec<(String, gsched_site::Source)> = gsched_noded::cgroup::CgroupConfig::KEYS
         .iter()
