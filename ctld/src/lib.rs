@@ -182,12 +182,15 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         API_CONNECTIONS_TOTAL,
         API_IDLE,
     );
-    endpoint.serve("API", listener, app);
+    // The local sockets first: a command that finds the port answering
+    // finds them too (without them it would reach the port without its
+    // caller's identity).
     serve_socket(socket, &controller);
     let rendezvous = publish_rendezvous(addr).map(|(listener, path)| {
         serve_socket(listener, &controller);
         path
     });
+    endpoint.serve("API", listener, app);
     tracing::info!(%addr, socket = %socket_path.display(), "gctld listening");
     Ok(Running {
         addr,

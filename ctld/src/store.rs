@@ -251,7 +251,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT job_id, task, instance, mem_bytes, warps, gpu_share, begin_time, end_time, node, pid
                FROM task_reservations
-              WHERE (?1 IS NULL OR job_id = ?1) AND (?2 IS NULL OR (node = ?2 AND end_time IS NULL))
+              WHERE ($1 IS NULL OR job_id = $1) AND ($2 IS NULL OR (node = $2 AND end_time IS NULL))
               ORDER BY begin_time, id",
         )
         .bind(job.map(|j| j as i64))
@@ -305,7 +305,7 @@ impl Store {
     pub async fn job_events(&self, job: JobId) -> Result<Vec<JobEvent>, sqlx::Error> {
         let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
         let rows = sqlx::query(
-            "SELECT time, kind, node, detail FROM events WHERE job_id = ? ORDER BY seq",
+            "SELECT time, kind, node, detail FROM events WHERE job_id = $1 ORDER BY seq",
         )
         .bind(job as i64)
         .fetch_all(&mut conn)
@@ -384,7 +384,7 @@ async fn load(
     {
         let name: String = row.try_get("name")?;
         let mut instances = Vec::new();
-        for r in sqlx::query("SELECT * FROM gpu_instances WHERE node = ? ORDER BY gpu_index, uuid")
+        for r in sqlx::query("SELECT * FROM gpu_instances WHERE node = $1 ORDER BY gpu_index, uuid")
             .bind(&name)
             .fetch_all(&mut *conn)
             .await?

@@ -124,7 +124,7 @@ impl super::Store {
     /// A job's script and environment (`None`: no such job).
     pub async fn job_text(&self, id: JobId) -> Result<Option<JobText>, StoreError> {
         let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
-        let Some(row) = sqlx::query("SELECT script, environment FROM jobs WHERE id = ?")
+        let Some(row) = sqlx::query("SELECT script, environment FROM jobs WHERE id = $1")
             .bind(id as i64)
             .fetch_optional(&mut conn)
             .await?
@@ -165,7 +165,7 @@ pub(super) async fn past_runs(conn: &mut SqliteConnection) -> Result<Vec<PastRun
     push_list(&mut q, final_states(), |q, s| {
         q.push_bind(s);
     });
-    q.push(") WHERE by_name <= ")
+    q.push(") AS latest WHERE by_name <= ")
         .push_bind(gsched_core::cluster::PEAK_HISTORY as i64)
         .push(" OR by_script <= ")
         .push_bind(gsched_core::cluster::PEAK_HISTORY as i64)

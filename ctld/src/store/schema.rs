@@ -79,7 +79,7 @@ async fn applied(conn: &mut SqliteConnection) -> Result<Vec<i64>, sqlx::Error> {
     if !exists {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success = 1")
+    let rows = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
         .fetch_all(&mut *conn)
         .await?;
     Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
@@ -131,10 +131,11 @@ pub(super) async fn upgrade(
             source: e,
         })?;
     sqlx::query(
-        "INSERT OR IGNORE INTO releases (release, protocol, first_opened) VALUES (?, ?, ?)",
+        "INSERT INTO releases (release, protocol, first_opened) VALUES ($1, $2, $3)
+         ON CONFLICT (release) DO NOTHING",
     )
     .bind(gsched_core::version::RELEASE)
-    .bind(gsched_core::version::PROTOCOL)
+    .bind(i64::from(gsched_core::version::PROTOCOL))
     .bind(now)
     .execute(&mut *conn)
     .await

@@ -47,7 +47,7 @@ async fn insert_job(conn: &mut SqliteConnection, job: &Job) -> Result<(), sqlx::
            isolated, gpu_request, time_limit, partition, spec, state, reason, exit_code,
            exit_signal, submit_time, start_time, end_time, node, gpu_instance, gpu_mem_peak, restarts,
            held)
-         VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25)",
     )
     .bind(job.id as i64)
     .bind(&s.name)
@@ -85,25 +85,27 @@ async fn update_spec(conn: &mut SqliteConnection, job: &Job) -> Result<(), sqlx:
     let mut rest = s.clone();
     rest.script = String::new();
     rest.environment.clear();
-    sqlx::query("UPDATE jobs SET name = ?, time_limit = ?, partition = ?, spec = ? WHERE id = ?")
-        .bind(&s.name)
-        .bind(s.time_limit.map(|t| t as i64))
-        .bind(&s.partition)
-        .bind(json(&rest))
-        .bind(job.id as i64)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "UPDATE jobs SET name = $1, time_limit = $2, partition = $3, spec = $4 WHERE id = $5",
+    )
+    .bind(&s.name)
+    .bind(s.time_limit.map(|t| t as i64))
+    .bind(&s.partition)
+    .bind(json(&rest))
+    .bind(job.id as i64)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
 /// Writes a job's state, times and placement.
 async fn update_state(conn: &mut SqliteConnection, job: &JobRuntime) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "UPDATE jobs SET state = ?, reason = ?, exit_code = ?, exit_signal = ?, start_time = ?,
-           end_time = ?, node = ?, gpu_instance = ?, gpu_mem_peak = ?, restarts = ?, held = ?, steps = ?,
-           cancelled_by = ?, run = ?, launching = ?, usage = ?, batch_usage = ?, sisters = ?,
-           suspension = ?, grace = ?
-         WHERE id = ?",
+        "UPDATE jobs SET state = $1, reason = $2, exit_code = $3, exit_signal = $4, start_time = $5,
+           end_time = $6, node = $7, gpu_instance = $8, gpu_mem_peak = $9, restarts = $10, held = $11, steps = $12,
+           cancelled_by = $13, run = $14, launching = $15, usage = $16, batch_usage = $17, sisters = $18,
+           suspension = $19, grace = $20
+         WHERE id = $21",
     )
     .bind(job.state.as_str())
     .bind(&job.reason)
@@ -133,10 +135,13 @@ async fn update_state(conn: &mut SqliteConnection, job: &JobRuntime) -> Result<(
 
 /// Writes the accounts, associations and usage.
 async fn store_accounts(conn: &mut SqliteConnection, data: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT OR REPLACE INTO accounts (id, data) VALUES (1, ?)")
-        .bind(data)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "INSERT INTO accounts (id, data) VALUES (1, $1)
+         ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+    )
+    .bind(data)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
@@ -145,7 +150,7 @@ async fn upsert_node(conn: &mut SqliteConnection, node: &Node) -> Result<(), sql
     sqlx::query(
         "INSERT INTO nodes (name, url, cpus, memory_mib, worker_limit, up, updated_at,
            admin_state, admin_reason, admin_by, admin_since, mig_frozen)
-         VALUES (?,?,?,?,?,?, unixepoch(), ?,?,?,?,?)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
          ON CONFLICT(name) DO UPDATE SET url = excluded.url, cpus = excluded.cpus,
            memory_mib = excluded.memory_mib, worker_limit = excluded.worker_limit,
            up = excluded.up, updated_at = excluded.updated_at,
@@ -159,6 +164,7 @@ async fn upsert_node(conn: &mut SqliteConnection, node: &Node) -> Result<(), sql
     .bind(node.memory_mib as i64)
     .bind(node.worker_limit as i64)
     .bind(node.up)
+    .bind(gsched_daemon::unix_now())
     .bind(node.admin.as_ref().map(|a| a.state.as_str()))
     .bind(node.admin.as_ref().map(|a| &a.reason))
     .bind(node.admin.as_ref().map(|a| &a.by))
@@ -172,16 +178,22 @@ async fn upsert_node(conn: &mut SqliteConnection, node: &Node) -> Result<(), sql
     }))
     .execute(&mut *conn)
     .await?;
-    sqlx::query("DELETE FROM gpu_instances WHERE node = ?")
+    sqlx::query("DELETE FROM gpu_instances WHERE node = $1")
         .bind(&node.name)
         .execute(&mut *conn)
         .await?;
     for s in &node.instances {
         let i = &s.instance;
         sqlx::query(
-            "INSERT OR REPLACE INTO gpu_instances (uuid, node, gpu_index, gpu_uuid, model, profile,
+            "INSERT INTO gpu_instances (uuid, node, gpu_index, gpu_uuid, model, profile,
                memory_mib, sms, compute_slices, mps_pipe_dir, mps_log_dir, mps_state)
-             VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
+             ON CONFLICT (uuid) DO UPDATE SET node = excluded.node,
+               gpu_index = excluded.gpu_index, gpu_uuid = excluded.gpu_uuid,
+               model = excluded.model, profile = excluded.profile,
+               memory_mib = excluded.memory_mib, sms = excluded.sms,
+               compute_slices = excluded.compute_slices, mps_pipe_dir = excluded.mps_pipe_dir,
+               mps_log_dir = excluded.mps_log_dir, mps_state = excluded.mps_state",
         )
         .bind(&i.uuid)
         .bind(&node.name)
@@ -209,11 +221,13 @@ async fn upsert_task(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO task_reservations (job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid, gpu_share)
-         VALUES (?,?,?,?,?,?,?,?,?,?)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
          ON CONFLICT(job_id, task) DO UPDATE SET
-           mem_bytes = max(mem_bytes, excluded.mem_bytes),
-           warps = max(warps, excluded.warps),
-           end_time = coalesce(excluded.end_time, end_time)",
+           mem_bytes = CASE WHEN task_reservations.mem_bytes >= excluded.mem_bytes
+             THEN task_reservations.mem_bytes ELSE excluded.mem_bytes END,
+           warps = CASE WHEN task_reservations.warps >= excluded.warps
+             THEN task_reservations.warps ELSE excluded.warps END,
+           end_time = coalesce(excluded.end_time, task_reservations.end_time)",
     )
     .bind(r.job as i64)
     .bind(r.task as i64)
@@ -239,7 +253,7 @@ async fn append_event(
     kind: &str,
     detail: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO events (time, job_id, node, kind, detail) VALUES (?,?,?,?,?)")
+    sqlx::query("INSERT INTO events (time, job_id, node, kind, detail) VALUES ($1,$2,$3,$4,$5)")
         .bind(time)
         .bind(job_id.map(|j| j as i64))
         .bind(node)
