@@ -59,8 +59,9 @@ impl Kind {
 }
 
 /// Checks that `path` is not a symbolic link, belongs to this process's
-/// user, and has none of the mode bits `kind` calls loose. The one rule
-/// for every path a root daemon trusts.
+/// user, and has none of the mode bits `kind` calls loose: the rule for
+/// the daemon's own state (the site file, which root may share with other
+/// readers, has `gsched_site::trust`).
 pub fn check_owned(path: &Path, kind: Kind) -> Result<(), StateError> {
     let shown = path.display().to_string();
     let meta = std::fs::symlink_metadata(path).map_err(|source| StateError::Inspect {

@@ -82,7 +82,7 @@ async fn applied(conn: &mut SqliteConnection) -> Result<Vec<i64>, sqlx::Error> {
     let rows = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
         .fetch_all(&mut *conn)
         .await?;
-    Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
+    rows.iter().map(|r| r.try_get::<i64, _>(0)).collect()
 }
 
 /// Brings the database at `path` to this release's schema: refuses a
