@@ -135,12 +135,13 @@ pub fn env_token() -> Option<String> {
 }
 
 /// The site file's `[cluster]` settings, read once (`gsched_site`).
-fn site_cluster() -> Result<&'static gsched_site::ClusterSettings, String> {
-    static READ: std::sync::OnceLock<Result<gsched_site::ClusterSettings, String>> =
-        std::sync::OnceLock::new();
-    READ.get_or_init(|| gsched_site::cluster_settings().map_err(|e| e.to_string()))
+fn site_cluster(
+) -> Result<&'static gsched_site::ClusterSettings, std::sync::Arc<gsched_site::SiteError>> {
+    type Read = Result<gsched_site::ClusterSettings, std::sync::Arc<gsched_site::SiteError>>;
+    static READ: std::sync::OnceLock<Read> = std::sync::OnceLock::new();
+    READ.get_or_init(|| gsched_site::cluster_settings().map_err(std::sync::Arc::new))
         .as_ref()
-        .map_err(Clone::clone)
+        .map_err(std::sync::Arc::clone)
 }
 
 /// The controller's URL: `GSCHED_URL`, else `controller` in the site

@@ -52,10 +52,8 @@ pub enum GprobeCommand {
 }
 
 /// A size in bytes, from `N` or `N[KMGT]`.
-fn parse_size(text: &str) -> Result<u64, String> {
-    gsched_core::units::parse_mem_mib(text)
-        .map(|mib| mib * 1024 * 1024)
-        .map_err(|e| e.to_string())
+fn parse_size(text: &str) -> Result<u64, gsched_core::units::UnitError> {
+    gsched_core::units::parse_mem_mib(text).map(|mib| mib * 1024 * 1024)
 }
 
 #[cfg(test)]
