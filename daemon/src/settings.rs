@@ -191,27 +191,30 @@ pub fn reread<T: Serialize + DeserializeOwned>(
 ) -> anyhow::Result<T> {
     let file = SiteFile::read_trusted(path)?;
     let layers = daemon_sections(&file, cluster, sections);
-    let mut object = match serde_json::to_value(defaults)? {
-        serde_json::Value::Object(o) => o,
-        _ => anyhow::bail!("settings are not a structure"),
+    let refs: Vec<&Section> = layers.iter().collect();
+    // The defaults, with what the command line gave as it runs.
+    let (serde_json::Value::Object(mut base), serde_json::Value::Object(now)) = (
+        serde_json::to_value(defaults)?,
+        serde_json::to_value(running)?,
+    ) else {
+        anyhow::bail!("settings are not a structure");
     };
-    for section in &layers {
-        section.check_each::<T>(&DAEMON_KEYS)?;
-        for e in &section.entries {
-            if !DAEMON_KEYS.contains(&e.key.as_str()) {
-                object.insert(e.key.clone(), e.value.clone());
+    let mut sources = Vec::new();
+    for key in keys_of(defaults) {
+        let source = if fixed.contains(&key) {
+            if let Some(v) = now.get(&key) {
+                base.insert(key.clone(), v.clone());
             }
-        }
+            Source::Flag(format!("--{}", key.replace('_', "-")))
+        } else {
+            Source::Default
+        };
+        sources.push((key, source));
     }
-    if let serde_json::Value::Object(now) = serde_json::to_value(running)? {
-        for k in fixed {
-            if let Some(v) = now.get(k) {
-                object.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    serde_json::from_value(serde_json::Value::Object(object))
-        .with_context(|| format!("the settings of {} do not go together", path.display()))
+    let base: T = serde_json::from_value(serde_json::Value::Object(base))?;
+    let layered = gsched_site::layer_over(&base, sources, &refs, &DAEMON_KEYS)
+        .with_context(|| format!("the settings of {} do not go together", path.display()))?;
+    Ok(layered.value)
 }
 
 fn keys_of<T: Serialize>(value: &T) -> Vec<String> {
@@ -261,6 +264,27 @@ mod tests {
 
     const CLUSTER: ClusterDefaults = &[("controller", "controller")];
 
+    /// gnoded-like settings from `argv` and `file`'s `sections`.
+    fn node_settings(
+        argv: &[&str],
+        file: &SiteFile,
+        sections: &[&str],
+    ) -> anyhow::Result<Loaded<NodeSettings>> {
+        let command = Node::command();
+        let matches = command.clone().try_get_matches_from(argv).unwrap();
+        let parsed = Node::from_arg_matches(&matches).unwrap();
+        let sections: Vec<String> = sections.iter().map(|s| s.to_string()).collect();
+        load_from(
+            &command,
+            &matches,
+            &parsed.daemon,
+            parsed.node,
+            Some(file),
+            CLUSTER,
+            &sections,
+        )
+    }
+
     #[test]
     fn cluster_keys_stand_in_beneath_the_section_and_daemon_keys_are_apart() {
         let file = SiteFile::parse(
@@ -268,20 +292,8 @@ mod tests {
             "[cluster]\ncontroller = \"https://ctl:6817\"\ntls_ca = \"/ca.pem\"\n[node]\nstate_dir = \"/srv/g\"\ncpus = 3\n[nodes.n2]\ncpus = 5\n",
         )
         .unwrap();
-        let command = Node::command();
-        let matches = command.clone().try_get_matches_from(["gnoded"]).unwrap();
-        let parsed = Node::from_arg_matches(&matches).unwrap();
-        let sections = ["node".to_string(), "nodes.n2".to_string()];
-        let l = load_from(
-            &command,
-            &matches,
-            &parsed.daemon,
-            parsed.node,
-            Some(&file),
-            CLUSTER,
-            &sections,
-        )
-        .unwrap();
+        let sections = ["node", "nodes.n2"];
+        let l = node_settings(&["gnoded"], &file, &sections).unwrap();
         assert_eq!(l.settings.value.controller, "https://ctl:6817");
         assert_eq!(l.settings.value.cpus, Some(5));
         assert_eq!(l.daemon.value.state_dir(), PathBuf::from("/srv/g"));
@@ -291,21 +303,8 @@ mod tests {
         );
         assert!(l.fixed_keys().is_empty());
 
-        let matches = command
-            .clone()
-            .try_get_matches_from(["gnoded", "--cpus", "9", "--state-dir", "/x"])
-            .unwrap();
-        let parsed = Node::from_arg_matches(&matches).unwrap();
-        let l = load_from(
-            &command,
-            &matches,
-            &parsed.daemon,
-            parsed.node,
-            Some(&file),
-            CLUSTER,
-            &sections,
-        )
-        .unwrap();
+        let argv = ["gnoded", "--cpus", "9", "--state-dir", "/x"];
+        let l = node_settings(&argv, &file, &sections).unwrap();
         assert_eq!(l.settings.value.cpus, Some(9));
         assert_eq!(l.daemon.value.state_dir(), PathBuf::from("/x"));
         assert_eq!(l.fixed_keys(), ["cpus"]);
@@ -313,48 +312,57 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named_against_the_daemons_settings_and_cluster_typos_refused() {
-        let command = Node::command();
-        let matches = command.clone().try_get_matches_from(["gnoded"]).unwrap();
-        let sections = ["node".to_string()];
         let load = |text: &str| {
             let file = SiteFile::parse(Path::new("/g.toml"), text).unwrap();
-            let parsed = Node::from_arg_matches(&matches).unwrap();
-            load_from(
-                &command,
-                &matches,
-                &parsed.daemon,
-                parsed.node,
-                Some(&file),
-                CLUSTER,
-                &sections,
-            )
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
+            node_settings(&["gnoded"], &file, &["node"])
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
         };
-        let e = load(
-            "[node]
-cpu = 3
-",
-        );
+        let e = load("[node]\ncpu = 3\n");
         assert!(
             e.contains("unknown field `cpu`, expected `controller` or `cpus`"),
             "{e}"
         );
-        let e = load(
-            "[cluster]
-tls-ca = \"/ca.pem\"
-",
-        );
+        let e = load("[cluster]\ntls-ca = \"/ca.pem\"\n");
         assert!(
             e.starts_with("/g.toml:2: [cluster] tls-ca: unknown field"),
             "{e}"
         );
-        let e = load(
-            "[node]
-log_format = \"JSON\"
-",
-        );
+        let e = load("[node]\nlog_format = \"JSON\"\n");
         assert!(e.contains("log_format: unknown variant `JSON`"), "{e}");
+    }
+
+    #[test]
+    fn a_reread_takes_the_file_and_keeps_what_flags_gave() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // Explicit modes: another test here runs under umask 0.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let path = dir.path().join("gsched.toml");
+        std::fs::write(&path, "[node]\ncontroller = \"http://file:1\"\ncpus = 3\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let defaults = NodeSettings {
+            controller: "http://127.0.0.1:6817".into(),
+            cpus: None,
+        };
+        let running = NodeSettings {
+            controller: "http://old:1".into(),
+            cpus: Some(9),
+        };
+        let read = reread(
+            &path,
+            CLUSTER,
+            &["node".into()],
+            &defaults,
+            &running,
+            &["cpus".into()],
+        )
+        .unwrap();
+        assert_eq!(read.controller, "http://file:1", "the file's value");
+        assert_eq!(read.cpus, Some(9), "given as a flag: kept");
+        std::fs::write(&path, "[node]\ncpu = 3\n").unwrap();
+        let e = reread(&path, CLUSTER, &["node".into()], &defaults, &running, &[]).unwrap_err();
+        assert!(format!("{e:#}").contains("unknown field `cpu`"), "{e:#}");
     }
 }

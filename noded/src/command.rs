@@ -48,11 +48,7 @@ pub fn node_name(
         .and_then(|f| f.section("node"))
         .and_then(|s| s.entries.iter().find(|e| e.key == "name"))
         .and_then(|e| e.value.as_str().map(str::to_string));
-    from_flat_file.or_else(|| {
-        nix::unistd::gethostname()
-            .ok()
-            .map(|h| h.to_string_lossy().into_owned())
-    })
+    from_flat_file.or_else(|| crate::startup::host_name().ok())
 }
 
 /// Refuses what a shared site file cannot mean: a `name` in `[node]`

@@ -382,7 +382,6 @@ fn cluster_key(config: &NodeConfig, state_dir: &Path) -> Result<String> {
     gsched_daemon::key::read(&path)
 }
 
-/// The node's name: `--name`, else the host name.
 /// The node API's endpoint (https with a certificate) and the client
 /// that calls the controller (checking it against `--tls-ca`).
 fn tls_endpoint(config: &NodeConfig) -> Result<(gsched_daemon::tls::Endpoint, reqwest::Client)> {
@@ -396,14 +395,20 @@ fn tls_endpoint(config: &NodeConfig) -> Result<(gsched_daemon::tls::Endpoint, re
     Ok((endpoint, http))
 }
 
+/// The node's name: `--name`, else the host name.
 fn node_name(config: &NodeConfig) -> Result<String> {
-    Ok(match &config.name {
-        Some(n) => n.clone(),
-        None => nix::unistd::gethostname()
-            .context("cannot read the host name; give --name")?
-            .to_string_lossy()
-            .into_owned(),
-    })
+    match &config.name {
+        Some(n) => Ok(n.clone()),
+        None => host_name(),
+    }
+}
+
+/// A node's name when it is given none: its host name.
+pub(crate) fn host_name() -> Result<String> {
+    Ok(nix::unistd::gethostname()
+        .context("cannot read the host name; give --name")?
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// The node's GPUs as gnoded serves them.

@@ -19,7 +19,7 @@ pub mod merge;
 pub mod trust;
 
 pub use file::{Section, SiteError, SiteFile, CONFIG_ENV, DEFAULT_PATH};
-pub use merge::{layer, Layered, Source};
+pub use merge::{layer, layer_over, Layered, Source};
 
 use serde::{Deserialize, Serialize};
 

@@ -75,15 +75,40 @@ pub fn layer<T: Serialize + DeserializeOwned>(
     sections: &[&Section],
     elsewhere: &[&str],
 ) -> Result<Layered<T>, SiteError> {
+    let keys = keys_of(from_flags, sections)?;
+    let sources = keys
+        .into_iter()
+        .map(|k| {
+            let source = given_on_command_line(command, matches, &k);
+            (k, source)
+        })
+        .collect();
+    layer_over(from_flags, sources, sections, elsewhere)
+}
+
+/// The fields of `value` (a structure), by name.
+fn keys_of<T: Serialize>(value: &T, sections: &[&Section]) -> Result<Vec<String>, SiteError> {
+    match serde_json::to_value(value).map_err(|e| internal(sections, e))? {
+        Value::Object(o) => Ok(o.keys().cloned().collect()),
+        _ => Err(internal(sections, "settings are not a structure")),
+    }
+}
+
+/// Layers `sections` over `base`, whose settings came from `sources`:
+/// those from a flag or the environment keep their value. `layer` for
+/// settings parsed by clap; a daemon reading its file again passes the
+/// settings it was given on its command line as flags.
+pub fn layer_over<T: Serialize + DeserializeOwned>(
+    base: &T,
+    mut sources: Vec<(String, Source)>,
+    sections: &[&Section],
+    elsewhere: &[&str],
+) -> Result<Layered<T>, SiteError> {
     let Value::Object(mut object) =
-        serde_json::to_value(from_flags).map_err(|e| internal(sections, e))?
+        serde_json::to_value(base).map_err(|e| internal(sections, e))?
     else {
         return Err(internal(sections, "settings are not a structure"));
     };
-    let mut sources: Vec<(String, Source)> = object
-        .keys()
-        .map(|k| (k.clone(), given_on_command_line(command, matches, k)))
-        .collect();
     for section in sections {
         section.check_each::<T>(elsewhere)?;
         for entry in &section.entries {

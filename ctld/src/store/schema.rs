@@ -272,14 +272,20 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn an_older_database_is_backed_up_then_migrated_and_a_newer_one_refused() {
+    /// An empty database file in a new directory, and a connection to it.
+    async fn new_database() -> (tempfile::TempDir, std::path::PathBuf, SqliteConnection) {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ctld.db");
         let opts = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(&db)
             .create_if_missing(true);
-        let mut conn = SqliteConnection::connect_with(&opts).await.unwrap();
+        let conn = SqliteConnection::connect_with(&opts).await.unwrap();
+        (dir, db, conn)
+    }
+
+    #[tokio::test]
+    async fn an_older_database_is_backed_up_then_migrated_and_a_newer_one_refused() {
+        let (dir, db, mut conn) = new_database().await;
         // An older release: every migration but the last.
         let all: Vec<_> = MIGRATOR.iter().collect();
         let older = sqlx::migrate::Migrator {
@@ -333,12 +339,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_backup_is_a_new_private_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("ctld.db");
-        let opts = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&db)
-            .create_if_missing(true);
-        let mut conn = SqliteConnection::connect_with(&opts).await.unwrap();
+        let (dir, db, mut conn) = new_database().await;
         MIGRATOR.run(&mut conn).await.unwrap();
         let to = dir.path().join("copy.db");
         backup(&db, &to).await.unwrap();
