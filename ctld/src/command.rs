@@ -77,5 +77,11 @@ pub fn check(config: &CtldConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("preempt_mode: {e}"))?;
     gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("repartition: {e}"))?;
+    if let Some(url) = &config.database {
+        crate::store::Database::postgres(url).map_err(|e| anyhow::anyhow!("database: {e}"))?;
+        if config.durability == crate::store::Durability::Full {
+            anyhow::bail!("durability: `full` is the SQLite store's; a PostgreSQL store's commits follow the server's synchronous_commit (on by default, as durable as `full`)");
+        }
+    }
     Ok(())
 }

@@ -134,7 +134,17 @@ pub struct CtldConfig {
     #[arg(long)]
     #[serde(default)]
     pub fair_tree: bool,
-    /// Commit durability: normal survives process crashes, full also power loss.
+    /// Where the store is: a PostgreSQL URL
+    /// (postgres://USER@HOST:PORT/DB?sslmode=verify-full&sslrootcert=CA, or
+    /// postgres:///DB?user=USER&host=/run/postgresql for its Unix socket; the
+    /// password, if any, in root's ~/.pgpass). Unset: SQLite in
+    /// STATE_DIR/ctld.db.
+    #[arg(long, value_name = "URL")]
+    #[serde(default)]
+    pub database: Option<String>,
+    /// Commit durability of the SQLite store: normal survives process
+    /// crashes, full also power loss (PostgreSQL's follow its server's
+    /// synchronous_commit).
     #[arg(long, value_enum, default_value = "normal")]
     #[serde(default = "default_durability")]
     pub durability: Durability,
@@ -268,6 +278,7 @@ impl Default for CtldConfig {
             fair_tree: false,
             preempt_mode: default_preempt_mode(),
             scheduler_type: default_scheduler_type(),
+            database: None,
             durability: default_durability(),
             cluster_key_file: None,
             admins: Vec::new(),

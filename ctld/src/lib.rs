@@ -82,18 +82,26 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
         .clone()
         .unwrap_or_else(|| state_dir.join("ctld.sock"));
     let socket = bind_socket(&socket_path)?;
-    let db = state_dir.join("ctld.db");
-    // Created 0600 before SQLite opens it: its WAL and shared-memory files
-    // take the database's mode. Looser existing files are refused.
-    gsched_daemon::state::private_file(&db)?;
-    for side in ["ctld.db-wal", "ctld.db-shm"] {
-        gsched_daemon::state::check_private_if_present(&state_dir.join(side))?;
-    }
+    let database = match &config.database {
+        Some(url) => store::Database::postgres(url).context("--database")?,
+        None => {
+            let db = state_dir.join("ctld.db");
+            // Created 0600 before SQLite opens it: its WAL and shared-memory
+            // files take the database's mode. Looser existing files are
+            // refused.
+            gsched_daemon::state::private_file(&db)?;
+            for side in ["ctld.db-wal", "ctld.db-shm"] {
+                gsched_daemon::state::check_private_if_present(&state_dir.join(side))?;
+            }
+            store::Database::Sqlite(db)
+        }
+    };
     let keep_finished_since =
         gsched_core::cluster::kept_finished_since(controller::unix_now(), config.min_job_age);
-    let (store, loaded) = store::Store::open(&db, config.durability, keep_finished_since).await?;
+    let (store, loaded) =
+        store::Store::open(&database, config.durability, keep_finished_since).await?;
     tracing::info!(
-        db = %db.display(),
+        db = %database.shown(),
         jobs = loaded.jobs.len(),
         max_job_id = loaded.max_job_id,
         past_runs = loaded.past_runs.len(),

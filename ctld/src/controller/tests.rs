@@ -126,9 +126,13 @@ impl NodeClient for FakeNodes {
 
 /// A controller on the store in `dir`, as gctld restores one.
 pub(crate) async fn open(dir: &Path, nodes: &Arc<FakeNodes>) -> Arc<Controller> {
-    let (store, loaded) = Store::open(&dir.join("state.db"), Durability::Normal, None)
-        .await
-        .unwrap();
+    let (store, loaded) = Store::open(
+        &crate::store::Database::Sqlite(dir.join("state.db")),
+        Durability::Normal,
+        None,
+    )
+    .await
+    .unwrap();
     let policy = gsched_core::launch::launch_policy("case").unwrap();
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
     cluster.restore_accounts(loaded.accounts);

@@ -4,12 +4,10 @@
 
 use std::collections::HashSet;
 
+use super::sql::{Builder, ConnRef, Record};
+use super::StoreError;
 use gsched_core::cluster::PastRun;
 use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState, JobText};
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection};
-
-use super::StoreError;
 
 /// Which jobs a listing wants. Unset fields match every job.
 #[derive(Debug, Clone, Default)]
@@ -70,45 +68,22 @@ fn final_states() -> impl Iterator<Item = &'static str> {
         .map(JobState::as_str)
 }
 
-fn push_list<'a, T: 'a>(
-    q: &mut QueryBuilder<'a, Sqlite>,
-    items: impl IntoIterator<Item = T>,
-    bind: impl Fn(&mut QueryBuilder<'a, Sqlite>, T),
-) {
-    q.push("(");
-    let mut first = true;
-    for item in items {
-        if !first {
-            q.push(", ");
-        }
-        first = false;
-        bind(q, item);
-    }
-    if first {
-        // An empty list matches nothing.
-        q.push("NULL");
-    }
-    q.push(")");
-}
-
 /// The jobs the controller holds at start: every job not finished, and the
 /// finished ones that ended at or after `keep_finished_since` (all of them
 /// when `None`), by id.
 pub(super) async fn held_jobs(
-    conn: &mut SqliteConnection,
+    mut c: ConnRef<'_>,
     keep_finished_since: Option<i64>,
 ) -> Result<Vec<Job>, StoreError> {
-    let mut q = QueryBuilder::<Sqlite>::new("SELECT * FROM jobs");
+    let mut q = Builder::new(c.engine(), "SELECT * FROM jobs");
     if let Some(since) = keep_finished_since {
         q.push(" WHERE state NOT IN ");
-        push_list(&mut q, final_states(), |q, s| {
-            q.push_bind(s);
-        });
+        q.push_list(final_states());
         q.push(" OR end_time >= ").push_bind(since);
     }
     q.push(" ORDER BY id");
     // Row by row: the rows of every job are never all held at once.
-    let mut rows = q.build().fetch(&mut *conn);
+    let mut rows = q.build().fetch(c.reborrow());
     let mut jobs = Vec::new();
     while let Some(row) = futures_util::TryStreamExt::try_next(&mut rows).await? {
         let mut job = job_of(&row)?;
@@ -120,80 +95,74 @@ pub(super) async fn held_jobs(
     Ok(jobs)
 }
 
-impl super::Store {
-    /// A job's script and environment (`None`: no such job).
-    pub async fn job_text(&self, id: JobId) -> Result<Option<JobText>, StoreError> {
-        let mut conn = SqliteConnection::connect_with(&self.read_opts).await?;
-        let Some(row) = sqlx::query("SELECT script, environment FROM jobs WHERE id = $1")
-            .bind(id as i64)
-            .fetch_optional(&mut conn)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let environment =
-            serde_json::from_str(row.try_get("environment")?).map_err(|e| StoreError::Corrupt {
-                id: id as i64,
-                why: format!("environment: {e}"),
-            })?;
-        Ok(Some(JobText {
-            script: row.try_get("script")?,
-            environment,
-        }))
-    }
+/// A job's script and environment (`None`: no such job).
+pub(super) async fn job_text(mut c: ConnRef<'_>, id: JobId) -> Result<Option<JobText>, StoreError> {
+    let Some(row) = c
+        .query("SELECT script, environment FROM jobs WHERE id = $1")
+        .bind(id as i64)
+        .fetch_optional(c.reborrow())
+        .await?
+    else {
+        return Ok(None);
+    };
+    let environment =
+        serde_json::from_str(row.get("environment")?).map_err(|e| StoreError::Corrupt {
+            id: id as i64,
+            why: format!("environment: {e}"),
+        })?;
+    Ok(Some(JobText {
+        script: row.get("script")?,
+        environment,
+    }))
 }
 
 /// The highest job id ever given (0 when none).
-pub(super) async fn max_job_id(conn: &mut SqliteConnection) -> Result<JobId, StoreError> {
-    let max: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM jobs")
-        .fetch_one(&mut *conn)
-        .await?;
+pub(super) async fn max_job_id(mut c: ConnRef<'_>) -> Result<JobId, StoreError> {
+    let max = c
+        .query("SELECT max(id) AS max_id FROM jobs")
+        .fetch_one(c.reborrow())
+        .await?
+        .opt_int("max_id")?;
     Ok(max.unwrap_or(0).max(0) as JobId)
 }
 
 /// The runs footprint learning needs: of finished jobs that started, the latest
 /// [`PEAK_HISTORY`](gsched_core::cluster::PEAK_HISTORY) per user and job
 /// name and per user and script.
-pub(super) async fn past_runs(conn: &mut SqliteConnection) -> Result<Vec<PastRun>, StoreError> {
-    let mut q = QueryBuilder::<Sqlite>::new(
+pub(super) async fn past_runs(mut c: ConnRef<'_>) -> Result<Vec<PastRun>, StoreError> {
+    let mut q = Builder::new(
+        c.engine(),
         "SELECT id, user_name, name, script, gpu_mem_peak, usage, start_time, end_time FROM (
            SELECT id, user_name, name, script, gpu_mem_peak, usage, start_time, end_time,
              row_number() OVER (PARTITION BY user_name, name ORDER BY id DESC) AS by_name,
              row_number() OVER (PARTITION BY user_name, script ORDER BY id DESC) AS by_script
            FROM jobs WHERE (gpu_mem_peak IS NOT NULL OR start_time IS NOT NULL) AND state IN ",
     );
-    push_list(&mut q, final_states(), |q, s| {
-        q.push_bind(s);
-    });
+    q.push_list(final_states());
     q.push(") AS latest WHERE by_name <= ")
         .push_bind(gsched_core::cluster::PEAK_HISTORY as i64)
         .push(" OR by_script <= ")
         .push_bind(gsched_core::cluster::PEAK_HISTORY as i64)
         .push(" ORDER BY id");
-    let rows = q.build().fetch_all(&mut *conn).await?;
+    let rows = q.build().fetch_all(c.reborrow()).await?;
     rows.iter()
         .map(|r| {
             Ok(PastRun {
-                id: r.try_get::<i64, _>("id")? as JobId,
-                user_name: r.try_get("user_name")?,
-                name: r.try_get("name")?,
-                script: r.try_get("script")?,
-                gpu_mem_peak: r
-                    .try_get::<Option<i64>, _>("gpu_mem_peak")?
-                    .map(|m| m.max(0) as u64),
+                id: r.int("id")? as JobId,
+                user_name: r.get("user_name")?,
+                name: r.get("name")?,
+                script: r.get("script")?,
+                gpu_mem_peak: r.opt_int("gpu_mem_peak")?.map(|m| m.max(0) as u64),
                 // A usage that does not read only loses the learned share.
                 gpu_share: match (
                     optional_json::<gsched_core::job::ResourceUsage>(r, "usage"),
-                    r.try_get::<Option<i64>, _>("start_time")?,
-                    r.try_get::<Option<i64>, _>("end_time")?,
+                    r.opt_int("start_time")?,
+                    r.opt_int("end_time")?,
                 ) {
                     (Ok(Some(u)), Some(start), Some(end)) => u.gpu_share(end - start),
                     _ => None,
                 },
-                elapsed_secs: match (
-                    r.try_get::<Option<i64>, _>("start_time")?,
-                    r.try_get::<Option<i64>, _>("end_time")?,
-                ) {
+                elapsed_secs: match (r.opt_int("start_time")?, r.opt_int("end_time")?) {
                     (Some(start), Some(end)) if end >= start => Some(end - start),
                     _ => None,
                 },
@@ -205,12 +174,12 @@ pub(super) async fn past_runs(conn: &mut SqliteConnection) -> Result<Vec<PastRun
 /// Finished jobs matching `query` with ids above `after`, by id, at most
 /// `limit`.
 pub(super) async fn finished_jobs(
-    conn: &mut SqliteConnection,
+    mut c: ConnRef<'_>,
     query: &JobQuery,
     after: JobId,
     limit: u32,
 ) -> Result<Vec<Job>, StoreError> {
-    let mut q = QueryBuilder::<Sqlite>::new("SELECT * FROM jobs WHERE id > ");
+    let mut q = Builder::new(c.engine(), "SELECT * FROM jobs WHERE id > ");
     q.push_bind(after as i64).push(" AND state IN ");
     let finals: Vec<&str> = match &query.states {
         Some(s) => final_states()
@@ -218,34 +187,25 @@ pub(super) async fn finished_jobs(
             .collect(),
         None => final_states().collect(),
     };
-    push_list(&mut q, finals, |q, s| {
-        q.push_bind(s);
-    });
+    q.push_list(finals);
     match (&query.ids, &query.arrays) {
         (None, None) => {}
         (ids, arrays) => {
             q.push(" AND (id IN ");
-            push_list(&mut q, ids.iter().flatten(), |q, id| {
-                q.push_bind(*id as i64);
-            });
-            q.push(" OR json_extract(spec, '$.array_task.array_job_id') IN ");
-            push_list(&mut q, arrays.iter().flatten(), |q, id| {
-                q.push_bind(*id as i64);
-            });
+            q.push_list(ids.iter().flatten().map(|id| *id as i64));
+            let array_job = q.engine().array_job_id();
+            q.push(" OR ").push(array_job).push(" IN ");
+            q.push_list(arrays.iter().flatten().map(|id| *id as i64));
             q.push(")");
         }
     }
     if let Some(users) = &query.users {
         q.push(" AND user_name IN ");
-        push_list(&mut q, users, |q, u| {
-            q.push_bind(u.as_str());
-        });
+        q.push_list(users.iter().map(String::as_str));
     }
     if let Some(names) = &query.names {
         q.push(" AND name IN ");
-        push_list(&mut q, names, |q, n| {
-            q.push_bind(n.as_str());
-        });
+        q.push_list(names.iter().map(String::as_str));
     }
     if let Some(t) = query.active_since {
         q.push(" AND (end_time IS NULL OR end_time >= ")
@@ -257,50 +217,46 @@ pub(super) async fn finished_jobs(
             .push_bind(t);
     }
     q.push(" ORDER BY id LIMIT ").push_bind(i64::from(limit));
-    let rows = q.build().fetch_all(&mut *conn).await?;
+    let rows = q.build().fetch_all(c.reborrow()).await?;
     rows.iter().map(job_of).collect()
 }
 
 /// A `jobs` row as a job.
-fn job_of(row: &SqliteRow) -> Result<Job, StoreError> {
-    let id: i64 = row.try_get("id")?;
+fn job_of(row: &Record) -> Result<Job, StoreError> {
+    let id: i64 = row.get("id")?;
     let corrupt = |why: String| StoreError::Corrupt { id, why };
     let mut spec: JobSpec =
-        serde_json::from_str(row.try_get("spec")?).map_err(|e| corrupt(format!("spec: {e}")))?;
-    spec.script = row.try_get("script")?;
-    let gpu: GpuRequest = serde_json::from_str(row.try_get("gpu_request")?)
+        serde_json::from_str(row.get("spec")?).map_err(|e| corrupt(format!("spec: {e}")))?;
+    spec.script = row.get("script")?;
+    let gpu: GpuRequest = serde_json::from_str(row.get("gpu_request")?)
         .map_err(|e| corrupt(format!("gpu_request: {e}")))?;
     spec.gpu = gpu;
-    let state: String = row.try_get("state")?;
+    let state: String = row.get("state")?;
     let state = JobState::parse(&state).map_err(|e| corrupt(e.to_string()))?;
     if Job::keeps_environment(state) {
-        spec.environment = serde_json::from_str(row.try_get("environment")?)
+        spec.environment = serde_json::from_str(row.get("environment")?)
             .map_err(|e| corrupt(format!("environment: {e}")))?;
     }
     Ok(Job {
         id: id as JobId,
         spec,
         state,
-        reason: row.try_get("reason")?,
-        exit_code: row.try_get("exit_code")?,
-        exit_signal: row.try_get("exit_signal")?,
-        submit_time: row.try_get("submit_time")?,
-        start_time: row.try_get("start_time")?,
-        end_time: row.try_get("end_time")?,
-        node: row.try_get("node")?,
-        gpu_instances: super::instances_of_column(row.try_get("gpu_instance")?),
-        gpu_mem_peak: row
-            .try_get::<Option<i64>, _>("gpu_mem_peak")?
-            .map(|m| m as u64),
-        restarts: row.try_get::<i64, _>("restarts")? as u32,
-        held: row.try_get("held")?,
-        steps: serde_json::from_str(row.try_get("steps")?)
+        reason: row.get("reason")?,
+        exit_code: row.opt_i32("exit_code")?,
+        exit_signal: row.opt_i32("exit_signal")?,
+        submit_time: row.get("submit_time")?,
+        start_time: row.get("start_time")?,
+        end_time: row.get("end_time")?,
+        node: row.get("node")?,
+        gpu_instances: super::instances_of_column(row.get("gpu_instance")?),
+        gpu_mem_peak: row.opt_int("gpu_mem_peak")?.map(|m| m as u64),
+        restarts: row.int("restarts")? as u32,
+        held: row.get("held")?,
+        steps: serde_json::from_str(row.get("steps")?)
             .map_err(|e| corrupt(format!("steps: {e}")))?,
-        cancelled_by: row
-            .try_get::<Option<i64>, _>("cancelled_by")?
-            .map(|u| u as u32),
-        run: row.try_get::<i64, _>("run")?.clamp(0, u32::MAX.into()) as u32,
-        launching: row.try_get("launching")?,
+        cancelled_by: row.opt_int("cancelled_by")?.map(|u| u as u32),
+        run: row.int("run")?.clamp(0, u32::MAX.into()) as u32,
+        launching: row.get("launching")?,
         usage: optional_json(row, "usage").map_err(|e| corrupt(e.to_string()))?,
         batch_usage: optional_json(row, "batch_usage").map_err(|e| corrupt(e.to_string()))?,
         sisters: optional_json(row, "sisters")
@@ -322,14 +278,14 @@ struct BadColumn {
 
 /// A nullable JSON column.
 fn optional_json<T: serde::de::DeserializeOwned>(
-    row: &sqlx::sqlite::SqliteRow,
+    row: &Record,
     column: &str,
 ) -> Result<Option<T>, BadColumn> {
     let bad = |why: String| BadColumn {
         column: column.to_string(),
         why,
     };
-    match row.try_get::<Option<String>, _>(column) {
+    match row.get::<Option<String>>(column) {
         Ok(Some(u)) => serde_json::from_str(&u)
             .map(Some)
             .map_err(|e| bad(e.to_string())),

@@ -7,9 +7,10 @@
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use sqlx::{Connection, Row, SqliteConnection};
+use sqlx::{Connection, SqliteConnection};
 
-use super::{StoreError, MIGRATOR};
+use super::sql::{Conn, ConnRef, Engine};
+use super::{StoreError, MIGRATOR, PG_MIGRATOR};
 
 /// Why a copy of the database was not taken.
 #[derive(Debug, thiserror::Error)]
@@ -69,75 +70,97 @@ pub fn plan(applied: &[i64], known: &[i64]) -> SchemaPlan {
 }
 
 /// The migrations applied to the database (none for a new one).
-async fn applied(conn: &mut SqliteConnection) -> Result<Vec<i64>, sqlx::Error> {
-    let exists = sqlx::query(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-    )
-    .fetch_optional(&mut *conn)
-    .await?
-    .is_some();
-    if !exists {
+async fn applied(mut c: ConnRef<'_>) -> Result<Vec<i64>, sqlx::Error> {
+    let table = match c.engine() {
+        Engine::Sqlite => {
+            "SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'"
+        }
+        Engine::Postgres => {
+            "SELECT 1 AS present FROM information_schema.tables
+              WHERE table_schema = current_schema() AND table_name = '_sqlx_migrations'"
+        }
+    };
+    if c.query(table).fetch_optional(c.reborrow()).await?.is_none() {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(&mut *conn)
+    let rows = c
+        .query("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+        .fetch_all(c.reborrow())
         .await?;
-    rows.iter().map(|r| r.try_get::<i64, _>(0)).collect()
+    rows.iter().map(|r| r.int("version")).collect()
 }
 
-/// Brings the database at `path` to this release's schema: refuses a
-/// newer one, backs up an older one into `backups` first. Returns the
-/// backup taken, if any.
+/// The migrations of the database's engine.
+fn migrator(engine: Engine) -> &'static sqlx::migrate::Migrator {
+    match engine {
+        Engine::Sqlite => &MIGRATOR,
+        Engine::Postgres => &PG_MIGRATOR,
+    }
+}
+
+/// Brings the database to this release's schema: refuses a newer one;
+/// backs an older SQLite one up into `backups` first (PostgreSQL's are the
+/// site's to back up with `pg_dump`: docs/install.md). Returns the backup
+/// taken, if any.
 pub(super) async fn upgrade(
-    conn: &mut SqliteConnection,
-    path: &Path,
+    conn: &mut Conn,
+    shown: &str,
     backups: &Path,
     now: i64,
 ) -> Result<Option<PathBuf>, StoreError> {
-    let shown = path.display().to_string();
     let read = |source| StoreError::Open {
-        path: shown.clone(),
+        path: shown.to_string(),
         source,
     };
-    let known: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
-    let backup = match plan(&applied(conn).await.map_err(read)?, &known) {
+    let engine = conn.engine();
+    let known: Vec<i64> = migrator(engine).iter().map(|m| m.version).collect();
+    let backup = match plan(&applied(conn.as_ref()).await.map_err(read)?, &known) {
         SchemaPlan::Newer { database, known } => {
             return Err(StoreError::Newer {
-                path: shown,
+                path: shown.to_string(),
                 database,
                 known,
             })
         }
         SchemaPlan::Create | SchemaPlan::Current => None,
-        SchemaPlan::Upgrade { from, to, pending } => {
-            let to_file = backups.join(format!("ctld-schema{from}-{now}.db"));
-            backup_into(conn, backups, &to_file)
-                .await
-                .map_err(|why| StoreError::Backup {
-                    path: shown.clone(),
-                    to: to_file.display().to_string(),
-                    why,
-                })?;
-            tracing::info!(db = %shown, backup = %to_file.display(), from, to, pending,
-                "database written by an earlier release backed up before its migration");
-            Some(to_file)
-        }
+        SchemaPlan::Upgrade { from, to, pending } => match conn {
+            Conn::Sqlite(sqlite) => {
+                let to_file = backups.join(format!("ctld-schema{from}-{now}.db"));
+                backup_into(sqlite, backups, &to_file)
+                    .await
+                    .map_err(|why| StoreError::Backup {
+                        path: shown.to_string(),
+                        to: to_file.display().to_string(),
+                        why,
+                    })?;
+                tracing::info!(db = %shown, backup = %to_file.display(), from, to, pending,
+                    "database written by an earlier release backed up before its migration");
+                Some(to_file)
+            }
+            Conn::Postgres(_) => {
+                tracing::warn!(db = %shown, from, to, pending,
+                    "migrating a database written by an earlier release (each migration in its own transaction); its pg_dump taken before the upgrade is the way back");
+                None
+            }
+        },
     };
-    MIGRATOR
-        .run(&mut *conn)
-        .await
-        .map_err(|e| StoreError::Migrate {
-            path: shown.clone(),
-            source: e,
-        })?;
-    sqlx::query(
+    let migrated = match conn {
+        Conn::Sqlite(c) => migrator(engine).run(c).await,
+        Conn::Postgres(c) => migrator(engine).run(c).await,
+    };
+    migrated.map_err(|e| StoreError::Migrate {
+        path: shown.to_string(),
+        source: e,
+    })?;
+    let mut c = conn.as_ref();
+    c.query(
         "INSERT INTO releases (release, protocol, first_opened) VALUES ($1, $2, $3)
          ON CONFLICT (release) DO NOTHING",
     )
     .bind(gsched_core::version::RELEASE)
     .bind(i64::from(gsched_core::version::PROTOCOL))
     .bind(now)
-    .execute(&mut *conn)
+    .execute(c.reborrow())
     .await
     .map_err(StoreError::Write)?;
     Ok(backup)
@@ -273,19 +296,23 @@ mod tests {
     }
 
     /// An empty database file in a new directory, and a connection to it.
-    async fn new_database() -> (tempfile::TempDir, std::path::PathBuf, SqliteConnection) {
+    async fn new_database() -> (tempfile::TempDir, std::path::PathBuf, Conn) {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ctld.db");
         let opts = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(&db)
             .create_if_missing(true);
         let conn = SqliteConnection::connect_with(&opts).await.unwrap();
-        (dir, db, conn)
+        (dir, db, Conn::Sqlite(conn))
     }
 
     #[tokio::test]
     async fn an_older_database_is_backed_up_then_migrated_and_a_newer_one_refused() {
         let (dir, db, mut conn) = new_database().await;
+        let shown = db.display().to_string();
+        let Conn::Sqlite(sqlite) = &mut conn else {
+            unreachable!()
+        };
         // An older release: every migration but the last.
         let all: Vec<_> = MIGRATOR.iter().collect();
         let older = sqlx::migrate::Migrator {
@@ -294,9 +321,9 @@ mod tests {
             ),
             ..sqlx::migrate::Migrator::DEFAULT
         };
-        older.run(&mut conn).await.unwrap();
+        older.run(sqlite).await.unwrap();
         let backups = dir.path().join("backups");
-        let taken = upgrade(&mut conn, &db, &backups, 1000)
+        let taken = upgrade(&mut conn, &shown, &backups, 1000)
             .await
             .unwrap()
             .unwrap();
@@ -306,30 +333,40 @@ mod tests {
         let mode = std::fs::metadata(&taken).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         // The backup is the older schema; the database the newer.
-        let mut copy = SqliteConnection::connect_with(
+        let copy = SqliteConnection::connect_with(
             &sqlx::sqlite::SqliteConnectOptions::new().filename(&taken),
         )
         .await
         .unwrap();
-        assert_eq!(applied(&mut copy).await.unwrap().len(), all.len() - 1);
-        assert_eq!(applied(&mut conn).await.unwrap().len(), all.len());
+        assert_eq!(
+            applied(Conn::Sqlite(copy).as_ref()).await.unwrap().len(),
+            all.len() - 1
+        );
+        assert_eq!(applied(conn.as_ref()).await.unwrap().len(), all.len());
         // Opening again takes no second backup.
-        assert_eq!(upgrade(&mut conn, &db, &backups, 2000).await.unwrap(), None);
-        let releases: Vec<(String, i64)> =
-            sqlx::query_as("SELECT release, first_opened FROM releases")
-                .fetch_all(&mut conn)
-                .await
-                .unwrap();
+        assert_eq!(
+            upgrade(&mut conn, &shown, &backups, 2000).await.unwrap(),
+            None
+        );
+        let mut c = conn.as_ref();
+        let releases: Vec<(String, i64)> = c
+            .query("SELECT release, first_opened FROM releases")
+            .fetch_all(c.reborrow())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get("release").unwrap(), r.int("first_opened").unwrap()))
+            .collect();
         assert_eq!(
             releases,
             [(gsched_core::version::RELEASE.to_string(), 1000)]
         );
         // A newer release's migration: refused, naming both schemas.
-        sqlx::query("INSERT INTO _sqlx_migrations (version, description, installed_on, success, checksum, execution_time) VALUES (99999, 'from the future', CURRENT_TIMESTAMP, 1, x'00', 0)")
-            .execute(&mut conn)
+        c.query("INSERT INTO _sqlx_migrations (version, description, installed_on, success, checksum, execution_time) VALUES (99999, 'from the future', CURRENT_TIMESTAMP, 1, x'00', 0)")
+            .execute(c.reborrow())
             .await
             .unwrap();
-        let e = upgrade(&mut conn, &db, &backups, 3000)
+        let e = upgrade(&mut conn, &shown, &backups, 3000)
             .await
             .unwrap_err()
             .to_string();
@@ -340,7 +377,10 @@ mod tests {
     #[tokio::test]
     async fn a_backup_is_a_new_private_file() {
         let (dir, db, mut conn) = new_database().await;
-        MIGRATOR.run(&mut conn).await.unwrap();
+        let Conn::Sqlite(sqlite) = &mut conn else {
+            unreachable!()
+        };
+        MIGRATOR.run(sqlite).await.unwrap();
         let to = dir.path().join("copy.db");
         backup(&db, &to).await.unwrap();
         assert!(std::fs::metadata(&to).unwrap().len() > 0);

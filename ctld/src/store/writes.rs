@@ -3,46 +3,36 @@
 use gsched_core::cluster::Node;
 use gsched_core::job::{Job, JobId};
 use gsched_core::probe::TaskRecord;
-use sqlx::SqliteConnection;
 
+use super::sql::ConnRef;
 use super::{instances_column, json, JobRuntime, Write};
 
 /// Applies one write inside the writer's transaction.
-pub(super) async fn apply(conn: &mut SqliteConnection, w: &Write) -> Result<(), sqlx::Error> {
+pub(super) async fn apply(c: &mut ConnRef<'_>, w: &Write) -> Result<(), sqlx::Error> {
     match w {
-        Write::NewJob(job) => insert_job(conn, job).await,
-        Write::JobSpec(job) => update_spec(conn, job).await,
-        Write::JobState(job) => update_state(conn, job).await,
-        Write::Accounts(data) => store_accounts(conn, data).await,
-        Write::Node(node) => upsert_node(conn, node).await,
-        Write::Task { node, record } => upsert_task(conn, node, record).await,
+        Write::NewJob(job) => insert_job(c, job).await,
+        Write::JobSpec(job) => update_spec(c, job).await,
+        Write::JobState(job) => update_state(c, job).await,
+        Write::Accounts(data) => store_accounts(c, data).await,
+        Write::Node(node) => upsert_node(c, node).await,
+        Write::Task { node, record } => upsert_task(c, node, record).await,
         Write::Event {
             time,
             job_id,
             node,
             kind,
             detail,
-        } => {
-            append_event(
-                conn,
-                *time,
-                *job_id,
-                node.as_deref(),
-                kind,
-                detail.as_deref(),
-            )
-            .await
-        }
+        } => append_event(c, *time, *job_id, node.as_deref(), kind, detail.as_deref()).await,
     }
 }
 
 /// Writes a newly submitted job: the full row.
-async fn insert_job(conn: &mut SqliteConnection, job: &Job) -> Result<(), sqlx::Error> {
+async fn insert_job(c: &mut ConnRef<'_>, job: &Job) -> Result<(), sqlx::Error> {
     let s = &job.spec;
     let mut rest = s.clone();
     rest.script = String::new();
     rest.environment.clear();
-    sqlx::query(
+    c.query(
         "INSERT INTO jobs (id, name, user_name, uid, gid, working_dir, script, environment,
            isolated, gpu_request, time_limit, partition, spec, state, reason, exit_code,
            exit_signal, submit_time, start_time, end_time, node, gpu_instance, gpu_mem_peak, restarts,
@@ -64,8 +54,8 @@ async fn insert_job(conn: &mut SqliteConnection, job: &Job) -> Result<(), sqlx::
     .bind(json(&rest))
     .bind(job.state.as_str())
     .bind(&job.reason)
-    .bind(job.exit_code)
-    .bind(job.exit_signal)
+    .bind(job.exit_code.map(i64::from))
+    .bind(job.exit_signal.map(i64::from))
     .bind(job.submit_time)
     .bind(job.start_time)
     .bind(job.end_time)
@@ -74,33 +64,31 @@ async fn insert_job(conn: &mut SqliteConnection, job: &Job) -> Result<(), sqlx::
     .bind(job.gpu_mem_peak.map(|m| m as i64))
     .bind(job.restarts as i64)
     .bind(job.held)
-    .execute(&mut *conn)
+    .execute(c.reborrow())
     .await?;
     Ok(())
 }
 
 /// Writes a pending job's spec (the columns that may change).
-async fn update_spec(conn: &mut SqliteConnection, job: &Job) -> Result<(), sqlx::Error> {
+async fn update_spec(c: &mut ConnRef<'_>, job: &Job) -> Result<(), sqlx::Error> {
     let s = &job.spec;
     let mut rest = s.clone();
     rest.script = String::new();
     rest.environment.clear();
-    sqlx::query(
-        "UPDATE jobs SET name = $1, time_limit = $2, partition = $3, spec = $4 WHERE id = $5",
-    )
-    .bind(&s.name)
-    .bind(s.time_limit.map(|t| t as i64))
-    .bind(&s.partition)
-    .bind(json(&rest))
-    .bind(job.id as i64)
-    .execute(&mut *conn)
-    .await?;
+    c.query("UPDATE jobs SET name = $1, time_limit = $2, partition = $3, spec = $4 WHERE id = $5")
+        .bind(&s.name)
+        .bind(s.time_limit.map(|t| t as i64))
+        .bind(&s.partition)
+        .bind(json(&rest))
+        .bind(job.id as i64)
+        .execute(c.reborrow())
+        .await?;
     Ok(())
 }
 
 /// Writes a job's state, times and placement.
-async fn update_state(conn: &mut SqliteConnection, job: &JobRuntime) -> Result<(), sqlx::Error> {
-    sqlx::query(
+async fn update_state(c: &mut ConnRef<'_>, job: &JobRuntime) -> Result<(), sqlx::Error> {
+    c.query(
         "UPDATE jobs SET state = $1, reason = $2, exit_code = $3, exit_signal = $4, start_time = $5,
            end_time = $6, node = $7, gpu_instance = $8, gpu_mem_peak = $9, restarts = $10, held = $11, steps = $12,
            cancelled_by = $13, run = $14, launching = $15, usage = $16, batch_usage = $17, sisters = $18,
@@ -109,8 +97,8 @@ async fn update_state(conn: &mut SqliteConnection, job: &JobRuntime) -> Result<(
     )
     .bind(job.state.as_str())
     .bind(&job.reason)
-    .bind(job.exit_code)
-    .bind(job.exit_signal)
+    .bind(job.exit_code.map(i64::from))
+    .bind(job.exit_signal.map(i64::from))
     .bind(job.start_time)
     .bind(job.end_time)
     .bind(&job.node)
@@ -128,26 +116,26 @@ async fn update_state(conn: &mut SqliteConnection, job: &JobRuntime) -> Result<(
     .bind(job.suspension.as_ref().map(json))
     .bind(job.grace.as_ref().map(json))
     .bind(job.id as i64)
-    .execute(&mut *conn)
+    .execute(c.reborrow())
     .await?;
     Ok(())
 }
 
 /// Writes the accounts, associations and usage.
-async fn store_accounts(conn: &mut SqliteConnection, data: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(
+async fn store_accounts(c: &mut ConnRef<'_>, data: &str) -> Result<(), sqlx::Error> {
+    c.query(
         "INSERT INTO accounts (id, data) VALUES (1, $1)
          ON CONFLICT (id) DO UPDATE SET data = excluded.data",
     )
     .bind(data)
-    .execute(&mut *conn)
+    .execute(c.reborrow())
     .await?;
     Ok(())
 }
 
 /// Writes a node and its instances.
-async fn upsert_node(conn: &mut SqliteConnection, node: &Node) -> Result<(), sqlx::Error> {
-    sqlx::query(
+async fn upsert_node(c: &mut ConnRef<'_>, node: &Node) -> Result<(), sqlx::Error> {
+    c.query(
         "INSERT INTO nodes (name, url, cpus, memory_mib, worker_limit, up, updated_at,
            admin_state, admin_reason, admin_by, admin_since, mig_frozen)
          VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
@@ -176,15 +164,15 @@ async fn upsert_node(conn: &mut SqliteConnection, node: &Node) -> Result<(), sql
             .collect::<Vec<_>>()
             .join(",")
     }))
-    .execute(&mut *conn)
+    .execute(c.reborrow())
     .await?;
-    sqlx::query("DELETE FROM gpu_instances WHERE node = $1")
+    c.query("DELETE FROM gpu_instances WHERE node = $1")
         .bind(&node.name)
-        .execute(&mut *conn)
+        .execute(c.reborrow())
         .await?;
     for s in &node.instances {
         let i = &s.instance;
-        sqlx::query(
+        c.query(
             "INSERT INTO gpu_instances (uuid, node, gpu_index, gpu_uuid, model, profile,
                memory_mib, sms, compute_slices, mps_pipe_dir, mps_log_dir, mps_state)
              VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
@@ -207,19 +195,15 @@ async fn upsert_node(conn: &mut SqliteConnection, node: &Node) -> Result<(), sql
         .bind(i.mps.as_ref().map(|m| &m.pipe_dir))
         .bind(i.mps.as_ref().map(|m| &m.log_dir))
         .bind(i.mps.as_ref().map(|m| m.state.as_str()))
-        .execute(&mut *conn)
+        .execute(c.reborrow())
         .await?;
     }
     Ok(())
 }
 
 /// Writes a task reservation (by job and task).
-async fn upsert_task(
-    conn: &mut SqliteConnection,
-    node: &str,
-    r: &TaskRecord,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
+async fn upsert_task(c: &mut ConnRef<'_>, node: &str, r: &TaskRecord) -> Result<(), sqlx::Error> {
+    c.query(
         "INSERT INTO task_reservations (job_id, task, instance, mem_bytes, warps, begin_time, end_time, node, pid, gpu_share)
          VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
          ON CONFLICT(job_id, task) DO UPDATE SET
@@ -239,27 +223,27 @@ async fn upsert_task(
     .bind(node)
     .bind(r.pid as i64)
     .bind(r.share as i64)
-    .execute(&mut *conn)
+    .execute(c.reborrow())
     .await?;
     Ok(())
 }
 
 /// Writes an entry of the append-only event log.
 async fn append_event(
-    conn: &mut SqliteConnection,
+    c: &mut ConnRef<'_>,
     time: i64,
     job_id: Option<JobId>,
     node: Option<&str>,
     kind: &str,
     detail: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO events (time, job_id, node, kind, detail) VALUES ($1,$2,$3,$4,$5)")
+    c.query("INSERT INTO events (time, job_id, node, kind, detail) VALUES ($1,$2,$3,$4,$5)")
         .bind(time)
         .bind(job_id.map(|j| j as i64))
         .bind(node)
         .bind(kind)
         .bind(detail)
-        .execute(&mut *conn)
+        .execute(c.reborrow())
         .await?;
     Ok(())
 }

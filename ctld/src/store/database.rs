@@ -1,0 +1,231 @@
+//! Where the store lives: SQLite in the state directory (the default), or
+//! a PostgreSQL server named by a URL (`--database`, `[controller]
+//! database`). The store sends jobs' scripts and environments to the
+//! database, so a server is used only once it can prove who it is: over
+//! TCP the URL must ask for a verified TLS server (`sslmode=verify-full`
+//! or `verify-ca`); through PostgreSQL's Unix socket, the socket's
+//! directory must be one no other user could put a socket in.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
+
+/// The URL parameters a database URL may carry (the others libpq knows are
+/// refused rather than ignored, as sqlx would).
+const PARAMETERS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "host",
+    "port",
+    "dbname",
+    "user",
+    "application_name",
+];
+
+/// A database URL that cannot be used, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    #[error("the database URL {0} is not a postgres:// or postgresql:// URL (leave --database unset for SQLite in the state directory)")]
+    Scheme(String),
+    #[error("the database URL {0} does not read: {1}")]
+    Parse(String, String),
+    #[error("the database URL {0} carries a password, which every local user could read in the process list or the site file: put it in root's ~/.pgpass (mode 0600) or use a client certificate (sslcert=, sslkey=)")]
+    Password(String),
+    #[error("the database URL {url} has the parameter {parameter}, which gsched does not take (it takes {known})", known = PARAMETERS.join(", "))]
+    Parameter { url: String, parameter: String },
+    #[error("the database URL {0} names no host: give the server's name or its Unix socket directory (postgres:///gsched?user=gsched&host=/run/postgresql); a default could find a socket someone else put in /tmp")]
+    NoHost(String),
+    #[error("the database URL {url} reaches {host} over TCP with sslmode={mode}: the server would get job scripts and environments before proving who it is; add sslmode=verify-full (and sslrootcert=CA file) or connect through the server's Unix socket (host=/run/postgresql)")]
+    Unverified {
+        url: String,
+        host: String,
+        mode: String,
+    },
+    #[error("the database socket directory {dir} is unsafe: {why}")]
+    Socket { dir: String, why: String },
+}
+
+/// Where the store is.
+#[derive(Clone)]
+pub enum Database {
+    /// A SQLite file (the controller's own state directory).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, and its URL as shown in logs and errors.
+    Postgres(Box<PgConnectOptions>, String),
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown())
+    }
+}
+
+impl Database {
+    /// The database a `--database` URL names, checked (see the module).
+    pub fn postgres(url: &str) -> Result<Database, DatabaseError> {
+        let shown = url.to_string();
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| DatabaseError::Parse(shown.clone(), e.to_string()))?;
+        if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+            return Err(DatabaseError::Scheme(shown));
+        }
+        if parsed.password().is_some() || parsed.query_pairs().any(|(k, _)| k == "password") {
+            // Shown without it.
+            let mut hidden = parsed.clone();
+            let _ = hidden.set_password(None);
+            return Err(DatabaseError::Password(hidden.to_string()));
+        }
+        if let Some((parameter, _)) = parsed
+            .query_pairs()
+            .find(|(k, _)| !PARAMETERS.contains(&k.as_ref()))
+        {
+            return Err(DatabaseError::Parameter {
+                url: shown,
+                parameter: parameter.into_owned(),
+            });
+        }
+        let named_host = parsed.host_str().is_some_and(|h| !h.is_empty())
+            || parsed.query_pairs().any(|(k, _)| k == "host");
+        if !named_host {
+            return Err(DatabaseError::NoHost(shown));
+        }
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| DatabaseError::Parse(shown.clone(), e.to_string()))?;
+        let socket = options.get_socket().cloned().or_else(|| {
+            options
+                .get_host()
+                .starts_with('/')
+                .then(|| options.get_host().into())
+        });
+        match socket {
+            Some(dir) => check_socket_directory(&dir)?,
+            None => {
+                let mode = options.get_ssl_mode();
+                if !matches!(mode, PgSslMode::VerifyFull | PgSslMode::VerifyCa) {
+                    return Err(DatabaseError::Unverified {
+                        url: shown,
+                        host: options.get_host().to_string(),
+                        mode: format!("{mode:?}").to_lowercase(),
+                    });
+                }
+            }
+        }
+        let options = options.application_name("gctld");
+        Ok(Database::Postgres(Box::new(options), shown))
+    }
+
+    /// The database as shown in logs and errors (no password is ever in
+    /// one: [`Database::postgres`] refuses them).
+    pub fn shown(&self) -> String {
+        match self {
+            Database::Sqlite(path) => path.display().to_string(),
+            Database::Postgres(_, url) => url.clone(),
+        }
+    }
+}
+
+/// A Unix socket directory no other user can put a socket in: not
+/// writable by others, and reached through directories no other user can
+/// swap (each one either not writable by others or sticky). Whoever owns
+/// it is trusted as the database server.
+fn check_socket_directory(dir: &Path) -> Result<(), DatabaseError> {
+    let bad = |why: String| DatabaseError::Socket {
+        dir: dir.display().to_string(),
+        why,
+    };
+    if !dir.is_absolute() {
+        return Err(bad("it is not an absolute path".into()));
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(bad("it is not a directory (a link is not followed)".into()));
+    }
+    if meta.mode() & 0o002 != 0 {
+        return Err(bad(format!(
+            "it has mode {:o}: any user could put a socket there; use the server's own directory (unix_socket_directories)",
+            meta.mode() & 0o7777
+        )));
+    }
+    for up in dir.ancestors().skip(1) {
+        let meta = std::fs::symlink_metadata(up).map_err(|e| bad(e.to_string()))?;
+        let mode = meta.mode() & 0o7777;
+        if !meta.is_dir() || (mode & 0o002 != 0 && mode & 0o1000 == 0) {
+            return Err(bad(format!(
+                "{} (mode {mode:o}) could be changed by any user",
+                up.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(url: &str) -> String {
+        Database::postgres(url).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn urls_that_would_leak_or_mislead_are_refused() {
+        assert!(refused("mysql://db/x").contains("not a postgres://"));
+        let e = refused("postgres://gsched:hunter2@db.example/gsched?sslmode=verify-full");
+        assert!(
+            e.contains("carries a password") && !e.contains("hunter2"),
+            "{e}"
+        );
+        let e = refused("postgres://gsched@db.example/gsched?sslmode=verify-full&password=x");
+        assert!(e.contains("carries a password"), "{e}");
+        let e =
+            refused("postgres://gsched@db.example/gsched?sslmode=verify-full&connect_timeout=3");
+        assert!(e.contains("parameter connect_timeout"), "{e}");
+        assert!(refused("postgres:///gsched").contains("names no host"));
+        for mode in [
+            "",
+            "?sslmode=prefer",
+            "?sslmode=require",
+            "?sslmode=disable",
+        ] {
+            let e = refused(&format!("postgres://gsched@127.0.0.1/gsched{mode}"));
+            assert!(e.contains("before proving who it is"), "{mode}: {e}");
+        }
+        let e = refused("postgres:///gsched?user=gsched&host=/tmp");
+        assert!(e.contains("any user could put a socket there"), "{e}");
+        let e = refused("postgres:///gsched?user=gsched&host=relative");
+        assert!(
+            e.contains("before proving"),
+            "a relative host is a host name: {e}"
+        );
+    }
+
+    #[test]
+    fn verified_tls_and_a_private_socket_directory_are_taken() {
+        let db = Database::postgres(
+            "postgresql://gsched@db.example:5433/gsched?sslmode=verify-full&sslrootcert=/etc/gsched/db-ca.pem",
+        )
+        .unwrap();
+        let Database::Postgres(options, shown) = &db else {
+            panic!("{db:?}")
+        };
+        assert_eq!(options.get_port(), 5433);
+        assert_eq!(options.get_database(), Some("gsched"));
+        assert!(shown.contains("db.example"));
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!(
+            "postgres:///gsched?user=gsched&host={}",
+            dir.path().display()
+        );
+        let Database::Postgres(options, _) = Database::postgres(&url).unwrap() else {
+            panic!()
+        };
+        assert_eq!(options.get_socket(), Some(&dir.path().to_path_buf()));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(refused(&url).contains("mode 777"));
+    }
+}

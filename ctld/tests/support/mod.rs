@@ -1,0 +1,4 @@
+//! What the controller's integration tests share.
+#![allow(dead_code)]
+
+pub mod postgres;
