@@ -408,13 +408,19 @@ async fn up(args: UpArgs) -> Result<()> {
         ctld.url
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    let step_down = ctld.tenure.step_down.clone();
+    let stepped_down = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        why = step_down.wait() => Some(why),
+    };
     tracing::info!("shutting down; running jobs keep running and are adopted at the next start");
     node.shutdown().await;
-    ctld.remove_sockets();
+    if let Some(why) = stepped_down {
+        ctld.remove_sockets();
+        anyhow::bail!("the controller stepped down: {why}");
+    }
+    ctld.stop().await;
     Ok(())
 }
 

@@ -22,6 +22,7 @@ pub mod hostlist;
 pub mod job;
 pub mod job_state;
 pub mod launch;
+pub mod leadership;
 pub mod mps_recovery;
 pub mod outcome;
 pub mod pattern;

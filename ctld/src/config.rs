@@ -134,6 +134,14 @@ pub struct CtldConfig {
     #[arg(long)]
     #[serde(default)]
     pub fair_tree: bool,
+    /// Seconds a controller's leadership lasts without renewal: a standby
+    /// on the same database takes over within this and a poll (at most a
+    /// second) after the leader dies; the leader renews every third of
+    /// it. With the node timeout, it must leave nodes time to find the new
+    /// leader before they stop their jobs (checked at start).
+    #[arg(long, default_value_t = 6, value_name = "SECS")]
+    #[serde(default = "default_leader_lease")]
+    pub leader_lease: u64,
     /// Where the store is: a PostgreSQL URL
     /// (postgres://USER@HOST:PORT/DB?sslmode=verify-full&sslrootcert=CA, or
     /// postgres:///DB?user=USER&host=/run/postgresql for its Unix socket; the
@@ -278,6 +286,7 @@ impl Default for CtldConfig {
             fair_tree: false,
             preempt_mode: default_preempt_mode(),
             scheduler_type: default_scheduler_type(),
+            leader_lease: default_leader_lease(),
             database: None,
             durability: default_durability(),
             cluster_key_file: None,
@@ -388,6 +397,9 @@ fn default_cluster() -> String {
 }
 fn default_partition() -> String {
     "gpu".into()
+}
+fn default_leader_lease() -> u64 {
+    6
 }
 fn default_node_timeout() -> u64 {
     30

@@ -76,6 +76,8 @@ pub struct Controller {
     nodes: Arc<dyn NodeClient>,
     /// Opens the nodes' sealed requests to `/internal/...`.
     pub peer_auth: Arc<PeerAuth>,
+    /// This controller's leadership (none: alone on its store, tests).
+    tenure: std::sync::OnceLock<Arc<crate::leader::Tenure>>,
 }
 
 impl Controller {
@@ -107,7 +109,24 @@ impl Controller {
             nodes,
             peer_auth: PeerAuth::new(&key, Direction::ToController),
             key,
+            tenure: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets the leadership this controller acts under (once).
+    pub fn set_tenure(&self, tenure: Arc<crate::leader::Tenure>) {
+        let _ = self.tenure.set(tenure);
+    }
+
+    /// The epoch this controller leads in (0: alone on its store).
+    pub fn epoch(&self) -> i64 {
+        self.tenure.get().map_or(0, |t| t.epoch)
+    }
+
+    /// Whether this controller may still act as the leader (see
+    /// [`crate::leader::Tenure::acting`]); always, alone on its store.
+    pub fn acting(&self) -> bool {
+        self.tenure.get().is_none_or(|t| t.acting())
     }
 
     /// A token for the job's own commands (srun steps, scontrol requeue,

@@ -10,6 +10,7 @@ pub mod command;
 pub mod config;
 pub mod controller;
 pub mod dashboard;
+pub mod leader;
 pub mod node_client;
 pub mod store;
 
@@ -33,81 +34,271 @@ pub const API_CONNECTIONS_PER_UID: usize = 64;
 pub const API_CONNECTIONS_TOTAL: usize = 1024;
 pub const API_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// A started controller: the address its API is bound to, and its socket.
-pub struct Running {
+/// A controller serving its API: a standby's answers until it leads (see
+/// [`Serving::lead`]), then the full API.
+pub struct Serving {
     pub addr: std::net::SocketAddr,
-    /// `http://ADDR`, or `https://ADDR` with TLS.
+    /// `http://ADDR`, or `https://ADDR` with TLS: the address it advertises.
     pub url: String,
     pub socket: std::path::PathBuf,
     /// The socket published for loopback commands (`/run/gsched/...`).
     pub rendezvous: Option<std::path::PathBuf>,
-    pub controller: Arc<Controller>,
+    /// Leadership as this controller serves it.
+    pub role: Arc<leader::Role>,
+    /// The controller once it leads.
+    pub controller: Arc<std::sync::OnceLock<Arc<Controller>>>,
+    config: CtldConfig,
+    keys: Keys,
+    database: store::Database,
+    tcp_app: Arc<std::sync::OnceLock<axum::Router>>,
+    socket_app: Arc<std::sync::OnceLock<axum::Router>>,
+    http: reqwest::Client,
 }
 
-impl Running {
+/// A controller that leads.
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    pub url: String,
+    pub socket: std::path::PathBuf,
+    pub rendezvous: Option<std::path::PathBuf>,
+    pub controller: Arc<Controller>,
+    pub tenure: Arc<leader::Tenure>,
+    term: store::Term,
+    renewer: store::Renewer,
+}
+
+impl Serving {
     /// Removes the local sockets at shutdown, so no command finds a dead
     /// one (a crash leaves them; the next start replaces them).
     pub fn remove_sockets(&self) {
-        for path in std::iter::once(&self.socket).chain(self.rendezvous.as_ref()) {
-            if let Err(e) = std::fs::remove_file(path) {
-                tracing::warn!(socket = %path.display(), error = %e, "cannot remove the local socket");
-            }
+        remove_sockets(&self.socket, self.rendezvous.as_ref());
+    }
+}
+
+impl Running {
+    pub fn remove_sockets(&self) {
+        remove_sockets(&self.socket, self.rendezvous.as_ref());
+    }
+
+    /// A clean stop: gives the lease up so that a standby takes over at
+    /// once, and removes the local sockets.
+    pub async fn stop(self) {
+        self.remove_sockets();
+        leader::resign(self.renewer, &self.term).await;
+    }
+}
+
+/// Removes the local sockets (a stopping controller's).
+pub fn remove_sockets(socket: &Path, rendezvous: Option<&std::path::PathBuf>) {
+    for path in std::iter::once(socket).chain(rendezvous.map(|p| p.as_path())) {
+        if let Err(e) = std::fs::remove_file(path) {
+            tracing::warn!(socket = %path.display(), error = %e, "cannot remove the local socket");
         }
     }
 }
 
-/// Opens the store under `state_dir`, binds the API, and starts the loops.
+/// The controller's keys: the cluster key (nodes) and the token authority.
+struct Keys {
+    cluster: String,
+    authority: auth::Authority,
+}
+
+impl Keys {
+    fn load(config: &CtldConfig, state_dir: &Path) -> Result<Keys> {
+        let key_path = config
+            .cluster_key_file
+            .clone()
+            .unwrap_or_else(|| state_dir.join("cluster.key"));
+        let cluster = gsched_daemon::key::load_or_create(&key_path)?;
+        let token_key_path = config
+            .token_key_file
+            .clone()
+            .unwrap_or_else(|| state_dir.join("jwt.key"));
+        let token_key = gsched_daemon::key::load_or_create(&token_key_path)?;
+        let authority = auth::Authority::new(
+            token_key.as_bytes(),
+            &config.admins,
+            nix::unistd::geteuid().as_raw(),
+            config.token_max_lifetime,
+        );
+        Ok(Keys { cluster, authority })
+    }
+}
+
+/// Where the store is: `--database`, else SQLite in the state directory
+/// (created 0600 before SQLite opens it: its WAL and shared-memory files
+/// take the database's mode; looser existing files are refused).
+fn database(config: &CtldConfig, state_dir: &Path) -> Result<store::Database> {
+    if let Some(url) = &config.database {
+        return store::Database::postgres(url).context("--database");
+    }
+    let db = state_dir.join("ctld.db");
+    gsched_daemon::state::private_file(&db)?;
+    for side in ["ctld.db-wal", "ctld.db-shm"] {
+        gsched_daemon::state::check_private_if_present(&state_dir.join(side))?;
+    }
+    Ok(store::Database::Sqlite(db))
+}
+
+/// Opens the store under `state_dir` (or `--database`), binds the API, and
+/// leads once it wins the lease: [`serve`] then [`Serving::lead`].
 pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
+    serve(config, state_dir).await?.lead().await
+}
+
+/// Checks the settings, binds the API and the local sockets, and serves a
+/// standby's answers on them until [`Serving::lead`] switches them over.
+pub async fn serve(config: CtldConfig, state_dir: &Path) -> Result<Serving> {
     gsched_daemon::state::prepare_dir(state_dir)?;
-    let policy = launch_policy(&config.launch_policy)?;
-    let priority = config.priority_policy().context("--priority-type")?;
-    let key_path = config
-        .cluster_key_file
-        .clone()
-        .unwrap_or_else(|| state_dir.join("cluster.key"));
-    let key = gsched_daemon::key::load_or_create(&key_path)?;
-    let token_key_path = config
-        .token_key_file
-        .clone()
-        .unwrap_or_else(|| state_dir.join("jwt.key"));
-    let token_key = gsched_daemon::key::load_or_create(&token_key_path)?;
-    let authority = auth::Authority::new(
-        token_key.as_bytes(),
-        &config.admins,
-        nix::unistd::geteuid().as_raw(),
-        config.token_max_lifetime,
-    );
+    command::check(&config)?;
+    leader_timings(&config)?;
+    let keys = Keys::load(&config, state_dir)?;
+    let database = database(&config, state_dir)?;
     let socket_path = config
         .socket
         .clone()
         .unwrap_or_else(|| state_dir.join("ctld.sock"));
     let socket = bind_socket(&socket_path)?;
-    let database = match &config.database {
-        Some(url) => store::Database::postgres(url).context("--database")?,
-        None => {
-            let db = state_dir.join("ctld.db");
-            // Created 0600 before SQLite opens it: its WAL and shared-memory
-            // files take the database's mode. Looser existing files are
-            // refused.
-            gsched_daemon::state::private_file(&db)?;
-            for side in ["ctld.db-wal", "ctld.db-shm"] {
-                gsched_daemon::state::check_private_if_present(&state_dir.join(side))?;
-            }
-            store::Database::Sqlite(db)
-        }
-    };
-    let keep_finished_since =
-        gsched_core::cluster::kept_finished_since(controller::unix_now(), config.min_job_age);
-    let (store, loaded) =
-        store::Store::open(&database, config.durability, keep_finished_since).await?;
-    tracing::info!(
-        db = %database.shown(),
-        jobs = loaded.jobs.len(),
-        max_job_id = loaded.max_job_id,
-        past_runs = loaded.past_runs.len(),
-        nodes = loaded.nodes.len(),
-        "store loaded"
+    let endpoint = Endpoint::from_flags(
+        config.tls_cert.as_deref(),
+        config.tls_key.as_deref(),
+        config.listen,
+        config.allow_plain_http,
+    )?;
+    let http = tls::http_client(config.tls_ca.as_deref())?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let url = gsched_daemon::advertise::choose(
+        config.advertise_url.as_deref(),
+        endpoint.scheme(),
+        addr,
+        None,
+        gsched_daemon::advertise::host_name().as_deref(),
+    )?;
+    let role = Arc::new(leader::Role::default());
+    let tcp_app = Arc::new(std::sync::OnceLock::new());
+    let socket_app = Arc::new(std::sync::OnceLock::new());
+    let listener = Bounded::new(
+        listener,
+        API_CONNECTIONS_PER_ADDRESS,
+        API_CONNECTIONS_TOTAL,
+        API_IDLE,
     );
+    // The local sockets first: a command that finds the port answering
+    // finds them too (without them it would reach the port without its
+    // caller's identity).
+    let local = api::standby::switch(Arc::clone(&socket_app), Arc::clone(&role));
+    serve_socket(socket, local.clone());
+    let rendezvous = publish_rendezvous(addr).map(|(listener, path)| {
+        serve_socket(listener, local);
+        path
+    });
+    endpoint.serve(
+        "API",
+        listener,
+        api::standby::switch(Arc::clone(&tcp_app), Arc::clone(&role)),
+    );
+    tracing::info!(%addr, socket = %socket_path.display(), "gctld listening");
+    Ok(Serving {
+        addr,
+        url,
+        socket: socket_path,
+        rendezvous,
+        role,
+        controller: Arc::new(std::sync::OnceLock::new()),
+        config,
+        keys,
+        database,
+        tcp_app,
+        socket_app,
+        http,
+    })
+}
+
+/// The leader lease's timings, checked against the node timeout.
+fn leader_timings(config: &CtldConfig) -> Result<gsched_core::leadership::Timings> {
+    gsched_core::leadership::Timings::new(
+        std::time::Duration::from_secs(config.leader_lease),
+        std::time::Duration::from_secs(config.node_timeout.max(1)),
+    )
+    .map_err(|e| anyhow::anyhow!("leader_lease: {e}"))
+}
+
+impl Serving {
+    /// Waits as a standby until this controller wins the lease, then loads
+    /// the store, starts the loops and switches the API over.
+    pub async fn lead(self) -> Result<Running> {
+        let config = &self.config;
+        let timings = leader_timings(config)?;
+        let mut opened = store::Store::connect(&self.database, config.durability).await?;
+        let (term, taken) = leader::campaign(
+            &mut opened,
+            &leader::this_holder(),
+            &self.url,
+            timings,
+            &self.role,
+        )
+        .await?;
+        let tenure = leader::lead(&self.role, term.clone(), taken, timings, opened.renewer());
+        let renewer = opened.renewer();
+        let keep_finished_since =
+            gsched_core::cluster::kept_finished_since(controller::unix_now(), config.min_job_age);
+        let (store, loaded) = opened
+            .open(term.clone(), keep_finished_since, tenure.step_down.clone())
+            .await?;
+        tracing::info!(
+            db = %self.database.shown(),
+            epoch = term.epoch,
+            jobs = loaded.jobs.len(),
+            max_job_id = loaded.max_job_id,
+            past_runs = loaded.past_runs.len(),
+            nodes = loaded.nodes.len(),
+            "store loaded"
+        );
+        let cluster = restore_cluster(config, loaded)?;
+        let nodes: Arc<dyn node_client::NodeClient> = Arc::new(node_client::SealedNodes::new(
+            self.http.clone(),
+            &self.keys.cluster,
+        ));
+        let controller = Controller::new(
+            cluster,
+            Arc::new(store),
+            self.config.clone(),
+            self.keys.cluster.clone(),
+            self.url.clone(),
+            self.keys.authority,
+            self.socket.clone(),
+            nodes,
+        );
+        controller.set_tenure(Arc::clone(&tenure));
+        tokio::spawn(Arc::clone(&controller).scheduler_loop());
+        tokio::spawn(Arc::clone(&controller).liveness_loop());
+        tokio::spawn(Arc::clone(&controller).utilization_loop());
+        tokio::spawn(Arc::clone(&controller).retention_loop());
+        let _ = self
+            .socket_app
+            .set(api::socket_app(Arc::clone(&controller)));
+        let _ = self.tcp_app.set(api::tcp_app(Arc::clone(&controller)));
+        let _ = self.controller.set(Arc::clone(&controller));
+        Ok(Running {
+            addr: self.addr,
+            url: self.url,
+            socket: self.socket,
+            rendezvous: self.rendezvous,
+            controller,
+            tenure,
+            term,
+            renewer,
+        })
+    }
+}
+
+/// The cluster as the store left it, with the settings' policies.
+fn restore_cluster(config: &CtldConfig, loaded: store::Loaded) -> Result<Cluster> {
+    let policy = launch_policy(&config.launch_policy)?;
+    let priority = config.priority_policy().context("--priority-type")?;
     let mut cluster = Cluster::restore(policy, loaded.jobs, loaded.nodes);
     cluster.restore_accounts(loaded.accounts);
     cluster.restore_history(loaded.max_job_id, loaded.past_runs);
@@ -148,71 +339,12 @@ pub async fn start(config: CtldConfig, state_dir: &Path) -> Result<Running> {
     // What no known node could ever run is refused (with re-partitioning,
     // what no layout of a node's MIG GPUs could give).
     cluster.set_refuse_unsatisfiable(true);
-    let endpoint = Endpoint::from_flags(
-        config.tls_cert.as_deref(),
-        config.tls_key.as_deref(),
-        config.listen,
-        config.allow_plain_http,
-    )?;
-    let http = tls::http_client(config.tls_ca.as_deref())?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let addr = listener.local_addr()?;
-    let url = gsched_daemon::advertise::choose(
-        config.advertise_url.as_deref(),
-        endpoint.scheme(),
-        addr,
-        None,
-        gsched_daemon::advertise::host_name().as_deref(),
-    )?;
-    let public_url = url.clone();
-    let nodes: Arc<dyn node_client::NodeClient> =
-        Arc::new(node_client::SealedNodes::new(http, &key));
-    let controller = Controller::new(
-        cluster,
-        Arc::new(store),
-        config,
-        key,
-        url,
-        authority,
-        socket_path.clone(),
-        nodes,
-    );
-    tokio::spawn(Arc::clone(&controller).scheduler_loop());
-    tokio::spawn(Arc::clone(&controller).liveness_loop());
-    tokio::spawn(Arc::clone(&controller).utilization_loop());
-    tokio::spawn(Arc::clone(&controller).retention_loop());
-    let app = api::tcp_app(Arc::clone(&controller));
-    let listener = Bounded::new(
-        listener,
-        API_CONNECTIONS_PER_ADDRESS,
-        API_CONNECTIONS_TOTAL,
-        API_IDLE,
-    );
-    // The local sockets first: a command that finds the port answering
-    // finds them too (without them it would reach the port without its
-    // caller's identity).
-    serve_socket(socket, &controller);
-    let rendezvous = publish_rendezvous(addr).map(|(listener, path)| {
-        serve_socket(listener, &controller);
-        path
-    });
-    endpoint.serve("API", listener, app);
-    tracing::info!(%addr, socket = %socket_path.display(), "gctld listening");
-    Ok(Running {
-        addr,
-        url: public_url,
-        socket: socket_path,
-        rendezvous,
-        controller,
-    })
+    Ok(cluster)
 }
 
-/// Serves the socket API on `socket`.
-fn serve_socket(socket: tokio::net::UnixListener, controller: &Arc<Controller>) {
-    let local = api::socket_app(Arc::clone(controller))
-        .into_make_service_with_connect_info::<api::PeerCred>();
+/// Serves the socket API (`app`, with the caller's credentials) on `socket`.
+fn serve_socket(socket: tokio::net::UnixListener, app: axum::Router) {
+    let local = app.into_make_service_with_connect_info::<api::PeerCred>();
     let socket = Bounded::new(
         socket,
         API_CONNECTIONS_PER_UID,

@@ -25,11 +25,39 @@ async fn main() -> Result<()> {
         tracing::info!(file = %f.display(), "settings read from the site file");
     }
     let state_dir = loaded.daemon.value.state_dir();
-    let running = gsched_ctld::start(loaded.settings.value, &state_dir).await?;
-    let controller = std::sync::Arc::clone(&running.controller);
-    gsched_daemon::service::feed_watchdog(move || controller.alive());
-    gsched_daemon::service::serve_until_stopped().await?;
-    tracing::info!("stopping");
-    running.remove_sockets();
-    Ok(())
+    let serving = gsched_ctld::serve(loaded.settings.value, &state_dir).await?;
+    let led = std::sync::Arc::clone(&serving.controller);
+    gsched_daemon::service::feed_watchdog(move || {
+        if let Some(controller) = led.get() {
+            controller.alive();
+        }
+    });
+    let mut stop = std::pin::pin!(gsched_daemon::service::stop_requested()?);
+    // Ready once serving: a standby may wait for the lease indefinitely.
+    gsched_daemon::service::ready("serving (standby until it leads)");
+    let socket = serving.socket.clone();
+    let rendezvous = serving.rendezvous.clone();
+    let running = tokio::select! {
+        running = serving.lead() => running?,
+        () = &mut stop => {
+            gsched_daemon::service::stopping();
+            tracing::info!("stopping (a standby)");
+            gsched_ctld::remove_sockets(&socket, rendezvous.as_ref());
+            return Ok(());
+        }
+    };
+    gsched_daemon::service::ready("serving as the leader");
+    let step_down = running.tenure.step_down.clone();
+    tokio::select! {
+        () = &mut stop => {
+            gsched_daemon::service::stopping();
+            tracing::info!("stopping");
+            running.stop().await;
+            Ok(())
+        }
+        why = step_down.wait() => {
+            running.remove_sockets();
+            anyhow::bail!("stepping down: {why}")
+        }
+    }
 }

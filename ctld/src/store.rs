@@ -7,21 +7,20 @@
 //! transaction (group commit) and then answers each caller, so a change is
 //! acknowledged only once it is on disk.
 
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
-
 use gsched_core::cluster::{Node, PastRun};
 use gsched_core::job::{Job, JobId, JobState, JobText};
 use gsched_core::probe::TaskRecord;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, Postgres};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::postgres::{PgPool, Postgres};
+use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 mod database;
 mod history;
+mod lease;
 mod load;
+mod opening;
 mod port;
 pub mod schema;
 mod sql;
@@ -29,9 +28,11 @@ mod writer;
 mod writes;
 
 pub use database::{Database, DatabaseError};
+pub use lease::Term;
 pub(crate) use load::instances_of_column;
 use load::{instances_column, json};
-use sql::{Conn, ConnRef};
+pub use opening::{Opened, Renewer, StepDown};
+use sql::ConnRef;
 
 pub use history::JobQuery;
 pub use port::{ControllerStore, StoreCall};
@@ -78,6 +79,12 @@ pub enum StoreError {
     Write(#[source] sqlx::Error),
     #[error("the store writer has stopped")]
     Closed,
+    #[error("the connection to the database is lost ({0}); this controller steps down")]
+    Lost(String),
+    #[error("another controller has taken over the database (epoch {epoch} is no longer this one's): this one steps down")]
+    Fenced { epoch: i64 },
+    #[error("the database {path} cannot be led: {why}")]
+    Leadership { path: String, why: String },
 }
 
 /// One change to persist.
@@ -210,48 +217,7 @@ pub struct Loaded {
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
-/// Connections a PostgreSQL store reads through beside its writer.
-const PG_READERS: u32 = 4;
-
 impl Store {
-    /// Opens (creating if needed) the database, applies migrations, loads
-    /// what the controller holds (finished jobs only if they ended at or
-    /// after `keep_finished_since`, all when `None`), and starts the writer.
-    /// `durability` is SQLite's; PostgreSQL's server settings decide its.
-    pub async fn open(
-        database: &Database,
-        durability: Durability,
-        keep_finished_since: Option<i64>,
-    ) -> Result<(Store, Loaded), StoreError> {
-        let shown = database.shown();
-        let opening = |source| StoreError::Open {
-            path: shown.clone(),
-            source,
-        };
-        let (mut conn, reader, backups) = match database {
-            Database::Sqlite(path) => {
-                let opts = sqlite_options(path, durability).map_err(opening)?;
-                let conn = SqliteConnection::connect_with(&opts)
-                    .await
-                    .map_err(opening)?;
-                let reader = Reader::Sqlite(Box::new(opts.read_only(true)));
-                (Conn::Sqlite(conn), reader, path.with_file_name("backups"))
-            }
-            Database::Postgres(options, _) => {
-                let conn = PgConnection::connect_with(options).await.map_err(opening)?;
-                let pool = PgPoolOptions::new()
-                    .max_connections(PG_READERS)
-                    .connect_lazy_with((**options).clone());
-                (Conn::Postgres(conn), Reader::Postgres(pool), PathBuf::new())
-            }
-        };
-        schema::upgrade(&mut conn, &shown, &backups, gsched_daemon::unix_now()).await?;
-        let loaded = load::load(conn.as_ref(), keep_finished_since).await?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer::run(conn, rx));
-        Ok((Store { tx, reader }, loaded))
-    }
-
     /// Enqueues writes now (keeping their order with other callers') and
     /// returns a future that resolves once they are committed.
     pub fn write(
@@ -264,11 +230,7 @@ impl Store {
             if !sent {
                 return Err(StoreError::Closed);
             }
-            match rx.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(StoreError::Write(e)),
-                Err(_) => Err(StoreError::Closed),
-            }
+            rx.await.unwrap_or(Err(StoreError::Closed))
         }
     }
 
@@ -358,24 +320,6 @@ impl Store {
             })
             .collect()
     }
-}
-
-/// The SQLite connection the store opens at `path`.
-fn sqlite_options(
-    path: &Path,
-    durability: Durability,
-) -> Result<SqliteConnectOptions, sqlx::Error> {
-    Ok(
-        SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(match durability {
-                Durability::Normal => SqliteSynchronous::Normal,
-                Durability::Full => SqliteSynchronous::Full,
-            })
-            .foreign_keys(true)
-            .busy_timeout(std::time::Duration::from_secs(10)),
-    )
 }
 
 /// One line of a job's history, as the event log holds it.

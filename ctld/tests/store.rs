@@ -9,7 +9,9 @@ use gsched_core::array::ArrayTask;
 use gsched_core::cluster::{AdminState, InstanceSlot, Node, NodeAdmin};
 use gsched_core::job::{GpuRequest, Job, JobId, JobSpec, JobState};
 use gsched_core::probe::TaskRecord;
-use gsched_ctld::store::{Database, Durability, JobQuery, JobRuntime, Store, StoreError, Write};
+use gsched_ctld::store::{
+    Database, Durability, JobQuery, JobRuntime, StepDown, Store, StoreError, Write,
+};
 
 mod support;
 use support::postgres::PrivatePostgres;
@@ -32,6 +34,9 @@ const CASES: &[(&str, Case)] = &[
     }),
     ("array_tasks_are_found_by_their_array", |db| {
         Box::pin(array_tasks_are_found_by_their_array(db))
+    }),
+    ("a_takeover_fences_the_old_leader", |db| {
+        Box::pin(a_takeover_fences_the_old_leader(db))
     }),
 ];
 
@@ -120,7 +125,9 @@ async fn raw(db: &Database, sql: &str) -> Result<(), sqlx::Error> {
 
 async fn round_trip_and_an_append_only_log(db: Database) {
     {
-        let (store, loaded) = Store::open(&db, Durability::Normal, None).await.unwrap();
+        let (store, loaded) = Store::open_alone(&db, Durability::Normal, None)
+            .await
+            .unwrap();
         assert!(loaded.jobs.is_empty());
         let mut j = job(7);
         j.exit_code = Some(-3);
@@ -147,7 +154,9 @@ async fn round_trip_and_an_append_only_log(db: Database) {
             .await
             .unwrap();
     }
-    let (store, loaded) = Store::open(&db, Durability::Normal, None).await.unwrap();
+    let (store, loaded) = Store::open_alone(&db, Durability::Normal, None)
+        .await
+        .unwrap();
     let mut expect = job(7);
     expect.exit_code = Some(-3);
     expect.transition(JobState::Running, 11).unwrap();
@@ -170,7 +179,9 @@ async fn round_trip_and_an_append_only_log(db: Database) {
 
 async fn memory_holds_recent_jobs_and_the_store_the_rest(db: Database) {
     {
-        let (store, _) = Store::open(&db, Durability::Normal, None).await.unwrap();
+        let (store, _) = Store::open_alone(&db, Durability::Normal, None)
+            .await
+            .unwrap();
         let jobs = vec![
             finished(1, 100, "u"),
             finished(2, 200, "v"),
@@ -183,7 +194,7 @@ async fn memory_holds_recent_jobs_and_the_store_the_rest(db: Database) {
             .collect();
         store.write(writes).await.unwrap();
     }
-    let (store, loaded) = Store::open(&db, Durability::Normal, Some(500))
+    let (store, loaded) = Store::open_alone(&db, Durability::Normal, Some(500))
         .await
         .unwrap();
     assert_eq!(
@@ -243,7 +254,9 @@ async fn memory_holds_recent_jobs_and_the_store_the_rest(db: Database) {
 }
 
 async fn a_failed_batch_fails_alone(db: Database) {
-    let (store, _) = Store::open(&db, Durability::Normal, None).await.unwrap();
+    let (store, _) = Store::open_alone(&db, Durability::Normal, None)
+        .await
+        .unwrap();
     store
         .write(vec![Write::NewJob(Box::new(job(1)))])
         .await
@@ -258,7 +271,9 @@ async fn a_failed_batch_fails_alone(db: Database) {
         .await
         .unwrap();
     drop(store);
-    let (_, loaded) = Store::open(&db, Durability::Normal, None).await.unwrap();
+    let (_, loaded) = Store::open_alone(&db, Durability::Normal, None)
+        .await
+        .unwrap();
     assert_eq!(ids(loaded.jobs), [1, 2, 3]);
 }
 
@@ -321,7 +336,9 @@ fn task(task: u64, bytes: u64, end_ms: Option<i64>) -> TaskRecord {
 async fn nodes_tasks_accounts_and_events_round_trip(db: Database) {
     let n = node();
     {
-        let (store, _) = Store::open(&db, Durability::Normal, None).await.unwrap();
+        let (store, _) = Store::open_alone(&db, Durability::Normal, None)
+            .await
+            .unwrap();
         store
             .write(vec![
                 Write::NewJob(Box::new(job(1))),
@@ -375,7 +392,9 @@ async fn nodes_tasks_accounts_and_events_round_trip(db: Database) {
             .await
             .unwrap();
     }
-    let (store, loaded) = Store::open(&db, Durability::Normal, None).await.unwrap();
+    let (store, loaded) = Store::open_alone(&db, Durability::Normal, None)
+        .await
+        .unwrap();
     assert_eq!(loaded.nodes, vec![n]);
     let tasks = store.task_records(Some(1), None).await.unwrap();
     assert_eq!(
@@ -400,7 +419,9 @@ async fn nodes_tasks_accounts_and_events_round_trip(db: Database) {
 }
 
 async fn array_tasks_are_found_by_their_array(db: Database) {
-    let (store, _) = Store::open(&db, Durability::Normal, None).await.unwrap();
+    let (store, _) = Store::open_alone(&db, Durability::Normal, None)
+        .await
+        .unwrap();
     let mut writes = Vec::new();
     for (id, array) in [(10, Some(10)), (11, Some(10)), (12, None), (13, Some(12))] {
         let mut j = finished(id, 100, "u");
@@ -431,4 +452,85 @@ async fn array_tasks_are_found_by_their_array(db: Database) {
         found(of(Some(vec![]), Some(vec![]))).await,
         Vec::<JobId>::new()
     );
+}
+
+async fn a_takeover_fences_the_old_leader(db: Database) {
+    // The first controller: the lease is free.
+    let mut first = Store::connect(&db, Durability::Normal).await.unwrap();
+    let (seen, now_ms) = first.lease().await.unwrap();
+    assert_eq!(seen, None);
+    assert!(
+        now_ms > 1_600_000_000_000,
+        "the database's clock in ms: {now_ms}"
+    );
+    let term = first
+        .take(None, "c1 boot 1 1", "https://c1:6817", 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(term.epoch, 1);
+    let mut first_renewer = first.renewer();
+    let first_down = StepDown::default();
+    let (old, _) = first
+        .open(term.clone(), None, first_down.clone())
+        .await
+        .unwrap();
+    old.write(vec![Write::NewJob(Box::new(job(1)))])
+        .await
+        .unwrap();
+    assert!(first_renewer.renew(&term, 60_000).await.unwrap());
+
+    // Two standbys that saw the same lease: one wins, with the next epoch.
+    let mut second = Store::connect(&db, Durability::Normal).await.unwrap();
+    let mut third = Store::connect(&db, Durability::Normal).await.unwrap();
+    let (seen, _) = second.lease().await.unwrap();
+    let seen = seen.unwrap();
+    assert_eq!((seen.epoch, seen.address.as_str()), (1, "https://c1:6817"));
+    let won = second
+        .take(Some(&seen), "c2 boot 2 2", "https://c2:6817", 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(won.epoch, 2);
+    assert_eq!(
+        third
+            .take(Some(&seen), "c3 boot 3 3", "https://c3:6817", 60_000)
+            .await
+            .unwrap(),
+        None
+    );
+
+    // The old leader can no longer write or renew, and is told to step down.
+    let e = old
+        .write(vec![Write::NewJob(Box::new(job(2)))])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { epoch: 1 }), "{e}");
+    assert!(first_down.said());
+    assert!(!first_renewer.renew(&term, 60_000).await.unwrap());
+    assert!(matches!(
+        old.write(Vec::new()).await,
+        Err(StoreError::Fenced { .. } | StoreError::Closed)
+    ));
+
+    // The new leader loads what was acknowledged, and writes.
+    let (new, loaded) = second
+        .open(won.clone(), None, StepDown::default())
+        .await
+        .unwrap();
+    assert_eq!(ids(loaded.jobs), [1]);
+    new.write(vec![Write::NewJob(Box::new(job(3)))])
+        .await
+        .unwrap();
+    // Given up at a clean stop: the next may take it at once.
+    second_resigns(&db, &won).await;
+    let (seen, now_ms) = third.lease().await.unwrap();
+    let seen = seen.unwrap();
+    assert!(seen.expires_ms <= now_ms, "given up");
+    assert_eq!(seen.epoch, 2);
+}
+
+async fn second_resigns(db: &Database, term: &gsched_ctld::store::Term) {
+    let opened = Store::connect(db, Durability::Normal).await.unwrap();
+    opened.renewer().resign(term).await.unwrap();
 }

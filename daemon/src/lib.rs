@@ -10,6 +10,7 @@ pub mod limits;
 pub mod listener;
 pub mod local_peer;
 pub mod peer;
+pub mod process;
 pub mod service;
 pub mod settings;
 pub mod state;

@@ -37,6 +37,20 @@ pub async fn serve_until_stopped() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Resolves at SIGINT or SIGTERM (systemd's stop); for daemons that say
+/// they are ready themselves ([`ready`], [`stopping`]).
+pub fn stop_requested() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
+}
+
 /// When the unit has `WatchdogSec=`, feeds the watchdog at half its period
 /// for as long as `alive` returns (it should take what a wedged daemon
 /// would never get, e.g. the controller's state lock): a daemon stuck

@@ -364,20 +364,8 @@ pub fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Fields of `/proc/PID/stat` after the command name (field 3 onwards).
-fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces: skip past its ')'.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    Some(rest.split_whitespace().map(str::to_string).collect())
-}
-
-/// Start time of a process in clock ticks since boot (field 22 of
-/// `/proc/PID/stat`), which tells a process apart from a later one that
-/// reuses its pid.
-pub fn process_starttime(pid: i32) -> Option<u64> {
-    stat_fields(pid)?.get(19)?.parse().ok()
-}
+pub use gsched_daemon::process::process_starttime;
+use gsched_daemon::process::stat_fields;
 
 /// A process's process group (field 5 of `/proc/PID/stat`).
 fn process_group(pid: i32) -> Option<i32> {

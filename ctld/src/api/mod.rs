@@ -13,6 +13,7 @@ mod listing;
 mod nodes;
 mod reconfigure;
 pub mod slurmrest;
+pub mod standby;
 
 use std::sync::{Arc, OnceLock};
 

@@ -25,6 +25,15 @@ impl Controller {
     }
 
     pub(super) async fn send_now(self: Arc<Self>, rpc: Rpc) {
+        // A leader that may have been superseded calls no node (the nodes
+        // also refuse an older epoch once they know a newer one).
+        if !self.acting() {
+            warn!(
+                epoch = self.epoch(),
+                "not calling a node: this controller is stepping down"
+            );
+            return;
+        }
         match rpc {
             Rpc::Launch { url, node, req } => self.send_launch(url, node, req).await,
             Rpc::Drain { url, node, req } => self.send_drain(url, node, req).await,
@@ -62,6 +71,9 @@ impl Controller {
         let mut backoff = Duration::from_millis(250);
         let mut unknown = 0;
         loop {
+            if !self.acting() {
+                return;
+            }
             let res = self.nodes.signal(&url, job, &req).await;
             match res {
                 Ok(r) if r.is_success() => return,

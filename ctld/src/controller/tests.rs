@@ -126,7 +126,7 @@ impl NodeClient for FakeNodes {
 
 /// A controller on the store in `dir`, as gctld restores one.
 pub(crate) async fn open(dir: &Path, nodes: &Arc<FakeNodes>) -> Arc<Controller> {
-    let (store, loaded) = Store::open(
+    let (store, loaded) = Store::open_alone(
         &crate::store::Database::Sqlite(dir.join("state.db")),
         Durability::Normal,
         None,

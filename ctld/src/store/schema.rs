@@ -90,6 +90,41 @@ async fn applied(mut c: ConnRef<'_>) -> Result<Vec<i64>, sqlx::Error> {
     rows.iter().map(|r| r.int("version")).collect()
 }
 
+/// The migration that made the leadership table.
+const LEASES: i64 = 20;
+
+/// Before a controller campaigns: a database a newer release wrote is
+/// refused; one without the leadership table (new, or from before leases,
+/// when no controller of this protocol can be leading it) is brought to
+/// this release's schema now. One that has the table is migrated only by
+/// the controller that wins it ([`upgrade`] after the lease is taken), so
+/// a standby never changes the schema under a running leader.
+pub(super) async fn prepare_for_leases(
+    conn: &mut Conn,
+    shown: &str,
+    backups: &Path,
+    now: i64,
+) -> Result<(), StoreError> {
+    let applied = applied(conn.as_ref())
+        .await
+        .map_err(|source| StoreError::Open {
+            path: shown.to_string(),
+            source,
+        })?;
+    let known: Vec<i64> = migrator(conn.engine()).iter().map(|m| m.version).collect();
+    if let SchemaPlan::Newer { database, known } = plan(&applied, &known) {
+        return Err(StoreError::Newer {
+            path: shown.to_string(),
+            database,
+            known,
+        });
+    }
+    if !applied.contains(&LEASES) {
+        upgrade(conn, shown, backups, now).await?;
+    }
+    Ok(())
+}
+
 /// The migrations of the database's engine.
 fn migrator(engine: Engine) -> &'static sqlx::migrate::Migrator {
     match engine {

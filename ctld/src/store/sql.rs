@@ -27,6 +27,16 @@ impl Engine {
             Engine::Postgres => "(spec::jsonb #>> '{array_task,array_job_id}')::bigint",
         }
     }
+
+    /// An expression for the database's clock, in unix milliseconds: the
+    /// one clock every controller of a pair reads, so their hosts' clocks
+    /// need not agree.
+    pub fn now_ms(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+            Engine::Postgres => "CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
 }
 
 /// A value both engines bind.

@@ -1,0 +1,268 @@
+//! Which controller leads: a lease in the database all controllers share,
+//! with a fencing epoch.
+//!
+//! The leader holds the lease while it renews it; a lease not renewed for
+//! its length (read on the database's clock, so the controllers' clocks
+//! need not agree) may be taken by another controller, which raises the
+//! epoch. Every write the leader commits checks the epoch in the same
+//! transaction, so a leader that was paused or cut off and wakes up cannot
+//! write once another has taken over; and it stops acting on its own (see
+//! [`Timings::step_down_after`]) before its lease can have been taken.
+//! Nodes learn the epoch from the leader and refuse calls with an older
+//! one. A lease whose holder is known dead (the same host, and its process
+//! gone or the host rebooted) is taken at once, so a restarted controller
+//! need not wait out its own lease. Nothing here reads a clock or a
+//! process table: the caller passes them in.
+
+use std::time::Duration;
+
+/// A controller process, as the lease names its holder: its host, the
+/// host's boot, and its process id and start time (clock ticks since
+/// boot, which tells a reused pid apart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub host: String,
+    pub boot: String,
+    pub pid: u32,
+    pub started: u64,
+}
+
+impl Holder {
+    /// As stored: `host boot pid started` (host names have no spaces).
+    pub fn to_stored(&self) -> String {
+        format!("{} {} {} {}", self.host, self.boot, self.pid, self.started)
+    }
+
+    /// A stored holder (`None`: one this release does not read, which is
+    /// then never taken for dead).
+    pub fn parse(stored: &str) -> Option<Holder> {
+        let mut parts = stored.split(' ');
+        let holder = Holder {
+            host: parts.next()?.to_string(),
+            boot: parts.next()?.to_string(),
+            pid: parts.next()?.parse().ok()?,
+            started: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(holder)
+    }
+}
+
+/// The lease as the database holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Raised at every takeover; every write carries it.
+    pub epoch: i64,
+    /// [`Holder::to_stored`] of the leader.
+    pub holder: String,
+    /// The leader's API URL, which standbys name to clients and nodes.
+    pub address: String,
+    /// When it runs out unless renewed, unix milliseconds on the database's
+    /// clock.
+    pub expires_ms: i64,
+}
+
+/// Whether a controller may take the lease now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// No controller ever led.
+    Free,
+    /// Not renewed in time.
+    Expired,
+    /// Its holder ran on this host and is gone (exited, or the host
+    /// rebooted since).
+    HolderGone,
+    /// Held: wait, and try again (it runs out at `until`, database clock).
+    Held { until: i64 },
+}
+
+impl Claim {
+    pub fn may_take(&self) -> bool {
+        !matches!(self, Claim::Held { .. })
+    }
+}
+
+/// Decides whether `me` may take `lease` at `now_ms` (database clock);
+/// `alive(pid, started)` says whether that process runs on this host.
+pub fn claim(
+    lease: Option<&Lease>,
+    now_ms: i64,
+    me: &Holder,
+    alive: impl Fn(u32, u64) -> bool,
+) -> Claim {
+    let Some(lease) = lease else {
+        return Claim::Free;
+    };
+    if lease.expires_ms <= now_ms {
+        return Claim::Expired;
+    }
+    if let Some(holder) = Holder::parse(&lease.holder) {
+        let here = holder.host == me.host && holder != *me;
+        if here && (holder.boot != me.boot || !alive(holder.pid, holder.started)) {
+            return Claim::HolderGone;
+        }
+    }
+    Claim::Held {
+        until: lease.expires_ms,
+    }
+}
+
+/// How long a lease lasts and how often it is renewed and watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// A lease not renewed for this long may be taken.
+    pub lease: Duration,
+}
+
+/// Timings that would let a failover outlast the nodes' patience.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimingError {
+    #[error("the leader lease must be at least 3 s (it is renewed every third of it), not {0:?}")]
+    TooShort(Duration),
+    #[error(
+        "a standby takes over up to {takeover:?} after the leader dies (the leader lease and \
+         a poll), but nodes stop their jobs after {fence:?} without a controller (two thirds \
+         of the node timeout of {node_timeout:?}); the takeover must fit in half of that, so \
+         that nodes find the new leader in time: lower --leader-lease (at most {max:?}) or \
+         raise --node-timeout"
+    )]
+    TooLong {
+        takeover: Duration,
+        fence: Duration,
+        node_timeout: Duration,
+        max: Duration,
+    },
+}
+
+impl Timings {
+    /// Checks `lease` against the node timeout (see [`TimingError`]).
+    pub fn new(lease: Duration, node_timeout: Duration) -> Result<Timings, TimingError> {
+        if lease < Duration::from_secs(3) {
+            return Err(TimingError::TooShort(lease));
+        }
+        let t = Timings { lease };
+        let fence = crate::fence::default_fence_timeout(node_timeout);
+        if t.takeover() > fence / 2 {
+            return Err(TimingError::TooLong {
+                takeover: t.takeover(),
+                fence,
+                node_timeout,
+                max: (fence / 2).saturating_sub(t.poll()),
+            });
+        }
+        Ok(t)
+    }
+
+    /// How often the leader renews: three times a lease.
+    pub fn renew_every(&self) -> Duration {
+        self.lease / 3
+    }
+
+    /// How often a standby looks at the lease.
+    pub fn poll(&self) -> Duration {
+        (self.lease / 6).min(Duration::from_secs(1))
+    }
+
+    /// The longest a standby waits after the leader's last renewal.
+    pub fn takeover(&self) -> Duration {
+        self.lease + self.poll()
+    }
+
+    /// The leader stops acting (and steps down) once this long has passed,
+    /// on its own monotonic clock, since it *sent* its last renewal that
+    /// succeeded: the database stamped that renewal later, so the lease
+    /// cannot have run out yet; the margin covers the clocks' difference in
+    /// rate and a stall between the check and the act.
+    pub fn step_down_after(&self) -> Duration {
+        self.lease - self.margin()
+    }
+
+    fn margin(&self) -> Duration {
+        (self.lease / 5).max(Duration::from_secs(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> Holder {
+        Holder {
+            host: "c1".into(),
+            boot: "b1".into(),
+            pid: 100,
+            started: 5,
+        }
+    }
+
+    fn lease(holder: &Holder, expires_ms: i64) -> Lease {
+        Lease {
+            epoch: 3,
+            holder: holder.to_stored(),
+            address: "https://c1:6817".into(),
+            expires_ms,
+        }
+    }
+
+    #[test]
+    fn a_lease_is_taken_when_free_expired_or_its_holder_is_gone() {
+        let alive = |_, _| true;
+        assert_eq!(claim(None, 0, &me(), alive), Claim::Free);
+        let other_host = Holder {
+            host: "c2".into(),
+            ..me()
+        };
+        assert_eq!(
+            claim(Some(&lease(&other_host, 1000)), 999, &me(), alive),
+            Claim::Held { until: 1000 }
+        );
+        assert_eq!(
+            claim(Some(&lease(&other_host, 1000)), 1000, &me(), alive),
+            Claim::Expired
+        );
+        // On this host: the earlier process, gone or reused, or a boot ago.
+        let earlier = Holder { pid: 90, ..me() };
+        assert_eq!(
+            claim(Some(&lease(&earlier, 1000)), 0, &me(), |_, _| false),
+            Claim::HolderGone
+        );
+        assert!(!claim(Some(&lease(&earlier, 1000)), 0, &me(), alive).may_take());
+        let rebooted = Holder {
+            boot: "b0".into(),
+            ..me()
+        };
+        assert!(claim(Some(&lease(&rebooted, 1000)), 0, &me(), alive).may_take());
+        // A holder another host wrote, dead or not, is waited out; one this
+        // release cannot read too.
+        assert!(!claim(Some(&lease(&other_host, 1000)), 0, &me(), |_, _| false).may_take());
+        let odd = Lease {
+            holder: "c1 b1 x".into(),
+            ..lease(&me(), 1000)
+        };
+        assert!(!claim(Some(&odd), 0, &me(), |_, _| false).may_take());
+    }
+
+    #[test]
+    fn holders_read_back_as_written() {
+        assert_eq!(Holder::parse(&me().to_stored()), Some(me()));
+        assert_eq!(Holder::parse("a b 1"), None);
+        assert_eq!(Holder::parse("a b 1 2 3"), None);
+    }
+
+    #[test]
+    fn timings_fit_the_node_timeout() {
+        let secs = Duration::from_secs;
+        let t = Timings::new(secs(6), secs(30)).unwrap();
+        assert_eq!(t.renew_every(), secs(2));
+        assert_eq!(t.poll(), secs(1));
+        assert_eq!(t.takeover(), secs(7));
+        assert!(t.step_down_after() < t.lease);
+        assert!(t.step_down_after() > t.renew_every() * 2);
+        assert!(matches!(
+            Timings::new(secs(2), secs(30)),
+            Err(TimingError::TooShort(_))
+        ));
+        let e = Timings::new(secs(12), secs(30)).unwrap_err();
+        assert!(e.to_string().contains("at most 9s"), "{e}");
+        Timings::new(secs(12), secs(60)).unwrap();
+    }
+}

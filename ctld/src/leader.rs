@@ -1,0 +1,230 @@
+//! Leading the database (see `gsched_core::leadership`): a controller
+//! waits as a standby until it wins the lease, keeps it renewed while it
+//! leads, and steps down (says so and stops) once it cannot be sure it
+//! still holds it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gsched_core::leadership::{self, Holder, Lease, Timings};
+use tracing::{info, warn};
+
+use crate::store::{Opened, Renewer, StepDown, Store, StoreError, Term};
+
+/// This controller process as the lease names it.
+pub fn this_holder() -> Holder {
+    let pid = std::process::id();
+    Holder {
+        host: gsched_daemon::advertise::host_name().unwrap_or_else(|| "localhost".into()),
+        boot: gsched_daemon::process::boot_id(),
+        pid,
+        started: gsched_daemon::process::process_starttime(pid as i32).unwrap_or(0),
+    }
+}
+
+/// What a controller serves about leadership: while a standby, the lease
+/// it last saw (whose holder it names to clients and nodes); once leading,
+/// its tenure.
+#[derive(Default)]
+pub struct Role {
+    seen: Mutex<Option<Lease>>,
+    tenure: std::sync::OnceLock<Arc<Tenure>>,
+}
+
+impl Role {
+    /// The leader's address as last seen (`None`: unknown, or this one).
+    pub fn leader_address(&self) -> Option<String> {
+        if self.tenure.get().is_some() {
+            return None;
+        }
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|l| l.address.clone())
+            .filter(|a| !a.is_empty())
+    }
+
+    /// The epoch this controller leads in, or the last one it saw.
+    pub fn epoch(&self) -> i64 {
+        match self.tenure.get() {
+            Some(t) => t.epoch,
+            None => self
+                .seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map_or(0, |l| l.epoch),
+        }
+    }
+
+    pub fn tenure(&self) -> Option<&Arc<Tenure>> {
+        self.tenure.get()
+    }
+
+    pub(crate) fn saw(&self, lease: Option<Lease>) {
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = lease;
+    }
+}
+
+/// A leader's term as it keeps it: the epoch, when its lease was last
+/// renewed (by its own monotonic clock, at the renewal's sending), and the
+/// step-down signal.
+pub struct Tenure {
+    pub epoch: i64,
+    renewed: Mutex<Instant>,
+    step_down_after: Duration,
+    pub step_down: StepDown,
+}
+
+impl Tenure {
+    /// A tenure that is never lost (a controller alone on its store: tests).
+    pub fn alone(epoch: i64) -> Arc<Tenure> {
+        Arc::new(Tenure {
+            epoch,
+            renewed: Mutex::new(Instant::now()),
+            step_down_after: Duration::MAX,
+            step_down: StepDown::default(),
+        })
+    }
+
+    /// Whether this controller may still act as the leader: not told to
+    /// step down, and its lease renewed recently enough that no other can
+    /// have taken it. Checked before every call to a node; a controller
+    /// that finds it may not steps down.
+    pub fn acting(&self) -> bool {
+        if self.step_down.said() {
+            return false;
+        }
+        let since = self
+            .renewed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed();
+        if since >= self.step_down_after {
+            self.step_down.now(format!(
+                "the lease was last renewed {since:?} ago, so another controller may lead now"
+            ));
+            return false;
+        }
+        true
+    }
+
+    fn renewed_at(&self, sent: Instant) {
+        *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = sent;
+    }
+}
+
+/// Waits as a standby until this controller wins the lease; serves `role`
+/// meanwhile. Errors reaching the database are retried (a standby waits
+/// out a database restart); only a refusal of the database itself (a newer
+/// release's schema) ends the wait.
+pub async fn campaign(
+    opened: &mut Opened,
+    me: &Holder,
+    address: &str,
+    timings: Timings,
+    role: &Role,
+) -> Result<(Term, Instant), StoreError> {
+    let holder = me.to_stored();
+    let lease_ms = timings.lease.as_millis() as i64;
+    let mut told = None::<String>;
+    loop {
+        let sent = Instant::now();
+        let attempt = async {
+            let (lease, now_ms) = opened.lease().await?;
+            let claim = leadership::claim(lease.as_ref(), now_ms, me, gsched_daemon::process::runs);
+            if !claim.may_take() {
+                return Ok((None, lease));
+            }
+            let term = opened
+                .take(lease.as_ref(), &holder, address, lease_ms)
+                .await?;
+            if let Some(t) = &term {
+                info!(epoch = t.epoch, ?claim, "this controller leads");
+            }
+            Ok::<_, StoreError>((term, lease))
+        };
+        match attempt.await {
+            Ok((Some(term), _)) => return Ok((term, sent)),
+            Ok((None, lease)) => {
+                let leader = lease
+                    .as_ref()
+                    .map(|l| l.address.clone())
+                    .unwrap_or_default();
+                if told.as_ref() != Some(&leader) {
+                    info!(leader = %leader, epoch = lease.as_ref().map_or(0, |l| l.epoch), "standby: another controller leads");
+                    told = Some(leader);
+                }
+                role.saw(lease);
+            }
+            Err(e @ StoreError::Newer { .. }) => return Err(e),
+            Err(e) => {
+                warn!(error = %e, "standby: cannot read the lease; trying again");
+                if let Ok(fresh) = Store::connect(opened.database(), opened.durability()).await {
+                    *opened = fresh;
+                }
+            }
+        }
+        tokio::time::sleep(timings.poll()).await;
+    }
+}
+
+/// Starts leading in `term` (won at `taken`): the tenure `role` serves, and
+/// the task that keeps the lease renewed.
+pub fn lead(
+    role: &Role,
+    term: Term,
+    taken: Instant,
+    timings: Timings,
+    mut renewer: Renewer,
+) -> Arc<Tenure> {
+    let tenure = Arc::new(Tenure {
+        epoch: term.epoch,
+        renewed: Mutex::new(taken),
+        step_down_after: timings.step_down_after(),
+        step_down: StepDown::default(),
+    });
+    let _ = role.tenure.set(Arc::clone(&tenure));
+    let kept = Arc::clone(&tenure);
+    let lease_ms = timings.lease.as_millis() as i64;
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(timings.renew_every()).await;
+            if !kept.acting() {
+                return;
+            }
+            let sent = Instant::now();
+            let wait = timings.step_down_after().saturating_sub(
+                kept.renewed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .elapsed(),
+            );
+            match tokio::time::timeout(wait, renewer.renew(&term, lease_ms)).await {
+                Ok(Ok(true)) => kept.renewed_at(sent),
+                Ok(Ok(false)) => {
+                    kept.step_down.now(format!(
+                        "another controller has taken the lease (this one's epoch {} is over)",
+                        term.epoch
+                    ));
+                    return;
+                }
+                Ok(Err(e)) => warn!(epoch = term.epoch, error = %e, "cannot renew the lease"),
+                Err(_) => warn!(epoch = term.epoch, "renewing the lease takes too long"),
+            }
+        }
+    });
+    tenure
+}
+
+/// At a clean stop: gives the lease up so that a standby takes over at
+/// once (a failure only means it waits the lease out).
+pub async fn resign(mut renewer: Renewer, term: &Term) {
+    match renewer.resign(term).await {
+        Ok(()) => info!(epoch = term.epoch, "lease given up"),
+        Err(e) => {
+            warn!(epoch = term.epoch, error = %e, "cannot give the lease up; a standby waits it out")
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! What the kernel says of processes and of this host's boot, read from
+//! `/proc`: enough to tell a process apart from a later one that reuses its
+//! pid, and a boot from the next.
+
+/// Fields of `/proc/PID/stat` after the command name (field 3 onwards).
+pub fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces: skip past its ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of
+/// `/proc/PID/stat`), which tells a process apart from a later one that
+/// reuses its pid.
+pub fn process_starttime(pid: i32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// Whether the process `pid` that started at `started` still runs.
+pub fn runs(pid: u32, started: u64) -> bool {
+    i32::try_from(pid).is_ok_and(|pid| process_starttime(pid) == Some(started))
+}
+
+/// This boot of the host (the kernel's random boot id); empty if unread.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_runs_and_a_later_start_is_another() {
+        let me = std::process::id();
+        let started = process_starttime(me as i32).unwrap();
+        assert!(runs(me, started));
+        assert!(!runs(me, started + 1));
+        assert!(!runs(u32::MAX, started));
+        assert_eq!(boot_id(), boot_id());
+        assert!(!boot_id().is_empty());
+    }
+}
