@@ -90,10 +90,42 @@ impl std::fmt::Display for Unreachable {
 
 impl std::error::Error for Unreachable {}
 
+/// The controllers a command may ask (`GSCHED_URL=URL1,URL2`: one leads,
+/// the others stand by), and the one it asks now.
 pub struct Client {
+    controllers: Vec<Endpoint>,
+    current: std::sync::atomic::AtomicUsize,
+}
+
+/// What a controller said of itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerRole {
+    /// It leads (else it stands by).
+    pub leads: bool,
+    /// The epoch it leads in (0 from a standby or an older controller).
+    pub epoch: i64,
+}
+
+/// One controller and how requests reach it.
+struct Endpoint {
     base: String,
     transport: Transport,
 }
+
+/// A standby answered: it names the leader, if it knows it.
+#[derive(Debug)]
+struct Standby {
+    leader: Option<String>,
+    message: String,
+}
+
+impl std::fmt::Display for Standby {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Standby {}
 
 /// How requests reach the controller.
 enum Transport {
@@ -173,32 +205,256 @@ pub fn tls_ca() -> Result<Option<PathBuf>> {
 
 impl Client {
     /// The controller named by `GSCHED_URL` (`http://HOST:PORT`, or
-    /// `unix:PATH` for its socket), else by the site file, else the
-    /// default. A plain-HTTP loopback controller is reached through its
-    /// local socket (`local_socket`), so local commands need no token and
-    /// never send one to the port.
+    /// `unix:PATH` for its socket; several, comma separated, for a leader
+    /// and its standbys), else by the site file, else the default. A
+    /// plain-HTTP loopback controller is reached through its local socket
+    /// (`local_socket`), so local commands need no token and never send
+    /// one to the port.
     pub fn from_env() -> Client {
         match controller_url() {
             Ok(base) => Client::with_token(&base, env_token()),
-            Err(e) => Client {
+            Err(e) => Client::of(vec![Endpoint {
                 base: DEFAULT_URL.into(),
                 transport: Transport::Unusable(format!("{e:#}")),
-            },
+            }]),
         }
     }
 
-    /// The controller's address as given (`http://host:port`, `unix:PATH`).
+    fn of(controllers: Vec<Endpoint>) -> Client {
+        Client {
+            controllers,
+            current: Default::default(),
+        }
+    }
+
+    /// The address of the controller asked now, as given
+    /// (`http://host:port`, `unix:PATH`).
     pub fn base(&self) -> &str {
-        &self.base
+        &self.at().base
     }
 
     pub fn new(base: &str) -> Client {
         Client::with_token(base, None)
     }
 
-    pub fn with_token(base: &str, token: Option<String>) -> Client {
+    /// The controllers `bases` names (comma separated), asked with `token`.
+    pub fn with_token(bases: &str, token: Option<String>) -> Client {
+        let mut controllers: Vec<Endpoint> = bases
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(|b| Endpoint::with_token(b, token.clone()))
+            .collect();
+        if controllers.is_empty() {
+            controllers.push(Endpoint::with_token(bases, token));
+        }
+        Client::of(controllers)
+    }
+
+    /// Whether requests go through the local socket.
+    pub fn via_socket(&self) -> bool {
+        matches!(self.at().route(false), Ok(Route::Unix(_)))
+    }
+
+    /// Each controller's address, for `scontrol ping`.
+    pub fn controller_bases(&self) -> Vec<String> {
+        self.controllers.iter().map(|c| c.base.clone()).collect()
+    }
+
+    /// Each controller's role, asked once each (`scontrol ping`): its
+    /// address, and `leader` or `standby` with the epoch, or why it did
+    /// not answer.
+    pub fn roles(&self) -> Vec<(String, Result<ControllerRole>)> {
+        self.controllers
+            .iter()
+            .map(|c| {
+                let role =
+                    match self.request_once::<serde_json::Value>(c, "GET", "/healthz", &[], None) {
+                        Ok(health) => Ok(ControllerRole {
+                            leads: health["role"].as_str().is_none_or(|r| r == "leader"),
+                            epoch: health["epoch"].as_i64().unwrap_or(0),
+                        }),
+                        Err(e) if e.is::<Standby>() => Ok(ControllerRole {
+                            leads: false,
+                            epoch: 0,
+                        }),
+                        Err(e) => Err(e),
+                    };
+                (c.base.clone(), role)
+            })
+            .collect()
+    }
+
+    fn at(&self) -> &Endpoint {
+        let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        &self.controllers[i % self.controllers.len()]
+    }
+
+    /// Moves on from the controller asked: to the leader a standby named,
+    /// if it is one of ours, else to the next. True while there are others
+    /// to ask in this round.
+    fn move_on(&self, leader: Option<&str>, tried: &mut usize) -> bool {
+        use std::sync::atomic::Ordering;
+        let n = self.controllers.len();
+        if n < 2 {
+            return false;
+        }
+        let now = self.current.load(Ordering::Relaxed) % n;
+        let named = leader.and_then(|l| {
+            let l = l.trim_end_matches('/');
+            self.controllers
+                .iter()
+                .position(|c| c.base.trim_end_matches('/') == l)
+        });
+        let next = named.filter(|&i| i != now).unwrap_or((now + 1) % n);
+        self.current.store(next, Ordering::Relaxed);
+        *tried += 1;
+        *tried < n
+    }
+
+    /// One request; `path` starts with `/`. While the controller cannot be
+    /// connected to at all (restarting), or only a standby answers, the
+    /// others listed are asked, and then all again with backoff for the
+    /// retry window (`GSCHED_RETRY_SECS`, default 60; Slurm's clients wait
+    /// out a restarting slurmctld the same way), saying so once.
+    fn request<T: for<'de> Deserialize<'de>>(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<T> {
+        let mut retry = crate::retry::Retry::from_env();
+        let mut busy = retry.clone();
+        let mut tried = 0;
+        loop {
+            let at = self.at();
+            match self.request_once(at, method, path, query, body) {
+                Err(e) if e.is::<NotConnected>() || e.is::<Standby>() => {
+                    let leader = e.downcast_ref::<Standby>().and_then(|s| s.leader.clone());
+                    if self.move_on(leader.as_deref(), &mut tried) {
+                        continue;
+                    }
+                    tried = 0;
+                    if retry.wait(&at.base) {
+                        continue;
+                    }
+                    return Err(match e.downcast::<NotConnected>() {
+                        Ok(NotConnected(why)) => at.unreachable(why),
+                        Err(e) => e,
+                    });
+                }
+                // Reading changes nothing: a read cut off unanswered is
+                // asked again (a write might have been done, and is not).
+                Err(e) if e.is::<ClosedUnanswered>() && method == "GET" && busy.wait_quietly() => {}
+                Err(e) => {
+                    return Err(match e.downcast::<ClosedUnanswered>() {
+                        Ok(ClosedUnanswered(why)) => at.unreachable(why),
+                        Err(e) => e,
+                    })
+                }
+                Ok(v) => return Ok(v),
+            }
+        }
+    }
+
+    fn request_once<T: for<'de> Deserialize<'de>>(
+        &self,
+        at: &Endpoint,
+        method: &str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<T> {
+        let (status, bytes) = match at.route(body.is_some())? {
+            Route::Http(agent, token) => {
+                let mut req = agent.request(method, &format!("{}{path}", at.base));
+                for (k, v) in query {
+                    req = req.query(k, v);
+                }
+                if let Some(t) = token {
+                    req = req.set("Authorization", &format!("Bearer {t}"));
+                }
+                let res = match body {
+                    Some(b) => req.send_json(b),
+                    None => req.call(),
+                };
+                let r = match res {
+                    Ok(r) => r,
+                    Err(ureq::Error::Status(_, r)) => r,
+                    Err(ureq::Error::Transport(t)) if connection_refused(&t) => {
+                        return Err(NotConnected(t.to_string()).into())
+                    }
+                    Err(ureq::Error::Transport(t))
+                        if io_kind(&t).is_some_and(closed_unanswered) =>
+                    {
+                        return Err(ClosedUnanswered(t.to_string()).into())
+                    }
+                    Err(ureq::Error::Transport(t)) => return Err(at.unreachable(t)),
+                };
+                let status = r.status();
+                let mut bytes = Vec::new();
+                r.into_reader()
+                    .take(64 << 20)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| at.unreachable(e))?;
+                (status, bytes)
+            }
+            Route::Unix(sock) => {
+                let sock = sock.as_path();
+                let target = format!("{path}{}", encode_query(query));
+                let body = body.map(|b| b.to_string().into_bytes());
+                crate::unix_http::request(sock, method, &target, body.as_deref()).map_err(
+                    |e| -> anyhow::Error {
+                        let why = format!("{}: {e}", sock.display());
+                        match e.kind() {
+                            // Nothing was sent: the controller is not there.
+                            std::io::ErrorKind::ConnectionRefused
+                            | std::io::ErrorKind::NotFound => NotConnected(why).into(),
+                            k if closed_unanswered(k) => ClosedUnanswered(why).into(),
+                            _ => at.unreachable(why),
+                        }
+                    },
+                )?
+            }
+        };
+        if status == 503 {
+            if let Ok(answer) = serde_json::from_slice::<StandbyAnswer>(&bytes) {
+                if answer.role == "standby" {
+                    return Err(Standby {
+                        leader: answer.leader,
+                        message: answer.error,
+                    }
+                    .into());
+                }
+            }
+        }
+        if (200..300).contains(&status) {
+            return serde_json::from_slice(&bytes)
+                .map_err(|e| anyhow!("the controller answered with bad JSON: {e}"));
+        }
+        let message = serde_json::from_slice::<ErrorBody>(&bytes)
+            .map(|b| b.error)
+            .unwrap_or_else(|_| format!("controller answered HTTP {status}"));
+        Err(ApiError { status, message }.into())
+    }
+}
+
+/// A standby's 503: its role, its message, and the leader it names (if
+/// it knows one).
+#[derive(Deserialize)]
+struct StandbyAnswer {
+    #[serde(default)]
+    role: String,
+    error: String,
+    #[serde(default)]
+    leader: Option<String>,
+}
+
+impl Endpoint {
+    fn with_token(base: &str, token: Option<String>) -> Endpoint {
         if let Some(path) = base.strip_prefix("unix:") {
-            return Client {
+            return Endpoint {
                 base: base.to_string(),
                 transport: Transport::Unix(PathBuf::from(path)),
             };
@@ -208,7 +464,7 @@ impl Client {
         let ca = match tls_ca() {
             Ok(ca) => ca,
             Err(e) => {
-                return Client {
+                return Endpoint {
                     base,
                     transport: Transport::Unusable(format!("{e:#}")),
                 }
@@ -218,7 +474,7 @@ impl Client {
             match crate::tls::client_config(&ca) {
                 Ok(config) => agent = agent.tls_config(config),
                 Err(e) => {
-                    return Client {
+                    return Endpoint {
                         base,
                         transport: Transport::Unusable(format!(
                             "{} ({TLS_CA_ENV}): {e}",
@@ -231,7 +487,7 @@ impl Client {
         let agent = agent.build();
         let loopback_port = loopback_port(&base);
         let tls = base.to_ascii_lowercase().starts_with("https://");
-        Client {
+        Endpoint {
             base,
             transport: Transport::Http {
                 agent,
@@ -240,11 +496,6 @@ impl Client {
                 tls,
             },
         }
-    }
-
-    /// Whether requests go through the local socket.
-    pub fn via_socket(&self) -> bool {
-        matches!(self.route(false), Ok(Route::Unix(_)))
     }
 
     /// Where the next request goes. A plain-HTTP loopback controller is
@@ -302,109 +553,9 @@ impl Client {
         ))
         .into()
     }
+}
 
-    /// One request; `path` starts with `/`. While the controller cannot be
-    /// connected to at all (restarting), it is tried again with backoff for
-    /// the retry window (`GSCHED_RETRY_SECS`, default 60; Slurm's clients
-    /// wait out a restarting slurmctld the same way), saying so once.
-    fn request<T: for<'de> Deserialize<'de>>(
-        &self,
-        method: &str,
-        path: &str,
-        query: &[(&str, String)],
-        body: Option<&serde_json::Value>,
-    ) -> Result<T> {
-        let mut retry = crate::retry::Retry::from_env();
-        let mut busy = retry.clone();
-        loop {
-            match self.request_once(method, path, query, body) {
-                Err(e) if e.is::<NotConnected>() && retry.wait(&self.base) => {}
-                // Reading changes nothing: a read cut off unanswered is
-                // asked again (a write might have been done, and is not).
-                Err(e) if e.is::<ClosedUnanswered>() && method == "GET" && busy.wait_quietly() => {}
-                Err(e) => {
-                    return Err(match e.downcast::<NotConnected>() {
-                        Ok(NotConnected(why)) => self.unreachable(why),
-                        Err(e) => match e.downcast::<ClosedUnanswered>() {
-                            Ok(ClosedUnanswered(why)) => self.unreachable(why),
-                            Err(e) => e,
-                        },
-                    })
-                }
-                Ok(v) => return Ok(v),
-            }
-        }
-    }
-
-    fn request_once<T: for<'de> Deserialize<'de>>(
-        &self,
-        method: &str,
-        path: &str,
-        query: &[(&str, String)],
-        body: Option<&serde_json::Value>,
-    ) -> Result<T> {
-        let (status, bytes) = match self.route(body.is_some())? {
-            Route::Http(agent, token) => {
-                let mut req = agent.request(method, &format!("{}{path}", self.base));
-                for (k, v) in query {
-                    req = req.query(k, v);
-                }
-                if let Some(t) = token {
-                    req = req.set("Authorization", &format!("Bearer {t}"));
-                }
-                let res = match body {
-                    Some(b) => req.send_json(b),
-                    None => req.call(),
-                };
-                let r = match res {
-                    Ok(r) => r,
-                    Err(ureq::Error::Status(_, r)) => r,
-                    Err(ureq::Error::Transport(t)) if connection_refused(&t) => {
-                        return Err(NotConnected(t.to_string()).into())
-                    }
-                    Err(ureq::Error::Transport(t))
-                        if io_kind(&t).is_some_and(closed_unanswered) =>
-                    {
-                        return Err(ClosedUnanswered(t.to_string()).into())
-                    }
-                    Err(ureq::Error::Transport(t)) => return Err(self.unreachable(t)),
-                };
-                let status = r.status();
-                let mut bytes = Vec::new();
-                r.into_reader()
-                    .take(64 << 20)
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| self.unreachable(e))?;
-                (status, bytes)
-            }
-            Route::Unix(sock) => {
-                let sock = sock.as_path();
-                let target = format!("{path}{}", encode_query(query));
-                let body = body.map(|b| b.to_string().into_bytes());
-                crate::unix_http::request(sock, method, &target, body.as_deref()).map_err(
-                    |e| -> anyhow::Error {
-                        let why = format!("{}: {e}", sock.display());
-                        match e.kind() {
-                            // Nothing was sent: the controller is not there.
-                            std::io::ErrorKind::ConnectionRefused
-                            | std::io::ErrorKind::NotFound => NotConnected(why).into(),
-                            k if closed_unanswered(k) => ClosedUnanswered(why).into(),
-                            _ => self.unreachable(why),
-                        }
-                    },
-                )?
-            }
-        };
-        if (200..300).contains(&status) {
-            return serde_json::from_slice(&bytes)
-                .map_err(|e| anyhow!("the controller answered with bad JSON: {e}"));
-        }
-        let message = serde_json::from_slice::<ErrorBody>(&bytes)
-            .map(|b| b.error)
-            .unwrap_or_else(|_| format!("controller answered HTTP {status}"));
-        Err(ApiError { status, message }.into())
-    }
-
+impl Client {
     /// What a slurmrestd-compatible endpoint (`/slurm/v0.0.44/nodes`)
     /// answers, as JSON.
     pub fn slurm_data(&self, path: &str) -> Result<serde_json::Value> {

@@ -106,6 +106,29 @@ pub fn claim(
     }
 }
 
+/// The query parameter that carries the leader's epoch on its sealed calls
+/// to nodes (sealed with the path, so it cannot be changed on the way).
+pub const EPOCH_PARAM: &str = "epoch";
+
+/// A call from a controller whose epoch is older than one the node has
+/// seen: a leader that was superseded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refused: the call comes from a controller of epoch {given}, but this node follows the leader of epoch {highest} (a superseded controller must not act)")]
+pub struct StaleEpoch {
+    pub given: i64,
+    pub highest: i64,
+}
+
+/// Whether a node takes a call carrying `given` (none: epoch 0) when the
+/// highest epoch it has seen is `highest`; the highest epoch after it.
+pub fn admit(highest: i64, given: Option<i64>) -> Result<i64, StaleEpoch> {
+    let given = given.unwrap_or(0);
+    if given < highest {
+        return Err(StaleEpoch { given, highest });
+    }
+    Ok(given)
+}
+
 /// How long a lease lasts and how often it is renewed and watched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timings {
@@ -239,6 +262,21 @@ mod tests {
             ..lease(&me(), 1000)
         };
         assert!(!claim(Some(&odd), 0, &me(), |_, _| false).may_take());
+    }
+
+    #[test]
+    fn nodes_refuse_calls_of_an_older_epoch() {
+        assert_eq!(admit(0, None), Ok(0));
+        assert_eq!(admit(3, Some(3)), Ok(3));
+        assert_eq!(admit(3, Some(5)), Ok(5));
+        assert_eq!(
+            admit(3, Some(2)),
+            Err(StaleEpoch {
+                given: 2,
+                highest: 3
+            })
+        );
+        assert!(admit(1, None).is_err());
     }
 
     #[test]

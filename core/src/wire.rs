@@ -79,6 +79,10 @@ pub struct RegistrationReply {
     /// The controller's gsched release (empty from controllers of 0.1.0).
     #[serde(default)]
     pub release: String,
+    /// The leadership epoch the controller leads in: the node refuses
+    /// calls of older ones from then on (`gsched_core::leadership`).
+    #[serde(default)]
+    pub epoch: i64,
 }
 
 /// Periodic liveness report.

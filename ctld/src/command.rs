@@ -9,7 +9,8 @@ use gsched_daemon::DaemonArgs;
 use crate::CtldConfig;
 
 /// `[cluster]` keys that stand in for the controller's settings.
-pub const CLUSTER_DEFAULTS: ClusterDefaults = &[("tls_ca", "tls_ca")];
+pub const CLUSTER_DEFAULTS: ClusterDefaults =
+    &[("tls_ca", "tls_ca"), ("controller", "controllers")];
 
 /// The site file's section of the controller.
 pub const SECTION: &str = "controller";

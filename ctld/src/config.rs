@@ -259,6 +259,13 @@ pub struct CtldConfig {
     #[arg(long)]
     #[serde(default)]
     pub advertise_url: Option<String>,
+    /// Every controller of the cluster (this one and its standbys), comma
+    /// separated, as jobs' GSCHED_URL lists them so that their commands
+    /// find the leader (Slurm's SlurmctldHost list; `[cluster] controller`
+    /// in the site file stands in). Default: this controller's URL.
+    #[arg(long, value_name = "URL[,URL...]")]
+    #[serde(default)]
+    pub controllers: Option<String>,
 }
 
 impl Default for CtldConfig {
@@ -308,6 +315,7 @@ impl Default for CtldConfig {
             tls_ca: None,
             allow_plain_http: false,
             advertise_url: None,
+            controllers: None,
         }
     }
 }

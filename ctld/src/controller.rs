@@ -452,6 +452,7 @@ impl Controller {
             node_timeout_ms: timeout.as_millis() as u64,
             fence_timeout_ms: fence.map(|d| d.as_millis() as u64),
             release: gsched_core::version::RELEASE.into(),
+            epoch: self.epoch(),
         };
         let effects = {
             let mut seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());

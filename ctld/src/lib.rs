@@ -261,6 +261,7 @@ impl Serving {
         let nodes: Arc<dyn node_client::NodeClient> = Arc::new(node_client::SealedNodes::new(
             self.http.clone(),
             &self.keys.cluster,
+            term.epoch,
         ));
         let controller = Controller::new(
             cluster,

@@ -51,12 +51,19 @@ pub trait NodeClient: Send + Sync {
     fn reshape<'a>(&'a self, url: &'a str, req: &'a ReshapeRequest) -> Call<'a>;
 }
 
-/// The nodes reached by sealed requests over HTTP(S).
-pub struct SealedNodes(PeerClient);
+/// The nodes reached by sealed requests over HTTP(S), each carrying the
+/// leadership epoch the controller leads in (sealed with the path).
+pub struct SealedNodes {
+    client: PeerClient,
+    epoch: i64,
+}
 
 impl SealedNodes {
-    pub fn new(http: reqwest::Client, cluster_key: &str) -> SealedNodes {
-        SealedNodes(PeerClient::new(http, cluster_key, Direction::ToNode))
+    pub fn new(http: reqwest::Client, cluster_key: &str, epoch: i64) -> SealedNodes {
+        SealedNodes {
+            client: PeerClient::new(http, cluster_key, Direction::ToNode),
+            epoch,
+        }
     }
 
     fn post<'a, T: serde::Serialize + Sync + ?Sized>(
@@ -64,7 +71,12 @@ impl SealedNodes {
         url: String,
         body: &'a T,
     ) -> Call<'a> {
-        Box::pin(async move { Ok(self.0.post(&url, body).await?) })
+        let url = format!(
+            "{url}?{}={}",
+            gsched_core::leadership::EPOCH_PARAM,
+            self.epoch
+        );
+        Box::pin(async move { Ok(self.client.post(&url, body).await?) })
     }
 }
 

@@ -52,6 +52,15 @@ pub fn router(api: Arc<NodeApi>) -> Router {
         .route("/v1/jobs/{id}/suspend", post(suspend))
         .route("/v1/drain", post(drain))
         .route("/v1/reshape", post(reshape))
+        // Inside the seal: the epoch is read from the sealed path.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&api.lease),
+            |axum::extract::State(lease): axum::extract::State<Arc<crate::fence::NodeLease>>,
+             req: axum::extract::Request,
+             next: axum::middleware::Next| async move {
+                crate::epoch::check(&lease.leader, req, next).await
+            },
+        ))
         .layer(axum::middleware::from_fn_with_state(
             gsched_daemon::peer::PeerAuth::new(&api.key, gsched_daemon::peer::Direction::ToNode),
             gsched_daemon::peer::sealed,

@@ -19,8 +19,14 @@ pub struct NodeConfig {
     #[arg(long)]
     #[serde(default)]
     pub name: Option<String>,
-    /// Controller URL.
-    #[arg(long, default_value = "http://127.0.0.1:6817")]
+    /// The controller's URL; with a standby, every controller's, comma
+    /// separated (Slurm's SlurmctldHost list): calls go to the one that
+    /// leads.
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:6817",
+        value_name = "URL[,URL...]"
+    )]
     #[serde(default = "default_controller")]
     pub controller: String,
     /// Address of the node API the controller calls.
@@ -200,4 +206,26 @@ fn default_heartbeat() -> u64 {
 pub const DEFAULT_MIG_RECONFIG_SECS: f64 = 5.0;
 fn default_mig_reconfig() -> f64 {
     DEFAULT_MIG_RECONFIG_SECS
+}
+
+/// The controllers of a `--controller` value: URLs separated by commas,
+/// without trailing slashes (at least one entry, possibly empty).
+pub fn controller_list(given: &str) -> Vec<String> {
+    let list: Vec<String> = given
+        .split(',')
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if list.is_empty() {
+        vec![String::new()]
+    } else {
+        list
+    }
+}
+
+impl NodeConfig {
+    /// The controllers `controller` lists.
+    pub fn controllers(&self) -> Vec<String> {
+        controller_list(&self.controller)
+    }
 }

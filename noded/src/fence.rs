@@ -23,6 +23,9 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 pub struct NodeLease {
     lease: Mutex<Lease>,
     file: PathBuf,
+    /// The epoch of the leader this node follows: calls from older ones
+    /// are refused.
+    pub leader: crate::epoch::LeaderEpoch,
 }
 
 /// `CLOCK_BOOTTIME` now.
@@ -42,6 +45,7 @@ impl NodeLease {
         let mut lease = Lease::new(renewed);
         lease.set_fence_after(fence);
         NodeLease {
+            leader: Default::default(),
             lease: Mutex::new(lease),
             file,
         }

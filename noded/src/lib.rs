@@ -8,6 +8,7 @@ pub mod command;
 pub mod config;
 pub mod confine;
 pub mod context;
+pub mod epoch;
 pub mod fence;
 pub mod gpu;
 pub mod launcher;
@@ -100,7 +101,7 @@ pub(crate) fn mig_ids(
 /// node starts without them and says so.
 async fn restore_reservations(
     peer: &gsched_daemon::peer::PeerClient,
-    controller: &str,
+    controllers: &[String],
     node: &str,
     probe: &Arc<probe::ProbeServer>,
     running: &[gsched_core::job::JobId],
@@ -108,26 +109,31 @@ async fn restore_reservations(
     if running.is_empty() {
         return;
     }
-    let url = format!(
-        "{}/internal/v1/nodes/{node}/tasks",
-        controller.trim_end_matches('/')
-    );
-    let fetched = async {
-        let r = peer
-            .get(&url, Some(Duration::from_secs(10)))
-            .await
-            .map_err(|e| e.to_string())?;
-        if !r.is_success() {
-            return Err(format!(
-                "the controller answered {}: {}",
-                r.status,
-                r.error_text()
-            ));
+    // The first controller that answers for itself: the leader (a standby
+    // proves nothing).
+    let mut fetched = Err("no controller given".to_string());
+    for controller in controllers {
+        let url = format!("{controller}/internal/v1/nodes/{node}/tasks");
+        fetched = async {
+            let r = peer
+                .get(&url, Some(Duration::from_secs(10)))
+                .await
+                .map_err(|e| e.to_string())?;
+            if !r.is_success() {
+                return Err(format!(
+                    "the controller answered {}: {}",
+                    r.status,
+                    r.error_text()
+                ));
+            }
+            r.json::<gsched_core::wire::OpenTasks>()
+                .map_err(|e| e.to_string())
         }
-        r.json::<gsched_core::wire::OpenTasks>()
-            .map_err(|e| e.to_string())
+        .await;
+        if fetched.is_ok() {
+            break;
+        }
     }
-    .await;
     let open = match fetched {
         Ok(open) => open,
         Err(e) => {

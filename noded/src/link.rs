@@ -18,7 +18,16 @@ pub struct ControllerLink {
     /// What the node tells the controller about itself; `running` and
     /// `ended` are filled in at each registration.
     pub identity: NodeRegistration,
-    pub controller: String,
+    /// The controllers, in the order given (`--controller URL1,URL2`): one
+    /// leads, the others stand by.
+    controllers: Vec<String>,
+    /// The one calls go to; the next is tried when it cannot be reached
+    /// or cannot prove it holds the cluster key (a standby answers
+    /// unsealed, naming the leader).
+    current: std::sync::atomic::AtomicUsize,
+    /// Set when calls moved to another controller: the node registers
+    /// with it before anything else.
+    moved: std::sync::atomic::AtomicBool,
     pub heartbeat: Duration,
     pub launcher: Arc<Launcher>,
     /// Renewed by every registration and heartbeat the controller answers.
@@ -71,7 +80,9 @@ impl ControllerLink {
     ) -> Self {
         ControllerLink {
             identity,
-            controller: controller.trim_end_matches('/').to_string(),
+            controllers: crate::config::controller_list(&controller),
+            current: Default::default(),
+            moved: Default::default(),
             heartbeat,
             launcher,
             lease,
@@ -126,17 +137,45 @@ impl ControllerLink {
         );
     }
 
-    /// One sealed request; only a proven, successful answer is `Ok`.
+    /// The controller calls go to now.
+    pub fn controller(&self) -> &str {
+        let i = self.current.load(std::sync::atomic::Ordering::SeqCst);
+        &self.controllers[i % self.controllers.len()]
+    }
+
+    /// Moves calls on from controller `from` to the next in the list
+    /// (unless another call moved them already).
+    fn move_on(&self, from: usize) {
+        use std::sync::atomic::Ordering;
+        let next = (from + 1) % self.controllers.len();
+        if next != from
+            && self
+                .current
+                .compare_exchange(from, next, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.moved.store(true, Ordering::SeqCst);
+            info!(controller = %self.controllers[next], "trying the next controller");
+        }
+    }
+
+    /// One sealed request; only a proven, successful answer is `Ok`. A
+    /// controller that cannot be reached or proves nothing (a standby) is
+    /// left for the next one in the list.
     async fn post<T: serde::Serialize>(
         &self,
         path: &str,
         body: &T,
     ) -> Result<gsched_daemon::peer::PeerReply, ControllerError> {
-        let r = self
-            .peer
-            .post(&format!("{}{path}", self.controller), body)
-            .await
-            .map_err(|e| ControllerError::from(format!("controller {}: {e}", self.controller)))?;
+        let at = self.current.load(std::sync::atomic::Ordering::SeqCst) % self.controllers.len();
+        let base = &self.controllers[at];
+        let r = match self.peer.post(&format!("{base}{path}"), body).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.move_on(at);
+                return Err(ControllerError::from(format!("controller {base}: {e}")));
+            }
+        };
         if r.is_success() {
             Ok(r)
         } else {
@@ -232,8 +271,9 @@ impl ControllerLink {
             ))
         })?;
         if !reply.release.is_empty() {
-            tracing::info!(release = %reply.release, "the controller's release");
+            tracing::info!(release = %reply.release, epoch = reply.epoch, "the controller's release");
         }
+        self.lease.leader.learn(reply.epoch);
         self.lease
             .set_fence_after(reply.fence_timeout_ms.map(Duration::from_millis));
         self.lease.renewed(sent);
@@ -264,10 +304,13 @@ impl ControllerLink {
             while let Ok(e) = ended_rx.try_recv() {
                 pending.push(e);
             }
+            if self.moved.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                registered = false;
+            }
             if !registered {
                 match self.register(&pending).await {
                     Ok(()) => {
-                        info!(controller = %self.controller, "registered with the controller");
+                        info!(controller = %self.controller(), "registered with the controller");
                         registered = true;
                         retry = Duration::from_secs(1);
                         let n = pending.len();

@@ -103,7 +103,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
             &key,
             gsched_daemon::peer::Direction::ToController,
         ),
-        &config.controller,
+        &config.controllers(),
         &name,
         probe_server,
         &launcher.running_ids(),
@@ -319,7 +319,12 @@ fn advertised_url(
     let routed = addr
         .ip()
         .is_unspecified()
-        .then(|| gsched_daemon::advertise::routed_toward(&config.controller))
+        .then(|| {
+            config
+                .controllers()
+                .first()
+                .and_then(|c| gsched_daemon::advertise::routed_toward(c))
+        })
         .flatten();
     Ok(gsched_daemon::advertise::choose(
         config.advertise_url.as_deref(),

@@ -28,9 +28,10 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterSettings {
     /// The controller's URL, for nodes and for commands run outside jobs
-    /// (`GSCHED_URL` overrides it for commands; inside jobs it is set).
-    /// Default: http://127.0.0.1:6817.
-    #[arg(long = "controller-url", value_name = "URL")]
+    /// (`GSCHED_URL` overrides it for commands; inside jobs it is set);
+    /// with standby controllers, every controller's, comma separated
+    /// (Slurm's SlurmctldHost list). Default: http://127.0.0.1:6817.
+    #[arg(long = "controller-url", value_name = "URL[,URL...]")]
     pub controller: Option<String>,
     /// CA certificates (PEM) that the controller's and nodes' certificates
     /// are checked against, for https (`GSCHED_TLS_CA` overrides it for

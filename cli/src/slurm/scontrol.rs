@@ -157,19 +157,33 @@ fn controller_address(base: &str) -> (String, String) {
     }
 }
 
-/// `scontrol ping`, as Slurm's: whether the controller answers.
+/// `scontrol ping`, as Slurm's: each controller listed in `GSCHED_URL`
+/// (or the site file), whether it answers, and its role: `primary` for the
+/// one that leads now, `backup` (`backupN` with more than two) for a
+/// standby, by its place in the list for one that is down. Exit status 1
+/// when no controller leads.
 fn ping(client: &Client) -> Result<i32> {
-    let (host, _) = controller_address(client.base());
-    match client.health() {
-        Ok(_) => {
-            println!("Slurmctld(primary) at {host} is UP");
-            Ok(0)
-        }
-        Err(_) => {
-            println!("Slurmctld(primary) at {host} is DOWN");
-            Ok(1)
-        }
+    let roles = client.roles();
+    let n = roles.len();
+    let mut led = false;
+    for (i, (base, role)) in roles.into_iter().enumerate() {
+        let (host, _) = controller_address(&base);
+        let backup = |i: usize| match (i, n) {
+            (_, 2) => "backup".to_string(),
+            (i, _) => format!("backup{i}"),
+        };
+        let (mode, state) = match role {
+            Ok(r) if r.leads => {
+                led = true;
+                ("primary".to_string(), "UP")
+            }
+            Ok(_) => (backup(i.max(1)), "UP"),
+            Err(_) if i == 0 => ("primary".to_string(), "DOWN"),
+            Err(_) => (backup(i), "DOWN"),
+        };
+        println!("Slurmctld({mode}) at {host} is {state}");
     }
+    Ok(if led { 0 } else { 1 })
 }
 
 /// `scontrol show config`'s lines (the settings clients read).

@@ -143,6 +143,10 @@ pub struct Health {
     pub release: String,
     /// The protocol it speaks.
     pub protocol: u32,
+    /// `leader` (a standby answers 503 with `standby`).
+    pub role: String,
+    /// The leadership epoch it leads in.
+    pub epoch: i64,
 }
 
 /// The controller's health; no token needed.
@@ -166,6 +170,8 @@ async fn healthz(State(ctl): Ctl) -> Json<Health> {
         priority_weights: ctl.config.priority_config(),
         release: gsched_core::version::RELEASE.into(),
         protocol: gsched_core::version::PROTOCOL,
+        role: "leader".into(),
+        epoch: ctl.epoch(),
     })
 }
 

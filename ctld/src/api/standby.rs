@@ -104,7 +104,11 @@ fn refused(role: &Role) -> Response {
         ),
         None => "this controller is a standby and no controller leads yet; try again shortly".into(),
     };
-    let body = serde_json::json!({ "error": error, "leader": role.leader_address() });
+    let body = serde_json::json!({
+        "error": error,
+        "role": "standby",
+        "leader": role.leader_address(),
+    });
     let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     response
         .headers_mut()

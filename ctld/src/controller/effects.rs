@@ -247,7 +247,11 @@ impl Controller {
                 .partition
                 .clone()
                 .unwrap_or_else(|| self.config.partition.clone()),
-            controller_url: self.url.clone(),
+            controller_url: self
+                .config
+                .controllers
+                .clone()
+                .unwrap_or_else(|| self.url.clone()),
             learned_footprint_mib: learned.mib,
             learned_gpu_share: learned.share,
             job_token: self.job_token(j),

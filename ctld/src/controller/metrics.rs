@@ -188,6 +188,18 @@ impl Collector for ClusterCollector {
             "Shared tasks with reservations on the instance",
             &col(5, false),
         )?;
+        gauge(
+            &mut encoder,
+            "gsched_controller_leader",
+            "Whether this controller leads (1) or stands by (0)",
+            &[(Vec::new(), i64::from(ctl.acting()))],
+        )?;
+        gauge(
+            &mut encoder,
+            "gsched_controller_epoch",
+            "The leadership epoch this controller leads in, or last saw",
+            &[(Vec::new(), ctl.epoch())],
+        )?;
         {
             let m = encoder.encode_descriptor(
                 "gsched_oom_events",
