@@ -27,7 +27,15 @@ pub fn run(command: DbCommand) -> Result<()> {
         DbCommand::Backup { file, state_dir } => {
             let state_dir = match state_dir {
                 Some(d) => d,
-                None => controller_state_dir()?,
+                None => {
+                    let (dir, database) = controller_store()?;
+                    if let Some(url) = database {
+                        anyhow::bail!(
+                            "the controller's store is the PostgreSQL database {url}: back it up with PostgreSQL's pg_dump (docs/install.md); `gsched db backup` copies a SQLite store"
+                        );
+                    }
+                    dir
+                }
             };
             let db = state_dir.join("ctld.db");
             tokio::runtime::Runtime::new()?
@@ -39,12 +47,16 @@ pub fn run(command: DbCommand) -> Result<()> {
     }
 }
 
-/// The state directory gctld uses, as it would read its settings here.
-fn controller_state_dir() -> Result<PathBuf> {
+/// The state directory gctld uses and its `--database`, as it would read
+/// its settings here.
+fn controller_store() -> Result<(PathBuf, Option<String>)> {
     let command = gsched_ctld::command::GctldArgs::command();
     let matches = command.clone().try_get_matches_from(["gctld"])?;
     let args = gsched_ctld::command::GctldArgs::from_arg_matches(&matches)?;
     let file = gsched_daemon::settings::site_file(&args.daemon)?;
     let loaded = gsched_ctld::command::load(&command, &matches, args, file.as_ref())?;
-    Ok(loaded.daemon.value.state_dir())
+    Ok((
+        loaded.daemon.value.state_dir(),
+        loaded.settings.value.database,
+    ))
 }

@@ -190,9 +190,15 @@ struct UpArgs {
     /// Seconds a simulated GPU takes to change its MIG layout.
     #[arg(long, default_value_t = gsched_noded::config::DEFAULT_MIG_RECONFIG_SECS, value_name = "SECS")]
     mig_reconfig_secs: f64,
-    /// Commit durability: normal survives process crashes, full also power loss.
+    /// Commit durability of the SQLite store: normal survives process
+    /// crashes, full also power loss.
     #[arg(long, value_enum, default_value = "normal")]
     durability: Durability,
+    /// Keep the controller's state in this PostgreSQL database instead of
+    /// SQLite in the state directory (the URL as gctld's --database takes
+    /// it; docs/install.md).
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
     /// The default partition.
     #[arg(long, default_value = "gpu")]
     partition: String,
@@ -343,6 +349,7 @@ async fn up(args: UpArgs) -> Result<()> {
             preempt_mode: args.preempt_mode.clone(),
             scheduler_type: args.scheduler_type.clone(),
             durability: args.durability,
+            database: args.database,
             admins: args.admins,
             min_job_age: args.min_job_age,
             max_job_count: args.max_job_count,

@@ -142,34 +142,56 @@ pub enum TimingError {
     #[error("the leader lease must be at least 3 s (it is renewed every third of it), not {0:?}")]
     TooShort(Duration),
     #[error(
-        "a standby takes over up to {takeover:?} after the leader dies (the leader lease and \
-         a poll), but nodes stop their jobs after {fence:?} without a controller (two thirds \
+        "a standby takes over up to {takeover:.1?} after the leader dies (the leader lease and \
+         a poll), but nodes stop their jobs after {fence:.1?} without a controller (two thirds \
          of the node timeout of {node_timeout:?}); the takeover must fit in half of that, so \
-         that nodes find the new leader in time: lower --leader-lease (at most {max:?}) or \
-         raise --node-timeout"
+         that nodes find the new leader in time: {fix}"
     )]
     TooLong {
         takeover: Duration,
         fence: Duration,
         node_timeout: Duration,
-        max: Duration,
+        fix: String,
     },
 }
 
 impl Timings {
-    /// Checks `lease` against the node timeout (see [`TimingError`]).
-    pub fn new(lease: Duration, node_timeout: Duration) -> Result<Timings, TimingError> {
+    /// A controller alone (no standby listed): only a restart of its own
+    /// takes its lease, and at once, so only the lease's least length is
+    /// checked.
+    pub fn alone(lease: Duration) -> Result<Timings, TimingError> {
         if lease < Duration::from_secs(3) {
             return Err(TimingError::TooShort(lease));
         }
-        let t = Timings { lease };
+        Ok(Timings { lease })
+    }
+
+    /// With standbys: checks `lease` against the node timeout too (see
+    /// [`TimingError`]).
+    pub fn new(lease: Duration, node_timeout: Duration) -> Result<Timings, TimingError> {
+        let t = Timings::alone(lease)?;
         let fence = crate::fence::default_fence_timeout(node_timeout);
         if t.takeover() > fence / 2 {
+            let min_node_timeout =
+                Duration::from_secs(t.takeover().as_secs_f64().mul_add(3.0, 0.999) as u64);
+            let max_lease = (fence / 2).saturating_sub(Duration::from_secs(1));
+            let fix = if max_lease >= Duration::from_secs(3) {
+                format!(
+                    "lower --leader-lease to at most {} s or raise --node-timeout to at least {} s",
+                    max_lease.as_secs(),
+                    min_node_timeout.as_secs()
+                )
+            } else {
+                format!(
+                    "raise --node-timeout to at least {} s",
+                    min_node_timeout.as_secs()
+                )
+            };
             return Err(TimingError::TooLong {
                 takeover: t.takeover(),
                 fence,
                 node_timeout,
-                max: (fence / 2).saturating_sub(t.poll()),
+                fix,
             });
         }
         Ok(t)
@@ -300,7 +322,20 @@ mod tests {
             Err(TimingError::TooShort(_))
         ));
         let e = Timings::new(secs(12), secs(30)).unwrap_err();
-        assert!(e.to_string().contains("at most 9s"), "{e}");
+        assert!(
+            e.to_string().contains(
+                "lower --leader-lease to at most 9 s or raise --node-timeout to at least 39 s"
+            ),
+            "{e}"
+        );
+        let e = Timings::new(secs(6), secs(3)).unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("raise --node-timeout to at least 21 s"),
+            "{e}"
+        );
         Timings::new(secs(12), secs(60)).unwrap();
+        Timings::alone(secs(12)).unwrap();
+        assert!(Timings::alone(secs(2)).is_err());
     }
 }

@@ -137,8 +137,9 @@ pub struct CtldConfig {
     /// Seconds a controller's leadership lasts without renewal: a standby
     /// on the same database takes over within this and a poll (at most a
     /// second) after the leader dies; the leader renews every third of
-    /// it. With the node timeout, it must leave nodes time to find the new
-    /// leader before they stop their jobs (checked at start).
+    /// it. With standbys listed in --controllers, it must leave nodes time
+    /// to find the new leader before they stop their jobs (checked against
+    /// the node timeout at start).
     #[arg(long, default_value_t = 6, value_name = "SECS")]
     #[serde(default = "default_leader_lease")]
     pub leader_lease: u64,

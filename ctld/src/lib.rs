@@ -217,13 +217,24 @@ pub async fn serve(config: CtldConfig, state_dir: &Path) -> Result<Serving> {
     })
 }
 
-/// The leader lease's timings, checked against the node timeout.
+/// The leader lease's timings; with standbys (`--controllers` lists more
+/// than one), checked against the node timeout.
 fn leader_timings(config: &CtldConfig) -> Result<gsched_core::leadership::Timings> {
-    gsched_core::leadership::Timings::new(
-        std::time::Duration::from_secs(config.leader_lease),
-        std::time::Duration::from_secs(config.node_timeout.max(1)),
-    )
-    .map_err(|e| anyhow::anyhow!("leader_lease: {e}"))
+    use gsched_core::leadership::Timings;
+    let lease = std::time::Duration::from_secs(config.leader_lease);
+    let standbys = config
+        .controllers
+        .as_deref()
+        .is_some_and(|c| c.split(',').filter(|u| !u.trim().is_empty()).count() > 1);
+    let timings = if standbys {
+        Timings::new(
+            lease,
+            std::time::Duration::from_secs(config.node_timeout.max(1)),
+        )
+    } else {
+        Timings::alone(lease)
+    };
+    timings.map_err(|e| anyhow::anyhow!("leader_lease: {e}"))
 }
 
 impl Serving {
@@ -232,7 +243,8 @@ impl Serving {
     pub async fn lead(self) -> Result<Running> {
         let config = &self.config;
         let timings = leader_timings(config)?;
-        let mut opened = store::Store::connect(&self.database, config.durability).await?;
+        let database = self.database.with_session_limits(timings.lease);
+        let mut opened = store::Store::connect(&database, config.durability).await?;
         let (term, taken) = leader::campaign(
             &mut opened,
             &leader::this_holder(),

@@ -118,6 +118,27 @@ impl Database {
         Ok(Database::Postgres(Box::new(options), shown))
     }
 
+    /// The database with limits on this controller's sessions, for a
+    /// controller that may share it: a session left inside a transaction
+    /// (its controller cut off or paused in the middle of a commit, whose
+    /// row lock on the lease would hold every other controller back) is
+    /// ended by the server after half a lease, and no statement waits for
+    /// a lock longer than that (a standby's takeover tries again). SQLite
+    /// is left as it is.
+    pub fn with_session_limits(&self, lease: std::time::Duration) -> Database {
+        match self {
+            Database::Sqlite(_) => self.clone(),
+            Database::Postgres(options, shown) => {
+                let half = (lease / 2).as_millis().max(1).to_string();
+                let options = (**options).clone().options([
+                    ("idle_in_transaction_session_timeout", half.as_str()),
+                    ("lock_timeout", half.as_str()),
+                ]);
+                Database::Postgres(Box::new(options), shown.clone())
+            }
+        }
+    }
+
     /// The database as shown in logs and errors (no password is ever in
     /// one: [`Database::postgres`] refuses them).
     pub fn shown(&self) -> String {

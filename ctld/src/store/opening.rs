@@ -135,6 +135,10 @@ impl Opened {
         self.durability
     }
 
+    pub(super) fn into_conn(self) -> Conn {
+        self.conn
+    }
+
     /// The lease as stored, and the database's clock (unix ms). A database
     /// from before leases (or a new one) is first brought to this release's
     /// schema; one a newer release wrote is refused.
@@ -195,7 +199,14 @@ impl Opened {
         .await?;
         let loaded = load::load(self.conn.as_ref(), keep_finished_since).await?;
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer::run(self.conn, rx, term.epoch, step_down));
+        let writer = writer::Writer {
+            conn: self.conn,
+            database: self.database,
+            durability: self.durability,
+            epoch: term.epoch,
+            step_down,
+        };
+        tokio::spawn(writer.run(rx));
         Ok((
             Store {
                 tx,
