@@ -52,6 +52,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "job",
             "pattern",
             "steps",
+            "leadership",
         ],
     ),
     ("proto", &["probe", "wire", "views", "env"]),
