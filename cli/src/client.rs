@@ -12,6 +12,9 @@ use serde::Deserialize;
 
 pub use gsched_core::steps::StepNodeAnswer;
 
+mod endpoint;
+use endpoint::{Endpoint, Route, Transport};
+
 /// Default controller URL when `GSCHED_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:6817";
 
@@ -75,13 +78,6 @@ impl std::fmt::Display for ClosedUnanswered {
 
 impl std::error::Error for ClosedUnanswered {}
 
-/// Where one request goes.
-enum Route<'a> {
-    /// TCP, with the token to send (none to a plain-HTTP loopback port).
-    Http(&'a ureq::Agent, Option<&'a str>),
-    Unix(PathBuf),
-}
-
 impl std::fmt::Display for Unreachable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -106,12 +102,6 @@ pub struct ControllerRole {
     pub epoch: i64,
 }
 
-/// One controller and how requests reach it.
-struct Endpoint {
-    base: String,
-    transport: Transport,
-}
-
 /// A standby answered: it names the leader, if it knows it.
 #[derive(Debug)]
 struct Standby {
@@ -126,27 +116,6 @@ impl std::fmt::Display for Standby {
 }
 
 impl std::error::Error for Standby {}
-
-/// How requests reach the controller.
-enum Transport {
-    /// TCP, with a token when one is known. To a plain-HTTP loopback URL
-    /// (`loopback_port`), requests go through the controller's local
-    /// socket, found where only its user can have put it
-    /// (`crate::local_socket`), never by asking the port; no token and no
-    /// request body ever goes to a loopback port over plain HTTP.
-    Http {
-        agent: ureq::Agent,
-        token: Option<String>,
-        loopback_port: Option<u16>,
-        /// TLS: the server is verified, so a token may go to the port when
-        /// no local socket is found.
-        tls: bool,
-    },
-    /// The controller's local socket: no token, the kernel says who we are.
-    Unix(PathBuf),
-    /// No request can be made: why (a CA file that cannot be used).
-    Unusable(String),
-}
 
 /// An error the controller answered with.
 #[derive(Debug, thiserror::Error)]
@@ -451,110 +420,6 @@ struct StandbyAnswer {
     leader: Option<String>,
 }
 
-impl Endpoint {
-    fn with_token(base: &str, token: Option<String>) -> Endpoint {
-        if let Some(path) = base.strip_prefix("unix:") {
-            return Endpoint {
-                base: base.to_string(),
-                transport: Transport::Unix(PathBuf::from(path)),
-            };
-        }
-        let base = base.trim_end_matches('/').to_string();
-        let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30));
-        let ca = match tls_ca() {
-            Ok(ca) => ca,
-            Err(e) => {
-                return Endpoint {
-                    base,
-                    transport: Transport::Unusable(format!("{e:#}")),
-                }
-            }
-        };
-        if let Some(ca) = ca {
-            match crate::tls::client_config(&ca) {
-                Ok(config) => agent = agent.tls_config(config),
-                Err(e) => {
-                    return Endpoint {
-                        base,
-                        transport: Transport::Unusable(format!(
-                            "{} ({TLS_CA_ENV}): {e}",
-                            ca.display()
-                        )),
-                    }
-                }
-            }
-        }
-        let agent = agent.build();
-        let loopback_port = loopback_port(&base);
-        let tls = base.to_ascii_lowercase().starts_with("https://");
-        Endpoint {
-            base,
-            transport: Transport::Http {
-                agent,
-                token,
-                loopback_port,
-                tls,
-            },
-        }
-    }
-
-    /// Where the next request goes. A plain-HTTP loopback controller is
-    /// reached through its trusted local socket; without one, only a
-    /// request that carries nothing (no token, no body) goes to the port.
-    /// Looked up again at every attempt, so a restarting controller's
-    /// socket is found once it is back.
-    fn route(&self, has_body: bool) -> Result<Route<'_>> {
-        match &self.transport {
-            Transport::Unusable(why) => bail!("{why}"),
-            Transport::Unix(sock) => match crate::local_socket::check(sock) {
-                Ok(()) => Ok(Route::Unix(sock.clone())),
-                Err(e) if e.is_missing() => Err(NotConnected(e.to_string()).into()),
-                Err(e) => bail!("refusing the controller socket: {e}"),
-            },
-            Transport::Http {
-                agent,
-                token,
-                loopback_port: None,
-                ..
-            } => Ok(Route::Http(agent, token.as_deref())),
-            // Over TLS the server is verified: a token goes there as given.
-            Transport::Http {
-                agent,
-                token: Some(token),
-                tls: true,
-                ..
-            } => Ok(Route::Http(agent, Some(token))),
-            Transport::Http {
-                agent,
-                token,
-                loopback_port: Some(port),
-                tls,
-            } => match crate::local_socket::find(*port) {
-                Ok(sock) => Ok(Route::Unix(sock)),
-                Err(_) if *tls => Ok(Route::Http(agent, token.as_deref())),
-                Err(_) if token.is_none() && !has_body => Ok(Route::Http(agent, None)),
-                Err(why) => {
-                    let why: Vec<String> = why.iter().map(|w| w.to_string()).collect();
-                    Err(NotConnected(format!(
-                        "no trusted local socket of the controller ({}); a token or a request is never sent over plain HTTP to a loopback port, which any local user may hold while the controller restarts (set {} to the controller's socket, or use https)",
-                        why.join("; "),
-                        gsched_core::env::SOCKET_ENV
-                    ))
-                    .into())
-                }
-            },
-        }
-    }
-
-    fn unreachable(&self, why: impl std::fmt::Display) -> anyhow::Error {
-        Unreachable(format!(
-            "cannot reach the gsched controller at {}: {why}; is `gsched up` (or gctld) running, and is GSCHED_URL (or [cluster] controller in /etc/gsched/gsched.toml) right?",
-            self.base
-        ))
-        .into()
-    }
-}
-
 impl Client {
     /// What a slurmrestd-compatible endpoint (`/slurm/v0.0.44/nodes`)
     /// answers, as JSON.
@@ -797,30 +662,6 @@ pub struct Token {
     pub expires: i64,
 }
 
-/// The port of an http(s) URL on this host's loopback (any of 127/8,
-/// `::1`, IPv4-mapped loopback, `localhost`, in any case) or its wildcard
-/// address (`0.0.0.0`, `::`, which reach this host); `None` for another
-/// host. Commands reach such a controller through its local socket.
-fn loopback_port(base: &str) -> Option<u16> {
-    let url = url::Url::parse(base).ok()?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return None;
-    }
-    let local = match url.host()? {
-        url::Host::Domain(d) => {
-            let d = d.trim_end_matches('.').to_ascii_lowercase();
-            d == "localhost" || d.ends_with(".localhost")
-        }
-        url::Host::Ipv4(ip) => ip.is_loopback() || ip.is_unspecified(),
-        url::Host::Ipv6(ip) => {
-            ip.is_loopback()
-                || ip.is_unspecified()
-                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    };
-    local.then(|| url.port_or_known_default().unwrap_or(80))
-}
-
 /// `?k=v&...`, percent-encoded.
 fn encode_query(query: &[(&str, String)]) -> String {
     if query.is_empty() {
@@ -874,7 +715,7 @@ mod tests {
 
     #[test]
     fn loopback_urls_are_recognised() {
-        let p = loopback_port;
+        let p = endpoint::loopback_port;
         assert_eq!(p("http://127.0.0.1:6817"), Some(6817));
         assert_eq!(p("http://127.3.2.1:6817/"), Some(6817), "all of 127/8");
         assert_eq!(p("http://localhost:6817"), Some(6817));

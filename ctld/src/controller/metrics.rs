@@ -188,18 +188,7 @@ impl Collector for ClusterCollector {
             "Shared tasks with reservations on the instance",
             &col(5, false),
         )?;
-        gauge(
-            &mut encoder,
-            "gsched_controller_leader",
-            "Whether this controller leads (1) or stands by (0)",
-            &[(Vec::new(), i64::from(ctl.acting()))],
-        )?;
-        gauge(
-            &mut encoder,
-            "gsched_controller_epoch",
-            "The leadership epoch this controller leads in, or last saw",
-            &[(Vec::new(), ctl.epoch())],
-        )?;
+        leadership(&mut encoder, ctl)?;
         {
             let m = encoder.encode_descriptor(
                 "gsched_oom_events",
@@ -236,6 +225,22 @@ impl Collector for ClusterCollector {
         )?;
         Ok(())
     }
+}
+
+/// This controller's role and epoch (a standby serves its own: api/standby.rs).
+fn leadership(encoder: &mut DescriptorEncoder, ctl: &Controller) -> Result<(), std::fmt::Error> {
+    gauge(
+        encoder,
+        "gsched_controller_leader",
+        "Whether this controller leads (1) or stands by (0)",
+        &[(Vec::new(), i64::from(ctl.acting()))],
+    )?;
+    gauge(
+        encoder,
+        "gsched_controller_epoch",
+        "The leadership epoch this controller leads in, or last saw",
+        &[(Vec::new(), ctl.epoch())],
+    )
 }
 
 /// The text exposition of every metric.
