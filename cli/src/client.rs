@@ -415,6 +415,8 @@ impl Client {
 struct StandbyAnswer {
     #[serde(default)]
     role: String,
+    /// Absent from a standby's `/healthz`, which says its role only.
+    #[serde(default)]
     error: String,
     #[serde(default)]
     leader: Option<String>,
@@ -712,6 +714,21 @@ pub fn post_streaming(url: &str, body: &serde_json::Value) -> Result<Box<dyn Rea
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_standby_is_told_by_its_role_on_every_503() {
+        let health = r#"{"status":"standby","role":"standby","leader":"http://c1:6817","epoch":3}"#;
+        let a: StandbyAnswer = serde_json::from_str(health).unwrap();
+        assert_eq!(
+            (a.role.as_str(), a.leader.as_deref()),
+            ("standby", Some("http://c1:6817"))
+        );
+        let refused = r#"{"error":"this controller is a standby","role":"standby","leader":null}"#;
+        let a: StandbyAnswer = serde_json::from_str(refused).unwrap();
+        assert_eq!((a.role.as_str(), a.leader), ("standby", None));
+        let busy: StandbyAnswer = serde_json::from_str(r#"{"error":"too many jobs"}"#).unwrap();
+        assert_eq!(busy.role, "", "a leader's 503 is not a standby's");
+    }
 
     #[test]
     fn loopback_urls_are_recognised() {

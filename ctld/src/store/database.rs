@@ -3,7 +3,8 @@
 //! database`). The store sends jobs' scripts and environments to the
 //! database, so a server is used only once it can prove who it is: over
 //! TCP the URL must ask for a verified TLS server (`sslmode=verify-full`
-//! or `verify-ca`); through PostgreSQL's Unix socket, the socket's
+//! only: `verify-ca` checks no server name); through PostgreSQL's Unix
+//! socket, the socket's
 //! directory must be one no other user could put a socket in.
 
 use std::os::unix::fs::MetadataExt;
@@ -67,17 +68,18 @@ impl std::fmt::Debug for Database {
 impl Database {
     /// The database a `--database` URL names, checked (see the module).
     pub fn postgres(url: &str) -> Result<Database, DatabaseError> {
-        let shown = url.to_string();
+        // Until the URL reads, it is not shown: it may hold a password.
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| DatabaseError::Parse(shown.clone(), e.to_string()))?;
-        if !matches!(parsed.scheme(), "postgres" | "postgresql") {
-            return Err(DatabaseError::Scheme(shown));
-        }
+            .map_err(|e| DatabaseError::Parse("given".into(), e.to_string()))?;
+        let shown = url.to_string();
         if parsed.password().is_some() || parsed.query_pairs().any(|(k, _)| k == "password") {
             // Shown without it.
             let mut hidden = parsed.clone();
             let _ = hidden.set_password(None);
             return Err(DatabaseError::Password(hidden.to_string()));
+        }
+        if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+            return Err(DatabaseError::Scheme(shown));
         }
         if let Some((parameter, _)) = parsed
             .query_pairs()
@@ -105,7 +107,7 @@ impl Database {
             Some(dir) => check_socket_directory(&dir)?,
             None => {
                 let mode = options.get_ssl_mode();
-                if !matches!(mode, PgSslMode::VerifyFull | PgSslMode::VerifyCa) {
+                if !matches!(mode, PgSslMode::VerifyFull) {
                     return Err(DatabaseError::Unverified {
                         url: shown,
                         host: options.get_host().to_string(),
@@ -195,6 +197,16 @@ mod tests {
     #[test]
     fn urls_that_would_leak_or_mislead_are_refused() {
         assert!(refused("mysql://db/x").contains("not a postgres://"));
+        let e = refused("mysql://u:hunter2@db/x");
+        assert!(
+            e.contains("carries a password") && !e.contains("hunter2"),
+            "{e}"
+        );
+        let e = refused("postgres://u:hunter2@db:99999999/x");
+        assert!(
+            e.contains("given does not read") && !e.contains("hunter2"),
+            "{e}"
+        );
         let e = refused("postgres://gsched:hunter2@db.example/gsched?sslmode=verify-full");
         assert!(
             e.contains("carries a password") && !e.contains("hunter2"),

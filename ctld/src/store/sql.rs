@@ -329,7 +329,8 @@ impl Record {
         }
     }
 
-    /// The column `name`, an integer of either width, as i64.
+    /// The column `name`, a 64-bit integer (every integer column of both
+    /// engines' migrations is one).
     pub fn int(&self, name: &str) -> Result<i64, sqlx::Error> {
         self.get::<i64>(name)
     }
