@@ -178,6 +178,7 @@ fn launch(nodes: usize, gpus: usize, queued: usize, rounds: usize, priority: &st
                 reshape_keep: Default::default(),
                 release: gsched_core::version::RELEASE.into(),
                 protocol: gsched_core::version::PROTOCOL,
+                followed_epoch: 0,
                 reshape_gpus: Vec::new(),
             },
             0,

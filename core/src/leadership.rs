@@ -9,28 +9,53 @@
 //! write once another has taken over; and it stops acting on its own (see
 //! [`Timings::step_down_after`]) before its lease can have been taken.
 //! Nodes learn the epoch from the leader and refuse calls with an older
-//! one. A lease whose holder is known dead (the same host, and its process
-//! gone or the host rebooted) is taken at once, so a restarted controller
-//! need not wait out its own lease. Nothing here reads a clock or a
+//! one. A lease whose holder is known dead (the same machine by host name
+//! and machine id, and the machine rebooted since, or in the same boot and
+//! process namespace its process gone) is taken at once, so a restarted
+//! controller need not wait out its own lease. Nothing here reads a clock or a
 //! process table: the caller passes them in.
 
 use std::time::Duration;
 
-/// A controller process, as the lease names its holder: its host, the
-/// host's boot, and its process id and start time (clock ticks since
-/// boot, which tells a reused pid apart).
+/// A controller process, as the lease names its holder: its host name and
+/// machine id (both, since neither alone is sure to differ between
+/// machines), the machine's boot, its process-id namespace, and its
+/// process id and start time (clock ticks since boot, which tells a reused
+/// pid apart). A part that could not be read is [`UNKNOWN`], and a holder
+/// with an unknown part is never taken for dead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub host: String,
+    pub machine: String,
     pub boot: String,
+    pub pid_namespace: String,
     pub pid: u32,
     pub started: u64,
 }
 
+/// A part of a [`Holder`] that could not be read.
+pub const UNKNOWN: &str = "-";
+
 impl Holder {
-    /// As stored: `host boot pid started` (host names have no spaces).
+    /// As stored: `host machine boot pid_namespace pid started`, each part
+    /// without spaces (an empty or spaced one is stored as [`UNKNOWN`]).
     pub fn to_stored(&self) -> String {
-        format!("{} {} {} {}", self.host, self.boot, self.pid, self.started)
+        let part = |s: &str| {
+            if s.is_empty() || s.contains(char::is_whitespace) {
+                UNKNOWN.to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        format!(
+            "{} {} {} {} {} {}",
+            part(&self.host),
+            part(&self.machine),
+            part(&self.boot),
+            part(&self.pid_namespace),
+            self.pid,
+            self.started
+        )
     }
 
     /// A stored holder (`None`: one this release does not read, which is
@@ -39,11 +64,31 @@ impl Holder {
         let mut parts = stored.split(' ');
         let holder = Holder {
             host: parts.next()?.to_string(),
+            machine: parts.next()?.to_string(),
             boot: parts.next()?.to_string(),
+            pid_namespace: parts.next()?.to_string(),
             pid: parts.next()?.parse().ok()?,
             started: parts.next()?.parse().ok()?,
         };
         parts.next().is_none().then_some(holder)
+    }
+
+    /// Whether `other` is known to be gone, as seen from this process:
+    /// on this very machine (same host name and machine id), and either a
+    /// boot ago or, in this boot and process namespace, not `alive`.
+    fn sees_gone(&self, other: &Holder, alive: impl Fn(u32, u64) -> bool) -> bool {
+        let known = |s: &str| !s.is_empty() && s != UNKNOWN;
+        let same = |a: &str, b: &str| known(a) && a == b;
+        if other == self || !same(&other.host, &self.host) || !same(&other.machine, &self.machine) {
+            return false;
+        }
+        if !known(&other.boot) || !known(&self.boot) {
+            return false;
+        }
+        if other.boot != self.boot {
+            return true;
+        }
+        same(&other.pid_namespace, &self.pid_namespace) && !alive(other.pid, other.started)
     }
 }
 
@@ -68,7 +113,7 @@ pub enum Claim {
     Free,
     /// Not renewed in time.
     Expired,
-    /// Its holder ran on this host and is gone (exited, or the host
+    /// Its holder ran on this machine and is gone (exited, or the machine
     /// rebooted since).
     HolderGone,
     /// Held: wait, and try again (it runs out at `until`, database clock).
@@ -95,11 +140,8 @@ pub fn claim(
     if lease.expires_ms <= now_ms {
         return Claim::Expired;
     }
-    if let Some(holder) = Holder::parse(&lease.holder) {
-        let here = holder.host == me.host && holder != *me;
-        if here && (holder.boot != me.boot || !alive(holder.pid, holder.started)) {
-            return Claim::HolderGone;
-        }
+    if Holder::parse(&lease.holder).is_some_and(|holder| me.sees_gone(&holder, alive)) {
+        return Claim::HolderGone;
     }
     Claim::Held {
         until: lease.expires_ms,
@@ -129,6 +171,40 @@ pub fn admit(highest: i64, given: Option<i64>) -> Result<i64, StaleEpoch> {
     Ok(given)
 }
 
+/// A node has followed a leader of a later epoch than the one registering
+/// it: the database went back in time (restored from an older copy, or
+/// failed over to a replica that had not caught up), so its epoch is
+/// behind what the nodes have seen and they would refuse every call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "refused: node {node} has followed the leader of epoch {followed}, but this controller \
+     leads in epoch {epoch}: the database has gone back in time (restored from an older copy, \
+     or failed over to a replica that had not caught up; jobs acknowledged since that copy are \
+     lost); this controller steps down and raises the epoch past {followed}, so that nodes \
+     follow the next leader"
+)]
+pub struct Outranked {
+    pub node: String,
+    pub followed: i64,
+    pub epoch: i64,
+}
+
+/// Whether a leader of `epoch` may register `node`, which has followed
+/// `followed` (0: a node that does not say).
+pub fn check_followed(node: &str, followed: i64, epoch: i64) -> Result<(), Outranked> {
+    if followed > epoch {
+        return Err(Outranked {
+            node: node.to_string(),
+            followed,
+            epoch,
+        });
+    }
+    Ok(())
+}
+
+/// The longest leader lease taken (a standby waits it out after a crash).
+pub const MAX_LEASE: Duration = Duration::from_secs(600);
+
 /// How long a lease lasts and how often it is renewed and watched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timings {
@@ -141,6 +217,12 @@ pub struct Timings {
 pub enum TimingError {
     #[error("the leader lease must be at least 3 s (it is renewed every third of it), not {0:?}")]
     TooShort(Duration),
+    #[error(
+        "the leader lease must be at most {max} s (a standby waits it out after the leader \
+         dies), not {0:?}",
+        max = MAX_LEASE.as_secs()
+    )]
+    TooLongLease(Duration),
     #[error(
         "a standby takes over up to {takeover:.1?} after the leader dies (the leader lease and \
          a poll), but nodes stop their jobs after {fence:.1?} without a controller (two thirds \
@@ -162,6 +244,9 @@ impl Timings {
     pub fn alone(lease: Duration) -> Result<Timings, TimingError> {
         if lease < Duration::from_secs(3) {
             return Err(TimingError::TooShort(lease));
+        }
+        if lease > MAX_LEASE {
+            return Err(TimingError::TooLongLease(lease));
         }
         Ok(Timings { lease })
     }
@@ -233,7 +318,9 @@ mod tests {
     fn me() -> Holder {
         Holder {
             host: "c1".into(),
+            machine: "m1".into(),
             boot: "b1".into(),
+            pid_namespace: "4026531836".into(),
             pid: 100,
             started: 5,
         }
@@ -280,10 +367,38 @@ mod tests {
         // release cannot read too.
         assert!(!claim(Some(&lease(&other_host, 1000)), 0, &me(), |_, _| false).may_take());
         let odd = Lease {
-            holder: "c1 b1 x".into(),
+            holder: "c1 m1 b1 x".into(),
             ..lease(&me(), 1000)
         };
         assert!(!claim(Some(&odd), 0, &me(), |_, _| false).may_take());
+        // The same host name is not the same machine: another machine id,
+        // or one unknown, is waited out whatever its boot and processes.
+        for machine in ["m2", UNKNOWN, ""] {
+            let twin = Holder {
+                machine: machine.into(),
+                boot: "b0".into(),
+                ..me()
+            };
+            let stored = lease(&twin, 1000);
+            assert!(
+                !claim(Some(&stored), 0, &me(), |_, _| false).may_take(),
+                "{machine}"
+            );
+        }
+        // Another process namespace on this machine (a container): its
+        // processes cannot be seen from here, so it is waited out.
+        let contained = Holder {
+            pid_namespace: "4026532000".into(),
+            pid: 90,
+            ..me()
+        };
+        assert!(!claim(Some(&lease(&contained, 1000)), 0, &me(), |_, _| false).may_take());
+        // A boot that could not be read proves nothing either.
+        let unread = Holder {
+            boot: String::new(),
+            ..me()
+        };
+        assert!(!claim(Some(&lease(&unread, 1000)), 0, &me(), |_, _| false).may_take());
     }
 
     #[test]
@@ -302,10 +417,25 @@ mod tests {
     }
 
     #[test]
+    fn a_leader_behind_a_node_is_outranked() {
+        assert_eq!(check_followed("n1", 0, 4), Ok(()));
+        assert_eq!(check_followed("n1", 4, 4), Ok(()));
+        let e = check_followed("n1", 7, 4).unwrap_err();
+        assert_eq!(e.followed, 7);
+        assert!(e.to_string().contains("raises the epoch past 7"), "{e}");
+    }
+
+    #[test]
     fn holders_read_back_as_written() {
         assert_eq!(Holder::parse(&me().to_stored()), Some(me()));
-        assert_eq!(Holder::parse("a b 1"), None);
-        assert_eq!(Holder::parse("a b 1 2 3"), None);
+        assert_eq!(Holder::parse("a m b n 1"), None);
+        assert_eq!(Holder::parse("a m b n 1 2 3"), None);
+        assert_eq!(Holder::parse("a b 1 2"), None);
+        let blank = Holder {
+            machine: String::new(),
+            ..me()
+        };
+        assert_eq!(Holder::parse(&blank.to_stored()).unwrap().machine, UNKNOWN);
     }
 
     #[test]
@@ -337,5 +467,10 @@ mod tests {
         Timings::new(secs(12), secs(60)).unwrap();
         Timings::alone(secs(12)).unwrap();
         assert!(Timings::alone(secs(2)).is_err());
+        Timings::alone(MAX_LEASE).unwrap();
+        assert!(matches!(
+            Timings::alone(secs(601)),
+            Err(TimingError::TooLongLease(_))
+        ));
     }
 }

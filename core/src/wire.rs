@@ -67,6 +67,11 @@ pub struct NodeRegistration {
     /// The protocol the node speaks (0 from nodes that did not say).
     #[serde(default)]
     pub protocol: u32,
+    /// The highest leadership epoch the node has followed (0: none, or a
+    /// node that does not say): a leader behind it steps down
+    /// (`gsched_core::leadership::check_followed`).
+    #[serde(default)]
+    pub followed_epoch: i64,
 }
 
 /// The controller's answer to a registration.

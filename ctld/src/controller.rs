@@ -47,6 +47,8 @@ pub enum CtlError {
     Fence(#[from] gsched_core::fence::FenceError),
     #[error(transparent)]
     Version(#[from] gsched_core::version::VersionMismatch),
+    #[error(transparent)]
+    Outranked(#[from] gsched_core::leadership::Outranked),
 }
 
 pub struct Controller {
@@ -445,6 +447,10 @@ impl Controller {
             Duration::from_millis(reg.heartbeat_ms),
         )
         .inspect_err(|e| warn!(node = %reg.name, error = %e, "registration refused"))?;
+        if let Some(tenure) = self.tenure.get() {
+            gsched_core::leadership::check_followed(&reg.name, reg.followed_epoch, tenure.epoch)
+                .inspect_err(|e| tenure.outranked(e))?;
+        }
         if fence.is_none() {
             warn!(node = %reg.name, "node does not fence itself: if it is cut off, its jobs may run on after they are requeued");
         }

@@ -3,10 +3,12 @@
 //! leads, and steps down (says so and stops) once it cannot be sure it
 //! still holds it.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gsched_core::leadership::{self, Holder, Lease, Timings};
+use gsched_core::leadership::{self, Holder, Lease, Outranked, Timings};
+use gsched_daemon::clock::boottime;
 use tracing::{info, warn};
 
 use crate::store::{Opened, Renewer, StepDown, Store, StoreError, Term};
@@ -15,8 +17,10 @@ use crate::store::{Opened, Renewer, StepDown, Store, StoreError, Term};
 pub fn this_holder() -> Holder {
     let pid = std::process::id();
     Holder {
-        host: gsched_daemon::advertise::host_name().unwrap_or_else(|| "localhost".into()),
+        host: gsched_daemon::advertise::host_name().unwrap_or_default(),
+        machine: gsched_daemon::process::machine_id(),
         boot: gsched_daemon::process::boot_id(),
+        pid_namespace: gsched_daemon::process::pid_namespace(),
         pid,
         started: gsched_daemon::process::process_starttime(pid as i32).unwrap_or(0),
     }
@@ -68,13 +72,15 @@ impl Role {
 }
 
 /// A leader's term as it keeps it: the epoch, when its lease was last
-/// renewed (by its own monotonic clock, at the renewal's sending), and the
-/// step-down signal.
+/// renewed (`CLOCK_BOOTTIME` at the renewal's sending, which counts a
+/// suspended machine's sleep too), the step-down signal, and the highest
+/// epoch a node has followed if that is above this one's.
 pub struct Tenure {
     pub epoch: i64,
-    renewed: Mutex<Instant>,
+    renewed: Mutex<Duration>,
     step_down_after: Duration,
     pub step_down: StepDown,
+    outranked_by: AtomicI64,
 }
 
 impl Tenure {
@@ -82,9 +88,10 @@ impl Tenure {
     pub fn alone(epoch: i64) -> Arc<Tenure> {
         Arc::new(Tenure {
             epoch,
-            renewed: Mutex::new(Instant::now()),
+            renewed: Mutex::new(boottime()),
             step_down_after: Duration::MAX,
             step_down: StepDown::default(),
+            outranked_by: AtomicI64::new(0),
         })
     }
 
@@ -96,11 +103,7 @@ impl Tenure {
         if self.step_down.said() {
             return false;
         }
-        let since = self
-            .renewed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .elapsed();
+        let since = self.since_renewed();
         if since >= self.step_down_after {
             self.step_down.now(format!(
                 "the lease was last renewed {since:?} ago, so another controller may lead now"
@@ -110,8 +113,25 @@ impl Tenure {
         true
     }
 
-    fn renewed_at(&self, sent: Instant) {
+    fn since_renewed(&self) -> Duration {
+        boottime().saturating_sub(*self.renewed.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn renewed_at(&self, sent: Duration) {
         *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = sent;
+    }
+
+    /// A node has followed a later epoch than this one (the database went
+    /// back in time): steps down, and [`resign`] raises the epoch past it.
+    pub fn outranked(&self, by: &Outranked) {
+        self.outranked_by.fetch_max(by.followed, Ordering::SeqCst);
+        self.step_down.now(by.to_string());
+    }
+
+    /// The epoch the lease must be raised to when it is given up (this
+    /// one's, unless a node has followed a later one).
+    pub(crate) fn resign_at(&self) -> i64 {
+        self.outranked_by.load(Ordering::SeqCst).max(self.epoch)
     }
 }
 
@@ -125,12 +145,12 @@ pub async fn campaign(
     address: &str,
     timings: Timings,
     role: &Role,
-) -> Result<(Term, Instant), StoreError> {
+) -> Result<(Term, Duration), StoreError> {
     let holder = me.to_stored();
     let lease_ms = timings.lease.as_millis() as i64;
     let mut told = None::<String>;
     loop {
-        let sent = Instant::now();
+        let sent = boottime();
         let attempt = async {
             let (lease, now_ms) = opened.lease().await?;
             let claim = leadership::claim(lease.as_ref(), now_ms, me, gsched_daemon::process::runs);
@@ -175,7 +195,7 @@ pub async fn campaign(
 pub fn lead(
     role: &Role,
     term: Term,
-    taken: Instant,
+    taken: Duration,
     timings: Timings,
     mut renewer: Renewer,
 ) -> Arc<Tenure> {
@@ -184,23 +204,26 @@ pub fn lead(
         renewed: Mutex::new(taken),
         step_down_after: timings.step_down_after(),
         step_down: StepDown::default(),
+        outranked_by: AtomicI64::new(0),
     });
     let _ = role.tenure.set(Arc::clone(&tenure));
     let kept = Arc::clone(&tenure);
     let lease_ms = timings.lease.as_millis() as i64;
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(timings.renew_every()).await;
+            // Never past the moment it must step down: a renewal that
+            // comes back after it would be too late to keep it leading.
+            let left = timings
+                .step_down_after()
+                .saturating_sub(kept.since_renewed());
+            tokio::time::sleep(timings.renew_every().min(left)).await;
             if !kept.acting() {
                 return;
             }
-            let sent = Instant::now();
-            let wait = timings.step_down_after().saturating_sub(
-                kept.renewed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .elapsed(),
-            );
+            let sent = boottime();
+            let wait = timings
+                .step_down_after()
+                .saturating_sub(kept.since_renewed());
             match tokio::time::timeout(wait, renewer.renew(&term, lease_ms)).await {
                 Ok(Ok(true)) => kept.renewed_at(sent),
                 Ok(Ok(false)) => {
@@ -218,13 +241,26 @@ pub fn lead(
     tenure
 }
 
-/// At a clean stop: gives the lease up so that a standby takes over at
-/// once (a failure only means it waits the lease out).
-pub async fn resign(mut renewer: Renewer, term: &Term) {
-    match renewer.resign(term).await {
-        Ok(()) => info!(epoch = term.epoch, "lease given up"),
-        Err(e) => {
+/// Gives the lease up, at a clean stop or a step-down, so that a standby
+/// takes over at once (a failure only means it waits the lease out); if a
+/// node has followed a later epoch, the epoch is raised to it, so the next
+/// leader's is above what every node has seen. Bounded in time: a database
+/// that does not answer is not waited for.
+pub async fn resign(mut renewer: Renewer, term: &Term, tenure: &Tenure) {
+    let at = tenure.resign_at();
+    let give_up = renewer.resign(term, at);
+    match tokio::time::timeout(Duration::from_secs(5), give_up).await {
+        Ok(Ok(true)) => info!(epoch = term.epoch, raised_to = at, "lease given up"),
+        Ok(Ok(false)) => info!(
+            epoch = term.epoch,
+            "the lease was no longer this controller's"
+        ),
+        Ok(Err(e)) => {
             warn!(epoch = term.epoch, error = %e, "cannot give the lease up; a standby waits it out")
         }
+        Err(_) => warn!(
+            epoch = term.epoch,
+            "giving the lease up takes too long; a standby waits it out"
+        ),
     }
 }

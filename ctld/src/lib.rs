@@ -80,11 +80,12 @@ impl Running {
         remove_sockets(&self.socket, self.rendezvous.as_ref());
     }
 
-    /// A clean stop: gives the lease up so that a standby takes over at
-    /// once, and removes the local sockets.
+    /// A clean stop, or a step-down: gives the lease up so that a standby
+    /// takes over at once (raising the epoch past any a node has followed),
+    /// and removes the local sockets.
     pub async fn stop(self) {
         self.remove_sockets();
-        leader::resign(self.renewer, &self.term).await;
+        leader::resign(self.renewer, &self.term, &self.tenure).await;
     }
 }
 
@@ -254,7 +255,27 @@ impl Serving {
         )
         .await?;
         let tenure = leader::lead(&self.role, term.clone(), taken, timings, opened.renewer());
+        let on_failure = (opened.renewer(), term.clone(), Arc::clone(&tenure));
+        let taken = self.take_office(opened, term, tenure).await;
+        if let Err(e) = &taken {
+            // Won but cannot lead: give the lease up rather than hold it
+            // unused until it runs out.
+            let (renewer, term, tenure) = on_failure;
+            tenure.step_down.now(format!("cannot start leading: {e:#}"));
+            leader::resign(renewer, &term, &tenure).await;
+        }
+        taken
+    }
+
+    /// Loads the store, starts the loops and switches the API over.
+    async fn take_office(
+        self,
+        opened: store::Opened,
+        term: store::Term,
+        tenure: Arc<leader::Tenure>,
+    ) -> Result<Running> {
         let renewer = opened.renewer();
+        let config = &self.config;
         let keep_finished_since =
             gsched_core::cluster::kept_finished_since(controller::unix_now(), config.min_job_age);
         let (store, loaded) = opened

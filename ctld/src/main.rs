@@ -56,7 +56,8 @@ async fn main() -> Result<()> {
             Ok(())
         }
         why = step_down.wait() => {
-            running.remove_sockets();
+            tracing::error!(reason = %why, "stepping down");
+            running.stop().await;
             anyhow::bail!("stepping down: {why}")
         }
     }

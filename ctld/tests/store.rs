@@ -528,9 +528,23 @@ async fn a_takeover_fences_the_old_leader(db: Database) {
     let seen = seen.unwrap();
     assert!(seen.expires_ms <= now_ms, "given up");
     assert_eq!(seen.epoch, 2);
+    // A leader a node has seen past (the database went back in time) gives
+    // the lease up with the epoch raised past the node's: the next leader
+    // leads above it.
+    let opened = Store::connect(&db, Durability::Normal).await.unwrap();
+    assert!(opened.renewer().resign(&won, 9).await.unwrap());
+    let (seen, _) = third.lease().await.unwrap();
+    let next = third
+        .take(seen.as_ref(), "c3 m b n 3 1", "https://c3", 6000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.epoch, 10);
+    // ... and one that is not its own any more is left alone.
+    assert!(!opened.renewer().resign(&won, 20).await.unwrap());
 }
 
 async fn second_resigns(db: &Database, term: &gsched_ctld::store::Term) {
     let opened = Store::connect(db, Durability::Normal).await.unwrap();
-    opened.renewer().resign(term).await.unwrap();
+    assert!(opened.renewer().resign(term, term.epoch).await.unwrap());
 }

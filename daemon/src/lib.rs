@@ -3,6 +3,7 @@
 //! Decisions stay in gsched-core.
 
 pub mod advertise;
+pub mod clock;
 pub mod http;
 pub mod island;
 pub mod key;

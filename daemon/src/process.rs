@@ -29,6 +29,33 @@ pub fn boot_id() -> String {
         .unwrap_or_default()
 }
 
+/// This machine's id (systemd's `/etc/machine-id`, or D-Bus's copy);
+/// empty if neither reads.
+pub fn machine_id() -> String {
+    ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+        .iter()
+        .find_map(|path| {
+            let id = std::fs::read_to_string(path).ok()?;
+            let id = id.trim();
+            (!id.is_empty()).then(|| id.to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// This process's process-id namespace (the inode `/proc/self/ns/pid`
+/// names); empty if unread. Processes of another namespace (a container
+/// on the same machine) cannot be looked up by pid from this one.
+pub fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|link| {
+            let link = link.to_string_lossy().into_owned();
+            let inode = link.strip_prefix("pid:[")?.strip_suffix(']')?;
+            Some(inode.to_string())
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +69,11 @@ mod tests {
         assert!(!runs(u32::MAX, started));
         assert_eq!(boot_id(), boot_id());
         assert!(!boot_id().is_empty());
+        assert!(
+            pid_namespace().parse::<u64>().is_ok(),
+            "{}",
+            pid_namespace()
+        );
+        assert_eq!(machine_id(), machine_id());
     }
 }

@@ -29,11 +29,7 @@ pub struct NodeLease {
 }
 
 /// `CLOCK_BOOTTIME` now.
-pub fn now() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-        .map(Duration::from)
-        .unwrap_or_default()
-}
+pub use gsched_daemon::clock::boottime as now;
 
 impl NodeLease {
     /// The lease as the last gnoded on this state directory left it (none

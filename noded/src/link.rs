@@ -246,6 +246,7 @@ impl ControllerLink {
             running: runs.keys().copied().collect(),
             runs,
             ended: ended.to_vec(),
+            followed_epoch: self.lease.leader.highest(),
             ..self.identity.clone()
         };
         if let Some(inv) = &self.inventory {

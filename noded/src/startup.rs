@@ -157,6 +157,7 @@ pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) 
         reshape_keep,
         release: gsched_core::version::RELEASE.into(),
         protocol: gsched_core::version::PROTOCOL,
+        followed_epoch: 0,
     };
     let link = link_to_controller(&config, &parts, identity, key, lease, http, mps.as_ref());
     tokio::spawn(Arc::clone(&link).report_reshapes(reshape_rx));

@@ -46,6 +46,7 @@ pub fn registration(
         reshape_keep: Default::default(),
         release: crate::version::RELEASE.into(),
         protocol: crate::version::PROTOCOL,
+        followed_epoch: 0,
         reshape_gpus: Vec::new(),
     }
 }

@@ -230,6 +230,7 @@ fn registration(
         reshape_keep: Default::default(),
         release: crate::version::RELEASE.into(),
         protocol: crate::version::PROTOCOL,
+        followed_epoch: 0,
         reshape_gpus: reshape_gpus.to_vec(),
     }
 }

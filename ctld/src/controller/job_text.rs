@@ -51,7 +51,9 @@ impl Controller {
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(10));
-            if !self.lock().awaits_launch_on(id, run, node) {
+            // A controller stepping down leaves the launch to the next
+            // leader, which resolves it when the node registers.
+            if !self.acting() || !self.lock().awaits_launch_on(id, run, node) {
                 return TextFetch::Settled;
             }
         }

@@ -24,14 +24,24 @@ impl Controller {
         Box::pin(self.send_now(rpc))
     }
 
-    pub(super) async fn send_now(self: Arc<Self>, rpc: Rpc) {
-        // A leader that may have been superseded calls no node (the nodes
-        // also refuse an older epoch once they know a newer one).
-        if !self.acting() {
+    /// Whether this controller may still call nodes: a leader that may
+    /// have been superseded calls none (the nodes also refuse an older
+    /// epoch once they know a newer one). Checked before every send,
+    /// resends included.
+    fn still_acting(&self, what: &str) -> bool {
+        let acting = self.acting();
+        if !acting {
             warn!(
                 epoch = self.epoch(),
+                call = what,
                 "not calling a node: this controller is stepping down"
             );
+        }
+        acting
+    }
+
+    pub(super) async fn send_now(self: Arc<Self>, rpc: Rpc) {
+        if !self.still_acting("any") {
             return;
         }
         match rpc {
@@ -125,6 +135,9 @@ impl Controller {
         let mut backoff = Duration::from_millis(500);
         let mut in_doubt = false;
         let effects = loop {
+            if !self.still_acting("launch") {
+                return;
+            }
             if in_doubt && !self.lock().awaits_launch_on(id, run, &node) {
                 // Settled meanwhile (confirmed, requeued or expired).
                 return;
@@ -199,6 +212,9 @@ impl Controller {
     pub(super) async fn send_drain(self: Arc<Self>, url: String, node: String, req: DrainRequest) {
         let mut backoff = Duration::from_millis(250);
         loop {
+            if !self.still_acting("drain set") {
+                return;
+            }
             let res = self.nodes.drain(&url, &req).await;
             let error = match res {
                 Ok(r) if r.is_success() => return,
@@ -227,6 +243,9 @@ impl Controller {
     ) {
         let mut backoff = Duration::from_millis(250);
         loop {
+            if !self.still_acting("reshape") {
+                return;
+            }
             let res = self.nodes.reshape(&url, &req).await;
             let refused = match res {
                 Ok(r) if r.is_success() => return,

@@ -169,6 +169,7 @@ pub(crate) fn registration(running: Vec<JobId>) -> NodeRegistration {
         reshape_keep: BTreeMap::new(),
         release: gsched_core::version::RELEASE.into(),
         protocol: gsched_core::version::PROTOCOL,
+        followed_epoch: 0,
     }
 }
 
@@ -475,4 +476,29 @@ async fn a_node_one_minor_version_apart_registers_and_one_further_is_refused() {
     };
     let e = ctl.register(other_protocol).await.unwrap_err().to_string();
     assert!(e.contains("speaks protocol 99"), "{e}");
+}
+
+#[tokio::test]
+async fn a_leader_behind_the_epoch_a_node_followed_steps_down_and_raises_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = Arc::new(FakeNodes::default());
+    let ctl = open(dir.path(), &nodes).await;
+    let tenure = crate::leader::Tenure::alone(3);
+    ctl.set_tenure(Arc::clone(&tenure));
+    let caught_up = NodeRegistration {
+        followed_epoch: 3,
+        ..registration(vec![])
+    };
+    ctl.register(caught_up).await.unwrap();
+    assert!(ctl.acting());
+    // The database went back in time: a node has followed epoch 7.
+    let ahead = NodeRegistration {
+        followed_epoch: 7,
+        ..registration(vec![])
+    };
+    let e = ctl.register(ahead).await.unwrap_err();
+    assert!(matches!(e, super::CtlError::Outranked(_)), "{e}");
+    assert!(e.to_string().contains("raises the epoch past 7"), "{e}");
+    assert!(!ctl.acting(), "it stops acting");
+    assert_eq!(tenure.resign_at(), 7);
 }

@@ -153,8 +153,10 @@ impl Database {
 
 /// A Unix socket directory no other user can put a socket in: not
 /// writable by others, and reached through directories no other user can
-/// swap (each one either not writable by others or sticky). Whoever owns
-/// it is trusted as the database server.
+/// swap: each one owned by root or by the socket directory's owner (the
+/// server's account, trusted as the database server), and either not
+/// writable by others or sticky; and a directory in a sticky shared one
+/// (such as /tmp, where any user may create one) owned by root.
 fn check_socket_directory(dir: &Path) -> Result<(), DatabaseError> {
     let bad = |why: String| DatabaseError::Socket {
         dir: dir.display().to_string(),
@@ -173,6 +175,8 @@ fn check_socket_directory(dir: &Path) -> Result<(), DatabaseError> {
             meta.mode() & 0o7777
         )));
     }
+    let server = meta.uid();
+    let mut below = (dir, meta.uid());
     for up in dir.ancestors().skip(1) {
         let meta = std::fs::symlink_metadata(up).map_err(|e| bad(e.to_string()))?;
         let mode = meta.mode() & 0o7777;
@@ -182,6 +186,22 @@ fn check_socket_directory(dir: &Path) -> Result<(), DatabaseError> {
                 up.display()
             )));
         }
+        if meta.uid() != 0 && meta.uid() != server {
+            return Err(bad(format!(
+                "{} belongs to uid {}, neither root nor the socket directory's owner (uid {server}), who could swap what it holds",
+                up.display(),
+                meta.uid()
+            )));
+        }
+        let (child, child_owner) = below;
+        if mode & 0o002 != 0 && child_owner != 0 {
+            return Err(bad(format!(
+                "{} is in {} (mode {mode:o}), where any user may create a directory, and belongs to uid {child_owner}, not root: use the server's own directory (unix_socket_directories), or one root created",
+                child.display(),
+                up.display()
+            )));
+        }
+        below = (up, meta.uid());
     }
     Ok(())
 }
@@ -248,17 +268,43 @@ mod tests {
         assert_eq!(options.get_port(), 5433);
         assert_eq!(options.get_database(), Some("gsched"));
         assert!(shown.contains("db.example"));
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!(
-            "postgres:///gsched?user=gsched&host={}",
-            dir.path().display()
-        );
+        // A directory of root's in a root-owned one in /tmp is taken.
+        use std::os::unix::fs::PermissionsExt;
+        let outer = tempfile::tempdir().unwrap();
+        let dir = outer.path().join("socket");
+        std::fs::create_dir(&dir).unwrap();
+        let url = format!("postgres:///gsched?user=gsched&host={}", dir.display());
+        if !nix::unistd::geteuid().is_root() {
+            // The rules below are about root's view; others own their dirs.
+            return;
+        }
         let Database::Postgres(options, _) = Database::postgres(&url).unwrap() else {
             panic!()
         };
-        assert_eq!(options.get_socket(), Some(&dir.path().to_path_buf()));
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(options.get_socket(), Some(&dir));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(refused(&url).contains("mode 777"));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Owned by the server's account (nobody here), under root: taken.
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        nix::unistd::chown(&dir, Some(nobody.uid), None).unwrap();
+        Database::postgres(&url).unwrap();
+        // A parent of another user's: refused.
+        nix::unistd::chown(outer.path(), Some(nix::unistd::Uid::from_raw(4242)), None).unwrap();
+        assert!(
+            refused(&url).contains("neither root nor"),
+            "{}",
+            refused(&url)
+        );
+        // A user's directory straight in the sticky /tmp: refused, though
+        // the user is then the socket directory's owner.
+        nix::unistd::chown(outer.path(), Some(nobody.uid), None).unwrap();
+        let straight = format!(
+            "postgres:///gsched?user=gsched&host={}",
+            outer.path().display()
+        );
+        let e = refused(&straight);
+        assert!(e.contains("where any user may create a directory"), "{e}");
+        nix::unistd::chown(outer.path(), Some(nix::unistd::Uid::from_raw(0)), None).unwrap();
     }
 }

@@ -102,20 +102,28 @@ pub async fn renew(mut c: ConnRef<'_>, term: &Term, lease_ms: i64) -> Result<boo
     Ok(n == 1)
 }
 
-/// Gives the lease up at a clean stop, so a standby takes over at once.
-pub async fn resign(mut c: ConnRef<'_>, term: &Term) -> Result<(), sqlx::Error> {
-    c.query("UPDATE leadership SET expires_ms = 0 WHERE id = 1 AND epoch = $1 AND holder = $2")
+/// Gives the lease up, so a standby takes over at once, with the epoch
+/// raised to `epoch` if that is higher than the term's (a node followed a
+/// later one: the next leader's must be above it); false when the lease
+/// was no longer `term`'s.
+pub async fn resign(mut c: ConnRef<'_>, term: &Term, epoch: i64) -> Result<bool, sqlx::Error> {
+    let n = c
+        .query(
+            "UPDATE leadership SET expires_ms = 0, epoch = $3
+             WHERE id = 1 AND epoch = $1 AND holder = $2",
+        )
         .bind(term.epoch)
         .bind(&term.holder)
+        .bind(epoch.max(term.epoch))
         .execute(c.reborrow())
         .await?;
-    Ok(())
+    Ok(n == 1)
 }
 
-/// Inside the writer's transaction: counts the commit under `epoch`, or
-/// finds that another controller has taken over (false: roll back). On
-/// PostgreSQL the row stays locked until the commit, so a takeover waits
-/// for it, and then sees it.
+/// Inside the writer's transaction, just before its commit: counts the
+/// commit under `epoch`, or finds that another controller has taken over
+/// (false: roll back). On PostgreSQL the row stays locked until the
+/// commit, so a takeover waits for it, and then sees it.
 pub async fn fence(mut c: ConnRef<'_>, epoch: i64) -> Result<bool, sqlx::Error> {
     let n = c
         .query("UPDATE leadership SET written = written + 1 WHERE id = 1 AND epoch = $1")

@@ -243,9 +243,10 @@ impl Renewer {
         result.map_err(StoreError::Write)
     }
 
-    /// Gives `term` up (a clean stop).
-    pub async fn resign(&mut self, term: &Term) -> Result<(), StoreError> {
-        let result = lease::resign(self.conn().await?.as_ref(), term).await;
+    /// Gives `term` up, with the epoch raised to `epoch` if that is higher:
+    /// false when it was no longer this controller's.
+    pub async fn resign(&mut self, term: &Term, epoch: i64) -> Result<bool, StoreError> {
+        let result = lease::resign(self.conn().await?.as_ref(), term, epoch).await;
         if result.is_err() {
             self.conn = None;
         }

@@ -1,9 +1,11 @@
 //! The writer task: it owns the store's one writing connection and commits
 //! everything waiting in one transaction (group commit), then answers each
 //! caller, so a change is acknowledged only once it is committed. Every
-//! transaction first checks the controller's term (`lease::fence`): once
-//! another controller has taken over, nothing more is committed, and the
-//! controller is told to step down.
+//! transaction checks the controller's term (`lease::fence`) as its last
+//! statement before the commit (so the lease row is locked only for the
+//! commit itself, not for the writes, and renewals do not wait on them):
+//! once another controller has taken over, nothing more is committed, and
+//! the controller is told to step down.
 //!
 //! A connection found broken before the commit was sent (the database
 //! restarted since the last transaction) is opened again and the group
@@ -194,23 +196,33 @@ async fn commit(conn: &mut Conn, epoch: i64, group: &[Batch]) -> Result<(), Fail
     let mut tx = conn.begin().await.map_err(before_commit)?;
     {
         let mut c = tx.conn();
+        for b in group {
+            for w in &b.writes {
+                writes::apply(&mut c, w).await.map_err(before_commit)?;
+            }
+        }
         if !lease::fence(c.reborrow(), epoch)
             .await
             .map_err(before_commit)?
         {
             return Err(Failure::Fenced);
         }
-        for b in group {
-            for w in &b.writes {
-                writes::apply(&mut c, w).await.map_err(before_commit)?;
-            }
-        }
     }
-    tx.commit().await.map_err(|e| {
-        if lost_connection(&e) {
-            Failure::InDoubt(e)
-        } else {
-            Failure::Refused(e)
-        }
-    })
+    tx.commit().await.map_err(at_commit)
+}
+
+/// What an error of the commit itself means. PostgreSQL's 25P03 says the
+/// server ended the session for idling in the transaction and rolled it
+/// back, before the commit was taken: nothing was committed. Any other
+/// lost connection leaves the outcome unknown.
+fn at_commit(e: sqlx::Error) -> Failure {
+    let rolled_back =
+        matches!(&e, sqlx::Error::Database(d) if d.code().as_deref() == Some("25P03"));
+    if rolled_back {
+        Failure::Broken(e)
+    } else if lost_connection(&e) {
+        Failure::InDoubt(e)
+    } else {
+        Failure::Refused(e)
+    }
 }

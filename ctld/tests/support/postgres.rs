@@ -10,7 +10,11 @@ use std::process::Command;
 /// A PostgreSQL server of the test's own, stopped when dropped.
 pub struct PrivatePostgres {
     bin: PathBuf,
-    dir: tempfile::TempDir,
+    /// The server's own directory (its socket, data and log), owned by
+    /// its user, in `_outer`, a root-owned directory (a socket directory a
+    /// user created straight in the sticky /tmp is refused).
+    dir: PathBuf,
+    _outer: tempfile::TempDir,
     started: bool,
     /// The network namespace it runs in, if not the test's own.
     netns: Option<String>,
@@ -98,14 +102,20 @@ impl PrivatePostgres {
 
     /// A server on a Unix socket, and on `network` if given.
     pub fn start_on(network: Option<Network<'_>>) -> PrivatePostgres {
-        let dir = tempfile::tempdir().unwrap();
+        let outer = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(outer.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = outer.path().join("pg");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         if nix::unistd::geteuid().is_root() {
             let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
-            nix::unistd::chown(dir.path(), Some(nobody.uid), Some(nobody.gid)).unwrap();
+            nix::unistd::chown(&dir, Some(nobody.uid), Some(nobody.gid)).unwrap();
         }
         let mut pg = PrivatePostgres {
             bin: PrivatePostgres::bin_dir(),
             dir,
+            _outer: outer,
             started: false,
             netns: network.as_ref().map(|n| n.netns.to_string()),
             options: String::new(),
@@ -127,7 +137,7 @@ impl PrivatePostgres {
         );
         let mut options = format!(
             "-k {} -c fsync=off -c full_page_writes=off",
-            pg.dir.path().display()
+            pg.dir.as_path().display()
         );
         match &network {
             None => options.push_str(" -c listen_addresses=''"),
@@ -158,7 +168,7 @@ impl PrivatePostgres {
     /// test's stays open with it).
     fn start_server(&self) {
         let data = self.data().display().to_string();
-        let log = self.dir.path().join("server.log").display().to_string();
+        let log = self.dir.as_path().join("server.log").display().to_string();
         self.run(
             "pg_ctl",
             &["-D", &data, "-l", &log, "-w", "-o", &self.options, "start"],
@@ -168,7 +178,7 @@ impl PrivatePostgres {
     /// A copy of `from` the server's user owns, mode 0600.
     fn private_copy(&self, from: &str, name: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
-        let to = self.dir.path().join(name);
+        let to = self.dir.as_path().join(name);
         std::fs::copy(from, &to).unwrap();
         std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
         if nix::unistd::geteuid().is_root() {
@@ -179,23 +189,23 @@ impl PrivatePostgres {
     }
 
     pub fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.dir.as_path().join("data")
     }
 
     /// The directory of the server's socket.
     pub fn socket_dir(&self) -> &Path {
-        self.dir.path()
+        self.dir.as_path()
     }
 
     /// The server's log.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.as_path().join("server.log")).unwrap_or_default()
     }
 
     /// How to reach database `db` on this server: its socket.
     pub fn options(&self, db: &str) -> sqlx::postgres::PgConnectOptions {
         sqlx::postgres::PgConnectOptions::new()
-            .socket(self.dir.path())
+            .socket(self.dir.as_path())
             .username("gsched")
             .database(db)
     }
