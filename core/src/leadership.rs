@@ -10,9 +10,9 @@
 //! [`Timings::step_down_after`]) before its lease can have been taken.
 //! Nodes learn the epoch from the leader and refuse calls with an older
 //! one. A lease whose holder is known dead (the same machine by host name
-//! and machine id, and the machine rebooted since, or in the same boot and
-//! process namespace its process gone) is taken at once, so a restarted
-//! controller need not wait out its own lease. Nothing here reads a clock or a
+//! and machine id, and in the same boot and process namespace its process
+//! gone) is taken at once, so a restarted controller need not wait out its
+//! own lease. Nothing here reads a clock or a
 //! process table: the caller passes them in.
 
 use std::time::Duration;
@@ -73,22 +73,22 @@ impl Holder {
         parts.next().is_none().then_some(holder)
     }
 
-    /// Whether `other` is known to be gone, as seen from this process:
-    /// on this very machine (same host name and machine id), and either a
-    /// boot ago or, in this boot and process namespace, not `alive`.
+    /// Whether `other` is known to be gone, as seen from this process: on
+    /// this very machine (same host name and machine id), in this boot and
+    /// process namespace, and its process (pid and start time) not
+    /// `alive`. A holder of another boot is not taken for gone: cloned
+    /// machines can share a host name and machine id, and after a real
+    /// reboot the lease has long run out anyway.
     fn sees_gone(&self, other: &Holder, alive: impl Fn(u32, u64) -> bool) -> bool {
         let known = |s: &str| !s.is_empty() && s != UNKNOWN;
         let same = |a: &str, b: &str| known(a) && a == b;
-        if other == self || !same(&other.host, &self.host) || !same(&other.machine, &self.machine) {
-            return false;
-        }
-        if !known(&other.boot) || !known(&self.boot) {
-            return false;
-        }
-        if other.boot != self.boot {
-            return true;
-        }
-        same(&other.pid_namespace, &self.pid_namespace) && !alive(other.pid, other.started)
+        other != self
+            && same(&other.host, &self.host)
+            && same(&other.machine, &self.machine)
+            && same(&other.boot, &self.boot)
+            && same(&other.pid_namespace, &self.pid_namespace)
+            && other.started != 0
+            && !alive(other.pid, other.started)
     }
 }
 
@@ -113,8 +113,7 @@ pub enum Claim {
     Free,
     /// Not renewed in time.
     Expired,
-    /// Its holder ran on this machine and is gone (exited, or the machine
-    /// rebooted since).
+    /// Its holder ran on this machine, in this boot, and has exited.
     HolderGone,
     /// Held: wait, and try again (it runs out at `until`, database clock).
     Held { until: i64 },
@@ -189,17 +188,49 @@ pub struct Outranked {
     pub epoch: i64,
 }
 
+/// How far past the leader's epoch a node's may be and still be believed:
+/// epochs are the database's clock in ms at a takeover, so a day ahead
+/// means a node that is wrong, not a database that went back in time.
+pub const MAX_EPOCH_LEAD: i64 = 86_400_000;
+
+/// Why a node's registration is refused for the epoch it followed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FollowedError {
+    /// The leader is behind: it steps down and raises the epoch.
+    #[error(transparent)]
+    Outranked(#[from] Outranked),
+    /// Too far ahead to be true: refused, and the leader stays.
+    #[error(
+        "refused: node {node} says it followed the leader of epoch {followed}, more than a day \
+         (by the database's clock) past this controller's {epoch}; that is not believed (a node \
+         in error, or the database's clock set back): restart gnoded on {node} to clear it"
+    )]
+    Implausible {
+        node: String,
+        followed: i64,
+        epoch: i64,
+    },
+}
+
 /// Whether a leader of `epoch` may register `node`, which has followed
 /// `followed` (0: a node that does not say).
-pub fn check_followed(node: &str, followed: i64, epoch: i64) -> Result<(), Outranked> {
-    if followed > epoch {
-        return Err(Outranked {
+pub fn check_followed(node: &str, followed: i64, epoch: i64) -> Result<(), FollowedError> {
+    if followed <= epoch {
+        return Ok(());
+    }
+    if followed - epoch > MAX_EPOCH_LEAD {
+        return Err(FollowedError::Implausible {
             node: node.to_string(),
             followed,
             epoch,
         });
     }
-    Ok(())
+    Err(Outranked {
+        node: node.to_string(),
+        followed,
+        epoch,
+    }
+    .into())
 }
 
 /// The longest leader lease taken (a standby waits it out after a crash).
@@ -306,6 +337,14 @@ impl Timings {
         self.lease - self.margin()
     }
 
+    /// How long a lease given up still runs: the margin between stepping
+    /// down and the lease's end, which a call to a node that passed its
+    /// last check before the step-down has to land in before another
+    /// controller may lead.
+    pub fn handover_grace(&self) -> Duration {
+        self.margin()
+    }
+
     fn margin(&self) -> Duration {
         (self.lease / 5).max(Duration::from_secs(1))
     }
@@ -351,18 +390,26 @@ mod tests {
             claim(Some(&lease(&other_host, 1000)), 1000, &me(), alive),
             Claim::Expired
         );
-        // On this host: the earlier process, gone or reused, or a boot ago.
+        // On this machine, in this boot: the earlier process, gone or reused.
         let earlier = Holder { pid: 90, ..me() };
         assert_eq!(
             claim(Some(&lease(&earlier, 1000)), 0, &me(), |_, _| false),
             Claim::HolderGone
         );
         assert!(!claim(Some(&lease(&earlier, 1000)), 0, &me(), alive).may_take());
+        // Another boot (a reboot, or a clone of this machine): waited out.
         let rebooted = Holder {
             boot: "b0".into(),
             ..me()
         };
-        assert!(claim(Some(&lease(&rebooted, 1000)), 0, &me(), alive).may_take());
+        assert!(!claim(Some(&lease(&rebooted, 1000)), 0, &me(), |_, _| false).may_take());
+        // A start time that could not be read proves nothing.
+        let unread_start = Holder {
+            pid: 90,
+            started: 0,
+            ..me()
+        };
+        assert!(!claim(Some(&lease(&unread_start, 1000)), 0, &me(), |_, _| false).may_take());
         // A holder another host wrote, dead or not, is waited out; one this
         // release cannot read too.
         assert!(!claim(Some(&lease(&other_host, 1000)), 0, &me(), |_, _| false).may_take());
@@ -421,8 +468,12 @@ mod tests {
         assert_eq!(check_followed("n1", 0, 4), Ok(()));
         assert_eq!(check_followed("n1", 4, 4), Ok(()));
         let e = check_followed("n1", 7, 4).unwrap_err();
-        assert_eq!(e.followed, 7);
+        assert!(matches!(&e, FollowedError::Outranked(o) if o.followed == 7));
         assert!(e.to_string().contains("raises the epoch past 7"), "{e}");
+        let e = check_followed("n1", i64::MAX, 4).unwrap_err();
+        assert!(matches!(e, FollowedError::Implausible { .. }), "{e}");
+        assert!(check_followed("n1", 4 + MAX_EPOCH_LEAD, 4)
+            .is_err_and(|e| matches!(e, FollowedError::Outranked(_))));
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub enum CtlError {
     #[error(transparent)]
     Version(#[from] gsched_core::version::VersionMismatch),
     #[error(transparent)]
-    Outranked(#[from] gsched_core::leadership::Outranked),
+    Followed(#[from] gsched_core::leadership::FollowedError),
 }
 
 pub struct Controller {
@@ -448,8 +448,14 @@ impl Controller {
         )
         .inspect_err(|e| warn!(node = %reg.name, error = %e, "registration refused"))?;
         if let Some(tenure) = self.tenure.get() {
+            use gsched_core::leadership::FollowedError;
             gsched_core::leadership::check_followed(&reg.name, reg.followed_epoch, tenure.epoch)
-                .inspect_err(|e| tenure.outranked(e))?;
+                .inspect_err(|e| match e {
+                    FollowedError::Outranked(o) => tenure.outranked(o),
+                    FollowedError::Implausible { .. } => {
+                        warn!(node = %reg.name, error = %e, "registration refused")
+                    }
+                })?;
         }
         if fence.is_none() {
             warn!(node = %reg.name, "node does not fence itself: if it is cut off, its jobs may run on after they are requeued");

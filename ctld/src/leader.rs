@@ -79,6 +79,9 @@ pub struct Tenure {
     pub epoch: i64,
     renewed: Mutex<Duration>,
     step_down_after: Duration,
+    /// How long the lease still runs once given up
+    /// (`Timings::handover_grace`).
+    handover_grace: Duration,
     pub step_down: StepDown,
     outranked_by: AtomicI64,
 }
@@ -90,6 +93,7 @@ impl Tenure {
             epoch,
             renewed: Mutex::new(boottime()),
             step_down_after: Duration::MAX,
+            handover_grace: Duration::ZERO,
             step_down: StepDown::default(),
             outranked_by: AtomicI64::new(0),
         })
@@ -203,6 +207,7 @@ pub fn lead(
         epoch: term.epoch,
         renewed: Mutex::new(taken),
         step_down_after: timings.step_down_after(),
+        handover_grace: timings.handover_grace(),
         step_down: StepDown::default(),
         outranked_by: AtomicI64::new(0),
     });
@@ -242,13 +247,14 @@ pub fn lead(
 }
 
 /// Gives the lease up, at a clean stop or a step-down, so that a standby
-/// takes over at once (a failure only means it waits the lease out); if a
-/// node has followed a later epoch, the epoch is raised to it, so the next
-/// leader's is above what every node has seen. Bounded in time: a database
-/// that does not answer is not waited for.
+/// takes over after the handover grace rather than the whole lease (a
+/// failure only means it waits the lease out); if a node has followed a
+/// later epoch, the epoch is raised to it, so the next leader's is above
+/// what every node has seen. Bounded in time: a database that does not
+/// answer is not waited for.
 pub async fn resign(mut renewer: Renewer, term: &Term, tenure: &Tenure) {
     let at = tenure.resign_at();
-    let give_up = renewer.resign(term, at);
+    let give_up = renewer.resign(term, at, tenure.handover_grace);
     match tokio::time::timeout(Duration::from_secs(5), give_up).await {
         Ok(Ok(true)) => info!(epoch = term.epoch, raised_to = at, "lease given up"),
         Ok(Ok(false)) => info!(

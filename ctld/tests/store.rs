@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use gsched_core::array::ArrayTask;
 use gsched_core::cluster::{AdminState, InstanceSlot, Node, NodeAdmin};
@@ -57,6 +58,39 @@ async fn the_store_suite_on_postgres() {
         let url = pg.new_database(&format!("case{i}")).await;
         case(Database::postgres(&url).expect("the private server's URL")).await;
     }
+}
+
+/// The database restarted between two commits: the writer finds its
+/// connection broken before the next commit, opens it again and commits
+/// anew (nothing of it can have been committed), without stepping down.
+#[tokio::test]
+async fn a_connection_broken_before_a_commit_is_opened_again() {
+    let pg = PrivatePostgres::start();
+    let url = pg.new_database("restarted").await;
+    let db = Database::postgres(&url).unwrap();
+    let mut opened = Store::connect(&db, Durability::Normal).await.unwrap();
+    let (seen, _) = opened.lease().await.unwrap();
+    let term = opened
+        .take(seen.as_ref(), "c1 m b n 1 1", "https://c1", 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let step_down = StepDown::default();
+    let (store, _) = opened.open(term, None, step_down.clone()).await.unwrap();
+    store
+        .write(vec![Write::NewJob(Box::new(job(1)))])
+        .await
+        .unwrap();
+    pg.restart();
+    store
+        .write(vec![Write::NewJob(Box::new(job(2)))])
+        .await
+        .expect("committed on a new connection");
+    assert!(!step_down.said(), "no step-down for a commit never sent");
+    let (_, loaded) = Store::open_alone(&db, Durability::Normal, None)
+        .await
+        .unwrap();
+    assert_eq!(ids(loaded.jobs), [1, 2]);
 }
 
 fn job(id: JobId) -> Job {
@@ -468,7 +502,8 @@ async fn a_takeover_fences_the_old_leader(db: Database) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(term.epoch, 1);
+    // Epochs are the database's clock at the takeover (or the last and one).
+    assert!(term.epoch >= now_ms, "{} from {now_ms}", term.epoch);
     let mut first_renewer = first.renewer();
     let first_down = StepDown::default();
     let (old, _) = first
@@ -485,13 +520,16 @@ async fn a_takeover_fences_the_old_leader(db: Database) {
     let mut third = Store::connect(&db, Durability::Normal).await.unwrap();
     let (seen, _) = second.lease().await.unwrap();
     let seen = seen.unwrap();
-    assert_eq!((seen.epoch, seen.address.as_str()), (1, "https://c1:6817"));
+    assert_eq!(
+        (seen.epoch, seen.address.as_str()),
+        (term.epoch, "https://c1:6817")
+    );
     let won = second
         .take(Some(&seen), "c2 boot 2 2", "https://c2:6817", 60_000)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(won.epoch, 2);
+    assert!(won.epoch > term.epoch);
     assert_eq!(
         third
             .take(Some(&seen), "c3 boot 3 3", "https://c3:6817", 60_000)
@@ -505,7 +543,10 @@ async fn a_takeover_fences_the_old_leader(db: Database) {
         .write(vec![Write::NewJob(Box::new(job(2)))])
         .await
         .unwrap_err();
-    assert!(matches!(e, StoreError::Fenced { epoch: 1 }), "{e}");
+    assert!(
+        matches!(e, StoreError::Fenced { epoch } if epoch == term.epoch),
+        "{e}"
+    );
     assert!(first_down.said());
     assert!(!first_renewer.renew(&term, 60_000).await.unwrap());
     assert!(matches!(
@@ -522,29 +563,38 @@ async fn a_takeover_fences_the_old_leader(db: Database) {
     new.write(vec![Write::NewJob(Box::new(job(3)))])
         .await
         .unwrap();
-    // Given up at a clean stop: the next may take it at once.
-    second_resigns(&db, &won).await;
+    // Given up with no grace, by a leader a node has seen past (the
+    // database went back in time): the lease names no holder, has run out,
+    // and its epoch is raised past the node's, so the next leader leads
+    // above it.
+    let raised = won.epoch + 10_000_000_000;
+    let resigner = Store::connect(&db, Durability::Normal).await.unwrap();
+    assert!(resigner
+        .renewer()
+        .resign(&won, raised, Duration::ZERO)
+        .await
+        .unwrap());
     let (seen, now_ms) = third.lease().await.unwrap();
     let seen = seen.unwrap();
     assert!(seen.expires_ms <= now_ms, "given up");
-    assert_eq!(seen.epoch, 2);
-    // A leader a node has seen past (the database went back in time) gives
-    // the lease up with the epoch raised past the node's: the next leader
-    // leads above it.
-    let opened = Store::connect(&db, Durability::Normal).await.unwrap();
-    assert!(opened.renewer().resign(&won, 9).await.unwrap());
-    let (seen, _) = third.lease().await.unwrap();
+    assert_eq!((seen.epoch, seen.holder.as_str()), (raised, ""));
     let next = third
-        .take(seen.as_ref(), "c3 m b n 3 1", "https://c3", 6000)
+        .take(Some(&seen), "c3 m b n 3 1", "https://c3", 60_000)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(next.epoch, 10);
-    // ... and one that is not its own any more is left alone.
-    assert!(!opened.renewer().resign(&won, 20).await.unwrap());
-}
-
-async fn second_resigns(db: &Database, term: &gsched_ctld::store::Term) {
-    let opened = Store::connect(db, Durability::Normal).await.unwrap();
-    assert!(opened.renewer().resign(term, term.epoch).await.unwrap());
+    assert_eq!(next.epoch, raised + 1);
+    // One that is not its own any more is left alone.
+    let mut renewer = resigner.renewer();
+    assert!(!renewer.resign(&won, raised, Duration::ZERO).await.unwrap());
+    // Given up with a grace: it runs out then, not at once, and a renewal
+    // still on its way cannot keep it.
+    assert!(renewer
+        .resign(&next, next.epoch, Duration::from_secs(30))
+        .await
+        .unwrap());
+    let (seen, now_ms) = third.lease().await.unwrap();
+    let seen = seen.unwrap();
+    assert!(seen.expires_ms > now_ms && seen.expires_ms <= now_ms + 30_000);
+    assert!(!renewer.renew(&next, 60_000).await.unwrap());
 }

@@ -52,7 +52,7 @@ impl From<CtlError> for ApiError {
             CtlError::UnknownPartition(..) => StatusCode::BAD_REQUEST,
             CtlError::Fence(_) => StatusCode::BAD_REQUEST,
             CtlError::Version(_) => StatusCode::CONFLICT,
-            CtlError::Outranked(_) => StatusCode::SERVICE_UNAVAILABLE,
+            CtlError::Followed(_) => StatusCode::SERVICE_UNAVAILABLE,
             CtlError::Cluster(ClusterError::DependencyOnUnknownJob(_)) => StatusCode::BAD_REQUEST,
             CtlError::Cluster(_) => StatusCode::CONFLICT,
             CtlError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,

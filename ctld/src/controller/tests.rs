@@ -497,7 +497,7 @@ async fn a_leader_behind_the_epoch_a_node_followed_steps_down_and_raises_it() {
         ..registration(vec![])
     };
     let e = ctl.register(ahead).await.unwrap_err();
-    assert!(matches!(e, super::CtlError::Outranked(_)), "{e}");
+    assert!(matches!(e, super::CtlError::Followed(_)), "{e}");
     assert!(e.to_string().contains("raises the epoch past 7"), "{e}");
     assert!(!ctl.acting(), "it stops acting");
     assert_eq!(tenure.resign_at(), 7);

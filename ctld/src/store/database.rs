@@ -97,13 +97,7 @@ impl Database {
         }
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| DatabaseError::Parse(shown.clone(), e.to_string()))?;
-        let socket = options.get_socket().cloned().or_else(|| {
-            options
-                .get_host()
-                .starts_with('/')
-                .then(|| options.get_host().into())
-        });
-        match socket {
+        match socket_of(&options) {
             Some(dir) => check_socket_directory(&dir)?,
             None => {
                 let mode = options.get_ssl_mode();
@@ -118,6 +112,20 @@ impl Database {
         }
         let options = options.application_name("gctld");
         Ok(Database::Postgres(Box::new(options), shown))
+    }
+
+    /// Checks again, before a connection is opened, that the socket
+    /// directory of a database reached through one is still one no other
+    /// user can put a socket in (a directory in /tmp may have been removed
+    /// by a cleaner and made anew by someone else since the URL was read).
+    pub fn check_socket(&self) -> Result<(), DatabaseError> {
+        match self {
+            Database::Postgres(options, _) => match socket_of(options) {
+                Some(dir) => check_socket_directory(&dir),
+                None => Ok(()),
+            },
+            Database::Sqlite(_) => Ok(()),
+        }
     }
 
     /// The database with limits on this controller's sessions, for a
@@ -151,6 +159,53 @@ impl Database {
     }
 }
 
+/// The Unix socket directory `options` reach the server through, if any.
+fn socket_of(options: &PgConnectOptions) -> Option<PathBuf> {
+    options.get_socket().cloned().or_else(|| {
+        options
+            .get_host()
+            .starts_with('/')
+            .then(|| options.get_host().into())
+    })
+}
+
+/// Whether others than the owner of a directory with `meta` can write it:
+/// through its mode's bits for all, or its group's bits unless the group is
+/// root's or one no other user is in (the owner's own group, as Debian's
+/// `postgres` group for `/run/postgresql`, mode 2775).
+fn others_can_write(meta: &std::fs::Metadata) -> bool {
+    let mode = meta.mode();
+    mode & 0o002 != 0 || (mode & 0o020 != 0 && !group_is_owners_alone(meta.gid(), meta.uid()))
+}
+
+/// Whether group `gid` is root's, or has no member but user `owner`: none
+/// listed in it besides the owner, and no other account with it as its own
+/// group (by the group and password databases; accounts only a directory
+/// service knows are not seen, so a site that has them gives its server's
+/// socket directory no group write).
+fn group_is_owners_alone(gid: u32, owner: u32) -> bool {
+    use nix::unistd::{Gid, Group, Uid, User};
+    if gid == 0 {
+        return true;
+    }
+    let Ok(Some(owner)) = User::from_uid(Uid::from_raw(owner)) else {
+        return false;
+    };
+    let Ok(Some(group)) = Group::from_gid(Gid::from_raw(gid)) else {
+        return false;
+    };
+    if group.mem.iter().any(|m| *m != owner.name) {
+        return false;
+    }
+    let Ok(passwd) = std::fs::read_to_string("/etc/passwd") else {
+        return false;
+    };
+    !passwd.lines().any(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        fields.len() > 3 && fields[0] != owner.name && fields[3] == gid.to_string()
+    })
+}
+
 /// A Unix socket directory no other user can put a socket in: not
 /// writable by others, and reached through directories no other user can
 /// swap: each one owned by root or by the socket directory's owner (the
@@ -169,10 +224,11 @@ fn check_socket_directory(dir: &Path) -> Result<(), DatabaseError> {
     if !meta.is_dir() {
         return Err(bad("it is not a directory (a link is not followed)".into()));
     }
-    if meta.mode() & 0o002 != 0 {
+    if others_can_write(&meta) {
         return Err(bad(format!(
-            "it has mode {:o}: any user could put a socket there; use the server's own directory (unix_socket_directories)",
-            meta.mode() & 0o7777
+            "it has mode {:o} (group {}): other users could put a socket there; use the server's own directory (unix_socket_directories)",
+            meta.mode() & 0o7777,
+            meta.gid()
         )));
     }
     let server = meta.uid();
@@ -180,10 +236,11 @@ fn check_socket_directory(dir: &Path) -> Result<(), DatabaseError> {
     for up in dir.ancestors().skip(1) {
         let meta = std::fs::symlink_metadata(up).map_err(|e| bad(e.to_string()))?;
         let mode = meta.mode() & 0o7777;
-        if !meta.is_dir() || (mode & 0o002 != 0 && mode & 0o1000 == 0) {
+        if !meta.is_dir() || (others_can_write(&meta) && mode & 0o1000 == 0) {
             return Err(bad(format!(
-                "{} (mode {mode:o}) could be changed by any user",
-                up.display()
+                "{} (mode {mode:o}, group {}) could be changed by other users",
+                up.display(),
+                meta.gid()
             )));
         }
         if meta.uid() != 0 && meta.uid() != server {
@@ -248,7 +305,7 @@ mod tests {
             assert!(e.contains("before proving who it is"), "{mode}: {e}");
         }
         let e = refused("postgres:///gsched?user=gsched&host=/tmp");
-        assert!(e.contains("any user could put a socket there"), "{e}");
+        assert!(e.contains("other users could put a socket there"), "{e}");
         let e = refused("postgres:///gsched?user=gsched&host=relative");
         assert!(
             e.contains("before proving"),
@@ -284,9 +341,17 @@ mod tests {
         assert_eq!(options.get_socket(), Some(&dir));
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(refused(&url).contains("mode 777"));
+        // Group-writable: only for a group no other user is in.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+        Database::postgres(&url).unwrap();
+        // nobody's own group: another user (nobody) is in it.
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        nix::unistd::chown(&dir, None, Some(nobody.gid)).unwrap();
+        let e = refused(&url);
+        assert!(e.contains("other users could put a socket there"), "{e}");
+        nix::unistd::chown(&dir, None, Some(nix::unistd::Gid::from_raw(0))).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         // Owned by the server's account (nobody here), under root: taken.
-        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
         nix::unistd::chown(&dir, Some(nobody.uid), None).unwrap();
         Database::postgres(&url).unwrap();
         // A parent of another user's: refused.
@@ -306,5 +371,11 @@ mod tests {
         let e = refused(&straight);
         assert!(e.contains("where any user may create a directory"), "{e}");
         nix::unistd::chown(outer.path(), Some(nix::unistd::Uid::from_raw(0)), None).unwrap();
+        // Checked again at every connection: a directory that went bad
+        // after the URL was read is refused then.
+        let taken = Database::postgres(&url).unwrap();
+        taken.check_socket().unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(taken.check_socket().is_err());
     }
 }

@@ -85,11 +85,22 @@ impl Store {
                 (Conn::Sqlite(conn), reader, path.with_file_name("backups"))
             }
             Database::Postgres(options, _) => {
+                let unsafe_socket = |e: super::DatabaseError| sqlx::Error::Configuration(e.into());
+                database
+                    .check_socket()
+                    .map_err(|e| opening(database, unsafe_socket(e)))?;
                 let conn = PgConnection::connect_with(options)
                     .await
                     .map_err(|e| opening(database, e))?;
+                // The readers' connections are opened later, as needed:
+                // each checks the socket directory again before it is used.
+                let checked = database.clone();
                 let pool = PgPoolOptions::new()
                     .max_connections(PG_READERS)
+                    .after_connect(move |_, _| {
+                        let verdict = checked.check_socket().map_err(unsafe_socket);
+                        Box::pin(async move { verdict })
+                    })
                     .connect_lazy_with((**options).clone());
                 (Conn::Postgres(conn), Reader::Postgres(pool), PathBuf::new())
             }
@@ -243,10 +254,17 @@ impl Renewer {
         result.map_err(StoreError::Write)
     }
 
-    /// Gives `term` up, with the epoch raised to `epoch` if that is higher:
-    /// false when it was no longer this controller's.
-    pub async fn resign(&mut self, term: &Term, epoch: i64) -> Result<bool, StoreError> {
-        let result = lease::resign(self.conn().await?.as_ref(), term, epoch).await;
+    /// Gives `term` up after `grace`, with the epoch raised to `epoch` if
+    /// that is higher (see `lease::resign`): false when it was no longer
+    /// this controller's.
+    pub async fn resign(
+        &mut self,
+        term: &Term,
+        epoch: i64,
+        grace: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let result = lease::resign(self.conn().await?.as_ref(), term, epoch, grace_ms).await;
         if result.is_err() {
             self.conn = None;
         }
