@@ -1,10 +1,20 @@
 //! `bench/chaos.sh`: the faults of `tests/faults.rs`, at random, for a
 //! while, under a steady stream of jobs; then counts what went wrong.
 //! Ignored by `cargo test` (it runs for minutes); the script runs it with
-//! GSCHED_CHAOS_SECS (default 600) and GSCHED_CHAOS_SEED.
+//! GSCHED_CHAOS_SECS (default 600) and GSCHED_CHAOS_SEED. `chaos` runs one
+//! controller on SQLite; `chaos_over_two_controllers` (`bench/chaos.sh
+//! --pair`) a leader and a standby on PostgreSQL, with the failover faults
+//! of `tests/failover.rs` besides.
 
 mod common;
 mod net;
+#[allow(dead_code)]
+mod pair;
+#[path = "chaos/pair_chaos.rs"]
+mod pair_chaos;
+#[allow(dead_code)]
+#[path = "../ctld/tests/support/postgres.rs"]
+mod postgres;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -18,21 +28,21 @@ const NODE_TIMEOUT: u64 = 6;
 const BACKLOG: usize = 48;
 
 /// xorshift64*: reproducible from the seed, and no dependency.
-struct Rng(u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
     }
 
-    fn chance(&mut self, percent: u64) -> bool {
+    pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
 }
@@ -104,9 +114,8 @@ fn inject(c: &mut Cluster, rng: &mut Rng, broken: &mut Broken, faults: &mut Faul
     }
 }
 
-#[test]
-#[ignore = "minutes long: run by bench/chaos.sh"]
-fn chaos() {
+/// The run's length (s) and seed, from the environment.
+fn settings() -> (u64, u64) {
     let secs: u64 = std::env::var("GSCHED_CHAOS_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -115,6 +124,28 @@ fn chaos() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
+    (secs, seed)
+}
+
+/// Writes the report where the script asked for it.
+fn report(line: &str, verdict: &Verdict) {
+    println!("{line}");
+    if let Ok(path) = std::env::var("GSCHED_CHAOS_REPORT") {
+        std::fs::write(path, format!("{line}\n{verdict:?}\n")).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "minutes long: run by bench/chaos.sh --pair"]
+fn chaos_over_two_controllers() {
+    let (secs, seed) = settings();
+    pair_chaos::run(secs, seed);
+}
+
+#[test]
+#[ignore = "minutes long: run by bench/chaos.sh"]
+fn chaos() {
+    let (secs, seed) = settings();
     let mut rng = Rng(seed.max(1));
     let mut c = Cluster::up(NODES, NODE_TIMEOUT);
     let mut broken = Broken::default();
@@ -177,9 +208,6 @@ fn chaos() {
         v.misrecorded.len(),
         v.completed_again.len(),
     );
-    println!("{report}");
-    if let Ok(path) = std::env::var("GSCHED_CHAOS_REPORT") {
-        std::fs::write(path, format!("{report}\n{v:?}\n")).unwrap();
-    }
+    self::report(&report, &v);
     v.assert_clean(&c);
 }

@@ -361,20 +361,7 @@ impl Cluster {
 
     /// Every job the controller has, by id.
     pub fn jobs(&self) -> BTreeMap<u64, Value> {
-        let mut all = BTreeMap::new();
-        let mut after = 0;
-        loop {
-            let v = self.get(&format!(
-                "/api/v1/jobs?state=all&history=true&limit=10000&after={after}"
-            ));
-            for j in v["jobs"].as_array().unwrap() {
-                all.insert(j["job_id"].as_u64().unwrap(), j.clone());
-            }
-            match v["next_after"].as_u64() {
-                Some(n) => after = n,
-                None => return all,
-            }
-        }
+        list_jobs(&self.url(), self.token()).unwrap()
     }
 
     /// Submits a marker job (see [`Markers::script`]) running `ticks`
@@ -386,16 +373,7 @@ impl Cluster {
 
     /// [`Cluster::submit`], or why it was not acknowledged.
     pub fn try_submit(&self, ticks: u32, requeue: bool, tasks: Option<u32>) -> Result<u64, String> {
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let mut body = serde_json::json!({
-            "name": format!("m{ticks}"),
-            "script": Markers::script(&self.markers(), ticks),
-            "working_dir": self.dir.path().display().to_string(),
-            "user_name": "root", "uid": uid, "gid": gid,
-            "environment": {"PATH": "/usr/bin:/bin"},
-            "stdout": "/dev/null",
-            "requeue": requeue,
-        });
+        let mut body = marker_job(&self.markers(), self.dir.path(), ticks, requeue);
         if let Some(n) = tasks {
             body["array"] = serde_json::json!({ "indices": (0..n).collect::<Vec<u32>>() });
         }
@@ -453,6 +431,50 @@ impl Drop for Cluster {
         }
         common::kill_jobs_under(self.dir.path());
     }
+}
+
+/// Every job the controller at `url` has, by id, page by page (jobs that
+/// left memory included).
+pub fn list_jobs(url: &str, token: &str) -> Result<BTreeMap<u64, Value>, String> {
+    let mut all = BTreeMap::new();
+    let mut after = 0;
+    loop {
+        let v: Value = common::api(
+            "GET",
+            &format!("{url}/api/v1/jobs?state=all&history=true&limit=10000&after={after}"),
+            token,
+        )
+        .timeout(Duration::from_secs(10))
+        .call()
+        .map_err(|e| e.to_string())?
+        .into_json()
+        .map_err(|e| e.to_string())?;
+        for j in v["jobs"]
+            .as_array()
+            .ok_or_else(|| format!("no jobs in {v}"))?
+        {
+            all.insert(j["job_id"].as_u64().unwrap_or_default(), j.clone());
+        }
+        match v["next_after"].as_u64() {
+            Some(n) => after = n,
+            None => return Ok(all),
+        }
+    }
+}
+
+/// The submission of a marker job (see [`Markers::script`]) running
+/// `ticks` fifth-seconds as the test's user, marking runs in `markers`.
+pub fn marker_job(markers: &Path, dir: &Path, ticks: u32, requeue: bool) -> Value {
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    serde_json::json!({
+        "name": format!("m{ticks}"),
+        "script": Markers::script(markers, ticks),
+        "working_dir": dir.display().to_string(),
+        "user_name": "root", "uid": uid, "gid": gid,
+        "environment": {"PATH": "/usr/bin:/bin"},
+        "stdout": "/dev/null",
+        "requeue": requeue,
+    })
 }
 
 pub fn is_final(j: &Value) -> bool {

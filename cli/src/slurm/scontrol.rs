@@ -158,32 +158,48 @@ fn controller_address(base: &str) -> (String, String) {
 }
 
 /// `scontrol ping`, as Slurm's: each controller listed in `GSCHED_URL`
-/// (or the site file), whether it answers, and its role: `primary` for the
-/// one that leads now, `backup` (`backupN` with more than two) for a
-/// standby, by its place in the list for one that is down. Exit status 1
+/// (or the site file), whether it answers, and its role. Exit status 1
 /// when no controller leads.
 fn ping(client: &Client) -> Result<i32> {
-    let roles = client.roles();
-    let n = roles.len();
-    let mut led = false;
-    for (i, (base, role)) in roles.into_iter().enumerate() {
-        let (host, _) = controller_address(&base);
-        let backup = |i: usize| match (i, n) {
-            (_, 2) => "backup".to_string(),
-            (i, _) => format!("backup{i}"),
-        };
-        let (mode, state) = match role {
-            Ok(r) if r.leads => {
-                led = true;
-                ("primary".to_string(), "UP")
-            }
-            Ok(_) => (backup(i.max(1)), "UP"),
-            Err(_) if i == 0 => ("primary".to_string(), "DOWN"),
-            Err(_) => (backup(i), "DOWN"),
-        };
-        println!("Slurmctld({mode}) at {host} is {state}");
+    let roles: Vec<(String, Option<bool>)> = client
+        .roles()
+        .into_iter()
+        .map(|(base, role)| (base, role.ok().map(|r| r.leads)))
+        .collect();
+    let (lines, led) = ping_lines(&roles);
+    for line in lines {
+        println!("{line}");
     }
     Ok(if led { 0 } else { 1 })
+}
+
+/// `scontrol ping`'s lines for the controllers in their listed order, each
+/// `None` when it does not answer, else whether it leads: the leader is
+/// `primary` (the first listed while none leads), the others `backup`
+/// (`backup1`, `backup2`, ... with more than two) in their order. Also
+/// whether one leads.
+fn ping_lines(roles: &[(String, Option<bool>)]) -> (Vec<String>, bool) {
+    let leader = roles.iter().position(|(_, r)| *r == Some(true));
+    let mut backups = 0;
+    let lines = roles
+        .iter()
+        .enumerate()
+        .map(|(i, (base, role))| {
+            let (host, _) = controller_address(base);
+            let mode = if leader.unwrap_or(0) == i {
+                "primary".to_string()
+            } else {
+                backups += 1;
+                match roles.len() {
+                    2 => "backup".to_string(),
+                    _ => format!("backup{backups}"),
+                }
+            };
+            let state = if role.is_some() { "UP" } else { "DOWN" };
+            format!("Slurmctld({mode}) at {host} is {state}")
+        })
+        .collect();
+    (lines, leader.is_some())
 }
 
 /// `scontrol show config`'s lines (the settings clients read).
@@ -478,6 +494,34 @@ pub fn main_with(args: Vec<String>) -> Result<i32> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn ping_names_the_leader_primary_and_the_others_backups() {
+        let c = |host: &str, role| (format!("http://{host}:6817"), role);
+        let (lines, led) = ping_lines(&[c("c1", None), c("c2", Some(true))]);
+        assert!(led);
+        assert_eq!(
+            lines,
+            [
+                "Slurmctld(backup) at c1 is DOWN",
+                "Slurmctld(primary) at c2 is UP"
+            ]
+        );
+        let (lines, led) = ping_lines(&[c("c1", Some(false)), c("c2", None), c("c3", None)]);
+        assert!(!led);
+        assert_eq!(
+            lines,
+            [
+                "Slurmctld(primary) at c1 is UP",
+                "Slurmctld(backup1) at c2 is DOWN",
+                "Slurmctld(backup2) at c3 is DOWN"
+            ]
+        );
+        let (lines, led) = ping_lines(&[c("c1", Some(true))]);
+        assert!(led);
+        assert_eq!(lines, ["Slurmctld(primary) at c1 is UP"]);
+    }
+
     use super::*;
 
     #[test]

@@ -293,3 +293,35 @@ fn optional_json<T: serde::de::DeserializeOwned>(
         Err(e) => Err(bad(e.to_string())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Database, Durability, Store};
+
+    /// The index on an array's id (migration 0021) is built on the very
+    /// expression the queries use, so SQLite's planner takes it.
+    #[tokio::test]
+    async fn an_arrays_tasks_are_found_through_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = Database::Sqlite(dir.path().join("ctld.db"));
+        // Made and migrated by a controller first.
+        drop(
+            Store::open_alone(&database, Durability::Normal, None)
+                .await
+                .unwrap(),
+        );
+        let opened = Store::connect(&database, Durability::Normal).await.unwrap();
+        let mut conn = opened.into_conn();
+        let mut c = conn.as_ref();
+        let sql = format!(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE {} IN (7, 9)",
+            c.engine().array_job_id()
+        );
+        let rows = c.query(&sql).fetch_all(c.reborrow()).await.unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| r.get("detail").unwrap()).collect();
+        assert!(
+            plan.iter().any(|step| step.contains("jobs_by_array")),
+            "{plan:?}"
+        );
+    }
+}
