@@ -287,7 +287,11 @@ impl Pair {
 
     /// `scontrol ping` given both controllers: its exit status and lines.
     pub fn scontrol_ping(&self) -> (i32, Vec<String>) {
-        let out = std::process::Command::new(common::bin("scontrol"))
+        let shims = self.dir.path().join("shims");
+        if !shims.join("scontrol").exists() {
+            common::slurm::install_shims(&shims);
+        }
+        let out = std::process::Command::new(shims.join("scontrol"))
             .arg("ping")
             .env("GSCHED_URL", self.urls())
             .env_remove("GSCHED_TOKEN")
