@@ -441,6 +441,9 @@ pub struct Cluster {
     /// Whether a job that says neither `--requeue` nor `--no-requeue`
     /// requeues when its node is lost (Slurm's JobRequeue; on by default).
     job_requeue: bool,
+    /// How many times a requeueable job torn down by a GPU fault it was
+    /// not named in goes back to the queue; after that it fails.
+    max_gpu_fault_requeues: u32,
     /// MaxJobCount and max_script_size.
     caps: capacity::SubmissionCaps,
     /// How far ahead (seconds) an isolated job may start while its
@@ -525,6 +528,7 @@ impl Cluster {
             purged: HashMap::new(),
             lost_runs: HashMap::new(),
             job_requeue: true,
+            max_gpu_fault_requeues: crate::outcome::DEFAULT_MAX_GPU_FAULT_REQUEUES,
             caps: capacity::SubmissionCaps::unlimited(),
             early_start_secs: None,
             priority: Box::new(crate::priority::Basic),
@@ -552,6 +556,12 @@ impl Cluster {
     /// JobRequeue): applies to jobs accepted from now on.
     pub fn set_job_requeue(&mut self, requeue: bool) {
         self.job_requeue = requeue;
+    }
+
+    /// How many times a bystander of GPU faults is requeued before it
+    /// fails (`max_gpu_fault_requeues`).
+    pub fn set_max_gpu_fault_requeues(&mut self, most: u32) {
+        self.max_gpu_fault_requeues = most;
     }
 
     /// Backfill (the default) or strict priority order, from the next pass.

@@ -197,6 +197,10 @@ pub struct Job {
     pub gpu_mem_peak: Option<u64>,
     /// How many times the job went back to the queue.
     pub restarts: u32,
+    /// How many of those were after a GPU fault that tore it down as a
+    /// bystander (bounded: `Cluster::set_max_gpu_fault_requeues`).
+    #[serde(default)]
+    pub gpu_fault_requeues: u32,
     /// Held by its user: pending, and not started until released.
     #[serde(default)]
     pub held: bool,
@@ -423,6 +427,7 @@ impl Job {
             batch_usage: None,
             sisters: Vec::new(),
             restarts: 0,
+            gpu_fault_requeues: 0,
             held,
             steps: Vec::new(),
             cancelled_by: None,

@@ -110,12 +110,38 @@ impl GpuFault {
         hit
     }
 
-    /// A job hit by the fault but not named goes back to the queue when it
-    /// asked for requeue; the one MPS named fails.
-    pub fn requeues(&self, requeueable: bool) -> bool {
-        requeueable && !self.named
+    /// Whether a job hit by the fault goes back to the queue: only one not
+    /// named by MPS, that asked for requeue, and that was requeued after a
+    /// GPU fault fewer than `most` times already (`so_far`); the one MPS
+    /// named fails, as does a bystander past its limit (a job hit again
+    /// and again is more likely the culprit MPS could not name, and each
+    /// rerun tears its neighbours down again).
+    pub fn requeues(&self, requeueable: bool, so_far: u32, most: u32) -> bool {
+        requeueable && !self.named && so_far < most
+    }
+
+    /// The reason a job hit by the fault that does not go back to the
+    /// queue is recorded with.
+    pub fn failed_reason(&self, requeueable: bool, so_far: u32) -> String {
+        if requeueable && !self.named {
+            format!(
+                "{}; not requeued again: requeued after GPU faults {so_far} times already (max_gpu_fault_requeues)",
+                self.reason
+            )
+        } else {
+            self.reason.clone()
+        }
     }
 }
+
+/// How many times a requeueable bystander of GPU faults goes back to the
+/// queue by default (`max_gpu_fault_requeues`).
+pub const DEFAULT_MAX_GPU_FAULT_REQUEUES: u32 = 2;
+
+/// The exit code recorded for a job a GPU fault failed whose script
+/// nevertheless returned 0: the job did not do its work, so `sbatch -W`,
+/// `srun` and scripts that test `$?` must not see success.
+pub const GPU_FAULT_EXIT_CODE: i32 = 1;
 
 /// What a node knows of how a run ended: the marks it left in the run's
 /// spool, the shepherd's status, and what the run's cgroup counted.
@@ -216,6 +242,12 @@ impl ProcessOutcome {
     pub fn recorded_exit(&self) -> (Option<i32>, Option<i32>) {
         match self.cause {
             EndCause::OutOfMemory(_) => (Some(0), Some(OOM_SIGNAL)),
+            // Never 0:0 for a job the fault failed.
+            EndCause::GpuFault(_) => match (self.exit_code, self.signal) {
+                (code, Some(sig)) => (code, Some(sig)),
+                (Some(code), None) if code != 0 => (Some(code), None),
+                _ => (Some(GPU_FAULT_EXIT_CODE), None),
+            },
             _ => (self.exit_code, self.signal),
         }
     }
@@ -361,7 +393,14 @@ mod tests {
             "{}",
             fault.reason
         );
-        assert!(fault.requeues(true) && !fault.requeues(false));
+        // A bystander is requeued while under its limit, and only if it
+        // asked for requeue.
+        assert!(fault.requeues(true, 0, 2) && fault.requeues(true, 1, 2));
+        assert!(!fault.requeues(true, 2, 2) && !fault.requeues(false, 0, 2));
+        assert!(fault
+            .failed_reason(true, 2)
+            .ends_with("requeued after GPU faults 2 times already (max_gpu_fault_requeues)"));
+        assert_eq!(fault.failed_reason(false, 0), fault.reason);
         let owners = std::collections::HashMap::from([(474, 3), (494, 4), (495, 4)]);
         assert_eq!(
             GpuFault::jobs_hit(&[495, 474, 494, 9], &[], &owners),
@@ -372,7 +411,7 @@ mod tests {
             vec![2, 5]
         );
         let named = GpuFault::of(3, "GPU-a", &[3, 4], Some((474, Some(3))), &[]);
-        assert!(named.named && !named.requeues(true));
+        assert!(named.named && !named.requeues(true, 0, 2));
         let facts = EndFacts {
             recorded: true,
             gpu_fault: Some(&fault),
@@ -390,6 +429,19 @@ mod tests {
             out.final_state(),
             (JobState::Failed, Some(fault.reason.clone()))
         );
+        // Its script said 0, but the job failed: never recorded 0:0.
+        assert_eq!(out.recorded_exit(), (Some(GPU_FAULT_EXIT_CODE), None));
+        let own_code = ProcessOutcome {
+            exit_code: Some(3),
+            ..out.clone()
+        };
+        assert_eq!(own_code.recorded_exit(), (Some(3), None));
+        let killed = ProcessOutcome {
+            exit_code: None,
+            signal: Some(9),
+            ..out.clone()
+        };
+        assert_eq!(killed.recorded_exit(), (None, Some(9)));
         // The node's own stops still come first.
         let cancelled = EndFacts {
             cancelled: true,

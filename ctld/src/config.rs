@@ -220,6 +220,13 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     #[serde(default = "default_job_requeue")]
     pub job_requeue: bool,
+    /// How many times a requeueable job that a GPU fault tore down, but
+    /// that MPS did not name, goes back to the queue; hit again after that,
+    /// it fails (0 to 100; the job MPS names always fails).
+    #[arg(long, default_value_t = gsched_core::outcome::DEFAULT_MAX_GPU_FAULT_REQUEUES,
+          value_parser = clap::value_parser!(u32).range(0..=100), value_name = "N")]
+    #[serde(default = "default_max_gpu_fault_requeues")]
+    pub max_gpu_fault_requeues: u32,
     /// How many seconds before its instances are expected free (from time
     /// limits and earlier runs) an isolated job may start: its processes
     /// start at once with no GPU and wait at their first CUDA call, through
@@ -309,6 +316,7 @@ impl Default for CtldConfig {
             max_bytes_per_user: default_max_bytes_per_user(),
             max_script_size: default_max_script_size(),
             job_requeue: default_job_requeue(),
+            max_gpu_fault_requeues: default_max_gpu_fault_requeues(),
             early_start_secs: default_early_start_secs(),
             repartition: default_repartition(),
             tls_cert: None,
@@ -407,6 +415,10 @@ fn default_cluster() -> String {
 fn default_partition() -> String {
     "gpu".into()
 }
+fn default_max_gpu_fault_requeues() -> u32 {
+    gsched_core::outcome::DEFAULT_MAX_GPU_FAULT_REQUEUES
+}
+
 fn default_leader_lease() -> u64 {
     6
 }

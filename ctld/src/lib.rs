@@ -337,6 +337,13 @@ fn restore_cluster(config: &CtldConfig, loaded: store::Loaded) -> Result<Cluster
     cluster.restore_accounts(loaded.accounts);
     cluster.restore_history(loaded.max_job_id, loaded.past_runs);
     cluster.set_job_requeue(config.job_requeue);
+    if config.max_gpu_fault_requeues > 100 {
+        anyhow::bail!(
+            "max_gpu_fault_requeues: {} is above the most taken, 100",
+            config.max_gpu_fault_requeues
+        );
+    }
+    cluster.set_max_gpu_fault_requeues(config.max_gpu_fault_requeues);
     cluster.set_submission_caps(gsched_core::cluster::SubmissionCaps {
         max_job_count: config.max_job_count,
         max_script_bytes: config.max_script_size,

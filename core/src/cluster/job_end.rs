@@ -110,8 +110,13 @@ impl Cluster {
         if ended.outcome.cause.is_node_failure() {
             return Ok(self.lose(id, ended.end_time));
         }
+        let mut fault_reason = None;
         if let crate::outcome::EndCause::GpuFault(f) = &ended.outcome.cause {
-            if f.requeues(job.spec.requeues()) && !cancelling {
+            let (requeueable, so_far) = (job.spec.requeues(), job.gpu_fault_requeues);
+            if f.requeues(requeueable, so_far, self.max_gpu_fault_requeues) && !cancelling {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.gpu_fault_requeues += 1;
+                }
                 let mut effects = self.release(id);
                 effects.extend(self.requeue_after_failure(
                     id,
@@ -121,8 +126,12 @@ impl Cluster {
                 ));
                 return Ok(effects);
             }
+            fault_reason = Some(f.failed_reason(requeueable, so_far));
         }
         let (mut state, mut reason) = ended.outcome.final_state();
+        if fault_reason.is_some() {
+            reason = fault_reason;
+        }
         if cancelling {
             // Shown CANCELLED since the user asked; it stays so, even if
             // its processes ended on their own meanwhile.

@@ -323,6 +323,42 @@ fn a_gpu_fault_fails_the_named_job_and_requeues_requeueable_neighbours() {
     let r = c.job(requeueable).unwrap();
     assert_eq!(r.state, JobState::Pending);
     assert_eq!(r.reason.as_deref(), Some("GpuFaultRequeued"));
+    let j = c.job(plain).unwrap();
+    assert_eq!((j.exit_code, j.exit_signal), (Some(1), None), "never 0:0");
+}
+
+#[test]
+fn a_bystander_is_requeued_after_gpu_faults_only_so_many_times() {
+    let mut c = Cluster::new(Box::new(CaseLaunch));
+    c.set_max_gpu_fault_requeues(2);
+    c.register_node(&reg(vec![], vec![]), 0);
+    let (id, _) = c.submit(spec(false, true), 1).unwrap();
+    for round in 0..3u32 {
+        let now = 10 * i64::from(round + 1);
+        c.schedule(now);
+        let run = c.job(id).unwrap().run;
+        assert_eq!(c.job(id).unwrap().state, JobState::Running, "round {round}");
+        let fault = GpuFault::of(id, "GPU-a", &[id, 99], Some((474, Some(99))), &[]);
+        let mut e = ended(id, 0, EndCause::GpuFault(fault));
+        e.run = run;
+        e.end_time = now + 5;
+        c.job_ended("n1", &e).unwrap();
+        let j = c.job(id).unwrap();
+        if round < 2 {
+            assert_eq!(
+                (j.state, j.gpu_fault_requeues),
+                (JobState::Pending, round + 1)
+            );
+        } else {
+            assert_eq!(j.state, JobState::Failed, "the third fault fails it");
+            assert!(j
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("requeued after GPU faults 2 times already"));
+            assert_eq!((j.exit_code, j.exit_signal), (Some(1), None));
+        }
+    }
 }
 
 #[test]

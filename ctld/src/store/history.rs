@@ -251,6 +251,7 @@ fn job_of(row: &Record) -> Result<Job, StoreError> {
         gpu_instances: super::instances_of_column(row.get("gpu_instance")?),
         gpu_mem_peak: row.opt_int("gpu_mem_peak")?.map(|m| m as u64),
         restarts: row.int("restarts")? as u32,
+        gpu_fault_requeues: row.int("gpu_fault_requeues")?.clamp(0, u32::MAX.into()) as u32,
         held: row.get("held")?,
         steps: serde_json::from_str(row.get("steps")?)
             .map_err(|e| corrupt(format!("steps: {e}")))?,

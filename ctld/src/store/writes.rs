@@ -92,8 +92,8 @@ async fn update_state(c: &mut ConnRef<'_>, job: &JobRuntime) -> Result<(), sqlx:
         "UPDATE jobs SET state = $1, reason = $2, exit_code = $3, exit_signal = $4, start_time = $5,
            end_time = $6, node = $7, gpu_instance = $8, gpu_mem_peak = $9, restarts = $10, held = $11, steps = $12,
            cancelled_by = $13, run = $14, launching = $15, usage = $16, batch_usage = $17, sisters = $18,
-           suspension = $19, grace = $20
-         WHERE id = $21",
+           suspension = $19, grace = $20, gpu_fault_requeues = $21
+         WHERE id = $22",
     )
     .bind(job.state.as_str())
     .bind(&job.reason)
@@ -115,6 +115,7 @@ async fn update_state(c: &mut ConnRef<'_>, job: &JobRuntime) -> Result<(), sqlx:
     .bind((!job.sisters.is_empty()).then(|| json(&job.sisters)))
     .bind(job.suspension.as_ref().map(json))
     .bind(job.grace.as_ref().map(json))
+    .bind(i64::from(job.gpu_fault_requeues))
     .bind(job.id as i64)
     .execute(c.reborrow())
     .await?;

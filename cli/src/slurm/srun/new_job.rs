@@ -325,13 +325,19 @@ impl Said {
 }
 
 /// The status a command waiting for a job exits with: the job's exit
-/// code, 128 + the signal that ended it, or 1 when it has neither.
+/// code, 128 + the signal that ended it, or 1 when it has neither; never
+/// 0 for a job that did not complete (one failed by its node, cancelled,
+/// timed out), whatever its script returned.
 pub(crate) fn exit_status(job: &JobInfo) -> i32 {
-    match (job.exit_code, job.exit_signal) {
+    let status = match (job.exit_code, job.exit_signal) {
         (_, Some(sig)) if sig > 0 => 128 + sig,
         (Some(c), _) => c,
         _ => 1,
+    };
+    if status == 0 && job.job_state != gsched_core::JobState::Completed {
+        return 1;
     }
+    status
 }
 
 /// Writes to `to` what file `path` holds past byte `from`; returns the
@@ -349,4 +355,28 @@ fn copy_new(path: &Path, from: u64, to: &mut dyn std::io::Write) -> u64 {
     let _ = to.write_all(&buf);
     let _ = to.flush();
     from + buf.len() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gsched_core::{Job, JobSpec, JobState};
+
+    fn ended(state: JobState, code: Option<i32>, signal: Option<i32>) -> JobInfo {
+        let mut job = Job::new(7, JobSpec::default(), 0);
+        job.state = state;
+        job.exit_code = code;
+        job.exit_signal = signal;
+        JobInfo::new(&job, "main", 0)
+    }
+
+    #[test]
+    fn a_job_that_did_not_complete_never_exits_zero() {
+        assert_eq!(exit_status(&ended(JobState::Completed, Some(0), None)), 0);
+        assert_eq!(exit_status(&ended(JobState::Failed, Some(3), None)), 3);
+        assert_eq!(exit_status(&ended(JobState::Failed, None, Some(9))), 137);
+        assert_eq!(exit_status(&ended(JobState::Failed, Some(0), None)), 1);
+        assert_eq!(exit_status(&ended(JobState::NodeFail, Some(0), None)), 1);
+        assert_eq!(exit_status(&ended(JobState::Completed, None, None)), 1);
+    }
 }
