@@ -245,12 +245,24 @@ impl Launcher {
     /// FAILED with the fault as its reason (or goes back to the queue, see
     /// [`GpuFault::requeues`]), whatever its script returns. The record is
     /// in the job's root-owned spool, so it survives a gnoded restart. A
-    /// job that is not running here is left alone.
-    pub fn mark_gpu_fault(&self, job: JobId, fault: &GpuFault) {
+    /// job that is not running here is left alone, and so is one whose
+    /// script had ended (by its shepherd's record) before the fault
+    /// happened at `fault_ms` (unix ms), whatever MPS listed: its work was
+    /// done, and running it again would only cost.
+    pub fn mark_gpu_fault(&self, job: JobId, fault: &GpuFault, fault_ms: Option<i64>) {
         if !self.jobs().contains_key(&job) {
             return;
         }
         let spool = self.spool(job);
+        if let (Some(status), Some(at)) = (spool.read_status(), fault_ms) {
+            if ended_before(status.end_time, at) {
+                info!(
+                    job,
+                    "the job's script had ended before the GPU fault: its end stands"
+                );
+                return;
+            }
+        }
         if let Err(e) = spool.write_json(&spool.gpu_fault_path(), fault) {
             warn!(job, error = %e, "cannot record the GPU fault in the job's spool");
         }
@@ -660,6 +672,12 @@ fn record_finished(spool: &JobSpool, finished: &Finished) {
     }
 }
 
+/// Whether a script that ended within second `end_time` (unix seconds,
+/// as the shepherd records it) ended before `fault_ms` (unix ms).
+fn ended_before(end_time: i64, fault_ms: i64) -> bool {
+    end_time.saturating_add(1).saturating_mul(1000) <= fault_ms
+}
+
 /// How a job ended, from what its spool holds.
 fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     let status = spool.read_status();
@@ -780,6 +798,17 @@ mod tests {
         };
         spool.write_json(&spool.status_path(), &status).unwrap();
         spool
+    }
+
+    #[test]
+    fn a_script_ended_before_a_fault_only_when_its_whole_second_was_before() {
+        assert!(ended_before(100, 101_000));
+        assert!(
+            !ended_before(100, 100_999),
+            "within its second: cannot tell"
+        );
+        assert!(!ended_before(100, 99_000));
+        assert!(!ended_before(i64::MAX, 0));
     }
 
     #[test]

@@ -236,7 +236,7 @@ impl MpsWatch {
         let bound = self.probe.bound_to(uuid);
         let mut owners: HashMap<u32, JobId> = self
             .probe
-            .bound_or_recent(uuid)
+            .bound_or_recent(uuid, fault.at_ms)
             .iter()
             .map(|(j, p)| (*p, *j))
             .collect();
@@ -272,7 +272,8 @@ impl MpsWatch {
         );
         if let Some(launcher) = self.launcher.upgrade() {
             for job in &hit {
-                launcher.mark_gpu_fault(*job, &GpuFault::of(*job, uuid, &hit, named, &xids));
+                let record = GpuFault::of(*job, uuid, &hit, named, &xids);
+                launcher.mark_gpu_fault(*job, &record, fault.at_ms);
             }
         }
         self.recovering

@@ -97,6 +97,17 @@ pub struct MpsFault {
     pub named: Option<u32>,
     /// Every client process it tore down.
     pub torn_down: Vec<u32>,
+    /// When the server began handling it (its log's local time, as unix
+    /// ms), if the line's time reads.
+    pub at_ms: Option<i64>,
+}
+
+/// The time a server log line begins with, `[2026-11-24 08:06:42.661
+/// Server 511] ...`, as unix ms (local time).
+fn line_time_ms(line: &str) -> Option<i64> {
+    let mut words = line.strip_prefix('[')?.split_whitespace();
+    let text = format!("{} {}", words.next()?, words.next()?);
+    gsched_daemon::clock::local_text_ms(&text)
 }
 
 /// The number after `key` in `text`.
@@ -136,6 +147,7 @@ pub fn parse_faults(text: &str) -> Vec<MpsFault> {
             faults.push(MpsFault {
                 named: named.take(),
                 torn_down: Vec::new(),
+                at_ms: line_time_ms(line),
             });
         } else if msg.contains("to be torn down") || msg.contains("will be torn down") {
             let pid = number_after(msg, "PID: ").or_else(|| number_after(msg, "process "));
@@ -679,6 +691,7 @@ mod tests {
             vec![MpsFault {
                 named: Some(474),
                 torn_down: vec![474, 494],
+                at_ms: gsched_daemon::clock::local_text_ms("2026-11-24 08:06:42.661"),
             }]
         );
         assert!(parse_faults("[x Server 1] Server has started\n").is_empty());

@@ -853,7 +853,7 @@ mod tests {
         // Unbound, but remembered a while for faults found later.
         assert!(server.bound_to("MIG-a").is_empty());
         assert_eq!(
-            server.bound_or_recent("MIG-a"),
+            server.bound_or_recent("MIG-a", None),
             vec![(1, std::process::id())]
         );
         let mut ends = 0;

@@ -10,6 +10,10 @@
 use std::collections::BTreeMap;
 
 use super::InstanceSlot;
+
+/// The reason a job started early shows while it waits for an instance
+/// another job still holds: it runs (`R`), but its GPU work has not begun.
+pub const WAITING_FOR_GPU: &str = "WaitingForGpu";
 use crate::job::{Job, JobId};
 
 /// Puts running isolated job `job` on `slot`'s books (after a restart, or
@@ -93,6 +97,12 @@ mod tests {
             (slot(&c).isolated_owner, slot(&c).draining_for),
             (Some(a), Some(b))
         );
+        // Running, and saying that its GPU work waits.
+        let shown = c.job(b).unwrap();
+        assert_eq!(
+            (shown.state, shown.reason.as_deref()),
+            (JobState::Running, Some(super::WAITING_FOR_GPU))
+        );
         // Nothing else takes it meanwhile.
         let (x, _) = c.submit(isolated("x", 100), 51).unwrap();
         assert!(launches(&c.schedule(52)).is_empty());
@@ -110,6 +120,7 @@ mod tests {
             (slot(&c).isolated_owner, slot(&c).draining_for),
             (Some(b), None)
         );
+        assert_eq!(c.job(b).unwrap().reason, None, "no longer waits");
         assert!(launches(&c.schedule(61)).is_empty());
         assert_eq!(launches(&c.schedule(95)), [(x, true)]);
     }

@@ -33,6 +33,7 @@ impl Cluster {
             },
             resources_of,
         );
+        let mut handed_to = Vec::new();
         if let Some(n) = self.nodes.get_mut(node) {
             n.remove_running(id, &res);
             let running = &n.running;
@@ -43,10 +44,31 @@ impl Cluster {
                 if s.isolated_owner == Some(id) {
                     // Handed to the job started early for it, if one waits.
                     s.isolated_owner = s.draining_for.filter(|j| running.contains(j));
-                    if s.isolated_owner.is_some() {
+                    if let Some(next) = s.isolated_owner {
                         s.draining_for = None;
+                        handed_to.push(next);
                     }
                 }
+            }
+        }
+        for next in handed_to {
+            self.stop_waiting_for_gpu(node, next);
+        }
+    }
+
+    /// A job started early that holds every instance it waited for on
+    /// `node` no longer shows that it waits.
+    fn stop_waiting_for_gpu(&mut self, node: &str, id: JobId) {
+        let still_waits = self
+            .nodes
+            .get(node)
+            .is_some_and(|n| n.instances.iter().any(|s| s.draining_for == Some(id)));
+        if still_waits {
+            return;
+        }
+        if let Some(job) = self.jobs.get_mut(&id) {
+            if job.reason.as_deref() == Some(super::early_start::WAITING_FOR_GPU) {
+                job.reason = None;
             }
         }
     }

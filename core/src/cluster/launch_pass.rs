@@ -523,6 +523,12 @@ impl Cluster {
             // Neither it nor an instance it waited for elsewhere is drained
             // for it any more.
             self.forget_drains_for(id);
+            if !waits_for.is_empty() {
+                // Running, but its GPU work waits: say so where users look.
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.reason = Some(super::early_start::WAITING_FOR_GPU.into());
+                }
+            }
             for uuid in waits_for {
                 if let Some(slot) = self.slot_mut(node, &uuid) {
                     slot.draining_for = Some(id);

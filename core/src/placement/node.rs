@@ -441,14 +441,22 @@ impl NodeBook {
     }
 
     /// The processes bound to `uuid` now, or until less than
-    /// [`RECENTLY_GONE_MS`] ago (job, pid).
-    pub fn bound_or_recent(&self, uuid: &str, now_ms: i64) -> Vec<(JobId, u32)> {
+    /// [`RECENTLY_GONE_MS`] ago and not before `gone_since` (job, pid): an
+    /// MPS fault's clients, gone by the time its log is read; one that was
+    /// gone before the fault was no client of it.
+    pub fn bound_or_recent(
+        &self,
+        uuid: &str,
+        now_ms: i64,
+        gone_since: Option<i64>,
+    ) -> Vec<(JobId, u32)> {
         let mut out = self.book.processes_on(uuid);
         let bound_now = out.len();
         for g in &self.gone {
             // A pid bound now belongs to its current process (pid reuse).
             let taken = out[..bound_now].iter().any(|(_, p)| *p == g.pid);
-            if g.instance == uuid && now_ms - g.at_ms <= RECENTLY_GONE_MS && !taken {
+            let after = gone_since.is_none_or(|t| g.at_ms >= t);
+            if g.instance == uuid && now_ms - g.at_ms <= RECENTLY_GONE_MS && after && !taken {
                 out.push((g.job, g.pid));
             }
         }

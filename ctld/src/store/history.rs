@@ -179,7 +179,20 @@ pub(super) async fn finished_jobs(
     after: JobId,
     limit: u32,
 ) -> Result<Vec<Job>, StoreError> {
-    let mut q = Builder::new(c.engine(), "SELECT * FROM jobs WHERE id > ");
+    let mut q = finished_query(c.engine(), "", query, after, limit);
+    let rows = q.build().fetch_all(c.reborrow()).await?;
+    rows.iter().map(job_of).collect()
+}
+
+/// The SQL of [`finished_jobs`], after `prefix` (`EXPLAIN ...`: tests).
+fn finished_query<'a>(
+    engine: super::sql::Engine,
+    prefix: &str,
+    query: &'a JobQuery,
+    after: JobId,
+    limit: u32,
+) -> Builder<'a> {
+    let mut q = Builder::new(engine, &format!("{prefix}SELECT * FROM jobs WHERE id > "));
     q.push_bind(after as i64).push(" AND state IN ");
     let finals: Vec<&str> = match &query.states {
         Some(s) => final_states()
@@ -217,8 +230,7 @@ pub(super) async fn finished_jobs(
             .push_bind(t);
     }
     q.push(" ORDER BY id LIMIT ").push_bind(i64::from(limit));
-    let rows = q.build().fetch_all(c.reborrow()).await?;
-    rows.iter().map(job_of).collect()
+    q
 }
 
 /// A `jobs` row as a job.
@@ -319,6 +331,19 @@ mod tests {
             c.engine().array_job_id()
         );
         let rows = c.query(&sql).fetch_all(c.reborrow()).await.unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| r.get("detail").unwrap()).collect();
+        assert!(
+            plan.iter().any(|step| step.contains("jobs_by_array")),
+            "{plan:?}"
+        );
+        // And sacct -j's whole query (a job, or the tasks of an array).
+        let query = super::JobQuery {
+            ids: Some(vec![7]),
+            arrays: Some(vec![7]),
+            ..Default::default()
+        };
+        let mut q = super::finished_query(c.engine(), "EXPLAIN QUERY PLAN ", &query, 0, 1000);
+        let rows = q.build().fetch_all(c.reborrow()).await.unwrap();
         let plan: Vec<String> = rows.iter().map(|r| r.get("detail").unwrap()).collect();
         assert!(
             plan.iter().any(|step| step.contains("jobs_by_array")),

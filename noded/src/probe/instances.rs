@@ -140,10 +140,11 @@ impl ProbeServer {
     }
 
     /// The processes bound to instance `uuid` now or until less than
-    /// [`gsched_core::placement::RECENTLY_GONE_MS`] ago (job, pid): an MPS server's log names the
+    /// [`gsched_core::placement::RECENTLY_GONE_MS`] ago, and not gone
+    /// before `gone_since` (job, pid): an MPS server's log names the
     /// clients it tore down, which are gone by the time it is read.
-    pub fn bound_or_recent(&self, uuid: &str) -> Vec<(JobId, u32)> {
-        self.lock().node.bound_or_recent(uuid, now_ms())
+    pub fn bound_or_recent(&self, uuid: &str, gone_since: Option<i64>) -> Vec<(JobId, u32)> {
+        self.lock().node.bound_or_recent(uuid, now_ms(), gone_since)
     }
 
     /// Says whether an instance's MPS server is down: while it is, no new

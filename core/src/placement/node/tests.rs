@@ -165,11 +165,17 @@ fn a_process_that_dies_holding_memory_leaves_its_instance_settling() {
     assert!(n.settling("I0", 1_000 + SETTLE_MS - 1));
     assert!(!n.settling("I0", 1_000 + SETTLE_MS));
     // The dead process is still named for a while (an MPS fault report).
-    assert_eq!(n.bound_or_recent("I0", 2_000), vec![(2, 20), (1, 10)]);
+    assert_eq!(n.bound_or_recent("I0", 2_000, None), vec![(2, 20), (1, 10)]);
     assert_eq!(
-        n.bound_or_recent("I0", 1_000 + RECENTLY_GONE_MS + 1),
+        n.bound_or_recent("I0", 1_000 + RECENTLY_GONE_MS + 1, None),
         vec![(2, 20)]
     );
+    // A fault at 999 tore it down; one at 1_001 came after it had gone.
+    assert_eq!(
+        n.bound_or_recent("I0", 2_000, Some(999)),
+        vec![(2, 20), (1, 10)]
+    );
+    assert_eq!(n.bound_or_recent("I0", 2_000, Some(1_001)), vec![(2, 20)]);
 }
 
 #[test]
@@ -178,7 +184,7 @@ fn a_reused_pid_is_named_once_for_its_current_process() {
     let _ = placed(n.begin(req(1, 10, G), 0));
     n.process_exited(1, 10, 1);
     let _ = placed(n.begin(req(2, 10, G), 2));
-    assert_eq!(n.bound_or_recent("I0", 3), vec![(2, 10)]);
+    assert_eq!(n.bound_or_recent("I0", 3, None), vec![(2, 10)]);
 }
 
 #[test]
