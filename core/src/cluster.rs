@@ -644,6 +644,7 @@ impl Cluster {
                 c.note_lost_run(id);
             }
         }
+        early_start::reasons_as_booked(&mut c.jobs, &c.nodes);
         c
     }
 

@@ -113,9 +113,10 @@ impl GpuFault {
     /// Whether a job hit by the fault goes back to the queue: only one not
     /// named by MPS, that asked for requeue, and that was requeued after a
     /// GPU fault fewer than `most` times already (`so_far`); the one MPS
-    /// named fails, as does a bystander past its limit (a job hit again
-    /// and again is more likely the culprit MPS could not name, and each
-    /// rerun tears its neighbours down again).
+    /// named fails, as does a bystander past its limit. Every fault counts,
+    /// named or not: MPS may name a victim rather than the culprit (it did
+    /// on an H100), so a culprit only ever torn down as a bystander would
+    /// otherwise rerun, and tear its neighbours down, without end.
     pub fn requeues(&self, requeueable: bool, so_far: u32, most: u32) -> bool {
         requeueable && !self.named && so_far < most
     }
@@ -123,13 +124,16 @@ impl GpuFault {
     /// The reason a job hit by the fault that does not go back to the
     /// queue is recorded with.
     pub fn failed_reason(&self, requeueable: bool, so_far: u32) -> String {
-        if requeueable && !self.named {
-            format!(
-                "{}; not requeued again: requeued after GPU faults {so_far} times already (max_gpu_fault_requeues)",
+        match (requeueable && !self.named, so_far) {
+            (false, _) => self.reason.clone(),
+            (true, 0) => format!(
+                "{}; not requeued: max_gpu_fault_requeues is 0",
                 self.reason
-            )
-        } else {
-            self.reason.clone()
+            ),
+            (true, n) => format!(
+                "{}; not requeued again: requeued after GPU faults {n} times already (max_gpu_fault_requeues)",
+                self.reason
+            ),
         }
     }
 }
@@ -401,6 +405,9 @@ mod tests {
             .failed_reason(true, 2)
             .ends_with("requeued after GPU faults 2 times already (max_gpu_fault_requeues)"));
         assert_eq!(fault.failed_reason(false, 0), fault.reason);
+        assert!(fault
+            .failed_reason(true, 0)
+            .ends_with("max_gpu_fault_requeues is 0"));
         let owners = std::collections::HashMap::from([(474, 3), (494, 4), (495, 4)]);
         assert_eq!(
             GpuFault::jobs_hit(&[495, 474, 494, 9], &[], &owners),

@@ -174,6 +174,7 @@ async fn round_trip_and_an_append_only_log(db: Database) {
         j.held = true;
         j.launching = true;
         j.run = 4;
+        j.gpu_fault_requeues = 2;
         store
             .write(vec![
                 Write::JobState(Box::new(JobRuntime::of(&j))),
@@ -198,6 +199,7 @@ async fn round_trip_and_an_append_only_log(db: Database) {
     expect.held = true;
     expect.launching = true;
     expect.run = 4;
+    expect.gpu_fault_requeues = 2;
     // Loaded without its script and environment, which the store gives
     // back on demand.
     let text = expect.take_text().unwrap();

@@ -45,6 +45,7 @@ pub fn local_text_ms(text: &str) -> Option<i64> {
     tm.tm_min = minute;
     tm.tm_sec = second;
     tm.tm_isdst = -1;
+    // SAFETY: as above; mktime only reads and normalizes that tm.
     let secs = unsafe { libc::mktime(&mut tm) };
     (secs != -1).then(|| secs * 1000 + millis)
 }

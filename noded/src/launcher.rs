@@ -248,13 +248,14 @@ impl Launcher {
     /// job that is not running here is left alone, and so is one whose
     /// script had ended (by its shepherd's record) before the fault
     /// happened at `fault_ms` (unix ms), whatever MPS listed: its work was
-    /// done, and running it again would only cost.
+    /// done, and running it again would only cost. Not the job MPS named:
+    /// a culprit must not escape its fault by ending first.
     pub fn mark_gpu_fault(&self, job: JobId, fault: &GpuFault, fault_ms: Option<i64>) {
         if !self.jobs().contains_key(&job) {
             return;
         }
         let spool = self.spool(job);
-        if let (Some(status), Some(at)) = (spool.read_status(), fault_ms) {
+        if let (Some(status), Some(at), false) = (spool.read_status(), fault_ms, fault.named) {
             if ended_before(status.end_time, at) {
                 info!(
                     job,

@@ -240,6 +240,20 @@ impl MpsWatch {
             .iter()
             .map(|(j, p)| (*p, *j))
             .collect();
+        // The process MPS named is looked for whenever it left: a culprit
+        // that exits right after its fault must not slip out of it.
+        if let Some(pid) = fault.named {
+            if let std::collections::hash_map::Entry::Vacant(slot) = owners.entry(pid) {
+                let named_job = self
+                    .probe
+                    .bound_or_recent(uuid, None)
+                    .into_iter()
+                    .find_map(|(job, p)| (p == pid).then_some(job));
+                if let Some(job) = named_job {
+                    slot.insert(job);
+                }
+            }
+        }
         let unknown: Vec<u32> = fault
             .torn_down
             .iter()

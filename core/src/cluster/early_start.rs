@@ -10,11 +10,35 @@
 use std::collections::BTreeMap;
 
 use super::InstanceSlot;
+use crate::job::{Job, JobId};
 
 /// The reason a job started early shows while it waits for an instance
 /// another job still holds: it runs (`R`), but its GPU work has not begun.
 pub const WAITING_FOR_GPU: &str = "WaitingForGpu";
-use crate::job::{Job, JobId};
+
+/// After a restart: each running job shows [`WAITING_FOR_GPU`] exactly
+/// while an instance is drained for it (as the books were rebuilt), so a
+/// reason whose change was not written before a crash is put right.
+pub(super) fn reasons_as_booked(
+    jobs: &mut BTreeMap<JobId, Job>,
+    nodes: &BTreeMap<String, super::Node>,
+) {
+    let waiting: std::collections::BTreeSet<JobId> = nodes
+        .values()
+        .flat_map(|n| n.instances.iter().filter_map(|s| s.draining_for))
+        .collect();
+    for job in jobs.values_mut() {
+        if job.state != crate::job::JobState::Running {
+            continue;
+        }
+        let shows = job.reason.as_deref() == Some(WAITING_FOR_GPU);
+        match (waiting.contains(&job.id), shows) {
+            (true, false) => job.reason = Some(WAITING_FOR_GPU.into()),
+            (false, true) => job.reason = None,
+            _ => {}
+        }
+    }
+}
 
 /// Puts running isolated job `job` on `slot`'s books (after a restart, or
 /// when its node registers): it holds the instance, unless the job already
@@ -112,15 +136,37 @@ mod tests {
         let r = Cluster::restore(Box::new(crate::launch::CaseLaunch), jobs, nodes);
         let rs = r.node("n1").unwrap().instances[0].clone();
         assert_eq!((rs.isolated_owner, rs.draining_for), (Some(a), Some(b)));
+        assert_eq!(
+            r.job(b).unwrap().reason.as_deref(),
+            Some(super::WAITING_FOR_GPU)
+        );
+        // A reason left behind (its change not written before a crash) is
+        // put right from the books.
+        let mut stale: Vec<_> = c.jobs().cloned().collect();
+        stale.iter_mut().find(|j| j.id == b).unwrap().reason = None;
+        stale.iter_mut().find(|j| j.id == a).unwrap().reason = Some(super::WAITING_FOR_GPU.into());
+        let nodes: Vec<_> = c.nodes().cloned().collect();
+        let r = Cluster::restore(Box::new(crate::launch::CaseLaunch), stale, nodes);
+        assert_eq!(
+            r.job(b).unwrap().reason.as_deref(),
+            Some(super::WAITING_FOR_GPU)
+        );
+        assert_eq!(r.job(a).unwrap().reason, None);
         // A ends: b holds it; x may start early behind b (expected to end
         // at 150) once that is within the window.
         let run = c.job(a).unwrap().run;
-        c.job_ended("n1", &ended(a, run, 0, 60)).unwrap();
+        let fx_a_end = c.job_ended("n1", &ended(a, run, 0, 60)).unwrap();
         assert_eq!(
             (slot(&c).isolated_owner, slot(&c).draining_for),
             (Some(b), None)
         );
         assert_eq!(c.job(b).unwrap().reason, None, "no longer waits");
+        assert!(
+            fx_a_end
+                .iter()
+                .any(|e| matches!(e, Effect::Job { id, .. } if *id == b)),
+            "written: {fx_a_end:?}"
+        );
         assert!(launches(&c.schedule(61)).is_empty());
         assert_eq!(launches(&c.schedule(95)), [(x, true)]);
     }

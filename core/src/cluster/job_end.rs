@@ -16,13 +16,17 @@ impl Cluster {
         let Some(node) = self.jobs.get(&id).and_then(|j| j.node.clone()) else {
             return vec![];
         };
-        self.release_on(&node, id);
-        self.release_sisters(id)
+        let mut effects = self.release_on(&node, id);
+        effects.extend(self.release_sisters(id));
+        effects
     }
 
     /// Takes job `id` off node `node`'s books (a requeued job's old run:
-    /// the job itself no longer names the node).
-    pub(super) fn release_on(&mut self, node: &str, id: JobId) {
+    /// the job itself no longer names the node). An instance it held that
+    /// a job started early waited for is handed over: the effects say so
+    /// for a job that then waits no more.
+    #[must_use]
+    pub(super) fn release_on(&mut self, node: &str, id: JobId) -> Vec<Effect> {
         self.sharing_jobs.remove(&id);
         // A job on a node's books is in memory (running, or pending while
         // its old run ends); were it not, its id still leaves the books.
@@ -51,25 +55,32 @@ impl Cluster {
                 }
             }
         }
-        for next in handed_to {
-            self.stop_waiting_for_gpu(node, next);
-        }
+        handed_to
+            .into_iter()
+            .filter(|next| self.stop_waiting_for_gpu(node, *next))
+            .map(|id| Effect::Job {
+                id,
+                event: format!("holds its instances on {node}: its GPU work may begin"),
+            })
+            .collect()
     }
 
     /// A job started early that holds every instance it waited for on
-    /// `node` no longer shows that it waits.
-    fn stop_waiting_for_gpu(&mut self, node: &str, id: JobId) {
+    /// `node` no longer shows that it waits; whether its reason changed.
+    fn stop_waiting_for_gpu(&mut self, node: &str, id: JobId) -> bool {
         let still_waits = self
             .nodes
             .get(node)
             .is_some_and(|n| n.instances.iter().any(|s| s.draining_for == Some(id)));
-        if still_waits {
-            return;
-        }
-        if let Some(job) = self.jobs.get_mut(&id) {
-            if job.reason.as_deref() == Some(super::early_start::WAITING_FOR_GPU) {
+        match self.jobs.get_mut(&id) {
+            Some(job)
+                if !still_waits
+                    && job.reason.as_deref() == Some(super::early_start::WAITING_FOR_GPU) =>
+            {
                 job.reason = None;
+                true
             }
+            _ => false,
         }
     }
 
@@ -90,11 +101,12 @@ impl Cluster {
             // The run a requeue stopped: free its worker and instance; the
             // job itself is already pending again.
             self.requeued_runs.remove(&id);
-            self.release_on(node, id);
-            return Ok(vec![Effect::Job {
+            let mut effects = vec![Effect::Job {
                 id,
                 event: "previous run ended".into(),
-            }]);
+            }];
+            effects.extend(self.release_on(node, id));
+            return Ok(effects);
         }
         let job = self.jobs.get(&id).ok_or(ClusterError::UnknownJob(id))?;
         if job.is_sister(node) {
@@ -233,8 +245,7 @@ impl Cluster {
         if let Some(node) = self.requeued_runs.remove(&id) {
             // Already pending again: only its old run was lost, and with
             // it what it held on its node.
-            self.release_on(&node, id);
-            return vec![];
+            return self.release_on(&node, id);
         }
         let mut effects = self.release(id);
         self.note_lost_run(id);

@@ -79,8 +79,7 @@ impl Cluster {
         job.settle_lost_run(state, lost.start_time, ended.end_time, requeued);
         job.node = Some(lost.node);
         job.reason = reason;
-        job.exit_code = ended.outcome.exit_code;
-        job.exit_signal = ended.outcome.signal;
+        (job.exit_code, job.exit_signal) = ended.outcome.recorded_exit();
         Some(vec![Effect::Job {
             id,
             event: format!(

@@ -75,7 +75,7 @@ impl Cluster {
                 .get(&node)
                 .is_some_and(|n| n.running.contains(&id));
             if on_books {
-                self.release_on(&node, id);
+                effects.extend(self.release_on(&node, id));
                 effects.push(Effect::StopRun {
                     job: id,
                     node,
