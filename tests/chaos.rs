@@ -114,6 +114,16 @@ fn inject(c: &mut Cluster, rng: &mut Rng, broken: &mut Broken, faults: &mut Faul
     }
 }
 
+/// A marker job's length in fifth-seconds: mostly short (0.2-3 s), some
+/// long (4-20 s).
+pub fn job_ticks(rng: &mut Rng) -> u32 {
+    if rng.chance(85) {
+        1 + rng.below(15) as u32
+    } else {
+        20 + rng.below(80) as u32
+    }
+}
+
 /// The run's length (s) and seed, from the environment.
 fn settings() -> (u64, u64) {
     let secs: u64 = std::env::var("GSCHED_CHAOS_SECS")
@@ -171,11 +181,7 @@ fn chaos() {
         if broken.ctld.is_none() && open < BACKLOG {
             // Mostly short jobs, some long; some may be requeued, some not;
             // now and then an array.
-            let ticks = if rng.chance(85) {
-                1 + rng.below(15) as u32
-            } else {
-                20 + rng.below(80) as u32
-            };
+            let ticks = job_ticks(&mut rng);
             let tasks = rng.chance(3).then(|| 5 + rng.below(20) as u32);
             if let Ok(id) = c.try_submit(ticks, rng.chance(60), tasks) {
                 if tasks.is_none() {

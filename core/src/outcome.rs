@@ -142,6 +142,9 @@ impl GpuFault {
 /// queue by default (`max_gpu_fault_requeues`).
 pub const DEFAULT_MAX_GPU_FAULT_REQUEUES: u32 = 2;
 
+/// The most `max_gpu_fault_requeues` may be.
+pub const MOST_GPU_FAULT_REQUEUES: u32 = 100;
+
 /// The exit code recorded for a job a GPU fault failed whose script
 /// nevertheless returned 0: the job did not do its work, so `sbatch -W`,
 /// `srun` and scripts that test `$?` must not see success.

@@ -78,6 +78,13 @@ pub fn check(config: &CtldConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("preempt_mode: {e}"))?;
     gsched_core::repartition::repartition_policy(&config.repartition)
         .map_err(|e| anyhow::anyhow!("repartition: {e}"))?;
+    if config.max_gpu_fault_requeues > gsched_core::outcome::MOST_GPU_FAULT_REQUEUES {
+        anyhow::bail!(
+            "max_gpu_fault_requeues: {} is above the most taken, {}",
+            config.max_gpu_fault_requeues,
+            gsched_core::outcome::MOST_GPU_FAULT_REQUEUES
+        );
+    }
     if let Some(url) = &config.database {
         crate::store::Database::postgres(url).map_err(|e| anyhow::anyhow!("database: {e}"))?;
         if config.durability == crate::store::Durability::Full {
@@ -85,4 +92,23 @@ pub fn check(config: &CtldConfig) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_fault_requeue_limit_past_the_most_is_refused_at_start() {
+        check(&CtldConfig::default()).unwrap();
+        let config = CtldConfig {
+            max_gpu_fault_requeues: 101,
+            ..CtldConfig::default()
+        };
+        let e = check(&config).unwrap_err().to_string();
+        assert!(
+            e.contains("max_gpu_fault_requeues: 101 is above the most taken, 100"),
+            "{e}"
+        );
+    }
 }

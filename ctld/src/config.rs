@@ -224,7 +224,7 @@ pub struct CtldConfig {
     /// that MPS did not name, goes back to the queue; hit again after that,
     /// it fails (0 to 100; the job MPS names always fails).
     #[arg(long, default_value_t = gsched_core::outcome::DEFAULT_MAX_GPU_FAULT_REQUEUES,
-          value_parser = clap::value_parser!(u32).range(0..=100), value_name = "N")]
+          value_parser = clap::value_parser!(u32).range(0..=gsched_core::outcome::MOST_GPU_FAULT_REQUEUES as i64), value_name = "N")]
     #[serde(default = "default_max_gpu_fault_requeues")]
     pub max_gpu_fault_requeues: u32,
     /// How many seconds before its instances are expected free (from time

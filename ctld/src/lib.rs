@@ -81,8 +81,9 @@ impl Running {
     }
 
     /// A clean stop, or a step-down: gives the lease up so that a standby
-    /// takes over at once (raising the epoch past any a node has followed),
-    /// and removes the local sockets.
+    /// takes over after the handover grace rather than the whole lease
+    /// (raising the epoch past any a node has followed), and removes the
+    /// local sockets.
     pub async fn stop(self) {
         self.remove_sockets();
         leader::resign(self.renewer, &self.term, &self.tenure).await;
@@ -337,12 +338,6 @@ fn restore_cluster(config: &CtldConfig, loaded: store::Loaded) -> Result<Cluster
     cluster.restore_accounts(loaded.accounts);
     cluster.restore_history(loaded.max_job_id, loaded.past_runs);
     cluster.set_job_requeue(config.job_requeue);
-    if config.max_gpu_fault_requeues > 100 {
-        anyhow::bail!(
-            "max_gpu_fault_requeues: {} is above the most taken, 100",
-            config.max_gpu_fault_requeues
-        );
-    }
     cluster.set_max_gpu_fault_requeues(config.max_gpu_fault_requeues);
     cluster.set_submission_caps(gsched_core::cluster::SubmissionCaps {
         max_job_count: config.max_job_count,

@@ -256,7 +256,7 @@ impl Launcher {
         }
         let spool = self.spool(job);
         if let (Some(status), Some(at), false) = (spool.read_status(), fault_ms, fault.named) {
-            if ended_before(status.end_time, at) {
+            if gsched_core::mps_recovery::ended_before(status.end_time, at) {
                 info!(
                     job,
                     "the job's script had ended before the GPU fault: its end stands"
@@ -673,12 +673,6 @@ fn record_finished(spool: &JobSpool, finished: &Finished) {
     }
 }
 
-/// Whether a script that ended within second `end_time` (unix seconds,
-/// as the shepherd records it) ended before `fault_ms` (unix ms).
-fn ended_before(end_time: i64, fault_ms: i64) -> bool {
-    end_time.saturating_add(1).saturating_mul(1000) <= fault_ms
-}
-
 /// How a job ended, from what its spool holds.
 fn ended_from_spool(job: JobId, spool: &JobSpool) -> JobEnded {
     let status = spool.read_status();
@@ -799,17 +793,6 @@ mod tests {
         };
         spool.write_json(&spool.status_path(), &status).unwrap();
         spool
-    }
-
-    #[test]
-    fn a_script_ended_before_a_fault_only_when_its_whole_second_was_before() {
-        assert!(ended_before(100, 101_000));
-        assert!(
-            !ended_before(100, 100_999),
-            "within its second: cannot tell"
-        );
-        assert!(!ended_before(100, 99_000));
-        assert!(!ended_before(i64::MAX, 0));
     }
 
     #[test]

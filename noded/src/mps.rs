@@ -113,26 +113,6 @@ fn line_time_ms(line: &str) -> Option<i64> {
     gsched_daemon::clock::local_text_ms(&text)
 }
 
-/// How far before the previous read of its log a fault's logged time may
-/// be and still be believed (the two clocks' reading, a line written
-/// just before that read).
-const FAULT_TIME_SLACK_MS: i64 = 2_000;
-
-/// A fault's time as its log line says it, believed only between the
-/// previous read of the log (less the slack) and `now`: a time zone the
-/// server read differently, a daylight-saving hour read twice, a clock
-/// stepped meanwhile would otherwise misplace it, and a fault placed too
-/// late spares its victims. Otherwise the earliest it can have been (the
-/// previous read), or unknown (the first read): every process that was
-/// there then counts as hit.
-fn fault_time(logged: Option<i64>, read_before: Option<i64>, now: i64) -> Option<i64> {
-    let lowest = read_before.map(|t| t - FAULT_TIME_SLACK_MS);
-    match logged {
-        Some(t) if t <= now && lowest.is_none_or(|l| t >= l) => Some(t),
-        _ => read_before,
-    }
-}
-
 /// The number after `key` in `text`.
 fn number_after(text: &str, key: &str) -> Option<u32> {
     let rest = &text[text.find(key)? + key.len()..];
@@ -561,7 +541,7 @@ impl MpsSupervisor {
                     s.log_error = None;
                     let read_before = s.log_read_ms.replace(now);
                     out.extend(parse_faults(&text).into_iter().map(|mut f| {
-                        f.at_ms = fault_time(f.at_ms, read_before, now);
+                        f.at_ms = gsched_core::mps_recovery::fault_time(f.at_ms, read_before, now);
                         (s.instance.clone(), f)
                     }));
                 }
@@ -708,24 +688,6 @@ mod tests {
 [2026-11-24 08:06:42.661 Server   511] 494
 [2026-11-24 08:06:42.960 Server   511] Server failed to recevie command with status 806, assuming client {PID: 494, Context ID: 1} exit
 ";
-
-    #[test]
-    fn a_faults_logged_time_is_believed_only_between_two_reads() {
-        assert_eq!(fault_time(Some(5_000), Some(4_000), 6_000), Some(5_000));
-        assert_eq!(
-            fault_time(Some(2_500), Some(4_000), 6_000),
-            Some(2_500),
-            "slack"
-        );
-        // Read an hour late (DST, another time zone) or early: the
-        // earliest it can have been.
-        assert_eq!(fault_time(Some(3_605_000), Some(4_000), 6_000), Some(4_000));
-        assert_eq!(fault_time(Some(1_000), Some(4_000), 6_000), Some(4_000));
-        assert_eq!(fault_time(None, Some(4_000), 6_000), Some(4_000));
-        // The first read: only a time not after now is taken.
-        assert_eq!(fault_time(Some(5_000), None, 6_000), Some(5_000));
-        assert_eq!(fault_time(Some(7_000), None, 6_000), None);
-    }
 
     #[test]
     fn fatal_errors_are_read_from_the_server_log() {

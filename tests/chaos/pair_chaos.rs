@@ -189,11 +189,7 @@ pub fn run(secs: u64, seed: u64) {
             counted = now;
         }
         if open < BACKLOG {
-            let ticks = if rng.chance(85) {
-                1 + rng.below(15) as u32
-            } else {
-                20 + rng.below(80) as u32
-            };
+            let ticks = crate::job_ticks(&mut rng);
             let requeue = rng.chance(60);
             if let Some(id) = p.try_submit(ticks, requeue, Duration::from_secs(3)) {
                 acknowledged.insert(id);

@@ -335,12 +335,7 @@ impl Cluster {
     }
 
     pub fn health(&self) -> Option<Value> {
-        ureq::get(&format!("{}/healthz", self.url()))
-            .timeout(Duration::from_secs(2))
-            .call()
-            .ok()?
-            .into_json()
-            .ok()
+        healthz(&self.url())
     }
 
     /// A token for the test's user (root: an administrator).
@@ -431,6 +426,16 @@ impl Drop for Cluster {
         }
         common::kill_jobs_under(self.dir.path());
     }
+}
+
+/// `GET /healthz` of the controller at `url`, when it answers 200.
+pub fn healthz(url: &str) -> Option<Value> {
+    ureq::get(&format!("{url}/healthz"))
+        .timeout(Duration::from_secs(2))
+        .call()
+        .ok()?
+        .into_json()
+        .ok()
 }
 
 /// Every job the controller at `url` has, by id, page by page (jobs that

@@ -230,13 +230,7 @@ impl Pair {
     }
 
     pub fn leader_health(&self) -> Option<Value> {
-        let h = self.leader()?;
-        ureq::get(&format!("{}/healthz", self.url(h)))
-            .timeout(Duration::from_secs(2))
-            .call()
-            .ok()?
-            .into_json()
-            .ok()
+        net::healthz(&self.url(self.leader()?))
     }
 
     pub fn token(&self) -> &str {
