@@ -96,10 +96,11 @@ pub struct SimArgs {
     #[arg(long, default_value = gsched_core::compute::DEFAULT_COMPUTE_CEILING, value_name = "RATIO")]
     compute_ceiling: String,
     /// What GPU tasks demand under the ceiling: `parallelism` (each states
-    /// its own, as a job's learned share would) or `default` (none is
-    /// known: the node's default eighth of the instance counts, as for a
-    /// first run or any run under MPS).
-    #[arg(long, default_value = "parallelism", value_parser = ["parallelism", "default"])]
+    /// its own from the start, as a learned share would), `measured` (the
+    /// node's default part of the instance until the task's first second
+    /// is measured, then its own: a first run, as gnoded runs it) or
+    /// `default` (the node's default part all along).
+    #[arg(long, default_value = "parallelism", value_parser = gsched_core::sim::TaskShares::NAMES)]
     task_shares: String,
     /// How long a non-isolated job holds GPU memory: `task` (each GPU task
     /// reserves and releases its memory) or `process` (from its first GPU
@@ -210,7 +211,8 @@ fn options(a: &SimArgs) -> Result<Pair> {
         max_overtakes: a.max_overtakes,
         compute_ceiling: gsched_core::compute::parse_ceiling(&a.compute_ceiling)
             .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?,
-        default_shares: a.task_shares == "default",
+        task_shares: gsched_core::sim::TaskShares::from_name(&a.task_shares)
+            .ok_or_else(|| anyhow::anyhow!("--task-shares: unknown '{}'", a.task_shares))?,
         priority: priority(&a.priority_type),
     };
     let baseline = SimOptions {

@@ -250,6 +250,59 @@ fn a_learned_gpu_share_reaches_the_next_runs_task_record() {
     );
 }
 
+#[test]
+fn a_first_run_measured_while_it_runs_lets_a_waiting_job_in() {
+    // Under a compute ceiling of half the instance, a job nothing is known
+    // about (3/8 of a 1g.5gb instance: 53 thousandths of the GPU) leaves
+    // no room for a second one (limit 71). The first keeps its instance
+    // busy a twentieth of the time (5 ms kernels, 95 ms apart, for 5 s);
+    // its library reports that every second, its demand falls to about
+    // 7, and the second job is placed while the first still runs.
+    let g = Gsched::start(&[
+        "--sim-gpus",
+        "1xA100-40GB:1g.5gb",
+        "--compute-ceiling",
+        "0.5",
+    ]);
+    let app = build(g.work.path());
+    let light = g.script(
+        "light.sh",
+        &format!("#!/bin/sh\nexec {} link busy 50 5 95\n", app.display()),
+    );
+    let short = g.script(
+        "short.sh",
+        &format!("#!/bin/sh\nexec {} link busy 2 5 95\n", app.display()),
+    );
+    let first = g.submit(&["-J", "light", "--gpu-mem", "1G", "-o", "light.out", &light]);
+    g.wait_until(
+        "the first job's task is placed",
+        Duration::from_secs(20),
+        || g.tasks(&format!("?job={first}")).len() == 1,
+    );
+    let second = g.submit(&["-J", "short", "--gpu-mem", "1G", "-o", "short.out", &short]);
+    g.wait_state(second, "COMPLETED", Duration::from_secs(30));
+    g.wait_state(first, "COMPLETED", Duration::from_secs(30));
+    let a = &g.ended_tasks(&format!("?job={first}"), 1)[0];
+    let b = &g.ended_tasks(&format!("?job={second}"), 1)[0];
+    assert_eq!(
+        a["share"],
+        142 * 375 / 1000,
+        "placed at the first guess: {a}"
+    );
+    assert!(
+        b["end_ms"].as_i64().unwrap() < a["end_ms"].as_i64().unwrap(),
+        "the second job ran beside the first: {a} {b}"
+    );
+    // The first job's busy time was measured whole, as before.
+    let usage = &g.job(first)["usage"];
+    assert!(usage["gpu_busy_usec"].as_u64().unwrap_or(0) > 0, "{usage}");
+    let log = g.log();
+    assert!(
+        log.contains("task waits for memory or compute"),
+        "the second waited at first: {log}"
+    );
+}
+
 /// Job A holds the one GPU for `a_secs`; isolated job B, submitted once A
 /// runs, writes when its script starts (`b.start`) and when its CUDA call
 /// returned (`b.cuda`). Returns (A, B).

@@ -171,6 +171,41 @@ pub fn demand_on(share: Option<u32>, capacity: u32, default: u32) -> u32 {
     .max(1)
 }
 
+/// How often the interception library reports how long its process has
+/// kept its instance busy so far, while it runs (ms).
+pub const BUSY_REPORT_EVERY_MS: u64 = 1_000;
+
+/// The least placed time a measurement covers before a process's demand
+/// is taken from it (microseconds): shorter windows say more about when
+/// the sampler ran than about the program.
+pub const MEASURE_WINDOW_USEC: u64 = 1_000_000;
+
+/// What a window measured: the process had work in flight `busy_usec` of
+/// the `placed_usec` it was placed, on an instance offering `capacity`
+/// thousandths of its GPU. Returns its demand in thousandths of a GPU (at
+/// least 1, at most the instance); `None` for a window shorter than
+/// [`MEASURE_WINDOW_USEC`].
+pub fn window_demand(busy_usec: u64, placed_usec: u64, capacity: u32) -> Option<u32> {
+    if placed_usec < MEASURE_WINDOW_USEC {
+        return None;
+    }
+    let of_instance = busy_usec.min(placed_usec) as u128 * capacity.min(WHOLE_GPU) as u128;
+    let demand = of_instance.div_ceil(placed_usec as u128);
+    Some((demand as u32).clamp(1, capacity.clamp(1, WHOLE_GPU)))
+}
+
+/// A process's demand after a window measured `window`, from `previous`
+/// (`None`: the first measurement, which replaces the first guess
+/// outright). A rise is taken at once, so that placement backs off as
+/// soon as an instance fills; a fall halfway, so that one quiet window
+/// (a copy, a checkpoint) does not open the instance to a crowd.
+pub fn next_demand(previous: Option<u32>, window: u32) -> u32 {
+    match previous {
+        Some(p) if window < p => p - (p - window) / 2,
+        _ => window,
+    }
+}
+
 /// Whether a process taking `demand` may be bound to an instance of
 /// `capacity` whose bound tasks already take `load`, under `ceiling`
 /// (thousandths of capacity). An instance with nothing on it takes any one
@@ -233,6 +268,42 @@ mod tests {
         assert_eq!(share_of_run(None, 10), None, "nothing measured");
         assert_eq!(share_of_run(Some(0), 10), None, "no sample is no share");
         assert_eq!(share_of_run(Some(5), 0), None);
+    }
+
+    #[test]
+    fn a_window_measures_busy_time_as_part_of_the_instance() {
+        // Busy half of two seconds on a whole GPU: half a GPU.
+        assert_eq!(window_demand(1_000_000, 2_000_000, 1000), Some(500));
+        // Busy all the time on a 3g of 7: the instance, no more.
+        assert_eq!(window_demand(2_000_000, 2_000_000, 428), Some(428));
+        assert_eq!(
+            window_demand(9_000_000, 2_000_000, 1000),
+            Some(1000),
+            "busy past placed is capped"
+        );
+        assert_eq!(
+            window_demand(0, 2_000_000, 1000),
+            Some(1),
+            "idle: the least demand"
+        );
+        assert_eq!(
+            window_demand(500_000, 999_999, 1000),
+            None,
+            "too short to say"
+        );
+    }
+
+    #[test]
+    fn a_demand_rises_at_once_and_falls_halfway() {
+        assert_eq!(
+            next_demand(None, 120),
+            120,
+            "the first measure replaces the guess"
+        );
+        assert_eq!(next_demand(Some(200), 900), 900);
+        assert_eq!(next_demand(Some(900), 100), 500);
+        assert_eq!(next_demand(Some(500), 100), 300);
+        assert_eq!(next_demand(Some(300), 300), 300);
     }
 
     #[test]

@@ -101,6 +101,15 @@ pub enum ProbeRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         busy: Option<BusyTime>,
     },
+    /// How long the calling process has kept its instance busy since it
+    /// was placed, reported while it runs (every
+    /// [`crate::compute::BUSY_REPORT_EVERY_MS`]), so that gnoded corrects
+    /// its compute demand within seconds ([`crate::placement::measured`]).
+    Busy {
+        job: JobId,
+        key: String,
+        busy: BusyTime,
+    },
     /// `srun` starts step `step` of the job: gnoded creates the step's
     /// cgroup below the job's and moves the calling process (a process of
     /// the job, from the socket's credentials) into it, so the tasks it
@@ -164,6 +173,7 @@ impl ProbeRequest {
             | ProbeRequest::Grow { job, key, .. }
             | ProbeRequest::Warps { job, key, .. }
             | ProbeRequest::Peak { job, key, .. }
+            | ProbeRequest::Busy { job, key, .. }
             | ProbeRequest::StepBegin { job, key, .. }
             | ProbeRequest::StepEnd { job, key, .. }
             | ProbeRequest::Gate { job, key }

@@ -309,6 +309,16 @@ impl ProbeClient {
             busy,
         })
     }
+
+    /// Reports how long this process has kept its instance busy since it
+    /// was placed, while it runs: gnoded corrects its compute demand.
+    pub fn busy(&mut self, busy: gsched_core::probe::BusyTime) -> Result<(), ProbeError> {
+        self.ok(ProbeRequest::Busy {
+            job: self.job,
+            key: self.key.clone(),
+            busy,
+        })
+    }
 }
 
 /// The environment a placed process (or its child) needs.

@@ -189,6 +189,7 @@ pub enum PlacementError {
 
 mod book;
 pub mod budget;
+pub mod measured;
 mod node;
 mod policies;
 

@@ -17,6 +17,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::budget::MemBudget;
+use super::measured::Measured;
 use super::{Begin, Growth, Placed, PlacementError, TaskBook, TaskId, TaskRequest};
 use crate::job::JobId;
 use crate::probe::TaskRecord;
@@ -86,6 +87,8 @@ pub struct NodeBook {
     /// one (registered before budgets, or by a caller that sets none) is
     /// held only by the instances' memory.
     budgets: HashMap<JobId, MemBudget>,
+    /// Compute demands measured while processes run (`measured`).
+    measured: Measured,
     events: Vec<NodeEvent>,
 }
 
@@ -102,6 +105,7 @@ impl NodeBook {
             begun: HashMap::new(),
             growers: HashMap::new(),
             budgets: HashMap::new(),
+            measured: Measured::default(),
             events: Vec::new(),
         }
     }
@@ -129,7 +133,11 @@ impl NodeBook {
 
     /// A task asks for a place: placed now (its record follows as an
     /// event), queued, or refused when it can never fit.
-    pub fn begin(&mut self, req: TaskRequest, now_ms: i64) -> Result<Begin, PlacementError> {
+    pub fn begin(&mut self, mut req: TaskRequest, now_ms: i64) -> Result<Begin, PlacementError> {
+        // What the job's processes measured here comes before any guess.
+        if let Some(d) = self.measured.of_job(req.job) {
+            req.share = Some(d);
+        }
         // One pass over the book for both of the job's sums.
         let (tasks, held) = self.book.usage_of(req.job);
         if tasks >= MAX_TASKS_PER_JOB {
@@ -155,7 +163,11 @@ impl NodeBook {
 
     /// A task ended; the waiting tasks this made room for are placed.
     pub fn end(&mut self, task: TaskId, now_ms: i64) -> Result<(), PlacementError> {
+        let owner = self.book.task(task).map(|t| (t.job, t.pid));
         let placed = self.book.end(task)?;
+        if let Some((job, pid)) = owner.filter(|&(j, p)| !self.book.has_active(j, p)) {
+            self.measured.forget_process(job, pid);
+        }
         self.finish(&[task], false, now_ms);
         self.deliver(placed, now_ms);
         Ok(())
@@ -218,10 +230,42 @@ impl NodeBook {
         }
     }
 
+    /// Process `pid` of `job` reports how long it has kept its instance
+    /// busy since it was placed ([`crate::probe::ProbeRequest::Busy`]):
+    /// when that closes a measurement window, its tasks' demand becomes
+    /// what was measured, and waiting tasks a lower demand makes room for
+    /// are placed. Returns `false` for a process bound to no instance (it
+    /// has nothing to measure).
+    pub fn busy_report(
+        &mut self,
+        job: JobId,
+        pid: u32,
+        busy: crate::probe::BusyTime,
+        now_ms: i64,
+    ) -> bool {
+        let Some(capacity) = self.book.pinned_capacity(job, pid) else {
+            return false;
+        };
+        if !self.book.has_active(job, pid) {
+            return false;
+        }
+        if let Some(demand) = self.measured.report(job, pid, busy, capacity) {
+            let placed = self.book.set_process_demand(job, pid, demand);
+            self.deliver(placed, now_ms);
+        }
+        true
+    }
+
+    /// The compute demand measured last for a process of `job`, if any.
+    pub fn measured_demand(&self, job: JobId) -> Option<u32> {
+        self.measured.of_job(job)
+    }
+
     /// A process exited: its tasks (active or waiting) are released, its
     /// instance settles. Returns how many tasks it had.
     pub fn process_exited(&mut self, job: JobId, pid: u32, now_ms: i64) -> usize {
         self.note_gone(job, Some(pid), now_ms);
+        self.measured.forget_process(job, pid);
         let (gone, placed) = self.book.release_process(job, pid);
         self.finish(&gone, true, now_ms);
         self.deliver(placed, now_ms);
@@ -232,6 +276,7 @@ impl NodeBook {
     /// instances it held open again unless the controller drains them.
     pub fn job_ended(&mut self, job: JobId, now_ms: i64) {
         self.budgets.remove(&job);
+        self.measured.forget_job(job);
         self.note_gone(job, None, now_ms);
         let (gone, placed) = self.book.release_job(job);
         self.finish(&gone, true, now_ms);

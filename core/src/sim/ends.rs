@@ -125,9 +125,41 @@ impl Sim<'_> {
     /// ends are the caller's).
     pub fn wake(&mut self, j: usize, generation: u32, wake: Wake) {
         let st = &self.state[j];
-        if st.generation == generation && st.running && wake == Wake::TimeLimit {
-            self.kill(j, EndCause::TimeLimit);
+        if st.generation != generation || !st.running {
+            return;
         }
+        match wake {
+            Wake::TimeLimit => self.kill(j, EndCause::TimeLimit),
+            Wake::Measure => self.report_busy(j),
+            Wake::PhaseEnd | Wake::Pass => {}
+        }
+    }
+
+    /// Job `j`'s process reports its busy time as the interception
+    /// library would: since its task was placed, all of it at its
+    /// parallelism's part of its instance (`TaskShares::Measured`).
+    fn report_busy(&mut self, j: usize) {
+        let Some(r) = self.running.iter().find(|r| r.job == j) else {
+            return;
+        };
+        let (i, slices) = (r.inst, r.slices);
+        let node = self.inst_node[i];
+        let uuid = &self.inst[i].uuid;
+        let capacity = self.books[node]
+            .tasks()
+            .instances()
+            .iter()
+            .find(|x| &x.uuid == uuid)
+            .map_or(crate::compute::WHOLE_GPU, |x| x.capacity);
+        let placed_usec = crate::compute::MEASURE_WINDOW_USEC;
+        let of_instance = (self.share_of(slices) as f64 / capacity.max(1) as f64).min(1.0);
+        let busy = crate::probe::BusyTime {
+            busy_usec: (placed_usec as f64 * of_instance).round() as u64,
+            placed_usec,
+        };
+        let (cid, now) = (self.state[j].cid, self.now_ms());
+        self.books[node].busy_report(cid, 1, busy, now);
+        self.carry_out();
     }
 
     /// Carries out what the controller asked of the nodes, beyond

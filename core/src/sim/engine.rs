@@ -48,6 +48,9 @@ pub(super) enum Wake {
     TimeLimit,
     /// Only a launch pass (a grace time ends).
     Pass,
+    /// The job's GPU task has run a measurement window: its process
+    /// reports its busy time (`TaskShares::Measured`).
+    Measure,
 }
 
 /// A timer: (when, order, job, the job's run generation, what).
@@ -153,7 +156,7 @@ pub(super) struct Sim<'a> {
     pub sms_per_slice: f64,
     /// Compute slices of a whole GPU (of the largest model).
     pub gpu_slices: f64,
-    pub default_shares: bool,
+    pub task_shares: super::TaskShares,
     /// The longest grace time of any QOS: a preempted job in its grace
     /// time is looked at again then.
     pub grace_secs: f64,
@@ -332,7 +335,8 @@ impl Sim<'_> {
                     pid: 1,
                     bytes: mem_mib * MIB,
                     warps: shape.warps(),
-                    share: (!self.default_shares).then(|| self.share_of(slices)),
+                    share: (self.task_shares == super::TaskShares::Stated)
+                        .then(|| self.share_of(slices)),
                     shape: Some(shape),
                 };
                 let node = s.node();
@@ -360,7 +364,7 @@ impl Sim<'_> {
 
     /// The compute demand of a task keeping `slices` compute slices busy:
     /// that part of a whole GPU, in thousandths (at least 1).
-    fn share_of(&self, slices: f64) -> u32 {
+    pub(super) fn share_of(&self, slices: f64) -> u32 {
         let share = slices / self.gpu_slices * crate::compute::WHOLE_GPU as f64;
         (share.round() as u32).clamp(1, crate::compute::WHOLE_GPU)
     }
@@ -417,6 +421,10 @@ impl Sim<'_> {
         let i = self.uuid_index(&p.instance);
         self.decisions
             .push(format!("place {} on {}", self.jobs[j].name, p.instance));
+        if self.task_shares == super::TaskShares::Measured {
+            let window = crate::compute::MEASURE_WINDOW_USEC as f64 / 1e6;
+            self.timer(self.now + window, j, Wake::Measure);
+        }
         if self.hold_per_process {
             // Kept until the job ends (released with the job).
             self.state[j].held = Some((i, p.bytes / MIB));

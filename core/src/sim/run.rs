@@ -105,7 +105,7 @@ pub(super) fn build<'a>(
         reshapes: 0,
         sms_per_slice,
         gpu_slices,
-        default_shares: options.default_shares,
+        task_shares: options.task_shares,
         hold_per_process: options.hold_per_process,
         grace_secs,
         preempts: options.site.preempt_mode != crate::preempt::PreemptMode::Off,

@@ -141,6 +141,18 @@ impl ProbeServer {
             ProbeRequest::Peak {
                 job, bytes, busy, ..
             } => Answer::Now(self.peak(st, job, pid, bytes, busy)),
+            ProbeRequest::Busy { job, busy, .. } => {
+                let mut st = st;
+                if st.node.busy_report(job, pid, busy, now_ms()) {
+                    self.dispatch(&mut st);
+                    Answer::Now(ProbeReply::Ok)
+                } else {
+                    Answer::Now(ProbeReply::error(
+                        code::NO_TASK,
+                        format!("process {pid} of job {job} has no task placed"),
+                    ))
+                }
+            }
             ProbeRequest::StepBegin { job, step, .. } => {
                 drop(st);
                 Answer::Now(self.step(job, step, pid, true))

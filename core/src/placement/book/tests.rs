@@ -788,3 +788,29 @@ fn a_task_that_states_no_demand_counts_the_default_part_of_its_instance() {
     }
     assert!(matches!(b.begin(req(1, 9, G, 0)), Ok(Begin::Waiting(_))));
 }
+
+#[test]
+fn a_process_s_demand_is_set_as_measured_and_shared_among_its_tasks() {
+    let mut b = book(&[40 * G])
+        .with_compute_ceiling(Some(1000))
+        .with_default_share(500);
+    let first = b.begin(req(1, 10, G, 0)).unwrap();
+    let second = b.begin(req(1, 10, G, 0)).unwrap();
+    assert!(matches!(first, Begin::Placed(_)) && matches!(second, Begin::Placed(_)));
+    // Its two tasks at 500 each fill the ceiling: another process waits.
+    assert!(matches!(
+        b.begin(req(2, 20, G, 0)).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // Measured at 300 in all: 150 each, room for the newcomer's 500.
+    let placed = b.set_process_demand(1, 10, 300);
+    assert_eq!(placed.len(), 1);
+    assert_eq!(b.instances()[0].compute, 150 + 150 + 500);
+    // A rise places nothing and is counted.
+    assert!(b.set_process_demand(1, 10, 1000).is_empty());
+    assert_eq!(b.instances()[0].compute, 500 + 500 + 500);
+    assert!(
+        b.set_process_demand(3, 30, 10).is_empty(),
+        "no such process"
+    );
+}

@@ -410,3 +410,68 @@ fn one_job_may_hold_a_bounded_number_of_tasks() {
     // Another job is not held by it.
     placed(n.begin(req(2, 1, 0), 0));
 }
+
+fn busy(busy_usec: u64, placed_usec: u64) -> crate::probe::BusyTime {
+    crate::probe::BusyTime {
+        busy_usec,
+        placed_usec,
+    }
+}
+
+/// A node whose one 40 GiB whole GPU takes tasks under the default
+/// ceiling (3) and default share (3/8).
+fn ceiling_node() -> NodeBook {
+    NodeBook::new(
+        TaskBook::new(Box::new(CasePlacement), vec![("I0".into(), 40 * G)])
+            .with_compute_ceiling(Some(3000))
+            .with_default_share(375),
+    )
+}
+
+#[test]
+fn a_measured_demand_below_the_guess_lets_waiting_tasks_in() {
+    let mut n = ceiling_node();
+    // Eight first runs fill the ceiling (8 x 375 = 3000); the ninth waits.
+    for job in 1..=8 {
+        placed(n.begin(req(job, 100 + job as u32, G), 0));
+    }
+    assert!(matches!(n.begin(req(9, 109, G), 0), Ok(Begin::Waiting(_))));
+    n.take_events();
+    // Half a second is no window: nothing changes.
+    assert!(n.busy_report(1, 101, busy(10_000, 500_000), 500));
+    assert!(placed_events(&n.take_events()).is_empty());
+    // Its first second: busy a tenth of it. Its demand falls from 375 to
+    // 100: 2725, no room yet for another 375.
+    assert!(n.busy_report(1, 101, busy(100_000, 1_000_000), 1_000));
+    assert!(placed_events(&n.take_events()).is_empty());
+    // A second one measures the same: 2450, room for the ninth.
+    assert!(n.busy_report(2, 102, busy(100_000, 1_000_000), 1_000));
+    assert_eq!(placed_events(&n.take_events()), vec![(9, "I0".to_string())]);
+    assert_eq!(n.measured_demand(1), Some(100));
+    // The job's next process starts from what its last one measured.
+    n.process_exited(1, 101, 2_000);
+    n.take_events();
+    let again = placed(n.begin(req(1, 201, G), 2_000));
+    assert_eq!(again.share, 100);
+}
+
+#[test]
+fn a_measured_demand_above_the_guess_holds_newcomers_back() {
+    let mut n = ceiling_node();
+    for job in 1..=4 {
+        placed(n.begin(req(job, 100 + job as u32, G), 0));
+    }
+    // Four at 375 leave room for four more; two of them measure busy all
+    // the time (a whole GPU each): 2 x 1000 + 2 x 375 = 2750, so the next
+    // newcomer (375) no longer fits under 3000.
+    for job in 1..=2 {
+        assert!(n.busy_report(job, 100 + job as u32, busy(1_000_000, 1_000_000), 1_000));
+    }
+    assert!(matches!(
+        n.begin(req(5, 105, G), 1_000),
+        Ok(Begin::Waiting(_))
+    ));
+    // A process with no task placed has nothing to measure.
+    assert!(!n.busy_report(5, 105, busy(1_000_000, 1_000_000), 1_000));
+    assert!(!n.busy_report(42, 1, busy(1_000_000, 1_000_000), 1_000));
+}

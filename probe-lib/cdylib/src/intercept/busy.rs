@@ -12,6 +12,9 @@
 //! not SMs: a kernel that keeps a few SMs busy all the time counts as busy
 //! all the time, and work slowed by neighbours counts longer.
 //!
+//! Every [`REPORT`] the time so far goes to gnoded (`report_busy`), which
+//! corrects the process's compute demand from it while it runs.
+//!
 //! Not measured: launches on the per-thread default stream (only its own
 //! thread can name it), and processes that never launched a kernel (they
 //! report nothing, so they do not dilute their job's share).
@@ -28,6 +31,8 @@ use super::{CUresult, CUDA_SUCCESS, GENERATION};
 
 /// How often the streams are looked at.
 const SAMPLE: Duration = Duration::from_millis(4);
+/// How often the busy time so far goes to gnoded while the process runs.
+const REPORT: Duration = Duration::from_millis(gsched_core::compute::BUSY_REPORT_EVERY_MS);
 /// The most one sample may credit (a sampler that was descheduled does not
 /// credit the whole gap).
 const MAX_CREDIT: Duration = Duration::from_millis(20);
@@ -193,6 +198,7 @@ fn sample(generation: u64) {
         return;
     };
     let mut last = Instant::now();
+    let mut reported = last;
     let mut current: usize = 0;
     loop {
         std::thread::sleep(SAMPLE);
@@ -208,6 +214,21 @@ fn sample(generation: u64) {
         }
         if any_pending(&mut st, &mut current, query, set) {
             st.busy += credit;
+        }
+        if now - reported < REPORT {
+            continue;
+        }
+        reported = now;
+        let so_far = st.placed.map(|p| {
+            let placed = now - p;
+            BusyTime {
+                busy_usec: st.busy.min(placed).as_micros() as u64,
+                placed_usec: placed.as_micros() as u64,
+            }
+        });
+        drop(st);
+        if let Some(b) = so_far {
+            super::report_busy(b);
         }
     }
 }

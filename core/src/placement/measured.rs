@@ -1,0 +1,135 @@
+//! Compute demand measured while a process runs: the interception library
+//! reports, every [`crate::compute::BUSY_REPORT_EVERY_MS`], how long its
+//! process has kept its instance busy since it was placed (cumulative
+//! microseconds). Each window of at least
+//! [`crate::compute::MEASURE_WINDOW_USEC`] of placed time gives a demand
+//! ([`crate::compute::window_demand`]), carried forward by
+//! [`crate::compute::next_demand`]. The first guess (stated, learned from
+//! an earlier run, or the node's default) is corrected within seconds,
+//! not after a whole run.
+//!
+//! Pure: the book keeps one record per process that reported, dropped
+//! when it leaves, and the newest demand of each job, so that the job's
+//! next process starts from what its last one measured.
+
+use std::collections::HashMap;
+
+use crate::compute::{next_demand, window_demand};
+use crate::job::JobId;
+use crate::probe::BusyTime;
+
+/// Where a process's last window closed, and the demand it gave.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    busy_usec: u64,
+    placed_usec: u64,
+    demand: Option<u32>,
+}
+
+/// The demands measured on a node (see the module documentation).
+#[derive(Debug, Default)]
+pub struct Measured {
+    windows: HashMap<(JobId, u32), Window>,
+    by_job: HashMap<JobId, u32>,
+}
+
+impl Measured {
+    /// Process `pid` of `job`, bound to an instance offering `capacity`,
+    /// reported `busy` so far. Returns its new demand (thousandths of a
+    /// GPU) when a window closed. A report that goes backwards (a process
+    /// that placed itself again) starts over.
+    pub fn report(&mut self, job: JobId, pid: u32, busy: BusyTime, capacity: u32) -> Option<u32> {
+        let w = self.windows.entry((job, pid)).or_default();
+        if busy.placed_usec < w.placed_usec || busy.busy_usec < w.busy_usec {
+            *w = Window::default();
+        }
+        let window = window_demand(
+            busy.busy_usec - w.busy_usec,
+            busy.placed_usec - w.placed_usec,
+            capacity,
+        )?;
+        let demand = next_demand(w.demand, window);
+        *w = Window {
+            busy_usec: busy.busy_usec,
+            placed_usec: busy.placed_usec,
+            demand: Some(demand),
+        };
+        self.by_job.insert(job, demand);
+        Some(demand)
+    }
+
+    /// The newest demand measured for any process of `job`.
+    pub fn of_job(&self, job: JobId) -> Option<u32> {
+        self.by_job.get(&job).copied()
+    }
+
+    /// The process left its instance: its windows end (its job's newest
+    /// demand stays for the job's next process).
+    pub fn forget_process(&mut self, job: JobId, pid: u32) {
+        self.windows.remove(&(job, pid));
+    }
+
+    /// The job ended here.
+    pub fn forget_job(&mut self, job: JobId) {
+        self.windows.retain(|(j, _), _| *j != job);
+        self.by_job.remove(&job);
+    }
+
+    /// How many processes have windows open (bounded by the processes
+    /// bound to instances: only they may report).
+    pub fn len(&self) -> usize {
+        self.windows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(busy_usec: u64, placed_usec: u64) -> BusyTime {
+        BusyTime {
+            busy_usec,
+            placed_usec,
+        }
+    }
+
+    #[test]
+    fn windows_close_after_a_second_of_placed_time() {
+        let mut m = Measured::default();
+        assert_eq!(
+            m.report(7, 1, busy(100_000, 500_000), 1000),
+            None,
+            "half a second says nothing"
+        );
+        assert_eq!(m.report(7, 1, busy(200_000, 1_000_000), 1000), Some(200));
+        assert_eq!(m.of_job(7), Some(200));
+        // The next window: busy 0.9 of it: taken at once.
+        assert_eq!(m.report(7, 1, busy(1_100_000, 2_000_000), 1000), Some(900));
+        // Idle for a second: halfway down (to 1, the least).
+        assert_eq!(m.report(7, 1, busy(1_100_000, 3_000_000), 1000), Some(451));
+    }
+
+    #[test]
+    fn a_report_that_goes_backwards_starts_over() {
+        let mut m = Measured::default();
+        assert_eq!(m.report(7, 1, busy(900_000, 1_000_000), 1000), Some(900));
+        assert_eq!(m.report(7, 1, busy(100_000, 1_000_000), 1000), Some(100));
+        // A window on a seventh of a GPU, busy all the time: that seventh.
+        assert_eq!(m.report(8, 2, busy(1_000_000, 1_000_000), 142), Some(142));
+    }
+
+    #[test]
+    fn a_job_keeps_its_newest_demand_after_its_process_left() {
+        let mut m = Measured::default();
+        m.report(7, 1, busy(300_000, 1_000_000), 1000);
+        m.forget_process(7, 1);
+        assert!(m.is_empty());
+        assert_eq!(m.of_job(7), Some(300));
+        m.forget_job(7);
+        assert_eq!(m.of_job(7), None);
+    }
+}
