@@ -708,6 +708,9 @@ enum ComputeOp {
     End(usize),
     Close(usize),
     Open(usize),
+    /// A live task's process measures at most its demand so far (a rise
+    /// may pass the ceiling: it is counted, not refused).
+    Measure(usize, u32),
 }
 
 fn compute_op() -> impl Strategy<Value = ComputeOp> {
@@ -716,6 +719,7 @@ fn compute_op() -> impl Strategy<Value = ComputeOp> {
         3 => (0usize..64).prop_map(ComputeOp::End),
         1 => (0usize..3).prop_map(ComputeOp::Close),
         1 => (0usize..3).prop_map(ComputeOp::Open),
+        2 => (0usize..64, 1u32..1000).prop_map(|(k, share)| ComputeOp::Measure(k, share)),
     ]
 }
 
@@ -766,6 +770,10 @@ proptest! {
                 }
                 ComputeOp::Close(i) => b.set_closed(&format!("I{i}"), true),
                 ComputeOp::Open(i) => b.set_closed(&format!("I{i}"), false),
+                ComputeOp::Measure(k, share) if !live.is_empty() => {
+                    let t = b.task(live[k % live.len()]).unwrap();
+                    b.set_process_demand(t.job, t.pid, share.min(t.share))
+                }
                 _ => vec![],
             };
             check(&b, &placed, &mut live)?;
