@@ -288,6 +288,16 @@ struct UpArgs {
     /// job may start (its GPU work waits until they are; 0: never).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     early_start_secs: u64,
+    /// How many shared jobs may wait for a GPU placement on the node
+    /// before no more start (or `off`; as gctld's --shared-start-ahead).
+    #[arg(long, default_value = "2", value_name = "N|off",
+          value_parser = |s: &str| gsched_core::launch::parse_start_ahead(s).map(|_| s.to_string()))]
+    shared_start_ahead: String,
+    /// The percent of the host's memory kept free of shared jobs that set
+    /// none aside (0 to 90; as gctld's --host-mem-reserve).
+    #[arg(long, default_value_t = gsched_core::launch::DEFAULT_HOST_MEM_RESERVE_PCT,
+          value_parser = clap::value_parser!(u32).range(0..=gsched_core::launch::MOST_HOST_MEM_RESERVE_PCT as i64), value_name = "PCT")]
+    host_mem_reserve: u32,
     /// Serve the API over TLS with this certificate chain (PEM); with --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -358,6 +368,8 @@ async fn up(args: UpArgs) -> Result<()> {
             max_bytes_per_user: args.max_bytes_per_user,
             job_requeue: args.job_requeue,
             early_start_secs: args.early_start_secs,
+            shared_start_ahead: args.shared_start_ahead.clone(),
+            host_mem_reserve: args.host_mem_reserve,
             repartition: args.repartition,
             tls_cert: args.tls_cert.clone(),
             tls_key: args.tls_key,

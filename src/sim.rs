@@ -102,6 +102,11 @@ pub struct SimArgs {
     /// `default` (the node's default part all along).
     #[arg(long, default_value = "parallelism", value_parser = gsched_core::sim::TaskShares::NAMES)]
     task_shares: String,
+    /// How many shared jobs may wait for a GPU placement on a node before
+    /// no more start there (as gctld's `--shared-start-ahead`), or `off`.
+    #[arg(long, default_value = "2", value_name = "N|off",
+          value_parser = |s: &str| gsched_core::launch::parse_start_ahead(s).map(|_| s.to_string()))]
+    shared_start_ahead: String,
     /// How long a non-isolated job holds GPU memory: `task` (each GPU task
     /// reserves and releases its memory) or `process` (from its first GPU
     /// task until it ends, as one process under the driver interception).
@@ -211,6 +216,11 @@ fn options(a: &SimArgs) -> Result<Pair> {
         max_overtakes: a.max_overtakes,
         compute_ceiling: gsched_core::compute::parse_ceiling(&a.compute_ceiling)
             .map_err(|e| anyhow::anyhow!("--compute-ceiling: {e}"))?,
+        shared_start_ahead: Some(
+            gsched_core::launch::parse_start_ahead(&a.shared_start_ahead)
+                .map_err(|e| anyhow::anyhow!("--shared-start-ahead: {e}"))?
+                .unwrap_or(u32::MAX),
+        ),
         task_shares: gsched_core::sim::TaskShares::from_name(&a.task_shares)
             .ok_or_else(|| anyhow::anyhow!("--task-shares: unknown '{}'", a.task_shares))?,
         priority: priority(&a.priority_type),

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::Gsched;
+use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -301,6 +302,51 @@ fn a_first_run_measured_while_it_runs_lets_a_waiting_job_in() {
         log.contains("task waits for memory or compute"),
         "the second waited at first: {log}"
     );
+}
+
+#[test]
+fn shared_jobs_start_only_a_few_ahead_of_what_the_gpu_takes() {
+    // One whole (simulated) GPU under a compute ceiling of 0.75: two jobs
+    // nothing is known about (3/8 each) fit, and a job that keeps it busy
+    // all the time (100 ms kernels back to back) is measured at the whole
+    // GPU after a second, so it then runs alone. With one job allowed to
+    // wait ahead, at most three of the eight run at once (two by the
+    // room first seen, one ahead), where the node's workers and the 64
+    // CPUs it says it has would start all eight.
+    let mut args: Vec<String> = [
+        "--sim-gpus",
+        "1xA100-40GB",
+        "--compute-ceiling",
+        "0.75",
+        "--shared-start-ahead",
+        "1",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(common::spare_cpus());
+    let g = Gsched::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let app = build(g.work.path());
+    let busy = g.script(
+        "busy.sh",
+        &format!("#!/bin/sh\nexec {} link busy 12 100 0\n", app.display()),
+    );
+    let ids: Vec<u64> = (0..8)
+        .map(|i| g.submit(&["-J", &format!("b{i}"), "--gpu-mem", "1G", "-o", "/dev/null", &busy]))
+        .collect();
+    let mut most = 0;
+    let all_done = common::poll(Duration::from_secs(90), Duration::from_millis(200), || {
+        let states: Vec<String> = ids
+            .iter()
+            .map(|&id| g.job(id)["job_state"].as_str().unwrap_or("").to_string())
+            .collect();
+        most = most.max(states.iter().filter(|s| *s == "RUNNING").count());
+        states.iter().all(|s| s == "COMPLETED")
+    });
+    if !all_done {
+        let states: Vec<Value> = ids.iter().map(|&id| g.job(id)).collect();
+        panic!("not every job completed: {states:#?}\n{}", g.log());
+    }
+    assert!((1..=3).contains(&most), "{most} ran at once");
 }
 
 /// Job A holds the one GPU for `a_secs`; isolated job B, submitted once A

@@ -166,6 +166,10 @@ pub struct Node {
     pub waiting_reports: u64,
     /// Per GPU, the instances re-partitioning must leave (registration).
     pub reshape_keep: BTreeMap<u32, Vec<(String, u32)>>,
+    /// What its last heartbeat said about room for shared processes and
+    /// available host memory (`wire::Heartbeat`; not stored).
+    pub shared_room: Option<crate::wire::SharedRoom>,
+    pub mem_available_mib: Option<u64>,
 }
 
 /// A queued job as the launch policy sees it (`nodes`: its `-w`/`-x`;
@@ -174,9 +178,11 @@ fn queued<'a>(
     job: &'a Job,
     nodes: Option<&'a crate::allocation::NodeChoice>,
     priority: u64,
+    share: Option<u32>,
 ) -> QueuedJob<'a> {
     QueuedJob {
         priority,
+        share,
         id: job.id,
         gpu: &job.spec.gpu,
         uid: job.spec.uid,
@@ -450,6 +456,13 @@ pub struct Cluster {
     /// instances are still in use ([`crate::launch::EarlyStart`]); `None`:
     /// never.
     early_start_secs: Option<i64>,
+    /// How many shared jobs may wait for a GPU placement on a node before
+    /// no more start there (`None`: no limit; [`crate::launch`]'s
+    /// admission).
+    shared_start_ahead: Option<u32>,
+    /// The percent of a node's host memory kept free of shared jobs that
+    /// set none aside (0: none).
+    host_mem_reserve_pct: u32,
     /// Which pending job goes first ([`crate::priority`]).
     priority: Box<dyn crate::priority::PriorityPolicy>,
     /// Refuse at submission what no known node could ever run
@@ -531,6 +544,8 @@ impl Cluster {
             max_gpu_fault_requeues: crate::outcome::DEFAULT_MAX_GPU_FAULT_REQUEUES,
             caps: capacity::SubmissionCaps::unlimited(),
             early_start_secs: None,
+            shared_start_ahead: Some(crate::launch::DEFAULT_START_AHEAD),
+            host_mem_reserve_pct: crate::launch::DEFAULT_HOST_MEM_RESERVE_PCT,
             priority: Box::new(crate::priority::Basic),
             refuse_unsatisfiable: false,
             sharing_jobs: BTreeSet::new(),
@@ -562,6 +577,18 @@ impl Cluster {
     /// fails (`max_gpu_fault_requeues`).
     pub fn set_max_gpu_fault_requeues(&mut self, most: u32) {
         self.max_gpu_fault_requeues = most;
+    }
+
+    /// How many shared jobs may wait for a GPU placement on one node
+    /// before no more are started there (`None`: as many as workers allow).
+    pub fn set_shared_start_ahead(&mut self, ahead: Option<u32>) {
+        self.shared_start_ahead = ahead;
+    }
+
+    /// The percent of a node's host memory kept free of shared jobs that
+    /// set no memory aside (0: none; at most 100).
+    pub fn set_host_mem_reserve(&mut self, pct: u32) {
+        self.host_mem_reserve_pct = pct.min(100);
     }
 
     /// Backfill (the default) or strict priority order, from the next pass.

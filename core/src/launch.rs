@@ -14,6 +14,7 @@ use crate::gpu::Instance;
 use crate::job::{GpuRequest, JobId};
 use crate::resources::{JobResources, NodeResources};
 
+mod admission;
 mod case;
 mod exclusive;
 mod instance_set;
@@ -22,6 +23,10 @@ mod node_sharing;
 mod scheduler_type;
 mod wide;
 
+pub use admission::{
+    host_mem_low, parse_start_ahead, DEFAULT_HOST_MEM_RESERVE_PCT, DEFAULT_START_AHEAD,
+    MOST_HOST_MEM_RESERVE_PCT, MOST_START_AHEAD, SETUP_SECS,
+};
 pub use case::CaseLaunch;
 pub use exclusive::ExclusiveLaunch;
 use node_sharing::Occupancies;
@@ -46,6 +51,10 @@ pub struct QueuedJob<'a> {
     /// for another if it will have ended by the time that one could start
     /// (backfill).
     pub time_limit: Option<i64>,
+    /// The GPU share its processes are expected to demand (stated, else
+    /// learned from earlier runs; thousandths of a GPU), for a shared
+    /// job's admission; `None`: not known.
+    pub share: Option<u32>,
     /// Its priority this pass, where the priority policy orders the
     /// queues (0 where it does not): the isolated and shared queues come
     /// each in that order; a policy that takes both as one (`exclusive`)
@@ -113,6 +122,17 @@ pub struct NodeView<'a> {
     /// (unix seconds; now if none runs); `None` where one has no limit, or
     /// where no queued job holds nodes (not worked out then).
     pub expected_empty: Option<i64>,
+    /// Shared jobs there with tasks waiting for a GPU placement (the
+    /// node's last report), and those started in the last
+    /// [`SETUP_SECS`] with no GPU reservation yet (on their way).
+    pub shared_waiting: u32,
+    pub shared_starting: u32,
+    /// What its instances could still take of new shared processes, as it
+    /// last said (`None`: not bounded that way).
+    pub shared_room: Option<crate::wire::SharedRoom>,
+    /// Its available host memory is below the reserve: shared jobs that
+    /// set no memory aside do not start there.
+    pub host_mem_low: bool,
 }
 
 impl NodeView<'_> {
@@ -147,6 +167,9 @@ pub struct LaunchInput<'a> {
     pub reserved: &'a [(usize, JobId)],
     /// Backfill, or strict priority order.
     pub scheduler: SchedulerType,
+    /// How many shared jobs may wait for a GPU placement on a node before
+    /// no more start there ([`admission`]); `None`: no such limit.
+    pub start_ahead: Option<u32>,
 }
 
 impl LaunchInput<'_> {
@@ -424,6 +447,10 @@ mod tests {
         workers_used: u32,
     ) -> NodeView<'_> {
         NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name: "n",
             occupancy: Default::default(),
@@ -459,6 +486,10 @@ mod tests {
             memory_mib: 1000,
         };
         let nodes = vec![NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
@@ -472,6 +503,7 @@ mod tests {
         }];
         let none = GpuRequest::default();
         let job = |id, cpus, memory| QueuedJob {
+            share: None,
             id,
             gpu: &none,
             uid: 0,
@@ -492,6 +524,7 @@ mod tests {
         ];
         for policy in [&CaseLaunch as &dyn LaunchPolicy, &ExclusiveLaunch] {
             let plan = policy.plan(&LaunchInput {
+                start_ahead: None,
                 now: 0,
                 reserved: &[],
                 scheduler: Default::default(),
@@ -521,6 +554,7 @@ mod tests {
             job(7, 1, Unspecified),
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -540,6 +574,10 @@ mod tests {
             &parse_sim_spec("1xA100-40GB:2g.10gb*2,1g.5gb*3").unwrap(),
         );
         let nodes = vec![NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
@@ -556,6 +594,7 @@ mod tests {
         let none = GpuRequest::default();
         let iso = [
             QueuedJob {
+                share: None,
                 id: 1,
                 gpu: &small,
                 uid: 0,
@@ -567,6 +606,7 @@ mod tests {
                 priority: 0,
             },
             QueuedJob {
+                share: None,
                 id: 2,
                 gpu: &prof,
                 uid: 0,
@@ -580,6 +620,7 @@ mod tests {
         ];
         let shared = [
             QueuedJob {
+                share: None,
                 id: 3,
                 gpu: &none,
                 uid: 0,
@@ -591,6 +632,7 @@ mod tests {
                 priority: 0,
             },
             QueuedJob {
+                share: None,
                 id: 4,
                 gpu: &none,
                 uid: 0,
@@ -603,6 +645,7 @@ mod tests {
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -640,6 +683,10 @@ mod tests {
         let mut v = views(&inst);
         v[0].active_tasks = 2;
         let nodes = vec![NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
@@ -654,6 +701,7 @@ mod tests {
         let r = req(Some("1g.5gb"), None);
         let iso = [
             QueuedJob {
+                share: None,
                 id: 7,
                 gpu: &r,
                 uid: 0,
@@ -665,6 +713,7 @@ mod tests {
                 priority: 0,
             },
             QueuedJob {
+                share: None,
                 id: 8,
                 gpu: &r,
                 uid: 0,
@@ -677,6 +726,7 @@ mod tests {
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -702,6 +752,10 @@ mod tests {
         let mut v = views(&inst);
         v[0].draining_for = Some(7);
         let nodes = vec![NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
@@ -715,6 +769,7 @@ mod tests {
         }];
         let iso = [
             QueuedJob {
+                share: None,
                 id: 8,
                 gpu: &r,
                 uid: 0,
@@ -726,6 +781,7 @@ mod tests {
                 priority: 0,
             },
             QueuedJob {
+                share: None,
                 id: 7,
                 gpu: &r,
                 uid: 0,
@@ -738,6 +794,7 @@ mod tests {
             },
         ];
         let plan = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -761,6 +818,7 @@ mod tests {
         let inst = sim_instances("n", &parse_sim_spec("2xA100-40GB").unwrap());
         let r = req(None, None);
         let job = |id| QueuedJob {
+            share: None,
             id,
             gpu: &r,
             uid: 0,
@@ -773,6 +831,7 @@ mod tests {
         };
         let plan_for = |v: Vec<InstanceView<'_>>| {
             CaseLaunch.plan(&LaunchInput {
+                start_ahead: None,
                 now: 0,
                 reserved: &[],
                 scheduler: Default::default(),
@@ -800,6 +859,7 @@ mod tests {
         let mut alone = one_node(v, 8, 1);
         alone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -835,6 +895,7 @@ mod tests {
         let inst = sim_instances("n", &parse_sim_spec("1xA100-40GB").unwrap());
         let r = req(None, None);
         let job = |id| QueuedJob {
+            share: None,
             id,
             gpu: &r,
             uid: 0,
@@ -849,6 +910,7 @@ mod tests {
         let opted_out = HashSet::from([7]);
         let plan = |v: Vec<InstanceView<'_>>, workers_used, until, out| {
             CaseLaunch.plan(&LaunchInput {
+                start_ahead: None,
                 now: 0,
                 reserved: &[],
                 scheduler: Default::default(),
@@ -874,6 +936,7 @@ mod tests {
         let mut lone = one_node(v.clone(), 2, 1);
         lone.shared_running = 0;
         let p = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -922,6 +985,10 @@ mod tests {
     fn impossible_request_and_down_nodes() {
         let inst = sim_instances("n1", &parse_sim_spec("1xA30:1g.6gb*4").unwrap());
         let nodes = vec![NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name: "n1",
             occupancy: Default::default(),
@@ -935,6 +1002,7 @@ mod tests {
         }];
         let r = req(None, Some(20_000));
         let iso = [QueuedJob {
+            share: None,
             id: 1,
             gpu: &r,
             uid: 0,
@@ -946,6 +1014,7 @@ mod tests {
             priority: 0,
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -962,6 +1031,7 @@ mod tests {
             ..nodes[0].clone()
         }];
         let plan = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -980,6 +1050,10 @@ mod tests {
         let i1 = sim_instances("n1", &parse_sim_spec("1xA100-40GB").unwrap());
         let i2 = sim_instances("n2", &parse_sim_spec("1xA100-40GB").unwrap());
         let node = |name, inst| NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name,
             occupancy: Default::default(),
@@ -1006,6 +1080,7 @@ mod tests {
         );
         let none = GpuRequest::default();
         let job = |id, nodes| QueuedJob {
+            share: None,
             id,
             gpu: &none,
             uid: 0,
@@ -1027,6 +1102,7 @@ mod tests {
             let iso = [job(1, Some(&w2))];
             let shared = [job(2, Some(&x2)), job(3, Some(&nosuch))];
             let p = policy.plan(&LaunchInput {
+                start_ahead: None,
                 now: 0,
                 reserved: &[],
                 scheduler: Default::default(),
@@ -1105,10 +1181,14 @@ mod tests {
                 step += 1;
                 prop_assert!(step < 2000, "no progress");
                 let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0 }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0, share: None }).collect();
                 let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0 }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0, share: None }).collect();
                 let nodes = vec![NodeView {
+                    shared_waiting: 0,
+                    shared_starting: 0,
+                    shared_room: None,
+                    host_mem_low: false,
                     expected_empty: None,
                     name: "n", occupancy: Default::default(), up: true, worker_limit: limit,
                     workers_used: s.running.len() as u32,
@@ -1121,7 +1201,7 @@ mod tests {
                         expected_free: None,
                     }).collect(),
                 }];
-                let plan = CaseLaunch.plan(&LaunchInput { now: 0, reserved: &[], scheduler: Default::default(), early: None, isolated: &iso, shared: &sh, nodes: &nodes });
+                let plan = CaseLaunch.plan(&LaunchInput { now: 0, reserved: &[], scheduler: Default::default(), start_ahead: None, early: None, isolated: &iso, shared: &sh, nodes: &nodes });
                 for d in plan.decisions {
                     match d {
                         Decision::Launch { job, instances, .. } => {

@@ -128,6 +128,25 @@ pub struct Heartbeat {
     /// What the steps of each running job have used so far.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub steps: std::collections::BTreeMap<JobId, crate::job::StepUsage>,
+    /// What the node's open instances could still take of new shared
+    /// processes under its compute ceiling (`None`: not bounded that way,
+    /// or not said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_room: Option<SharedRoom>,
+    /// The node's available host memory (MemAvailable), MiB, where it
+    /// reads one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_available_mib: Option<u64>,
+}
+
+/// The compute a node's instances open to shared work could still take
+/// under its compute ceiling, thousandths of a GPU, after the tasks
+/// waiting there; and what a new process nothing is known about counts
+/// (the node's default share of its largest open instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedRoom {
+    pub compute: u32,
+    pub default_demand: u32,
 }
 
 /// A shared task waiting for memory on its node.

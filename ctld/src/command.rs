@@ -85,6 +85,15 @@ pub fn check(config: &CtldConfig) -> anyhow::Result<()> {
             gsched_core::outcome::MOST_GPU_FAULT_REQUEUES
         );
     }
+    gsched_core::launch::parse_start_ahead(&config.shared_start_ahead)
+        .map_err(|e| anyhow::anyhow!("shared_start_ahead: {e}"))?;
+    if config.host_mem_reserve > gsched_core::launch::MOST_HOST_MEM_RESERVE_PCT {
+        anyhow::bail!(
+            "host_mem_reserve: {}% is above the most taken, {}%",
+            config.host_mem_reserve,
+            gsched_core::launch::MOST_HOST_MEM_RESERVE_PCT
+        );
+    }
     if let Some(url) = &config.database {
         crate::store::Database::postgres(url).map_err(|e| anyhow::anyhow!("database: {e}"))?;
         if config.durability == crate::store::Durability::Full {

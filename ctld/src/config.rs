@@ -235,6 +235,24 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = default_early_start_secs(), value_name = "SECS")]
     #[serde(default = "default_early_start_secs")]
     pub early_start_secs: u64,
+    /// How many shared jobs may wait for a GPU placement on one node
+    /// before no more start there: a shared job starts where its node's
+    /// GPUs are expected to take it at once (by its stated or learned
+    /// share under the node's compute ceiling), or while fewer than this
+    /// many wait there, so that waiting jobs do not pile up holding cores
+    /// and host memory. `off`: as many as workers allow.
+    #[arg(long, default_value = "2", value_name = "N|off",
+          value_parser = |s: &str| gsched_core::launch::parse_start_ahead(s).map(|_| s.to_string()))]
+    #[serde(default = "default_shared_start_ahead")]
+    pub shared_start_ahead: String,
+    /// The percent of a node's host memory kept free of shared jobs that
+    /// set none aside (no --mem): below it, as the node reports its
+    /// available memory, only jobs with --mem start there (0 to 90; 0:
+    /// off).
+    #[arg(long, default_value_t = gsched_core::launch::DEFAULT_HOST_MEM_RESERVE_PCT,
+          value_parser = clap::value_parser!(u32).range(0..=gsched_core::launch::MOST_HOST_MEM_RESERVE_PCT as i64), value_name = "PCT")]
+    #[serde(default = "default_host_mem_reserve")]
+    pub host_mem_reserve: u32,
     /// MIG re-partitioning of the nodes' MIG GPUs for what waits.
     #[arg(long, default_value = "none", value_name = "POLICY",
           help = gsched_core::repartition::repartition_help(),
@@ -318,6 +336,8 @@ impl Default for CtldConfig {
             job_requeue: default_job_requeue(),
             max_gpu_fault_requeues: default_max_gpu_fault_requeues(),
             early_start_secs: default_early_start_secs(),
+            shared_start_ahead: default_shared_start_ahead(),
+            host_mem_reserve: default_host_mem_reserve(),
             repartition: default_repartition(),
             tls_cert: None,
             tls_key: None,
@@ -414,6 +434,12 @@ fn default_cluster() -> String {
 }
 fn default_partition() -> String {
     "gpu".into()
+}
+fn default_shared_start_ahead() -> String {
+    gsched_core::launch::DEFAULT_START_AHEAD.to_string()
+}
+fn default_host_mem_reserve() -> u32 {
+    gsched_core::launch::DEFAULT_HOST_MEM_RESERVE_PCT
 }
 fn default_max_gpu_fault_requeues() -> u32 {
     gsched_core::outcome::DEFAULT_MAX_GPU_FAULT_REQUEUES

@@ -499,6 +499,7 @@ impl Controller {
                 }
                 freed = c.update_instance_use(node, &hb.instances);
                 c.set_waiting_tasks(node, hb.waiting_tasks.clone());
+                freed |= c.set_host_room(node, hb.shared_room, hb.mem_available_mib);
                 c.note_usage(node, &hb.usage, &hb.steps);
                 freed |= c.node_heard(node);
                 effects = c.reconcile_runs(node, &hb.running, &hb.runs);

@@ -352,6 +352,12 @@ fn restore_cluster(config: &CtldConfig, loaded: store::Loaded) -> Result<Cluster
         },
     });
     cluster.set_early_start(Some(config.early_start_secs));
+    // Checked at start (command::check).
+    cluster.set_shared_start_ahead(
+        gsched_core::launch::parse_start_ahead(&config.shared_start_ahead)
+            .unwrap_or(Some(gsched_core::launch::DEFAULT_START_AHEAD)),
+    );
+    cluster.set_host_mem_reserve(config.host_mem_reserve);
     cluster.set_priority_policy(priority);
     cluster.set_preempt_mode(
         gsched_core::preempt::PreemptMode::parse(&config.preempt_mode)

@@ -352,6 +352,8 @@ fn node() -> Node {
         waiting_tasks: Vec::new(),
         waiting_reports: 0,
         reshape_keep: Default::default(),
+        shared_room: None,
+        mem_available_mib: None,
     }
 }
 

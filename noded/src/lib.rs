@@ -68,16 +68,26 @@ pub(crate) fn tmp_disk_mib() -> u64 {
 }
 
 fn memory_mib() -> u64 {
+    meminfo_mib("MemTotal:").unwrap_or(0)
+}
+
+/// The host memory the kernel says is available for new work without
+/// swapping (MemAvailable), MiB, for the controller's admission of shared
+/// jobs.
+pub(crate) fn memory_available_mib() -> Option<u64> {
+    meminfo_mib("MemAvailable:")
+}
+
+fn meminfo_mib(field: &str) -> Option<u64> {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
             m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
         .map(|kb| kb / 1024)
-        .unwrap_or(0)
 }
 
 /// The GPU and MIG instance ids of each MIG instance (for its device

@@ -367,6 +367,8 @@ impl ControllerLink {
                         placement_wait: latency.map(|l| l.1),
                         usage: self.launcher.usage_so_far(),
                         steps: self.launcher.steps_so_far(),
+                        shared_room: self.probe.as_ref().and_then(|p| p.room_for_newcomers()),
+                        mem_available_mib: crate::memory_available_mib(),
                     };
                     let path = format!("/internal/v1/nodes/{}/heartbeat", self.identity.name);
                     let sent = crate::fence::now();

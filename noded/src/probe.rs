@@ -471,6 +471,12 @@ impl ProbeServer {
         self.lock().node.tasks().waiting_tasks()
     }
 
+    /// What the node's open instances could still take of new processes
+    /// (`TaskBook::room_for_newcomers`).
+    pub fn room_for_newcomers(&self) -> Option<gsched_core::wire::SharedRoom> {
+        self.lock().node.tasks().room_for_newcomers()
+    }
+
     /// Records one request: a round trip unless it waited for memory, and
     /// a placement wait for a task's begin.
     fn observe(&self, secs: f64, begin: bool, waited: bool) {

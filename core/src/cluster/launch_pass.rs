@@ -219,16 +219,22 @@ impl Cluster {
     fn plan(&self, selection: &Selection, kept: &[(usize, JobId)], now: i64) -> LaunchPlan {
         let (iso_ids, shared_ids) = (&selection.iso_ids, &selection.shared_ids);
         let choices = self.node_choices(iso_ids.iter().chain(shared_ids.iter()));
-        let view = |ids: &[JobId]| -> Vec<QueuedJob<'_>> {
+        let view = |ids: &[JobId], shared: bool| -> Vec<QueuedJob<'_>> {
             ids.iter()
                 .map(|id| {
                     let p = selection.priorities.get(id).copied().unwrap_or(0);
-                    queued(&self.jobs[id], choices.get(id), p)
+                    let job = &self.jobs[id];
+                    // What a shared job's processes are expected to demand,
+                    // for its admission (stated, else learned).
+                    let share = shared
+                        .then(|| job.spec.gpu.share.or_else(|| self.learned(*id).share))
+                        .flatten();
+                    queued(job, choices.get(id), p, share)
                 })
                 .collect()
         };
-        let iso = view(iso_ids);
-        let shared = view(shared_ids);
+        let iso = view(iso_ids, false);
+        let shared = view(shared_ids, true);
         // Who runs where matters to jobs that want a node alone.
         let with_users = iso.iter().chain(shared.iter()).any(|j| j.sharing.is_some());
         // When nodes empty matters to jobs that may hold nodes.
@@ -249,6 +255,7 @@ impl Cluster {
             isolated: &iso,
             shared: &shared,
             nodes: &nodes,
+            start_ahead: self.shared_start_ahead,
             early: self.early_start_secs.map(|secs| crate::launch::EarlyStart {
                 until: now.saturating_add(secs),
                 opted_out: &opted_out,
@@ -269,7 +276,35 @@ impl Cluster {
     ) -> Vec<NodeView<'_>> {
         self.nodes
             .values()
-            .map(|n| NodeView {
+            .map(|n| {
+                let (shared_waiting, shared_starting) = if self.shared_start_ahead.is_some() {
+                    self.shared_unplaced(n, now)
+                } else {
+                    (0, 0)
+                };
+                self.node_view(n, with_users, holding, isolated_waiting, now, (shared_waiting, shared_starting))
+            })
+            .collect()
+    }
+
+    fn node_view<'a>(
+        &'a self,
+        n: &'a Node,
+        with_users: bool,
+        holding: bool,
+        isolated_waiting: bool,
+        now: i64,
+        (shared_waiting, shared_starting): (u32, u32),
+    ) -> NodeView<'a> {
+        NodeView {
+                shared_waiting,
+                shared_starting,
+                shared_room: n.shared_room,
+                host_mem_low: crate::launch::host_mem_low(
+                    n.mem_available_mib,
+                    n.memory_mib,
+                    self.host_mem_reserve_pct,
+                ),
                 name: &n.name,
                 occupancy: self.occupancy(n, with_users),
                 up: n.accepts_launches(),
@@ -300,8 +335,7 @@ impl Cluster {
                         retiring: s.retiring,
                     })
                     .collect(),
-            })
-            .collect()
+        }
     }
 
     /// Starts what the policy decided to start, and marks the instances it

@@ -58,6 +58,8 @@ impl Cluster {
             waiting_tasks: Vec::new(),
             waiting_reports: 0,
             reshape_keep: reg.reshape_keep.clone(),
+            shared_room: None,
+            mem_available_mib: None,
         };
         // Keep the books of jobs we believe run there.
         let believed: Vec<JobId> = old

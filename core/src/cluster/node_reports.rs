@@ -1,7 +1,7 @@
 //! What nodes report between launches: the use of their instances, tasks
 //! begun and waiting, GPU memory peaks, MPS and re-partitioning progress.
 
-use super::{Cluster, ClusterError, Effect, InstanceSlot};
+use super::{Cluster, ClusterError, Effect, InstanceSlot, Node};
 use crate::gpu::Instance;
 use crate::job::JobId;
 
@@ -30,6 +30,28 @@ impl Cluster {
         freed
     }
 
+    /// What `node` last said about room for new shared processes and its
+    /// available host memory (MiB).
+    /// Returns whether the room grew (a launch pass may start more).
+    pub fn set_host_room(
+        &mut self,
+        node: &str,
+        shared_room: Option<crate::wire::SharedRoom>,
+        mem_available_mib: Option<u64>,
+    ) -> bool {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return false;
+        };
+        let grew = match (n.shared_room, shared_room) {
+            (Some(before), Some(now)) => now.compute > before.compute,
+            (None, None) => false,
+            _ => true,
+        };
+        n.shared_room = shared_room;
+        n.mem_available_mib = mem_available_mib;
+        grew
+    }
+
     /// The shared tasks waiting for a place on `node`, as it last said.
     pub fn set_waiting_tasks(&mut self, node: &str, waiting: Vec<crate::wire::WaitingTask>) {
         if let Some(n) = self.nodes.get_mut(node) {
@@ -42,7 +64,10 @@ impl Cluster {
     /// every 100 ms; heartbeats only every few seconds): an instance the
     /// controller thought idle is marked busy at once, so an isolated job
     /// is not sent there to wait for a drain while an idle instance is
-    /// free. The next heartbeat replaces these counts with the node's own.
+    /// free; and the room its instances had for new shared processes is
+    /// less by the demand the task was placed with, so that a job placed
+    /// since is not counted as on its way there too. The next heartbeat
+    /// replaces these counts with the node's own.
     pub fn note_tasks_begun(&mut self, node: &str, records: &[crate::probe::TaskRecord]) {
         let Some(n) = self.nodes.get_mut(node) else {
             return;
@@ -59,6 +84,9 @@ impl Cluster {
                 e.insert(r.bytes);
                 slot.reserved_bytes += r.bytes;
                 slot.active_tasks = slot.active_tasks.max(1);
+                if let Some(room) = n.shared_room.as_mut() {
+                    room.compute = room.compute.saturating_sub(r.share);
+                }
             }
         }
     }
@@ -143,5 +171,28 @@ impl Cluster {
             }
         }
         changed
+    }
+
+    /// The shared jobs running on `n` that wait for a GPU placement as far
+    /// as the controller can tell: (those the node reported waiting,
+    /// those started in the last `launch::SETUP_SECS` with no reservation
+    /// yet, on their way to their first GPU call).
+    pub(super) fn shared_unplaced(&self, n: &Node, now: i64) -> (u32, u32) {
+        let waiting: std::collections::HashSet<JobId> =
+            n.waiting_tasks.iter().map(|w| w.job).collect();
+        let (mut w, mut starting) = (0u32, 0u32);
+        for id in &n.shared {
+            if waiting.contains(id) {
+                w += 1;
+                continue;
+            }
+            let young = self.jobs.get(id).and_then(|j| j.start_time).is_some_and(|t| {
+                now.saturating_sub(t) < crate::launch::SETUP_SECS
+            });
+            if young && !n.instances.iter().any(|s| s.job_bytes.contains_key(id)) {
+                starting += 1;
+            }
+        }
+        (w, starting)
     }
 }

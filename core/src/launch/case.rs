@@ -1,10 +1,11 @@
 //! CASE's launch policy (Algorithm 1 of the CASE paper, with gsched's
 //! drain-before-isolate correction): isolated jobs get their best instance,
 //! drained first while shared tasks use it; shared jobs go to the node with
-//! the most free workers.
+//! the most free workers whose GPUs can take them soon (`admission`).
 
 use std::collections::HashSet;
 
+use super::admission::Admission;
 use super::{
     instance_set, most_free, unfit_reason, uuids, Decision, EarlyStart, LaunchInput, LaunchPlan,
     LaunchPolicy, NodeView, Occupancies, PendingReason, QueuedJob, SchedulerType, WidePass,
@@ -203,6 +204,12 @@ fn isolated_wait_reason(nodes: &[NodeView<'_>], job: &QueuedJob<'_>) -> PendingR
 /// workers that admits it.
 fn plan_shared(input: &LaunchInput<'_>, h: &mut Handed, plan: &mut LaunchPlan) {
     let mut most_free = most_free::MostFree::new(&h.free);
+    // What each node's GPUs can take now (admission.rs).
+    let mut admission: Vec<Admission> = input
+        .nodes
+        .iter()
+        .map(|n| Admission::of(n, input.start_ahead))
+        .collect();
     for job in input.shared {
         if !most_free.any(&h.free) {
             plan.rest = Some(PendingReason::Resources);
@@ -219,6 +226,7 @@ fn plan_shared(input: &LaunchInput<'_>, h: &mut Handed, plan: &mut LaunchPlan) {
         let Some(ni) = most_free.pick(&h.free, |i| {
             (anywhere || job.may_join(&input.nodes[i], &h.occupancy, i))
                 && job.resources.fits(&h.room[i], &input.nodes[i].total)
+                && admission[i].admits(&job.resources, job.share)
         }) else {
             if let Some(t) = h.occupancy.hold_for(job, input.nodes) {
                 plan.expected_starts.push((job.id, t));
@@ -229,6 +237,7 @@ fn plan_shared(input: &LaunchInput<'_>, h: &mut Handed, plan: &mut LaunchPlan) {
         };
         h.free[ni] -= 1;
         most_free.set(ni, h.free[ni]);
+        admission[ni].started(job.share);
         h.room[ni].take(&job.resources, &input.nodes[ni].total);
         h.occupancy.note_start(ni, job);
         plan.decisions.push(Decision::Launch {

@@ -178,6 +178,10 @@ mod tests {
             memory_mib: 1 << 20,
         };
         NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name: "n",
             occupancy: Default::default(),
@@ -197,6 +201,7 @@ mod tests {
 
     fn job(gpu: &GpuRequest) -> QueuedJob<'_> {
         QueuedJob {
+            share: None,
             id: 9,
             gpu,
             uid: 0,

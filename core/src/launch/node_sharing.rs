@@ -169,6 +169,10 @@ mod tests {
             memory_mib: 1 << 20,
         };
         NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name,
             up: true,
@@ -184,6 +188,7 @@ mod tests {
 
     fn job(id: u64, uid: u32, sharing: Option<NodeSharing>, gpu: &GpuRequest) -> QueuedJob<'_> {
         QueuedJob {
+            share: None,
             id,
             gpu,
             resources: JobResources {
@@ -230,6 +235,7 @@ mod tests {
         let free = [node("n1", NodeOccupancy::default())];
         let shared = [job(1, 7, Some(NodeSharing::Alone), &g), job(2, 8, None, &g)];
         let p = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -258,6 +264,7 @@ mod tests {
             },
         )];
         let p = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -272,6 +279,7 @@ mod tests {
         // Two nodes, one busy: the job alone takes the idle one.
         let two = [busy[0].clone(), node("n2", NodeOccupancy::default())];
         let p = ExclusiveLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),
@@ -284,6 +292,7 @@ mod tests {
         // none, so it waits; CaseLaunch runs it on n2.)
         assert!(p.decisions.is_empty());
         let p = CaseLaunch.plan(&LaunchInput {
+            start_ahead: None,
             now: 0,
             reserved: &[],
             scheduler: Default::default(),

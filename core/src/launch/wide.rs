@@ -136,6 +136,10 @@ mod tests {
             memory_mib: 1 << 20,
         };
         NodeView {
+            shared_waiting: 0,
+            shared_starting: 0,
+            shared_room: None,
+            host_mem_low: false,
             expected_empty: None,
             name,
             up: true,
@@ -165,6 +169,7 @@ mod tests {
 
     fn job(id: u64, width: u32, cpus: u32, gpu: &GpuRequest) -> QueuedJob<'_> {
         QueuedJob {
+            share: None,
             id,
             gpu,
             resources: JobResources {

@@ -41,6 +41,7 @@ impl Sim<'_> {
         }
         let killed = self.carry_out_effects(rest);
         self.carry_out();
+        let launched_none = launched.is_empty();
         for cid in launched {
             self.launched(cid);
         }
@@ -52,19 +53,32 @@ impl Sim<'_> {
                 let now = b.tasks().waiting_tasks();
                 !now.is_empty() && now != *r
             });
-        killed || waiting_changed
+        // Jobs were launched and a node still has room (they took less
+        // than the controller counted, their demand unknown to it): its
+        // next report says so, and gctld runs a pass for a room that grew.
+        let room_left = !launched_none
+            && self.books.iter().any(|b| {
+                b.tasks()
+                    .room_for_newcomers()
+                    .is_some_and(|r| r.compute >= r.default_demand)
+            });
+        killed || waiting_changed || room_left
     }
 
-    /// Tells the controller what each node's shared tasks hold and which
-    /// wait, as gnoded reports them; returns the waiting tasks told.
+    /// Tells the controller what each node's shared tasks hold, which
+    /// wait and how many more its instances would take, as gnoded reports
+    /// them; returns the waiting tasks told.
     fn report_tasks(&mut self) -> Vec<Vec<crate::wire::WaitingTask>> {
         let mut reported = Vec::new();
         for n in 0..self.books.len() {
             let book = self.books[n].tasks();
             let uses = book.instance_uses();
             let waiting = book.waiting_tasks();
+            let room = book.room_for_newcomers();
             let name = self.names[n].clone();
             self.cluster.update_instance_use(&name, &uses);
+            // No host memory is simulated.
+            self.cluster.set_host_room(&name, room, None);
             self.cluster.set_waiting_tasks(&name, waiting.clone());
             reported.push(waiting);
         }

@@ -38,6 +38,11 @@ pub(super) fn build<'a>(
             .expect("a preset names a registered launch policy"),
     );
     cluster.set_scheduler_type(options.scheduler);
+    cluster.set_shared_start_ahead(match options.shared_start_ahead {
+        None => Some(crate::launch::DEFAULT_START_AHEAD),
+        Some(u32::MAX) => None,
+        Some(n) => Some(n),
+    });
     let grace_secs = options.site.apply(&mut cluster, options.priority)?;
     // Where each instance sits, in `sim_instances` order.
     let layout: Vec<Option<(usize, MigPlacement)>> = gpus

@@ -367,6 +367,8 @@ async fn a_run_the_controller_does_not_own_is_killed_on_its_node() {
         placement_wait: None,
         usage: BTreeMap::new(),
         steps: BTreeMap::new(),
+        shared_room: None,
+        mem_available_mib: None,
     };
     let (known, effects) = ctl.heartbeat("n1", &hb);
     assert!(known);

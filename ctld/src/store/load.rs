@@ -87,6 +87,8 @@ pub(super) async fn load(
             waiting_tasks: Vec::new(),
             waiting_reports: 0,
             reshape_keep: Default::default(),
+            shared_room: None,
+            mem_available_mib: None,
         });
     }
     let accounts = match c

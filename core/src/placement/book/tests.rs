@@ -822,3 +822,25 @@ fn a_process_s_demand_is_set_as_measured_and_shared_among_its_tasks() {
         "no such process"
     );
 }
+
+#[test]
+fn the_room_for_newcomers_is_the_compute_left_under_the_ceiling() {
+    let room = |compute, default_demand| Some(crate::wire::SharedRoom { compute, default_demand });
+    let mut b = book(&[40 * G, 10 * G])
+        .with_capacity("I1", 142)
+        .with_compute_ceiling(Some(3000))
+        .with_default_share(375);
+    // Empty: three GPUs' time on the whole GPU, 426 on the slice; a
+    // newcomer counts 3/8 of the whole GPU.
+    assert_eq!(b.room_for_newcomers(), room(3000 + 426, 375));
+    // A process measured busy all the time on the slice: 284 left there.
+    let p = placed(b.begin(req(1, 1, G, 0)));
+    assert_eq!(p.instance, "I1");
+    b.set_process_demand(1, 1, 1000);
+    assert_eq!(b.room_for_newcomers(), room(3000 + 284, 375));
+    // A closed instance takes nobody.
+    b.set_closed("I0", true);
+    assert_eq!(b.room_for_newcomers(), room(284, 53));
+    // Without a ceiling, memory alone decides: not modelled.
+    assert_eq!(book(&[G]).room_for_newcomers(), None);
+}
