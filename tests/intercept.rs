@@ -331,7 +331,17 @@ fn shared_jobs_start_only_a_few_ahead_of_what_the_gpu_takes() {
         &format!("#!/bin/sh\nexec {} link busy 12 100 0\n", app.display()),
     );
     let ids: Vec<u64> = (0..8)
-        .map(|i| g.submit(&["-J", &format!("b{i}"), "--gpu-mem", "1G", "-o", "/dev/null", &busy]))
+        .map(|i| {
+            g.submit(&[
+                "-J",
+                &format!("b{i}"),
+                "--gpu-mem",
+                "1G",
+                "-o",
+                "/dev/null",
+                &busy,
+            ])
+        })
         .collect();
     let mut most = 0;
     let all_done = common::poll(Duration::from_secs(90), Duration::from_millis(200), || {

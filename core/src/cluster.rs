@@ -23,6 +23,7 @@ mod job_update;
 mod jobs_by_user;
 mod launch_pass;
 mod launching;
+mod longest_first;
 mod node_admin;
 mod node_registration;
 mod node_reports;

@@ -24,8 +24,8 @@ mod scheduler_type;
 mod wide;
 
 pub use admission::{
-    host_mem_low, parse_start_ahead, DEFAULT_HOST_MEM_RESERVE_PCT, DEFAULT_START_AHEAD,
-    MOST_HOST_MEM_RESERVE_PCT, MOST_START_AHEAD, SETUP_SECS,
+    host_mem_low, parse_start_ahead, StartAheadError, DEFAULT_HOST_MEM_RESERVE_PCT,
+    DEFAULT_START_AHEAD, MOST_HOST_MEM_RESERVE_PCT, MOST_START_AHEAD, SETUP_SECS,
 };
 pub use case::CaseLaunch;
 pub use exclusive::ExclusiveLaunch;

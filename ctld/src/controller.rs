@@ -498,11 +498,11 @@ impl Controller {
                     c.update_mps(node, &hb.mps);
                 }
                 freed = c.update_instance_use(node, &hb.instances);
-                c.set_waiting_tasks(node, hb.waiting_tasks.clone());
+                effects.extend(c.set_waiting_tasks(node, hb.waiting_tasks.clone()));
                 freed |= c.set_host_room(node, hb.shared_room, hb.mem_available_mib);
                 c.note_usage(node, &hb.usage, &hb.steps);
                 freed |= c.node_heard(node);
-                effects = c.reconcile_runs(node, &hb.running, &hb.runs);
+                effects.extend(c.reconcile_runs(node, &hb.running, &hb.runs));
                 effects.extend(c.reconcile_suspensions(node, &hb.running, &hb.suspended));
             }
             (known, freed, effects)

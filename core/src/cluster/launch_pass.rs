@@ -180,15 +180,20 @@ impl Cluster {
             .sum();
         let truncated = self.shared_queue.len() > free_workers;
         let ordered = self.priority.orders();
+        // In submission order the first ones are the ones to look at (a
+        // window of them, reordered longest expected first); by priority,
+        // every eligible job is weighed first.
+        let window = free_workers.saturating_mul(super::longest_first::WINDOW_PER_WORKER);
         let mut shared_ids: Vec<JobId> = self
             .shared_queue
             .iter()
             .filter(|id| eligible(id))
-            // In submission order the first ones are the ones to look at;
-            // by priority, every eligible job is weighed first.
-            .take(if ordered { usize::MAX } else { free_workers })
+            .take(if ordered { usize::MAX } else { window })
             .copied()
             .collect();
+        if !ordered {
+            self.longest_first(&mut shared_ids, now);
+        }
         let mut priorities = HashMap::new();
         self.by_priority(&mut iso_ids, now, &mut priorities);
         self.by_priority(&mut shared_ids, now, &mut priorities);
@@ -282,7 +287,14 @@ impl Cluster {
                 } else {
                     (0, 0)
                 };
-                self.node_view(n, with_users, holding, isolated_waiting, now, (shared_waiting, shared_starting))
+                self.node_view(
+                    n,
+                    with_users,
+                    holding,
+                    isolated_waiting,
+                    now,
+                    (shared_waiting, shared_starting),
+                )
             })
             .collect()
     }
@@ -297,44 +309,44 @@ impl Cluster {
         (shared_waiting, shared_starting): (u32, u32),
     ) -> NodeView<'a> {
         NodeView {
-                shared_waiting,
-                shared_starting,
-                shared_room: n.shared_room,
-                host_mem_low: crate::launch::host_mem_low(
-                    n.mem_available_mib,
-                    n.memory_mib,
-                    self.host_mem_reserve_pct,
-                ),
-                name: &n.name,
-                occupancy: self.occupancy(n, with_users),
-                up: n.accepts_launches(),
-                worker_limit: n.worker_limit,
-                workers_used: n.running.len() as u32,
-                // Only isolated jobs' placement asks for these two.
-                shared_running: n.shared.len() as u32,
-                total: n.total(),
-                free: self.free_on(n),
-                expected_empty: if holding {
-                    self.expected_empty(n, now)
-                } else {
-                    None
-                },
-                instances: n
-                    .instances
-                    .iter()
-                    .map(|s| InstanceView {
-                        instance: &s.instance,
-                        isolated_owner: s.isolated_owner,
-                        draining_for: s.draining_for,
-                        active_tasks: s.active_tasks,
-                        expected_free: if isolated_waiting {
-                            self.expected_free(s)
-                        } else {
-                            None
-                        },
-                        retiring: s.retiring,
-                    })
-                    .collect(),
+            shared_waiting,
+            shared_starting,
+            shared_room: n.shared_room,
+            host_mem_low: crate::launch::host_mem_low(
+                n.mem_available_mib,
+                n.memory_mib,
+                self.host_mem_reserve_pct,
+            ),
+            name: &n.name,
+            occupancy: self.occupancy(n, with_users),
+            up: n.accepts_launches(),
+            worker_limit: n.worker_limit,
+            workers_used: n.running.len() as u32,
+            // Only isolated jobs' placement asks for these two.
+            shared_running: n.shared.len() as u32,
+            total: n.total(),
+            free: self.free_on(n),
+            expected_empty: if holding {
+                self.expected_empty(n, now)
+            } else {
+                None
+            },
+            instances: n
+                .instances
+                .iter()
+                .map(|s| InstanceView {
+                    instance: &s.instance,
+                    isolated_owner: s.isolated_owner,
+                    draining_for: s.draining_for,
+                    active_tasks: s.active_tasks,
+                    expected_free: if isolated_waiting {
+                        self.expected_free(s)
+                    } else {
+                        None
+                    },
+                    retiring: s.retiring,
+                })
+                .collect(),
         }
     }
 

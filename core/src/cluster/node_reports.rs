@@ -53,11 +53,45 @@ impl Cluster {
     }
 
     /// The shared tasks waiting for a place on `node`, as it last said.
-    pub fn set_waiting_tasks(&mut self, node: &str, waiting: Vec<crate::wire::WaitingTask>) {
-        if let Some(n) = self.nodes.get_mut(node) {
-            n.waiting_tasks = waiting;
-            n.waiting_reports += 1;
+    /// A shared job running there shows reason `WaitingForGpu` while one
+    /// of its tasks waits, and none once none does; each change is
+    /// returned as an effect to record.
+    pub fn set_waiting_tasks(
+        &mut self,
+        node: &str,
+        waiting: Vec<crate::wire::WaitingTask>,
+    ) -> Vec<Effect> {
+        use super::early_start::WAITING_FOR_GPU;
+        let Some(n) = self.nodes.get_mut(node) else {
+            return Vec::new();
+        };
+        n.waiting_tasks = waiting;
+        n.waiting_reports += 1;
+        let waits: std::collections::HashSet<JobId> =
+            n.waiting_tasks.iter().map(|w| w.job).collect();
+        let mut effects = Vec::new();
+        for id in &n.shared {
+            let Some(job) = self.jobs.get_mut(id) else {
+                continue;
+            };
+            if job.state != crate::job::JobState::Running {
+                continue;
+            }
+            let shows = job.reason.as_deref() == Some(WAITING_FOR_GPU);
+            let event = match (waits.contains(id), shows) {
+                (true, false) => {
+                    job.reason = Some(WAITING_FOR_GPU.into());
+                    format!("waits on {node} for a GPU placement")
+                }
+                (false, true) => {
+                    job.reason = None;
+                    format!("placed on a GPU instance of {node}")
+                }
+                _ => continue,
+            };
+            effects.push(Effect::Job { id: *id, event });
         }
+        effects
     }
 
     /// Notes reservations a node reported as begun (task records arrive
@@ -186,9 +220,11 @@ impl Cluster {
                 w += 1;
                 continue;
             }
-            let young = self.jobs.get(id).and_then(|j| j.start_time).is_some_and(|t| {
-                now.saturating_sub(t) < crate::launch::SETUP_SECS
-            });
+            let young = self
+                .jobs
+                .get(id)
+                .and_then(|j| j.start_time)
+                .is_some_and(|t| now.saturating_sub(t) < crate::launch::SETUP_SECS);
             if young && !n.instances.iter().any(|s| s.job_bytes.contains_key(id)) {
                 starting += 1;
             }

@@ -621,3 +621,76 @@ fn unreachable_node_requeues_without_counting_a_restart() {
     assert_eq!(fx.len(), 1);
     assert_eq!(c.job(a).unwrap().state, JobState::Failed);
 }
+
+#[test]
+fn a_shared_job_shows_while_its_task_waits_for_a_gpu() {
+    let mut c = Cluster::new(Box::new(CaseLaunch));
+    c.register_node(&reg(vec![], vec![]), 0);
+    let (a, _) = c.submit(spec(false, false), 1).unwrap();
+    let (b, _) = c.submit(spec(false, false), 1).unwrap();
+    c.schedule(2);
+    for id in [a, b] {
+        let run = c.job(id).unwrap().run;
+        c.launch_confirmed(id, run);
+    }
+    let waits = |job| crate::wire::WaitingTask {
+        job,
+        bytes: 1 << 30,
+        instance: None,
+    };
+    let fx = c.set_waiting_tasks("n1", vec![waits(b)]);
+    assert_eq!(fx.len(), 1, "{fx:?}");
+    assert_eq!(c.job(b).unwrap().reason.as_deref(), Some("WaitingForGpu"));
+    assert_eq!(c.job(a).unwrap().reason, None);
+    assert!(
+        c.set_waiting_tasks("n1", vec![waits(b)]).is_empty(),
+        "no change"
+    );
+    assert_eq!(c.set_waiting_tasks("n1", Vec::new()).len(), 1);
+    assert_eq!(c.job(b).unwrap().reason, None, "placed");
+}
+
+#[test]
+fn shared_jobs_start_by_the_room_the_node_reports_then_a_few_ahead() {
+    let mut c = Cluster::new(Box::new(CaseLaunch));
+    c.register_node(
+        &NodeRegistration {
+            worker_limit: Some(20),
+            ..reg(vec![], vec![])
+        },
+        0,
+    );
+    c.set_shared_start_ahead(Some(2));
+    // Room for two jobs nothing is known about.
+    let room = crate::wire::SharedRoom {
+        compute: 750,
+        default_demand: 375,
+    };
+    c.set_host_room("n1", Some(room), None);
+    let ids: Vec<JobId> = (0..8)
+        .map(|_| c.submit(spec(false, false), 1).unwrap().0)
+        .collect();
+    let started = |fx: &[Effect]| {
+        fx.iter()
+            .filter(|e| matches!(e, Effect::Launch { .. }))
+            .count()
+    };
+    assert_eq!(started(&c.schedule(2)), 2 + 2, "two by the room, two ahead");
+    // Those four are on their way: nothing more until the node says so.
+    assert_eq!(started(&c.schedule(3)), 0);
+    // Later: the host is short of memory; a job that set memory aside
+    // may still start, one that did not may not.
+    c.set_shared_start_ahead(None);
+    c.set_host_room("n1", Some(room), Some(50));
+    assert_eq!(started(&c.schedule(30)), 0, "no --mem below the reserve");
+    let mut with_mem = spec(false, false);
+    with_mem.slurm.other.insert("mem".into(), "64M".into());
+    let (m, _) = c.submit(with_mem, 31).unwrap();
+    let fx = c.schedule(31);
+    assert!(fx.contains(&Effect::Launch {
+        job: m,
+        node: "n1".into(),
+        early: false
+    }));
+    assert!(ids.len() == 8);
+}

@@ -88,25 +88,29 @@ impl Admission {
 /// The most `--host-mem-reserve` may be, percent.
 pub const MOST_HOST_MEM_RESERVE_PCT: u32 = 90;
 
+/// A `--shared-start-ahead` that does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("shared start-ahead '{0}' must be a number of jobs from 0 to {MOST_START_AHEAD}, or off")]
+pub struct StartAheadError(pub String);
+
 /// Reads `--shared-start-ahead`: a number of jobs (0 to
 /// [`MOST_START_AHEAD`]) or `off` (`None`: as many as workers allow).
-pub fn parse_start_ahead(text: &str) -> Result<Option<u32>, String> {
+pub fn parse_start_ahead(text: &str) -> Result<Option<u32>, StartAheadError> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("off") {
         return Ok(None);
     }
     match t.parse::<u32>() {
         Ok(n) if n <= MOST_START_AHEAD => Ok(Some(n)),
-        _ => Err(format!(
-            "shared start-ahead '{text}' must be a number of jobs from 0 to {MOST_START_AHEAD}, or off"
-        )),
+        _ => Err(StartAheadError(text.into())),
     }
 }
 
 /// Whether a node with `available_mib` of host memory available, of
 /// `total_mib`, is below a reserve of `reserve_pct` percent.
 pub fn host_mem_low(available_mib: Option<u64>, total_mib: u64, reserve_pct: u32) -> bool {
-    available_mib.is_some_and(|a| a.saturating_mul(100) < total_mib.saturating_mul(reserve_pct as u64))
+    available_mib
+        .is_some_and(|a| a.saturating_mul(100) < total_mib.saturating_mul(reserve_pct as u64))
 }
 
 #[cfg(test)]
@@ -170,7 +174,10 @@ mod tests {
         assert_eq!(parse_start_ahead("2"), Ok(Some(2)));
         assert_eq!(parse_start_ahead(" OFF "), Ok(None));
         assert_eq!(parse_start_ahead("0"), Ok(Some(0)));
-        assert!(parse_start_ahead("1025").unwrap_err().contains("'1025'"));
+        assert!(parse_start_ahead("1025")
+            .unwrap_err()
+            .to_string()
+            .contains("'1025'"));
         assert!(parse_start_ahead("-1").is_err());
         assert!(parse_start_ahead("lots").is_err());
     }

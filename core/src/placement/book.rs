@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
+mod demand;
 mod growth;
 
 pub use growth::Growth;
@@ -238,18 +239,6 @@ impl TaskBook {
     /// Every process bound to an instance (job, pid).
     pub fn bound_processes(&self) -> Vec<(JobId, u32)> {
         self.pins.keys().copied().collect()
-    }
-
-    /// The capacity of the instance a process is bound to, if it is.
-    pub fn pinned_capacity(&self, job: JobId, pid: u32) -> Option<u32> {
-        self.pins
-            .get(&(job, pid))
-            .map(|&i| self.instances[i].capacity)
-    }
-
-    /// Whether process `pid` of `job` has a task placed.
-    pub fn has_active(&self, job: JobId, pid: u32) -> bool {
-        self.active.values().any(|a| a.job == job && a.pid == pid)
     }
 
     /// The instance a process is bound to, if its first task was placed.
@@ -589,39 +578,6 @@ impl TaskBook {
         inst.warps = inst.warps - a.warps + warps;
         a.warps = warps;
         Ok(())
-    }
-
-    /// Process `pid` of `job` was measured to demand `demand` thousandths
-    /// of a GPU (all its tasks together, shared evenly among them, each at
-    /// most its instance). Returns the waiting tasks a lower demand made
-    /// room for under the compute ceiling.
-    pub fn set_process_demand(&mut self, job: JobId, pid: u32, demand: u32) -> Vec<Placed> {
-        let ids: Vec<TaskId> = self
-            .active
-            .iter()
-            .filter(|(_, a)| a.job == job && a.pid == pid)
-            .map(|(id, _)| *id)
-            .collect();
-        if ids.is_empty() {
-            return Vec::new();
-        }
-        let each = demand.div_ceil(ids.len() as u32).max(1);
-        let mut lowered = false;
-        for id in ids {
-            let Some(a) = self.active.get_mut(&id) else {
-                continue;
-            };
-            let inst = &mut self.instances[a.instance];
-            let now = each.min(inst.capacity.max(1));
-            lowered |= now < a.compute;
-            inst.compute = inst.compute - a.compute + now;
-            a.compute = now;
-        }
-        if lowered {
-            self.retry()
-        } else {
-            Vec::new()
-        }
     }
 
     /// Puts back a reservation that existed before a restart, as it was:

@@ -79,7 +79,8 @@ impl Sim<'_> {
             self.cluster.update_instance_use(&name, &uses);
             // No host memory is simulated.
             self.cluster.set_host_room(&name, room, None);
-            self.cluster.set_waiting_tasks(&name, waiting.clone());
+            // Reasons are the controller's to record; nothing records here.
+            let _ = self.cluster.set_waiting_tasks(&name, waiting.clone());
             reported.push(waiting);
         }
         reported

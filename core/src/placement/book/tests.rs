@@ -704,7 +704,10 @@ fn a_waiting_growth_is_refused_when_the_others_end_up_waiting_too() {
 
 #[derive(Debug, Clone)]
 enum ComputeOp {
-    Begin { gib: u64, share: u32 },
+    Begin {
+        gib: u64,
+        share: u32,
+    },
     End(usize),
     Close(usize),
     Open(usize),
@@ -825,7 +828,12 @@ fn a_process_s_demand_is_set_as_measured_and_shared_among_its_tasks() {
 
 #[test]
 fn the_room_for_newcomers_is_the_compute_left_under_the_ceiling() {
-    let room = |compute, default_demand| Some(crate::wire::SharedRoom { compute, default_demand });
+    let room = |compute, default_demand| {
+        Some(crate::wire::SharedRoom {
+            compute,
+            default_demand,
+        })
+    };
     let mut b = book(&[40 * G, 10 * G])
         .with_capacity("I1", 142)
         .with_compute_ceiling(Some(3000))

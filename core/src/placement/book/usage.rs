@@ -50,17 +50,25 @@ impl TaskBook {
     /// bounds placement (no ceiling, or a memory-blind policy): memory
     /// alone decides, which the controller does not model.
     pub fn room_for_newcomers(&self) -> Option<crate::wire::SharedRoom> {
-        let ceiling = self.compute_ceiling.filter(|_| !self.policy.memory_blind())?;
+        let ceiling = self
+            .compute_ceiling
+            .filter(|_| !self.policy.memory_blind())?;
         let (mut compute, mut default_demand) = (0u64, 0u64);
-        for i in self.instances.iter().filter(|i| {
-            !i.closed && i.owner.is_none() && !i.retiring && !i.mps_down && !i.bypassed
-        }) {
+        for i in self
+            .instances
+            .iter()
+            .filter(|i| !i.closed && i.owner.is_none() && !i.retiring && !i.mps_down && !i.bypassed)
+        {
             let capacity = i.capacity.max(1) as u64;
-            let each = (capacity * self.default_share as u64 / crate::compute::WHOLE_GPU as u64)
-                .max(1);
+            let each =
+                (capacity * self.default_share as u64 / crate::compute::WHOLE_GPU as u64).max(1);
             let limit = capacity * ceiling as u64 / crate::compute::WHOLE_GPU as u64;
             // An empty instance takes any one process.
-            let limit = if i.compute == 0 { limit.max(each) } else { limit };
+            let limit = if i.compute == 0 {
+                limit.max(each)
+            } else {
+                limit
+            };
             compute += limit.saturating_sub(i.compute as u64);
             default_demand = default_demand.max(each);
         }
