@@ -34,6 +34,6 @@ for p in "$@"; do
     bash "$ROOT/bench/gpu-packing.sh" "$p" "$SEED" "$JOBS" >"$OUT/run-$tag-$trial.txt" 2>&1
   [ $learn = 1 ] && touch "$OUT/.learned-$tag"
   [ -z "$alone" ] && [ -s "$OUT/alone.txt" ] && { cp "$OUT/alone.txt" "$OUT/alone-first.txt"; alone=$OUT/alone-first.txt; }
-  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('policy','jobs','correct','wrong_results','oom_failures','other_failures','makespan_secs','throughput_jobs_per_hour','mean_turnaround_secs','mean_job_slowdown','antt','memory_utilization')})" \
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('policy','jobs','correct','wrong_results','oom_failures','other_failures','makespan_secs','throughput_jobs_per_hour','mean_turnaround_secs','mean_job_slowdown','antt','memory_utilization','mean_gpu_utilization_pct','host_mem_peak_gib')})" \
     "$OUT/gpu-packing-$tag-$trial.json" 2>&1 | tail -1
 done

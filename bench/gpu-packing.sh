@@ -11,13 +11,22 @@
 # here, before gsched starts); KEEP_STATE=1 keeps gsched's state (its
 # database: what earlier trials taught it) from the last call of the same
 # policy and batch; TRIAL names this run in the output files.
+# JOBSET=external runs the external suite (bench/gpu-external: Rodinia's
+# CUDA programs, fetched and built with its fetch.sh and build.sh) in
+# place of the project's own (bench/gpu-jobs). Host memory in use (MemTotal
+# less MemAvailable) is sampled every half second.
 # bench/gpu-interleaved.sh runs trials in an interleaved order.
 set -u
 POLICY=${1:?usage: bench/gpu-packing.sh exclusive|case|cg:R [SEED] [JOBS]}
 SEED=${2:-1}
 JOBS=${3:-24}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SUITE=$ROOT/bench/gpu-jobs
+JOBSET=${JOBSET:-own}
+case $JOBSET in
+  own) SUITE=$ROOT/bench/gpu-jobs; KINDS="dense stencil graph cnn_train inference cpu_burst" ;;
+  external) SUITE=$ROOT/bench/gpu-external; KINDS="nw pathfinder srad streamcluster lavaMD" ;;
+  *) echo "JOBSET must be own or external" >&2; exit 2 ;;
+esac
 OUT=${OUT:-$ROOT/gpu-out}
 BIN=${BIN:-$ROOT/dist}
 BATCH=${BATCH:-regular}
@@ -52,10 +61,11 @@ machine="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,
 # The whole process is timed (interpreter and CUDA start-up included), as a
 # job's elapsed time in gsched is.
 if [ -n "${ALONE:-}" ]; then cp "$ALONE" "$st/alone.txt"; fi
-for k in dense stencil graph cnn_train inference cpu_burst; do
+for k in $KINDS; do
   [ -n "${ALONE:-}" ] && break
   t0=$(date +%s.%N)
-  python3 "$SUITE/$k.py" --mem-gb 2 >"$st/alone-$k.out" 2>"$st/alone-$k.err" ||
+  if [ "$JOBSET" = own ]; then run=(python3 "$SUITE/$k.py" --mem-gb 2); else run=(bash "$SUITE/run_kind.sh" "$k"); fi
+  "${run[@]}" >"$st/alone-$k.out" 2>"$st/alone-$k.err" ||
     { echo "alone run of $k failed:" >&2; tail -5 "$st/alone-$k.err" >&2; }
   t1=$(date +%s.%N)
   grep '^GPUJOB' "$st/alone-$k.out" >>"$st/alone.txt"
@@ -66,7 +76,8 @@ printf '[[gpu]]\nindex = 0\nmps = true\n' >"$st/gpus.toml"
 gsched up --state-dir "$st/state" --listen 127.0.0.1:7819 --node-name gpu1 --kill-wait 5 \
   --heartbeat-interval 1 --gpu-config "$st/gpus.toml" "${FLAGS[@]}" >"$st/up.log" 2>&1 &
 UP=$!
-trap 'kill $SMI 2>/dev/null; kill -TERM $UP 2>/dev/null; wait $UP 2>/dev/null' EXIT
+SMI=; HOSTMEM=
+trap 'kill $SMI $HOSTMEM 2>/dev/null; kill -TERM $UP 2>/dev/null; wait $UP 2>/dev/null' EXIT
 export GSCHED_URL=http://127.0.0.1:7819
 for _ in $(seq 150); do ginfo >/dev/null 2>&1 && break; sleep 0.2; done
 sleep 2
@@ -75,6 +86,11 @@ python3 "$SUITE/batch.py" --seed "$SEED" --jobs "$JOBS" --policy "$POLICY" --dir
 nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits \
   -lms 1000 >"$st/smi.csv" &
 SMI=$!
+# Host memory in use, MiB, every half second (the batch's own processes
+# and gsched's, over what the machine used before).
+awk '/^MemTotal:/ {t=$2} /^MemAvailable:/ {a=$2} END {print int((t - a) / 1024)}' /proc/meminfo >"$st/host-idle.txt"
+( while :; do awk '/^MemTotal:/ {t=$2} /^MemAvailable:/ {a=$2} END {print int((t - a) / 1024)}' /proc/meminfo; sleep 0.5; done ) >"$st/host.txt" &
+HOSTMEM=$!
 ids=()
 while IFS=$'\t' read -r idx kind mem iso script; do
   [ "$idx" = index ] && continue
@@ -87,10 +103,11 @@ for _ in $(seq 1080); do
   [ "$left" -eq 0 ] && break
   sleep 0.5
 done
-kill $SMI 2>/dev/null
+kill $SMI $HOSTMEM 2>/dev/null
 gacct -j "$list" --json >"$st/jobs.json"
 python3 "$SUITE/summarize.py" --policy "$POLICY" --batch "$st/batch.tsv" --jobs "$st/jobs.json" \
-  --alone "$st/alone.txt" --smi "$st/smi.csv" --machine "$machine" >"$OUT/gpu-packing-$OTAG.json"
+  --alone "$st/alone.txt" --smi "$st/smi.csv" --host "$st/host.txt" --host-idle "$st/host-idle.txt" \
+  --machine "$machine" >"$OUT/gpu-packing-$OTAG.json"
 cp "$st/alone.txt" "$OUT/alone.txt"
 gacct -j "$list" >"$OUT/gacct-$OTAG.txt" 2>&1
 cp "$st/jobs.json" "$OUT/jobs-$OTAG.json"

@@ -4,8 +4,10 @@ the nvidia-smi samples), OOM failures, and per-kind slowdown against the
 alone times the driver measured in the same run. A job counts as correct
 only when it completed, printed its report, its ballast held, and its
 checksum matches its kind's alone run (relative 1e-2: rounding order may
-differ under sharing; skipped or faulted work does not come close);
-throughput counts correct jobs."""
+differ under sharing; skipped or faulted work does not come close), or,
+for the external suite, the digest of its output equals the alone run's;
+throughput counts correct jobs. Host memory: the peak and mean of the
+machine's memory in use during the batch, over what it used before."""
 
 import argparse
 import json
@@ -43,6 +45,8 @@ def main():
     p.add_argument("--jobs", required=True, help="gacct --json output")
     p.add_argument("--alone", required=True, help="one GPUJOB line per kind, run alone")
     p.add_argument("--smi", required=True, help="nvidia-smi samples")
+    p.add_argument("--host", help="host memory in use, MiB, one sample per line")
+    p.add_argument("--host-idle", help="host memory in use before the batch, MiB")
     p.add_argument("--machine", default="")
     a = p.parse_args()
     batch = {}
@@ -79,9 +83,12 @@ def main():
     makespan = max(t1 - t0, 1)
     for r in rows:
         rep, al = r["report"], alone.get(r["kind"])
+        if rep and al and "digest" in al:
+            same = rep.get("digest") is not None and rep.get("digest") == al["digest"]
+        else:
+            same = bool(rep and al and matches(rep.get("checksum"), al.get("checksum")))
         r["correct"] = bool(r["state"] == "COMPLETED" and rep and al
-                            and rep.get("ballast_ok", False)
-                            and matches(rep.get("checksum"), al.get("checksum")))
+                            and rep.get("ballast_ok", False) and same)
     done = [r for r in rows if r["correct"]]
     # Memory use and GPU utilization over the makespan, from the 1 s
     # samples (timestamp, memory.used, memory.total, utilization.gpu).
@@ -95,6 +102,13 @@ def main():
                 util.append(float(parts[3]))
             except (ValueError, IndexError):
                 continue
+    host, idle = [], 0
+    if a.host:
+        with open(a.host) as f:
+            host = [int(x) for x in f.read().split() if x.isdigit()]
+    if a.host_idle:
+        with open(a.host_idle) as f:
+            idle = int(f.read().split()[0])
     slow = {}
     for r in done:
         al = alone.get(r["kind"])
@@ -135,6 +149,8 @@ def main():
         "mean_turnaround_secs": round(statistics.mean(r["end"] - r["submit"] for r in done), 2) if done else None,
         "memory_utilization": round(statistics.mean(used) / total, 4) if used and total else None,
         "mean_gpu_utilization_pct": round(statistics.mean(util), 1) if util else None,
+        "host_mem_peak_gib": round((max(host) - idle) / 1024, 2) if host else None,
+        "host_mem_mean_gib": round((statistics.mean(host) - idle) / 1024, 2) if host else None,
         "mean_gpu_phase_slowdown": round(statistics.mean(gpu_slow), 3) if gpu_slow else None,
         "per_kind": per_kind,
         "memory_mib_samples": used,

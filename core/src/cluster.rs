@@ -184,6 +184,7 @@ fn queued<'a>(
     QueuedJob {
         priority,
         share,
+        submitted: job.submit_time,
         id: job.id,
         gpu: &job.spec.gpu,
         uid: job.spec.uid,

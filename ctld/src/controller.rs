@@ -484,9 +484,11 @@ impl Controller {
         Ok(reply)
     }
 
-    /// A node's heartbeat: renews its lease, takes its instances' use, and
-    /// stops the runs it has that the controller does not own (returned as
-    /// effects for the caller to carry out).
+    /// A node's heartbeat: renews its lease, takes its instances' use, its
+    /// waiting tasks and its room for shared jobs, and stops the runs it
+    /// has that the controller does not own. Returns the effects for the
+    /// caller to carry out: those stops, and the reasons of shared jobs
+    /// that began or stopped waiting for a placement.
     pub fn heartbeat(&self, node: &str, hb: &Heartbeat) -> (bool, Vec<Effect>) {
         let (known, freed, effects) = {
             let mut c = self.lock();

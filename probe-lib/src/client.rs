@@ -310,8 +310,15 @@ impl ProbeClient {
         })
     }
 
-    /// Reports how long this process has kept its instance busy since it
-    /// was placed, while it runs: gnoded corrects its compute demand.
+    /// A second connection for the same job, for a thread of its own (the
+    /// interception library's busy reports, which must never wait on the
+    /// first one).
+    pub fn another(&self) -> Result<ProbeClient, ProbeError> {
+        ProbeClient::connect(&self.sock, self.job, self.key.clone())
+    }
+
+    /// Reports how long this process has kept its instance busy since its
+    /// sampler started, while it runs: gnoded corrects its compute demand.
     pub fn busy(&mut self, busy: gsched_core::probe::BusyTime) -> Result<(), ProbeError> {
         self.ok(ProbeRequest::Busy {
             job: self.job,

@@ -53,9 +53,11 @@ impl Cluster {
     }
 
     /// The shared tasks waiting for a place on `node`, as it last said.
-    /// A shared job running there shows reason `WaitingForGpu` while one
-    /// of its tasks waits, and none once none does; each change is
-    /// returned as an effect to record.
+    /// A shared job running there alone (on one node) shows reason
+    /// `WaitingForGpu` once two reports in a row say one of its tasks
+    /// waits (a wait shorter than a heartbeat is not worth a write), and
+    /// none once none does; each change is returned as an effect to
+    /// record.
     pub fn set_waiting_tasks(
         &mut self,
         node: &str,
@@ -65,19 +67,31 @@ impl Cluster {
         let Some(n) = self.nodes.get_mut(node) else {
             return Vec::new();
         };
+        let before: std::collections::HashSet<JobId> =
+            n.waiting_tasks.iter().map(|w| w.job).collect();
         n.waiting_tasks = waiting;
         n.waiting_reports += 1;
-        let waits: std::collections::HashSet<JobId> =
+        let waits: std::collections::HashSet<JobId> = n
+            .waiting_tasks
+            .iter()
+            .map(|w| w.job)
+            .filter(|j| before.contains(j))
+            .collect();
+        let now_waiting: std::collections::HashSet<JobId> =
             n.waiting_tasks.iter().map(|w| w.job).collect();
         let mut effects = Vec::new();
         for id in &n.shared {
             let Some(job) = self.jobs.get_mut(id) else {
                 continue;
             };
-            if job.state != crate::job::JobState::Running {
+            // A job on several nodes is told about by none of them alone.
+            if job.state != crate::job::JobState::Running || !job.sisters.is_empty() {
                 continue;
             }
             let shows = job.reason.as_deref() == Some(WAITING_FOR_GPU);
+            if shows && now_waiting.contains(id) {
+                continue;
+            }
             let event = match (waits.contains(id), shows) {
                 (true, false) => {
                     job.reason = Some(WAITING_FOR_GPU.into());

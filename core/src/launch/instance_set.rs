@@ -202,6 +202,7 @@ mod tests {
     fn job(gpu: &GpuRequest) -> QueuedJob<'_> {
         QueuedJob {
             share: None,
+            submitted: 0,
             id: 9,
             gpu,
             uid: 0,

@@ -1,7 +1,7 @@
 //! Compute demand measured while a process runs: the interception library
 //! reports, every [`crate::compute::BUSY_REPORT_EVERY_MS`], how long its
-//! process has kept its instance busy since it was placed (cumulative
-//! microseconds). Each window of at least
+//! process has kept its instance busy since its first kernel launch
+//! (cumulative microseconds). Each window of at least
 //! [`crate::compute::MEASURE_WINDOW_USEC`] of placed time gives a demand
 //! ([`crate::compute::window_demand`]), carried forward by
 //! [`crate::compute::next_demand`]. The first guess (stated, learned from
@@ -23,8 +23,14 @@ use crate::probe::BusyTime;
 struct Window {
     busy_usec: u64,
     placed_usec: u64,
+    /// When the node took that report (its own clock, unix ms).
+    at_ms: i64,
     demand: Option<u32>,
 }
+
+/// The least time between two reports of one process that the node takes
+/// (ms): a process that reports faster is not listened to faster.
+pub const MIN_REPORT_GAP_MS: i64 = crate::compute::BUSY_REPORT_EVERY_MS as i64 / 2;
 
 /// The demands measured on a node (see the module documentation).
 #[derive(Debug, Default)]
@@ -35,23 +41,55 @@ pub struct Measured {
 
 impl Measured {
     /// Process `pid` of `job`, bound to an instance offering `capacity`,
-    /// reported `busy` so far. Returns its new demand (thousandths of a
-    /// GPU) when a window closed. A report that goes backwards (a process
-    /// that placed itself again) starts over.
-    pub fn report(&mut self, job: JobId, pid: u32, busy: BusyTime, capacity: u32) -> Option<u32> {
-        let w = self.windows.entry((job, pid)).or_default();
-        if busy.placed_usec < w.placed_usec || busy.busy_usec < w.busy_usec {
-            *w = Window::default();
+    /// reported `busy` so far, taken at `now_ms` (the node's clock).
+    /// Returns its new demand (thousandths of a GPU) when a window closed.
+    ///
+    /// The numbers come from the job's own process, so they are held to
+    /// the node's clock: a process's first report only starts its windows,
+    /// one sooner than [`MIN_REPORT_GAP_MS`] after the last is ignored, a
+    /// window counts no more placed time than passed on the node, and a
+    /// report that goes backwards starts the windows again with the
+    /// demand kept.
+    pub fn report(
+        &mut self,
+        job: JobId,
+        pid: u32,
+        busy: BusyTime,
+        capacity: u32,
+        now_ms: i64,
+    ) -> Option<u32> {
+        let w = match self.windows.entry((job, pid)) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Window {
+                    busy_usec: busy.busy_usec,
+                    placed_usec: busy.placed_usec,
+                    at_ms: now_ms,
+                    demand: None,
+                });
+                return None;
+            }
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        };
+        let passed_ms = now_ms.saturating_sub(w.at_ms);
+        if passed_ms < MIN_REPORT_GAP_MS {
+            return None;
         }
-        let window = window_demand(
-            busy.busy_usec - w.busy_usec,
-            busy.placed_usec - w.placed_usec,
-            capacity,
-        )?;
+        if busy.placed_usec < w.placed_usec || busy.busy_usec < w.busy_usec {
+            *w = Window {
+                busy_usec: busy.busy_usec,
+                placed_usec: busy.placed_usec,
+                at_ms: now_ms,
+                demand: w.demand,
+            };
+            return None;
+        }
+        let placed = (busy.placed_usec - w.placed_usec).min(passed_ms as u64 * 1000);
+        let window = window_demand(busy.busy_usec - w.busy_usec, placed, capacity)?;
         let demand = next_demand(w.demand, window);
         *w = Window {
             busy_usec: busy.busy_usec,
             placed_usec: busy.placed_usec,
+            at_ms: now_ms,
             demand: Some(demand),
         };
         self.by_job.insert(job, demand);
@@ -101,31 +139,62 @@ mod tests {
     fn windows_close_after_a_second_of_placed_time() {
         let mut m = Measured::default();
         assert_eq!(
-            m.report(7, 1, busy(100_000, 500_000), 1000),
+            m.report(7, 1, busy(0, 0), 1000, 0),
+            None,
+            "the first only starts"
+        );
+        assert_eq!(
+            m.report(7, 1, busy(100_000, 500_000), 1000, 500),
             None,
             "half a second says nothing"
         );
-        assert_eq!(m.report(7, 1, busy(200_000, 1_000_000), 1000), Some(200));
+        assert_eq!(
+            m.report(7, 1, busy(200_000, 1_000_000), 1000, 1_000),
+            Some(200)
+        );
         assert_eq!(m.of_job(7), Some(200));
         // The next window: busy 0.9 of it: taken at once.
-        assert_eq!(m.report(7, 1, busy(1_100_000, 2_000_000), 1000), Some(900));
+        assert_eq!(
+            m.report(7, 1, busy(1_100_000, 2_000_000), 1000, 2_000),
+            Some(900)
+        );
         // Idle for a second: halfway down (to 1, the least).
-        assert_eq!(m.report(7, 1, busy(1_100_000, 3_000_000), 1000), Some(451));
+        assert_eq!(
+            m.report(7, 1, busy(1_100_000, 3_000_000), 1000, 3_000),
+            Some(451)
+        );
     }
 
     #[test]
-    fn a_report_that_goes_backwards_starts_over() {
+    fn a_process_is_held_to_the_node_s_clock() {
         let mut m = Measured::default();
-        assert_eq!(m.report(7, 1, busy(900_000, 1_000_000), 1000), Some(900));
-        assert_eq!(m.report(7, 1, busy(100_000, 1_000_000), 1000), Some(100));
+        m.report(7, 1, busy(0, 0), 1000, 0);
+        // Too soon after the last: ignored, whatever it claims.
+        assert_eq!(m.report(7, 1, busy(0, 50_000_000), 1000, 100), None);
+        // Ten seconds claimed in one real second: one second counted, so
+        // the busy half-second is half of it, not a twentieth.
+        assert_eq!(
+            m.report(7, 1, busy(500_000, 10_000_000), 1000, 1_000),
+            Some(500)
+        );
+        // Backwards: the windows start again, the demand stays.
+        assert_eq!(m.report(7, 1, busy(0, 0), 1000, 2_000), None);
+        assert_eq!(m.of_job(7), Some(500));
+        // From there, idle: halfway down from what was kept.
+        assert_eq!(m.report(7, 1, busy(0, 1_000_000), 1000, 3_000), Some(251));
         // A window on a seventh of a GPU, busy all the time: that seventh.
-        assert_eq!(m.report(8, 2, busy(1_000_000, 1_000_000), 142), Some(142));
+        m.report(8, 2, busy(0, 0), 142, 0);
+        assert_eq!(
+            m.report(8, 2, busy(1_000_000, 1_000_000), 142, 1_000),
+            Some(142)
+        );
     }
 
     #[test]
     fn a_job_keeps_its_newest_demand_after_its_process_left() {
         let mut m = Measured::default();
-        m.report(7, 1, busy(300_000, 1_000_000), 1000);
+        m.report(7, 1, busy(0, 0), 1000, 0);
+        m.report(7, 1, busy(300_000, 1_000_000), 1000, 1_000);
         m.forget_process(7, 1);
         assert!(m.is_empty());
         assert_eq!(m.of_job(7), Some(300));

@@ -249,7 +249,7 @@ impl NodeBook {
         if !self.book.has_active(job, pid) {
             return false;
         }
-        if let Some(demand) = self.measured.report(job, pid, busy, capacity) {
+        if let Some(demand) = self.measured.report(job, pid, busy, capacity, now_ms) {
             let placed = self.book.set_process_demand(job, pid, demand);
             self.deliver(placed, now_ms);
         }

@@ -422,6 +422,14 @@ impl Sim<'_> {
         self.decisions
             .push(format!("place {} on {}", self.jobs[j].name, p.instance));
         if self.task_shares == super::TaskShares::Measured {
+            // The process's first report (its sampler's start) begins its
+            // windows; the next, a window later, measures it.
+            let (cid, now) = (self.state[j].cid, self.now_ms());
+            let start = crate::probe::BusyTime {
+                busy_usec: 0,
+                placed_usec: 0,
+            };
+            self.books[self.inst_node[i]].busy_report(cid, 1, start, now);
             let window = crate::compute::MEASURE_WINDOW_USEC as f64 / 1e6;
             self.timer(self.now + window, j, Wake::Measure);
         }

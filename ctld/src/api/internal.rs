@@ -61,7 +61,7 @@ pub(super) async fn heartbeat(
         let ctl = std::sync::Arc::clone(&ctl);
         tokio::spawn(async move {
             if let Err(e) = ctl.execute(effects).await {
-                tracing::warn!(error = %e, "could not stop runs the controller does not own");
+                tracing::warn!(error = %e, "could not carry out what a heartbeat asked (stopping runs the controller does not own, recording reasons)");
             }
         });
     }

@@ -112,6 +112,9 @@ impl ProbeServer {
             }
             let started = std::time::Instant::now();
             WAITED.with(|w| w.set(false));
+            // A process's busy reports (one a second) are not what the
+            // round-trip histogram is for: placements and growths.
+            let mut counted = true;
             let (reply, begin) = match serde_json::from_slice::<ProbeRequest>(&body) {
                 Ok(ProbeRequest::Tokens { job, key }) => {
                     match self.open_tokens(job, &key, uid, pid) {
@@ -128,6 +131,7 @@ impl ProbeServer {
                 }
                 Ok(req) => {
                     let begin = matches!(req, ProbeRequest::Begin { .. });
+                    counted = !matches!(req, ProbeRequest::Busy { .. });
                     (self.handle(req, uid, pid), begin)
                 }
                 Err(e) => (
@@ -138,11 +142,13 @@ impl ProbeServer {
             if stream.write_all(&encode(&reply)).is_err() {
                 return;
             }
-            self.observe(
-                started.elapsed().as_secs_f64(),
-                begin,
-                WAITED.with(|w| w.get()),
-            );
+            if counted {
+                self.observe(
+                    started.elapsed().as_secs_f64(),
+                    begin,
+                    WAITED.with(|w| w.get()),
+                );
+            }
         }
     }
 }

@@ -437,6 +437,10 @@ fn a_measured_demand_below_the_guess_lets_waiting_tasks_in() {
     }
     assert!(matches!(n.begin(req(9, 109, G), 0), Ok(Begin::Waiting(_))));
     n.take_events();
+    // A process's first report starts its windows.
+    for job in 1..=2 {
+        assert!(n.busy_report(job, 100 + job as u32, busy(0, 0), 0));
+    }
     // Half a second is no window: nothing changes.
     assert!(n.busy_report(1, 101, busy(10_000, 500_000), 500));
     assert!(placed_events(&n.take_events()).is_empty());
@@ -464,6 +468,9 @@ fn a_measured_demand_above_the_guess_holds_newcomers_back() {
     // Four at 375 leave room for four more; two of them measure busy all
     // the time (a whole GPU each): 2 x 1000 + 2 x 375 = 2750, so the next
     // newcomer (375) no longer fits under 3000.
+    for job in 1..=2 {
+        assert!(n.busy_report(job, 100 + job as u32, busy(0, 0), 0));
+    }
     for job in 1..=2 {
         assert!(n.busy_report(job, 100 + job as u32, busy(1_000_000, 1_000_000), 1_000));
     }

@@ -12,8 +12,9 @@
 //! not SMs: a kernel that keeps a few SMs busy all the time counts as busy
 //! all the time, and work slowed by neighbours counts longer.
 //!
-//! Every [`REPORT`] the time so far goes to gnoded (`report_busy`), which
-//! corrects the process's compute demand from it while it runs.
+//! Every [`REPORT`] the busy time since the sampler started goes to gnoded
+//! on a connection of the sampler's own, which corrects the process's
+//! compute demand from it while it runs.
 //!
 //! Not measured: launches on the per-thread default stream (only its own
 //! thread can name it), and processes that never launched a kernel (they
@@ -61,6 +62,8 @@ struct Streams {
     /// Contexts forgotten so far (other threads that query reset theirs).
     forgets: u64,
     busy: Duration,
+    /// The connection the sampler reports on, until it starts and takes it.
+    reporter: Option<gsched_probe::ProbeClient>,
 }
 
 static STREAMS: Mutex<Streams> = Mutex::new(Streams {
@@ -72,6 +75,7 @@ static STREAMS: Mutex<Streams> = Mutex::new(Streams {
     forgot: false,
     forgets: 0,
     busy: Duration::ZERO,
+    reporter: None,
 });
 
 thread_local! {
@@ -93,9 +97,12 @@ fn streams() -> MutexGuard<'static, Streams> {
     s
 }
 
-/// The process was placed: its busy time counts from now.
-pub(super) fn placed() {
-    streams().placed = Some(Instant::now());
+/// The process was placed: its busy time counts from now; `reporter`
+/// carries the sampler's reports to gnoded while it runs.
+pub(super) fn placed(reporter: Option<gsched_probe::ProbeClient>) {
+    let mut st = streams();
+    st.placed = Some(Instant::now());
+    st.reporter = reporter;
 }
 
 /// A kernel was launched on `stream` (`per_thread`: through a `_ptsz`
@@ -129,9 +136,10 @@ pub(super) fn launched(stream: *mut c_void, per_thread: bool) {
     if !st.sampling {
         st.sampling = true;
         let generation = st.generation;
+        let reporter = st.reporter.take();
         if std::thread::Builder::new()
             .name("gprobe-busy".into())
-            .spawn(move || sample(generation))
+            .spawn(move || sample(generation, reporter))
             .is_ok()
         {
             // Registered now, after the driver's own exit handlers: it runs
@@ -190,7 +198,7 @@ pub(super) fn measured() -> Option<BusyTime> {
     })
 }
 
-fn sample(generation: u64) {
+fn sample(generation: u64, mut reporter: Option<gsched_probe::ProbeClient>) {
     let (Some(query), Some(set)) = (
         real_named::<StreamQuery>(c"cuStreamQuery"),
         real_named::<CtxSet>(c"cuCtxSetCurrent"),
@@ -198,7 +206,10 @@ fn sample(generation: u64) {
         return;
     };
     let mut last = Instant::now();
-    let mut reported = last;
+    // What goes to gnoded while the process runs counts from here (the
+    // first launch), not from the placement: host setup before it would
+    // dilute the first window.
+    let (started, mut reported, mut busy_since_start) = (last, last, Duration::ZERO);
     let mut current: usize = 0;
     loop {
         std::thread::sleep(SAMPLE);
@@ -214,21 +225,25 @@ fn sample(generation: u64) {
         }
         if any_pending(&mut st, &mut current, query, set) {
             st.busy += credit;
+            busy_since_start += credit;
         }
+        drop(st);
         if now - reported < REPORT {
             continue;
         }
         reported = now;
-        let so_far = st.placed.map(|p| {
-            let placed = now - p;
-            BusyTime {
-                busy_usec: st.busy.min(placed).as_micros() as u64,
-                placed_usec: placed.as_micros() as u64,
-            }
-        });
-        drop(st);
-        if let Some(b) = so_far {
-            super::report_busy(b);
+        let Some(client) = reporter.as_mut() else {
+            continue;
+        };
+        let sampled = now - started;
+        let so_far = BusyTime {
+            busy_usec: busy_since_start.min(sampled).as_micros() as u64,
+            placed_usec: sampled.as_micros() as u64,
+        };
+        // No lock is held: a fork now copies nothing locked. A connection
+        // that failed (gnoded restarted) is not tried again.
+        if client.busy(so_far).is_err() {
+            reporter = None;
         }
     }
 }

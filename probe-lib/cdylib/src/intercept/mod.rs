@@ -19,7 +19,8 @@
 //! - Kernel launches update the task's warps (reported when they rise), and
 //!   name the streams whose pending work a sampler thread looks at, to
 //!   measure how long the process keeps its instance busy (`busy`),
-//!   reported to gnoded every second while it runs and at exit.
+//!   reported to gnoded every second while it runs (on a connection of the
+//!   sampler's own) and at exit.
 //! - The real functions are found in `libcuda.so.1`; a program that looks
 //!   them up itself, through `dlsym` or `cuGetProcAddress[_v2]`, gets these
 //!   wrappers instead, because both lookups are intercepted and every real
@@ -179,7 +180,9 @@ fn ensure_placed() {
             }
             st.task = Some(p.task);
             st.meter = Meter::new(p.bytes.saturating_sub(context));
-            busy::placed();
+            // The sampler's own connection: its reports never wait on (or
+            // hold) this process's state, which a fork may copy locked.
+            busy::placed(client.another().ok());
             if let Ok(quota) = std::env::var(gsched_core::time_quota::TIME_QUOTA_ENV) {
                 // The job has a GPU time quota: launches wait for tokens.
                 let lc = gsched_core::time_quota::TimeQuota::from_env(&quota)
@@ -223,22 +226,6 @@ extern "C" fn at_exit() {
     let peak = st.meter.peak;
     if let (Some(_), Some(c)) = (st.task, st.client.as_mut()) {
         let _ = c.peak(peak, busy::measured());
-    }
-}
-
-/// Sends the busy time measured so far (from the sampler thread). Skipped
-/// while another thread holds the state (one waiting for memory to grow
-/// into): the next report carries the same time, and more.
-fn report_busy(b: gsched_core::probe::BusyTime) {
-    let Ok(mut st) = state().try_lock() else {
-        return;
-    };
-    if st.generation != GENERATION.load(Ordering::Relaxed) {
-        return;
-    }
-    if let (Some(_), Some(c)) = (st.task, st.client.as_mut()) {
-        // An answer other than Ok (the task is gone) changes nothing here.
-        let _ = c.busy(b);
     }
 }
 
