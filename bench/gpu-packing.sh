@@ -24,7 +24,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 JOBSET=${JOBSET:-own}
 case $JOBSET in
   own) SUITE=$ROOT/bench/gpu-jobs; KINDS="dense stencil graph cnn_train inference cpu_burst" ;;
-  external) SUITE=$ROOT/bench/gpu-external; KINDS="nw pathfinder srad streamcluster lavaMD" ;;
+  external) SUITE=$ROOT/bench/gpu-external; KINDS="gaussian srad srad_big" ;;
   *) echo "JOBSET must be own or external" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$ROOT/gpu-out}
@@ -105,7 +105,7 @@ for _ in $(seq 1080); do
 done
 kill $SMI $HOSTMEM 2>/dev/null
 gacct -j "$list" --json >"$st/jobs.json"
-python3 "$SUITE/summarize.py" --policy "$POLICY" --batch "$st/batch.tsv" --jobs "$st/jobs.json" \
+python3 "$ROOT/bench/gpu-jobs/summarize.py" --policy "$POLICY" --batch "$st/batch.tsv" --jobs "$st/jobs.json" \
   --alone "$st/alone.txt" --smi "$st/smi.csv" --host "$st/host.txt" --host-idle "$st/host-idle.txt" \
   --machine "$machine" >"$OUT/gpu-packing-$OTAG.json"
 cp "$st/alone.txt" "$OUT/alone.txt"

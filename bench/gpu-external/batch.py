@@ -1,7 +1,7 @@
 """Builds a batch of the external suite (bench/gpu-external: Rodinia's
 CUDA programs) for bench/gpu-packing.sh, as bench/gpu-jobs/batch.py does
 for the project's own suite: job scripts for `gsub`, one per line of the
-printed table. Each kind appears jobs/5 times, in an order the seed
+printed table. Each kind appears jobs/3 times, in an order the seed
 shuffles; one job in six (chosen by the seed) is isolated. Under `case`
 shared jobs state their kind's footprint plus 1 GB of headroom
 (`#GSCHED --gpu-mem`), as a user would."""
@@ -12,11 +12,9 @@ import random
 
 # GPU memory each kind holds at the sizes run_kind.sh runs it, GB.
 KINDS = {
-    "nw": 2.5,
-    "pathfinder": 2.5,
+    "gaussian": 0.5,
     "srad": 0.5,
-    "streamcluster": 0.5,
-    "lavaMD": 0.5,
+    "srad_big": 1.0,
 }
 
 

@@ -23,21 +23,8 @@ build() {
     echo "FAILED $name:"; tail -15 "$BIN/$name.build.log"
   fi
 }
-lava() {
-  local o; o=$(mktemp -d)
-  gcc -O3 -DOUTPUT -c "$R/lavaMD/main.c" -o "$o/main.o"
-  gcc -O3 -c "$R/lavaMD/util/num/num.c" -o "$o/num.o"
-  gcc -O3 -c "$R/lavaMD/util/timer/timer.c" -o "$o/timer.o"
-  nvcc -O3 "${ARCH[@]}" "${SHIM[@]}" -c "$R/lavaMD/kernel/kernel_gpu_cuda_wrapper.cu" -o "$o/wrapper.o"
-  nvcc -O3 "${ARCH[@]}" "${SHIM[@]}" -c "$R/lavaMD/util/device/device.cu" -o "$o/device.o"
-  nvcc "${ARCH[@]}" "$o"/*.o -lm -o "$BIN/lavaMD"
-}
-build nw nvcc -O2 "${ARCH[@]}" "${SHIM[@]}" -DTRACEBACK "$R/nw/needle.cu" -o "$BIN/nw" &
-build pathfinder nvcc -O2 "${ARCH[@]}" "${SHIM[@]}" -DBENCH_PRINT "$R/pathfinder/pathfinder.cu" -o "$BIN/pathfinder" &
+build gaussian nvcc -O2 "${ARCH[@]}" "${SHIM[@]}" -I"$R/util" "$R/gaussian/gaussian.cu" -o "$BIN/gaussian" &
 build srad nvcc -O2 "${ARCH[@]}" "${SHIM[@]}" -DOUTPUT "$R/srad/srad_v2/srad.cu" -o "$BIN/srad" &
-build streamcluster nvcc -O2 "${ARCH[@]}" "${SHIM[@]}" \
-  "$R/streamcluster/streamcluster_cuda_cpu.cpp" "$R/streamcluster/streamcluster_cuda.cu" -o "$BIN/streamcluster" &
-build lavaMD lava &
 wait
 n=$(ls "$BIN" | grep -vc '\.build\.log$')
-echo "$n of 5 built"
+echo "$n of 2 built"

@@ -4,7 +4,9 @@
 # MIG CASE papers used them), from the GPU-only mirror on GitHub, at a
 # pinned commit, into bench/gpu-external/rodinia/ (ignored by git: the
 # project never carries their code). Only the programs that make their
-# own inputs are taken (nw, pathfinder, lavaMD, srad_v2, streamcluster).
+# own inputs and give the same output on every run, alone or beside others
+# under MPS, are taken (gaussian, srad_v2; docs/benchmarks.md says why the
+# others are not).
 #   bench/gpu-external/fetch.sh [GIT_DIR_OR_URL]
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -16,7 +18,7 @@ mkdir -p "$DEST"
 # File by file (a mirror may lack the large data files of other programs).
 take() {
   local git=$1 f
-  git -C "$git" ls-tree -r --name-only "$COMMIT" cuda/nw cuda/pathfinder cuda/lavaMD cuda/srad/srad_v2 cuda/streamcluster LICENSE |
+  git -C "$git" ls-tree -r --name-only "$COMMIT" cuda/gaussian cuda/util cuda/srad/srad_v2 LICENSE |
     while read -r f; do
       mkdir -p "$DEST/$(dirname "$f")"
       # Output samples some mirrors lack are not needed.

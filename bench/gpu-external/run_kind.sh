@@ -13,15 +13,19 @@ w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 cd "$w" || exit 1
 t0=$(date +%s.%N)
+# Sizes: a few seconds each alone on an H100. Left out of the suite (see
+# docs/benchmarks.md): nw and streamcluster (out-of-bounds accesses that
+# fault under MPS, "an illegal memory access", tearing down every client),
+# pathfinder (its output under MPS differs from its output alone), lavaMD
+# and lud (seeded from the clock: no two runs agree).
 case $kind in
-  nw) "$BIN/nw" 16384 10 >out.txt 2>err.txt; rc=$?; result=result.txt ;;
-  pathfinder) "$BIN/pathfinder" 100000 5000 20 >out.txt 2>err.txt; rc=$?; result=out.txt ;;
+  gaussian) "$BIN/gaussian" -s 2048 >out.txt 2>err.txt; rc=$?; result=out.txt ;;
   srad) "$BIN/srad" 2048 2048 0 127 0 127 0.5 1000 >out.txt 2>err.txt; rc=$?; result=out.txt ;;
-  streamcluster) "$BIN/streamcluster" 10 20 256 65536 65536 1000 none centers.txt 1 >out.txt 2>err.txt
-    rc=$?; result=centers.txt ;;
-  lavaMD) "$BIN/lavaMD" -boxes1d 24 >out.txt 2>err.txt; rc=$?; result=result.txt ;;
+  srad_big) "$BIN/srad" 4096 4096 0 127 0 127 0.5 300 >out.txt 2>err.txt; rc=$?; result=out.txt ;;
   *) echo "unknown kind $kind" >&2; exit 2 ;;
 esac
+# Printed timings differ from run to run: not part of the result.
+grep -vi 'time' out.txt >out.result && [ "$result" = out.txt ] && result=out.result
 t1=$(date +%s.%N)
 # What the program said on stderr (CUDA errors, out of memory) goes to the
 # job's output, where summarize.py looks for them.

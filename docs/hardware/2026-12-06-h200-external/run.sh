@@ -16,13 +16,13 @@ export JOBSET=${JOBSET:-external}
 nvidia-smi -L
 nvidia-smi --query-gpu=name,mig.mode.current,compute_mode,memory.total,driver_version --format=csv,noheader
 nproc; free -g | head -2
-if [ "$JOBSET" = external ] && [ ! -x bench/gpu-external/rodinia/bin/nw ]; then
+if [ "$JOBSET" = external ] && [ ! -x bench/gpu-external/rodinia/bin/gaussian ]; then
   bash bench/gpu-external/build.sh
 fi
 mode=$1; shift
 case $mode in
   smoke)
-    for k in nw pathfinder srad streamcluster lavaMD; do
+    for k in gaussian srad srad_big; do
       for t in 1 2; do
         /usr/bin/time -f "$k run $t: %e s, max RSS %M KB" bash bench/gpu-external/run_kind.sh "$k" 2>&1 | grep -E "GPUJOB|run $t|rror" | tail -3
       done
