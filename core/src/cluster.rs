@@ -14,6 +14,7 @@ use crate::resources::{JobResources, NodeResources};
 
 mod accounting;
 mod capacity;
+mod drain_backfill;
 mod drains;
 mod early_start;
 mod footprints;
@@ -152,7 +153,7 @@ pub struct Node {
     pub instance_id: String,
     /// The drain set last pushed to the node (`None`: none since it
     /// registered) and its number (see `drains.rs`). Not stored.
-    pub drain_sent: Option<BTreeSet<String>>,
+    pub drain_sent: Option<drains::DrainSet>,
     pub drain_seq: u64,
     /// The GPUs whose MIG layout the node changes when asked (from its
     /// registration; not stored).
@@ -345,6 +346,9 @@ pub enum Effect {
     Drain {
         node: String,
         instances: Vec<String>,
+        /// The running jobs a drained instance still takes tasks of
+        /// (`drain_backfill.rs`).
+        open_to: BTreeMap<String, Vec<JobId>>,
         seq: u64,
     },
     /// Ask the node to re-partition one of its GPUs (`reshapes.rs`).

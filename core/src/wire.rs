@@ -194,6 +194,10 @@ pub struct HeartbeatReply {
 pub struct DrainRequest {
     pub instances: Vec<String>,
     pub seq: u64,
+    /// The running jobs a drained instance still takes tasks of (expected
+    /// to end before it must be free); absent from older controllers.
+    #[serde(default)]
+    pub open_to: std::collections::BTreeMap<String, Vec<JobId>>,
 }
 
 /// `POST /v1/reshape` on a node: re-partition GPU `gpu`. The `retire`
@@ -359,6 +363,20 @@ pub struct OpenTasks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drain_set_from_an_older_controller_opens_nothing() {
+        let old: DrainRequest = serde_json::from_str(r#"{"instances":["I0"],"seq":3}"#).unwrap();
+        assert!(old.open_to.is_empty());
+        let new = DrainRequest {
+            instances: vec!["I0".into()],
+            seq: 4,
+            open_to: [("I0".to_string(), vec![7])].into(),
+        };
+        let back: DrainRequest =
+            serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
+        assert_eq!(back, new);
+    }
 
     #[test]
     fn key_files() {

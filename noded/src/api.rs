@@ -125,7 +125,7 @@ async fn drain(
     PeerBody(req): PeerBody<DrainRequest>,
 ) -> Result<StatusCode, ApiError> {
     if let Some(p) = &api.probe {
-        if !p.set_drained(&req.instances, req.seq) {
+        if !p.set_drained(&req.instances, &req.open_to, req.seq) {
             tracing::debug!(seq = req.seq, "an older drain set arrived late; ignored");
         }
     }

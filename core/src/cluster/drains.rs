@@ -1,37 +1,59 @@
 //! Drains reach a node as effects: whenever the set of a node's instances
 //! closed to shared tasks (being drained for isolated jobs, or held by
-//! them) changes, the whole set is pushed to the
-//! node (`Effect::Drain`), numbered so the node keeps only the newest when
-//! two cross on the way. A node that registers (restarted, or back from an
+//! them) changes, or the running jobs a drained instance still takes tasks
+//! of (`drain_backfill.rs`), the whole set is pushed to the node
+//! (`Effect::Drain`), numbered so the node keeps only the newest when two
+//! cross on the way. A node that registers (restarted, or back from an
 //! outage) is sent its set afresh.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use super::{Cluster, Effect};
+use crate::job::JobId;
+
+/// What was last pushed to a node: its closed instances, and the jobs
+/// each drained one still takes tasks of.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainSet {
+    pub instances: BTreeSet<String>,
+    pub open_to: BTreeMap<String, Vec<JobId>>,
+}
 
 impl Cluster {
     /// `Effect::Drain` for every node whose drain set differs from the last
     /// one sent to it.
-    pub(super) fn drain_changes(&mut self) -> Vec<Effect> {
-        let mut effects = Vec::new();
-        for n in self.nodes.values_mut().filter(|n| n.up) {
-            let now: std::collections::BTreeSet<String> = n
-                .instances
-                .iter()
-                // Held ones too: an instance handed from one isolated job
-                // to the next stays closed in between (the new set and the
-                // launch travel separately).
-                .filter(|s| s.draining_for.is_some() || s.isolated_owner.is_some())
-                .map(|s| s.instance.uuid.clone())
-                .collect();
-            if n.drain_sent.as_ref() == Some(&now) {
-                continue;
+    pub(super) fn drain_changes(&mut self, now: i64) -> Vec<Effect> {
+        let mut sets = Vec::new();
+        for n in self.nodes.values().filter(|n| n.up) {
+            let set = DrainSet {
+                instances: n
+                    .instances
+                    .iter()
+                    // Held ones too: an instance handed from one isolated
+                    // job to the next stays closed in between (the new set
+                    // and the launch travel separately).
+                    .filter(|s| s.draining_for.is_some() || s.isolated_owner.is_some())
+                    .map(|s| s.instance.uuid.clone())
+                    .collect(),
+                open_to: self.drain_backfill(n, now),
+            };
+            if n.drain_sent.as_ref() != Some(&set) {
+                sets.push((n.name.clone(), set));
             }
+        }
+        let mut effects = Vec::new();
+        for (name, set) in sets {
+            let Some(n) = self.nodes.get_mut(&name) else {
+                continue;
+            };
             n.drain_seq += 1;
             effects.push(Effect::Drain {
-                node: n.name.clone(),
-                instances: now.iter().cloned().collect(),
+                node: name,
+                instances: set.instances.iter().cloned().collect(),
+                open_to: set.open_to.clone(),
                 seq: n.drain_seq,
             });
-            n.drain_sent = Some(now);
+            n.drain_sent = Some(set);
         }
         effects
     }
@@ -66,24 +88,33 @@ impl Cluster {
     /// limit, or sooner where its earlier runs (the longest of the latest
     /// [`super::PEAK_WINDOW`]) say it will. `None` without either.
     pub fn expected_end(&self, id: crate::job::JobId) -> Option<i64> {
-        let job = self.jobs.get(&id)?;
-        // Suspended time is added to its limit (and to what it learned).
-        let start = job
-            .start_time?
-            .saturating_add(job.suspension.map_or(0, |s| s.secs));
-        let limit_end = job
-            .spec
-            .time_limit
-            .and_then(|l| i64::try_from(l).ok())
-            .map(|l| start.saturating_add(l));
+        let limit_end = self.limit_end(id);
         let learned_end = self
-            .learned(id)
-            .runtime_secs
-            .map(|r| start.saturating_add(r));
+            .started_at(id)
+            .zip(self.learned(id).runtime_secs)
+            .map(|(start, r)| start.saturating_add(r));
         match (limit_end, learned_end) {
             (Some(l), Some(r)) => Some(l.min(r)),
             (l, r) => l.or(r),
         }
+    }
+
+    /// When a running job reaches its time limit (unix seconds; `None`
+    /// without one): it ends by then whatever its earlier runs say.
+    pub fn limit_end(&self, id: crate::job::JobId) -> Option<i64> {
+        let start = self.started_at(id)?;
+        let limit = i64::try_from(self.jobs.get(&id)?.spec.time_limit?).ok()?;
+        Some(start.saturating_add(limit))
+    }
+
+    /// A running job's start, moved on by the time it was suspended
+    /// (added to its limit and to what it learned).
+    fn started_at(&self, id: crate::job::JobId) -> Option<i64> {
+        let job = self.jobs.get(&id)?;
+        Some(
+            job.start_time?
+                .saturating_add(job.suspension.map_or(0, |s| s.secs)),
+        )
     }
 
     /// Whether drain `seq` is still the newest for `node` (an older one in
@@ -108,6 +139,7 @@ mod tests {
                     node,
                     instances,
                     seq,
+                    ..
                 } => Some((node.clone(), instances.clone(), *seq)),
                 _ => None,
             })

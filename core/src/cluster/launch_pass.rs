@@ -48,7 +48,7 @@ impl Cluster {
         // A running shared job's task waiting for memory may make room.
         effects.extend(self.preempt_for_tasks(now));
         // Drains change with launches, and with ends when nothing is queued.
-        effects.extend(self.drain_changes());
+        effects.extend(self.drain_changes(now));
         self.note_reconfiguring();
         effects
     }

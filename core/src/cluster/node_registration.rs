@@ -90,7 +90,7 @@ impl Cluster {
             }
         }
         effects.extend(self.reconcile_runs(&reg.name, &reg.running, &reg.runs));
-        effects.extend(self.drain_changes());
+        effects.extend(self.drain_changes(now));
         effects
     }
 

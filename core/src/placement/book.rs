@@ -336,7 +336,7 @@ impl TaskBook {
     fn allowed(&self, req: &TaskRequest, i: usize) -> bool {
         let inst = &self.instances[i];
         let pin = self.pins.get(&(req.job, req.pid));
-        !inst.closed
+        (!inst.closed || inst.open_to.contains(&req.job))
             && inst.owner.is_none_or(|o| o == req.job)
             && pin.is_none_or(|&p| p == i)
             && ((!inst.retiring && !inst.mps_down && !inst.bypassed) || pin == Some(&i))
@@ -456,7 +456,7 @@ impl TaskBook {
     fn max_open_free(&self) -> u64 {
         self.instances
             .iter()
-            .filter(|i| !i.closed)
+            .filter(|i| !i.closed || !i.open_to.is_empty())
             .map(|i| i.free_bytes())
             .max()
             .unwrap_or(0)
@@ -779,6 +779,20 @@ impl TaskBook {
     /// drained for an isolated job). Opening may place waiting tasks.
     pub fn set_closed(&mut self, uuid: &str, closed: bool) -> Vec<Placed> {
         self.restrict(uuid, closed, |i| &mut i.closed)
+    }
+
+    /// The jobs whose tasks a closed instance still takes (see
+    /// [`InstanceLoad::open_to`]); none when empty. Returns the waiting
+    /// tasks this placed.
+    pub fn set_open_to(&mut self, uuid: &str, jobs: Vec<JobId>) -> Vec<Placed> {
+        let Some(i) = self.index(uuid) else {
+            return Vec::new();
+        };
+        if self.instances[i].open_to == jobs {
+            return Vec::new();
+        }
+        self.instances[i].open_to = jobs;
+        self.retry()
     }
 }
 

@@ -31,6 +31,10 @@ pub struct InstanceLoad {
     pub sms: Option<SmTable>,
     /// Held by an isolated job, or being drained for one: no placements.
     pub closed: bool,
+    /// Closed, yet open to these jobs' tasks: shared jobs the controller
+    /// expects to end before the isolated job it drains the instance for
+    /// could have it (backfill into the drain; `drain_backfill`).
+    pub open_to: Vec<JobId>,
     /// Held by this job (Slurm's exclusive use): only its tasks go here.
     pub owner: Option<JobId>,
     /// Processes bound here by their first placement.
@@ -59,6 +63,7 @@ impl InstanceLoad {
             compute: 0,
             sms: None,
             closed: false,
+            open_to: Vec::new(),
             owner: None,
             processes: 0,
             retiring: false,

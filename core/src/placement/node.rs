@@ -14,7 +14,7 @@
 //! and the simulator drive the same `NodeBook` through the same calls, so
 //! the simulator runs the node's rules rather than a copy of them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::budget::MemBudget;
 use super::measured::Measured;
@@ -306,8 +306,10 @@ impl NodeBook {
     /// run there, or another isolated job holds it (this one takes it over
     /// when that one ends, see [`Self::job_ended`]).
     pub fn hold(&mut self, uuid: &str, job: JobId) -> bool {
-        // Closing places nothing.
+        // Closing places nothing; nor does shutting what the drain left
+        // open (`set_drained`).
         let _ = self.book.set_closed(uuid, true);
+        let _ = self.book.set_open_to(uuid, Vec::new());
         match self.held.get(uuid) {
             Some(&other) if other != job => {
                 self.next_holder.insert(uuid.to_string(), job);
@@ -332,9 +334,17 @@ impl NodeBook {
     }
 
     /// The instances the controller drains (the full set), as drain set
-    /// number `seq`: a set older than the newest applied since the node
-    /// last registered changes nothing. Returns whether it was applied.
-    pub fn set_drained(&mut self, uuids: &[String], seq: u64, now_ms: i64) -> bool {
+    /// number `seq`, and the running jobs each still takes tasks of
+    /// (`open_to`: expected to end before the isolated job it is drained
+    /// for could have it). A set older than the newest applied since the
+    /// node last registered changes nothing. Returns whether it was applied.
+    pub fn set_drained(
+        &mut self,
+        uuids: &[String],
+        open_to: &BTreeMap<String, Vec<JobId>>,
+        seq: u64,
+        now_ms: i64,
+    ) -> bool {
         if seq <= self.drain_seq {
             return false;
         }
@@ -345,10 +355,24 @@ impl NodeBook {
             let _ = self.book.set_closed(u, true);
         }
         for u in before.difference(&now) {
+            let _ = self.book.set_open_to(u, Vec::new());
             if !self.held.contains_key(u) {
                 let placed = self.book.set_closed(u, false);
                 self.deliver(placed, now_ms);
             }
+        }
+        for u in &now {
+            // An instance an isolated job holds (or is started early for)
+            // takes nobody else's tasks, whatever a set sent before its
+            // launch arrived says.
+            let jobs = match open_to.get(u) {
+                Some(jobs) if !self.held.contains_key(u) && !self.next_holder.contains_key(u) => {
+                    jobs.clone()
+                }
+                _ => Vec::new(),
+            };
+            let placed = self.book.set_open_to(u, jobs);
+            self.deliver(placed, now_ms);
         }
         self.drained = now;
         true

@@ -199,11 +199,12 @@ impl Sim<'_> {
                 Effect::Drain {
                     node,
                     instances,
+                    open_to,
                     seq,
                 } if self.policy != Policy::Exclusive => {
                     let now = self.now_ms();
                     if let Some(n) = self.node_index(&node) {
-                        self.books[n].set_drained(&instances, seq, now);
+                        self.books[n].set_drained(&instances, &open_to, seq, now);
                     }
                 }
                 Effect::Drain { .. } => {}

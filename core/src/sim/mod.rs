@@ -547,6 +547,50 @@ mod tests {
     }
 
     #[test]
+    fn short_shared_jobs_backfill_an_instance_drained_for_an_isolated_job() {
+        // Two 3g.40gb slices, each taken by a long shared job of 30 GiB
+        // (100 s of GPU, limit 120 s). An isolated job asks for a slice:
+        // one is drained for it until its long job ends. Six short shared
+        // jobs of 8 GiB (10 s, limit 90 s: it counts from their start, waits
+        // for the GPU included) come next: one fits beside each
+        // long job, and those beside the drained one end long before it is
+        // free, so they may run there too.
+        let gpu = |name: &str, mem_mib: u64, secs: f64, limit: f64, submit: f64| SimJob {
+            name: name.into(),
+            footprint_mib: mem_mib,
+            submit,
+            time_limit: Some(limit),
+            phases: vec![Phase::Gpu {
+                mem_mib,
+                slices: 1.0,
+                secs,
+            }],
+            ..SimJob::default()
+        };
+        let mut jobs = vec![
+            gpu("long1", 30 * 1024, 100.0, 120.0, 0.0),
+            gpu("long2", 30 * 1024, 100.0, 120.0, 0.0),
+            SimJob {
+                isolated: true,
+                ..gpu("iso", 20 * 1024, 10.0, 30.0, 1.0)
+            },
+        ];
+        jobs.extend((0..6).map(|i| gpu(&format!("short{i}"), 8 * 1024, 10.0, 90.0, 2.0)));
+        let r = simulate("1xA100-80GB:3g.40gb*2", Policy::Case, &jobs).unwrap();
+        assert_eq!((r.completed, r.oom_crashes, r.timeouts), (9, 0, 0));
+        // The isolated job is not delayed: it starts when a long job ends.
+        let iso_start = 1.0 + r.waits[2].unwrap();
+        assert!(iso_start <= 100.0 + 2.0, "started at {iso_start}");
+        // Two at a time, not one: the six are done at 32.9 s (63.8 s with
+        // nothing backfilled). Once the first ones ended, the others are
+        // past what those took (their wait for the GPU counts): their
+        // limits bound them. The long job beside them shares the slice's
+        // compute, so it ends (and the isolated job starts) 0.3 s later.
+        let shorts_end = (3..9).map(|k| r.turnaround_of(k) + 2.0).fold(0.0, f64::max);
+        assert!(shorts_end < 45.0, "the short jobs ended at {shorts_end}");
+    }
+
+    #[test]
     fn more_workers_per_slice_start_more_jobs_at_once() {
         let jobs = mix(0, 1, 64);
         let with = |w| SimOptions {

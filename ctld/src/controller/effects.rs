@@ -164,13 +164,18 @@ impl Controller {
             Effect::Drain {
                 node,
                 instances,
+                open_to,
                 seq,
             } => {
                 if let Some(n) = c.node(&node) {
                     out.rpcs.push(Rpc::Drain {
                         url: n.url.clone(),
                         node,
-                        req: DrainRequest { instances, seq },
+                        req: DrainRequest {
+                            instances,
+                            seq,
+                            open_to,
+                        },
                     });
                 }
             }

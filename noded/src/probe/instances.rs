@@ -119,11 +119,17 @@ impl ProbeServer {
 
     /// The instances gctld drains for isolated jobs (the full set), as
     /// drain set number `seq`: a set older than the newest applied since
-    /// the node last registered changes nothing. Returns whether it was
+    /// the node last registered changes nothing; `open_to`, the running
+    /// jobs a drained instance still takes tasks of. Returns whether it was
     /// applied.
-    pub fn set_drained(&self, uuids: &[String], seq: u64) -> bool {
+    pub fn set_drained(
+        &self,
+        uuids: &[String],
+        open_to: &std::collections::BTreeMap<String, Vec<JobId>>,
+        seq: u64,
+    ) -> bool {
         let mut st = self.lock();
-        let applied = st.node.set_drained(uuids, seq, now_ms());
+        let applied = st.node.set_drained(uuids, open_to, seq, now_ms());
         self.dispatch(&mut st);
         applied
     }

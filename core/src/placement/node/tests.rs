@@ -90,11 +90,53 @@ fn a_held_instance_takes_no_task_until_its_job_ends() {
 }
 
 #[test]
+fn a_drained_instance_takes_only_the_jobs_it_is_open_to_until_it_is_held() {
+    let mut n = node(&[4 * G]);
+    let first = placed(n.begin(req(1, 10, G), 0));
+    // Drained for an isolated job; job 2 is expected to end in time.
+    let open = BTreeMap::from([("I0".to_string(), vec![2])]);
+    assert!(n.set_drained(&["I0".into()], &open, 1, 0));
+    let backfilled = placed(n.begin(req(2, 20, G), 1));
+    assert_eq!(backfilled.instance, "I0");
+    assert!(matches!(
+        n.begin(req(3, 30, G), 1).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // A set that no longer lists job 2 shuts it out again.
+    assert!(n.set_drained(&["I0".into()], &BTreeMap::new(), 2, 2));
+    assert!(matches!(
+        n.begin(req(2, 21, G), 2).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // Open to job 2 again; then the isolated job takes it (its launch
+    // came before the set that says so): job 2's next process waits.
+    assert!(n.set_drained(&["I0".into()], &open, 3, 3));
+    let _ = n.take_events();
+    n.end(first.task, 4).unwrap();
+    n.end(backfilled.task, 4).unwrap();
+    let _ = n.take_events();
+    assert!(n.begin(req(2, 22, G), 5).is_ok());
+    let _ = n.take_events();
+    assert!(n.hold("I0", 9));
+    assert!(matches!(
+        n.begin(req(2, 23, G), 6).unwrap(),
+        Begin::Waiting(_)
+    ));
+    // A late set still naming job 2 changes nothing while 9 holds it.
+    assert!(n.set_drained(&["I0".into()], &open, 4, 7));
+    assert!(placed_events(&n.take_events()).is_empty());
+    assert!(matches!(
+        n.begin(req(2, 24, G), 8).unwrap(),
+        Begin::Waiting(_)
+    ));
+}
+
+#[test]
 fn an_instance_handed_from_one_isolated_job_to_the_next_stays_closed() {
     let mut n = node(&[4 * G]);
     n.hold("I0", 7);
     // The controller drains it for the next isolated job.
-    assert!(n.set_drained(&["I0".into()], 1, 0));
+    assert!(n.set_drained(&["I0".into()], &BTreeMap::new(), 1, 0));
     assert_eq!(n.begin(req(2, 20, G), 1).unwrap(), Begin::Waiting(1));
     n.job_ended(7, 2);
     assert!(
@@ -102,7 +144,7 @@ fn an_instance_handed_from_one_isolated_job_to_the_next_stays_closed() {
         "the drain keeps it closed between the two"
     );
     n.hold("I0", 8);
-    assert!(n.set_drained(&[], 2, 3));
+    assert!(n.set_drained(&[], &BTreeMap::new(), 2, 3));
     assert!(placed_events(&n.take_events()).is_empty(), "held by job 8");
     n.job_ended(8, 4);
     assert_eq!(placed_events(&n.take_events()), vec![(2, "I0".into())]);
@@ -143,12 +185,15 @@ fn a_job_started_early_and_cancelled_takes_nothing_over() {
 #[test]
 fn an_older_drain_set_changes_nothing_until_the_node_registers_again() {
     let mut n = node(&[4 * G, 4 * G]);
-    assert!(n.set_drained(&["I0".into()], 5, 0));
-    assert!(!n.set_drained(&[], 4, 1), "crossed on the way: older");
+    assert!(n.set_drained(&["I0".into()], &BTreeMap::new(), 5, 0));
+    assert!(
+        !n.set_drained(&[], &BTreeMap::new(), 4, 1),
+        "crossed on the way: older"
+    );
     assert!(n.tasks().instances()[0].closed);
     n.reset_drain_seq();
     assert!(
-        n.set_drained(&[], 1, 2),
+        n.set_drained(&[], &BTreeMap::new(), 1, 2),
         "a restarted controller starts at 1"
     );
     assert!(!n.tasks().instances()[0].closed);
@@ -330,7 +375,7 @@ proptest! {
                 Op::Drain(set) => {
                     seq += 1;
                     drained = set.iter().map(|i| format!("I{i}")).collect();
-                    n.set_drained(&drained, seq, now);
+                    n.set_drained(&drained, &BTreeMap::new(), seq, now);
                 }
             }
             for e in n.take_events() {
