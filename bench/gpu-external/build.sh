@@ -14,17 +14,23 @@ mkdir -p "$BIN"
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
 ARCH=(-arch "sm_${cap:-90}")
 SHIM=(-DcudaThreadSynchronize=cudaDeviceSynchronize)
-ok=0
+# Each build in the background; its status is its job's exit status (a
+# counter in a background subshell would count nothing here).
 build() {
   local name=$1; shift
-  if (set -e; "$@") >"$BIN/$name.build.log" 2>&1; then
-    ok=$((ok + 1)); echo "built $name"
+  rm -f "$BIN/$name"
+  if "$@" >"$BIN/$name.build.log" 2>&1; then
+    echo "built $name"
   else
-    echo "FAILED $name:"; tail -15 "$BIN/$name.build.log"
+    echo "FAILED $name:"; tail -15 "$BIN/$name.build.log"; return 1
   fi
 }
 build gaussian nvcc -O2 "${ARCH[@]}" "${SHIM[@]}" -I"$R/util" "$R/gaussian/gaussian.cu" -o "$BIN/gaussian" &
+g=$!
 build srad nvcc -O2 "${ARCH[@]}" "${SHIM[@]}" -DOUTPUT "$R/srad/srad_v2/srad.cu" -o "$BIN/srad" &
-wait
-n=$(ls "$BIN" | grep -vc '\.build\.log$')
-echo "$n of 2 built"
+s=$!
+failed=0
+wait "$g" || failed=$((failed + 1))
+wait "$s" || failed=$((failed + 1))
+echo "$((2 - failed)) of 2 built"
+[ "$failed" -eq 0 ]

@@ -8,7 +8,7 @@
 # under MPS, are taken (gaussian, srad_v2; docs/benchmarks.md says why the
 # others are not).
 #   bench/gpu-external/fetch.sh [GIT_DIR_OR_URL]
-set -eu
+set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=${1:-https://github.com/yuhc/gpu-rodinia}
 COMMIT=9c10d3ea16ddba2ba057cc3951a9efc4c2cc18a4
@@ -18,6 +18,7 @@ mkdir -p "$DEST"
 # File by file (a mirror may lack the large data files of other programs).
 take() {
   local git=$1 f
+  git -C "$git" cat-file -e "$COMMIT^{commit}" || { echo "fetch: $git lacks commit $COMMIT" >&2; return 1; }
   git -C "$git" ls-tree -r --name-only "$COMMIT" cuda/gaussian cuda/util cuda/srad/srad_v2 LICENSE |
     while read -r f; do
       mkdir -p "$DEST/$(dirname "$f")"
@@ -33,4 +34,7 @@ else
   git clone --quiet "$SRC" "$tmp/repo"
   take "$tmp/repo"
 fi
+for f in cuda/gaussian/gaussian.cu cuda/srad/srad_v2/srad.cu; do
+  [ -s "$DEST/$f" ] || { echo "fetch: $f is missing from $SRC at $COMMIT" >&2; exit 1; }
+done
 echo "Rodinia at $COMMIT in $DEST"

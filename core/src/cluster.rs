@@ -44,6 +44,7 @@ pub use capacity::{
 pub use job_update::JobUpdate;
 pub use launching::{LaunchAnswer, LaunchNext};
 pub use node_admin::{AdminState, NodeAdmin, NodeStateChange};
+pub use node_reports::{WaitingJobs, MOST_WAITING_CHANGES};
 pub use reshapes::ReshapeOrder;
 mod leases;
 mod retention;
@@ -166,6 +167,7 @@ pub struct Node {
     pub waiting_tasks: Vec<crate::wire::WaitingTask>,
     /// How many times the node has reported them.
     pub waiting_reports: u64,
+    pub waiting_jobs: node_reports::WaitingJobs,
     /// Per GPU, the instances re-partitioning must leave (registration).
     pub reshape_keep: BTreeMap<u32, Vec<(String, u32)>>,
     /// What its last heartbeat said about room for shared processes and
@@ -185,7 +187,6 @@ fn queued<'a>(
     QueuedJob {
         priority,
         share,
-        submitted: job.submit_time,
         id: job.id,
         gpu: &job.spec.gpu,
         uid: job.spec.uid,

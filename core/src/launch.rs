@@ -25,8 +25,8 @@ mod wide;
 
 pub use admission::{
     host_mem_low, parse_start_ahead, StartAheadError, DEFAULT_HOST_MEM_RESERVE_PCT,
-    DEFAULT_START_AHEAD, MAX_HELD_BACK_SECS, MOST_HOST_MEM_RESERVE_PCT, MOST_START_AHEAD,
-    SETUP_SECS,
+    DEFAULT_START_AHEAD, MOST_HOST_MEM_RESERVE_PCT, MOST_START_AHEAD, SETUP_SECS,
+    STUCK_WAITING_SECS,
 };
 pub use case::CaseLaunch;
 pub use exclusive::ExclusiveLaunch;
@@ -56,10 +56,6 @@ pub struct QueuedJob<'a> {
     /// learned from earlier runs; thousandths of a GPU), for a shared
     /// job's admission; `None`: not known.
     pub share: Option<u32>,
-    /// When it was submitted (unix seconds): a shared job pending
-    /// [`MAX_HELD_BACK_SECS`] is no longer held back for jobs waiting
-    /// ahead of it on a node.
-    pub submitted: i64,
     /// Its priority this pass, where the priority policy orders the
     /// queues (0 where it does not): the isolated and shared queues come
     /// each in that order; a policy that takes both as one (`exclusive`)
@@ -509,7 +505,6 @@ mod tests {
         let none = GpuRequest::default();
         let job = |id, cpus, memory| QueuedJob {
             share: None,
-            submitted: 0,
             id,
             gpu: &none,
             uid: 0,
@@ -601,7 +596,6 @@ mod tests {
         let iso = [
             QueuedJob {
                 share: None,
-                submitted: 0,
                 id: 1,
                 gpu: &small,
                 uid: 0,
@@ -614,7 +608,6 @@ mod tests {
             },
             QueuedJob {
                 share: None,
-                submitted: 0,
                 id: 2,
                 gpu: &prof,
                 uid: 0,
@@ -629,7 +622,6 @@ mod tests {
         let shared = [
             QueuedJob {
                 share: None,
-                submitted: 0,
                 id: 3,
                 gpu: &none,
                 uid: 0,
@@ -642,7 +634,6 @@ mod tests {
             },
             QueuedJob {
                 share: None,
-                submitted: 0,
                 id: 4,
                 gpu: &none,
                 uid: 0,
@@ -712,7 +703,6 @@ mod tests {
         let iso = [
             QueuedJob {
                 share: None,
-                submitted: 0,
                 id: 7,
                 gpu: &r,
                 uid: 0,
@@ -725,7 +715,6 @@ mod tests {
             },
             QueuedJob {
                 share: None,
-                submitted: 0,
                 id: 8,
                 gpu: &r,
                 uid: 0,
@@ -782,7 +771,6 @@ mod tests {
         let iso = [
             QueuedJob {
                 share: None,
-                submitted: 0,
                 id: 8,
                 gpu: &r,
                 uid: 0,
@@ -795,7 +783,6 @@ mod tests {
             },
             QueuedJob {
                 share: None,
-                submitted: 0,
                 id: 7,
                 gpu: &r,
                 uid: 0,
@@ -833,7 +820,6 @@ mod tests {
         let r = req(None, None);
         let job = |id| QueuedJob {
             share: None,
-            submitted: 0,
             id,
             gpu: &r,
             uid: 0,
@@ -911,7 +897,6 @@ mod tests {
         let r = req(None, None);
         let job = |id| QueuedJob {
             share: None,
-            submitted: 0,
             id,
             gpu: &r,
             uid: 0,
@@ -1019,7 +1004,6 @@ mod tests {
         let r = req(None, Some(20_000));
         let iso = [QueuedJob {
             share: None,
-            submitted: 0,
             id: 1,
             gpu: &r,
             uid: 0,
@@ -1098,7 +1082,6 @@ mod tests {
         let none = GpuRequest::default();
         let job = |id, nodes| QueuedJob {
             share: None,
-            submitted: 0,
             id,
             gpu: &none,
             uid: 0,
@@ -1199,9 +1182,9 @@ mod tests {
                 step += 1;
                 prop_assert!(step < 2000, "no progress");
                 let iso: Vec<QueuedJob> = pending.iter().filter(|&&j| jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0, share: None, submitted: 0 }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0, share: None }).collect();
                 let sh: Vec<QueuedJob> = pending.iter().filter(|&&j| !jobs[j].0)
-                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0, share: None, submitted: 0 }).collect();
+                    .map(|&j| QueuedJob { id: j as JobId, gpu: &reqs[j], uid: 0, sharing: None, resources: ONE_CPU, nodes: None, width: 1, time_limit: None, priority: 0, share: None }).collect();
                 let nodes = vec![NodeView {
                     shared_waiting: 0,
                     shared_starting: 0,

@@ -500,7 +500,7 @@ impl Controller {
                     c.update_mps(node, &hb.mps);
                 }
                 freed = c.update_instance_use(node, &hb.instances);
-                effects.extend(c.set_waiting_tasks(node, hb.waiting_tasks.clone()));
+                effects.extend(c.set_waiting_tasks(node, hb.waiting_tasks.clone(), unix_now()));
                 freed |= c.set_host_room(node, hb.shared_room, hb.mem_available_mib);
                 c.note_usage(node, &hb.usage, &hb.steps);
                 freed |= c.node_heard(node);

@@ -351,6 +351,7 @@ fn node() -> Node {
         mig_frozen: [0].into_iter().collect(),
         waiting_tasks: Vec::new(),
         waiting_reports: 0,
+        waiting_jobs: Default::default(),
         reshape_keep: Default::default(),
         shared_room: None,
         mem_available_mib: None,

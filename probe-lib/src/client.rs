@@ -310,11 +310,13 @@ impl ProbeClient {
         })
     }
 
-    /// A second connection for the same job, for a thread of its own (the
-    /// interception library's busy reports, which must never wait on the
-    /// first one).
-    pub fn another(&self) -> Result<ProbeClient, ProbeError> {
-        ProbeClient::connect(&self.sock, self.job, self.key.clone())
+    /// What opens a second connection for the same job when it is first
+    /// needed, for a thread of its own (the interception library's busy
+    /// reports, which must never wait on the first one). Opened later, not
+    /// now: gnoded closes a connection that sends nothing for a while.
+    pub fn opener(&self) -> ProbeOpener {
+        let (sock, job, key) = (self.sock.clone(), self.job, self.key.clone());
+        Box::new(move || ProbeClient::connect(&sock, job, key.clone()))
     }
 
     /// Reports how long this process has kept its instance busy since its
@@ -327,6 +329,9 @@ impl ProbeClient {
         })
     }
 }
+
+/// Opens a fresh connection for a job ([`ProbeClient::opener`]).
+pub type ProbeOpener = Box<dyn Fn() -> Result<ProbeClient, ProbeError> + Send + 'static>;
 
 /// The environment a placed process (or its child) needs.
 pub fn placement_env(p: &Placement) -> Vec<(&'static str, String)> {

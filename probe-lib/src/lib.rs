@@ -10,4 +10,4 @@ pub mod client;
 pub mod command;
 pub mod meter;
 
-pub use client::{Placement, ProbeClient, ProbeError};
+pub use client::{Placement, ProbeClient, ProbeError, ProbeOpener};

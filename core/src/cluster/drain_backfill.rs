@@ -1,13 +1,13 @@
 //! Backfill into drains. While an instance is drained for an isolated job
 //! (the shared tasks on it leaving, nothing new placed there), the shared
-//! jobs running on its node that are expected to end before it is expected
+//! jobs running on its node whose time limits end before it is expected
 //! to be free may still place tasks there: they do not delay the isolated
-//! job, whose start the pass expects at that time anyway (EASY backfill,
-//! by expected ends: time limits, else learned run times). Nothing is
-//! backfilled where that time is unknown or already past, or into an
-//! instance an isolated job holds (isolation is exclusive); a job that has
-//! outrun what its earlier runs took is bounded by its time limit alone
-//! (jobs start before the GPU takes them, so this is common). The node enforces it: the allowance travels
+//! job, whose start the pass expects at that time anyway (EASY backfill).
+//! A job is let in by its time limit only, the one end it cannot run past
+//! (what its earlier runs took may shorten the drain's expected end, never
+//! lengthen a backfilled job's). Nothing is backfilled where that time is
+//! unknown or already past, or into an instance an isolated job holds
+//! (isolation is exclusive). The node enforces it: the allowance travels
 //! with the drain set (`drains.rs`), and an isolated job that takes the
 //! instance shuts it at once (`NodeBook::hold`).
 
@@ -32,11 +32,8 @@ impl Cluster {
                 .shared
                 .iter()
                 .filter(|id| {
-                    let end = match self.expected_end(**id) {
-                        Some(end) if end > now => Some(end),
-                        _ => self.limit_end(**id).filter(|&end| end > now),
-                    };
-                    end.is_some_and(|end| end <= free_at)
+                    self.limit_end(**id)
+                        .is_some_and(|end| end > now && end <= free_at)
                 })
                 .copied()
                 .collect();
@@ -114,7 +111,7 @@ mod tests {
         assert_eq!(open[0], BTreeMap::from([(uuids[0].clone(), vec![a, b])]));
         // Nothing changed: nothing sent again.
         assert!(opened(&c.schedule(20)).is_empty());
-        // a has outrun its end, b not yet: only b.
+        // a is past its limit, b not yet: only b.
         let open = opened(&c.schedule(111));
         assert_eq!(open, [BTreeMap::from([(uuids[0].clone(), vec![b])])]);
         // Past the expected free time: the estimate failed, nobody else.

@@ -57,6 +57,7 @@ impl Cluster {
                 .unwrap_or_default(),
             waiting_tasks: Vec::new(),
             waiting_reports: 0,
+            waiting_jobs: Default::default(),
             reshape_keep: reg.reshape_keep.clone(),
             shared_room: None,
             mem_available_mib: None,

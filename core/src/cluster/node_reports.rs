@@ -1,9 +1,25 @@
 //! What nodes report between launches: the use of their instances, tasks
 //! begun and waiting, GPU memory peaks, MPS and re-partitioning progress.
 
+use std::collections::{HashMap, HashSet};
+
 use super::{Cluster, ClusterError, Effect, InstanceSlot, Node};
 use crate::gpu::Instance;
 use crate::job::JobId;
+
+/// How many times a job's `WaitingForGpu` reason may change on one node:
+/// a job whose processes keep coming and going would otherwise write an
+/// event every few heartbeats for its whole run.
+pub const MOST_WAITING_CHANGES: u32 = 8;
+
+/// Of the shared jobs on a node (not stored): since when each has had a
+/// task waiting for a placement, without a break in the node's reports,
+/// and how often its `WaitingForGpu` reason changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WaitingJobs {
+    since: HashMap<JobId, i64>,
+    changes: HashMap<JobId, u32>,
+}
 
 impl Cluster {
     /// Records the shared-task use a node reported. Returns whether an
@@ -52,33 +68,33 @@ impl Cluster {
         grew
     }
 
-    /// The shared tasks waiting for a place on `node`, as it last said.
-    /// A shared job running there alone (on one node) shows reason
+    /// The shared tasks waiting for a place on `node`, as it last said at
+    /// `now`. A shared job running there alone (on one node) shows reason
     /// `WaitingForGpu` once two reports in a row say one of its tasks
     /// waits (a wait shorter than a heartbeat is not worth a write), and
     /// none once none does; each change is returned as an effect to
-    /// record.
+    /// record, at most [`MOST_WAITING_CHANGES`] per job and node.
     pub fn set_waiting_tasks(
         &mut self,
         node: &str,
         waiting: Vec<crate::wire::WaitingTask>,
+        now: i64,
     ) -> Vec<Effect> {
         use super::early_start::WAITING_FOR_GPU;
         let Some(n) = self.nodes.get_mut(node) else {
             return Vec::new();
         };
-        let before: std::collections::HashSet<JobId> =
-            n.waiting_tasks.iter().map(|w| w.job).collect();
+        let before: HashSet<JobId> = n.waiting_tasks.iter().map(|w| w.job).collect();
         n.waiting_tasks = waiting;
         n.waiting_reports += 1;
-        let waits: std::collections::HashSet<JobId> = n
-            .waiting_tasks
-            .iter()
-            .map(|w| w.job)
-            .filter(|j| before.contains(j))
-            .collect();
-        let now_waiting: std::collections::HashSet<JobId> =
-            n.waiting_tasks.iter().map(|w| w.job).collect();
+        let now_waiting: HashSet<JobId> = n.waiting_tasks.iter().map(|w| w.job).collect();
+        let waits: HashSet<JobId> = now_waiting.intersection(&before).copied().collect();
+        let log = &mut n.waiting_jobs;
+        log.since.retain(|j, _| now_waiting.contains(j));
+        for j in &now_waiting {
+            log.since.entry(*j).or_insert(now);
+        }
+        log.changes.retain(|j, _| n.shared.contains(j));
         let mut effects = Vec::new();
         for id in &n.shared {
             let Some(job) = self.jobs.get_mut(id) else {
@@ -92,8 +108,11 @@ impl Cluster {
             if shows && now_waiting.contains(id) {
                 continue;
             }
+            let changes = log.changes.entry(*id).or_default();
             let event = match (waits.contains(id), shows) {
-                (true, false) => {
+                // Not over another reason (a suspended job's), and not
+                // again and again for a job whose tasks come and go.
+                (true, false) if job.reason.is_none() && *changes < MOST_WAITING_CHANGES => {
                     job.reason = Some(WAITING_FOR_GPU.into());
                     format!("waits on {node} for a GPU placement")
                 }
@@ -103,6 +122,7 @@ impl Cluster {
                 }
                 _ => continue,
             };
+            *changes += 1;
             effects.push(Effect::Job { id: *id, event });
         }
         effects
@@ -226,12 +246,15 @@ impl Cluster {
     /// those started in the last `launch::SETUP_SECS` with no reservation
     /// yet, on their way to their first GPU call).
     pub(super) fn shared_unplaced(&self, n: &Node, now: i64) -> (u32, u32) {
-        let waiting: std::collections::HashSet<JobId> =
-            n.waiting_tasks.iter().map(|w| w.job).collect();
+        let waiting: HashSet<JobId> = n.waiting_tasks.iter().map(|w| w.job).collect();
         let (mut w, mut starting) = (0u32, 0u32);
         for id in &n.shared {
             if waiting.contains(id) {
-                w += 1;
+                // One stuck for long holds nobody back.
+                let since = n.waiting_jobs.since.get(id).copied().unwrap_or(now);
+                if now.saturating_sub(since) < crate::launch::STUCK_WAITING_SECS {
+                    w += 1;
+                }
                 continue;
             }
             let young = self

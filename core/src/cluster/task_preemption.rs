@@ -214,6 +214,7 @@ mod tests {
                 bytes: need,
                 instance: Some(uuid),
             }],
+            0,
         );
     }
 

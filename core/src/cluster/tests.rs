@@ -639,19 +639,27 @@ fn a_shared_job_shows_while_its_task_waits_for_a_gpu() {
         instance: None,
     };
     assert!(
-        c.set_waiting_tasks("n1", vec![waits(b)]).is_empty(),
+        c.set_waiting_tasks("n1", vec![waits(b)], 3).is_empty(),
         "one report: not yet"
     );
-    let fx = c.set_waiting_tasks("n1", vec![waits(b)]);
+    let fx = c.set_waiting_tasks("n1", vec![waits(b)], 4);
     assert_eq!(fx.len(), 1, "{fx:?}");
     assert_eq!(c.job(b).unwrap().reason.as_deref(), Some("WaitingForGpu"));
     assert_eq!(c.job(a).unwrap().reason, None);
     assert!(
-        c.set_waiting_tasks("n1", vec![waits(b)]).is_empty(),
+        c.set_waiting_tasks("n1", vec![waits(b)], 5).is_empty(),
         "no change"
     );
-    assert_eq!(c.set_waiting_tasks("n1", Vec::new()).len(), 1);
+    assert_eq!(c.set_waiting_tasks("n1", Vec::new(), 6).len(), 1);
     assert_eq!(c.job(b).unwrap().reason, None, "placed");
+    // A job whose tasks keep coming and going: its reason changes a
+    // bounded number of times, then stays clear.
+    let mut changes = 2;
+    for t in 0..100 {
+        let waiting = if t % 3 == 2 { vec![] } else { vec![waits(b)] };
+        changes += c.set_waiting_tasks("n1", waiting, 7 + t).len();
+    }
+    assert_eq!(changes, crate::cluster::MOST_WAITING_CHANGES as usize);
 }
 
 #[test]
@@ -697,4 +705,46 @@ fn shared_jobs_start_by_the_room_the_node_reports_then_a_few_ahead() {
         early: false
     }));
     assert_eq!(c.job(ids[7]).unwrap().state, JobState::Pending);
+}
+
+#[test]
+fn shared_jobs_stuck_waiting_for_a_placement_hold_back_no_others_for_good() {
+    let mut c = Cluster::new(Box::new(CaseLaunch));
+    c.register_node(
+        &NodeRegistration {
+            worker_limit: Some(20),
+            ..reg(vec![], vec![])
+        },
+        0,
+    );
+    c.set_shared_start_ahead(Some(2));
+    // The GPU takes nothing more.
+    let full = crate::wire::SharedRoom {
+        compute: 0,
+        default_demand: 375,
+    };
+    c.set_host_room("n1", Some(full), None);
+    let ids: Vec<JobId> = (0..8)
+        .map(|_| c.submit(spec(false, false), 1).unwrap().0)
+        .collect();
+    let started = |fx: &[Effect]| {
+        fx.iter()
+            .filter(|e| matches!(e, Effect::Launch { .. }))
+            .count()
+    };
+    assert_eq!(started(&c.schedule(2)), 2, "two ahead");
+    let waits = |job| crate::wire::WaitingTask {
+        job,
+        bytes: 1 << 30,
+        instance: None,
+    };
+    let both = || vec![waits(ids[0]), waits(ids[1])];
+    c.set_waiting_tasks("n1", both(), 20);
+    assert_eq!(started(&c.schedule(20)), 0, "two wait");
+    c.set_waiting_tasks("n1", both(), 100);
+    assert_eq!(started(&c.schedule(100)), 0, "still within the stretch");
+    // Two minutes on they hold nobody back: two more, and no more.
+    c.set_waiting_tasks("n1", both(), 20 + crate::launch::STUCK_WAITING_SECS);
+    assert_eq!(started(&c.schedule(141)), 2);
+    assert_eq!(started(&c.schedule(142)), 0);
 }

@@ -23,11 +23,13 @@ pub const MOST_START_AHEAD: u32 = 1024;
 /// counts as on its way to one (its host setup), seconds.
 pub const SETUP_SECS: i64 = 15;
 
-/// A shared job pending this long (seconds) starts where workers, CPUs
-/// and host memory allow, however many wait ahead of it: jobs that wait
-/// for a placement for long (a task bigger than any free instance, an
-/// instance a bypassing job holds) cannot keep others from starting.
-pub const MAX_HELD_BACK_SECS: i64 = 120;
+/// A shared job whose process has waited this long (seconds) for a
+/// placement no longer counts as waiting ahead of the jobs not yet
+/// started: a task bigger than any free instance, or an instance a
+/// bypassing job holds, cannot keep others from starting for good, and
+/// while the GPU takes nothing at most `start_ahead` more jobs start there
+/// in each such stretch.
+pub const STUCK_WAITING_SECS: i64 = 120;
 
 /// The default share of a node's host memory kept free of shared jobs
 /// that set none aside (`--host-mem-reserve`), percent.
@@ -70,22 +72,13 @@ impl Admission {
 
     /// Whether a shared job asking for `resources`, whose processes are
     /// expected to demand `share` (stated or learned; `None`: not known),
-    /// pending for `pending_secs`, may start here now.
-    pub(super) fn admits(
-        &self,
-        resources: &JobResources,
-        share: Option<u32>,
-        pending_secs: i64,
-    ) -> bool {
+    /// may start here now.
+    pub(super) fn admits(&self, resources: &JobResources, share: Option<u32>) -> bool {
         if self.host_mem_low && resources.memory == MemoryRequest::Unspecified {
             return false;
         }
         match (self.room, self.ahead) {
-            (Some(room), Some(ahead)) => {
-                room >= self.demand(share)
-                    || self.waiting < ahead
-                    || pending_secs >= MAX_HELD_BACK_SECS
-            }
+            (Some(room), Some(ahead)) => room >= self.demand(share) || self.waiting < ahead,
             _ => true,
         }
     }
@@ -156,17 +149,17 @@ mod tests {
         // Room for three at the default demand, two ahead: five start.
         let mut a = admission(Some(3 * 375), 0, 0, Some(2));
         for _ in 0..5 {
-            assert!(a.admits(&ANY, None, 0));
+            assert!(a.admits(&ANY, None));
             a.started(None);
         }
-        assert!(!a.admits(&ANY, None, 0));
+        assert!(!a.admits(&ANY, None));
         // Jobs known to demand little fit where the guess would not.
         let mut a = admission(Some(375), 0, 0, Some(0));
         for _ in 0..5 {
-            assert!(a.admits(&ANY, Some(75), 0));
+            assert!(a.admits(&ANY, Some(75)));
             a.started(Some(75));
         }
-        assert!(!a.admits(&ANY, Some(75), 0));
+        assert!(!a.admits(&ANY, Some(75)));
     }
 
     #[test]
@@ -174,15 +167,15 @@ mod tests {
         // Room for two, but three started moments ago: one of them will
         // wait, so only one more starts ahead.
         let mut a = admission(Some(2 * 375), 0, 3, Some(2));
-        assert!(a.admits(&ANY, None, 0));
+        assert!(a.admits(&ANY, None));
         a.started(None);
-        assert!(!a.admits(&ANY, None, 0));
-        // Two already waiting: none, unless it has been pending too long.
-        assert!(!admission(Some(0), 2, 0, Some(2)).admits(&ANY, None, 0));
-        assert!(admission(Some(0), 2, 0, Some(2)).admits(&ANY, None, MAX_HELD_BACK_SECS));
+        assert!(!a.admits(&ANY, None));
+        // Two already waiting: none (jobs waiting too long are not
+        // counted: `Cluster::shared_unplaced`).
+        assert!(!admission(Some(0), 2, 0, Some(2)).admits(&ANY, None));
         // Unbounded room or no limit: as before.
-        assert!(admission(None, 50, 0, Some(2)).admits(&ANY, None, 0));
-        assert!(admission(Some(0), 50, 0, None).admits(&ANY, None, 0));
+        assert!(admission(None, 50, 0, Some(2)).admits(&ANY, None));
+        assert!(admission(Some(0), 50, 0, None).admits(&ANY, None));
     }
 
     #[test]
@@ -206,11 +199,11 @@ mod tests {
         assert!(!host_mem_low(Some(0), 100, 0), "no reserve");
         let mut a = admission(None, 0, 0, None);
         a.host_mem_low = true;
-        assert!(!a.admits(&ANY, None, 0));
+        assert!(!a.admits(&ANY, None));
         let set_aside = JobResources {
             cpus: 1,
             memory: MemoryRequest::Mib(512),
         };
-        assert!(a.admits(&set_aside, None, 0));
+        assert!(a.admits(&set_aside, None));
     }
 }

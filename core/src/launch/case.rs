@@ -226,7 +226,7 @@ fn plan_shared(input: &LaunchInput<'_>, h: &mut Handed, plan: &mut LaunchPlan) {
         let Some(ni) = most_free.pick(&h.free, |i| {
             (anywhere || job.may_join(&input.nodes[i], &h.occupancy, i))
                 && job.resources.fits(&h.room[i], &input.nodes[i].total)
-                && admission[i].admits(&job.resources, job.share, input.now - job.submitted)
+                && admission[i].admits(&job.resources, job.share)
         }) else {
             if let Some(t) = h.occupancy.hold_for(job, input.nodes) {
                 plan.expected_starts.push((job.id, t));

@@ -202,7 +202,6 @@ mod tests {
     fn job(gpu: &GpuRequest) -> QueuedJob<'_> {
         QueuedJob {
             share: None,
-            submitted: 0,
             id: 9,
             gpu,
             uid: 0,

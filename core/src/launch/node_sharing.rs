@@ -189,7 +189,6 @@ mod tests {
     fn job(id: u64, uid: u32, sharing: Option<NodeSharing>, gpu: &GpuRequest) -> QueuedJob<'_> {
         QueuedJob {
             share: None,
-            submitted: 0,
             id,
             gpu,
             resources: JobResources {

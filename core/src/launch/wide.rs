@@ -170,7 +170,6 @@ mod tests {
     fn job(id: u64, width: u32, cpus: u32, gpu: &GpuRequest) -> QueuedJob<'_> {
         QueuedJob {
             share: None,
-            submitted: 0,
             id,
             gpu,
             resources: JobResources {

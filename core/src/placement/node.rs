@@ -165,7 +165,7 @@ impl NodeBook {
     pub fn end(&mut self, task: TaskId, now_ms: i64) -> Result<(), PlacementError> {
         let owner = self.book.task(task).map(|t| (t.job, t.pid));
         let placed = self.book.end(task)?;
-        if let Some((job, pid)) = owner.filter(|&(j, p)| !self.book.has_active(j, p)) {
+        if let Some((job, pid)) = owner.filter(|&(j, p)| self.book.process_demand(j, p).is_none()) {
             self.measured.forget_process(job, pid);
         }
         self.finish(&[task], false, now_ms);
@@ -246,10 +246,13 @@ impl NodeBook {
         let Some(capacity) = self.book.pinned_capacity(job, pid) else {
             return false;
         };
-        if !self.book.has_active(job, pid) {
+        let Some(counted) = self.book.process_demand(job, pid) else {
             return false;
-        }
-        if let Some(demand) = self.measured.report(job, pid, busy, capacity, now_ms) {
+        };
+        if let Some(demand) = self
+            .measured
+            .report(job, pid, busy, capacity, counted, now_ms)
+        {
             let placed = self.book.set_process_demand(job, pid, demand);
             self.deliver(placed, now_ms);
         }

@@ -80,7 +80,9 @@ impl Sim<'_> {
             // No host memory is simulated.
             self.cluster.set_host_room(&name, room, None);
             // Reasons are the controller's to record; nothing records here.
-            let _ = self.cluster.set_waiting_tasks(&name, waiting.clone());
+            let _ = self
+                .cluster
+                .set_waiting_tasks(&name, waiting.clone(), self.now as i64);
             reported.push(waiting);
         }
         reported

@@ -167,16 +167,13 @@ impl Controller {
                 open_to,
                 seq,
             } => {
-                if let Some(n) = c.node(&node) {
-                    out.rpcs.push(Rpc::Drain {
-                        url: n.url.clone(),
-                        node,
-                        req: DrainRequest {
-                            instances,
-                            seq,
-                            open_to,
-                        },
-                    });
+                let req = DrainRequest {
+                    instances,
+                    seq,
+                    open_to,
+                };
+                if let Some(url) = c.node(&node).map(|n| n.url.clone()) {
+                    out.rpcs.push(Rpc::Drain { url, node, req });
                 }
             }
             Effect::Suspend {

@@ -86,6 +86,7 @@ pub(super) async fn load(
                 .unwrap_or_default(),
             waiting_tasks: Vec::new(),
             waiting_reports: 0,
+            waiting_jobs: Default::default(),
             reshape_keep: Default::default(),
             shared_room: None,
             mem_available_mib: None,

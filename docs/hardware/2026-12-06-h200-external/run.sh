@@ -19,7 +19,7 @@ nproc; free -g | head -2
 if [ "$JOBSET" = external ] && [ ! -x bench/gpu-external/rodinia/bin/gaussian ]; then
   bash bench/gpu-external/build.sh
 fi
-mode=$1; shift
+mode=${1:?usage: run.sh smoke | trials BATCH JOBS SEED POLICY...}; shift
 case $mode in
   smoke)
     for k in gaussian srad srad_big; do
@@ -32,7 +32,8 @@ case $mode in
     R=${R:-$(mktemp -d /tmp/gp.XXXX)}
     mkdir -p "$R"
     OUT=$R bash bench/gpu-interleaved.sh "$@"
-    tar -C "$R" -czf "$OUT/$1-${TAG:-run}.tar.gz" .
+    # Beside the directory it archives, not inside it.
+    tar -C "$R" -czf "$R-$1-${TAG:-run}.tar.gz" .
     ;;
 esac
 { ps -eo pid,stat,args | grep '[n]vidia-cuda-mps' | grep -v ' Z' && echo "MPS still running"; } || true

@@ -13,9 +13,14 @@ impl TaskBook {
             .map(|&i| self.instances[i].capacity)
     }
 
-    /// Whether process `pid` of `job` has a task placed.
-    pub fn has_active(&self, job: JobId, pid: u32) -> bool {
-        self.active.values().any(|a| a.job == job && a.pid == pid)
+    /// What process `pid` of `job` is counted to demand, its placed tasks
+    /// together; `None` when none is placed.
+    pub fn process_demand(&self, job: JobId, pid: u32) -> Option<u32> {
+        self.active
+            .values()
+            .filter(|a| a.job == job && a.pid == pid)
+            .map(|a| a.compute)
+            .reduce(|a, b| a.saturating_add(b))
     }
 
     /// Process `pid` of `job` was measured to demand `demand` thousandths

@@ -489,19 +489,23 @@ fn a_measured_demand_below_the_guess_lets_waiting_tasks_in() {
     // Half a second is no window: nothing changes.
     assert!(n.busy_report(1, 101, busy(10_000, 500_000), 500));
     assert!(placed_events(&n.take_events()).is_empty());
-    // Its first second: busy a tenth of it. Its demand falls from 375 to
-    // 100: 2725, no room yet for another 375.
+    // Its first second: busy a tenth of it. Its demand falls halfway,
+    // from 375 to 238, and so does a second one's: 2726, no room yet for
+    // another 375.
     assert!(n.busy_report(1, 101, busy(100_000, 1_000_000), 1_000));
-    assert!(placed_events(&n.take_events()).is_empty());
-    // A second one measures the same: 2450, room for the ninth.
     assert!(n.busy_report(2, 102, busy(100_000, 1_000_000), 1_000));
+    assert!(placed_events(&n.take_events()).is_empty());
+    // Another such second: 169 each, 2588, room for the ninth.
+    assert!(n.busy_report(1, 101, busy(200_000, 2_000_000), 2_000));
+    assert!(placed_events(&n.take_events()).is_empty());
+    assert!(n.busy_report(2, 102, busy(200_000, 2_000_000), 2_000));
     assert_eq!(placed_events(&n.take_events()), vec![(9, "I0".to_string())]);
-    assert_eq!(n.measured_demand(1), Some(100));
+    assert_eq!(n.measured_demand(1), Some(169));
     // The job's next process starts from what its last one measured.
-    n.process_exited(1, 101, 2_000);
+    n.process_exited(1, 101, 3_000);
     n.take_events();
-    let again = placed(n.begin(req(1, 201, G), 2_000));
-    assert_eq!(again.share, 100);
+    let again = placed(n.begin(req(1, 201, G), 3_000));
+    assert_eq!(again.share, 169);
 }
 
 #[test]

@@ -62,8 +62,9 @@ struct Streams {
     /// Contexts forgotten so far (other threads that query reset theirs).
     forgets: u64,
     busy: Duration,
-    /// The connection the sampler reports on, until it starts and takes it.
-    reporter: Option<gsched_probe::ProbeClient>,
+    /// What opens the connection the sampler reports on, until it starts
+    /// and takes it.
+    reporter: Option<gsched_probe::ProbeOpener>,
 }
 
 static STREAMS: Mutex<Streams> = Mutex::new(Streams {
@@ -99,7 +100,7 @@ fn streams() -> MutexGuard<'static, Streams> {
 
 /// The process was placed: its busy time counts from now; `reporter`
 /// carries the sampler's reports to gnoded while it runs.
-pub(super) fn placed(reporter: Option<gsched_probe::ProbeClient>) {
+pub(super) fn placed(reporter: Option<gsched_probe::ProbeOpener>) {
     let mut st = streams();
     st.placed = Some(Instant::now());
     st.reporter = reporter;
@@ -137,6 +138,7 @@ pub(super) fn launched(stream: *mut c_void, per_thread: bool) {
         st.sampling = true;
         let generation = st.generation;
         let reporter = st.reporter.take();
+        hold_across_forks();
         if std::thread::Builder::new()
             .name("gprobe-busy".into())
             .spawn(move || sample(generation, reporter))
@@ -198,7 +200,35 @@ pub(super) fn measured() -> Option<BusyTime> {
     })
 }
 
-fn sample(generation: u64, mut reporter: Option<gsched_probe::ProbeClient>) {
+std::thread_local! {
+    /// `STREAMS`, held by the thread that forks from just before the fork
+    /// to just after it, on both sides.
+    static HELD_FOR_FORK: std::cell::RefCell<Option<MutexGuard<'static, Streams>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let guard = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+    HELD_FOR_FORK.with(|h| *h.borrow_mut() = Some(guard));
+}
+
+extern "C" fn after_fork() {
+    HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
+}
+
+/// The sampler holds `STREAMS` while it queries, every few milliseconds: a
+/// fork from another thread then would copy it locked into a child that
+/// has no sampler to release it, and the child's first launch would wait
+/// forever. Held across every fork instead, the child gets it unlocked.
+fn hold_across_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registering plain extern "C" functions.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork));
+    });
+}
+
+fn sample(generation: u64, mut opener: Option<gsched_probe::ProbeOpener>) {
     let (Some(query), Some(set)) = (
         real_named::<StreamQuery>(c"cuStreamQuery"),
         real_named::<CtxSet>(c"cuCtxSetCurrent"),
@@ -211,6 +241,7 @@ fn sample(generation: u64, mut reporter: Option<gsched_probe::ProbeClient>) {
     // dilute the first window.
     let (started, mut reported, mut busy_since_start) = (last, last, Duration::ZERO);
     let mut current: usize = 0;
+    let mut reporter: Option<gsched_probe::ProbeClient> = None;
     loop {
         std::thread::sleep(SAMPLE);
         let mut st = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
@@ -232,6 +263,11 @@ fn sample(generation: u64, mut reporter: Option<gsched_probe::ProbeClient>) {
             continue;
         }
         reported = now;
+        if reporter.is_none() {
+            // Opened once: one that fails (gnoded restarted) is not tried
+            // again.
+            reporter = opener.take().and_then(|open| open().ok());
+        }
         let Some(client) = reporter.as_mut() else {
             continue;
         };

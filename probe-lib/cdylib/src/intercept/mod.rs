@@ -180,9 +180,10 @@ fn ensure_placed() {
             }
             st.task = Some(p.task);
             st.meter = Meter::new(p.bytes.saturating_sub(context));
-            // The sampler's own connection: its reports never wait on (or
-            // hold) this process's state, which a fork may copy locked.
-            busy::placed(client.another().ok());
+            // The sampler's own connection, opened by its thread when it
+            // first reports: its reports never wait on (or hold) this
+            // process's state, which a fork may copy locked.
+            busy::placed(Some(client.opener()));
             if let Ok(quota) = std::env::var(gsched_core::time_quota::TIME_QUOTA_ENV) {
                 // The job has a GPU time quota: launches wait for tokens.
                 let lc = gsched_core::time_quota::TimeQuota::from_env(&quota)
