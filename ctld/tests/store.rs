@@ -36,6 +36,10 @@ const CASES: &[(&str, Case)] = &[
     ("array_tasks_are_found_by_their_array", |db| {
         Box::pin(array_tasks_are_found_by_their_array(db))
     }),
+    (
+        "finished_listings_equal_a_naive_filter_of_generated_jobs",
+        |db| Box::pin(finished_listings_equal_a_naive_filter_of_generated_jobs(db)),
+    ),
     ("a_takeover_fences_the_old_leader", |db| {
         Box::pin(a_takeover_fences_the_old_leader(db))
     }),
@@ -491,6 +495,117 @@ async fn array_tasks_are_found_by_their_array(db: Database) {
         found(of(Some(vec![]), Some(vec![]))).await,
         Vec::<JobId>::new()
     );
+}
+
+/// A small deterministic generator (the suite needs no seed to replay).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+
+    /// Some of `items` (each with probability one half), or `None` (every
+    /// one) a third of the time.
+    fn some_of<T: Clone>(&mut self, items: &[T]) -> Option<Vec<T>> {
+        if self.below(3) == 0 {
+            return None;
+        }
+        Some(
+            items
+                .iter()
+                .filter(|_| self.below(2) == 0)
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+/// The finished-job listing, paged at random sizes, returns exactly the
+/// final jobs that `JobQuery::matches` (the filter of jobs in memory)
+/// accepts, in id order, for random filters over generated jobs.
+async fn finished_listings_equal_a_naive_filter_of_generated_jobs(db: Database) {
+    let (store, _) = Store::open_alone(&db, Durability::Normal, None)
+        .await
+        .unwrap();
+    let mut g = Lcg(42);
+    let users = ["u", "v", "w"];
+    let names = ["a", "b"];
+    let ends = [
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+    ];
+    let mut jobs = Vec::new();
+    for id in 1..=240u64 {
+        let start = 1_000 + g.below(1_000) as i64;
+        let mut j = job(id);
+        j.spec.user_name = users[g.below(3) as usize].into();
+        j.spec.name = names[g.below(2) as usize].into();
+        if g.below(4) == 0 {
+            let array_job_id = id - g.below(3).min(id - 1);
+            j.spec.array_task = Some(ArrayTask {
+                array_job_id,
+                task_id: (id - array_job_id) as u32,
+                min: 0,
+                max: 2,
+                step: 1,
+                count: 3,
+                max_running: None,
+            });
+        }
+        // A few still pending or running: never listed as finished.
+        match g.below(10) {
+            0 => {}
+            1 => j.transition(JobState::Running, start).unwrap(),
+            _ => {
+                j.transition(JobState::Running, start).unwrap();
+                let end = ends[g.below(4) as usize];
+                j.transition(end, start + g.below(500) as i64).unwrap();
+            }
+        }
+        jobs.push(j);
+    }
+    let writes = jobs
+        .iter()
+        .map(|j| Write::NewJob(Box::new(j.clone())))
+        .collect();
+    store.write(writes).await.unwrap();
+    for _ in 0..60 {
+        let ids_named: Vec<JobId> = (0..g.below(4)).map(|_| 1 + g.below(240)).collect();
+        let by_id = g.below(4) == 0;
+        let q = JobQuery {
+            states: g.some_of(&ends).map(|s| s.into_iter().collect()),
+            users: g.some_of(&users.map(String::from)),
+            names: g.some_of(&names.map(String::from)),
+            ids: by_id.then(|| ids_named.clone()),
+            arrays: (by_id && g.below(2) == 0).then(|| ids_named.clone()),
+            active_since: (g.below(2) == 0).then(|| 1_000 + g.below(1_500) as i64),
+            active_until: (g.below(2) == 0).then(|| 1_000 + g.below(1_500) as i64),
+        };
+        let expected: Vec<JobId> = jobs
+            .iter()
+            .filter(|j| j.state.is_final() && q.matches(j))
+            .map(|j| j.id)
+            .collect();
+        let page = 1 + g.below(40) as u32;
+        let (mut got, mut after) = (Vec::new(), 0);
+        loop {
+            let found = ids(store.finished_jobs(&q, after, page).await.unwrap());
+            let full = found.len() == page as usize;
+            after = found.last().copied().unwrap_or(after);
+            got.extend(found);
+            if !full {
+                break;
+            }
+        }
+        assert_eq!(got, expected, "{q:?}, pages of {page}");
+    }
 }
 
 async fn a_takeover_fences_the_old_leader(db: Database) {

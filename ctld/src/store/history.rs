@@ -179,9 +179,86 @@ pub(super) async fn finished_jobs(
     after: JobId,
     limit: u32,
 ) -> Result<Vec<Job>, StoreError> {
-    let mut q = finished_query(c.engine(), "", query, after, limit);
+    let Some(narrowed) = narrowed(c.reborrow(), query).await? else {
+        return Ok(Vec::new());
+    };
+    let mut q = finished_query(c.engine(), "", query, narrowed, after, limit);
     let rows = q.build().fetch_all(c.reborrow()).await?;
     rows.iter().map(job_of).collect()
+}
+
+/// The most rows of a time window's side that [`narrowed`] reads: a wider
+/// window is read by id as it is (most jobs are in it, so a page soon
+/// fills).
+const WINDOW_PROBE_ROWS: i64 = 20_000;
+
+/// Which sides of a listing's time window a page reads through their
+/// indexes rather than by id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Narrowed {
+    /// Through the index on end time (`active_since`).
+    by_end: bool,
+    /// Through the index on when jobs became active (`active_until`).
+    by_start: bool,
+}
+
+/// A page walks ids in order, and a planner that takes that order cannot
+/// tell how far it must walk to fill a page of a narrow time window (from
+/// the first id on, for the last hour of a year). Each side of the window
+/// is probed, through its index, for at most [`WINDOW_PROBE_ROWS`] rows
+/// (whatever the page: a probe past `after` would walk the index from its
+/// start): a side with no more is read through that index (the page's ids
+/// come from it), a wider one by id. A job active since `t`
+/// ended at or after it (or has no end); one active until `u` started
+/// (or, not started, was submitted) at or before it. `None` when the
+/// window holds no job at all.
+async fn narrowed(mut c: ConnRef<'_>, query: &JobQuery) -> Result<Option<Narrowed>, StoreError> {
+    let mut n = Narrowed::default();
+    let sides = [
+        (query.active_since, Side::End),
+        (query.active_until, Side::Start),
+    ];
+    for (t, side) in sides {
+        let Some(t) = t else {
+            continue;
+        };
+        let (head, tail) = side.condition();
+        let sql = format!(
+            "SELECT count(*) AS n FROM (SELECT id FROM jobs WHERE {head}$1{tail} LIMIT $2) AS w"
+        );
+        let row = c
+            .query(&sql)
+            .bind(t)
+            .bind(WINDOW_PROBE_ROWS + 1)
+            .fetch_one(c.reborrow())
+            .await?;
+        match row.int("n")? {
+            0 => return Ok(None),
+            rows if rows <= WINDOW_PROBE_ROWS => match side {
+                Side::End => n.by_end = true,
+                Side::Start => n.by_start = true,
+            },
+            _ => {}
+        }
+    }
+    Ok(Some(n))
+}
+
+/// A side of a time window, and its indexed condition.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    End,
+    Start,
+}
+
+impl Side {
+    /// The condition, before and after its time.
+    fn condition(self) -> (&'static str, &'static str) {
+        match self {
+            Side::End => ("(end_time >= ", " OR end_time IS NULL)"),
+            Side::Start => ("coalesce(start_time, submit_time) <= ", ""),
+        }
+    }
 }
 
 /// The SQL of [`finished_jobs`], after `prefix` (`EXPLAIN ...`: tests).
@@ -189,11 +266,29 @@ fn finished_query<'a>(
     engine: super::sql::Engine,
     prefix: &str,
     query: &'a JobQuery,
+    narrowed: Narrowed,
     after: JobId,
     limit: u32,
 ) -> Builder<'a> {
     let mut q = Builder::new(engine, &format!("{prefix}SELECT * FROM jobs WHERE id > "));
-    q.push_bind(after as i64).push(" AND state IN ");
+    q.push_bind(after as i64);
+    let sides = [
+        (narrowed.by_end, query.active_since, Side::End),
+        (narrowed.by_start, query.active_until, Side::Start),
+    ];
+    for (through_index, t, side) in sides {
+        if let (true, Some(t)) = (through_index, t) {
+            let (head, tail) = side.condition();
+            q.push(" AND id IN (SELECT id FROM jobs WHERE ")
+                .push(head)
+                .push_bind(t)
+                .push(tail)
+                .push(" AND id > ")
+                .push_bind(after as i64)
+                .push(")");
+        }
+    }
+    q.push(" AND state IN ");
     let finals: Vec<&str> = match &query.states {
         Some(s) => final_states()
             .filter(|f| s.iter().any(|w| w.as_str() == *f))
@@ -311,43 +406,116 @@ fn optional_json<T: serde::de::DeserializeOwned>(
 mod tests {
     use super::super::{Database, Durability, Store};
 
-    /// The index on an array's id (migration 0021) is built on the very
-    /// expression the queries use, so SQLite's planner takes it.
+    /// Plans on a table of many finished jobs, analyzed as a site's may
+    /// be: `sacct -j N` goes through the index of array tasks (migration
+    /// 0023: an index of every row, mostly NULL, looked useless to the
+    /// planner and it read every row), and a narrow time window through
+    /// the indexes on end and start, not by id from the first on.
     #[tokio::test]
-    async fn an_arrays_tasks_are_found_through_the_index() {
+    async fn listings_go_through_the_indexes_on_an_analyzed_table() {
+        use gsched_core::job::{Job, JobSpec, JobState};
         let dir = tempfile::tempdir().unwrap();
         let database = Database::Sqlite(dir.path().join("ctld.db"));
-        // Made and migrated by a controller first.
-        drop(
-            Store::open_alone(&database, Durability::Normal, None)
+        // Made and migrated by a controller first, with one finished job.
+        {
+            let (store, _) = Store::open_alone(&database, Durability::Normal, None)
                 .await
-                .unwrap(),
-        );
+                .unwrap();
+            let mut job = Job::new(1, JobSpec::default(), 10);
+            job.transition(JobState::Running, 10).unwrap();
+            job.transition(JobState::Completed, 11).unwrap();
+            let write = super::super::Write::NewJob(Box::new(job));
+            store.write(vec![write]).await.unwrap();
+        }
         let opened = Store::connect(&database, Durability::Normal).await.unwrap();
         let mut conn = opened.into_conn();
         let mut c = conn.as_ref();
-        let sql = format!(
-            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE {} IN (7, 9)",
-            c.engine().array_job_id()
+        // 25,000 copies (more than a window probe reads), none an array
+        // task, ending one a second; analyzed.
+        let copies =
+            "WITH RECURSIVE k(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM k WHERE n < 25000)
+            INSERT INTO jobs SELECT * FROM jobs WHERE id = 1";
+        let columns: Vec<String> = c
+            .query("SELECT name FROM pragma_table_info('jobs')")
+            .fetch_all(c.reborrow())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get("name").unwrap())
+            .collect();
+        let values: Vec<String> = columns
+            .iter()
+            .map(|col| match col.as_str() {
+                "id" => "1 + n".to_string(),
+                "submit_time" | "start_time" => "100 + n".to_string(),
+                "end_time" => "101 + n".to_string(),
+                other => other.to_string(),
+            })
+            .collect();
+        let copies = copies.replace(
+            "SELECT * FROM jobs WHERE id = 1",
+            &format!("SELECT {} FROM k, jobs WHERE id = 1", values.join(", ")),
         );
-        let rows = c.query(&sql).fetch_all(c.reborrow()).await.unwrap();
-        let plan: Vec<String> = rows.iter().map(|r| r.get("detail").unwrap()).collect();
-        assert!(
-            plan.iter().any(|step| step.contains("jobs_by_array")),
-            "{plan:?}"
-        );
-        // And sacct -j's whole query (a job, or the tasks of an array).
+        c.query(&copies).execute(c.reborrow()).await.unwrap();
+        c.query("ANALYZE").execute(c.reborrow()).await.unwrap();
+        let plan = |rows: Vec<super::Record>| -> Vec<String> {
+            rows.iter().map(|r| r.get("detail").unwrap()).collect()
+        };
+        let open = super::Narrowed::default();
         let query = super::JobQuery {
             ids: Some(vec![7]),
             arrays: Some(vec![7]),
             ..Default::default()
         };
-        let mut q = super::finished_query(c.engine(), "EXPLAIN QUERY PLAN ", &query, 0, 1000);
-        let rows = q.build().fetch_all(c.reborrow()).await.unwrap();
-        let plan: Vec<String> = rows.iter().map(|r| r.get("detail").unwrap()).collect();
+        let mut q = super::finished_query(c.engine(), "EXPLAIN QUERY PLAN ", &query, open, 0, 1000);
+        let steps = plan(q.build().fetch_all(c.reborrow()).await.unwrap());
         assert!(
-            plan.iter().any(|step| step.contains("jobs_by_array")),
-            "{plan:?}"
+            steps.iter().any(|s| s.contains("jobs_by_array_task")),
+            "{steps:?}"
         );
+        // A narrow side of a window is read through its index; a side
+        // wider than the probe, by id.
+        let ends_late = super::JobQuery {
+            active_since: Some(24_000),
+            ..Default::default()
+        };
+        let began_early = super::JobQuery {
+            active_until: Some(4_100),
+            ..Default::default()
+        };
+        let by_end = super::Narrowed {
+            by_end: true,
+            by_start: false,
+        };
+        let by_start = super::Narrowed {
+            by_end: false,
+            by_start: true,
+        };
+        for (window, narrowed, index) in [
+            (&ends_late, by_end, "jobs_by_end"),
+            (&began_early, by_start, "jobs_by_active_from"),
+        ] {
+            assert_eq!(
+                super::narrowed(c.reborrow(), window).await.unwrap(),
+                Some(narrowed)
+            );
+            let mut q =
+                super::finished_query(c.engine(), "EXPLAIN QUERY PLAN ", window, narrowed, 0, 1000);
+            let steps = plan(q.build().fetch_all(c.reborrow()).await.unwrap());
+            assert!(steps.iter().any(|s| s.contains(index)), "{steps:?}");
+        }
+        let wide = super::JobQuery {
+            active_since: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(
+            super::narrowed(c.reborrow(), &wide).await.unwrap(),
+            Some(open)
+        );
+        let empty = super::JobQuery {
+            active_since: Some(90_000),
+            ..Default::default()
+        };
+        assert_eq!(super::narrowed(c.reborrow(), &empty).await.unwrap(), None);
     }
 }
