@@ -168,6 +168,11 @@ struct UpArgs {
     /// jobs may hold in the controller (0: no cap; root's not counted).
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_BYTES_PER_USER)]
     max_bytes_per_user: usize,
+    /// Largest array index plus one (Slurm's MaxArraySize; up to
+    /// 4,000,001). Every task is a job, held to --max-job-count.
+    #[arg(long, default_value_t = gsched_core::array::DEFAULT_MAX_ARRAY_SIZE,
+          value_parser = clap::value_parser!(u32).range(1..=gsched_core::array::MOST_MAX_ARRAY_SIZE as i64))]
+    max_array_size: u32,
     /// Refuse jobs that would run as root (uid 0). `gsched up` runs root's
     /// own jobs by default (one machine, its administrator's commands);
     /// gnoded on a cluster node does not unless given --allow-root-jobs.
@@ -366,6 +371,7 @@ async fn up(args: UpArgs) -> Result<()> {
             max_script_size: args.max_script_size,
             max_jobs_per_user: args.max_jobs_per_user,
             max_bytes_per_user: args.max_bytes_per_user,
+            max_array_size: args.max_array_size,
             job_requeue: args.job_requeue,
             early_start_secs: args.early_start_secs,
             shared_start_ahead: args.shared_start_ahead.clone(),

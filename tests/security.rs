@@ -359,6 +359,20 @@ fn overflowing_numbers_and_nul_bytes_are_refused_at_submission() {
         base(json!({"argv": ["a\u{0}"]})),
         "arguments contains a NUL byte",
     );
+    // Arrays the parser never makes: none (the controller once took its
+    // first index and panicked), out of order, past MaxArraySize.
+    refused(
+        base(json!({"array": {"indices": []}})),
+        "invalid array: it has no index",
+    );
+    refused(
+        base(json!({"array": {"indices": [3, 1]}})),
+        "in increasing order",
+    );
+    refused(
+        base(json!({"array": {"indices": [0, 1001]}})),
+        "above MaxArraySize-1 (1000)",
+    );
     // Nothing was stored.
     let jobs = g.get("/api/v1/jobs?state=all").unwrap();
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 0, "{jobs}");

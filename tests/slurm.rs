@@ -220,6 +220,26 @@ fn sbatch_scripts_options_and_output() {
 }
 
 #[test]
+fn max_array_size_is_a_setting() {
+    let s = Slurm::start_with(&["--sim-gpus", "1xA100-40GB", "--max-array-size", "5"]);
+    let config = s.ok("scontrol", &["show", "config"]);
+    assert!(
+        config.contains("\nMaxArraySize           = 5\n"),
+        "{config}"
+    );
+    let o = s.run("sbatch", &["--array=0-5", "--wrap", "true"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("index 5 is above MaxArraySize-1 (4)"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(s.ok("squeue", &["-h"]), "", "nothing submitted");
+    s.sbatch(&["--array=0-4", "--hold", "--wrap", "true"]);
+    assert_eq!(s.ok("squeue", &["-h", "-r", "-o", "%i"]).lines().count(), 5);
+}
+
+#[test]
 fn arrays_ids_throttle_and_environment() {
     let s = Slurm::start();
     let g = &s.g;

@@ -5,8 +5,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::job_state::JobId;
 
-/// Largest array index plus one, as Slurm's default `MaxArraySize`.
-pub const MAX_ARRAY_SIZE: u32 = 1001;
+/// Largest array index plus one by default, as Slurm's default
+/// `MaxArraySize` (gctld's `--max-array-size`).
+pub const DEFAULT_MAX_ARRAY_SIZE: u32 = 1001;
+
+/// The most `MaxArraySize` may be, as in Slurm.
+pub const MOST_MAX_ARRAY_SIZE: u32 = 4_000_001;
 
 /// An `--array` request: the indices, and how many may run at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -24,16 +28,32 @@ pub enum ArrayError {
         "invalid array specification '{0}': expected indices like 0-15, 1,3,5, 0-15:4 or 0-15%4"
     )]
     Syntax(String),
-    #[error("invalid array specification '{spec}': index {index} is above MaxArraySize-1 ({max})", max = MAX_ARRAY_SIZE - 1)]
-    TooLarge { spec: String, index: u64 },
+    #[error("invalid array specification '{spec}': index {index} is above MaxArraySize-1 ({max})", max = max_size - 1)]
+    TooLarge {
+        spec: String,
+        index: u64,
+        max_size: u32,
+    },
     #[error("invalid array specification '{0}': the %limit must be at least 1")]
     ZeroLimit(String),
+    #[error("invalid array: it has no index")]
+    NoIndex,
+    #[error("invalid array: its indices must be given in increasing order, each once")]
+    Unordered,
 }
 
 impl ArrayRequest {
     /// Parses Slurm's syntax: comma-separated indices and ranges
-    /// `A-B[:STEP]`, then an optional `%MAX` running at once.
+    /// `A-B[:STEP]`, then an optional `%MAX` running at once, with indices
+    /// up to the largest `MaxArraySize` allows (the controller holds a
+    /// submission to its own, [`Self::check`]).
     pub fn parse(spec: &str) -> Result<ArrayRequest, ArrayError> {
+        Self::parse_within(spec, MOST_MAX_ARRAY_SIZE)
+    }
+
+    /// [`Self::parse`] with indices below `max_size` (`MaxArraySize`):
+    /// nothing larger is made.
+    pub fn parse_within(spec: &str, max_size: u32) -> Result<ArrayRequest, ArrayError> {
         let syntax = || ArrayError::Syntax(spec.to_string());
         let (list, limit) = match spec.split_once('%') {
             Some((l, m)) => (l, Some(m)),
@@ -55,10 +75,11 @@ impl ArrayRequest {
                 return Err(syntax());
             }
             let n: u64 = s.parse().map_err(|_| syntax())?;
-            if n >= MAX_ARRAY_SIZE as u64 {
+            if n >= u64::from(max_size) {
                 return Err(ArrayError::TooLarge {
                     spec: spec.into(),
                     index: n,
+                    max_size,
                 });
             }
             Ok(n)
@@ -94,6 +115,29 @@ impl ArrayRequest {
             indices,
             max_running,
         })
+    }
+
+    /// Whether a request (as a client sent it) is one the controller
+    /// takes: some indices, in increasing order, each below `max_size`
+    /// (`MaxArraySize`), and a `%limit` of at least 1.
+    pub fn check(&self, max_size: u32) -> Result<(), ArrayError> {
+        let Some(&last) = self.indices.last() else {
+            return Err(ArrayError::NoIndex);
+        };
+        if self.indices.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(ArrayError::Unordered);
+        }
+        if last >= max_size {
+            return Err(ArrayError::TooLarge {
+                spec: format!("{}-{last}", self.indices[0]),
+                index: u64::from(last),
+                max_size,
+            });
+        }
+        if self.max_running == Some(0) {
+            return Err(ArrayError::ZeroLimit("%0".into()));
+        }
+        Ok(())
     }
 
     /// The step between indices when they form one progression, else 1
@@ -205,9 +249,40 @@ mod tests {
             "invalid array specification '0-4%0': the %limit must be at least 1"
         );
         assert_eq!(
-            ArrayRequest::parse("0-1001").unwrap_err().to_string(),
+            ArrayRequest::parse_within("0-1001", DEFAULT_MAX_ARRAY_SIZE)
+                .unwrap_err()
+                .to_string(),
             "invalid array specification '0-1001': index 1001 is above MaxArraySize-1 (1000)"
         );
+        assert!(ArrayRequest::parse("0-4000001").is_err());
+        assert_eq!(ArrayRequest::parse("4000000").unwrap().indices, [4_000_000]);
+    }
+
+    #[test]
+    fn what_a_client_sends_is_checked() {
+        let req = |indices: Vec<u32>, max_running| ArrayRequest {
+            indices,
+            max_running,
+        };
+        assert_eq!(req(vec![0, 2, 5], None).check(1001), Ok(()));
+        assert_eq!(req(vec![], None).check(1001), Err(ArrayError::NoIndex));
+        assert_eq!(
+            req(vec![2, 1], None).check(1001),
+            Err(ArrayError::Unordered)
+        );
+        assert_eq!(
+            req(vec![1, 1], None).check(1001),
+            Err(ArrayError::Unordered)
+        );
+        assert!(matches!(
+            req(vec![0, 1001], None).check(1001),
+            Err(ArrayError::TooLarge { index: 1001, .. })
+        ));
+        assert_eq!(req(vec![0, 1001], None).check(1002), Ok(()));
+        assert!(matches!(
+            req(vec![0], Some(0)).check(1001),
+            Err(ArrayError::ZeroLimit(_))
+        ));
     }
 
     #[test]

@@ -87,6 +87,13 @@ pub fn check(config: &CtldConfig) -> anyhow::Result<()> {
     }
     gsched_core::launch::parse_start_ahead(&config.shared_start_ahead)
         .map_err(|e| anyhow::anyhow!("shared_start_ahead: {e}"))?;
+    let most_array = gsched_core::array::MOST_MAX_ARRAY_SIZE;
+    if !(1..=most_array).contains(&config.max_array_size) {
+        anyhow::bail!(
+            "max_array_size: {} is not from 1 to {most_array} (Slurm's MaxArraySize)",
+            config.max_array_size
+        );
+    }
     if config.host_mem_reserve > gsched_core::launch::MOST_HOST_MEM_RESERVE_PCT {
         anyhow::bail!(
             "host_mem_reserve: {}% is above the most taken, {}%",

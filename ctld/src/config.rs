@@ -214,6 +214,13 @@ pub struct CtldConfig {
     #[arg(long, default_value_t = gsched_core::cluster::DEFAULT_MAX_BYTES_PER_USER)]
     #[serde(default = "default_max_bytes_per_user")]
     pub max_bytes_per_user: usize,
+    /// Largest array index plus one (Slurm's MaxArraySize): `--array`
+    /// indices from 0 to this less one. Every task of an array is a job of
+    /// its own, held to --max-job-count and --max-jobs-per-user.
+    #[arg(long, default_value_t = gsched_core::array::DEFAULT_MAX_ARRAY_SIZE,
+          value_parser = clap::value_parser!(u32).range(1..=gsched_core::array::MOST_MAX_ARRAY_SIZE as i64))]
+    #[serde(default = "default_max_array_size")]
+    pub max_array_size: u32,
     /// Whether a job that gives neither --requeue nor --no-requeue goes back
     /// to the queue when its node is lost (Slurm's JobRequeue, on by
     /// default).
@@ -332,6 +339,7 @@ impl Default for CtldConfig {
             max_job_count: default_max_job_count(),
             max_jobs_per_user: default_max_jobs_per_user(),
             max_bytes_per_user: default_max_bytes_per_user(),
+            max_array_size: default_max_array_size(),
             max_script_size: default_max_script_size(),
             job_requeue: default_job_requeue(),
             max_gpu_fault_requeues: default_max_gpu_fault_requeues(),
@@ -512,6 +520,10 @@ fn default_early_start_secs() -> u64 {
 fn default_max_job_count() -> usize {
     gsched_core::cluster::DEFAULT_MAX_JOB_COUNT
 }
+fn default_max_array_size() -> u32 {
+    gsched_core::array::DEFAULT_MAX_ARRAY_SIZE
+}
+
 fn default_max_bytes_per_user() -> usize {
     gsched_core::cluster::DEFAULT_MAX_BYTES_PER_USER
 }

@@ -350,6 +350,7 @@ fn restore_cluster(config: &CtldConfig, loaded: store::Loaded) -> Result<Cluster
             0 => usize::MAX,
             n => n,
         },
+        max_array_size: config.max_array_size,
     });
     cluster.set_early_start(Some(config.early_start_secs));
     // Checked at start (command::check).

@@ -214,7 +214,10 @@ pub fn show_config(health: &serde_json::Value, base: &str) -> String {
         ("ClusterName", cluster.to_string()),
         (
             "MaxArraySize",
-            gsched_core::array::MAX_ARRAY_SIZE.to_string(),
+            health["max_array_size"]
+                .as_u64()
+                .unwrap_or(gsched_core::array::DEFAULT_MAX_ARRAY_SIZE.into())
+                .to_string(),
         ),
         ("MinJobAge", format!("{min_job_age} sec")),
         ("SchedulerType", format!("gsched/{policy}")),

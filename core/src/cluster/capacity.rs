@@ -1,6 +1,6 @@
 //! What one controller holds: Slurm's `MaxJobCount` (jobs in memory, the
-//! finished ones kept for MinJobAge included) and `max_script_size`. A
-//! submission beyond either is refused with Slurm's words; nothing already
+//! finished ones kept for MinJobAge included), `max_script_size` and
+//! `MaxArraySize`. A submission beyond any is refused with Slurm's words; nothing already
 //! accepted is touched.
 
 use super::{Cluster, ClusterError};
@@ -36,6 +36,8 @@ pub struct SubmissionCaps {
     /// Bytes of scripts, environments and arguments of one user's queued
     /// and running jobs (root's not counted).
     pub max_bytes_per_user: usize,
+    /// Largest array index plus one (Slurm's `MaxArraySize`).
+    pub max_array_size: u32,
 }
 
 impl Default for SubmissionCaps {
@@ -45,6 +47,7 @@ impl Default for SubmissionCaps {
             max_script_bytes: DEFAULT_MAX_SCRIPT_BYTES,
             max_jobs_per_user: DEFAULT_MAX_JOBS_PER_USER,
             max_bytes_per_user: DEFAULT_MAX_BYTES_PER_USER,
+            max_array_size: crate::array::DEFAULT_MAX_ARRAY_SIZE,
         }
     }
 }
@@ -57,6 +60,7 @@ impl SubmissionCaps {
             max_script_bytes: usize::MAX,
             max_jobs_per_user: usize::MAX,
             max_bytes_per_user: usize::MAX,
+            max_array_size: crate::array::MOST_MAX_ARRAY_SIZE,
         }
     }
 }
@@ -82,7 +86,11 @@ impl Cluster {
                 max: self.caps.max_script_bytes,
             });
         }
-        let adding = spec.array.as_ref().map_or(1, |a| a.indices.len().max(1));
+        if let Some(a) = &spec.array {
+            a.check(self.caps.max_array_size)
+                .map_err(|e| ClusterError::Refused(e.to_string()))?;
+        }
+        let adding = spec.array.as_ref().map_or(1, |a| a.indices.len());
         if self.jobs.len().saturating_add(adding) > self.caps.max_job_count {
             return Err(ClusterError::TooManyJobs(self.caps.max_job_count));
         }
@@ -177,6 +185,33 @@ mod tests {
         let e = c.submit(big, 0).unwrap_err();
         assert!(e.to_string().contains("max_script_size"), "{e}");
         assert_eq!(c.jobs().count(), 0, "nothing was accepted");
+    }
+
+    #[test]
+    fn arrays_are_held_to_max_array_size_and_checked_as_sent() {
+        let mut c = testkit::cluster();
+        c.set_submission_caps(SubmissionCaps {
+            max_array_size: 11,
+            ..SubmissionCaps::default()
+        });
+        let array = |indices: Vec<u32>| {
+            let mut s = testkit::spec("a", false);
+            s.array = Some(crate::array::ArrayRequest {
+                indices,
+                max_running: None,
+            });
+            s
+        };
+        assert!(c.submit(array(vec![0, 10]), 0).is_ok());
+        let e = c.submit(array(vec![0, 11]), 0).unwrap_err();
+        assert!(e.to_string().contains("MaxArraySize-1 (10)"), "{e}");
+        // What a client may send that the parser never makes: refused,
+        // nothing taken.
+        for bad in [vec![], vec![3, 2], vec![4, 4]] {
+            let e = c.submit(array(bad.clone()), 0).unwrap_err();
+            assert!(e.to_string().starts_with("invalid array"), "{bad:?}: {e}");
+        }
+        assert_eq!(c.jobs().count(), 2, "the first array's two tasks only");
     }
 
     #[test]

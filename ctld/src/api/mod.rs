@@ -136,6 +136,8 @@ pub struct Health {
     pub socket: String,
     /// Seconds a finished job stays in memory.
     pub min_job_age: u64,
+    /// Largest array index plus one (MaxArraySize).
+    pub max_array_size: u32,
     /// The priority policy's name (`basic`, `multifactor`).
     pub priority_type: String,
     /// The weights `multifactor` gives each factor (sprio -w).
@@ -167,6 +169,7 @@ async fn healthz(State(ctl): Ctl) -> Json<Health> {
         auth: "jwt".into(),
         socket: ctl.socket.display().to_string(),
         min_job_age: ctl.config.min_job_age,
+        max_array_size: ctl.config.max_array_size,
         priority_type: ctl.config.priority_type.clone(),
         priority_weights: ctl.config.priority_config(),
         release: gsched_core::version::RELEASE.into(),

@@ -256,7 +256,12 @@ fn gpus_of(
 }
 
 /// The gsched job a slurmrestd submission describes, and its warnings.
-pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), BadSubmission> {
+/// Array indices must be below `max_array_size` (the controller's
+/// MaxArraySize: a larger array is refused before it is made).
+pub fn job_spec_within(
+    body: &Value,
+    max_array_size: u32,
+) -> Result<(JobSpec, Vec<String>), BadSubmission> {
     let job = the_job(body)?;
     let obj = job.as_object().ok_or("job must be an object")?;
     let mut warnings: Vec<String> = obj
@@ -309,7 +314,10 @@ pub fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), BadSubmission> {
     let (gpu, gpus_per_task) = gpus_of(obj, small("tasks")?)?;
     let argv = argv_of(obj)?;
     let array = text("array", obj.get("array"))?
-        .map(|a| ArrayRequest::parse(&a).map_err(|e| BadSubmission(format!("job.array: {e}"))))
+        .map(|a| {
+            ArrayRequest::parse_within(&a, max_array_size)
+                .map_err(|e| BadSubmission(format!("job.array: {e}")))
+        })
         .transpose()?;
     let dependency = text("dependency", obj.get("dependency"))?
         .filter(|d| !d.is_empty())
@@ -412,7 +420,8 @@ pub async fn submit(
     let bad = |m: String| r.error(StatusCode::BAD_REQUEST, 2020, m);
     let body: Value =
         serde_json::from_slice(&body).map_err(|e| bad(format!("invalid JSON body: {e}")))?;
-    let (mut spec, warnings) = job_spec(&body).map_err(|e| bad(e.to_string()))?;
+    let (mut spec, warnings) =
+        job_spec_within(&body, ctl.config.max_array_size).map_err(|e| bad(e.to_string()))?;
     // The job is the caller's; a numeric user_id naming someone else is
     // refused the same way.
     if let Some(uid) = body["job"]["user_id"]
@@ -449,6 +458,10 @@ pub async fn submit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn job_spec(body: &Value) -> Result<(JobSpec, Vec<String>), BadSubmission> {
+        job_spec_within(body, gsched_core::array::MOST_MAX_ARRAY_SIZE)
+    }
     use serde_json::json;
 
     #[test]
