@@ -6,7 +6,7 @@
 -- start, else their submission) let a narrow time window's page be read
 -- through an index (`narrowed`), as the index on end time does from the
 -- other side.
-DROP INDEX jobs_by_array;
+DROP INDEX IF EXISTS jobs_by_array;
 CREATE INDEX jobs_by_array_task ON jobs(json_extract(spec, '$.array_task.array_job_id'))
   WHERE json_extract(spec, '$.array_task.array_job_id') IS NOT NULL;
 CREATE INDEX jobs_by_active_from ON jobs(coalesce(start_time, submit_time));

@@ -728,6 +728,17 @@ pub fn submit_main(prog: &str, args: Vec<String>, environment: SubmitOptions) ->
     let mut spec = build_spec(&opts, script, &default_name, &cwd)?;
     spec.slurm.command = command;
     let client = Client::from_env();
+    if let Some(a) = &opts.array {
+        // The controller's MaxArraySize: an array past it is refused here
+        // in its words, not as a request too large to send.
+        let max = client
+            .health()
+            .ok()
+            .and_then(|h| h["max_array_size"].as_u64())
+            .and_then(|m| u32::try_from(m).ok())
+            .unwrap_or(gsched_core::array::DEFAULT_MAX_ARRAY_SIZE);
+        gsched_core::array::ArrayRequest::parse_within(a, max)?;
+    }
     let id = client.submit(&spec)?;
     match (opts.parsable, &opts.clusters) {
         (true, Some(c)) => println!("{id};{c}"),

@@ -36,6 +36,8 @@ pub enum ArrayError {
     },
     #[error("invalid array specification '{0}': the %limit must be at least 1")]
     ZeroLimit(String),
+    #[error("invalid array specification '{spec}': its ranges give more than MaxArraySize ({max_size}) indices")]
+    TooMany { spec: String, max_size: u32 },
     #[error("invalid array: it has no index")]
     NoIndex,
     #[error("invalid array: its indices must be given in increasing order, each once")]
@@ -99,11 +101,26 @@ impl ArrayRequest {
                     if a > b {
                         return Err(syntax());
                     }
+                    // Counted before it is made: repeated ranges cannot
+                    // make more than MaxArraySize indices to sort.
+                    let count = (b - a) / step + 1;
+                    if indices.len() as u64 + count > u64::from(max_size) {
+                        return Err(ArrayError::TooMany {
+                            spec: spec.into(),
+                            max_size,
+                        });
+                    }
                     indices.extend((a..=b).step_by(step as usize).map(|i| i as u32));
                 }
                 None => {
                     if part.contains(':') {
                         return Err(syntax());
+                    }
+                    if indices.len() as u64 >= u64::from(max_size) {
+                        return Err(ArrayError::TooMany {
+                            spec: spec.into(),
+                            max_size,
+                        });
                     }
                     indices.push(number(range)? as u32);
                 }
@@ -255,6 +272,19 @@ mod tests {
             "invalid array specification '0-1001': index 1001 is above MaxArraySize-1 (1000)"
         );
         assert!(ArrayRequest::parse("0-4000001").is_err());
+        // Repeated ranges are refused before they are made.
+        let repeated = ["0-9"; 3].join(",");
+        assert!(matches!(
+            ArrayRequest::parse_within(&repeated, 20),
+            Err(ArrayError::TooMany { max_size: 20, .. })
+        ));
+        assert_eq!(
+            ArrayRequest::parse_within("0-9,0-9", 20)
+                .unwrap()
+                .indices
+                .len(),
+            10
+        );
         assert_eq!(ArrayRequest::parse("4000000").unwrap().indices, [4_000_000]);
     }
 

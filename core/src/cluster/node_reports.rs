@@ -247,13 +247,14 @@ impl Cluster {
     /// yet, on their way to their first GPU call).
     pub(super) fn shared_unplaced(&self, n: &Node, now: i64) -> (u32, u32) {
         let waiting: HashSet<JobId> = n.waiting_tasks.iter().map(|w| w.job).collect();
-        let (mut w, mut starting) = (0u32, 0u32);
+        let (mut w, mut stuck, mut starting) = (0u32, 0u32, 0u32);
         for id in &n.shared {
             if waiting.contains(id) {
-                // One stuck for long holds nobody back.
                 let since = n.waiting_jobs.since.get(id).copied().unwrap_or(now);
                 if now.saturating_sub(since) < crate::launch::STUCK_WAITING_SECS {
                     w += 1;
+                } else {
+                    stuck += 1;
                 }
                 continue;
             }
@@ -266,6 +267,10 @@ impl Cluster {
                 starting += 1;
             }
         }
-        (w, starting)
+        // Up to start-ahead jobs stuck for long hold nobody back: others
+        // start past them, once; more stuck ones count again, so jobs do
+        // not pile up at a GPU that takes nothing.
+        let ahead = self.shared_start_ahead.unwrap_or(0);
+        (w.saturating_add(stuck.saturating_sub(ahead)), starting)
     }
 }

@@ -747,4 +747,11 @@ fn shared_jobs_stuck_waiting_for_a_placement_hold_back_no_others_for_good() {
     c.set_waiting_tasks("n1", both(), 20 + crate::launch::STUCK_WAITING_SECS);
     assert_eq!(started(&c.schedule(141)), 2);
     assert_eq!(started(&c.schedule(142)), 0);
+    // Those two wait as well and get stuck too: four stuck count as two
+    // waiting, and nothing more starts however long they wait.
+    assert_eq!(c.job(ids[3]).unwrap().state, JobState::Running);
+    let four = || (0..4).map(|k| waits(ids[k])).collect::<Vec<_>>();
+    c.set_waiting_tasks("n1", four(), 150);
+    c.set_waiting_tasks("n1", four(), 1_000);
+    assert_eq!(started(&c.schedule(1_000)), 0);
 }

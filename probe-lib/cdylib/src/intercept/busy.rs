@@ -207,19 +207,32 @@ std::thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+// Never a panic across the C boundary: a thread whose locals are being
+// torn down forks without the lock held (as before this handler).
 extern "C" fn before_fork() {
-    let guard = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
-    HELD_FOR_FORK.with(|h| *h.borrow_mut() = Some(guard));
+    let _ = HELD_FOR_FORK.try_with(|h| {
+        let guard = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(mut held) = h.try_borrow_mut() {
+            *held = Some(guard);
+        }
+    });
 }
 
 extern "C" fn after_fork() {
-    HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
+    let _ = HELD_FOR_FORK.try_with(|h| {
+        if let Ok(mut held) = h.try_borrow_mut() {
+            drop(held.take());
+        }
+    });
 }
 
 /// The sampler holds `STREAMS` while it queries, every few milliseconds: a
 /// fork from another thread then would copy it locked into a child that
 /// has no sampler to release it, and the child's first launch would wait
 /// forever. Held across every fork instead, the child gets it unlocked.
+/// Not covered: a fork from a signal handler on a thread that holds it
+/// already (that fork waits for itself), and the placement state's lock,
+/// held while the process waits to be placed.
 fn hold_across_forks() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     // SAFETY: registering plain extern "C" functions.
