@@ -662,8 +662,10 @@ fn a_shared_job_shows_while_its_task_waits_for_a_gpu() {
     assert_eq!(changes, crate::cluster::MOST_WAITING_CHANGES as usize);
 }
 
-#[test]
-fn shared_jobs_start_by_the_room_the_node_reports_then_a_few_ahead() {
+/// A node of 20 workers whose GPUs have room for `compute` (thousandths,
+/// at a default demand of 375), two shared jobs started ahead, and eight
+/// shared jobs queued at 1.
+fn eight_queued_with_room(compute: u32) -> (Cluster, Vec<JobId>) {
     let mut c = Cluster::new(Box::new(CaseLaunch));
     c.register_node(
         &NodeRegistration {
@@ -673,19 +675,31 @@ fn shared_jobs_start_by_the_room_the_node_reports_then_a_few_ahead() {
         0,
     );
     c.set_shared_start_ahead(Some(2));
-    // Room for two jobs nothing is known about.
     let room = crate::wire::SharedRoom {
-        compute: 750,
+        compute,
         default_demand: 375,
     };
     c.set_host_room("n1", Some(room), None);
     let ids: Vec<JobId> = (0..8)
         .map(|_| c.submit(spec(false, false), 1).unwrap().0)
         .collect();
-    let started = |fx: &[Effect]| {
-        fx.iter()
-            .filter(|e| matches!(e, Effect::Launch { .. }))
-            .count()
+    (c, ids)
+}
+
+/// How many jobs the effects launch.
+fn started(fx: &[Effect]) -> usize {
+    fx.iter()
+        .filter(|e| matches!(e, Effect::Launch { .. }))
+        .count()
+}
+
+#[test]
+fn shared_jobs_start_by_the_room_the_node_reports_then_a_few_ahead() {
+    // Room for two jobs nothing is known about.
+    let (mut c, ids) = eight_queued_with_room(750);
+    let room = crate::wire::SharedRoom {
+        compute: 750,
+        default_demand: 375,
     };
     assert_eq!(started(&c.schedule(2)), 2 + 2, "two by the room, two ahead");
     // Those four are on their way: nothing more until the node says so.
@@ -709,29 +723,8 @@ fn shared_jobs_start_by_the_room_the_node_reports_then_a_few_ahead() {
 
 #[test]
 fn shared_jobs_stuck_waiting_for_a_placement_hold_back_no_others_for_good() {
-    let mut c = Cluster::new(Box::new(CaseLaunch));
-    c.register_node(
-        &NodeRegistration {
-            worker_limit: Some(20),
-            ..reg(vec![], vec![])
-        },
-        0,
-    );
-    c.set_shared_start_ahead(Some(2));
     // The GPU takes nothing more.
-    let full = crate::wire::SharedRoom {
-        compute: 0,
-        default_demand: 375,
-    };
-    c.set_host_room("n1", Some(full), None);
-    let ids: Vec<JobId> = (0..8)
-        .map(|_| c.submit(spec(false, false), 1).unwrap().0)
-        .collect();
-    let started = |fx: &[Effect]| {
-        fx.iter()
-            .filter(|e| matches!(e, Effect::Launch { .. }))
-            .count()
-    };
+    let (mut c, ids) = eight_queued_with_room(0);
     assert_eq!(started(&c.schedule(2)), 2, "two ahead");
     let waits = |job| crate::wire::WaitingTask {
         job,
