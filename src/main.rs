@@ -91,10 +91,18 @@ fn install_shims(dir: &std::path::Path) -> Result<()> {
     let exe = std::env::current_exe()
         .and_then(|e| e.canonicalize())
         .context("cannot find this program's path")?;
-    // The client alone where it stands beside this program: it starts in
+    // The client alone where it stands beside this program, or where the
+    // packages put it (/usr/lib/gsched beside /usr/bin): it starts in
     // about half the time (this one holds the daemons too).
-    let client = exe.with_file_name("gslurm");
-    let exe = if client.is_file() { client } else { exe };
+    let beside = exe.with_file_name("gslurm");
+    let packaged = exe
+        .parent()
+        .and_then(|bin| bin.parent())
+        .map(|prefix| prefix.join("lib/gsched/gslurm"));
+    let exe = std::iter::once(beside)
+        .chain(packaged)
+        .find(|client| client.is_file())
+        .unwrap_or(exe);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for name in gsched_cli::slurm::COMMANDS {
         let link = dir.join(name);
