@@ -14,7 +14,8 @@ for s in A B; do
   "${bin[$s]}/gsched" up --state-dir "$tmp/$s" --listen "127.0.0.1:${port[$s]}" --sim-gpus 1xA100-40GB --max-job-count 100000 --max-jobs-per-user 0 >"$tmp/$s.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:${port[$s]}/healthz" >/dev/null && break; sleep 0.1; done
-  mkdir -p "$tmp/sh$s"; ln -s "${bin[$s]}/gslurm" "$tmp/sh$s/sbatch"
+  mkdir -p "$tmp/sh$s"; client="${bin[$s]}/gslurm"; [ -x "$client" ] || client="${bin[$s]}/gsched"
+  ln -s "$client" "$tmp/sh$s/sbatch"
 done
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) sbatch --array=0-999 --hold, A $BASE, B $BIN; release; $(nproc) CPUs"
 for r in $(seq "$ROUNDS"); do
