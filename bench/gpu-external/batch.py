@@ -9,6 +9,11 @@ shared jobs state their kind's footprint plus 1 GB of headroom
 import argparse
 import os
 import random
+import sys
+
+# The job scripts are written as the project's own suite writes them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu-jobs"))
+from batch import write_job  # noqa: E402
 
 # GPU memory each kind holds at the sizes run_kind.sh runs it, GB.
 KINDS = {
@@ -36,18 +41,8 @@ def main():
     os.makedirs(a.dir, exist_ok=True)
     print("index\tkind\tmem_gb\tisolated\tscript")
     for i, kind in enumerate(kinds):
-        mem = KINDS[kind]
-        iso = i in isolated
-        lines = ["#!/bin/bash", f"#SBATCH -J {kind}-{i} -o {a.dir}/job-{i}.out"]
-        if iso:
-            lines.append("#GSCHED --isolated")
-        elif a.policy.startswith("case"):
-            lines.append(f"#GSCHED --gpu-mem {int((mem + 1) * 1024)}M")
-        lines.append(f"exec bash {a.suite}/run_kind.sh {kind}")
-        path = os.path.join(a.dir, f"job-{i}.sh")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"{i}\t{kind}\t{mem}\t{int(iso)}\t{path}")
+        cmd = f"bash {a.suite}/run_kind.sh {kind}"
+        write_job(a.dir, i, kind, KINDS[kind], i in isolated, a.policy, cmd)
 
 
 if __name__ == "__main__":

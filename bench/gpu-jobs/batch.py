@@ -23,6 +23,21 @@ KINDS = {
 }
 
 
+def write_job(directory, i, kind, mem, iso, policy, command):
+    """Writes job `i`'s script (footprint `mem` GB, isolated or not, under
+    `policy`, running `command`) and prints its line of the table."""
+    lines = ["#!/bin/bash", f"#SBATCH -J {kind}-{i} -o {directory}/job-{i}.out"]
+    if iso:
+        lines.append("#GSCHED --isolated")
+    elif policy.startswith("case"):
+        lines.append(f"#GSCHED --gpu-mem {int((mem + 1) * 1024)}M")
+    lines.append(f"exec {command}")
+    path = os.path.join(directory, f"job-{i}.sh")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"{i}\t{kind}\t{mem}\t{int(iso)}\t{path}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seed", type=int, default=1)
@@ -43,18 +58,8 @@ def main():
     for i, kind in enumerate(kinds):
         lo, hi = (8, 16) if a.tight else KINDS[kind]
         mem = round(rng.uniform(lo, hi) * 2) / 2
-        iso = i in isolated
-        lines = ["#!/bin/bash", f"#SBATCH -J {kind}-{i} -o {a.dir}/job-{i}.out"]
         cmd = f"python3 {a.suite}/{kind}.py --mem-gb {mem}"
-        if iso:
-            lines.append("#GSCHED --isolated")
-        elif a.policy.startswith("case"):
-            lines.append(f"#GSCHED --gpu-mem {int((mem + 1) * 1024)}M")
-        lines.append(f"exec {cmd}")
-        path = os.path.join(a.dir, f"job-{i}.sh")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"{i}\t{kind}\t{mem}\t{int(iso)}\t{path}")
+        write_job(a.dir, i, kind, mem, i in isolated, a.policy, cmd)
 
 
 if __name__ == "__main__":
