@@ -11,8 +11,8 @@
 # here, before gsched starts); KEEP_STATE=1 keeps gsched's state (its
 # database: what earlier trials taught it) from the last call of the same
 # policy and batch; TRIAL names this run in the output files.
-# JOBSET=external runs the external suite (bench/gpu-external: Rodinia's
-# CUDA programs, fetched and built with its fetch.sh and build.sh) in
+# JOBSET=external runs the external suite (bench/gpu-external: NVIDIA's
+# CUDA samples, fetched and built with its fetch.sh and build.sh) in
 # place of the project's own (bench/gpu-jobs). Host memory in use (MemTotal
 # less MemAvailable) is sampled every half second.
 # bench/gpu-interleaved.sh runs trials in an interleaved order.
@@ -24,7 +24,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 JOBSET=${JOBSET:-own}
 case $JOBSET in
   own) SUITE=$ROOT/bench/gpu-jobs; KINDS="dense stencil graph cnn_train inference cpu_burst" ;;
-  external) SUITE=$ROOT/bench/gpu-external; KINDS="gaussian srad srad_big" ;;
+  external) SUITE=$ROOT/bench/gpu-external
+    KINDS=$(python3 -c 'import runpy, sys; print(" ".join(runpy.run_path(sys.argv[1])["KINDS"]))' "$SUITE/batch.py") ;;
   *) echo "JOBSET must be own or external" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$ROOT/gpu-out}

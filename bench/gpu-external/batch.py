@@ -1,7 +1,7 @@
-"""Builds a batch of the external suite (bench/gpu-external: Rodinia's
-CUDA programs) for bench/gpu-packing.sh, as bench/gpu-jobs/batch.py does
+"""Builds a batch of the external suite (bench/gpu-external: NVIDIA's
+CUDA samples) for bench/gpu-packing.sh, as bench/gpu-jobs/batch.py does
 for the project's own suite: job scripts for `gsub`, one per line of the
-printed table. Each kind appears jobs/3 times, in an order the seed
+printed table. Each kind appears jobs/len(KINDS) times, in an order the seed
 shuffles; one job in six (chosen by the seed) is isolated. Under `case`
 shared jobs state their kind's footprint plus 1 GB of headroom
 (`#GSCHED --gpu-mem`), as a user would."""
@@ -17,10 +17,22 @@ from batch import write_job  # noqa: E402
 
 # GPU memory each kind holds at the sizes run_kind.sh runs it, GB.
 KINDS = {
-    "gaussian": 0.5,
-    "srad": 0.5,
-    "srad_big": 1.0,
+    "matmul": 1.0,
+    "fdtd": 0.5,
+    "cg": 0.5,
+    "blackscholes": 0.5,
+    "jacobi": 0.5,
+    "montecarlo": 0.5,
+    "sort": 0.5,
+    "binomial": 0.5,
 }
+# EXTERNAL_KINDS=a,b,... runs only those kinds (alone times included).
+if os.environ.get("EXTERNAL_KINDS"):
+    _chosen = os.environ["EXTERNAL_KINDS"].split(",")
+    _unknown = [k for k in _chosen if k not in KINDS]
+    if _unknown:
+        raise SystemExit(f"EXTERNAL_KINDS names unknown kinds {_unknown}; known: {list(KINDS)}")
+    KINDS = {k: KINDS[k] for k in _chosen}
 
 
 def main():
