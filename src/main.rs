@@ -285,6 +285,10 @@ struct UpArgs {
     /// together, as a ratio of it (`1`, `1.5`), or `off`.
     #[arg(long, default_value = gsched_core::compute::DEFAULT_COMPUTE_CEILING, value_name = "RATIO")]
     compute_ceiling: String,
+    /// Seconds a shared job's GPU room stays kept for its next process
+    /// after its last one ended; 0: not kept. At most 600.
+    #[arg(long, default_value_t = (gsched_core::placement::DEFAULT_HOLD_BETWEEN_MS / 1000) as u32, value_name = "SECS")]
+    hold_between_processes: u32,
     /// The compute demand of a shared job that states none and has no
     /// measured earlier run: a fraction of a GPU.
     #[arg(long, default_value = gsched_core::compute::DEFAULT_TASK_SHARE_SETTING, value_name = "SHARE")]
@@ -411,6 +415,7 @@ async fn up(args: UpArgs) -> Result<()> {
             placement_policy: args.placement_policy,
             max_overtakes: args.max_overtakes,
             compute_ceiling: args.compute_ceiling,
+            hold_between_processes: args.hold_between_processes,
             default_gpu_share: args.default_gpu_share,
             workers: args.workers,
             cpus: args.cpus,

@@ -112,6 +112,11 @@ pub struct SimArgs {
     /// task until it ends, as one process under the driver interception).
     #[arg(long, default_value = "task", value_parser = ["task", "process"])]
     memory_hold: String,
+    /// Seconds a job's room is kept for its next GPU task after one ends
+    /// (as gnoded's `--hold-between-processes`); 0: not kept.
+    #[arg(long, default_value_t = (gsched_core::placement::DEFAULT_HOLD_BETWEEN_MS / 1000) as u32,
+          value_name = "SECS", value_parser = clap::value_parser!(u32).range(0..=600))]
+    hold_between_processes: u32,
     /// MIG re-partitioning (the simulator's baselines keep the layout).
     #[arg(long, default_value = "none", value_name = "POLICY",
           help = gsched_core::repartition::repartition_help(),
@@ -224,6 +229,7 @@ fn options(a: &SimArgs) -> Result<Pair> {
         task_shares: gsched_core::sim::TaskShares::from_name(&a.task_shares)
             .ok_or_else(|| anyhow::anyhow!("--task-shares: unknown '{}'", a.task_shares))?,
         priority: priority(&a.priority_type),
+        hold_between_ms: i64::from(a.hold_between_processes) * 1000,
     };
     let baseline = SimOptions {
         workers_per_slice: None,

@@ -80,6 +80,12 @@ pub struct NodeConfig {
     #[arg(long, default_value = gsched_core::compute::DEFAULT_COMPUTE_CEILING, value_name = "RATIO")]
     #[serde(default = "default_compute_ceiling")]
     pub compute_ceiling: String,
+    /// Seconds a shared job's GPU memory and compute stay kept for its next
+    /// process after its last one ended (a script running GPU programs one
+    /// after another keeps its place); 0: not kept. At most 600.
+    #[arg(long, default_value_t = default_hold_between_processes(), value_name = "SECS")]
+    #[serde(default = "default_hold_between_processes")]
+    pub hold_between_processes: u32,
     /// The compute demand of a shared job that states none (`--gpu-share`)
     /// and has no earlier run that measured one: a fraction of a GPU.
     #[arg(long, default_value = gsched_core::compute::DEFAULT_TASK_SHARE_SETTING, value_name = "SHARE")]
@@ -187,6 +193,9 @@ fn default_compute_ceiling() -> String {
 }
 fn default_gpu_share() -> String {
     gsched_core::compute::DEFAULT_TASK_SHARE_SETTING.into()
+}
+fn default_hold_between_processes() -> u32 {
+    (gsched_core::placement::DEFAULT_HOLD_BETWEEN_MS / 1000) as u32
 }
 fn default_max_overtakes() -> u32 {
     gsched_core::placement::DEFAULT_MAX_OVERTAKES

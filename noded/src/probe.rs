@@ -84,6 +84,8 @@ struct State {
     /// Isolated jobs started early whose instances are not yet theirs, with
     /// their processes waiting for them (`ProbeRequest::Gate`).
     gates: HashMap<JobId, Vec<oneshot::Sender<ProbeReply>>>,
+    /// Rooms kept for jobs' next processes: (until, job, keep), `keeps.rs`.
+    keeps: std::collections::BTreeSet<(i64, JobId, u64)>,
 }
 
 /// Reads the memory physically free on an instance (bytes).
@@ -120,6 +122,8 @@ pub struct ProbeServer {
     mps: std::sync::RwLock<BTreeMap<String, String>>,
     events: Arc<TaskEvents>,
     changed: Notify,
+    /// Wakes the task that ends kept rooms (`keeps.rs`).
+    keep_wake: Arc<Notify>,
     /// Probe round trips and placement waits, for the heartbeat.
     latency: Mutex<(LatencyHistogram, LatencyHistogram)>,
     /// Open connections by uid: each holds a thread.
@@ -214,6 +218,8 @@ impl ProbeSocket {
 /// What a probe server is built from, beside its socket.
 pub struct ProbeSetup {
     pub book: TaskBook,
+    /// How long a job's room is kept for its next process (ms; 0: not).
+    pub hold_between_ms: i64,
     /// Each instance's MPS pipe directory.
     pub mps: BTreeMap<String, String>,
     pub events: Arc<TaskEvents>,
@@ -231,23 +237,25 @@ impl ProbeServer {
             context,
             gpu_busy,
         } = setup.readers;
-        Arc::new(ProbeServer {
+        let server = Arc::new(ProbeServer {
             path: socket.path,
             runtime: tokio::runtime::Handle::current(),
             free_memory,
             processes_on,
             context,
             state: Mutex::new(State {
-                node: NodeBook::new(setup.book),
+                node: NodeBook::new(setup.book).holding_between(setup.hold_between_ms),
                 jobs: HashMap::new(),
                 waiters: HashMap::new(),
                 growers: HashMap::new(),
                 watched: HashSet::new(),
                 gates: HashMap::new(),
+                keeps: Default::default(),
             }),
             mps: std::sync::RwLock::new(setup.mps),
             events: setup.events,
             changed: Notify::new(),
+            keep_wake: Arc::new(Notify::new()),
             latency: Mutex::new((
                 LatencyHistogram::new(&PROBE_BOUNDS),
                 LatencyHistogram::new(&WAIT_BOUNDS),
@@ -259,7 +267,9 @@ impl ProbeServer {
             steps: setup.steps,
             gpu_busy,
             tokens: socket.tokens,
-        })
+        });
+        server.spawn_keep_ender();
+        server
     }
 
     /// A server with no readers and no steps, on a socket at `path`.
@@ -282,6 +292,19 @@ impl ProbeServer {
         events: Arc<TaskEvents>,
         readers: ProbeReaders,
     ) -> Result<(Arc<ProbeServer>, UnixListener)> {
+        ProbeServer::bind_holding(path, book, mps, events, readers, 0)
+    }
+
+    /// The same, keeping jobs' rooms `hold_between_ms` between processes.
+    #[cfg(test)]
+    pub(crate) fn bind_holding(
+        path: PathBuf,
+        book: TaskBook,
+        mps: BTreeMap<String, String>,
+        events: Arc<TaskEvents>,
+        readers: ProbeReaders,
+        hold_between_ms: i64,
+    ) -> Result<(Arc<ProbeServer>, UnixListener)> {
         struct NoSteps;
         impl StepControl for NoSteps {
             fn begin_step(
@@ -299,6 +322,7 @@ impl ProbeServer {
         let (socket, listener) = ProbeSocket::bind(path)?;
         let setup = ProbeSetup {
             book,
+            hold_between_ms,
             mps,
             events,
             readers,
@@ -556,6 +580,10 @@ impl ProbeServer {
                     NodeEvent::Gone(task) => {
                         st.waiters.remove(&task);
                     }
+                    NodeEvent::KeepUntil { job, seq, at_ms } => {
+                        st.keeps.insert((at_ms, job, seq));
+                        self.keep_wake.notify_one();
+                    }
                     NodeEvent::Growth { task, grown, bytes } => {
                         let Some(tx) = st.growers.remove(&task) else {
                             continue;
@@ -624,6 +652,7 @@ fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<(u32, u32)> 
 }
 
 mod instances;
+mod keeps;
 mod requests;
 mod transport;
 
@@ -807,6 +836,65 @@ mod tests {
         );
         assert_eq!(server.usage()["GPU-a"].reserved_bytes, 4 * G);
         server.job_ended(1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_s_room_is_kept_for_its_next_process_until_the_hold_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("p.sock");
+        let book = TaskBook::new(Box::new(CasePlacement), vec![("GPU-a".into(), 4 * G)]);
+        let events = Arc::new(TaskEvents::default());
+        let (server, listener) = ProbeServer::bind_holding(
+            sock.clone(),
+            book,
+            BTreeMap::new(),
+            events,
+            ProbeReaders::default(),
+            400,
+        )
+        .unwrap();
+        tokio::spawn(Arc::clone(&server).serve(listener));
+        let me = nix::unistd::getuid().as_raw();
+        let (k1, k2) = (
+            server.register_job(1, me, None, None, None).unwrap(),
+            server.register_job(2, me, None, None, None).unwrap(),
+        );
+        let (s, k) = (sock.clone(), k1.clone());
+        let t1 = match tokio::task::spawn_blocking(move || call(&s, &begin(1, &k, 3 * G)))
+            .await
+            .unwrap()
+        {
+            ProbeReply::Placed { task, .. } => task,
+            r => panic!("{r:?}"),
+        };
+        let (s, k) = (sock.clone(), k2.clone());
+        let waiting = tokio::task::spawn_blocking(move || call(&s, &begin(2, &k, 3 * G)));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "placed with no room");
+        let (s, k) = (sock.clone(), k1.clone());
+        let end = tokio::task::spawn_blocking(move || {
+            let req = ProbeRequest::End {
+                job: 1,
+                key: k,
+                task: t1,
+            };
+            call(&s, &serde_json::to_vec(&req).unwrap())
+        })
+        .await
+        .unwrap();
+        assert!(matches!(end, ProbeReply::Ok), "{end:?}");
+        // Job 1's room is kept a while: job 2 still waits.
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        assert!(!waiting.is_finished(), "job 2 took the room kept for job 1");
+        assert_eq!(server.usage()["GPU-a"].reserved_bytes, 3 * G);
+        // The hold ends (the server's timer): job 2 is placed.
+        let placed = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("placed once the hold ended")
+            .unwrap();
+        assert!(matches!(placed, ProbeReply::Placed { .. }), "{placed:?}");
+        server.job_ended(1);
+        server.job_ended(2);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

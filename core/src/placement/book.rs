@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 mod demand;
 mod growth;
+mod keep;
 
 pub use growth::Growth;
 
@@ -52,6 +53,12 @@ pub struct TaskBook {
     growing: VecDeque<(TaskId, u64)>,
     /// Waiting growths decided, not yet taken: (task, grown).
     grown: Vec<(TaskId, bool)>,
+    /// Rooms kept for jobs between their processes (`keep.rs`).
+    keeping: bool,
+    kept: BTreeMap<JobId, keep::Kept>,
+    keep_seq: u64,
+    /// Keeps made, not yet taken: (job, keep number).
+    new_keeps: Vec<(JobId, u64)>,
     next: TaskId,
 }
 
@@ -72,6 +79,10 @@ impl TaskBook {
             pins: BTreeMap::new(),
             growing: VecDeque::new(),
             grown: Vec::new(),
+            keeping: false,
+            kept: BTreeMap::new(),
+            keep_seq: 0,
+            new_keeps: Vec::new(),
             next: 1,
         }
     }
@@ -271,6 +282,9 @@ impl TaskBook {
         }
         let id = self.next;
         self.next += 1;
+        if let Some(p) = self.place_in_keep(id, &req) {
+            return Ok(Begin::Placed(p));
+        }
         // A newcomer that fits now goes ahead of waiting tasks that do not,
         // except where one of them has been overtaken enough (aging), and
         // never ahead of its own process's earlier tasks.
@@ -534,7 +548,9 @@ impl TaskBook {
 
     /// A task ended. Returns the waiting tasks this made room for.
     pub fn end(&mut self, id: TaskId) -> Result<Vec<Placed>, PlacementError> {
-        if self.release(id).is_none() {
+        if let Some(a) = self.release(id) {
+            self.keep_released(&[a]);
+        } else {
             // A waiting task that gives up.
             let before = self.waiting.len();
             self.waiting.retain(|(w, _)| *w != id);
@@ -610,15 +626,18 @@ impl TaskBook {
 
     /// Drops every task (active or waiting) of a process that exited.
     /// Returns (released task ids, waiting tasks now placed).
+    /// What the job held is kept for its next process (`keep.rs`).
     pub fn release_process(&mut self, job: JobId, pid: u32) -> (Vec<TaskId>, Vec<Placed>) {
         self.unpin(|j, p| j == job && p == pid);
-        self.release_where(|a_job, a_pid| a_job == job && a_pid == pid)
+        self.release_where(|a_job, a_pid| a_job == job && a_pid == pid, true)
     }
 
     /// Drops every task of a job that ended or was cancelled.
+    /// Nothing is kept for it any more.
     pub fn release_job(&mut self, job: JobId) -> (Vec<TaskId>, Vec<Placed>) {
         self.unpin(|j, _| j == job);
-        self.release_where(|a_job, _| a_job == job)
+        self.discard_keep(job);
+        self.release_where(|a_job, _| a_job == job, false)
     }
 
     fn unpin(&mut self, f: impl Fn(JobId, u32) -> bool) {
@@ -632,16 +651,20 @@ impl TaskBook {
         });
     }
 
-    fn release_where(&mut self, f: impl Fn(JobId, u32) -> bool) -> (Vec<TaskId>, Vec<Placed>) {
+    /// `keep`: what the released tasks held is kept for their job's next
+    /// process (they are all of one job).
+    fn release_where(
+        &mut self,
+        f: impl Fn(JobId, u32) -> bool,
+        keep: bool,
+    ) -> (Vec<TaskId>, Vec<Placed>) {
         let ids: Vec<TaskId> = self
             .active
             .iter()
             .filter(|(_, a)| f(a.job, a.pid))
             .map(|(id, _)| *id)
             .collect();
-        for id in &ids {
-            self.release(*id);
-        }
+        let released: Vec<Active> = ids.iter().filter_map(|id| self.release(*id)).collect();
         let mut dropped: Vec<TaskId> = self
             .waiting
             .iter()
@@ -651,6 +674,9 @@ impl TaskBook {
         self.waiting.retain(|(_, w)| !f(w.job, w.pid));
         for id in &dropped {
             self.overtaken.remove(id);
+        }
+        if keep {
+            self.keep_released(&released);
         }
         dropped.extend(ids);
         (dropped, self.retry())

@@ -30,6 +30,13 @@ pub const RECENTLY_GONE_MS: i64 = 60_000;
 /// placement there checks that the memory is physically free (ms).
 pub const SETTLE_MS: i64 = 20_000;
 
+/// How long a job's room is kept for its next process after its last
+/// task ended (ms; gnoded's `--hold-between-processes`, `book/keep.rs`).
+/// Long enough for a job script to start its next GPU program, short
+/// enough that a job doing host work between programs gives its room
+/// back soon.
+pub const DEFAULT_HOLD_BETWEEN_MS: i64 = 3_000;
+
 /// The most tasks one job may have placed or waiting on a node at once
 /// (every task is a record gnoded keeps and a place the book scans).
 pub const MAX_TASKS_PER_JOB: usize = 4096;
@@ -52,6 +59,9 @@ pub enum NodeEvent {
     /// The task is gone (ended, released, or dropped while waiting):
     /// whatever waits for its answer gets none.
     Gone(TaskId),
+    /// Room is kept for `job`'s next process until `at_ms`: then call
+    /// [`NodeBook::end_keep`] with `seq`.
+    KeepUntil { job: JobId, seq: u64, at_ms: i64 },
 }
 
 /// A process bound to an instance and gone: when, where, whose.
@@ -89,6 +99,8 @@ pub struct NodeBook {
     budgets: HashMap<JobId, MemBudget>,
     /// Compute demands measured while processes run (`measured`).
     measured: Measured,
+    /// How long a job's room is kept for its next process (ms; 0: not).
+    hold_ms: i64,
     events: Vec<NodeEvent>,
 }
 
@@ -106,8 +118,23 @@ impl NodeBook {
             growers: HashMap::new(),
             budgets: HashMap::new(),
             measured: Measured::default(),
+            hold_ms: 0,
             events: Vec::new(),
         }
+    }
+
+    /// Keeps a job's room for its next process `ms` after its last task
+    /// ended (0: never; [`DEFAULT_HOLD_BETWEEN_MS`]).
+    pub fn holding_between(mut self, ms: i64) -> NodeBook {
+        self.hold_ms = ms.max(0);
+        self.book = self.book.with_keeping(self.hold_ms > 0);
+        self
+    }
+
+    /// The room kept for `job` (keep `seq`) is given back: its time is up.
+    pub fn end_keep(&mut self, job: JobId, seq: u64, now_ms: i64) {
+        let placed = self.book.end_keep(job, seq);
+        self.deliver(placed, now_ms);
     }
 
     /// Sets the GPU memory budget of `job`'s tasks here (until it ends).
@@ -154,9 +181,15 @@ impl NodeBook {
         if let Some(b) = budget {
             b.check(req.job, 0, held, req.bytes)?;
         }
+        let kept = self.book.keeps_for(req.job);
         let begin = self.book.begin(req)?;
         if let Begin::Placed(p) = &begin {
             self.began(p, now_ms);
+        }
+        if kept {
+            // The keep was taken: what the process left of it is free.
+            let placed = self.book.place_waiting();
+            self.deliver(placed, now_ms);
         }
         Ok(begin)
     }
@@ -169,6 +202,7 @@ impl NodeBook {
             self.measured.forget_process(job, pid);
         }
         self.finish(&[task], false, now_ms);
+        self.note_keeps(now_ms);
         self.deliver(placed, now_ms);
         Ok(())
     }
@@ -271,6 +305,7 @@ impl NodeBook {
         self.measured.forget_process(job, pid);
         let (gone, placed) = self.book.release_process(job, pid);
         self.finish(&gone, true, now_ms);
+        self.note_keeps(now_ms);
         self.deliver(placed, now_ms);
         gone.len()
     }
@@ -536,6 +571,17 @@ impl NodeBook {
     }
 
     // Below: the book-keeping every call above shares.
+
+    /// Keeps the book made: the caller ends each when its time is up.
+    fn note_keeps(&mut self, now_ms: i64) {
+        for (job, seq) in self.book.take_new_keeps() {
+            self.events.push(NodeEvent::KeepUntil {
+                job,
+                seq,
+                at_ms: now_ms.saturating_add(self.hold_ms),
+            });
+        }
+    }
 
     fn began(&mut self, p: &Placed, now_ms: i64) {
         self.events.push(NodeEvent::Record(record(p, now_ms, None)));

@@ -131,6 +131,11 @@ impl Sim<'_> {
         match wake {
             Wake::TimeLimit => self.kill(j, EndCause::TimeLimit),
             Wake::Measure => self.report_busy(j),
+            Wake::KeepEnd { node, seq } => {
+                let (cid, now) = (self.state[j].cid, self.now_ms());
+                self.books[node].end_keep(cid, seq, now);
+                self.carry_out();
+            }
             Wake::PhaseEnd | Wake::Pass => {}
         }
     }

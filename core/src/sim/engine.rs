@@ -51,6 +51,9 @@ pub(super) enum Wake {
     /// The job's GPU task has run a measurement window: its process
     /// reports its busy time (`TaskShares::Measured`).
     Measure,
+    /// The room kept for the job's next GPU task on node `node` (keep
+    /// `seq`) is given back.
+    KeepEnd { node: usize, seq: u64 },
 }
 
 /// A timer: (when, order, job, the job's run generation, what).
@@ -398,15 +401,24 @@ impl Sim<'_> {
     /// placed start (records and answers have no one to go to here).
     pub fn carry_out(&mut self) {
         loop {
-            let placed: Vec<Placed> = self
-                .books
-                .iter_mut()
-                .flat_map(|b| b.take_events())
-                .filter_map(|e| match e {
-                    NodeEvent::Placed(p) => Some(p),
-                    _ => None,
-                })
-                .collect();
+            let mut placed: Vec<Placed> = Vec::new();
+            let mut keeps = Vec::new();
+            for (node, book) in self.books.iter_mut().enumerate() {
+                for e in book.take_events() {
+                    match e {
+                        NodeEvent::Placed(p) => placed.push(p),
+                        NodeEvent::KeepUntil { job, seq, at_ms } => {
+                            keeps.push((node, job, seq, at_ms))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            for (node, job, seq, at_ms) in keeps {
+                if let Some(&j) = self.by_cid.get(&job) {
+                    self.timer(at_ms as f64 / 1000.0, j, Wake::KeepEnd { node, seq });
+                }
+            }
             if placed.is_empty() {
                 return;
             }

@@ -284,6 +284,9 @@ pub struct SimOptions {
     /// no more start there (gctld's `--shared-start-ahead`): `None` its
     /// default, `u32::MAX` no limit.
     pub shared_start_ahead: Option<u32>,
+    /// How long a job's room is kept for its next GPU task after one ends
+    /// (ms; gnoded's `--hold-between-processes`; 0: not kept).
+    pub hold_between_ms: i64,
 }
 
 /// What a simulated GPU task's compute demand is known as.
@@ -544,6 +547,59 @@ mod tests {
             "{} against {}",
             ahead.makespan,
             every.makespan
+        );
+    }
+
+    #[test]
+    fn a_pipeline_keeps_its_room_between_its_gpu_programs() {
+        // One 80 GiB GPU. A pipeline runs three GPU programs of 40 GiB
+        // with half a second of host work between them; six
+        // jobs of 40 GiB, as long as one of its programs, wait beside it. Without a hold, the room its
+        // first program gives back goes to a waiting job, and its next
+        // program waits for the one after that.
+        let gpu = |mem_mib: u64, secs: f64| Phase::Gpu {
+            mem_mib,
+            slices: 3.0,
+            secs,
+        };
+        let mut jobs = vec![SimJob {
+            name: "pipeline".into(),
+            footprint_mib: 40 * 1024,
+            phases: vec![
+                gpu(40 * 1024, 10.0),
+                Phase::Cpu { secs: 0.5 },
+                gpu(40 * 1024, 10.0),
+                Phase::Cpu { secs: 0.5 },
+                gpu(40 * 1024, 10.0),
+            ],
+            ..SimJob::default()
+        }];
+        jobs.extend((0..6).map(|i| SimJob {
+            name: format!("other{i}"),
+            footprint_mib: 40 * 1024,
+            submit: 0.1,
+            phases: vec![gpu(40 * 1024, 10.0)],
+            ..SimJob::default()
+        }));
+        let with = |hold_between_ms| SimOptions {
+            hold_between_ms,
+            ..SimOptions::default()
+        };
+        let run = |o| simulate_with("1xA100-80GB", Policy::Case, &jobs, o).unwrap();
+        let (none, held) = (run(with(0)), run(with(3_000)));
+        assert_eq!((none.completed, held.completed), (7, 7));
+        // Held: its programs follow each other (11.3 s: each takes 3.4 s on
+        // three slices); not held, each later one waits for a job that took
+        // its room (17.7 s).
+        let (a, b) = (none.turnaround_of(0), held.turnaround_of(0));
+        assert!(b < 12.0, "held: the pipeline took {b} s");
+        assert!(a > b + 5.0, "not held: {a} s, held: {b} s");
+        // The other jobs lose no more than the pipeline gains.
+        assert!(
+            held.makespan <= none.makespan + 0.5,
+            "{} against {}",
+            held.makespan,
+            none.makespan
         );
     }
 

@@ -75,7 +75,9 @@ pub(super) fn build<'a>(
             &registration(&name, &here, policy, options, &reshape_gpus),
             0,
         );
-        books.push(NodeBook::new(book(policy, options, &here)));
+        books.push(
+            NodeBook::new(book(policy, options, &here)).holding_between(options.hold_between_ms),
+        );
         inst_node.extend(std::iter::repeat_n(k, here.len()));
         inst.extend(here);
         names.push(name);

@@ -36,6 +36,7 @@ impl TaskBook {
         };
         *flag(&mut self.instances[i]) = on;
         if on {
+            self.discard_keeps_on(i);
             Vec::new()
         } else {
             self.retry()

@@ -404,13 +404,44 @@ enum Op {
     Grow(usize, u64),
     Close(usize),
     Open(usize),
+    /// The time of one of the rooms kept is up.
+    EndKeep(usize),
 }
 
 type Check<'c> = dyn Fn(&TaskBook, &[Placed], &mut Vec<TaskId>) -> Result<(), TestCaseError> + 'c;
 
+/// Ends every room kept (their time is up), checking what that placed.
+fn end_keeps(
+    b: &mut TaskBook,
+    check: &Check<'_>,
+    live: &mut Vec<TaskId>,
+) -> Result<(), TestCaseError> {
+    b.take_new_keeps();
+    let kept: Vec<(JobId, u64)> = b.kept.iter().map(|(j, k)| (*j, k.seq)).collect();
+    for (job, seq) in kept {
+        let p = b.end_keep(job, seq);
+        check(b, &p, live)?;
+    }
+    Ok(())
+}
+
+/// A job with room kept has no task, and its instance is open.
+fn keeps_are_sound(b: &TaskBook) -> Result<(), TestCaseError> {
+    for (job, k) in &b.kept {
+        prop_assert_eq!(b.usage_of(*job).0, 0, "job {} has tasks and a keep", job);
+        prop_assert!(!b.instances[k.instance].closed, "kept on a closed instance");
+    }
+    Ok(())
+}
+
+/// Rooms kept on instance `i`.
+fn keeps_on(b: &TaskBook, i: usize) -> usize {
+    b.kept.values().filter(|k| k.instance == i).count()
+}
+
 /// Opens instances `I0..In`, then ends every live task (and those placed
-/// meanwhile), checking after each step: every waiting task must have been
-/// placed by then.
+/// meanwhile) and every room kept, checking after each step: every waiting
+/// task must have been placed by then.
 fn drain(
     b: &mut TaskBook,
     n: usize,
@@ -421,10 +452,12 @@ fn drain(
         let p = b.set_closed(&format!("I{i}"), false);
         check(b, &p, live)?;
     }
+    end_keeps(b, check, live)?;
     let mut rounds = 0;
     while let Some(id) = live.pop() {
         let p = b.end(id).unwrap();
         check(b, &p, live)?;
+        end_keeps(b, check, live)?;
         rounds += 1;
         prop_assert!(rounds < 10_000);
     }
@@ -441,6 +474,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..64, 1u64..3).prop_map(|(i, g)| Op::Grow(i, g)),
         1 => (0usize..5).prop_map(Op::Close),
         1 => (0usize..5).prop_map(Op::Open),
+        1 => (0usize..8).prop_map(Op::EndKeep),
     ]
 }
 
@@ -449,12 +483,18 @@ proptest! {
     /// do not fit) and isolations: no instance is ever over-reserved, no
     /// waiting growth is deadlocked, nothing is placed on a closed
     /// instance, no waiting task is overtaken more than the aging bound,
-    /// and once everything active ends and every instance opens, every
-    /// waiting task has been placed.
+    /// rooms kept between processes (`keeping`) are only for jobs with no
+    /// task, on open instances, and once everything active ends, every
+    /// keep's time is up and every instance opens, every waiting task has
+    /// been placed.
     #[test]
-    fn never_over_reserved_and_waiters_are_placed(ops in prop::collection::vec(op(), 1..120)) {
+    fn never_over_reserved_and_waiters_are_placed(
+        ops in prop::collection::vec(op(), 1..120),
+        keeping in any::<bool>(),
+    ) {
         let sizes = [5 * G, 5 * G, 5 * G, 10 * G, 10 * G];
-        let mut b = book(&sizes).with_max_overtakes(3);
+        let mut b = book(&sizes).with_max_overtakes(3).with_keeping(keeping);
+        let mut keeps: Vec<(JobId, u64)> = Vec::new();
         let mut live: Vec<TaskId> = Vec::new();
         let check = |b: &TaskBook, placed: &[Placed], live: &mut Vec<TaskId>| -> Result<(), TestCaseError> {
             for p in placed {
@@ -467,6 +507,7 @@ proptest! {
             }
             // Aging: no waiting task is overtaken more than the bound.
             prop_assert!(b.overtaken.values().all(|&n| n <= 3), "{:?}", b.overtaken);
+            keeps_are_sound(b)?;
             prop_assert!(b.overtaken.keys().all(|id| b.waiting.iter().any(|(w, _)| w == id)));
             Ok(())
         };
@@ -503,8 +544,14 @@ proptest! {
                 }
                 Op::Close(i) => b.set_closed(&format!("I{i}"), true),
                 Op::Open(i) => b.set_closed(&format!("I{i}"), false),
+                Op::EndKeep(k) if !keeps.is_empty() => {
+                    // Possibly a keep already taken or replaced: nothing then.
+                    let (job, seq) = keeps.remove(k % keeps.len());
+                    b.end_keep(job, seq)
+                }
                 _ => vec![],
             };
+            keeps.extend(b.take_new_keeps());
             check(&b, &placed, &mut live)?;
             // A waiting growth is only ever on an instance where some task
             // does not wait to grow (else nothing would free memory).
@@ -711,6 +758,7 @@ enum ComputeOp {
     End(usize),
     Close(usize),
     Open(usize),
+    EndKeep(usize),
     /// A live task's process measures at most its demand so far (a rise
     /// may pass the ceiling: it is counted, not refused).
     Measure(usize, u32),
@@ -723,6 +771,7 @@ fn compute_op() -> impl Strategy<Value = ComputeOp> {
         1 => (0usize..3).prop_map(ComputeOp::Close),
         1 => (0usize..3).prop_map(ComputeOp::Open),
         2 => (0usize..64, 1u32..1000).prop_map(|(k, share)| ComputeOp::Measure(k, share)),
+        1 => (0usize..8).prop_map(ComputeOp::EndKeep),
     ]
 }
 
@@ -730,16 +779,21 @@ proptest! {
     /// Processes of one task each (as the driver interception makes them)
     /// with random demands, on instances of different sizes: no instance
     /// is over its memory, none is over its compute ceiling unless one task
-    /// alone is on it, and once everything ends every waiter was placed.
+    /// (or one room kept for a job's next process) alone is on it, and once
+    /// everything ends every waiter was placed. Some processes are the
+    /// next of a job whose room may be kept.
     #[test]
     fn never_over_the_compute_ceiling(
         ops in prop::collection::vec(compute_op(), 1..150),
         ceiling in 500u32..2000,
+        keeping in any::<bool>(),
     ) {
         let mut b = book(&[10 * G, 20 * G, 40 * G])
             .with_capacity("I0", 142)
             .with_capacity("I1", 285)
-            .with_compute_ceiling(Some(ceiling));
+            .with_compute_ceiling(Some(ceiling))
+            .with_keeping(keeping);
+        let mut keeps: Vec<(JobId, u64)> = Vec::new();
         let mut live: Vec<TaskId> = Vec::new();
         let mut pid = 0;
         let check = |b: &TaskBook, placed: &[Placed], live: &mut Vec<TaskId>| -> Result<(), TestCaseError> {
@@ -747,18 +801,22 @@ proptest! {
             for i in b.instances() {
                 prop_assert!(i.reserved_bytes <= i.memory_bytes, "{} over-reserved", i.uuid);
                 let limit = i.capacity as u64 * ceiling as u64 / 1000;
+                let k = b.instances().iter().position(|x| x.uuid == i.uuid).unwrap();
                 prop_assert!(
-                    i.compute as u64 <= limit || b.tasks_on(&i.uuid) == 1,
+                    i.compute as u64 <= limit || b.tasks_on(&i.uuid) as usize + keeps_on(b, k) == 1,
                     "{} demands {} over {limit}", i.uuid, i.compute
                 );
             }
+            keeps_are_sound(b)?;
             Ok(())
         };
         for o in ops {
             let placed = match o {
                 ComputeOp::Begin { gib, share } => {
                     pid += 1;
-                    match b.begin(shared(pid as u64, pid, gib * G, share)) {
+                    // Every third process is the next of the job before.
+                    let job = (pid - pid / 3) as u64;
+                    match b.begin(shared(job, pid, gib * G, share)) {
                         Ok(Begin::Placed(p)) => vec![p],
                         Ok(Begin::Waiting(_)) => vec![],
                         Err(e) => {
@@ -777,8 +835,13 @@ proptest! {
                     let t = b.task(live[k % live.len()]).unwrap();
                     b.set_process_demand(t.job, t.pid, share.min(t.share))
                 }
+                ComputeOp::EndKeep(k) if !keeps.is_empty() => {
+                    let (job, seq) = keeps.remove(k % keeps.len());
+                    b.end_keep(job, seq)
+                }
                 _ => vec![],
             };
+            keeps.extend(b.take_new_keeps());
             check(&b, &placed, &mut live)?;
         }
         drain(&mut b, 3, &check, &mut live)?;

@@ -348,10 +348,15 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     /// Whatever happens, no instance holds more than its memory, no shared
     /// task is placed on an instance that is held or drained, and every
-    /// reservation's record ends once.
+    /// reservation's record ends once; with rooms kept between processes
+    /// for `hold` ms too (each step is a millisecond).
     #[test]
-    fn nothing_is_over_reserved_or_placed_on_a_closed_instance(ops in proptest::collection::vec(op(), 1..80)) {
-        let mut n = node(&[4 * G, 4 * G]);
+    fn nothing_is_over_reserved_or_placed_on_a_closed_instance(
+        ops in proptest::collection::vec(op(), 1..80),
+        hold in 0i64..4,
+    ) {
+        let mut n = node(&[4 * G, 4 * G]).holding_between(hold);
+        let mut keeps: Vec<(JobId, u64, i64)> = Vec::new();
         let mut active: Vec<TaskId> = Vec::new();
         let mut open_records = std::collections::HashSet::new();
         let mut seq = 0;
@@ -378,6 +383,12 @@ proptest! {
                     n.set_drained(&drained, &BTreeMap::new(), seq, now);
                 }
             }
+            // Keeps whose time is up end after the step (so that what they
+            // place is checked against the instances as the step left them).
+            for &(job, seq, _) in keeps.iter().filter(|k| k.2 <= now) {
+                n.end_keep(job, seq, now);
+            }
+            keeps.retain(|k| k.2 > now);
             for e in n.take_events() {
                 match e {
                     NodeEvent::Placed(p) => {
@@ -393,6 +404,11 @@ proptest! {
                     }
                     NodeEvent::Gone(task) => active.retain(|t| *t != task),
                     NodeEvent::Growth { .. } => {}
+                    NodeEvent::KeepUntil { job, seq, at_ms } => {
+                        prop_assert_eq!(at_ms, now + hold);
+                        prop_assert!(hold > 0, "kept with no hold");
+                        keeps.push((job, seq, at_ms));
+                    }
                 }
             }
             for i in n.tasks().instances() {
