@@ -19,7 +19,11 @@ mkdir -p "$out"
 # run without one. The ceiling (gsched's default since issue 17) has its
 # own results below ("The compute ceiling").
 PAPER="--compute-ceiling off"
-sweep() { local f=$1; shift; "$G" sim $PAPER --sweep "$@" > "$out/$f"; echo "$out/$f: $(tail -1 "$out/$f")"; }
+# The results here were made before a job's room was kept between its GPU
+# tasks (`--hold-between-processes`, default 3 s since issue 41): they are
+# reproduced with it off (docs/simulator.md).
+HOLD="--hold-between-processes 0"
+sweep() { local f=$1; shift; "$G" sim $HOLD $PAPER --sweep "$@" > "$out/$f"; echo "$out/$f: $(tail -1 "$out/$f")"; }
 
 # The default job model (docs/simulator.md, "Workloads").
 sweep sweep-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --footprints 1-6
@@ -29,8 +33,8 @@ sweep sweep-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 --footprints 1-10
 sweep sweep-a30-cg4.txt --cluster "$A30" --jobs 128 --seed 1 --policy cg:4
 sweep sweep-a30-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy mgb-sm
 sweep sweep-a30-case-vs-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy case --baseline mgb-sm
-"$G" sim $PAPER --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --plot "$out/memory-a30-1to4.svg" > "$out/a30-1to4.txt"
-"$G" sim $PAPER --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --json > "$out/a30-1to4.json"
+"$G" sim $HOLD $PAPER --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --plot "$out/memory-a30-1to4.svg" > "$out/a30-1to4.txt"
+"$G" sim $HOLD $PAPER --cluster "$A30" --mix 1:4 --jobs 128 --seed 1 --json > "$out/a30-1to4.json"
 
 # Sensitivity to the job model: the GPU share of a non-isolated job's time,
 # and memory held per task or per process.
@@ -40,7 +44,7 @@ sweep sweep-a30-case-vs-mgb-sm.txt --cluster "$A30" --jobs 128 --seed 1 --policy
     for share in 0.74 0.6 0.5 0.45 0.4 0.3 0.2; do
         for hold in task process; do
             for fp in 1-6 0.3-6; do
-                r=$("$G" sim $PAPER --sweep --cluster "$A30" --jobs 128 --seed 1 --gpu-share "$share" \
+                r=$("$G" sim $HOLD $PAPER --sweep --cluster "$A30" --jobs 128 --seed 1 --gpu-share "$share" \
                     --memory-hold "$hold" --footprints "$fp" | tail -1 | sed 's/.*1:4): //')
                 printf '%-9s %-8s %-10s %s\n' "$share" "$hold" "$fp" "$r"
             done
@@ -60,7 +64,7 @@ sweep calibrated-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 --gpu-share 
 {
     echo "case with N workers per compute slice vs exclusive on $A30, 128 jobs, seed 1, gpu-share 0.45"
     for w in 1 2 3 4 6 8 12; do
-        printf 'workers %-3s %s\n' "$w" "$("$G" sim $PAPER --sweep --cluster "$A30" --jobs 128 --seed 1 \
+        printf 'workers %-3s %s\n' "$w" "$("$G" sim $HOLD $PAPER --sweep --cluster "$A30" --jobs 128 --seed 1 \
             --gpu-share 0.45 --workers-per-slice "$w" | tail -1 | sed 's/.*1:4): //')"
     done
 } > "$out/workers-a30.txt"
@@ -71,10 +75,10 @@ echo "$out/workers-a30.txt"
 python3 bench/gpu-jobs/to_trace.py docs/results/gpu-packing/gpu-packing-exclusive.json > "$out/h100-measured-trace.json"
 # Those runs had no compute ceiling (it came with issue 17): replayed without.
 for p in case cg:4; do
-    "$G" sim $PAPER --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy "$p" \
+    "$G" sim $HOLD $PAPER --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy "$p" \
         --baseline exclusive --memory-hold process > "$out/h100-measured-${p/:/}.txt"
 done
-"$G" sim $PAPER --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy case \
+"$G" sim $HOLD $PAPER --cluster 1xH100-80GB --trace "$out/h100-measured-trace.json" --policy case \
     --baseline exclusive --memory-hold process --json > "$out/h100-measured-case.json"
 echo "$out/h100-measured-*: $(tail -1 "$out/h100-measured-case.txt")"
 # Issue 17's interleaved runs (docs/benchmarks.md): each exclusive trial as a
@@ -87,7 +91,7 @@ for t in 1 2 3; do
         > "$out/h100-issue17-trace-$t.json"
     for v in "default 3" "parallelism 1" "parallelism off"; do
         set -- $v
-        printf 'trial %s, task shares %-11s ceiling %-3s: %s\n' "$t" "$1" "$2" "$("$G" sim --cluster 1xH100-80GB \
+        printf 'trial %s, task shares %-11s ceiling %-3s: %s\n' "$t" "$1" "$2" "$("$G" sim $HOLD --cluster 1xH100-80GB \
             --trace "$out/h100-issue17-trace-$t.json" --policy case --baseline exclusive --memory-hold process \
             --task-shares "$1" --compute-ceiling "$2" | head -1)"
     done
@@ -110,7 +114,7 @@ sweep repartition-calibrated-a100-1-10.txt --cluster "$A100" --jobs 32 --seed 1 
         IFS='|' read -r cluster jobs fp <<< "$setup"
         for p in none demand demand:4 demand:7; do
             for secs in 0 5 30; do
-                out_=$("$G" sim $PAPER --sweep --cluster "$cluster" --jobs "$jobs" --seed 1 --footprints "$fp" \
+                out_=$("$G" sim $HOLD $PAPER --sweep --cluster "$cluster" --jobs "$jobs" --seed 1 --footprints "$fp" \
                     --repartition "$p" --reconfig-secs "$secs")
                 printf '%-34s %-9s %3ss  %s | 0:1 %s\n' "$cluster" "$p" "$secs" \
                     "$(echo "$out_" | tail -1 | sed 's/.*1:4): //')" \
@@ -131,7 +135,7 @@ sweep ceiling-calibrated-a30-1-6.txt --cluster "$A30" --jobs 128 --seed 1 --foot
 sweep ceiling-a100.txt --cluster "$A100" --jobs 32 --seed 1
 {
     for c in off 3 2 1.5 1 0.75 0.5; do
-        printf 'ceiling %-4s %s\n' "$c" "$("$G" sim --sweep --cluster "$A30" --jobs 128 --seed 1 \
+        printf 'ceiling %-4s %s\n' "$c" "$("$G" sim $HOLD --sweep --cluster "$A30" --jobs 128 --seed 1 \
             --gpu-share 0.45 --compute-ceiling "$c" | tail -1 | sed 's/.*1:4): //')"
     done
 } > "$out/ceiling-sweep-a30.txt"
@@ -150,7 +154,7 @@ wait_of() { jq -r --arg k "$2" --arg n "$3" ".$1.groups[] | select(.kind==\$k an
 queue() {
     local name=$1; shift
     local dir; dir=$(mktemp -d)
-    for s in $SEEDS; do "$G" sim $Q --seed "$s" --json "$@" > "$dir/$s.json"; done
+    for s in $SEEDS; do "$G" sim $HOLD $Q --seed "$s" --json "$@" > "$dir/$s.json"; done
     echo "$dir"
 }
 {
@@ -216,7 +220,7 @@ preemption suspend sites/qos-preempt-suspend.json > "$out/queue-preempt-suspend.
 echo "$out/queue-preempt-suspend.txt"
 {
     echo "QOS normal with MaxJobsPerUser=4 (policy) vs no QOS (baseline); sites/qos-limits.json; $Q --seed 1"
-    "$G" sim $Q --seed 1 --site docs/sim/sites/qos-limits.json --baseline-site none | grep -v '^exclusive '
+    "$G" sim $HOLD $Q --seed 1 --site docs/sim/sites/qos-limits.json --baseline-site none | grep -v '^exclusive '
 } > "$out/queue-limits.txt"
 echo "$out/queue-limits.txt"
 
@@ -226,11 +230,11 @@ echo "$out/queue-limits.txt"
 # against the same without the latency-critical QOS, and with no quota at all.
 {
     echo "quotas 0.3/0.7, inference latency-critical (policy) vs quotas, inference without a QOS (baseline); 1xA100-80GB; docs/sim/quota/"
-    "$G" sim --trace docs/sim/quota/trace.json --cluster 1xA100-80GB --policy case --baseline case \
+    "$G" sim $HOLD --trace docs/sim/quota/trace.json --cluster 1xA100-80GB --policy case --baseline case \
         --site docs/sim/quota/site-lc.json --baseline-site none | grep -v '^case '
     echo
     echo "no quota at all (trace-plain.json): the three share the GPU by demand"
-    "$G" sim --trace docs/sim/quota/trace-plain.json --cluster 1xA100-80GB --policy case --baseline case \
+    "$G" sim $HOLD --trace docs/sim/quota/trace-plain.json --cluster 1xA100-80GB --policy case --baseline case \
         | grep -v '^case ' | sed -n '1,4p'
 } > "$out/quota-a100.txt"
 echo "$out/quota-a100.txt"

@@ -581,6 +581,8 @@ impl ProbeServer {
                         st.waiters.remove(&task);
                     }
                     NodeEvent::KeepUntil { job, seq, at_ms } => {
+                        // A job has one keep at a time: a newer one replaces it.
+                        st.keeps.retain(|k| k.1 != job);
                         st.keeps.insert((at_ms, job, seq));
                         self.keep_wake.notify_one();
                     }
@@ -850,7 +852,7 @@ mod tests {
             BTreeMap::new(),
             events,
             ProbeReaders::default(),
-            400,
+            2_000,
         )
         .unwrap();
         tokio::spawn(Arc::clone(&server).serve(listener));

@@ -548,8 +548,16 @@ impl TaskBook {
 
     /// A task ended. Returns the waiting tasks this made room for.
     pub fn end(&mut self, id: TaskId) -> Result<Vec<Placed>, PlacementError> {
+        self.end_with(id, true)
+    }
+
+    /// A task ended; `keep`: what it held may be kept for its job's next
+    /// process (not for a placement its process never took).
+    pub fn end_with(&mut self, id: TaskId, keep: bool) -> Result<Vec<Placed>, PlacementError> {
         if let Some(a) = self.release(id) {
-            self.keep_released(&[a]);
+            if keep {
+                self.keep_released(&[a]);
+            }
         } else {
             // A waiting task that gives up.
             let before = self.waiting.len();
@@ -689,6 +697,7 @@ impl TaskBook {
             let inst = &self.instances[i];
             inst.processes == 0
                 && inst.reserved_bytes == 0
+                && !self.kept_on(i)
                 && !self.active.values().any(|a| a.instance == i)
         })
     }
@@ -703,6 +712,7 @@ impl TaskBook {
             return false;
         };
         self.instances.remove(i);
+        self.shift_keeps_after(i);
         for a in self.active.values_mut() {
             if a.instance > i {
                 a.instance -= 1;

@@ -131,6 +131,11 @@ impl NodeBook {
         self
     }
 
+    /// How long a job's room is kept for its next process (ms; 0: not).
+    pub fn hold_between_ms(&self) -> i64 {
+        self.hold_ms
+    }
+
     /// The room kept for `job` (keep `seq`) is given back: its time is up.
     pub fn end_keep(&mut self, job: JobId, seq: u64, now_ms: i64) {
         let placed = self.book.end_keep(job, seq);
@@ -210,7 +215,8 @@ impl NodeBook {
     /// A placed task whose process could not be told (it gave up waiting):
     /// its place is given back.
     pub fn abandon(&mut self, task: TaskId, now_ms: i64) {
-        if let Ok(more) = self.book.end(task) {
+        // Its process never took it: nothing is kept for the job.
+        if let Ok(more) = self.book.end_with(task, false) {
             self.finish(&[task], false, now_ms);
             self.deliver(more, now_ms);
         }

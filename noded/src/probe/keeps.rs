@@ -46,9 +46,12 @@ impl ProbeServer {
     fn end_due_keeps(&self) -> Option<i64> {
         let mut st = self.lock();
         let now = now_ms();
+        // A keep due further ahead than any hold was made before the clock
+        // was set back: it is due now.
+        let latest = now.saturating_add(st.node.hold_between_ms());
         let mut ended = false;
         while let Some(&(at, job, seq)) = st.keeps.first() {
-            if at > now {
+            if at > now && at <= latest {
                 break;
             }
             st.keeps.pop_first();

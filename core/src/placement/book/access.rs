@@ -14,6 +14,9 @@ impl TaskBook {
             return Vec::new();
         };
         self.instances[i].owner = owner;
+        if owner.is_some() {
+            self.discard_keeps_on(i, owner);
+        }
         self.retry()
     }
 
@@ -36,7 +39,11 @@ impl TaskBook {
         };
         *flag(&mut self.instances[i]) = on;
         if on {
-            self.discard_keeps_on(i);
+            // What was kept there may still go to a job the instance
+            // stays open to.
+            if self.discard_keeps_on(i, None) {
+                return self.retry();
+            }
             Vec::new()
         } else {
             self.retry()

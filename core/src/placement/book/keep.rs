@@ -55,12 +55,23 @@ impl TaskBook {
             return;
         };
         let inst = &self.instances[instance];
-        if inst.closed || inst.retiring || inst.mps_down || inst.bypassed {
+        // Nothing is kept where no new process may go, nor where a task
+        // waits to grow (growths come first: a keep would stand in its way).
+        if inst.closed
+            || inst.retiring
+            || inst.mps_down
+            || inst.bypassed
+            || inst.owner.is_some_and(|o| o != job)
+            || self.growth_pending_on(instance)
+        {
             return;
         }
         let on: Vec<&Active> = released.iter().filter(|a| a.instance == instance).collect();
         let bytes = on.iter().map(|a| a.bytes).fold(0u64, u64::saturating_add);
         let compute = on.iter().map(|a| a.compute).fold(0u32, u32::saturating_add);
+        if bytes == 0 && compute == 0 {
+            return;
+        }
         self.discard_keep(job);
         self.keep_seq += 1;
         let seq = self.keep_seq;
@@ -81,7 +92,8 @@ impl TaskBook {
 
     /// Gives back what is kept for `job` (any keep when `seq` is `None`,
     /// else only keep `seq`: a later keep outlives an earlier timer).
-    /// Returns whether there was one. The caller retries the waiting.
+    /// Returns whether there was one; the caller decides whether the
+    /// waiting tasks are retried.
     pub(super) fn discard_keep_if(&mut self, job: JobId, seq: Option<u64>) -> bool {
         if self
             .kept
@@ -113,32 +125,59 @@ impl TaskBook {
         }
     }
 
-    /// Gives back what is kept on instance `i` (it closes): nothing new
-    /// may be bound there, so a keep would only hold it up.
-    pub(super) fn discard_keeps_on(&mut self, i: usize) {
+    /// Gives back what is kept on instance `i` for jobs other than
+    /// `except` (it closes, or becomes one job's, or goes): a keep there
+    /// would only hold it up. Returns whether any was.
+    pub(super) fn discard_keeps_on(&mut self, i: usize, except: Option<JobId>) -> bool {
         let jobs: Vec<JobId> = self
             .kept
             .iter()
-            .filter(|(_, k)| k.instance == i)
+            .filter(|(j, k)| k.instance == i && except != Some(**j))
             .map(|(j, _)| *j)
             .collect();
-        for job in jobs {
+        for &job in &jobs {
             self.discard_keep(job);
+        }
+        !jobs.is_empty()
+    }
+
+    /// Whether anything is kept on instance `i`.
+    pub(super) fn kept_on(&self, i: usize) -> bool {
+        self.kept.values().any(|k| k.instance == i)
+    }
+
+    /// Instance `i` was removed: the keeps on later ones move down.
+    pub(super) fn shift_keeps_after(&mut self, i: usize) {
+        for k in self.kept.values_mut() {
+            if k.instance > i {
+                k.instance -= 1;
+            }
         }
     }
 
     /// The next process of a job with a keep: given back, then `req` is
-    /// placed where it was if it fits there now (ahead of any waiting
-    /// task: the room was the job's). `None`: it goes the normal way.
+    /// placed where it was if it fits there now, ahead of the waiting
+    /// tasks (the room was the job's), but not ahead of one the aging
+    /// rule bars the instance for, and each one it goes ahead of counts it
+    /// (so a job running programs in a loop cannot keep its room from a
+    /// waiting task for good). `None`: it goes the normal way.
     pub(super) fn place_in_keep(&mut self, id: u64, req: &TaskRequest) -> Option<Placed> {
         let i = self.kept.get(&req.job)?.instance;
         self.discard_keep(req.job);
+        if self.barred_by(self.waiting.iter()).contains(&i) {
+            return None;
+        }
         let inst = &self.instances[i];
         let fits_ceiling = self.compute_ceiling.is_none_or(|c| {
             crate::compute::fits_under(inst.compute, self.demand(req, i), inst.capacity, c)
         });
         let fits = self.allowed(req, i) && inst.free_bytes() >= req.bytes && fits_ceiling;
-        fits.then(|| self.place_on(i, id, req))
+        if !fits {
+            return None;
+        }
+        let ahead: Vec<u64> = self.waiting.iter().map(|(w, _)| *w).collect();
+        self.note_overtaking(&ahead, i);
+        Some(self.place_on(i, id, req))
     }
 
     /// Places the waiting tasks that fit now (after a keep was taken: what
@@ -269,5 +308,68 @@ mod tests {
         // Job 2 ends: its room is not kept (its job is over) and goes to job 1.
         assert_eq!(b.release_job(2).1[0].job, 1);
         let _ = other;
+    }
+
+    #[test]
+    fn keeps_follow_their_instance_when_another_is_removed() {
+        let mut b = TaskBook::new(
+            Box::new(CasePlacement),
+            vec![("I0".into(), 10 * G), ("I1".into(), 10 * G)],
+        )
+        .with_keeping(true);
+        let a = task(&mut b, 1, 100, 8);
+        let c = task(&mut b, 2, 200, 8);
+        assert_eq!(b.task(c).unwrap().instance, "I1");
+        b.end(a).unwrap();
+        // I0 holds a keep: it is not idle and cannot go.
+        assert!(!b.is_idle("I0") && !b.remove_instance("I0"));
+        b.release_job(1);
+        b.end(c).unwrap();
+        assert!(b.remove_instance("I0"));
+        // Job 2's keep moved with I1 and is given back there.
+        assert_eq!(b.instances()[0].reserved_bytes, 8 * G);
+        let (job, seq) = *b.take_new_keeps().last().unwrap();
+        assert_eq!(job, 2);
+        b.end_keep(job, seq);
+        assert_eq!(b.instances()[0].reserved_bytes, 0);
+        b.release_job(2);
+        assert!(b.remove_instance("I1"));
+    }
+
+    #[test]
+    fn a_waiting_task_aged_enough_gets_the_room_before_the_job_s_next_process() {
+        let mut b = book(Box::new(CasePlacement), 10).with_max_overtakes(1);
+        let first = task(&mut b, 1, 100, 6);
+        assert!(matches!(
+            b.begin(req(2, 200, 6)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        // Job 1 runs its program again and again: the first time its next
+        // process goes ahead of job 2 (overtaking it once) ...
+        b.end(first).unwrap();
+        let second = task(&mut b, 1, 101, 6);
+        b.end(second).unwrap();
+        // ... then job 2 has been overtaken enough: the keep is given back
+        // and job 1's process waits behind it.
+        assert!(matches!(
+            b.begin(req(1, 102, 6)).unwrap(),
+            Begin::Waiting(_)
+        ));
+        assert_eq!(b.place_waiting()[0].job, 2);
+    }
+
+    #[test]
+    fn nothing_is_kept_where_a_task_waits_to_grow() {
+        let mut b = book(Box::new(CasePlacement), 10);
+        let a = task(&mut b, 1, 100, 4);
+        let c = task(&mut b, 2, 200, 4);
+        // Job 2's task wants 4 GiB more: 2 are free, it waits.
+        assert!(matches!(
+            b.grow_or_wait(c, 4 * G, 4 * G).unwrap(),
+            crate::placement::Growth::Waiting
+        ));
+        b.end(a).unwrap();
+        assert!(!b.keeps_for(1), "kept in the way of a growth");
+        assert_eq!(b.take_growth(), vec![(c, true)]);
     }
 }
