@@ -232,9 +232,40 @@ pub fn controller_list(given: &str) -> Vec<String> {
     }
 }
 
+/// The longest `--hold-between-processes` (seconds): a keep holds GPU
+/// memory no other job may use meanwhile.
+pub const MOST_HOLD_BETWEEN_SECS: u32 = 600;
+
 impl NodeConfig {
     /// The controllers `controller` lists.
     pub fn controllers(&self) -> Vec<String> {
         controller_list(&self.controller)
+    }
+
+    /// `--hold-between-processes` in milliseconds, refused over
+    /// [`MOST_HOLD_BETWEEN_SECS`].
+    pub fn hold_between_ms(&self) -> anyhow::Result<i64> {
+        hold_between_ms(self.hold_between_processes)
+    }
+}
+
+fn hold_between_ms(secs: u32) -> anyhow::Result<i64> {
+    if secs > MOST_HOLD_BETWEEN_SECS {
+        anyhow::bail!("--hold-between-processes {secs} is over {MOST_HOLD_BETWEEN_SECS} seconds");
+    }
+    Ok(i64::from(secs) * 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_hold_between_processes_is_bounded() {
+        assert_eq!(super::hold_between_ms(0).unwrap(), 0);
+        assert_eq!(super::hold_between_ms(600).unwrap(), 600_000);
+        let e = super::hold_between_ms(601).unwrap_err().to_string();
+        assert!(
+            e.contains("--hold-between-processes 601 is over 600"),
+            "{e}"
+        );
     }
 }

@@ -22,10 +22,6 @@ use crate::{
     Running, UNPLACED_CHECK,
 };
 
-/// The longest `--hold-between-processes` (seconds): a keep holds GPU
-/// memory no other job may use meanwhile.
-const MOST_HOLD_BETWEEN_SECS: u32 = 600;
-
 /// Starts the node daemon. `shepherd_exe` is a binary that runs
 /// [`shepherd::main`] when called with [`shepherd::SHEPHERD_ARG`].
 pub async fn start(config: NodeConfig, state_dir: &Path, shepherd_exe: PathBuf) -> Result<Running> {
@@ -236,12 +232,7 @@ fn start_jobs(
     let (socket, probe_listener) =
         ProbeSocket::bind(state_dir.join("run").join(format!("{name}.probe.sock")))?;
     let book = task_book(config, instances)?;
-    if config.hold_between_processes > MOST_HOLD_BETWEEN_SECS {
-        anyhow::bail!(
-            "--hold-between-processes {} is over {MOST_HOLD_BETWEEN_SECS} seconds",
-            config.hold_between_processes
-        );
-    }
+    let hold_between_ms = config.hold_between_ms()?;
     let mps_dirs = instances
         .iter()
         .filter_map(|i| i.mps.as_ref().map(|m| (i.uuid.clone(), m.pipe_dir.clone())))
@@ -267,7 +258,7 @@ fn start_jobs(
             socket,
             ProbeSetup {
                 book,
-                hold_between_ms: i64::from(config.hold_between_processes) * 1000,
+                hold_between_ms,
                 mps: mps_dirs,
                 events: Arc::clone(&events),
                 readers: parts.readers,

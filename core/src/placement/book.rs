@@ -358,19 +358,50 @@ impl TaskBook {
     }
 
     fn choice(&self, req: &TaskRequest, barred: &BTreeSet<usize>) -> Option<usize> {
-        // A process's first placement pins it: the instance must be able to
-        // hold each of its tasks that is already queued, too.
-        let need_total = if self.pins.contains_key(&(req.job, req.pid)) {
-            0
-        } else {
-            self.waiting
-                .iter()
-                .filter(|(_, w)| w.job == req.job && w.pid == req.pid)
-                .map(|(_, w)| w.bytes)
-                .max()
-                .unwrap_or(0)
-        };
-        self.choice_with(req, need_total, barred)
+        self.choice_with(req, self.need_total(req), barred)
+    }
+
+    /// A process's first placement pins it: the instance must be able to
+    /// hold each of its tasks that is already queued, too.
+    fn need_total(&self, req: &TaskRequest) -> u64 {
+        if self.pins.contains_key(&(req.job, req.pid)) {
+            return 0;
+        }
+        self.waiting
+            .iter()
+            .filter(|(_, w)| w.job == req.job && w.pid == req.pid)
+            .map(|(_, w)| w.bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The compute ceiling `req` is held to: none under a memory-blind
+    /// policy, and none for a process with a task running (it goes on where
+    /// it is bound, so its own tasks never wait for each other; only a bound
+    /// process can have one, so the look at the active tasks is skipped for
+    /// new ones).
+    fn ceiling_for(&self, req: &TaskRequest) -> Option<u32> {
+        self.compute_ceiling.filter(|_| {
+            let running = self.pins.contains_key(&(req.job, req.pid))
+                && self
+                    .active
+                    .values()
+                    .any(|a| a.job == req.job && a.pid == req.pid);
+            !self.policy.memory_blind() && !running
+        })
+    }
+
+    /// Whether instance `i` may take `req` now: allowed to, with
+    /// `req.bytes` free and at least `need_total` in all (unless the policy
+    /// is memory-blind), and within `ceiling`.
+    fn fits_on(&self, req: &TaskRequest, i: usize, need_total: u64, ceiling: Option<u32>) -> bool {
+        let inst = &self.instances[i];
+        self.allowed(req, i)
+            && (self.policy.memory_blind()
+                || (inst.free_bytes() >= req.bytes && inst.memory_bytes >= need_total))
+            && ceiling.is_none_or(|c| {
+                crate::compute::fits_under(inst.compute, self.demand(req, i), inst.capacity, c)
+            })
     }
 
     /// The policy's choice among open instances, other than `barred`, with
@@ -381,35 +412,9 @@ impl TaskBook {
         need_total: u64,
         barred: &BTreeSet<usize>,
     ) -> Option<usize> {
-        let blind = self.policy.memory_blind();
-        // A process with a task running goes on where it is bound: only a
-        // process with none is held back by the compute ceiling (so its own
-        // tasks never wait for each other). Only a bound process can have
-        // one, so the look at the active tasks is skipped for new ones.
-        let ceiling = self.compute_ceiling.filter(|_| {
-            let running = self.pins.contains_key(&(req.job, req.pid))
-                && self
-                    .active
-                    .values()
-                    .any(|a| a.job == req.job && a.pid == req.pid);
-            !blind && !running
-        });
+        let ceiling = self.ceiling_for(req);
         let candidates: Vec<usize> = (0..self.instances.len())
-            .filter(|&i| {
-                let inst = &self.instances[i];
-                !barred.contains(&i)
-                    && self.allowed(req, i)
-                    && (blind
-                        || (inst.free_bytes() >= req.bytes && inst.memory_bytes >= need_total))
-                    && ceiling.is_none_or(|c| {
-                        crate::compute::fits_under(
-                            inst.compute,
-                            self.demand(req, i),
-                            inst.capacity,
-                            c,
-                        )
-                    })
-            })
+            .filter(|&i| !barred.contains(&i) && self.fits_on(req, i, need_total, ceiling))
             .collect();
         if candidates.is_empty() {
             return None;

@@ -72,6 +72,12 @@ impl InstanceLoad {
         }
     }
 
+    /// Whether a new process may be bound to it (by anyone it is open to):
+    /// not closed, re-partitioned, without its MPS server, or bypassed.
+    pub fn takes_new_processes(&self) -> bool {
+        !self.closed && !self.retiring && !self.mps_down && !self.bypassed
+    }
+
     pub fn free_bytes(&self) -> u64 {
         self.memory_bytes.saturating_sub(self.reserved_bytes)
     }

@@ -1,4 +1,7 @@
 #!/bin/bash
+# A record of the Rodinia calls: bench/gpu-external has since become NVIDIA's
+# CUDA samples, so this script runs only with the tree of commit 3cd86b4
+# (docs/hardware/2026-12-06-samples/run.sh runs the suite of today).
 # Issue 41, item 5: the packing benchmark on a lent GPU with an external
 # suite (Rodinia's CUDA programs, bench/gpu-external) next to the project's
 # own (bench/gpu-jobs). Carries dist/ (release gsched, gsched-shepherd,

@@ -39,11 +39,7 @@ impl TaskBook {
         };
         *flag(&mut self.instances[i]) = on;
         if on {
-            // What was kept there may still go to a job the instance
-            // stays open to.
-            if self.discard_keeps_on(i, None) {
-                return self.retry();
-            }
+            self.discard_keeps_on(i, None);
             Vec::new()
         } else {
             self.retry()

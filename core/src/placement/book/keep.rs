@@ -57,10 +57,7 @@ impl TaskBook {
         let inst = &self.instances[instance];
         // Nothing is kept where no new process may go, nor where a task
         // waits to grow (growths come first: a keep would stand in its way).
-        if inst.closed
-            || inst.retiring
-            || inst.mps_down
-            || inst.bypassed
+        if !inst.takes_new_processes()
             || inst.owner.is_some_and(|o| o != job)
             || self.growth_pending_on(instance)
         {
@@ -95,16 +92,13 @@ impl TaskBook {
     /// Returns whether there was one; the caller decides whether the
     /// waiting tasks are retried.
     pub(super) fn discard_keep_if(&mut self, job: JobId, seq: Option<u64>) -> bool {
-        if self
-            .kept
-            .get(&job)
-            .is_none_or(|k| seq.is_some_and(|s| s != k.seq))
-        {
-            return false;
-        }
         let Some(k) = self.kept.remove(&job) else {
             return false;
         };
+        if seq.is_some_and(|s| s != k.seq) {
+            self.kept.insert(job, k);
+            return false;
+        }
         let inst = &mut self.instances[k.instance];
         inst.reserved_bytes -= k.bytes;
         inst.compute -= k.compute;
@@ -126,19 +120,19 @@ impl TaskBook {
     }
 
     /// Gives back what is kept on instance `i` for jobs other than
-    /// `except` (it closes, or becomes one job's, or goes): a keep there
-    /// would only hold it up. Returns whether any was.
-    pub(super) fn discard_keeps_on(&mut self, i: usize, except: Option<JobId>) -> bool {
+    /// `except` (it closes, or becomes one job's): a keep there would only
+    /// hold it up. What it frees goes to waiting tasks at the next retry
+    /// (closing an instance places nothing: its callers rely on that).
+    pub(super) fn discard_keeps_on(&mut self, i: usize, except: Option<JobId>) {
         let jobs: Vec<JobId> = self
             .kept
             .iter()
             .filter(|(j, k)| k.instance == i && except != Some(**j))
             .map(|(j, _)| *j)
             .collect();
-        for &job in &jobs {
+        for job in jobs {
             self.discard_keep(job);
         }
-        !jobs.is_empty()
     }
 
     /// Whether anything is kept on instance `i`.
@@ -167,12 +161,7 @@ impl TaskBook {
         if self.barred_by(self.waiting.iter()).contains(&i) {
             return None;
         }
-        let inst = &self.instances[i];
-        let fits_ceiling = self.compute_ceiling.is_none_or(|c| {
-            crate::compute::fits_under(inst.compute, self.demand(req, i), inst.capacity, c)
-        });
-        let fits = self.allowed(req, i) && inst.free_bytes() >= req.bytes && fits_ceiling;
-        if !fits {
+        if !self.fits_on(req, i, self.need_total(req), self.ceiling_for(req)) {
             return None;
         }
         let ahead: Vec<u64> = self.waiting.iter().map(|(w, _)| *w).collect();

@@ -57,7 +57,7 @@ impl TaskBook {
         for i in self
             .instances
             .iter()
-            .filter(|i| !i.closed && i.owner.is_none() && !i.retiring && !i.mps_down && !i.bypassed)
+            .filter(|i| i.takes_new_processes() && i.owner.is_none())
         {
             let capacity = i.capacity.max(1) as u64;
             let each =
