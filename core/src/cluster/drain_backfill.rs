@@ -49,7 +49,7 @@ impl Cluster {
 mod tests {
     use std::collections::BTreeMap;
 
-    use crate::cluster::testkit::{cluster, spec};
+    use crate::cluster::testkit::{cluster, spec, uuids_of};
     use crate::cluster::{Cluster, Effect};
     use crate::job::{JobId, JobSpec};
 
@@ -70,38 +70,37 @@ mod tests {
         }
     }
 
-    fn uuids_of(c: &Cluster) -> Vec<String> {
-        let n = c.node("n1").unwrap();
-        n.instances
-            .iter()
-            .map(|s| s.instance.uuid.clone())
-            .collect()
+    /// A shared job named `name` with time limit `limit` (seconds).
+    fn limited(name: &str, limit: Option<u64>) -> JobSpec {
+        JobSpec {
+            time_limit: limit,
+            ..spec(name, false)
+        }
+    }
+
+    fn isolated(name: &str) -> JobSpec {
+        JobSpec {
+            isolated: true,
+            ..spec(name, false)
+        }
     }
 
     #[test]
     fn jobs_expected_to_end_before_a_drained_instance_is_free_may_still_use_it() {
         let mut c = cluster();
-        let limited = |name: &str, limit: Option<u64>| JobSpec {
-            time_limit: limit,
-            ..spec(name, false)
-        };
         let (a, _) = c.submit(limited("a", Some(100)), 0).unwrap();
         let (b, _) = c.submit(limited("b", Some(300)), 0).unwrap();
         let (long, _) = c.submit(limited("long", Some(1000)), 0).unwrap();
         let (u, _) = c.submit(limited("u", None), 0).unwrap();
         c.schedule(10);
-        let uuids = uuids_of(&c);
+        let uuids = uuids_of(&c, "n1");
         // a and b on the first instance, long and u on the second.
         let uses = [
             (uuids[0].clone(), on(&[a, b])),
             (uuids[1].clone(), on(&[long, u])),
         ];
         c.update_instance_use("n1", &uses.into_iter().collect());
-        let iso = JobSpec {
-            isolated: true,
-            ..spec("iso", false)
-        };
-        let (iso, _) = c.submit(iso, 11).unwrap();
+        let (iso, _) = c.submit(isolated("iso"), 11).unwrap();
         let fx = c.schedule(12);
         // The first is expected free at 310 (b's limit); the second never.
         let slot = |c: &Cluster, k: usize| c.node("n1").unwrap().instances[k].clone();
@@ -122,24 +121,16 @@ mod tests {
     #[test]
     fn nothing_is_backfilled_where_the_drained_instance_has_no_known_end() {
         let mut c = cluster();
-        let limited = |name: &str, limit: Option<u64>| JobSpec {
-            time_limit: limit,
-            ..spec(name, false)
-        };
         let (a, _) = c.submit(limited("a", Some(100)), 0).unwrap();
         let (u, _) = c.submit(limited("u", None), 0).unwrap();
         c.schedule(10);
-        let uuids = uuids_of(&c);
+        let uuids = uuids_of(&c, "n1");
         let uses = [
             (uuids[0].clone(), on(&[a, u])),
             (uuids[1].clone(), on(&[a, u])),
         ];
         c.update_instance_use("n1", &uses.into_iter().collect());
-        let iso = JobSpec {
-            isolated: true,
-            ..spec("iso", false)
-        };
-        c.submit(iso, 11).unwrap();
+        c.submit(isolated("iso"), 11).unwrap();
         let fx = c.schedule(12);
         let open = opened(&fx);
         assert_eq!(open.len(), 1, "a drain was sent: {fx:?}");

@@ -128,7 +128,7 @@ impl Cluster {
 
 #[cfg(test)]
 mod tests {
-    use crate::cluster::testkit::{cluster, registration};
+    use crate::cluster::testkit::{cluster, registration, uuids_of};
     use crate::cluster::Effect;
     use crate::job::{GpuRequest, JobSpec};
 
@@ -201,16 +201,6 @@ mod tests {
         // A node that registers again is sent its set afresh.
         let fx = c.register_node(&registration("n1", &[], vec![]), 7);
         assert_eq!(drains(&fx).len(), 1);
-    }
-
-    /// The UUIDs of `node`'s instances.
-    fn uuids_of(c: &crate::cluster::Cluster, node: &str) -> Vec<String> {
-        c.node(node)
-            .unwrap()
-            .instances
-            .iter()
-            .map(|s| s.instance.uuid.clone())
-            .collect()
     }
 
     #[test]

@@ -96,6 +96,16 @@ pub fn grant_every_qos(c: &mut Cluster) {
 }
 
 /// A cluster with node n1 up.
+/// The UUIDs of `node`'s instances, in the node's order.
+pub fn uuids_of(c: &Cluster, node: &str) -> Vec<String> {
+    c.node(node)
+        .unwrap()
+        .instances
+        .iter()
+        .map(|s| s.instance.uuid.clone())
+        .collect()
+}
+
 pub fn cluster() -> Cluster {
     let mut c = Cluster::new(Box::new(crate::launch::CaseLaunch));
     c.register_node(&registration("n1", &[], vec![]), 0);
