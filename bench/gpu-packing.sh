@@ -74,7 +74,8 @@ for k in $KINDS; do
 done
 # 2. gsched with the policy, the whole GPU as one instance with MPS.
 printf '[[gpu]]\nindex = 0\nmps = true\n' >"$st/gpus.toml"
-gsched up --state-dir "$st/state" --listen 127.0.0.1:7819 --node-name gpu1 --kill-wait 5 \
+# gnoded's placement decisions are logged (debug) for placements-*.log.
+RUST_LOG=${RUST_LOG:-info,gsched_noded::probe=debug} gsched up --state-dir "$st/state" --listen 127.0.0.1:7819 --node-name gpu1 --kill-wait 5 \
   --heartbeat-interval 1 --gpu-config "$st/gpus.toml" "${FLAGS[@]}" >"$st/up.log" 2>&1 &
 UP=$!
 SMI=; HOSTMEM=
@@ -112,7 +113,7 @@ python3 "$ROOT/bench/gpu-jobs/summarize.py" --policy "$POLICY" --batch "$st/batc
 cp "$st/alone.txt" "$OUT/alone.txt"
 gacct -j "$list" >"$OUT/gacct-$OTAG.txt" 2>&1
 cp "$st/jobs.json" "$OUT/jobs-$OTAG.json"
-grep -E 'task (placed|waits)' "$st/up.log" | tail -n 400 >"$OUT/placements-$OTAG.log" 2>/dev/null
+grep -E 'task (placed|waits)|kept room|room kept|measured compute' "$st/up.log" | tail -n 5000 >"$OUT/placements-$OTAG.log" 2>/dev/null
 grep -E 'started early|instances are free|waiting for shared tasks' "$st/up.log" >"$OUT/early-$OTAG.log" 2>/dev/null
 tail -n 3 "$st"/jobs/*.out >"$OUT/jobs-$OTAG.txt" 2>&1
 kill -TERM $UP; wait $UP; trap - EXIT

@@ -63,7 +63,13 @@ class Job:
         tensors, robust to rounding order), or None when there is none."""
         out = self.last
         if isinstance(out, torch.Tensor):
-            return float(out.detach().double().abs().sum().item())
+            # In 16 Mi-element pieces: a double copy of the whole result
+            # would need GPU memory beyond the job's stated footprint (a
+            # stencil's 1 GiB grid took 4 GiB more, over its --gpu-mem).
+            flat = out.detach().reshape(-1)
+            step = 1 << 24
+            return float(sum(flat[i:i + step].double().abs().sum().item()
+                             for i in range(0, flat.numel(), step)))
         if isinstance(out, (int, float)):
             return float(out)
         return None

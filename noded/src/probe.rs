@@ -26,7 +26,7 @@ use gsched_core::time_quota::{TimeQuota, TokenConfig};
 use gsched_core::wire::InstanceUse;
 use tokio::net::UnixListener;
 use tokio::sync::{oneshot, Notify};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::tokens::TokenServer;
 
@@ -580,7 +580,11 @@ impl ProbeServer {
                     NodeEvent::Gone(task) => {
                         st.waiters.remove(&task);
                     }
+                    NodeEvent::KeepUsed { job, outcome } => {
+                        debug!(job, ?outcome, "the job's next process met its kept room");
+                    }
                     NodeEvent::KeepUntil { job, seq, at_ms } => {
+                        debug!(job, seq, "room kept for the job's next process");
                         // A job has one keep at a time: a newer one replaces it.
                         st.keeps.retain(|k| k.1 != job);
                         st.keeps.insert((at_ms, job, seq));

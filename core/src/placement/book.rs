@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 mod demand;
 mod growth;
 mod keep;
+pub use keep::KeepUse;
 
 pub use growth::Growth;
 
@@ -59,6 +60,8 @@ pub struct TaskBook {
     keep_seq: u64,
     /// Keeps made, not yet taken: (job, keep number).
     new_keeps: Vec<(JobId, u64)>,
+    /// What became of the keep the newest process met, not yet taken.
+    keep_use: Option<(JobId, keep::KeepUse)>,
     next: TaskId,
 }
 
@@ -83,6 +86,7 @@ impl TaskBook {
             kept: BTreeMap::new(),
             keep_seq: 0,
             new_keeps: Vec::new(),
+            keep_use: None,
             next: 1,
         }
     }

@@ -204,7 +204,7 @@ pub mod measured;
 mod node;
 mod policies;
 
-pub use book::{Growth, TaskBook, DEFAULT_MAX_OVERTAKES};
+pub use book::{Growth, KeepUse, TaskBook, DEFAULT_MAX_OVERTAKES};
 pub use node::{NodeBook, NodeEvent, DEFAULT_HOLD_BETWEEN_MS, RECENTLY_GONE_MS, SETTLE_MS};
 pub use policies::{
     placement_names, placement_policy, BlindPlacement, CasePlacement, ExclusivePlacement,

@@ -62,6 +62,9 @@ pub enum NodeEvent {
     /// Room is kept for `job`'s next process until `at_ms`: then call
     /// [`NodeBook::end_keep`] with `seq`.
     KeepUntil { job: JobId, seq: u64, at_ms: i64 },
+    /// `job`'s next process met the room kept for it: taken, or given
+    /// back and why (for the node's log).
+    KeepUsed { job: JobId, outcome: super::KeepUse },
 }
 
 /// A process bound to an instance and gone: when, where, whose.
@@ -187,7 +190,11 @@ impl NodeBook {
             b.check(req.job, 0, held, req.bytes)?;
         }
         let kept = self.book.keeps_for(req.job);
-        let begin = self.book.begin(req)?;
+        let begun = self.book.begin(req);
+        if let Some((job, outcome)) = self.book.take_keep_use() {
+            self.events.push(NodeEvent::KeepUsed { job, outcome });
+        }
+        let begin = begun?;
         if let Begin::Placed(p) = &begin {
             self.began(p, now_ms);
         }

@@ -143,7 +143,12 @@ impl ProbeServer {
             } => Answer::Now(self.peak(st, job, pid, bytes, busy)),
             ProbeRequest::Busy { job, busy, .. } => {
                 let mut st = st;
+                let before = st.node.tasks().process_demand(job, pid);
                 if st.node.busy_report(job, pid, busy, now_ms()) {
+                    let after = st.node.tasks().process_demand(job, pid);
+                    if after != before {
+                        debug!(job, pid, ?before, ?after, "measured compute demand");
+                    }
                     self.dispatch(&mut st);
                     Answer::Now(ProbeReply::Ok)
                 } else {

@@ -13,6 +13,19 @@ use super::{Active, TaskBook};
 use crate::job::JobId;
 use crate::placement::{Placed, TaskRequest};
 
+/// What became of a job's keep when its next process asked for a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepUse {
+    /// The process was placed in it.
+    Taken,
+    /// A waiting task the aging rule protects could use the instance: the
+    /// keep was given back and the process went the normal way.
+    Barred,
+    /// The process did not fit in what was kept and free: given back, the
+    /// process went the normal way.
+    TooSmall,
+}
+
 /// Room kept for a job: on which instance, how much, which keep.
 #[derive(Debug, Clone)]
 pub(super) struct Kept {
@@ -38,6 +51,12 @@ impl TaskBook {
     /// Keeps made since the last take: (job, keep number).
     pub fn take_new_keeps(&mut self) -> Vec<(JobId, u64)> {
         std::mem::take(&mut self.new_keeps)
+    }
+
+    /// What became of the keep a job's newest process met, if it met one
+    /// (taken once: the caller reports it).
+    pub fn take_keep_use(&mut self) -> Option<(JobId, KeepUse)> {
+        self.keep_use.take()
     }
 
     /// The tasks `released` (all of one job) ended: if the job has no task
@@ -158,10 +177,15 @@ impl TaskBook {
     pub(super) fn place_in_keep(&mut self, id: u64, req: &TaskRequest) -> Option<Placed> {
         let i = self.kept.get(&req.job)?.instance;
         self.discard_keep(req.job);
-        if self.barred_by(self.waiting.iter()).contains(&i) {
-            return None;
-        }
-        if !self.fits_on(req, i, self.need_total(req), self.ceiling_for(req)) {
+        let outcome = if self.barred_by(self.waiting.iter()).contains(&i) {
+            KeepUse::Barred
+        } else if !self.fits_on(req, i, self.need_total(req), self.ceiling_for(req)) {
+            KeepUse::TooSmall
+        } else {
+            KeepUse::Taken
+        };
+        self.keep_use = Some((req.job, outcome));
+        if outcome != KeepUse::Taken {
             return None;
         }
         let ahead: Vec<u64> = self.waiting.iter().map(|(w, _)| *w).collect();
@@ -179,7 +203,7 @@ impl TaskBook {
 #[cfg(test)]
 mod tests {
     use crate::placement::{
-        Begin, BlindPlacement, CasePlacement, PlacementPolicy, TaskBook, TaskRequest,
+        Begin, BlindPlacement, CasePlacement, KeepUse, PlacementPolicy, TaskBook, TaskRequest,
     };
 
     const G: u64 = 1 << 30;
@@ -222,6 +246,7 @@ mod tests {
         // Its next process goes ahead of job 2, into what was kept.
         let second = task(&mut b, 1, 101, 5);
         assert!(!b.keeps_for(1));
+        assert_eq!(b.take_keep_use(), Some((1, KeepUse::Taken)));
         assert!(
             b.place_waiting().is_empty(),
             "5 of 10 GiB free: job 2 needs 6"
@@ -293,6 +318,7 @@ mod tests {
             Begin::Waiting(_)
         ));
         assert!(!b.keeps_for(1));
+        assert_eq!(b.take_keep_use(), Some((1, KeepUse::TooSmall)));
         assert_eq!(b.instances()[0].reserved_bytes, 5 * G);
         // Job 2 ends: its room is not kept (its job is over) and goes to job 1.
         assert_eq!(b.release_job(2).1[0].job, 1);
@@ -344,6 +370,7 @@ mod tests {
             b.begin(req(1, 102, 6)).unwrap(),
             Begin::Waiting(_)
         ));
+        assert_eq!(b.take_keep_use(), Some((1, KeepUse::Barred)));
         assert_eq!(b.place_waiting()[0].job, 2);
     }
 

@@ -403,7 +403,7 @@ proptest! {
                         prop_assert!(open_records.remove(&r.task), "ended without a begin, or twice");
                     }
                     NodeEvent::Gone(task) => active.retain(|t| *t != task),
-                    NodeEvent::Growth { .. } => {}
+                    NodeEvent::Growth { .. } | NodeEvent::KeepUsed { .. } => {}
                     NodeEvent::KeepUntil { job, seq, at_ms } => {
                         prop_assert_eq!(at_ms, now + hold);
                         prop_assert!(hold > 0, "kept with no hold");
