@@ -41,6 +41,10 @@ enum What {
     },
     /// Trivial jobs (`true`) submitted and run to completion, per second.
     Exec,
+    /// A real gctld under NODES node agents speaking gnoded's protocol,
+    /// with jobs flowing: controller CPU and memory, listing, submission
+    /// and launch latencies (docs/benchmarks.md, "A node swarm").
+    Swarm(crate::swarm::SwarmArgs),
     /// Launch pass time (pure, no daemon): NODES nodes of GPUS A100s split
     /// in 7 x 1g.5gb, every worker busy, QUEUED jobs waiting (one in ten
     /// isolated); one job ends and a pass launches its successor.
@@ -352,7 +356,7 @@ fn placement(instances: usize, waiting: usize, rounds: usize) {
     show("  begin (queue non-empty)", &mut begin_times);
 }
 
-fn spec(dir: &str) -> JobSpec {
+pub(crate) fn spec(dir: &str) -> JobSpec {
     let (user, uid, gid) = (
         std::env::var("USER").unwrap_or_else(|_| "root".into()),
         nix_uid(),
@@ -454,6 +458,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     };
     match args.what {
+        What::Swarm(swarm) => crate::swarm::run(&url, swarm)?,
         What::Launch {
             nodes,
             gpus,

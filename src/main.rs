@@ -10,6 +10,7 @@ mod manuals;
 mod mig;
 mod sim;
 mod site_config;
+mod swarm;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

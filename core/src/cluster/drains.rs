@@ -19,28 +19,66 @@ pub struct DrainSet {
     pub open_to: BTreeMap<String, Vec<JobId>>,
 }
 
+impl DrainSet {
+    /// Nothing drained, nothing open.
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty() && self.open_to.is_empty()
+    }
+}
+
 impl Cluster {
     /// `Effect::Drain` for every node whose drain set differs from the last
     /// one sent to it.
     pub(super) fn drain_changes(&mut self, now: i64) -> Vec<Effect> {
-        let mut sets = Vec::new();
-        for n in self.nodes.values().filter(|n| n.up) {
-            let set = DrainSet {
-                instances: n
-                    .instances
-                    .iter()
-                    // Held ones too: an instance handed from one isolated
-                    // job to the next stays closed in between (the new set
-                    // and the launch travel separately).
-                    .filter(|s| s.draining_for.is_some() || s.isolated_owner.is_some())
-                    .map(|s| s.instance.uuid.clone())
-                    .collect(),
-                open_to: self.drain_backfill(n, now),
-            };
-            if n.drain_sent.as_ref() != Some(&set) {
-                sets.push((n.name.clone(), set));
-            }
+        let sets: Vec<(String, DrainSet)> = self
+            .nodes
+            .values()
+            .filter_map(|n| Some((n.name.clone(), self.changed_drain_set(n, now)?)))
+            .collect();
+        self.send_drain_sets(sets)
+    }
+
+    /// [`Self::drain_changes`] of node `name` alone: what its registration
+    /// must send it (the pass it wakes looks at every node; a scan of every
+    /// node at each registration made registering N nodes take N² steps).
+    pub(super) fn drain_change_of(&mut self, name: &str, now: i64) -> Vec<Effect> {
+        let set = self
+            .nodes
+            .get(name)
+            .and_then(|n| self.changed_drain_set(n, now));
+        self.send_drain_sets(set.map(|s| (name.to_string(), s)).into_iter().collect())
+    }
+
+    /// Node `n`'s drain set now, if it is up and that differs from the one
+    /// last sent to it.
+    fn changed_drain_set(&self, n: &super::Node, now: i64) -> Option<DrainSet> {
+        if !n.up {
+            return None;
         }
+        // Most nodes drain nothing and were told so: nothing to build.
+        let drains_any = n
+            .instances
+            .iter()
+            .any(|s| s.draining_for.is_some() || s.isolated_owner.is_some());
+        if !drains_any && n.drain_sent.as_ref().is_some_and(DrainSet::is_empty) {
+            return None;
+        }
+        let set = DrainSet {
+            instances: n
+                .instances
+                .iter()
+                // Held ones too: an instance handed from one isolated job
+                // to the next stays closed in between (the new set and the
+                // launch travel separately).
+                .filter(|s| s.draining_for.is_some() || s.isolated_owner.is_some())
+                .map(|s| s.instance.uuid.clone())
+                .collect(),
+            open_to: self.drain_backfill(n, now),
+        };
+        (n.drain_sent.as_ref() != Some(&set)).then_some(set)
+    }
+
+    fn send_drain_sets(&mut self, sets: Vec<(String, DrainSet)>) -> Vec<Effect> {
         let mut effects = Vec::new();
         for (name, set) in sets {
             let Some(n) = self.nodes.get_mut(&name) else {

@@ -91,7 +91,9 @@ impl Cluster {
             }
         }
         effects.extend(self.reconcile_runs(&reg.name, &reg.running, &reg.runs));
-        effects.extend(self.drain_changes(now));
+        // Its own set; what its ends changed elsewhere goes at the pass the
+        // registration wakes.
+        effects.extend(self.drain_change_of(&reg.name, now));
         effects
     }
 
