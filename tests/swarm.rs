@@ -67,16 +67,14 @@ fn a_swarm_of_nodes_takes_launches_and_reports_ends_through_the_real_protocol() 
     let submitted = w["submitted"].as_u64().unwrap();
     assert!(submitted >= 20, "{r}");
     // Every job went to a swarm node; nothing failed on the way.
-    assert!(
-        w["launches"].as_u64().unwrap() + w["not_launched_in_window"].as_u64().unwrap()
-            >= submitted,
-        "{r}"
-    );
-    assert!(w["launch"]["n"].as_u64().unwrap() >= submitted - 3, "{r}");
+    assert_eq!(w["never_launched"], 0, "{r}");
+    assert_eq!(w["launch"]["n"].as_u64().unwrap(), submitted, "{r}");
     for k in ["heartbeat_failures", "end_report_failures", "registrations"] {
         assert_eq!(w[k], 0, "{k}: {r}");
     }
-    assert!(w["heartbeats"].as_u64().unwrap() >= 20 * 3, "{r}");
+    assert_eq!(r["registration_failures"], 0, "{r}");
+    // 20 nodes, one a second, for 4 s.
+    assert!(w["heartbeats"].as_u64().unwrap() >= 20 * 2, "{r}");
     let ended = w["ends_reported"].as_u64().unwrap();
     assert!(ended >= submitted / 2, "{r}");
     assert!(w["controller"]["rss_mib"].as_f64().unwrap() > 0.0, "{r}");

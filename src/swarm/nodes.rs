@@ -46,6 +46,9 @@ pub struct Swarm {
 /// Calls made and answered, over the swarm's life.
 #[derive(Default)]
 pub struct Counts {
+    /// Nodes registered at least once.
+    pub nodes_registered: AtomicU64,
+    /// Registrations answered, first ones and later ones.
     pub registered: AtomicU64,
     pub registration_failures: AtomicU64,
     pub heartbeats: AtomicU64,
@@ -257,6 +260,7 @@ pub async fn agent(
 ) {
     tokio::time::sleep(delay).await;
     let mut registered = false;
+    let mut ever_registered = false;
     let mut pending: Vec<JobEnded> = Vec::new();
     let mut tick = tokio::time::interval(swarm.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -274,6 +278,12 @@ pub async fn agent(
                     registered = true;
                     pending.clear();
                     swarm.counts.registered.fetch_add(1, Ordering::Relaxed);
+                    if !std::mem::replace(&mut ever_registered, true) {
+                        swarm
+                            .counts
+                            .nodes_registered
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 Err(_) => {
                     swarm
@@ -307,6 +317,9 @@ pub async fn agent(
                         .end_report_failures
                         .fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(500)).await;
+                    // As gnoded: register again, the ends with it (a node
+                    // that only retried its report sent no heartbeats).
+                    registered = false;
                     continue;
                 }
             }
@@ -342,14 +355,15 @@ async fn heartbeat(swarm: &Swarm, i: usize, instance_id: &str) -> bool {
     let path = format!("/internal/v1/nodes/{}/heartbeat", swarm.names[i]);
     let sent = Instant::now();
     let answer = swarm.post(&path, &hb).await;
+    // Failed ones too: a heartbeat that timed out belongs in the p99.
+    swarm
+        .heartbeat_secs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(sent.elapsed().as_secs_f64());
     match answer {
         Ok(r) => {
             swarm.counts.heartbeats.fetch_add(1, Ordering::Relaxed);
-            swarm
-                .heartbeat_secs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(sent.elapsed().as_secs_f64());
             matches!(
                 r.json::<HeartbeatReply>(),
                 Ok(HeartbeatReply { known: true })

@@ -33,7 +33,7 @@ impl Cluster {
         let sets: Vec<(String, DrainSet)> = self
             .nodes
             .values()
-            .filter_map(|n| Some((n.name.clone(), self.changed_drain_set(n, now)?)))
+            .filter_map(|n| self.changed_drain_set(n, now).map(|s| (n.name.clone(), s)))
             .collect();
         self.send_drain_sets(sets)
     }
@@ -239,6 +239,19 @@ mod tests {
         // A node that registers again is sent its set afresh.
         let fx = c.register_node(&registration("n1", &[], vec![]), 7);
         assert_eq!(drains(&fx).len(), 1);
+    }
+
+    #[test]
+    fn a_registration_sends_its_own_node_s_set_and_the_pass_no_other() {
+        let mut c = cluster();
+        assert_eq!(drains(&c.schedule(1)), vec![]);
+        // n2 registers: its (empty) set goes to it alone ...
+        let fx = c.register_node(&registration("n2", &[], vec![]), 2);
+        let d = drains(&fx);
+        assert_eq!(d.len(), 1, "{fx:?}");
+        assert_eq!((d[0].0.as_str(), d[0].1.len()), ("n2", 0));
+        // ... and a pass after it finds every node told.
+        assert_eq!(drains(&c.schedule(3)), vec![]);
     }
 
     #[test]

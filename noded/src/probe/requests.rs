@@ -143,11 +143,15 @@ impl ProbeServer {
             } => Answer::Now(self.peak(st, job, pid, bytes, busy)),
             ProbeRequest::Busy { job, busy, .. } => {
                 let mut st = st;
-                let before = st.node.tasks().process_demand(job, pid);
+                // Looked up only when the log takes it (a scan of the tasks).
+                let logged = tracing::enabled!(tracing::Level::DEBUG);
+                let before = logged.then(|| st.node.tasks().process_demand(job, pid));
                 if st.node.busy_report(job, pid, busy, now_ms()) {
-                    let after = st.node.tasks().process_demand(job, pid);
-                    if after != before {
-                        debug!(job, pid, ?before, ?after, "measured compute demand");
+                    if let Some(before) = before {
+                        let after = st.node.tasks().process_demand(job, pid);
+                        if after != before {
+                            debug!(job, pid, ?before, ?after, "measured compute demand");
+                        }
                     }
                     self.dispatch(&mut st);
                     Answer::Now(ProbeReply::Ok)
