@@ -53,6 +53,8 @@ pub struct Serving {
     tcp_app: Arc<std::sync::OnceLock<axum::Router>>,
     socket_app: Arc<std::sync::OnceLock<axum::Router>>,
     http: reqwest::Client,
+    /// The API listener's caps: the total grows with the nodes.
+    connection_limits: Arc<gsched_daemon::limits::ConnectionLimits<String>>,
 }
 
 /// A controller that leads.
@@ -188,6 +190,7 @@ pub async fn serve(config: CtldConfig, state_dir: &Path) -> Result<Serving> {
         API_CONNECTIONS_TOTAL,
         API_IDLE,
     );
+    let connection_limits = listener.limits();
     // The local sockets first: a command that finds the port answering
     // finds them too (without them it would reach the port without its
     // caller's identity).
@@ -216,6 +219,7 @@ pub async fn serve(config: CtldConfig, state_dir: &Path) -> Result<Serving> {
         tcp_app,
         socket_app,
         http,
+        connection_limits,
     })
 }
 
@@ -312,6 +316,10 @@ impl Serving {
         tokio::spawn(Arc::clone(&controller).liveness_loop());
         tokio::spawn(Arc::clone(&controller).utilization_loop());
         tokio::spawn(Arc::clone(&controller).retention_loop());
+        tokio::spawn(connection_cap_loop(
+            Arc::clone(&controller),
+            Arc::clone(&self.connection_limits),
+        ));
         let _ = self
             .socket_app
             .set(api::socket_app(Arc::clone(&controller)));
@@ -327,6 +335,23 @@ impl Serving {
             term,
             renewer,
         })
+    }
+}
+
+/// Keeps the API's total connection cap above the nodes: every gnoded
+/// keeps a connection open to its controller, and a cap below their
+/// number closed them in turn (each heartbeat then opened a new one, and
+/// some failed on one closed under them). [`API_CONNECTIONS_TOTAL`] over
+/// the nodes known, looked at every few seconds.
+async fn connection_cap_loop(
+    ctl: Arc<Controller>,
+    limits: Arc<gsched_daemon::limits::ConnectionLimits<String>>,
+) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+    loop {
+        tick.tick().await;
+        let nodes = ctl.lock().nodes().count();
+        limits.set_total(API_CONNECTIONS_TOTAL.saturating_add(nodes));
     }
 }
 

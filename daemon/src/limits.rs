@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Why a connection was turned away.
@@ -17,7 +18,8 @@ pub enum LimitError {
 /// Counts open connections by client.
 pub struct ConnectionLimits<K: Hash + Eq + Clone + std::fmt::Display> {
     per_client: usize,
-    total: usize,
+    /// Raised by the daemon as its peers grow ([`Self::set_total`]).
+    total: AtomicUsize,
     open: Mutex<(HashMap<K, usize>, usize)>,
 }
 
@@ -31,7 +33,7 @@ impl<K: Hash + Eq + Clone + std::fmt::Display> ConnectionLimits<K> {
     pub fn new(per_client: usize, total: usize) -> Arc<Self> {
         Arc::new(ConnectionLimits {
             per_client,
-            total,
+            total: AtomicUsize::new(total),
             open: Mutex::new((HashMap::new(), 0)),
         })
     }
@@ -47,8 +49,9 @@ impl<K: Hash + Eq + Clone + std::fmt::Display> ConnectionLimits<K> {
                 limit: self.per_client,
             });
         }
-        if open.1 >= self.total {
-            return Err(LimitError::Total { limit: self.total });
+        let total = self.total();
+        if open.1 >= total {
+            return Err(LimitError::Total { limit: total });
         }
         *open.0.entry(client.clone()).or_insert(0) += 1;
         open.1 += 1;
@@ -56,6 +59,19 @@ impl<K: Hash + Eq + Clone + std::fmt::Display> ConnectionLimits<K> {
             limits: Arc::clone(self),
             client,
         })
+    }
+
+    /// The cap on all connections together.
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Sets the cap on all connections together (a controller raises it
+    /// with its node count: each node keeps a connection open, and one
+    /// cap below the nodes would close them in turn). Connections open
+    /// over a lowered cap stay; new ones wait for room.
+    pub fn set_total(&self, total: usize) {
+        self.total.store(total, Ordering::Relaxed);
     }
 
     /// Admits a connection of `client` over the caps: only in place of
@@ -113,5 +129,21 @@ mod tests {
         assert_eq!(l.open(), 2);
         let _a3 = l.admit(1).unwrap();
         assert_eq!(l.open(), 3);
+    }
+
+    #[test]
+    fn the_total_cap_can_be_raised_and_lowered_while_connections_are_open() {
+        let l = ConnectionLimits::<u32>::new(10, 2);
+        let held: Vec<_> = (0..2).map(|c| l.admit(c).unwrap()).collect();
+        assert_eq!(l.admit(5).err(), Some(LimitError::Total { limit: 2 }));
+        l.set_total(4);
+        let more: Vec<_> = (5..7).map(|c| l.admit(c).unwrap()).collect();
+        assert_eq!(l.admit(8).err(), Some(LimitError::Total { limit: 4 }));
+        // Lowered under what is open: those stay, nothing new comes in.
+        l.set_total(1);
+        assert_eq!((l.open(), l.total()), (4, 1));
+        assert!(l.admit(9).is_err());
+        drop((held, more));
+        assert!(l.admit(9).is_ok());
     }
 }

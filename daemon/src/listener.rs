@@ -108,6 +108,11 @@ impl<L: ClientOf> Bounded<L> {
         }
     }
 
+    /// Its caps, to change while it serves ([`ConnectionLimits::set_total`]).
+    pub fn limits(&self) -> Arc<ConnectionLimits<String>> {
+        Arc::clone(&self.limits)
+    }
+
     /// Shorter deadlines, for tests.
     #[cfg(test)]
     fn timing(mut self, first_byte: Duration, evictable: Duration) -> Self {

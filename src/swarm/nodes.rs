@@ -73,9 +73,15 @@ impl Swarm {
         let names: Vec<String> = (1..=n).map(|i| format!("{prefix}{i:05}")).collect();
         let (ended, receivers): (Vec<_>, Vec<_>) =
             (0..n).map(|_| mpsc::unbounded_channel()).unzip();
+        // Every node of the swarm calls from this host as root, one client
+        // to the controller's listener, capped at its per-address
+        // connections (gctld::API_CONNECTIONS_PER_ADDRESS): the swarm keeps
+        // fewer idle, so that the listener does not close its connections
+        // in turn (real nodes, each from its own address, keep one each).
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(gsched_ctld::API_CONNECTIONS_PER_ADDRESS / 2)
             .build()?;
         let swarm = Swarm {
             controller: controller.trim_end_matches('/').to_string(),
