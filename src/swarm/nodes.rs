@@ -41,7 +41,19 @@ pub struct Swarm {
     /// Why calls to the controller failed: each reason (its first 120
     /// characters) with how often.
     pub failures: Mutex<BTreeMap<String, u64>>,
+    /// Calls in flight at once (see [`IN_FLIGHT`]).
+    in_flight: tokio::sync::Semaphore,
 }
+
+/// The swarm's calls to the controller in flight at once. Every node of
+/// the swarm calls from this host as root: one client to the controller's
+/// listener, held to its connections per address
+/// (`gsched_ctld::API_CONNECTIONS_PER_ADDRESS`, 256). Past them the
+/// listener closes the client's idle connections and refuses more, which
+/// real nodes, each from its own address, never meet. So the swarm sends
+/// its nodes' calls through fewer connections: it loads the controller
+/// with 10,000 nodes' calls, not with their 10,000 connections.
+pub const IN_FLIGHT: usize = gsched_ctld::API_CONNECTIONS_PER_ADDRESS * 3 / 4;
 
 /// Calls made and answered, over the swarm's life.
 #[derive(Default)]
@@ -73,15 +85,11 @@ impl Swarm {
         let names: Vec<String> = (1..=n).map(|i| format!("{prefix}{i:05}")).collect();
         let (ended, receivers): (Vec<_>, Vec<_>) =
             (0..n).map(|_| mpsc::unbounded_channel()).unzip();
-        // Every node of the swarm calls from this host as root, one client
-        // to the controller's listener, capped at its per-address
-        // connections (gctld::API_CONNECTIONS_PER_ADDRESS): the swarm keeps
-        // fewer idle, so that the listener does not close its connections
-        // in turn (real nodes, each from its own address, keep one each).
+        // As many connections kept as calls go at once (`IN_FLIGHT`).
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(gsched_ctld::API_CONNECTIONS_PER_ADDRESS / 2)
+            .pool_max_idle_per_host(IN_FLIGHT)
             .build()?;
         let swarm = Swarm {
             controller: controller.trim_end_matches('/').to_string(),
@@ -100,6 +108,7 @@ impl Swarm {
             counts: Counts::default(),
             heartbeat_secs: Mutex::new(Vec::new()),
             failures: Mutex::new(BTreeMap::new()),
+            in_flight: tokio::sync::Semaphore::new(IN_FLIGHT),
         };
         Ok((Arc::new(swarm), receivers))
     }
@@ -139,20 +148,36 @@ impl Swarm {
         }
     }
 
+    /// One sealed call; the seconds it took once sent (waits for a free
+    /// connection of the swarm's own left out) come back with it.
     async fn post<T: serde::Serialize>(
         &self,
         path: &str,
         body: &T,
-    ) -> Result<gsched_daemon::peer::PeerReply, String> {
+    ) -> (Result<gsched_daemon::peer::PeerReply, String>, f64) {
         let url = format!("{}{path}", self.controller);
-        let failed = match self.peer.post(&url, body).await {
+        let Ok(_permit) = self.in_flight.acquire().await else {
+            return (Err("the swarm is closing".into()), 0.0);
+        };
+        let sent = Instant::now();
+        let answer = self.peer.post(&url, body).await;
+        let secs = sent.elapsed().as_secs_f64();
+        (self.checked(&url, answer), secs)
+    }
+
+    fn checked(
+        &self,
+        url: &str,
+        answer: Result<gsched_daemon::peer::PeerReply, gsched_daemon::peer::PeerError>,
+    ) -> Result<gsched_daemon::peer::PeerReply, String> {
+        let failed = match answer {
             Ok(r) if r.is_success() => return Ok(r),
             Ok(r) => format!("{}: {}", r.status, r.error_text()),
             Err(e) => gsched_daemon::peer::error_chain(&e),
         };
         // The node's name out of the reason, so that reasons tally.
         let reason: String = failed
-            .replace(&url, "the controller")
+            .replace(url, "the controller")
             .chars()
             .take(120)
             .collect();
@@ -279,7 +304,7 @@ pub async fn agent(
                 ended: pending.clone(),
                 ..registration.clone()
             };
-            match swarm.post("/internal/v1/nodes/register", &reg).await {
+            match swarm.post("/internal/v1/nodes/register", &reg).await.0 {
                 Ok(_) => {
                     registered = true;
                     pending.clear();
@@ -309,7 +334,7 @@ pub async fn agent(
                 node: swarm.names[i].clone(),
                 ended: pending.clone(),
             };
-            match swarm.post("/internal/v1/jobs/ended", &report).await {
+            match swarm.post("/internal/v1/jobs/ended", &report).await.0 {
                 Ok(_) => {
                     swarm
                         .counts
@@ -359,14 +384,13 @@ async fn heartbeat(swarm: &Swarm, i: usize, instance_id: &str) -> bool {
         mem_available_mib: None,
     };
     let path = format!("/internal/v1/nodes/{}/heartbeat", swarm.names[i]);
-    let sent = Instant::now();
-    let answer = swarm.post(&path, &hb).await;
+    let (answer, secs) = swarm.post(&path, &hb).await;
     // Failed ones too: a heartbeat that timed out belongs in the p99.
     swarm
         .heartbeat_secs
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .push(sent.elapsed().as_secs_f64());
+        .push(secs);
     match answer {
         Ok(r) => {
             swarm.counts.heartbeats.fetch_add(1, Ordering::Relaxed);
