@@ -281,6 +281,7 @@ pub fn run(url: &str, args: SwarmArgs) -> Result<()> {
         "registration_secs": (registration_secs * 100.0).round() / 100.0,
         "registration_controller_cpu_cores": registration_cpu,
         "registration_failures": swarm.counts.registration_failures.load(Ordering::Relaxed),
+        "calls_waiting_over_1s_for_a_connection": swarm.counts.waited_over_1s.load(Ordering::Relaxed),
         "window": window,
         "failures": swarm.failures.lock().unwrap_or_else(|p| p.into_inner()).clone(),
     });

@@ -91,7 +91,7 @@ pub struct RegistrationReply {
 }
 
 /// Periodic liveness report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Heartbeat {
     /// The sender's [`NodeRegistration::instance_id`].
     #[serde(default)]

@@ -341,18 +341,42 @@ impl Serving {
 /// Keeps the API's total connection cap above the nodes: every gnoded
 /// keeps a connection open to its controller, and a cap below their
 /// number closed them in turn (each heartbeat then opened a new one, and
-/// some failed on one closed under them). [`API_CONNECTIONS_TOTAL`] over
-/// the nodes known, looked at every few seconds.
+/// some failed on one closed under them). Looked at every few seconds;
+/// see [`api_connection_cap`].
 async fn connection_cap_loop(
     ctl: Arc<Controller>,
     limits: Arc<gsched_daemon::limits::ConnectionLimits<String>>,
 ) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+    let mut warned = false;
     loop {
         tick.tick().await;
         let nodes = ctl.lock().nodes().count();
-        limits.set_total(API_CONNECTIONS_TOTAL.saturating_add(nodes));
+        let nofile = gsched_daemon::island::raise_open_file_limit();
+        let (cap, clamped) = api_connection_cap(nodes, nofile);
+        if clamped && !std::mem::replace(&mut warned, true) {
+            tracing::warn!(
+                nodes,
+                cap,
+                open_file_limit = nofile,
+                "the API's connection cap is held to half the open-file limit, below one \
+                 connection per node: raise LimitNOFILE (nodes' idle connections are closed in turn)"
+            );
+        }
+        limits.set_total(cap);
     }
+}
+
+/// The API's total connection cap with `nodes` nodes known:
+/// [`API_CONNECTIONS_TOTAL`] plus one per node, but at most half the
+/// open-file limit `nofile` (the other half for the controller's own
+/// connections to its nodes, its store and its sockets) and never below
+/// [`API_CONNECTIONS_TOTAL`]. Whether the open-file limit held it down.
+fn api_connection_cap(nodes: usize, nofile: Option<u64>) -> (usize, bool) {
+    let wanted = API_CONNECTIONS_TOTAL.saturating_add(nodes);
+    let room = nofile.map_or(usize::MAX, |n| usize::try_from(n / 2).unwrap_or(usize::MAX));
+    let cap = wanted.min(room.max(API_CONNECTIONS_TOTAL));
+    (cap, cap < wanted)
 }
 
 /// The cluster as the store left it, with the settings' policies.
@@ -487,4 +511,24 @@ fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
         .with_context(|| format!("cannot open {} to local users", path.display()))?;
     Ok(listener)
+}
+
+#[cfg(test)]
+mod connection_cap_tests {
+    use super::{api_connection_cap, API_CONNECTIONS_TOTAL};
+
+    #[test]
+    fn the_cap_follows_the_nodes_within_half_the_open_file_limit() {
+        let base = API_CONNECTIONS_TOTAL;
+        assert_eq!(api_connection_cap(0, Some(65_536)), (base, false));
+        assert_eq!(
+            api_connection_cap(10_000, Some(65_536)),
+            (base + 10_000, false)
+        );
+        assert_eq!(api_connection_cap(40_000, Some(65_536)), (32_768, true));
+        // A low limit never takes the cap under its base.
+        assert_eq!(api_connection_cap(10_000, Some(1_024)), (base, true));
+        assert_eq!(api_connection_cap(10_000, None), (base + 10_000, false));
+        assert_eq!(api_connection_cap(usize::MAX, None), (usize::MAX, false));
+    }
 }

@@ -69,6 +69,9 @@ pub struct Counts {
     pub cancels: AtomicU64,
     pub ends_reported: AtomicU64,
     pub end_report_failures: AtomicU64,
+    /// Calls that waited over a second for a free connection of the
+    /// swarm's own (the latencies leave that wait out).
+    pub waited_over_1s: AtomicU64,
 }
 
 impl Swarm {
@@ -90,6 +93,8 @@ impl Swarm {
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(IN_FLIGHT)
+            // Under gctld's 60 s idle close, as the daemons' own clients.
+            .pool_idle_timeout(Duration::from_secs(30))
             .build()?;
         let swarm = Swarm {
             controller: controller.trim_end_matches('/').to_string(),
@@ -156,9 +161,13 @@ impl Swarm {
         body: &T,
     ) -> (Result<gsched_daemon::peer::PeerReply, String>, f64) {
         let url = format!("{}{path}", self.controller);
+        let asked = Instant::now();
         let Ok(_permit) = self.in_flight.acquire().await else {
             return (Err("the swarm is closing".into()), 0.0);
         };
+        if asked.elapsed() > Duration::from_secs(1) {
+            self.counts.waited_over_1s.fetch_add(1, Ordering::Relaxed);
+        }
         let sent = Instant::now();
         let answer = self.peer.post(&url, body).await;
         let secs = sent.elapsed().as_secs_f64();
@@ -371,17 +380,7 @@ async fn heartbeat(swarm: &Swarm, i: usize, instance_id: &str) -> bool {
         instance_id: instance_id.to_string(),
         running: runs.keys().copied().collect(),
         runs,
-        suspended: Vec::new(),
-        mps: BTreeMap::new(),
-        instances: BTreeMap::new(),
-        tasks_waiting: 0,
-        waiting_tasks: Vec::new(),
-        probe_round_trip: None,
-        placement_wait: None,
-        usage: BTreeMap::new(),
-        steps: BTreeMap::new(),
-        shared_room: None,
-        mem_available_mib: None,
+        ..Heartbeat::default()
     };
     let path = format!("/internal/v1/nodes/{}/heartbeat", swarm.names[i]);
     let (answer, secs) = swarm.post(&path, &hb).await;

@@ -357,18 +357,7 @@ async fn a_run_the_controller_does_not_own_is_killed_on_its_node() {
     let hb = Heartbeat {
         instance_id: "start-1".into(),
         running: vec![999],
-        runs: BTreeMap::new(),
-        suspended: Vec::new(),
-        mps: BTreeMap::new(),
-        instances: BTreeMap::new(),
-        tasks_waiting: 0,
-        waiting_tasks: Vec::new(),
-        probe_round_trip: None,
-        placement_wait: None,
-        usage: BTreeMap::new(),
-        steps: BTreeMap::new(),
-        shared_room: None,
-        mem_available_mib: None,
+        ..Heartbeat::default()
     };
     let (known, effects) = ctl.heartbeat("n1", &hb);
     assert!(known);
