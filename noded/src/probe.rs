@@ -714,6 +714,15 @@ mod tests {
         .unwrap()
     }
 
+    fn end_request(job: JobId, key: &str, task: u64) -> Vec<u8> {
+        serde_json::to_vec(&ProbeRequest::End {
+            job,
+            key: key.into(),
+            task,
+        })
+        .unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_drain_waits_for_processes_it_has_no_placement_for() {
         let dir = tempfile::tempdir().unwrap();
@@ -821,16 +830,9 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         assert!(!grow.is_finished(), "grew with no room");
         let (s, k) = (sock.clone(), k2.clone());
-        let end = tokio::task::spawn_blocking(move || {
-            let req = ProbeRequest::End {
-                job: 2,
-                key: k,
-                task: t2,
-            };
-            call(&s, &serde_json::to_vec(&req).unwrap())
-        })
-        .await
-        .unwrap();
+        let end = tokio::task::spawn_blocking(move || call(&s, &end_request(2, &k, t2)))
+            .await
+            .unwrap();
         assert!(matches!(end, ProbeReply::Ok), "{end:?}");
         let grown = tokio::time::timeout(std::time::Duration::from_secs(5), grow)
             .await
@@ -878,16 +880,9 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         assert!(!waiting.is_finished(), "placed with no room");
         let (s, k) = (sock.clone(), k1.clone());
-        let end = tokio::task::spawn_blocking(move || {
-            let req = ProbeRequest::End {
-                job: 1,
-                key: k,
-                task: t1,
-            };
-            call(&s, &serde_json::to_vec(&req).unwrap())
-        })
-        .await
-        .unwrap();
+        let end = tokio::task::spawn_blocking(move || call(&s, &end_request(1, &k, t1)))
+            .await
+            .unwrap();
         assert!(matches!(end, ProbeReply::Ok), "{end:?}");
         // Job 1's room is kept a while: job 2 still waits.
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
